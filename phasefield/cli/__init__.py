@@ -1,0 +1,62 @@
+"""The ``phasefield`` command line (click).
+
+Each topic registers its commands from its own module; this file only assembles them and
+turns bad input into a one-line message with exit code 2 (never a traceback).
+"""
+from __future__ import annotations
+
+import importlib
+import sys
+
+import click
+
+from .common import UsageError
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(package_name="phasefield")
+def cli():
+    """Mean-field signal propagation in deep transformers: exponents, sweeps, simulations,
+    figures and trainability predictions."""
+
+
+# topic modules; each defines ``register(cli)``
+_TOPICS = ("theory", "simulate", "figures", "train", "seeds")
+
+
+def _register_all():
+    for name in _TOPICS:
+        try:
+            mod = importlib.import_module(f"{__name__}.{name}")
+        except ModuleNotFoundError as exc:  # a topic not yet present in this checkout
+            if exc.name == f"{__name__}.{name}":
+                continue
+            raise
+        mod.register(cli)
+
+
+_register_all()
+
+
+def main(argv=None) -> int:
+    """Console entry point: one-line errors, exit code 2 for bad input."""
+    try:
+        cli.main(args=argv, prog_name="phasefield", standalone_mode=False)
+    except click.exceptions.Exit as exc:
+        return exc.exit_code
+    except click.exceptions.Abort:
+        click.echo("phasefield: aborted", err=True)
+        return 130
+    except (click.ClickException, UsageError, ValueError) as exc:
+        msg = exc.format_message() if isinstance(exc, click.ClickException) else str(exc)
+        msg = " ".join(str(msg).split())
+        click.echo(f"phasefield: error: {msg}", err=True)
+        return 2
+    except KeyboardInterrupt:
+        click.echo("phasefield: interrupted (finished chunks are kept; rerun to resume)", err=True)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

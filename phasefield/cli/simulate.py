@@ -1,0 +1,169 @@
+"""``phasefield simulate exponents|sweep`` and ``phasefield compare``."""
+from __future__ import annotations
+
+import os
+
+import click
+import numpy as np
+
+from .common import UsageError, atomic_path, check_hparams_values, echo_json, parse_range
+
+DTYPES = ("float32", "float64")
+
+
+def _hp(sigma_w, sigma_a, alpha_a, alpha_m, sigma_v, n_tokens, depth, activation, mlp_layers,
+        residual):
+    from ..config import HParams
+
+    check_hparams_values(dict(sigma_w=sigma_w, sigma_a=sigma_a, alpha_a=alpha_a, alpha_m=alpha_m,
+                              sigma_v=sigma_v, n_tokens=n_tokens, depth=depth))
+    return HParams(sigma_w=float(sigma_w), sigma_a=float(sigma_a), alpha_a=float(alpha_a),
+                   alpha_m=float(alpha_m), sigma_v=float(sigma_v), n_tokens=int(n_tokens),
+                   depth=int(depth), activation=activation, mlp_layers=int(mlp_layers),
+                   residual=residual).validate()
+
+
+def _sim_options(f):
+    opts = [
+        click.option("--width", type=int, default=512, show_default=True, help="embedding width d"),
+        click.option("--seeds", type=int, default=16, show_default=True, help="independent draws"),
+        click.option("--seed", type=int, default=0, show_default=True, help="base random seed"),
+        click.option("--causal", is_flag=True, help="causal attention mask"),
+        click.option("--eps", type=float, default=1e-3, show_default=True,
+                     help="1 - rho of the lambda_a input"),
+        click.option("--mlp-hidden", type=int, default=None, help="MLP hidden width (default d)"),
+        click.option("--dtype", type=click.Choice(DTYPES), default="float32", show_default=True),
+        click.option("--activation", default="tanh", show_default=True),
+        click.option("--mlp-layers", type=int, default=1, show_default=True),
+        click.option("--residual", type=click.Choice(["unit-norm", "identity"]), default="unit-norm",
+                     show_default=True),
+    ]
+    for o in reversed(opts):
+        f = o(f)
+    return f
+
+
+def _check_sim(width, seeds, eps, mlp_hidden, residual):
+    if width < 2 or width > 8192:
+        raise UsageError(f"--width must lie in [2, 8192] (got {width})")
+    if seeds < 2:
+        raise UsageError(f"--seeds must be >= 2 to give a standard error (got {seeds})")
+    if not (0 < eps < 1):
+        raise UsageError(f"--eps must lie in (0, 1) (got {eps:g})")
+    if mlp_hidden is not None and mlp_hidden < 1:
+        raise UsageError(f"--mlp-hidden must be >= 1 (got {mlp_hidden})")
+    if residual != "unit-norm":
+        raise UsageError("the exponents need the collapsed fixed point, which exists only for "
+                         "--residual unit-norm")
+
+
+def register(cli):
+    @cli.group("simulate")
+    def simulate():
+        """Finite-width simulations of random transformers (THEORY.md §1, §6, §7)."""
+
+    @simulate.command("exponents")
+    @click.option("--sigma-w", type=float, default=1.0, show_default=True)
+    @click.option("--sigma-a", type=float, default=1.0, show_default=True)
+    @click.option("--alpha-a", type=float, default=0.5, show_default=True)
+    @click.option("--alpha-m", type=float, default=0.5, show_default=True)
+    @click.option("--sigma-v", type=float, default=1.0, show_default=True)
+    @click.option("--n-tokens", type=int, default=32, show_default=True)
+    @click.option("--depth", type=int, default=16, show_default=True)
+    @_sim_options
+    @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
+    def exponents(sigma_w, sigma_a, alpha_a, alpha_m, sigma_v, n_tokens, depth, width, seeds, seed,
+                  causal, eps, mlp_hidden, dtype, activation, mlp_layers, residual, as_json):
+        """Numerical lambda_a and lambda_g(depth) with standard errors at one point."""
+        _check_sim(width, seeds, eps, mlp_hidden, residual)
+        hp = _hp(sigma_w, sigma_a, alpha_a, alpha_m, sigma_v, n_tokens, depth, activation,
+                 mlp_layers, residual)
+        import jax.numpy as jnp
+
+        from ..simulate import measure
+
+        res = measure.exponents(hp, width=width, seeds=seeds, eps=eps, causal=causal,
+                                mlp_hidden=mlp_hidden, dtype=jnp.dtype(dtype), seed=seed)
+        res.update(width=width, seeds=seeds, depth=depth, n_tokens=n_tokens, causal=causal)
+        if as_json:
+            echo_json(res)
+        else:
+            click.echo(f"lambda_a = {res['lambda_a']:+.4f} +- {res['lambda_a_se']:.4f}")
+            click.echo(f"lambda_g = {res['lambda_g']:+.4f} +- {res['lambda_g_se']:.4f}  (L = {depth})")
+            click.echo(f"q*       = {res['q_star']:.6g}")
+
+    @simulate.command("sweep")
+    @click.option("--sigma-w", default="1.0", show_default=True, help="start:stop:count, a,b,c or x")
+    @click.option("--sigma-a", default="1.0", show_default=True)
+    @click.option("--alpha-a", default=None, help="(default 0.5)")
+    @click.option("--alpha-m", default=None, help="(default 0.5)")
+    @click.option("--alpha", default=None, help="sets alpha_a = alpha_m (one axis)")
+    @click.option("--sigma-v", default="1.0", show_default=True)
+    @click.option("--n-tokens", default="32", show_default=True)
+    @click.option("--depth", default="16", show_default=True)
+    @_sim_options
+    @click.option("--chunk", type=int, default=16, show_default=True,
+                  help="points vmapped together (sharing their random draws)")
+    @click.option("--out", "-o", required=True, help="output netCDF file")
+    def sweep_cmd(sigma_w, sigma_a, alpha_a, alpha_m, alpha, sigma_v, n_tokens, depth, width, seeds,
+                  seed, causal, eps, mlp_hidden, dtype, activation, mlp_layers, residual, chunk, out):
+        """Simulated exponents on a grid, in the theory sweep's format plus *_se variables.
+
+        Finished chunks are kept in OUT.parts/ and reused when the command is rerun."""
+        _check_sim(width, seeds, eps, mlp_hidden, residual)
+        if chunk < 1:
+            raise UsageError(f"--chunk must be >= 1 (got {chunk})")
+        if alpha is not None and (alpha_a is not None or alpha_m is not None):
+            raise UsageError("give either --alpha or --alpha-a/--alpha-m, not both")
+        raw = dict(sigma_w=sigma_w, sigma_a=sigma_a, sigma_v=sigma_v, n_tokens=n_tokens, depth=depth)
+        if alpha is not None:
+            raw["alpha"] = alpha
+        else:
+            raw["alpha_a"] = alpha_a if alpha_a is not None else "0.5"
+            raw["alpha_m"] = alpha_m if alpha_m is not None else "0.5"
+        vals = {k: parse_range(v, k) for k, v in raw.items()}
+        check_hparams_values(vals)
+        from ..config import HParams
+
+        base = HParams(activation=activation, mlp_layers=mlp_layers, residual=residual)
+        base.validate()
+        # every multi-valued axis is a dimension; single values are fixed (attributes)
+        axes = {k: v for k, v in vals.items() if v.size > 1}
+        fixed = {k: float(v[0]) for k, v in vals.items() if v.size == 1}
+        if "alpha" in fixed:
+            fixed["alpha_a"] = fixed["alpha_m"] = fixed.pop("alpha")
+        base = base.replace(**fixed)
+        if not axes:  # a single point: keep sigma_w as a length-1 dimension
+            axes = {"sigma_w": vals["sigma_w"]}
+        import jax.numpy as jnp
+
+        from ..simulate import sweep as simsweep
+
+        parts = os.fspath(out) + ".parts"
+        ds = simsweep.sweep(width=width, seeds=seeds, eps=eps, causal=causal, mlp_hidden=mlp_hidden,
+                            dtype=jnp.dtype(dtype), seed=seed, base=base, chunk=chunk,
+                            parts_dir=parts, progress=True, **axes)
+        with atomic_path(out) as tmp:
+            ds.to_netcdf(tmp, engine="h5netcdf")
+        import shutil
+
+        shutil.rmtree(parts, ignore_errors=True)
+        click.echo(f"wrote {out} ({' x '.join(f'{k}={ds.sizes[k]}' for k in ds.dims)} points)")
+
+    @cli.command("compare")
+    @click.argument("theory_nc")
+    @click.argument("sim_nc")
+    @click.option("--json", "as_json", is_flag=True, help="print the rows as JSON")
+    @click.option("--markdown", is_flag=True, help="print a Markdown table")
+    def compare(theory_nc, sim_nc, as_json, markdown):
+        """Agreement table of a theory grid and a simulated grid: median, 90th percentile and
+        maximum |sim - theory| of each common quantity, overall and by the theory's phase."""
+        from ..simulate import compare as cmp
+
+        rows = cmp.agreement(cmp.open_grid(theory_nc), cmp.open_grid(sim_nc))
+        if as_json:
+            echo_json(rows)
+        elif markdown:
+            click.echo(cmp.format_markdown(rows))
+        else:
+            click.echo(cmp.format_table(rows))

@@ -1,0 +1,334 @@
+"""Finite-width measurements on random transformer stacks, each with a standard error over
+independent draws (seeds).
+
+Every public function takes a concrete :class:`HParams` (one hyperparameter point) and
+keyword options
+
+    width     embedding width d
+    seeds     number of independent draws (weights and input tokens)
+    causal    causal attention mask
+    mlp_hidden MLP hidden width (default d)
+    dtype     simulation dtype (float32 by default)
+    seed      integer seed of the draw keys (fixed seed -> reproducible numbers)
+
+and returns numpy arrays. The ``*_draws`` kernels underneath are pure jit-able functions
+of ``(hp, key, ...)``; :mod:`phasefield.simulate.sweep` vmaps them over hyperparameter
+points (sharing the weight draws between points: common random numbers).
+"""
+from __future__ import annotations
+
+from functools import partial
+from typing import Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ..config import HParams
+from .stack import (collapsed_tokens, simplex_tokens, stack_forward, two_group_tokens,
+                    block_forward)
+
+DEFAULT_EPS = 1e-3
+MEMORY_BUDGET = 2.0e9  # bytes of saved residuals per jitted call of the gradient kernel
+
+
+# ---------------------------------------------------------------- per-draw statistics
+def token_stats(x):
+    """(q, p, u) of one token matrix ``[n, d]``: mean squared norm / d, mean off-diagonal
+    dot product / d, and ``u = q - p`` computed stably from centred tokens."""
+    n, d = x.shape[-2:]
+    sq = jnp.sum(jnp.square(x), axis=-1)
+    q = jnp.mean(sq, axis=-1) / d
+    xc = x - jnp.mean(x, axis=-2, keepdims=True)
+    u = jnp.sum(jnp.square(xc), axis=(-2, -1)) / ((n - 1) * d)
+    return q, q - u, u
+
+
+def cosines(x):
+    """Pairwise cosines ``[n(n-1)/2]`` (upper triangle) of tokens ``[n, d]``."""
+    n = x.shape[-2]
+    xh = x / jnp.linalg.norm(x, axis=-1, keepdims=True)
+    c = xh @ xh.T
+    i, j = np.triu_indices(n, 1)
+    return c[i, j]
+
+
+def group_stats(x):
+    """Mean intra-group and inter-group cosine for two groups (first n//2 tokens, rest)."""
+    n = x.shape[-2]
+    xh = x / jnp.linalg.norm(x, axis=-1, keepdims=True)
+    c = xh @ xh.T
+    g = np.arange(n) >= n // 2
+    same = (g[:, None] == g[None, :]) & ~np.eye(n, dtype=bool)
+    diff = g[:, None] != g[None, :]
+    intra = jnp.sum(jnp.where(same, c, 0.0)) / same.sum()
+    inter = jnp.sum(jnp.where(diff, c, 0.0)) / diff.sum()
+    return intra, inter
+
+
+# ---------------------------------------------------------------- jit-able kernels
+@partial(jax.jit, static_argnames=("n", "d", "depth", "causal", "mlp_hidden", "dtype",
+                                   "exact_input"))
+def transient_draws(hp, keys, q0, p0, *, n, d, depth, causal=False, mlp_hidden=None,
+                    dtype=jnp.float32, exact_input=True):
+    """Per draw and layer (q, p, u): arrays ``[draws, depth + 1]``."""
+    hp = hp.astype(dtype)
+
+    def one(key):
+        kx, kw = jax.random.split(key)
+        x = simplex_tokens(kx, n, d, q0, p0, dtype, exact=exact_input)
+        _, stats = stack_forward(hp, kw, x, depth, causal=causal, mlp_hidden=mlp_hidden,
+                                 reduce=token_stats)
+        return stats
+
+    return jax.vmap(one)(keys)
+
+
+@partial(jax.jit, static_argnames=("n", "d", "depth", "causal", "mlp_hidden", "dtype"))
+def geometry_draws(hp, keys, q0, p0, *, n, d, depth, causal=False, mlp_hidden=None,
+                   dtype=jnp.float32):
+    """Per draw and layer: squared norms / d ``[draws, depth+1, n]`` and pairwise cosines
+    ``[draws, depth+1, n(n-1)/2]``."""
+    hp = hp.astype(dtype)
+
+    def reduce(x):
+        return jnp.sum(jnp.square(x), -1) / d, cosines(x)
+
+    def one(key):
+        kx, kw = jax.random.split(key)
+        x = simplex_tokens(kx, n, d, q0, p0, dtype)
+        return stack_forward(hp, kw, x, depth, causal=causal, mlp_hidden=mlp_hidden,
+                             reduce=reduce)[1]
+
+    return jax.vmap(one)(keys)
+
+
+@partial(jax.jit, static_argnames=("n", "d", "depth", "causal", "mlp_hidden", "dtype"))
+def group_draws(hp, keys, q0, p_intra, p_inter, *, n, d, depth, causal=False,
+                mlp_hidden=None, dtype=jnp.float32):
+    """Per draw and layer (intra, inter) group cosines, ``[draws, depth + 1]`` each."""
+    hp = hp.astype(dtype)
+
+    def one(key):
+        kx, kw = jax.random.split(key)
+        x = two_group_tokens(kx, n, d, q0, p_intra, p_inter, dtype)
+        return stack_forward(hp, kw, x, depth, causal=causal, mlp_hidden=mlp_hidden,
+                             reduce=group_stats)[1]
+
+    return jax.vmap(one)(keys)
+
+
+def angle_draws(hp, keys, q_star, *, n, d, eps=DEFAULT_EPS, causal=False, mlp_hidden=None,
+                dtype=jnp.float32):
+    """Per draw ``log[(1 - rho') / (1 - rho)]`` for one random block, input tokens at
+    ``q = q*``, ``rho = 1 - eps`` (THEORY.md §6, paper App. A). rho is the draw's
+    realised cosine (``p/q`` averaged over token pairs), before and after the block."""
+    hp = hp.astype(dtype)
+
+    def one(key):
+        kx, kw = jax.random.split(key)
+        q = jnp.asarray(q_star, dtype)
+        x = simplex_tokens(kx, n, d, q, q * (1 - eps), dtype)
+        y = block_forward(hp, kw, x, causal=causal, mlp_hidden=mlp_hidden)
+        q0, _, u0 = token_stats(x)
+        q1, _, u1 = token_stats(y)
+        return jnp.log(u1 / q1) - jnp.log(u0 / q0)
+
+    return jax.vmap(one)(keys)
+
+
+def gradient_draws(hp, keys, q_star, *, n, d, depth, causal=False, mlp_hidden=None,
+                   dtype=jnp.float32, draw_batch=None):
+    """Per draw ``(|J^T u|^2, |u|^2)`` with ``J = dX_L/dX_0`` of a depth-``depth`` random
+    stack, X_0 = n identical tokens of squared norm ``q* d`` (the collapsed fixed point),
+    ``u ~ N(0, I)`` shaped like X_L (THEORY.md §7). Draws run ``draw_batch`` at a time
+    (vmapped) to bound the memory of the saved residuals."""
+    hp = hp.astype(dtype)
+
+    def one(key):
+        kx, kw, ku = jax.random.split(key, 3)
+        x = collapsed_tokens(kx, n, d, q_star, dtype)
+        f = lambda x0: stack_forward(hp, kw, x0, depth, causal=causal, mlp_hidden=mlp_hidden)
+        y, vjp = jax.vjp(f, x)
+        u = jax.random.normal(ku, y.shape, dtype)
+        (g,) = vjp(u)
+        return jnp.sum(jnp.square(g)), jnp.sum(jnp.square(u))
+
+    return jax.lax.map(one, keys, batch_size=draw_batch)
+
+
+def default_draw_batch(n, d, depth, mlp_hidden=None, points=1, itemsize=4,
+                       budget=MEMORY_BUDGET):
+    """How many draws to vmap at once so that the saved parameters fit ``budget`` bytes."""
+    h = mlp_hidden or d
+    per_draw = depth * points * itemsize * (3 * d * d + 2 * d * h + 8 * n * max(d, h))
+    return int(max(1, min(1024, budget // max(per_draw, 1))))
+
+
+_gradient_jit = jax.jit(gradient_draws, static_argnames=(
+    "n", "d", "depth", "causal", "mlp_hidden", "dtype", "draw_batch"))
+_angle_jit = jax.jit(angle_draws, static_argnames=(
+    "n", "d", "causal", "mlp_hidden", "dtype"))
+
+
+# ---------------------------------------------------------------- estimators
+def mean_se(a, axis=0):
+    """Mean and standard error (sample std / sqrt(N)) along ``axis``."""
+    a = np.asarray(a, dtype=np.float64)
+    m = a.shape[axis]
+    se = a.std(axis=axis, ddof=1) / np.sqrt(m) if m > 1 else np.full_like(a.mean(axis=axis), np.nan)
+    return a.mean(axis=axis), se
+
+
+def log_ratio_of_means(a, b, scale=1.0, axis=0):
+    """``scale * log(mean a / mean b)`` and its delta-method standard error."""
+    a = np.asarray(a, np.float64)
+    b = np.asarray(b, np.float64)
+    m = a.shape[axis]
+    ma, mb = a.mean(axis=axis), b.mean(axis=axis)
+    val = scale * np.log(ma / mb)
+    da = a / np.expand_dims(ma, axis) - b / np.expand_dims(mb, axis)  # linearised log-ratio
+    se = scale * da.std(axis=axis, ddof=1) / np.sqrt(m)
+    return val, se
+
+
+def _keys(seed, seeds):
+    if seeds < 2:
+        raise ValueError(f"seeds must be >= 2 to give a standard error (got {seeds})")
+    return jax.random.split(jax.random.key(int(seed)), int(seeds))
+
+
+def exponent_keys(seed, seeds):
+    """(angle keys, gradient keys) of the exponent measurements: the sweep and the
+    single-point functions use the same draws for the same ``seed``."""
+    keys = jax.random.split(jax.random.key(int(seed)), 2 * _keys(seed, seeds).shape[0])
+    return keys[:seeds], keys[seeds:]
+
+
+def _check(hp, width):
+    hp.validate()
+    if int(width) < 2:
+        raise ValueError(f"width must be >= 2 (got {width})")
+    return int(np.asarray(hp.n_tokens)), int(width)
+
+
+def collapsed_q_star(hp: HParams) -> float:
+    """q* of the collapsed fixed point from the theory engine (THEORY.md §6); the
+    closed form :func:`q_star_reference` if the theory engine is not installed."""
+    try:
+        from .. import theory
+
+        fixed_point = theory.collapsed_fixed_point
+    except (ImportError, AttributeError):
+        return q_star_reference(hp)
+    return float(fixed_point(hp)[0])
+
+
+def q_star_reference(hp: HParams) -> float:
+    """Closed form ``q* = (beta_M^2 alpha_A^2 sigma_V^2 + alpha_M^2 q_M(1)) / (1 -
+    beta_A^2 beta_M^2)`` with q_M(1) from a dense trapezoid rule in standard-normal space
+    (composed over ``mlp_layers``). Requires the unit-norm residual (finite q*)."""
+    from .. import activations
+
+    phi = activations.get(hp.activation)
+    z = np.linspace(-12.0, 12.0, 200001)
+    w = np.exp(-0.5 * z * z)
+    w /= w.sum()
+    sw = float(hp.sigma_w)
+    var = sw ** 2  # pre-activation variance of the first layer (normalised input)
+    for _ in range(hp.mlp_layers):
+        qm = sw ** 2 * float(np.sum(w * np.asarray(phi(np.sqrt(var) * z)) ** 2))
+        var = qm
+    aa, am, sv = float(hp.alpha_a), float(hp.alpha_m), float(hp.sigma_v)
+    ba2, bm2 = float(hp.beta_a) ** 2, float(hp.beta_m) ** 2
+    return (bm2 * aa ** 2 * sv ** 2 + am ** 2 * qm) / (1.0 - ba2 * bm2)
+
+
+# ---------------------------------------------------------------- public measurements
+def transients(hp: HParams, q0, p0, *, width=512, seeds=16, depth=None, causal=False,
+               mlp_hidden=None, dtype=jnp.float32, seed=0, exact_input=True) -> dict:
+    """Per-layer q, p and rho = p/q (each averaged over draws, with ``*_se``), arrays of
+    length depth+1 (index 0 is the input), from simplex tokens with (q0, p0)
+    (``exact_input``: input Gram exactly (q0, p0), see :func:`stack.simplex_tokens`)."""
+    n, d = _check(hp, width)
+    depth = int(np.asarray(hp.depth)) if depth is None else int(depth)
+    q, p, u = transient_draws(hp, _keys(seed, seeds), q0, p0, n=n, d=d, depth=depth,
+                              causal=causal, mlp_hidden=mlp_hidden, dtype=dtype,
+                              exact_input=bool(exact_input))
+    q, p = np.asarray(q, np.float64), np.asarray(p, np.float64)
+    out = {}
+    for name, arr in (("q", q), ("p", p), ("rho", p / q)):
+        out[name], out[name + "_se"] = mean_se(arr)
+    out["layer"] = np.arange(depth + 1)
+    return out
+
+
+def token_geometry(hp: HParams, q0, p0, *, width=512, seeds=16, depth=None, causal=False,
+                   mlp_hidden=None, dtype=jnp.float32, seed=0) -> dict:
+    """Full per-layer samples for histograms (paper Fig. 2): ``norms`` ``[depth+1,
+    seeds*n]`` (squared norm / d of every token) and ``cosines`` ``[depth+1,
+    seeds*n(n-1)/2]`` (every token pair), pooled over draws."""
+    n, d = _check(hp, width)
+    depth = int(np.asarray(hp.depth)) if depth is None else int(depth)
+    norms, cos = geometry_draws(hp, _keys(seed, seeds), q0, p0, n=n, d=d, depth=depth,
+                                causal=causal, mlp_hidden=mlp_hidden, dtype=dtype)
+    norms = np.moveaxis(np.asarray(norms, np.float64), 1, 0).reshape(depth + 1, -1)
+    cos = np.moveaxis(np.asarray(cos, np.float64), 1, 0).reshape(depth + 1, -1)
+    return {"layer": np.arange(depth + 1), "norms": norms, "cosines": cos}
+
+
+def group_cosines(hp: HParams, q0, p_intra, p_inter, *, width=512, seeds=16, depth=None,
+                  causal=False, mlp_hidden=None, dtype=jnp.float32, seed=0) -> dict:
+    """Permutation-symmetry restoration (paper Eq. 12, Fig. 3): per layer the mean
+    intra-group and inter-group cosine of two groups of n/2 tokens and their ratio
+    ``inter/intra`` (-> 1 when symmetry is restored), each with ``*_se``."""
+    n, d = _check(hp, width)
+    if not (0 <= p_inter < p_intra <= q0):
+        raise ValueError("need 0 <= p_inter < p_intra <= q0 for the two-group input")
+    depth = int(np.asarray(hp.depth)) if depth is None else int(depth)
+    intra, inter = group_draws(hp, _keys(seed, seeds), q0, p_intra, p_inter, n=n, d=d,
+                               depth=depth, causal=causal, mlp_hidden=mlp_hidden, dtype=dtype)
+    intra, inter = np.asarray(intra, np.float64), np.asarray(inter, np.float64)
+    out = {"layer": np.arange(depth + 1)}
+    for name, arr in (("intra", intra), ("inter", inter), ("ratio", inter / intra)):
+        out[name], out[name + "_se"] = mean_se(arr)
+    return out
+
+
+def angle_exponent(hp: HParams, *, width=512, seeds=16, eps=DEFAULT_EPS, q_star=None,
+                   causal=False, mlp_hidden=None, dtype=jnp.float32, seed=0):
+    """Numerical lambda_a and its standard error over draws (THEORY.md §6)."""
+    n, d = _check(hp, width)
+    q_star = collapsed_q_star(hp) if q_star is None else float(q_star)
+    vals = _angle_jit(hp, exponent_keys(seed, seeds)[0], q_star, n=n, d=d, eps=eps, causal=causal,
+                      mlp_hidden=mlp_hidden, dtype=dtype)
+    m, se = mean_se(vals)
+    return float(m), float(se)
+
+
+def gradient_exponent(hp: HParams, *, width=512, seeds=16, depth=None, q_star=None,
+                      causal=False, mlp_hidden=None, dtype=jnp.float32, seed=0,
+                      draw_batch=None):
+    """Numerical lambda_g(L) and its delta-method standard error (THEORY.md §7)."""
+    n, d = _check(hp, width)
+    depth = int(np.asarray(hp.depth)) if depth is None else int(depth)
+    q_star = collapsed_q_star(hp) if q_star is None else float(q_star)
+    draw_batch = draw_batch or default_draw_batch(n, d, depth, mlp_hidden)
+    a, b = _gradient_jit(hp, exponent_keys(seed, seeds)[1], q_star, n=n, d=d, depth=depth,
+                         causal=causal, mlp_hidden=mlp_hidden, dtype=dtype,
+                         draw_batch=draw_batch)
+    m, se = log_ratio_of_means(a, b, scale=1.0 / depth)
+    return float(m), float(se)
+
+
+def exponents(hp: HParams, *, width=512, seeds=16, eps=DEFAULT_EPS, causal=False,
+              mlp_hidden=None, dtype=jnp.float32, seed=0) -> dict:
+    """``lambda_a, lambda_a_se, lambda_g, lambda_g_se`` (lambda_g at depth ``hp.depth``)
+    and the ``q_star`` the inputs were built from."""
+    q_star = collapsed_q_star(hp)
+    la, la_se = angle_exponent(hp, width=width, seeds=seeds, eps=eps, q_star=q_star,
+                               causal=causal, mlp_hidden=mlp_hidden, dtype=dtype, seed=seed)
+    lg, lg_se = gradient_exponent(hp, width=width, seeds=seeds, q_star=q_star, causal=causal,
+                                  mlp_hidden=mlp_hidden, dtype=dtype, seed=seed)
+    return {"lambda_a": la, "lambda_a_se": la_se, "lambda_g": lg, "lambda_g_se": lg_se,
+            "q_star": q_star}

@@ -1,0 +1,116 @@
+"""Random transformer stacks of THEORY.md §1, built from the shared Flax :class:`Block`.
+
+A stack is L blocks with independent Gaussian parameters. The parameters of block ``l``
+are drawn from ``keys[l]`` by ``Block.init`` (the same initialisation the ViT trainer
+uses), inside a ``lax.scan`` over layers: ``Block(...).init_with_output`` returns the
+block's output together with its freshly drawn parameters, so one layer's parameters
+live in memory at a time and the forward pass is computed once. Autodiff with respect
+to the tokens passes straight through (the parameters depend only on the key), which is
+what the vector-Jacobian protocol of §7 needs.
+
+All functions are pure in ``(hp, key, tokens)``, so they ``jit`` and ``vmap`` over draws
+(keys) and over hyperparameter points (the numeric leaves of :class:`HParams`).
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import jax
+import jax.numpy as jnp
+
+from ..block import Block
+from ..config import HParams
+
+
+def block_forward(hp: HParams, key, x, *, causal: bool = False, mlp_hidden: Optional[int] = None):
+    """One random block applied to tokens ``x`` (``[n, d]``) with parameters drawn from ``key``."""
+    out, _ = Block(hp, causal=causal, mlp_hidden=mlp_hidden).init_with_output({"params": key}, x)
+    return out
+
+
+def block_params(hp: HParams, key, n: int, d: int, *, causal: bool = False,
+                 mlp_hidden: Optional[int] = None, dtype=jnp.float32):
+    """The parameters :func:`block_forward` draws from ``key`` (for inspection and tests)."""
+    x = jnp.zeros((n, d), dtype)
+    return Block(hp, causal=causal, mlp_hidden=mlp_hidden).init({"params": key}, x)
+
+
+def layer_keys(key, depth: int):
+    """The per-block keys of a depth-``depth`` stack drawn from ``key``."""
+    return jax.random.split(key, depth)
+
+
+def stack_forward(hp: HParams, key, x, depth: int, *, causal: bool = False,
+                  mlp_hidden: Optional[int] = None, return_all: bool = False,
+                  reduce=None):
+    """Apply ``depth`` independent random blocks to ``x`` (``[n, d]``).
+
+    ``return_all``: also return every layer's tokens, shape ``[depth + 1, n, d]``.
+    ``reduce``: a function of the tokens applied at every layer (including the input);
+    its per-layer outputs are stacked and returned instead of the tokens (cheap
+    per-layer statistics without storing ``[depth+1, n, d]``).
+    """
+    keys = layer_keys(key, depth)
+
+    def body(h, k):
+        h2 = block_forward(hp, k, h, causal=causal, mlp_hidden=mlp_hidden)
+        if reduce is not None:
+            return h2, reduce(h2)
+        return h2, (h2 if return_all else None)
+
+    out, ys = jax.lax.scan(body, x, keys)
+    if reduce is not None:
+        first = reduce(x)
+        ys = jax.tree_util.tree_map(lambda a, b: jnp.concatenate([a[None], b], 0), first, ys)
+        return out, ys
+    if return_all:
+        return out, jnp.concatenate([x[None], ys], 0)
+    return out
+
+
+def _orthonormal_rows(key, m: int, d: int, dtype):
+    """m random orthogonal rows of squared norm d (needs m <= d)."""
+    a = jax.random.normal(key, (d, m), dtype)
+    qm, r = jnp.linalg.qr(a)
+    qm = qm * jnp.sign(jnp.diagonal(r))  # Haar-distributed columns
+    return jnp.sqrt(jnp.asarray(d, dtype)) * qm.T
+
+
+def simplex_tokens(key, n: int, d: int, q, p, dtype=jnp.float32, exact: bool = False):
+    """Tokens ``x_i = sqrt(p) g + sqrt(q - p) e_i`` (g, e_i ~ N(0, I_d)): in expectation
+    squared norm ``q d`` and pairwise dot product ``p d`` (THEORY.md §6, paper App. A).
+
+    ``exact=True``: g and the e_i are random orthogonal vectors of squared norm exactly d,
+    so the input Gram matrix is exactly ``d((q - p) I + p 11^T)`` (removes the input's
+    O(1/sqrt(d)) fluctuations from per-layer measurements; needs n + 1 <= d)."""
+    kg, ke = jax.random.split(key)
+    if exact:
+        rows = _orthonormal_rows(kg, n + 1, d, dtype)
+        g, e = rows[:1], rows[1:]
+    else:
+        g = jax.random.normal(kg, (1, d), dtype)
+        e = jax.random.normal(ke, (n, d), dtype)
+    q = jnp.asarray(q, dtype)
+    p = jnp.asarray(p, dtype)
+    return jnp.sqrt(p) * g + jnp.sqrt(jnp.maximum(q - p, 0)) * e
+
+
+def two_group_tokens(key, n: int, d: int, q, p_intra, p_inter, dtype=jnp.float32):
+    """Symmetry-breaking input of the paper's Eq. 12 (Fig. 3): two groups of n/2 tokens,
+    dot products ``p_intra d`` within a group and ``p_inter d`` (< p_intra) across groups,
+    squared norms ``q d`` (all in expectation)."""
+    kg, kh, ke = jax.random.split(key, 3)
+    g = jax.random.normal(kg, (1, d), dtype)
+    h = jax.random.normal(kh, (2, d), dtype)
+    e = jax.random.normal(ke, (n, d), dtype)
+    group = (jnp.arange(n) >= n // 2).astype(jnp.int32)
+    q, pi, po = (jnp.asarray(v, dtype) for v in (q, p_intra, p_inter))
+    return (jnp.sqrt(po) * g + jnp.sqrt(jnp.maximum(pi - po, 0)) * h[group]
+            + jnp.sqrt(jnp.maximum(q - pi, 0)) * e)
+
+
+def collapsed_tokens(key, n: int, d: int, q, dtype=jnp.float32):
+    """n identical tokens of squared norm exactly ``q d`` (rho = 1), random direction."""
+    g = jax.random.normal(key, (d,), dtype)
+    g = g * jnp.sqrt(jnp.asarray(q, dtype) * d) / jnp.linalg.norm(g)
+    return jnp.broadcast_to(g, (n, d))

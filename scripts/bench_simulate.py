@@ -1,0 +1,102 @@
+#!/usr/bin/env python
+"""Simulator throughput as a fraction of this machine's matmul peak, measured in one run.
+
+Peak: FLOP/s of a large float32 matmul (jit, best of several). Simulator FLOPs: the matmul
+FLOPs of each block (Q, K, V projections 3*2nd^2, logits and A V 2*2n^2 d, MLP 2*2ndh per
+hidden layer pair), times layers, draws and points; the VJP of the gradient kernel adds
+one more forward's projection/MLP FLOPs and twice the logits/AV FLOPs. Rows:
+
+  apply      Block.apply on pre-drawn parameters (the matmul part alone)
+  stack      a full depth-16 random stack, one point, weights drawn in the run
+  sweep-fwd  the same for a chunk of P points sharing their draws (as the sweep runs)
+  sweep-grad the lambda_g kernel (forward + VJP) on a chunk of P points
+
+Drawing Gaussian weights (d^2 per matrix, O(1) matmul FLOPs per number at n = 32 tokens)
+costs more than the matmuls on a CPU; sharing the draws across points amortises it.
+
+    python scripts/bench_simulate.py [--widths 256,512] [--seeds 8] [--points 16]
+"""
+from __future__ import annotations
+
+import argparse
+import time
+
+import jax
+import jax.numpy as jnp
+
+import phasefield  # noqa: F401
+from phasefield import HParams
+from phasefield.block import Block
+from phasefield.simulate import measure, stack
+
+
+def timeit(f, *args, reps=3):
+    jax.block_until_ready(f(*args))
+    best = float("inf")
+    for _ in range(reps):
+        t = time.perf_counter()
+        jax.block_until_ready(f(*args))
+        best = min(best, time.perf_counter() - t)
+    return best
+
+
+def matmul_peak(size=2048):
+    a = jax.random.normal(jax.random.key(0), (size, size), jnp.float32)
+    b = jax.random.normal(jax.random.key(1), (size, size), jnp.float32)
+    f = jax.jit(lambda a, b: a @ b)
+    return 2 * size ** 3 / timeit(f, a, b, reps=5)
+
+
+def block_flops(n, d, h=None, grad=False):
+    h = h or d
+    proj = 3 * 2 * n * d * d + 2 * 2 * n * d * h
+    attn = 2 * 2 * n * n * d
+    return proj + attn + ((proj + 2 * attn) if grad else 0)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--widths", default="256,512")
+    ap.add_argument("--seeds", type=int, default=8)
+    ap.add_argument("--points", type=int, default=16)
+    ap.add_argument("--n-tokens", type=int, default=32)
+    ap.add_argument("--depth", type=int, default=16)
+    args = ap.parse_args()
+    n, L, S, P = args.n_tokens, args.depth, args.seeds, args.points
+    peak = matmul_peak()
+    print(f"device: {jax.devices()[0].device_kind} x{len(jax.devices())}; "
+          f"float32 matmul peak {peak / 1e9:.1f} GFLOP/s (2048^3)")
+    print(f"n = {n}, depth = {L}, seeds = {S}, points per chunk = {P}")
+    print(f"{'width':>6} {'kernel':<11} {'seconds':>9} {'GFLOP/s':>9} {'of peak':>8}")
+    hp = HParams(sigma_w=2.0, sigma_a=1.0, alpha_a=0.5, alpha_m=0.5).astype(jnp.float32)
+    hps = HParams(sigma_w=jnp.linspace(0.5, 3.0, P), sigma_a=jnp.ones(P), alpha_a=jnp.full(P, 0.5),
+                  alpha_m=jnp.full(P, 0.5), sigma_v=jnp.ones(P), n_tokens=jnp.full(P, n),
+                  depth=jnp.full(P, L))
+    for d in (int(w) for w in args.widths.split(",")):
+        keys = jax.random.split(jax.random.key(0), S)
+        rows = []
+        # apply on pre-drawn parameters
+        lk = jax.random.split(jax.random.key(1), S * L)
+        x = jax.vmap(lambda k: stack.simplex_tokens(k, n, d, 1.0, 0.5))(lk)
+        params = jax.jit(jax.vmap(lambda k, x: Block(hp).init({"params": k}, x)))(lk, x)
+        f = jax.jit(jax.vmap(lambda p, x: Block(hp).apply(p, x)))
+        rows.append(("apply", timeit(f, params, x), S * L * block_flops(n, d)))
+        del params
+        # full stack, one point
+        g = jax.jit(jax.vmap(lambda k: stack.stack_forward(hp, k, stack.simplex_tokens(k, n, d, 1.0, .5), L)))
+        rows.append(("stack", timeit(g, keys), S * L * block_flops(n, d)))
+        # a chunk of points sharing draws
+        h = jax.jit(lambda hps, keys: jax.vmap(lambda hh: jax.vmap(
+            lambda k: stack.stack_forward(hh.astype(jnp.float32), k,
+                                          stack.simplex_tokens(k, n, d, 1.0, .5), L))(keys))(hps))
+        rows.append(("sweep-fwd", timeit(h, hps, keys), P * S * L * block_flops(n, d)))
+        db = measure.default_draw_batch(n, d, L, points=P)
+        gk = jax.jit(lambda hps, keys: jax.vmap(lambda hh: measure.gradient_draws(
+            hh, keys, 1.0, n=n, d=d, depth=L, draw_batch=db))(hps))
+        rows.append(("sweep-grad", timeit(gk, hps, keys, reps=2), P * S * L * block_flops(n, d, grad=True)))
+        for name, sec, fl in rows:
+            print(f"{d:>6} {name:<11} {sec:>9.3f} {fl / sec / 1e9:>9.1f} {fl / sec / peak:>8.1%}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,165 @@
+"""Finite-width simulator: construction from the shared Block, token statistics, and the
+exponents against closed forms (THEORY.md §6-7) with tolerances from standard errors."""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import phasefield  # noqa: F401  (x64 on)
+from phasefield import HParams
+from phasefield.block import Block
+from phasefield.simulate import measure, stack
+
+# dense standard-normal trapezoid rule (an independent route to the Gaussian integrals)
+_Z = np.linspace(-12.0, 12.0, 200001)
+_W = np.exp(-0.5 * _Z ** 2)
+_W /= _W.sum()
+
+
+def closed_form_exponents(hp: HParams, depth: int = 16):
+    """lambda_a and lambda_g(depth) at the collapsed point for tanh, k = 1 (THEORY.md §6-7):
+    e^{lambda_a} = beta_A^2 m, mean mode (beta_A^2 + alpha_A^2 sigma_V^2/q*) m, with
+    m = beta_M^2 + alpha_M^2 sigma_w^2 chi_1 / q_z*; G = I seeds the mean mode with 1/n."""
+    sw, aa, am, sv = (float(getattr(hp, k)) for k in ("sigma_w", "alpha_a", "alpha_m", "sigma_v"))
+    qm = sw ** 2 * np.sum(_W * np.tanh(sw * _Z) ** 2)
+    chi1 = sw ** 2 * np.sum(_W * (1 - np.tanh(sw * _Z) ** 2) ** 2)
+    ba2, bm2 = 1 - aa ** 2, 1 - am ** 2
+    q_star = (bm2 * aa ** 2 * sv ** 2 + am ** 2 * qm) / (1 - ba2 * bm2)
+    q_z = ba2 * q_star + aa ** 2 * sv ** 2
+    m = bm2 + am ** 2 * sw ** 2 * chi1 / q_z
+    e_a, e_mean = ba2 * m, (ba2 + aa ** 2 * sv ** 2 / q_star) * m
+    n = int(hp.n_tokens)
+    lam_g = np.log((n - 1) / n * e_a ** depth + e_mean ** depth / n) / depth
+    return q_star, float(np.log(e_a)), float(lam_g)
+
+
+def test_q_star_reference_matches_closed_form():
+    for sw in (0.7, 1.0, 3.0):
+        hp = HParams(sigma_w=sw, alpha_a=0.3, alpha_m=0.8)
+        assert measure.q_star_reference(hp) == pytest.approx(closed_form_exponents(hp)[0], rel=1e-9)
+
+
+def test_stack_is_the_shared_block():
+    """Each layer of the stack is Block(hp) initialised from its layer key: the stack's output
+    equals Block.apply with Block.init's parameters, layer by layer."""
+    hp = HParams(sigma_w=1.7, sigma_a=1.3, alpha_a=0.4, alpha_m=0.6)
+    n, d, depth = 6, 32, 3
+    key = jax.random.key(5)
+    x = stack.simplex_tokens(jax.random.key(1), n, d, 1.0, 0.4)
+    y, ys = stack.stack_forward(hp, key, x, depth, return_all=True)
+    h = x
+    for l, k in enumerate(stack.layer_keys(key, depth)):
+        params = Block(hp).init({"params": k}, jnp.zeros((n, d), jnp.float32))
+        h = Block(hp).apply(params, h)
+        np.testing.assert_allclose(ys[l + 1], h, rtol=2e-5, atol=2e-5)
+    np.testing.assert_allclose(y, h, rtol=2e-5, atol=2e-5)
+    assert y.dtype == jnp.float32
+
+
+def test_block_weight_variances():
+    """W_Q, W_K ~ N(0, sigma_A/d), W_V ~ N(0, sigma_V^2/d), MLP ~ N(0, sigma_w^2/fan_in)."""
+    hp = HParams(sigma_w=2.0, sigma_a=3.0, sigma_v=0.5)
+    d = 256
+    p = stack.block_params(hp, jax.random.key(0), 4, d)["params"]
+    var = lambda w: float(jnp.var(w))
+    se = np.sqrt(2.0 / d ** 2)  # relative standard error of a variance from d^2 samples
+    for name, expect in (("query", 3.0 / d), ("key", 3.0 / d), ("value", 0.25 / d)):
+        assert var(p["attention"][name]["kernel"]) == pytest.approx(expect, rel=5 * se)
+    for name in ("dense_0", "dense_1"):
+        assert var(p["mlp"][name]["kernel"]) == pytest.approx(4.0 / d, rel=5 * se)
+
+
+def test_simplex_and_group_tokens_moments():
+    keys = jax.random.split(jax.random.key(0), 64)
+    n, d = 8, 128
+    x = jax.vmap(lambda k: stack.simplex_tokens(k, n, d, 1.5, 0.6))(keys)
+    q, p, u = jax.vmap(measure.token_stats)(x)
+    for arr, expect in ((q, 1.5), (p, 0.6), (u, 0.9)):
+        m, se = measure.mean_se(arr)
+        assert abs(m - expect) < 4 * se
+    xg = jax.vmap(lambda k: stack.two_group_tokens(k, n, d, 1.0, 0.7, 0.2))(keys)
+    intra, inter = jax.vmap(measure.group_stats)(xg)
+    m, se = measure.mean_se(intra)
+    assert abs(m - 0.7) < 4 * se + 0.01  # cosine = ratio of means up to O(1/d)
+    m, se = measure.mean_se(inter)
+    assert abs(m - 0.2) < 4 * se + 0.01
+    xe = stack.simplex_tokens(jax.random.key(4), n, d, 1.5, 0.6, exact=True)
+    np.testing.assert_allclose(np.asarray(xe @ xe.T) / d, 0.9 * np.eye(n) + 0.6, atol=1e-5)
+    xc = stack.collapsed_tokens(jax.random.key(3), n, d, 0.8)
+    np.testing.assert_allclose(jnp.sum(xc ** 2, -1) / d, 0.8, rtol=1e-5)
+    assert float(measure.token_stats(xc)[2]) == pytest.approx(0.0, abs=1e-6)
+
+
+def test_causal_mask_in_stack():
+    """With the causal mask, output token i does not depend on inputs j > i."""
+    hp = HParams(sigma_w=1.5)
+    n, d = 5, 16
+    x = stack.simplex_tokens(jax.random.key(0), n, d, 1.0, 0.3)
+    jac = jax.jacrev(lambda x: stack.stack_forward(hp, jax.random.key(2), x, 2, causal=True))(x)
+    norms = jnp.sqrt(jnp.sum(jac ** 2, axis=(1, 3)))  # [i, j]
+    assert float(jnp.max(jnp.triu(norms, 1))) == 0.0
+    assert float(jnp.min(jnp.diag(norms))) > 0.1
+    jac_full = jax.jacrev(lambda x: stack.stack_forward(hp, jax.random.key(2), x, 2))(x)
+    assert float(jnp.max(jnp.triu(jnp.sqrt(jnp.sum(jac_full ** 2, axis=(1, 3))), 1))) > 1e-3
+
+
+# points on both sides of lambda_a = 0 (sigma_w ~ 1.95) and lambda_g(16) = 0 (~ 1.8)
+POINTS = [(1.0, 0.5), (1.5, 0.5), (2.0, 0.5), (3.0, 0.5)]
+
+
+@pytest.mark.parametrize("sigma_w,alpha", POINTS)
+def test_angle_exponent_against_closed_form(sigma_w, alpha):
+    hp = HParams(sigma_w=sigma_w, sigma_a=1.0, alpha_a=alpha, alpha_m=alpha)
+    q_star, lam_a, _ = closed_form_exponents(hp)
+    m, se = measure.angle_exponent(hp, width=256, seeds=16, q_star=q_star, seed=11)
+    assert 0 < se < 0.05
+    assert abs(m - lam_a) < 3 * se, (m, se, lam_a)
+
+
+@pytest.mark.parametrize("sigma_w,alpha", POINTS)
+def test_gradient_exponent_against_closed_form(sigma_w, alpha):
+    hp = HParams(sigma_w=sigma_w, sigma_a=1.0, alpha_a=alpha, alpha_m=alpha)
+    q_star, _, lam_g = closed_form_exponents(hp, depth=16)
+    m, se = measure.gradient_exponent(hp, width=256, seeds=16, q_star=q_star, seed=11)
+    assert 0 < se < 0.01  # so that the 0.03 tolerance is >= 3 standard errors
+    assert abs(m - lam_g) < 0.03, (m, se, lam_g)
+
+
+def test_gradient_exponent_vjp_matches_frobenius_norm():
+    """E_u |J^T u|^2 = ||J||_F^2: check the VJP estimator against the full Jacobian."""
+    hp = HParams(sigma_w=1.5, alpha_a=0.5, alpha_m=0.5)
+    n, d, depth = 4, 16, 3
+    key = jax.random.key(0)
+    ka, kg = measure.exponent_keys(0, 2)
+    a, b = measure.gradient_draws(hp, kg, 1.0, n=n, d=d, depth=depth, dtype=jnp.float64)
+    # the same draw's Jacobian, rebuilt from the same key split
+    kx, kw, ku = jax.random.split(kg[0], 3)
+    x = stack.collapsed_tokens(kx, n, d, 1.0, jnp.float64)
+    f = lambda x0: stack.stack_forward(hp.astype(jnp.float64), kw, x0, depth)
+    u = jax.random.normal(ku, (n, d), jnp.float64)
+    jac = jax.jacrev(f)(x).reshape(n * d, n * d)
+    np.testing.assert_allclose(float(a[0]), float(jnp.sum((jac.T @ u.ravel()) ** 2)), rtol=1e-9)
+    np.testing.assert_allclose(float(b[0]), float(jnp.sum(u ** 2)), rtol=1e-12)
+    del key
+
+
+def test_symmetry_restoration_ordered_phase():
+    """Paper Fig. 3: the inter/intra cosine ratio starts at p_inter/p_intra and tends to 1."""
+    hp = HParams(sigma_w=1.0, sigma_a=1.0, alpha_a=0.5, alpha_m=0.5, n_tokens=16, depth=12)
+    r = measure.group_cosines(hp, 1.0, 0.6, 0.2, width=128, seeds=8, seed=3)
+    assert r["ratio"].shape == (13,)
+    assert abs(r["ratio"][0] - 0.2 / 0.6) < 4 * r["ratio_se"][0] + 0.02
+    assert r["ratio"][-1] > 0.97
+    assert np.all(np.diff(r["ratio"]) > -3 * (r["ratio_se"][1:] + r["ratio_se"][:-1]))
+
+
+def test_token_geometry_shapes_and_consistency():
+    hp = HParams(sigma_w=2.0, n_tokens=8, depth=4)
+    g = measure.token_geometry(hp, 1.0, 0.3, width=64, seeds=3, seed=1)
+    assert g["norms"].shape == (5, 3 * 8) and g["cosines"].shape == (5, 3 * 28)
+    t = measure.transients(hp, 1.0, 0.3, width=64, seeds=3, seed=1, exact_input=False)
+    # same draws: the mean squared norm is the transients' q
+    np.testing.assert_allclose(g["norms"].mean(1), t["q"], rtol=1e-5)
+    assert np.all(np.abs(g["cosines"]) <= 1 + 1e-6)
