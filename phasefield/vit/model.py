@@ -1,0 +1,86 @@
+"""The vision transformer of the paper's App. D, built from the shared block.
+
+    patches [B, P, patch_dim] --Dense--> tokens [B, P, d] + learned positional embeddings
+    prepend the class token (its own learned positional embedding, zero content)
+    -> ``depth`` x :class:`phasefield.block.Block` (THEORY.md §1, the same module the
+       simulator uses, initialised from sigma_w, sigma_A, alpha_A, alpha_M of ``hp``)
+    -> LN(class token) -> Dense -> logits
+
+The blocks are stacked with ``nn.scan`` (one compiled block body, parameters with a leading
+depth axis), so a 16-block model compiles as fast as a 1-block one. Every numeric field of
+``hp`` may be a traced value: ``jax.vmap`` of ``init``/``apply`` over hyperparameter points
+works.
+"""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from flax import linen as nn
+
+from ..block import Block, normalize
+from ..config import HParams
+
+
+class _Layer(nn.Module):
+    """Adapter giving the shared :class:`Block` the ``(carry, out)`` signature of ``nn.scan``."""
+
+    hp: HParams
+    mlp_hidden: int | None = None
+
+    @nn.compact
+    def __call__(self, x, _):
+        return Block(self.hp, mlp_hidden=self.mlp_hidden, name="block")(x), None
+
+
+class ViT(nn.Module):
+    """ViT classifier. ``depth`` is static here (``hp.depth`` is only used by the theory)."""
+
+    hp: HParams
+    num_classes: int
+    width: int = 64
+    depth: int = 16
+    mlp_hidden: int | None = None
+    pos_std: float = 1.0  # positional embeddings ~ N(0, pos_std^2): "initialized at random"
+
+    @nn.compact
+    def __call__(self, patches):
+        b, p, _ = patches.shape
+        d = self.width
+        x = nn.Dense(d, name="embed")(patches)
+        init = nn.initializers.normal(self.pos_std)
+        pos = self.param("pos_embedding", init, (p, d), jnp.float32)
+        cls = self.param("cls_pos_embedding", init, (1, d), jnp.float32)
+        x = x + pos.astype(x.dtype)
+        x = jnp.concatenate([jnp.broadcast_to(cls.astype(x.dtype), (b, 1, d)), x], axis=1)
+        scan = nn.scan(_Layer, variable_axes={"params": 0}, split_rngs={"params": True},
+                       length=self.depth)
+        x, _ = scan(self.hp, self.mlp_hidden, name="blocks")(x, None)
+        return nn.Dense(self.num_classes, name="head")(normalize(x[:, 0]))
+
+
+def patchify(images, patch_size: int):
+    """[B, H, W, C] -> [B, (H/p)(W/p), p*p*C], row-major over patches."""
+    b, h, w, c = images.shape
+    p = patch_size
+    x = images.reshape(b, h // p, p, w // p, p, c)
+    x = x.transpose(0, 1, 3, 2, 4, 5)
+    return x.reshape(b, (h // p) * (w // p), p * p * c)
+
+
+def unpatchify(patches, image_size: int, patch_size: int, channels: int):
+    """Inverse of :func:`patchify`."""
+    b = patches.shape[0]
+    g, p = image_size // patch_size, patch_size
+    x = patches.reshape(b, g, g, p, p, channels).transpose(0, 1, 3, 2, 4, 5)
+    return x.reshape(b, image_size, image_size, channels)
+
+
+def preprocess(images, scale, patch_size: int):
+    """The paper's preprocessing of already-resized images: x/scale -> (x - .5) * 2 -> patches."""
+    x = jnp.asarray(images).astype(jnp.float32) / jnp.float32(scale)
+    return patchify((x - 0.5) * 2.0, patch_size)
+
+
+def n_tokens(image_size: int, patch_size: int) -> int:
+    """Tokens seen by the blocks: patches + the class token (the theory's n)."""
+    return (image_size // patch_size) ** 2 + 1

@@ -1,0 +1,226 @@
+"""Training many ViTs at once: ``train(point, ...)`` is a pure function of one run's traced
+hyperparameters (a :class:`Point`), and :func:`train_many` vmaps it over a chunk of grid
+points (and seeds) and, when more than one device is visible, shards the leading config
+axis over the devices. One compiled program trains a whole chunk.
+
+Static settings shared by a sweep live in the frozen :class:`TrainConfig` ("config as
+code"); per-run numbers (sigma_w, sigma_A, alpha_A, alpha_M, learning rate, seed) are pytree
+leaves. The learning rate is injected into Adam with ``optax.inject_hyperparams`` so it is
+traced state, not a compile-time constant.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import struct
+
+from ..config import HParams
+from .model import ViT, n_tokens, preprocess
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+    """Everything static about a sweep (one compiled program per chunk size)."""
+
+    dataset: str = "digits"
+    image_size: int = 8
+    patch_size: int = 2
+    width: int = 64
+    depth: int = 16
+    epochs: int = 15
+    batch_size: int = 256
+    eval_batch_size: int = 512
+    activation: str = "tanh"
+    mlp_layers: int = 1
+    mlp_hidden: Optional[int] = None
+    sigma_v: float = 1.0
+    pos_std: float = 1.0
+
+    @property
+    def n_tokens(self) -> int:
+        return n_tokens(self.image_size, self.patch_size)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "TrainConfig":
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in names})
+
+    def validate(self) -> "TrainConfig":
+        for k in ("image_size", "patch_size", "width", "depth", "epochs", "batch_size", "eval_batch_size", "mlp_layers"):
+            v = getattr(self, k)
+            if not (isinstance(v, int) and v >= 1):
+                raise ValueError(f"{k.replace('_', '-')} must be an integer >= 1 (got {v!r})")
+        if self.image_size % self.patch_size:
+            raise ValueError(f"patch size {self.patch_size} does not divide image size {self.image_size}")
+        if self.width < 2:
+            raise ValueError(f"width must be >= 2 (got {self.width})")
+        if self.mlp_hidden is not None and self.mlp_hidden < 1:
+            raise ValueError(f"mlp-hidden must be >= 1 (got {self.mlp_hidden})")
+        HParams(activation=self.activation, mlp_layers=self.mlp_layers).validate()
+        return self
+
+    def hparams(self, sigma_w=1.0, sigma_a=1.0, alpha_a=0.5, alpha_m=0.5, dtype=jnp.float32) -> HParams:
+        """The HParams of one (or a batch of) runs: the theory's n = patches + 1, L = depth."""
+        f = lambda v: jnp.asarray(v, dtype)
+        shape = jnp.shape(jnp.broadcast_arrays(*map(jnp.asarray, (sigma_w, sigma_a, alpha_a, alpha_m)))[0])
+        return HParams(sigma_w=f(sigma_w) + jnp.zeros(shape, dtype), sigma_a=f(sigma_a) + jnp.zeros(shape, dtype),
+                       alpha_a=f(alpha_a) + jnp.zeros(shape, dtype), alpha_m=f(alpha_m) + jnp.zeros(shape, dtype),
+                       sigma_v=jnp.full(shape, self.sigma_v, dtype), n_tokens=jnp.full(shape, self.n_tokens, dtype),
+                       depth=jnp.full(shape, self.depth, dtype), activation=self.activation,
+                       mlp_layers=self.mlp_layers)
+
+
+@struct.dataclass
+class Point:
+    """One run's traced numbers (leaves may carry a leading batch axis)."""
+
+    hp: HParams
+    lr: Any
+    seed: Any
+
+
+def make_points(cfg: TrainConfig, sigma_w, sigma_a, alpha_a, alpha_m, lr, seed) -> Point:
+    """Stack per-run values (1-d sequences of equal length) into a batched :class:`Point`."""
+    return Point(hp=cfg.hparams(np.asarray(sigma_w), np.asarray(sigma_a), np.asarray(alpha_a), np.asarray(alpha_m)),
+                 lr=jnp.asarray(np.asarray(lr), jnp.float32), seed=jnp.asarray(np.asarray(seed), jnp.uint32))
+
+
+def model_for(cfg: TrainConfig, hp: HParams, num_classes: int) -> ViT:
+    return ViT(hp=hp, num_classes=num_classes, width=cfg.width, depth=cfg.depth,
+               mlp_hidden=cfg.mlp_hidden, pos_std=cfg.pos_std)
+
+
+def steps_per_epoch(cfg: TrainConfig, n_train: int) -> int:
+    return max(1, n_train // min(cfg.batch_size, n_train))
+
+
+def make_train(cfg: TrainConfig, num_classes: int, scale: float):
+    """Return ``train(point, x_train, y_train, x_test, y_test) -> (params, metrics)`` (pure)."""
+    ps = cfg.patch_size
+
+    def loss_and_acc(model, params, xb, yb):
+        logits = model.apply({"params": params}, preprocess(xb, scale, ps))
+        loss = optax.softmax_cross_entropy_with_integer_labels(logits, yb)
+        return loss, (jnp.argmax(logits, -1) == yb)
+
+    def evaluate(model, params, x, y):
+        n = x.shape[0]
+        eb = min(cfg.eval_batch_size, n)
+        nb = -(-n // eb)
+        pad = nb * eb - n
+        xp = jnp.pad(x, [(0, pad)] + [(0, 0)] * (x.ndim - 1)).reshape((nb, eb) + x.shape[1:])
+        yp = jnp.pad(y, (0, pad)).reshape(nb, eb)
+        mask = (jnp.arange(nb * eb) < n).reshape(nb, eb)
+
+        def body(args):
+            xb, yb, mb = args
+            loss, correct = loss_and_acc(model, params, xb, yb)
+            return jnp.sum(jnp.where(mb, loss, 0.0)), jnp.sum(jnp.where(mb, correct, False))
+
+        losses, correct = jax.lax.map(body, (xp, yp, mask))
+        return jnp.sum(losses) / n, jnp.sum(correct) / n
+
+    def train(point: Point, x_train, y_train, x_test, y_test):
+        n = x_train.shape[0]
+        b = min(cfg.batch_size, n)
+        spe = steps_per_epoch(cfg, n)
+        model = model_for(cfg, point.hp, num_classes)
+        k_init, k_data = jax.random.split(jax.random.PRNGKey(point.seed))
+        params = model.init(k_init, preprocess(x_train[:1], scale, ps))["params"]
+        tx = optax.inject_hyperparams(optax.adam)(learning_rate=point.lr)
+        opt_state = tx.init(params)
+
+        def step(carry, idx):
+            params, opt_state = carry
+            xb, yb = x_train[idx], y_train[idx]
+
+            def f(p):
+                loss, correct = loss_and_acc(model, p, xb, yb)
+                return jnp.mean(loss), jnp.mean(correct)
+
+            (loss, acc), grads = jax.value_and_grad(f, has_aux=True)(params)
+            updates, opt_state = tx.update(grads, opt_state, params)
+            return (optax.apply_updates(params, updates), opt_state), (loss, acc)
+
+        def epoch(carry, key):
+            perm = jax.random.permutation(key, n)[: spe * b].reshape(spe, b)
+            carry, (loss, acc) = jax.lax.scan(step, carry, perm)
+            test_loss, test_acc = evaluate(model, carry[0], x_test, y_test)
+            return carry, dict(step_loss=loss, step_acc=acc, test_loss=test_loss, test_acc=test_acc)
+
+        (params, _), hist = jax.lax.scan(epoch, (params, opt_state), jax.random.split(k_data, cfg.epochs))
+        train_loss, train_acc = evaluate(model, params, x_train, y_train)
+        metrics = dict(hist, train_loss=train_loss, train_acc=train_acc,
+                       final_test_loss=hist["test_loss"][-1], final_test_acc=hist["test_acc"][-1])
+        return params, metrics
+
+    return train
+
+
+class Trainer:
+    """Compiled, vmapped (and sharded) training of chunks of runs on one dataset."""
+
+    def __init__(self, cfg: TrainConfig, data, devices=None):
+        self.cfg = cfg.validate()
+        if data.image_size != cfg.image_size:
+            raise ValueError(f"data has {data.image_size}px images, config wants {cfg.image_size}px")
+        self.data = data
+        self.devices = list(devices) if devices is not None else jax.devices()
+        train = make_train(cfg, data.num_classes, data.scale)
+        self._fn = jax.jit(jax.vmap(train, in_axes=(0, None, None, None, None)))
+        self._single = jax.jit(train)
+        self._arrays = None
+
+    def arrays(self):
+        if self._arrays is None:
+            d = self.data
+            rep = None
+            if len(self.devices) > 1:
+                from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+                rep = NamedSharding(Mesh(np.array(self.devices), ("config",)), P())
+            put = (lambda a: jax.device_put(a, rep)) if rep is not None else jnp.asarray
+            self._arrays = tuple(put(a) for a in (d.x_train, d.y_train.astype(np.int32), d.x_test, d.y_test.astype(np.int32)))
+        return self._arrays
+
+    def train_many(self, points: Point):
+        """Train every run of the batched ``points`` in one compiled call; numpy results."""
+        k = int(np.shape(points.lr)[0])
+        nd = len(self.devices)
+        if nd > 1:
+            from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+            kp = -(-k // nd) * nd
+            if kp != k:  # pad by repeating the last run; the copies are dropped below
+                points = jax.tree.map(lambda a: jnp.concatenate([a, jnp.repeat(a[-1:], kp - k, 0)]), points)
+            sh = NamedSharding(Mesh(np.array(self.devices), ("config",)), P("config"))
+            points = jax.device_put(points, sh)
+        params, metrics = self._fn(points, *self.arrays())
+        params, metrics = jax.device_get((params, metrics))
+        return jax.tree.map(lambda a: np.asarray(a)[:k], params), jax.tree.map(lambda a: np.asarray(a)[:k], metrics)
+
+    def train_one(self, point: Point):
+        """The same pure function without vmap (for the benchmark and the tests)."""
+        params, metrics = self._single(point, *self.arrays())
+        return jax.device_get((params, metrics))
+
+
+def diverged(metrics: dict) -> np.ndarray:
+    """A run diverged when any step loss or a final loss is not finite."""
+    bad = ~np.all(np.isfinite(np.asarray(metrics["step_loss"]).reshape(len(metrics["train_loss"]), -1)), axis=1)
+    for k in ("train_loss", "final_test_loss"):
+        bad |= ~np.isfinite(np.asarray(metrics[k]))
+    return bad
+
+
+def chance_loss(num_classes: int) -> float:
+    return math.log(num_classes)

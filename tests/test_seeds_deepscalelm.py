@@ -1,0 +1,125 @@
+"""DeepScaleLM moment rules (seed 002) against direct Monte-Carlo and small simulations."""
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import phasefield  # noqa: F401
+from phasefield.seeds import deepscalelm as ds
+
+K = jax.random.PRNGKey
+N = 400_000
+
+
+def _pair(key, r, var=1.0, mu=0.0, n=N):
+    z = jax.random.normal(key, (2, n))
+    x = z[0]
+    y = r * z[0] + math.sqrt(1 - r * r) * z[1]
+    return mu + math.sqrt(var) * x, mu + math.sqrt(var) * y
+
+
+def _corr_and_se(a, b):
+    a, b = np.asarray(a), np.asarray(b)
+    ac, bc = a - a.mean(), b - b.mean()
+    r = (ac * bc).mean() / math.sqrt((ac**2).mean() * (bc**2).mean())
+    return r, (1 - r**2) / math.sqrt(len(a))
+
+
+@pytest.mark.parametrize("r", [0.0, 0.3, 0.8, -0.5])
+def test_relu_forward_exact_arccos(r):
+    x, y = _pair(K(1), r, var=2.0)
+    m = ds.relu(ds.Fwd(0.0, 2.0, r))
+    ox, oy = jax.nn.relu(x), jax.nn.relu(y)
+    se_mu = float(jnp.std(ox)) / math.sqrt(N)
+    assert abs(float(jnp.mean(ox)) - float(m.mu)) < 4 * se_mu
+    v = np.asarray(ox)
+    se_var = float(np.std((v - v.mean()) ** 2)) / math.sqrt(N)
+    assert abs(v.var() - float(m.var)) < 4 * se_var
+    c, se = _corr_and_se(ox, oy)
+    assert abs(c - float(m.r)) < 4 * se
+
+
+def test_relu_correlation_approximation():
+    r = np.linspace(-1, 1, 201)
+    exact, approx = ds.relu_corr(r), ds.relu_corr(r, approx=True)
+    assert float(ds.relu_corr(1.0)) == pytest.approx(1.0, abs=1e-12)
+    assert float(ds.relu_corr(0.0)) == pytest.approx(0.0, abs=1e-12)
+    pos = r >= 0
+    assert float(jnp.max(jnp.abs(exact - approx)[pos])) < 0.02  # 0.7 r + 0.3 r^2 on [0, 1]
+
+
+def test_relu_backward_rule():
+    r, rg = 0.4, 0.6
+    x, y = _pair(K(2), r)
+    gx, gy = _pair(K(3), rg)
+    a, b = gx * (x > 0), gy * (y > 0)
+    m = ds.relu_bwd(ds.Bwd(1.0, rg), r)
+    assert abs(float(jnp.mean(a * a)) - float(m.var)) < 4 * float(jnp.std(a * a)) / math.sqrt(N)
+    cov = a * b
+    assert abs(float(jnp.mean(cov)) - float(m.r * m.var)) < 4 * float(jnp.std(cov)) / math.sqrt(N)
+
+
+def test_linear_and_dropout_with_mean():
+    mu, var, r, p, d = 0.7, 1.3, 0.4, 0.2, 64
+    draws = 4000
+    k1, k2, k3 = jax.random.split(K(4), 3)
+    x, y = _pair(k1, r, var, mu, n=d * draws)
+    x, y = x.reshape(draws, d), y.reshape(draws, d)
+    W = jax.random.normal(k2, (draws, d, 8)) * math.sqrt(0.5 / d)
+    ox, oy = jnp.einsum("nd,nde->ne", x, W), jnp.einsum("nd,nde->ne", y, W)
+    m = ds.linear(ds.Fwd(mu, var, r), d, 0.5 / d)
+    assert abs(float(jnp.mean(ox**2)) - float(m.var)) < 4 * float(jnp.std(ox**2)) / math.sqrt(ox.size)
+    c = ox * oy
+    assert abs(float(jnp.mean(c)) - float(m.r * m.var)) < 4 * float(jnp.std(c)) / math.sqrt(c.size)
+    keep = jax.random.bernoulli(k3, 1 - p, (2, N))
+    x, y = _pair(K(5), r, var, mu)
+    dx, dy = jnp.where(keep[0], x / (1 - p), 0), jnp.where(keep[1], y / (1 - p), 0)
+    m = ds.dropout(ds.Fwd(mu, var, r), p)
+    v = np.asarray(dx)
+    assert abs(v.var() - float(m.var)) < 4 * float(np.std((v - v.mean()) ** 2)) / math.sqrt(N)
+    c, se = _corr_and_se(dx, dy)
+    assert abs(c - float(m.r)) < 4 * se
+
+
+def test_block_tables_reduce_to_paper():
+    d, p, r = 64, 0.1, 0.3
+    ini = dict(qk=1 / d, v=1.5 / d, o=0.7 / d, w1=0.9 / d, w2=1.1 / d)
+    x = ds.Fwd(0.0, 1.0, r)
+    y, _ = ds.attention_block(x, d, 16, ini, p, exact=False)  # Table 2, attention
+    assert float(y.var) == pytest.approx(d**2 * ini["o"] * ini["v"] * r / (1 - p), rel=1e-12)
+    assert float(y.r) == pytest.approx(1 - p, rel=1e-12)
+    y, _ = ds.ffn_block(x, d, ini, p, mult=4)  # Table 2, FFN (m = 4)
+    assert float(y.var) == pytest.approx(2 * d**2 * ini["w1"] * ini["w2"] / (1 - p), rel=1e-12)
+    exact_r = (1 - p) * (math.sqrt(1 - r**2) + (math.pi - math.acos(r)) * r) / math.pi
+    assert float(y.r) == pytest.approx(exact_r, rel=1e-12)
+    quad = (1 - p) * (1 / math.pi + r / 2 + (0.5 - 1 / math.pi) * r**2)  # the paper's quadratic
+    assert abs(float(y.r) - quad) < 0.01
+
+
+def test_dslm_init_keeps_unit_variance():
+    for arch in ds.ARCHS:
+        for N in (4, 48):
+            lam2, beta2 = ds.dslm_scaling(N, 2.0)
+            th = ds.stack(arch, N, 256, 64, "dslm", 0.1, lam2, beta2)
+            assert np.allclose(th["var"], 1.0, atol=1e-12)
+            assert np.all(np.diff(th["r"][::2]) >= -1e-12) and th["r"][-1] < 1
+    th = ds.stack("pre-ln", 48, 256, 64, "xavier", 0.0)  # vanilla pre-LN: variance grows ~ N
+    inc = np.diff(th["var"][::2])
+    assert inc.min() > 0.3 and inc.max() / inc.min() < 3
+
+
+@pytest.mark.parametrize("arch,init", [("pre-ln", "xavier"), ("post-ln", "dslm")])
+def test_stack_against_simulation(arch, init):
+    """Paper's validation criterion (Sec. 2.4): relative errors within 10% (value path)."""
+    layers, d, L = 2, 256, 16  # the paper validates d in [128, 6096]; d = 64 is ~15% off
+    lam2, beta2 = ds.dslm_scaling(layers, 1.0) if init == "dslm" else (1.0, 1.0)
+    sim = ds.simulate_stack(K(7), arch, layers, d, L, init, 0.1, lam2, beta2, r0=0.2, draws=24,
+                            qk_grad=False)
+    th = sim["theory"]
+    for q in ("var", "r", "g_var"):
+        err = np.abs(th[q] - sim[q]) / np.abs(sim[q])
+        assert err.max() < 0.10, (q, th[q], sim[q])

@@ -1,0 +1,245 @@
+"""ViT trainer, data pipeline, sweep bookkeeping and the loss-from-exponents predictor."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from phasefield import block as shared_block
+from phasefield.vit import data as vdata
+from phasefield.vit import model as vmodel
+from phasefield.vit import predict as vpredict
+from phasefield.vit import sweep as vsweep
+from phasefield.vit.train import TrainConfig, Trainer, diverged, make_points
+
+
+def _theory_ok():
+    try:
+        from phasefield import theory
+
+        return hasattr(theory, "exponents")
+    except ImportError:
+        return False
+
+
+TINY = TrainConfig(dataset="digits", image_size=8, patch_size=2, width=16, depth=2, epochs=3,
+                   batch_size=32, eval_batch_size=128)
+
+
+@pytest.fixture(scope="module")
+def digits(tmp_path_factory):
+    return vdata.load("digits", 8, data_dir=str(tmp_path_factory.mktemp("data")))
+
+
+@pytest.fixture(scope="module")
+def small(digits):
+    """A 256/128-image slice of digits: fast enough for several compiled trainings."""
+    return dataclasses.replace(digits, x_train=digits.x_train[:256], y_train=digits.y_train[:256],
+                               x_test=digits.x_test[:128], y_test=digits.y_test[:128])
+
+
+@pytest.fixture(scope="module")
+def trainer(small):
+    return Trainer(TINY, small)
+
+
+# ------------------------------------------------------------------------------ model
+def test_vit_uses_the_shared_block_and_its_init_scales():
+    assert vmodel.Block is shared_block.Block
+    cfg = dataclasses.replace(TINY, width=32, depth=3)
+    hp = cfg.hparams(np.array([0.5, 2.5]), np.array([1.0, 4.0]), 0.5, 0.5)
+    x = jnp.zeros((2, 16, 4), jnp.float32)
+    init = lambda h, k: vmodel.ViT(h, 10, width=32, depth=3).init(k, x)["params"]
+    params = jax.jit(jax.vmap(init))(hp, jax.random.split(jax.random.PRNGKey(0), 2))
+    blk = params["blocks"]["block"]
+    assert blk["mlp"]["dense_0"]["kernel"].shape == (2, 3, 32, 32)  # [config, depth, d, d]
+    assert blk["mlp"]["dense_0"]["kernel"].dtype == jnp.float32
+    sw = np.std(np.asarray(blk["mlp"]["dense_0"]["kernel"]), axis=(1, 2, 3)) * math.sqrt(32)
+    np.testing.assert_allclose(sw, [0.5, 2.5], rtol=0.08)
+    sq = np.std(np.asarray(blk["attention"]["query"]["kernel"]), axis=(1, 2, 3))
+    np.testing.assert_allclose(sq, np.sqrt(np.array([1.0, 4.0]) / 32), rtol=0.08)
+    out = jax.vmap(lambda p, h: vmodel.ViT(h, 10, width=32, depth=3).apply({"params": p}, x))(params, hp)
+    assert out.shape == (2, 2, 10) and np.all(np.isfinite(out))
+    assert params["pos_embedding"].shape == (2, 16, 32) and params["cls_pos_embedding"].shape == (2, 1, 32)
+
+
+def test_patchify_and_preprocess():
+    imgs = np.random.default_rng(0).integers(0, 256, size=(3, 8, 8, 3)).astype(np.uint8)
+    p = vmodel.patchify(jnp.asarray(imgs), 4)
+    assert p.shape == (3, 4, 48)
+    np.testing.assert_array_equal(np.asarray(p[1, 1]), imgs[1, 0:4, 4:8].reshape(-1))  # patch (row 0, col 1)
+    np.testing.assert_array_equal(np.asarray(vmodel.unpatchify(p, 8, 4, 3)), imgs)
+    pre = np.asarray(vmodel.preprocess(np.array([[[[0], [255]], [[51], [255]]]], np.uint8), 255.0, 1))
+    np.testing.assert_allclose(pre.ravel(), [-1.0, 1.0, -0.6, 1.0], atol=1e-6)
+    assert vmodel.n_tokens(64, 8) == 65 and vmodel.n_tokens(8, 2) == 17
+
+
+# ------------------------------------------------------------------------------ data
+def test_digits_prepared_once_and_cached(tmp_path):
+    d = vdata.load("digits", 8, data_dir=str(tmp_path))
+    assert d.x_train.shape == (1437, 8, 8, 1) and d.x_test.shape == (360, 8, 8, 1)
+    assert d.num_classes == 10 and d.scale == 1.0
+    assert 0.0 <= d.x_train.min() and d.x_train.max() <= 1.0
+    assert set(np.unique(d.y_train)) == set(range(10))
+    path = vdata.cache_path("digits", 8, str(tmp_path))
+    assert os.path.exists(path)
+    d2 = vdata.load("digits", 8, data_dir=str(tmp_path))
+    np.testing.assert_array_equal(d.x_test, d2.x_test)
+    big = vdata.load("digits", 16, data_dir=str(tmp_path))
+    assert big.x_train.shape == (1437, 16, 16, 1)
+
+
+def test_tfds_loading_on_mock_food101(tmp_path):
+    tfds = pytest.importorskip("tensorflow_datasets")
+    with tfds.testing.mock_data(num_examples=5):
+        d = vdata.load("food101", 16, data_dir=str(tmp_path))
+    assert d.x_train.shape == (5, 16, 16, 3) and d.x_train.dtype == np.uint8
+    assert d.x_test.shape[1:] == (16, 16, 3) and d.num_classes == 101 and d.scale == 255.0
+    assert np.all((d.y_train >= 0) & (d.y_train < 101))
+    assert os.path.exists(vdata.cache_path("food101", 16, str(tmp_path)))
+    # the cache is read back without tfds
+    d2 = vdata.load("food101", 16, data_dir=str(tmp_path))
+    np.testing.assert_array_equal(d.x_train, d2.x_train)
+    # and a full (mock-sized) training step runs on it
+    cfg = TrainConfig(dataset="food101", image_size=16, patch_size=8, width=8, depth=1, epochs=1, batch_size=4)
+    params, m = Trainer(cfg, d).train_many(make_points(cfg, [1.0], [1.0], [.5], [.5], [1e-3], [0]))
+    assert m["step_loss"].shape == (1, 1, 1) and np.isfinite(m["train_loss"]).all()
+
+
+def test_bad_dataset_name_is_a_one_line_error(tmp_path):
+    pytest.importorskip("tensorflow_datasets")
+    with pytest.raises(vdata.DataError) as exc:
+        vdata.load("no_such_dataset_xyz", 8, data_dir=str(tmp_path))
+    assert "\n" not in str(exc.value)
+
+
+# ------------------------------------------------------------------------------ training
+def test_vmapped_training_matches_one_at_a_time_and_flags_divergence(trainer):
+    pts = make_points(TINY, [1.0, 2.0, 1.0], [1.0, 1.0, 1.0], [0.5, 0.3, 0.5], [0.5, 0.3, 0.5],
+                      [1e-2, 1e-2, 1e30], [0, 1, 0])
+    params, m = trainer.train_many(pts)
+    assert m["step_loss"].shape == (3, TINY.epochs, 256 // 32)
+    np.testing.assert_array_equal(diverged(m), [False, False, True])
+    # training works: the loss falls well below chance (log 10 = 2.30) for a good initialization
+    assert m["step_loss"][0, 0, 0] > 1.9 and m["train_loss"][0] < 1.8
+    assert m["train_loss"][0] < m["step_loss"][0, 0].mean() - 0.5
+    # the vmapped program trains exactly what the un-vmapped one does
+    one = jax.tree.map(lambda a: a[1], pts)
+    p1, m1 = trainer.train_one(one)
+    np.testing.assert_allclose(m1["step_loss"], m["step_loss"][1], rtol=2e-4, atol=2e-5)
+    np.testing.assert_allclose(p1["head"]["kernel"], params["head"]["kernel"][1], rtol=1e-3, atol=1e-4)
+    # different seeds/points give different models
+    assert not np.allclose(params["head"]["kernel"][0], params["head"]["kernel"][1])
+
+
+def test_sweep_writes_tables_metrics_checkpoints_and_resumes(tmp_path, small, trainer, monkeypatch):
+    out = str(tmp_path / "runs")
+    runs = vsweep.grid([1.0, 2.0], [0.5], lr=[1e-2, 1e30])  # the lr=1e30 runs diverge
+    s = vsweep.run_sweep(TINY, runs, out, small, chunk=3, progress=False, log=lambda m: None, trainer=trainer)
+    assert s["trained"] == 4 and s["diverged"] == 2
+    rows = vsweep.read_results(out)
+    assert len(rows) == 4 and sum(r["diverged"] for r in rows) == 2
+    with open(os.path.join(out, "results.json")) as f:
+        assert len(json.load(f)) == 4
+    with open(os.path.join(out, "results.csv")) as f:
+        assert len(f.read().strip().splitlines()) == 5
+    good = [r for r in rows if not r["diverged"]][0]
+    with open(os.path.join(out, "metrics", good["run"] + ".jsonl")) as f:
+        lines = [json.loads(l) for l in f]
+    assert sum("test_loss" in l and not l.get("final") for l in lines) == TINY.epochs
+    assert lines[-1]["final"] and lines[-1]["test_loss"] == pytest.approx(good["test_loss"])
+    params, ids = vsweep.load_checkpoint(os.path.join(out, "checkpoints", "chunk_0001"))
+    assert len(ids) == 2 and params["head"]["kernel"].shape[0] == 2
+    # resume: only the two new runs are trained
+    calls = []
+    orig = trainer.train_many
+    monkeypatch.setattr(trainer, "train_many", lambda pts: calls.append(len(pts.lr)) or orig(pts))
+    more = vsweep.grid([1.0, 2.0, 3.0], [0.5], lr=[1e-2, 1e30])
+    s2 = vsweep.run_sweep(TINY, more, out, small, chunk=3, progress=False, log=lambda m: None, trainer=trainer)
+    assert calls == [2] and s2["already_done"] == 4 and s2["trained"] == 2
+    assert len(vsweep.read_results(out)) == 6
+    # a torn last line (interrupted append) is ignored
+    with open(os.path.join(out, "results.jsonl"), "a") as f:
+        f.write('{"run": "sw9')
+    assert len(vsweep.read_results(out)) == 6
+    # a different training config in the same directory is refused
+    with pytest.raises(vsweep.SweepError):
+        vsweep.run_sweep(dataclasses.replace(TINY, epochs=2), more, out, small, progress=False)
+
+
+@pytest.mark.skipif(not _theory_ok(), reason="phasefield.theory.exponents not available yet")
+def test_sweep_records_theory_exponents():
+    cfg = TrainConfig(depth=16)
+    runs = vsweep.grid([0.3, 3.0], [0.1, 0.95])
+    lam, note = vsweep.theory_exponents(cfg, runs)
+    assert note is None
+    for k in ("lambda_a", "lambda_g", "lambda_g_inf"):
+        assert np.all(np.isfinite(lam[k])), k
+    # one point per phase at least: the grid spans ordered and chaotic initializations
+    assert lam["lambda_a"].min() < 0 < lam["lambda_a"].max()
+
+
+# ------------------------------------------------------------------------------ predictor
+def _synthetic(n=60, seed=0, noise=0.02):
+    rng = np.random.default_rng(seed)
+    la, lg = rng.uniform(-1.5, 0.5, n), rng.uniform(-1.0, 1.0, n)
+    theta = [0.3, 1.2, -0.1, 0.8, 0.05]
+    y = vpredict.predict_max(theta, la, lg, math.log(10)) + noise * rng.standard_normal(n)
+    rows = [dict(run=str(i), lambda_a=la[i], lambda_g=lg[i], test_loss=y[i], train_loss=y[i], diverged=False,
+                 sigma_w=rng.uniform(0.3, 3), alpha_a=0.5, alpha_m=0.5, sigma_a=1.0) for i in range(n)]
+    return rows, theta
+
+
+def test_fit_recovers_the_max_model_and_beats_baselines():
+    rows, theta = _synthetic()
+    rows.append(dict(rows[0], run="div", diverged=True, test_loss=None))
+    doc = vpredict.fit_rows(rows, 10, k=5)
+    assert doc["n_runs"] == 60 and doc["n_diverged"] == 1
+    p = doc["params"]
+    np.testing.assert_allclose([p["b"], p["w_a"], p["c_a"], p["w_g"], p["c_g"]], theta, atol=0.08)
+    ms = doc["models"]
+    assert ms["max"]["r2"] > 0.97 and ms["max"]["cv_r2"] > 0.95
+    for base in ("lambda_a", "lambda_g", "linear_hp", "quad_hp", "constant"):
+        assert ms[base]["cv_rmse"] > 1.5 * ms["max"]["cv_rmse"], base
+    assert abs(ms["constant"]["r2"]) < 1e-9
+    assert doc["hp_columns"] == ["sigma_w"]  # constant hyperparameters are dropped
+    y = vpredict.predict_loss(doc, [-0.1, 5.0], [0.05, 0.0])
+    assert y[0] == pytest.approx(0.3, abs=0.05) and y[1] == pytest.approx(math.log(10))
+
+
+def test_fit_refuses_too_few_runs():
+    rows, _ = _synthetic(n=6)
+    with pytest.raises(vpredict.FitError):
+        vpredict.fit_rows(rows, 10)
+
+
+def test_chunk_is_sharded_over_devices_and_matches_one_device(tmp_path):
+    """With two (forced host) devices the config axis is padded, sharded and gives the same numbers."""
+    import subprocess
+    import sys
+    import textwrap
+
+    code = textwrap.dedent(f"""
+        import dataclasses, numpy as np, jax
+        from phasefield.vit import data as vdata
+        from phasefield.vit.train import TrainConfig, Trainer, make_points
+        assert len(jax.devices()) == 2, jax.devices()
+        d = vdata.load("digits", 8, data_dir={str(tmp_path)!r})
+        d = dataclasses.replace(d, x_train=d.x_train[:128], y_train=d.y_train[:128], x_test=d.x_test[:64], y_test=d.y_test[:64])
+        cfg = TrainConfig(width=8, depth=1, epochs=1, batch_size=64, eval_batch_size=64)
+        pts = make_points(cfg, [1, 2, 3], [1] * 3, [.5] * 3, [.5] * 3, [1e-3] * 3, [0, 1, 2])
+        p, m = Trainer(cfg, d).train_many(pts)
+        p1, m1 = Trainer(cfg, d, devices=jax.devices()[:1]).train_many(pts)
+        assert m["train_loss"].shape == (3,) and p["head"]["kernel"].shape[0] == 3
+        np.testing.assert_allclose(m["step_loss"], m1["step_loss"], rtol=1e-4, atol=1e-5)
+        print("SHARDED-OK")
+    """)
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2", JAX_PLATFORMS="cpu")
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and "SHARDED-OK" in r.stdout, r.stderr[-2000:]
