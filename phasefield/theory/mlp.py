@@ -1,0 +1,261 @@
+"""The MLP branch map of THEORY.md §4 (Poole et al. 2016, behind the normalization).
+
+The MLP sees normalized tokens, so its first pre-activations have variance ``sigma_w**2``
+whatever the block input: for one grid point every MLP quantity is a function of the
+input cosine ``rho`` alone. :class:`MLPKernel` holds that function for one ``sigma_w``:
+
+* the hidden-layer variances ``q_l`` (``q_1 = sigma_w**2``),
+* per hidden layer, Chebyshev series in ``rho`` of ``E[phi(h) phi(h')]`` and
+  ``E[phi'(h) phi'(h')]`` (built once from a dense trapezoid rule on the Chebyshev–Lobatto
+  nodes ``rho_j = cos(pi j / (K - 1))``), or nothing when a closed form exists
+  (erf: arcsine kernel, relu: arc-cosine kernel, linear).
+
+From it::
+
+    p_M(rho)   = sigma_w^2 E[phi(h_k) phi(h_k')]       (composition over k hidden layers)
+    q_M        = p_M(1)                                (1-D integrals, exact to the grid)
+    D(rho)     = d p_M / d rho                          (Price's theorem, also a table)
+
+``p_M`` carries a custom JVP whose rho-derivative is ``D``, so ``jax.jacfwd`` of the block
+map is smooth and exact at the collapsed point ``rho = 1``.
+
+Build a kernel with :func:`kernel` (``hp`` may be traced; sizes are static and chosen from
+concrete ``sigma_w`` when available). Sweeps build one kernel per unique ``sigma_w`` and
+reuse it across every other axis.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import struct
+
+from .. import activations
+from . import quadrature
+
+CLOSED_FORMS = ("erf", "relu", "linear")
+ODD = ("tanh", "erf", "linear")
+DEFAULT_SIGMA_MAX = 10.0   # table resolution used when sigma_w is traced
+
+
+@struct.dataclass
+class MLPKernel:
+    sigma_w: Any                 # scalar
+    q_layers: Any                # [k] pre-activation variances of the hidden layers
+    e_phi2: Any                  # [k] E[phi(h_l)^2]
+    e_dphi2: Any                 # [k] E[phi'(h_l)^2]
+    c_pp: Any                    # [k, K] Chebyshev coefficients of E[phi phi](rho) (K=0: closed form)
+    c_dd: Any                    # [k, K] Chebyshev coefficients of E[phi' phi'](rho)
+    activation: str = struct.field(pytree_node=False, default="tanh")
+
+    @property
+    def layers(self) -> int:
+        return self.q_layers.shape[-1]
+
+    @property
+    def q_m(self):
+        """q_M = sigma_w^2 E[phi(h_k)^2]."""
+        return self.sigma_w ** 2 * self.e_phi2[..., -1]
+
+    @property
+    def d_one(self):
+        """D(1) = d p_M / d rho at rho = 1 (= sigma_w^4 E[phi'^2] for one hidden layer)."""
+        return _chain(self.sigma_w, self.q_layers, self.e_dphi2)
+
+
+# ---- sizes ------------------------------------------------------------------------------
+
+def table_sizes(s_max: float) -> tuple[int, int]:
+    """(trapezoid nodes per direction, Chebyshev nodes) that resolve pre-activation scale s_max."""
+    n_grid = quadrature.grid_size(s_max)
+    n_cheb = 65 if s_max <= 1.5 else 129 if s_max <= 5.0 else 257 if s_max <= 12.0 else 513
+    return n_grid, n_cheb
+
+
+def _concrete_max(x) -> float | None:
+    try:
+        return float(np.max(np.asarray(x)))
+    except (jax.errors.ConcretizationTypeError, jax.errors.TracerArrayConversionError, TypeError):
+        return None
+
+
+def layer_scales(sigma_w, activation: str, layers: int):
+    """Hidden-layer variances q_l and E[phi^2], E[phi'^2] at each (1-D integrals)."""
+    phi, dphi = activations.get(activation), activations.derivative(activation)
+    q = jnp.asarray(sigma_w, jnp.result_type(float)) ** 2
+    qs, e2, d2 = [], [], []
+    for _ in range(layers):
+        s = jnp.sqrt(q)
+        ep, ed = _e_sq(activation, s, phi, dphi)
+        qs.append(q)
+        e2.append(ep)
+        d2.append(ed)
+        q = sigma_w ** 2 * ep
+    return jnp.stack(qs, -1), jnp.stack(e2, -1), jnp.stack(d2, -1)
+
+
+def _e_sq(activation, s, phi, dphi):
+    if activation == "erf":
+        return (2 / math.pi) * jnp.arcsin(2 * s * s / (1 + 2 * s * s)), (4 / math.pi) / jnp.sqrt(1 + 4 * s * s)
+    if activation == "relu":
+        return 0.5 * s * s, jnp.full_like(s, 0.5)
+    if activation == "linear":
+        return s * s, jnp.ones_like(s)
+    return (quadrature.expect_1d(lambda x: phi(x) ** 2, s),
+            quadrature.expect_1d(lambda x: dphi(x) ** 2, s))
+
+
+# ---- construction -------------------------------------------------------------------------
+
+def kernel(hp, n_grid: int | None = None, n_cheb: int | None = None) -> MLPKernel:
+    """The MLP kernel of ``hp`` (its sigma_w, activation, mlp_layers)."""
+    act, k = hp.activation, int(hp.mlp_layers)
+    activations.get(act)
+    sigma_w = jnp.asarray(hp.sigma_w, jnp.result_type(float))
+    q_l, e2, d2 = layer_scales(sigma_w, act, k)
+    if act in CLOSED_FORMS:
+        empty = jnp.zeros(q_l.shape + (0,), q_l.dtype)
+        return MLPKernel(sigma_w, q_l, e2, d2, empty, empty, activation=act)
+    if n_grid is None or n_cheb is None:
+        s_max = _concrete_max(jnp.sqrt(q_l))
+        g, c = table_sizes(DEFAULT_SIGMA_MAX if s_max is None else s_max)
+        n_grid, n_cheb = n_grid or g, n_cheb or c
+    c_pp, c_dd = [], []
+    for layer in range(k):
+        pp, dd = _tables(act, jnp.sqrt(q_l[..., layer]), n_grid, n_cheb)
+        c_pp.append(pp)
+        c_dd.append(dd)
+    return MLPKernel(sigma_w, q_l, e2, d2, jnp.stack(c_pp, -2), jnp.stack(c_dd, -2), activation=act)
+
+
+def _tables(act, s, n_grid, n_cheb):
+    """Chebyshev coefficients of E[phi phi] and E[phi' phi'] at scale s (vmapped over s)."""
+    phi, dphi = activations.get(act), activations.derivative(act)
+    odd = act in ODD
+    m = (n_cheb + 1) // 2 if odd else n_cheb
+    theta = jnp.pi * jnp.arange(m) / (n_cheb - 1)
+
+    def one(s_):
+        def node(t):
+            return quadrature.expect_2d(((phi, phi), (dphi, dphi)), s_, t, n_grid)
+        pp, dd = jax.lax.map(node, theta)
+        if odd:  # E[phi phi](-rho) = -E[phi phi](rho); phi' is even
+            pp = jnp.concatenate([pp, -pp[-2::-1]])
+            dd = jnp.concatenate([dd, dd[-2::-1]])
+        return _dct1(pp), _dct1(dd)
+
+    s = jnp.asarray(s)
+    if s.ndim == 0:
+        return one(s)
+    return jax.lax.map(one, s)
+
+
+def _dct1(values):
+    """Chebyshev coefficients from values at rho_j = cos(pi j / (K-1)), j = 0..K-1."""
+    k = values.shape[-1]
+    n = k - 1
+    j = np.arange(k)
+    mat = np.cos(np.pi * np.outer(j, j) / n) * (2.0 / n)
+    mat[:, 0] *= 0.5
+    mat[:, -1] *= 0.5
+    mat[0] *= 0.5
+    mat[-1] *= 0.5
+    return values @ jnp.asarray(mat.T, values.dtype)
+
+
+def clenshaw(coef, x):
+    """sum_k coef[k] T_k(x) (Clenshaw recurrence; coef along the last axis)."""
+    k = coef.shape[-1]
+    b1 = jnp.zeros_like(x)
+    b2 = jnp.zeros_like(x)
+    for i in range(k - 1, 0, -1):  # unrolled: K is small and static
+        b1, b2 = 2.0 * x * b1 - b2 + coef[..., i], b1
+    return x * b1 - b2 + coef[..., 0]
+
+
+def _clenshaw_scan(coef, x):
+    def step(carry, c):
+        b1, b2 = carry
+        return (2.0 * x * b1 - b2 + c, b1), None
+
+    (b1, b2), _ = jax.lax.scan(step, (jnp.zeros_like(x), jnp.zeros_like(x)), coef[1:][::-1])
+    return x * b1 - b2 + coef[0]
+
+
+def _cheb(coef, x):
+    return clenshaw(coef, x) if coef.shape[-1] <= 129 else _clenshaw_scan(coef, x)
+
+
+# ---- per-layer pair expectations ----------------------------------------------------------
+
+def _pair(kern: MLPKernel, layer: int, rho):
+    """(E[phi phi], E[phi' phi']) at hidden layer ``layer`` and correlation rho."""
+    act = kern.activation
+    s2 = kern.q_layers[..., layer]
+    rho = jnp.clip(rho, -1.0, 1.0)
+    if act == "erf":
+        den = 1.0 + 2.0 * s2
+        return ((2 / math.pi) * jnp.arcsin(2 * s2 * rho / den),
+                (4 / math.pi) / jnp.sqrt(den * den - 4 * s2 * s2 * rho * rho))
+    if act == "relu":
+        theta = jnp.arccos(rho)
+        return (s2 / (2 * math.pi) * (jnp.sin(theta) + (math.pi - theta) * rho),
+                (math.pi - theta) / (2 * math.pi))
+    if act == "linear":
+        return s2 * rho, jnp.ones_like(rho)
+    return _cheb(kern.c_pp[..., layer, :], rho), _cheb(kern.c_dd[..., layer, :], rho)
+
+
+def _chain(sigma_w, q_layers, e_dd):
+    """d p_M / d rho = prod_l sigma_w^2 q_l E[phi'phi']_l / prod_{l>=2} q_l."""
+    k = q_layers.shape[-1]
+    out = sigma_w ** 2 * q_layers[..., 0] * e_dd[..., 0]
+    for layer in range(1, k):
+        out = out * sigma_w ** 2 * e_dd[..., layer]
+    return out
+
+
+def _forward_layers(kern: MLPKernel, rho):
+    """Correlations rho_l entering each hidden layer, the output p_M, and the E' values."""
+    k = kern.layers
+    sw2 = kern.sigma_w ** 2
+    e_dd = []
+    for layer in range(k):
+        e_pp, e_d = _pair(kern, layer, rho)
+        e_dd.append(e_d)
+        p = sw2 * e_pp
+        if layer + 1 < k:
+            rho = p / kern.q_layers[..., layer + 1]
+    return p, jnp.stack(e_dd, -1)
+
+
+def d_m(kern: MLPKernel, rho):
+    """D(rho) = d p_M / d rho (for one hidden layer sigma_w^4 E[phi'(h) phi'(h')])."""
+    _, e_dd = _forward_layers(kern, rho)
+    return _chain(kern.sigma_w, kern.q_layers, e_dd)
+
+
+@jax.custom_jvp
+def p_m(kern: MLPKernel, rho):
+    """p_M(rho) = sigma_w^2 E[phi(h_k) phi(h_k')]; its rho-derivative is :func:`d_m`."""
+    return _forward_layers(kern, rho)[0]
+
+
+@p_m.defjvp
+def _p_m_jvp(primals, tangents):
+    kern, rho = primals
+    dkern, drho = tangents
+    out, d_kern = jax.jvp(lambda k_: _forward_layers(k_, rho)[0], (kern,), (dkern,))
+    return out, d_kern + d_m(kern, rho) * drho
+
+
+def q_m(kern: MLPKernel):
+    return kern.q_m
+
+
+def chi(kern: MLPKernel, rho):
+    """Backward factor of the MLP branch times q_z: sigma_w^{2k+2} prod E[phi' phi'] = D(rho)."""
+    return d_m(kern, rho)

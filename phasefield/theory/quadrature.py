@@ -1,0 +1,106 @@
+"""Gaussian expectations of an activation, by dense trapezoid rules (THEORY.md §4).
+
+Everything here concerns pre-activations with variance ``s**2`` and correlation ``rho``:
+
+    E1(s)        = E[f(s z)],                       z ~ N(0, 1)
+    E2(s, rho)   = E[f(h1) g(h2)],  (h1, h2) ~ N(0, s^2 [[1, rho], [rho, 1]])
+
+Why a trapezoid rule: for analytic integrands with Gaussian decay the trapezoid rule
+converges geometrically, ``err ~ exp(-2 pi d / h)`` with ``d`` the distance of the nearest
+complex singularity. ``tanh(s z)`` has poles at ``z = i pi / (2 s)``, so the spacing must
+shrink like ``1/s``; Gauss–Hermite cannot do that and fails at large ``s`` (THEORY.md §4).
+The 2-D rule works in rotated coordinates ``h1 = s (a u + b v)``, ``h2 = s (a u - b v)``
+with ``a = cos(theta/2)``, ``b = sin(theta/2)``, ``rho = cos(theta)`` and independent
+``u, v``; each direction gets its own spacing ``min(h_max, c / (s a|b))``, so the rule stays
+accurate as ``rho -> ±1`` where the 2-D density degenerates to a ridge.
+
+Two implementations:
+* :func:`expect_2d` / :func:`expect_1d` — JAX, static grid size, used to build the tables
+  of :mod:`phasefield.theory.mlp`;
+* :func:`reference_2d` / :func:`reference_1d` — NumPy, grid sized from concrete values
+  with a finer spacing constant; the dense reference the tests and benchmarks use.
+"""
+from __future__ import annotations
+
+import math
+
+import jax.numpy as jnp
+import numpy as np
+
+Z_MAX = 9.0          # |z| range; the Gaussian weight there is exp(-40.5) ~ 3e-18
+H_MAX = 0.5          # coarsest spacing (Gaussian alone: error ~ exp(-2 pi^2 / h^2))
+C_TABLE = 0.3        # spacing constant of the JAX tables: h = C / (s a)
+C_REFERENCE = 0.2    # spacing constant of the dense reference
+_INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
+
+
+def grid_size(s_max: float, c: float = C_TABLE) -> int:
+    """Static number of trapezoid nodes per direction resolving scale ``s_max``."""
+    need = 2.0 * Z_MAX * max(float(s_max), 1e-3) / c + 1.0
+    need = max(need, 2.0 * Z_MAX / H_MAX + 1.0)
+    return int(64 * math.ceil(need / 64))
+
+
+def _axis(scale, n: int, c: float):
+    """Nodes and weights (including the Gaussian density) of one trapezoid axis."""
+    h = jnp.minimum(H_MAX, c / jnp.maximum(scale, 1e-300))
+    h = jnp.maximum(h, 2.0 * Z_MAX / (n - 1))           # never narrower than the grid covers
+    j = jnp.arange(n, dtype=jnp.result_type(float)) - 0.5 * (n - 1)
+    x = j * h
+    w = jnp.exp(-0.5 * x * x) * h * _INV_SQRT_2PI
+    return x, w
+
+
+def expect_1d(f, s, n: int = 2049):
+    """E[f(s z)], z ~ N(0,1): trapezoid on a fixed grid over [-Z_MAX, Z_MAX]."""
+    dt = jnp.result_type(float)
+    z = jnp.linspace(-Z_MAX, Z_MAX, n, dtype=dt)
+    h = 2.0 * Z_MAX / (n - 1)
+    w = jnp.exp(-0.5 * z * z) * h * _INV_SQRT_2PI
+    return jnp.sum(w * f(s * z))
+
+
+def expect_2d(pairs, s, theta, n: int):
+    """E[f(h1) g(h2)] for each (f, g) in ``pairs`` at correlation cos(theta).
+
+    ``theta`` is a scalar in [0, pi]; ``n`` (static) nodes per direction. Returns a tuple.
+    """
+    a = jnp.cos(0.5 * theta)
+    b = jnp.sin(0.5 * theta)
+    u, wu = _axis(s * a, n, C_TABLE)
+    v, wv = _axis(s * b, n, C_TABLE)
+    x1 = s * (a * u[:, None] + b * v[None, :])
+    x2 = s * (a * u[:, None] - b * v[None, :])
+    out = []
+    cache = {}
+    for f, g in pairs:
+        f1 = cache.setdefault((id(f), 1), f(x1))
+        g2 = cache.setdefault((id(g), 2), g(x2))
+        out.append(wu @ (f1 * g2) @ wv)
+    return tuple(out)
+
+
+# ---- NumPy dense reference -------------------------------------------------------------
+
+def _np_axis(scale: float, c: float):
+    h = min(H_MAX, c / max(scale, 1e-300))
+    m = int(math.ceil(Z_MAX / h))
+    x = np.arange(-m, m + 1) * h
+    return x, np.exp(-0.5 * x * x) * h * _INV_SQRT_2PI
+
+
+def reference_1d(f, s: float, c: float = C_REFERENCE) -> float:
+    """Dense reference for E[f(s z)] (f a NumPy-compatible function)."""
+    z, w = _np_axis(s, c)
+    return float(np.sum(w * np.asarray(f(s * z))))
+
+
+def reference_2d(f, g, s: float, rho: float, c: float = C_REFERENCE) -> float:
+    """Dense reference for E[f(h1) g(h2)], (h1, h2) ~ N(0, s^2 [[1, rho], [rho, 1]])."""
+    theta = math.acos(min(1.0, max(-1.0, float(rho))))
+    a, b = math.cos(theta / 2), math.sin(theta / 2)
+    u, wu = _np_axis(s * a, c)
+    v, wv = _np_axis(s * b, c)
+    x1 = s * (a * u[:, None] + b * v[None, :])
+    x2 = s * (a * u[:, None] - b * v[None, :])
+    return float(wu @ (np.asarray(f(x1)) * np.asarray(g(x2))) @ wv)
