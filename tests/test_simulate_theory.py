@@ -1,7 +1,7 @@
 """Simulation against the mean-field theory engine (``phasefield.theory``): transients
 over 16 blocks and both exponents, at points on both sides of both phase boundaries.
 Tolerances: rho 0.03 (the issue's; checked to be >= 2 standard errors), q 3 standard errors
-per layer (the issue's 3 % is below the resolution affordable here: the per-draw spread of q
+per layer, 4 with the family of 16 layers (the issue's 3 % is below the resolution affordable here: the per-draw spread of q
 at width 512 is ~8 %, set by the fresh value/MLP weights of every layer, so 16 draws give a
 ~2 % standard error; the test checks that 3 se stays under 8 %), lambda_a 3 standard
 errors, lambda_g(16) 0.03 (checked to be >= 3 standard errors)."""
@@ -29,7 +29,9 @@ def test_transients_match_theory(sigma_w, sigma_a, alpha):
     assert q.shape == sim["q"].shape == (17,)
     assert np.all(3 * sim["q_se"][1:] / q[1:] <= 0.08), sim["q_se"] / q
     assert np.all(2 * sim["rho_se"] <= 0.03), sim["rho_se"]
-    np.testing.assert_array_less(np.abs(sim["q"] - q)[1:], 3 * sim["q_se"][1:])
+    # 16 layers are tested at once: 4 se keeps the family-wise false-alarm rate near 2 %
+    # (t distribution, 15 dof); with 64 draws every layer sits within 2.4 se of the theory.
+    np.testing.assert_array_less(np.abs(sim["q"] - q)[1:], 4 * sim["q_se"][1:])
     np.testing.assert_array_less(np.abs(sim["rho"] - p / q), 0.03)
 
 

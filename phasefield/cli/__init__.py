@@ -38,8 +38,24 @@ def _register_all():
 _register_all()
 
 
+def _compilation_cache():
+    """Persist XLA compilations between CLI runs (~/.cache/phasefield/jax)."""
+    import os
+
+    import jax
+
+    path = os.environ.get("PHASEFIELD_CACHE", os.path.join(os.path.expanduser("~"), ".cache", "phasefield", "jax"))
+    try:
+        os.makedirs(path, exist_ok=True)
+        jax.config.update("jax_compilation_cache_dir", path)
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+    except Exception:  # a read-only home: just compile
+        pass
+
+
 def main(argv=None) -> int:
     """Console entry point: one-line errors, exit code 2 for bad input."""
+    _compilation_cache()
     try:
         cli.main(args=argv, prog_name="phasefield", standalone_mode=False)
     except click.exceptions.Exit as exc:

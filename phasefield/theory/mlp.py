@@ -71,7 +71,7 @@ class MLPKernel:
 def table_sizes(s_max: float) -> tuple[int, int]:
     """(trapezoid nodes per direction, Chebyshev nodes) that resolve pre-activation scale s_max."""
     n_grid = quadrature.grid_size(s_max)
-    n_cheb = 65 if s_max <= 1.5 else 129 if s_max <= 5.0 else 257 if s_max <= 12.0 else 513
+    n_cheb = 65 if s_max <= 3.0 else 129 if s_max <= 6.0 else 257 if s_max <= 13.0 else 513
     return n_grid, n_cheb
 
 
@@ -125,23 +125,43 @@ def kernel(hp, n_grid: int | None = None, n_cheb: int | None = None) -> MLPKerne
         n_grid, n_cheb = n_grid or g, n_cheb or c
     c_pp, c_dd = [], []
     for layer in range(k):
-        pp, dd = _tables(act, jnp.sqrt(q_l[..., layer]), n_grid, n_cheb)
+        pp, dd = _tables(act, jnp.sqrt(q_l[..., layer]), n_grid, n_cheb,
+                         e2[..., layer], d2[..., layer])
         c_pp.append(pp)
         c_dd.append(dd)
     return MLPKernel(sigma_w, q_l, e2, d2, jnp.stack(c_pp, -2), jnp.stack(c_dd, -2), activation=act)
 
 
-def _tables(act, s, n_grid, n_cheb):
-    """Chebyshev coefficients of E[phi phi] and E[phi' phi'] at scale s (vmapped over s)."""
+def _tables(act, s, n_grid, n_cheb, e_one, d_one, groups: int = 4):
+    """Chebyshev coefficients of E[phi phi] and E[phi' phi'] at scale s (vmapped over s).
+
+    The nodes are split into ``groups`` contiguous theta ranges; each gets its own static
+    v-grid size, proportional to the largest b = sin(theta/2) in it (the v spacing only
+    has to resolve the scale s b). The rho = 1 node takes the 1-D values ``e_one`` and
+    ``d_one`` so that p_M(1) = q_M holds to rounding (rho = 1 stays exactly invariant).
+    """
     phi, dphi = activations.get(act), activations.derivative(act)
     odd = act in ODD
     m = (n_cheb + 1) // 2 if odd else n_cheb
-    theta = jnp.pi * jnp.arange(m) / (n_cheb - 1)
+    theta_all = np.pi * np.arange(m) / (n_cheb - 1)
+    bounds = np.linspace(0, m, groups + 1).astype(int)
+    n_min = quadrature.grid_size(0.0)
+    plan = []
+    for lo, hi in zip(bounds[:-1], bounds[1:]):
+        if hi > lo:
+            b_max = math.sin(0.5 * theta_all[hi - 1])
+            n_v = min(n_grid, max(n_min, int(math.ceil(b_max * n_grid)) + 1))
+            plan.append((jnp.asarray(theta_all[lo:hi]), n_v))
 
-    def one(s_):
-        def node(t):
-            return quadrature.expect_2d(((phi, phi), (dphi, dphi)), s_, t, n_grid)
-        pp, dd = jax.lax.map(node, theta)
+    def one(s_, e_one_, d_one_):
+        pp, dd = [], []
+        for theta, n_v in plan:
+            node = lambda t, n_v=n_v: quadrature.expect_2d(((phi, phi), (dphi, dphi)), s_, t, n_grid, n_v)
+            a, b = jax.lax.map(node, theta)
+            pp.append(a)
+            dd.append(b)
+        pp, dd = jnp.concatenate(pp), jnp.concatenate(dd)
+        pp, dd = pp.at[0].set(e_one_), dd.at[0].set(d_one_)
         if odd:  # E[phi phi](-rho) = -E[phi phi](rho); phi' is even
             pp = jnp.concatenate([pp, -pp[-2::-1]])
             dd = jnp.concatenate([dd, dd[-2::-1]])
@@ -149,8 +169,8 @@ def _tables(act, s, n_grid, n_cheb):
 
     s = jnp.asarray(s)
     if s.ndim == 0:
-        return one(s)
-    return jax.lax.map(one, s)
+        return one(s, e_one, d_one)
+    return jax.lax.map(lambda args: one(*args), (s, e_one, d_one))
 
 
 def _dct1(values):

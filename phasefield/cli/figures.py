@@ -1,0 +1,63 @@
+"""``phasefield figures`` and ``phasefield demo``."""
+from __future__ import annotations
+
+import os
+
+import click
+
+from .common import UsageError
+
+
+def _check_out(out):
+    if os.path.exists(out) and not os.path.isdir(out):
+        raise UsageError(f"--out {out} exists and is not a directory")
+
+
+def _check_file(path, flag):
+    if path is not None and not os.path.isfile(path):
+        raise UsageError(f"{flag}: no such file: {path}")
+
+
+def register(cli):
+    @cli.command("figures")
+    @click.option("--out", "-o", required=True, help="output directory (PNG, PDF and the .nc data)")
+    @click.option("--quick", is_flag=True,
+                  help="coarse grids and small simulations (a few minutes on a CPU)")
+    @click.option("--from", "from_path", default=None, metavar="SWEEP.nc",
+                  help="redraw from a saved theory file (no recomputation)")
+    @click.option("--sim", "sim_path", default=None, metavar="SIM.nc",
+                  help="saved simulations (default with --from: sim.nc beside it, if any)")
+    def figures_cmd(out, quick, from_path, sim_path):
+        """The paper's figures 2-6 and the phase diagram, as PNG and PDF in OUT.
+
+        Without --from the theory is swept and the simulations run (full settings: about
+        9 min on 2 CPU cores; --quick: about 3 min); the datasets are saved to OUT/sweep.nc
+        and OUT/sim.nc, so `phasefield figures --from OUT/sweep.nc --out NEW` redraws them.
+        """
+        _check_out(out)
+        _check_file(from_path, "--from")
+        _check_file(sim_path, "--sim")
+        from ..figures import load_inputs, make_figures
+
+        try:
+            theory, sim = load_inputs(from_path, sim_path, echo=click.echo)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+        if theory is not None and "alpha_sigma_w" not in theory and "sigma_a_alpha" not in theory:
+            raise UsageError(f"{from_path}: no (alpha, sigma_w) or (sigma_a, alpha) theory grid")
+        res = make_figures(out, quick=quick, from_path=from_path, sim_path=sim_path,
+                           echo=click.echo, inputs=(theory, sim))
+        n = len([p for p in res["paths"] if p.endswith(".png")])
+        click.echo(f"wrote {n} figures (PNG + PDF) to {out} in {res['seconds']:.0f} s")
+
+    @cli.command("demo")
+    @click.option("--out", "-o", default="out/demo", show_default=True, help="output directory")
+    @click.option("--full", is_flag=True, help="full settings (about 9 min on 2 cores) instead of quick")
+    def demo_cmd(out, full):
+        """Theory sweep, a quick finite-width check and every figure (CPU, a few minutes),
+        then a summary: where lambda_a = lambda_g = 0 and the theory-vs-simulation
+        agreement. Also written to OUT/summary.txt and OUT/summary.json."""
+        _check_out(out)
+        from ..figures import data, demo
+
+        demo.run(out, settings=data.FULL if full else data.QUICK, echo=click.echo)

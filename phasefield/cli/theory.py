@@ -1,0 +1,179 @@
+"""``phasefield exponents``, ``phasefield trajectory`` and ``phasefield sweep`` (the theory)."""
+from __future__ import annotations
+
+import os
+
+import click
+
+from .common import UsageError, check_hparams_values, echo_json, parse_range
+
+ACTIVATION_HELP = "tanh, erf, relu, gelu or linear"
+
+
+def _point_options(f):
+    opts = [
+        click.option("--sigma-w", type=float, default=1.0, show_default=True, help="MLP weight scale σ_w"),
+        click.option("--sigma-a", type=float, default=1.0, show_default=True, help="attention logit scale σ_A"),
+        click.option("--alpha", type=float, default=None, help="sets α_A = α_M"),
+        click.option("--alpha-a", type=float, default=None, help="attention branch weight α_A [0.5]"),
+        click.option("--alpha-m", type=float, default=None, help="MLP branch weight α_M [0.5]"),
+        click.option("--sigma-v", type=float, default=1.0, show_default=True, help="value weight scale σ_V"),
+        click.option("--n-tokens", type=int, default=32, show_default=True),
+        click.option("--depth", type=int, default=16, show_default=True),
+    ] + _static_options()
+    for o in reversed(opts):
+        f = o(f)
+    return f
+
+
+def _static_options():
+    return [
+        click.option("--activation", default="tanh", show_default=True, help=ACTIVATION_HELP),
+        click.option("--mlp-layers", type=int, default=1, show_default=True),
+        click.option("--residual", default="unit-norm", show_default=True, help="unit-norm or identity"),
+        click.option("--attention", default="paper", show_default=True, help="paper or exact"),
+    ]
+
+
+def _alphas(alpha, alpha_a, alpha_m):
+    if alpha is not None:
+        if alpha_a is not None or alpha_m is not None:
+            raise UsageError("give either --alpha or --alpha-a/--alpha-m, not both")
+        return alpha, alpha
+    return (0.5 if alpha_a is None else alpha_a), (0.5 if alpha_m is None else alpha_m)
+
+
+def _hp(sigma_w, sigma_a, alpha, alpha_a, alpha_m, sigma_v, n_tokens, depth, activation, mlp_layers,
+        residual, attention):
+    from ..config import HParams
+
+    alpha_a, alpha_m = _alphas(alpha, alpha_a, alpha_m)
+    check_hparams_values(dict(sigma_w=sigma_w, sigma_a=sigma_a, alpha_a=alpha_a, alpha_m=alpha_m,
+                              sigma_v=sigma_v, n_tokens=n_tokens, depth=depth))
+    hp = HParams(sigma_w=float(sigma_w), sigma_a=float(sigma_a), alpha_a=float(alpha_a),
+                 alpha_m=float(alpha_m), sigma_v=float(sigma_v), n_tokens=int(n_tokens),
+                 depth=int(depth), activation=activation, mlp_layers=int(mlp_layers),
+                 residual=residual, attention=attention)
+    return hp.validate()
+
+
+def _floats(d):
+    return {k: float(v) for k, v in d.items()}
+
+
+def register(cli):
+    @cli.command("exponents")
+    @_point_options
+    @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
+    def exponents(as_json, **kw):
+        """λ_a, λ_g (depth L, input at the collapsed fixed point), λ_g^∞, q*, ρ* at one point."""
+        hp = _hp(**kw)
+        from .. import theory
+
+        res = _floats(theory.exponents(hp))
+        res = dict(res, **{k: kw[k] for k in ("sigma_w", "sigma_a", "n_tokens", "depth")},
+                   alpha_a=float(hp.alpha_a), alpha_m=float(hp.alpha_m),
+                   phase=("chaotic" if res["lambda_a"] > 0 else "ordered") + "/"
+                   + ("exploding" if res["lambda_g"] > 0 else "vanishing"))
+        if as_json:
+            echo_json(res)
+            return
+        click.echo(f"lambda_a     = {res['lambda_a']:+.6f}   ({res['phase'].split('/')[0]})")
+        click.echo(f"lambda_g     = {res['lambda_g']:+.6f}   (L = {hp.depth}, from the collapsed point)")
+        click.echo(f"lambda_g_inf = {res['lambda_g_inf']:+.6f}   (stable fixed point)")
+        click.echo(f"q_star       = {res['q_star']:.6g}")
+        click.echo(f"rho_star     = {res['rho_star']:.6g}")
+
+    @cli.command("trajectory")
+    @_point_options
+    @click.option("--q0", type=float, default=1.0, show_default=True, help="input squared norm per component")
+    @click.option("--rho0", type=float, default=None, help="input cosine (or give --p0)")
+    @click.option("--p0", type=float, default=None, help="input dot product per component")
+    @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
+    def trajectory(q0, rho0, p0, as_json, **kw):
+        """q and p per layer of the mean-field map from input (q0, p0 = rho0 q0)."""
+        hp = _hp(**kw)
+        if not q0 > 0:
+            raise UsageError(f"--q0 must be > 0 (got {q0:g})")
+        if rho0 is not None and p0 is not None:
+            raise UsageError("give either --rho0 or --p0, not both")
+        if p0 is None:
+            rho0 = 0.3 if rho0 is None else rho0
+            p0 = rho0 * q0
+        n = hp.n_tokens
+        if not (-q0 / (n - 1) - 1e-12 <= p0 <= q0):
+            raise UsageError(f"input cosine must lie in [-1/(n-1), 1] (got {p0 / q0:g})")
+        import numpy as np
+
+        from .. import theory
+
+        q, p = (np.asarray(v, float) for v in theory.trajectory(hp, q0, p0, int(hp.depth)))
+        res = dict(layer=list(range(len(q))), q=q.tolist(), p=p.tolist(), rho=(p / q).tolist())
+        if as_json:
+            echo_json(res)
+            return
+        click.echo(f"{'layer':>5} {'q':>12} {'p':>12} {'rho':>9}")
+        for i, (a, b) in enumerate(zip(q, p)):
+            click.echo(f"{i:5d} {a:12.6g} {b:12.6g} {b / a:9.5f}")
+
+    @cli.command("sweep")
+    @click.option("--sigma-w", default="1.0", show_default=True, help="start:stop:count, a,b,c or x")
+    @click.option("--sigma-a", default="1.0", show_default=True)
+    @click.option("--alpha", default=None, help="sets α_A = α_M (one axis)")
+    @click.option("--alpha-a", default=None, help="[0.5]")
+    @click.option("--alpha-m", default=None, help="[0.5]")
+    @click.option("--sigma-v", default="1.0", show_default=True)
+    @click.option("--n-tokens", default="32", show_default=True)
+    @click.option("--depth", default="16", show_default=True)
+    @_static_decorator()
+    @click.option("--chunk", type=int, default=None, help="points per compiled chunk [65536]")
+    @click.option("--out", "-o", required=True, help="output netCDF file (.nc)")
+    @click.option("--quiet", is_flag=True, help="no progress bar")
+    def sweep_cmd(sigma_w, sigma_a, alpha, alpha_a, alpha_m, sigma_v, n_tokens, depth, activation,
+                  mlp_layers, residual, attention, chunk, out, quiet):
+        """Theory on a grid -> netCDF (xarray). Interrupted sweeps resume from OUT.chunks/."""
+        if alpha is not None and (alpha_a is not None or alpha_m is not None):
+            raise UsageError("give either --alpha or --alpha-a/--alpha-m, not both")
+        raw = dict(sigma_w=sigma_w, sigma_a=sigma_a, sigma_v=sigma_v, n_tokens=n_tokens, depth=depth)
+        if alpha is not None:
+            raw["alpha"] = alpha
+        else:
+            raw["alpha_a"] = alpha_a if alpha_a is not None else "0.5"
+            raw["alpha_m"] = alpha_m if alpha_m is not None else "0.5"
+        vals = {k: parse_range(v, k) for k, v in raw.items()}
+        check_hparams_values(vals)
+        if chunk is not None and chunk < 1:
+            raise UsageError(f"--chunk must be >= 1 (got {chunk})")
+        from ..config import HParams
+
+        HParams(activation=activation, mlp_layers=mlp_layers, residual=residual,
+                attention=attention).validate()
+        d = os.path.dirname(os.path.abspath(out))
+        if os.path.exists(out) and os.path.isdir(out):
+            raise UsageError(f"--out {out} is a directory")
+        if not os.path.isdir(d):
+            raise UsageError(f"directory of --out does not exist: {d}")
+        # multi-valued axes are dimensions, single values scalar coordinates
+        axes = {k: (v if v.size > 1 else float(v[0])) for k, v in vals.items()}
+        if all(v.size == 1 for v in vals.values()):
+            axes["sigma_w"] = vals["sigma_w"]
+        import time
+
+        from .. import sweep as sweep_mod
+
+        t0 = time.perf_counter()
+        ds = sweep_mod.sweep(**axes, activation=activation, mlp_layers=mlp_layers, residual=residual,
+                             attention=attention, out=out, chunk_size=chunk, progress=not quiet)
+        dt = time.perf_counter() - t0
+        n = int(ds.lambda_a.size)
+        click.echo(f"wrote {out}: {' x '.join(f'{k}={ds.sizes[k]}' for k in ds.dims)} "
+                   f"({n} points, {dt:.1f} s, {n / dt:,.0f} points/s)")
+
+
+def _static_decorator():
+    def deco(f):
+        for o in reversed(_static_options()):
+            f = o(f)
+        return f
+
+    return deco

@@ -1,0 +1,316 @@
+"""Grid sweeps of the theory: ``phasefield.sweep(...)`` -> labeled ``xarray.Dataset``.
+
+    ds = phasefield.sweep(sigma_w=np.linspace(.5, 4, 256), alpha=np.linspace(.01, .99, 256),
+                          sigma_a=1.0, n_tokens=32, depth=16)
+    ds.lambda_a.sel(sigma_w=2.0, method="nearest")
+
+Every hyperparameter given as a 1-D sequence becomes a dimension (in the order sigma_w,
+sigma_a, alpha | alpha_a, alpha_m, sigma_v, n_tokens, depth); scalars become scalar
+coordinates. ``alpha`` ties alpha_A = alpha_M. Variables: lambda_a, lambda_g (finite depth,
+input at the collapsed fixed point), lambda_g_inf, q_star, rho_star — float64.
+
+How it runs:
+
+* the MLP kernel (Gaussian-integral tables) depends on sigma_w alone, so it is built once
+  per unique sigma_w and reused across every other axis;
+* the flattened grid is cut into fixed-size chunks (one compiled program, bounded memory);
+  each chunk is ``jax.vmap`` of :func:`phasefield.theory.exponents`, its leading axis
+  sharded over every local device (``jax.sharding``);
+* with ``out=`` every finished chunk is written to ``<out>.chunks/`` at once, so an
+  interrupted sweep resumes where it stopped; the netCDF file appears (atomically) only
+  when the grid is complete;
+* multi-host: after ``jax.distributed.initialize()`` each process computes the chunks
+  ``i % process_count == process_index`` into the shared ``<out>.chunks/`` folder and
+  process 0 assembles the file once all chunks are present.
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import shutil
+import sys
+import tempfile
+import types
+from typing import Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .config import HParams
+from .theory.exponents import exponents as _theory_exponents
+from .theory import mlp
+
+VARIABLES = ("lambda_a", "lambda_g", "lambda_g_inf", "q_star", "rho_star")
+AXES = ("sigma_w", "sigma_a", "alpha", "alpha_a", "alpha_m", "sigma_v", "n_tokens", "depth")
+ATTRS = {
+    "lambda_a": dict(long_name="angle exponent", symbol="λ_a"),
+    "lambda_g": dict(long_name="gradient exponent at finite depth (collapsed input)", symbol="λ_g(L)"),
+    "lambda_g_inf": dict(long_name="gradient exponent at infinite depth (stable fixed point)",
+                         symbol="λ_g^∞"),
+    "q_star": dict(long_name="squared norm per component at the collapsed fixed point", symbol="q*"),
+    "rho_star": dict(long_name="token cosine at the stable fixed point", symbol="ρ*"),
+}
+DEFAULT_CHUNK = 1 << 16
+
+
+def _axes(sigma_w, sigma_a, alpha, alpha_a, alpha_m, sigma_v, n_tokens, depth):
+    if alpha is not None and (alpha_a is not None or alpha_m is not None):
+        raise ValueError("give alpha (ties alpha_a = alpha_m) or alpha_a/alpha_m, not both")
+    raw = dict(sigma_w=sigma_w, sigma_a=sigma_a, sigma_v=sigma_v, n_tokens=n_tokens, depth=depth)
+    if alpha is not None:
+        raw["alpha"] = alpha
+    else:
+        raw["alpha_a"] = 0.5 if alpha_a is None else alpha_a
+        raw["alpha_m"] = 0.5 if alpha_m is None else alpha_m
+    dims, scalars = {}, {}
+    for name in AXES:
+        if name not in raw:
+            continue
+        v = np.asarray(raw[name], dtype=np.float64)
+        if v.ndim > 1:
+            raise ValueError(f"{name} must be a number or a 1-D sequence")
+        if v.ndim == 1 and v.size == 0:
+            raise ValueError(f"{name} is empty")
+        _check(name, v)
+        (dims if v.ndim == 1 else scalars)[name] = v
+    return dims, scalars
+
+
+def _check(name, v):
+    flag = name.replace("_", "-")
+    if not np.all(np.isfinite(v)):
+        raise ValueError(f"{flag} must be finite")
+    if name.startswith("sigma") and not np.all(v > 0):
+        raise ValueError(f"{flag} must be > 0 (got {v.min():g})")
+    if name.startswith("alpha") and not np.all((v >= 0) & (v <= 1)):
+        raise ValueError(f"{flag} must lie in [0, 1] (got {v[(v < 0) | (v > 1)].flat[0]:g})")
+    if name == "n_tokens" and not np.all((v >= 2) & (v == np.round(v))):
+        raise ValueError(f"n-tokens must be an integer >= 2 (got {v.min():g})")
+    if name == "depth" and not np.all((v >= 1) & (v == np.round(v))):
+        raise ValueError(f"depth must be an integer >= 1 (got {v.min():g})")
+
+
+def _point_fields(dims, scalars, flat_index):
+    """Hyperparameter values of the points ``flat_index`` of the grid."""
+    shape = tuple(v.size for v in dims.values())
+    idx = np.unravel_index(flat_index, shape) if shape else ()
+    vals = {}
+    for axis, (name, v) in enumerate(dims.items()):
+        vals[name] = v[idx[axis]]
+    for name, v in scalars.items():
+        vals[name] = np.full(flat_index.shape, float(v))
+    if "alpha" in vals:
+        vals["alpha_a"] = vals["alpha_m"] = vals.pop("alpha")
+    sw_axis = list(dims).index("sigma_w") if "sigma_w" in dims else None
+    sw_index = idx[sw_axis] if sw_axis is not None else np.zeros(flat_index.shape, np.int64)
+    return vals, sw_index
+
+
+def build_kernels(sigma_w: np.ndarray, activation: str = "tanh", mlp_layers: int = 1,
+                  devices: Sequence | None = None):
+    """Stacked :class:`MLPKernel` for each sigma_w (tables sized per resolution bucket,
+    each bucket's sigma_w sharded over ``devices``)."""
+    devices = tuple(devices) if devices is not None else tuple(jax.local_devices())
+    sigma_w = np.asarray(sigma_w, np.float64).reshape(-1)
+    hp0 = HParams(activation=activation, mlp_layers=int(mlp_layers))
+    if activation in mlp.CLOSED_FORMS:
+        return jax.vmap(lambda s: mlp.kernel(hp0.replace(sigma_w=s)))(jnp.asarray(sigma_w))
+    q_l, _, _ = jax.vmap(lambda s: mlp.layer_scales(s, activation, int(mlp_layers)))(jnp.asarray(sigma_w))
+    s_max = np.sqrt(np.max(np.asarray(q_l), axis=-1))
+    sizes = [mlp.table_sizes(s) for s in s_max]
+    k_max = max(c for _, c in sizes)
+    out = None
+    for size in sorted(set(sizes)):
+        sel = np.array([i for i, s in enumerate(sizes) if s == size])
+        vals = sigma_w[sel]
+        nd = len(devices)
+        padded = np.concatenate([vals, np.repeat(vals[-1:], -len(vals) % nd)])
+        arg = jnp.asarray(padded)
+        if nd > 1:
+            from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+            arg = jax.device_put(arg, NamedSharding(Mesh(np.array(devices), ("s",)), P("s")))
+        kb = jax.device_get(_kernel_fn(activation, int(mlp_layers), *size)(arg))
+        pad = k_max - size[1]
+        kb = kb.replace(c_pp=np.pad(kb.c_pp, [(0, 0)] * (kb.c_pp.ndim - 1) + [(0, pad)]),
+                        c_dd=np.pad(kb.c_dd, [(0, 0)] * (kb.c_dd.ndim - 1) + [(0, pad)]))
+        if out is None:
+            out = jax.tree.map(lambda x: np.zeros((sigma_w.size,) + x.shape[1:], x.dtype), kb)
+        out = jax.tree.map(lambda o, x: _assign(o, sel, x[: len(vals)]), out, kb)
+    return out
+
+
+def _assign(o, sel, x):
+    o[sel] = x
+    return o
+
+
+@functools.lru_cache(maxsize=None)
+def _kernel_fn(activation, mlp_layers, n_grid, n_cheb):
+    hp0 = HParams(activation=activation, mlp_layers=mlp_layers)
+    return jax.jit(jax.vmap(lambda s: mlp.kernel(hp0.replace(sigma_w=s), n_grid, n_cheb)))
+
+
+@functools.lru_cache(maxsize=None)
+def _evaluate_fn(activation, mlp_layers, residual, attention, devices):
+    hp_static = dict(activation=activation, mlp_layers=int(mlp_layers), residual=residual, attention=attention)
+
+    def point(fields, kern):
+        hp = HParams(**fields, **hp_static)
+        out = _theory_exponents(hp, kern)
+        return {k: out[k] for k in VARIABLES}
+
+    fn = jax.vmap(point)
+    if len(devices) > 1:
+        from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+        mesh = Mesh(np.array(devices), ("points",))
+        sharding = NamedSharding(mesh, P("points"))
+        return jax.jit(fn, in_shardings=(sharding, sharding), out_shardings=sharding), sharding
+    return jax.jit(fn), None
+
+
+def _spec_hash(dims, scalars, static) -> str:
+    h = hashlib.sha256()
+    for name, v in list(dims.items()) + list(scalars.items()):
+        h.update(name.encode())
+        h.update(np.ascontiguousarray(v, np.float64).tobytes())
+    h.update(json.dumps(static, sort_keys=True).encode())
+    return h.hexdigest()[:16]
+
+
+def sweep(*, sigma_w, sigma_a=1.0, alpha=None, alpha_a=None, alpha_m=None, sigma_v=1.0,
+          n_tokens=32, depth=16, activation: str = "tanh", mlp_layers: int = 1,
+          residual: str = "unit-norm", attention: str = "paper", out: str | None = None,
+          chunk_size: int | None = None, progress: bool = False,
+          devices: Sequence | None = None):
+    """Evaluate the theory on a grid; see the module docstring. Returns an xarray.Dataset."""
+    import xarray as xr
+    from tqdm.auto import tqdm
+
+    HParams(activation=activation, mlp_layers=mlp_layers, residual=residual, attention=attention).validate()
+    dims, scalars = _axes(sigma_w, sigma_a, alpha, alpha_a, alpha_m, sigma_v, n_tokens, depth)
+    shape = tuple(v.size for v in dims.values())
+    total = int(np.prod(shape)) if shape else 1
+    devices = list(devices) if devices is not None else jax.local_devices()
+    ndev = len(devices)
+    chunk = int(chunk_size or DEFAULT_CHUNK)
+    chunk = max(ndev, min(chunk, -(-total // ndev) * ndev))
+    chunk = -(-chunk // ndev) * ndev
+    n_chunks = -(-total // chunk)
+    static = dict(activation=activation, mlp_layers=int(mlp_layers), residual=residual,
+                  attention=attention, chunk=chunk, version=1)
+
+    chunk_dir = None
+    if out is not None:
+        chunk_dir = os.fspath(out) + ".chunks"
+        os.makedirs(chunk_dir, exist_ok=True)
+        meta_path = os.path.join(chunk_dir, "meta.json")
+        key = _spec_hash(dims, scalars, static)
+        if os.path.exists(meta_path):
+            with open(meta_path) as f:
+                if json.load(f).get("key") != key:
+                    raise ValueError(f"{chunk_dir} holds chunks of a different sweep; remove it or "
+                                     f"choose another --out")
+        else:
+            with open(meta_path, "w") as f:
+                json.dump(dict(key=key, n_chunks=n_chunks, dims=list(dims)), f)
+
+    sw_values = dims.get("sigma_w", scalars.get("sigma_w"))
+    kernels = build_kernels(np.atleast_1d(sw_values), activation, mlp_layers, devices)
+    fn, sharding = _evaluate_fn(activation, mlp_layers, residual, attention, tuple(devices))
+    pid, pcount = jax.process_index(), jax.process_count()
+
+    results = {k: np.full(total, np.nan) for k in VARIABLES}
+    todo = []
+    for c in range(n_chunks):
+        path = os.path.join(chunk_dir, f"chunk_{c:06d}.npz") if chunk_dir else None
+        if path and os.path.exists(path):
+            with np.load(path) as z:
+                lo = c * chunk
+                for k in VARIABLES:
+                    results[k][lo:lo + z[k].size] = z[k]
+        elif c % pcount == pid:
+            todo.append(c)
+    bar = tqdm(todo, desc="sweep", unit="chunk", disable=not progress, leave=False)
+    for c in bar:
+        lo, hi = c * chunk, min(total, (c + 1) * chunk)
+        index = np.arange(lo, lo + chunk) % total          # pad the last chunk by wrapping
+        fields, sw_index = _point_fields(dims, scalars, index)
+        fields = {k: jnp.asarray(v, jnp.float64) for k, v in fields.items()}
+        kern = jax.tree.map(lambda x: x[sw_index], kernels)
+        if sharding is not None:
+            fields, kern = jax.device_put((fields, kern), sharding)
+        vals = {k: np.asarray(v)[: hi - lo] for k, v in fn(fields, kern).items()}
+        for k in VARIABLES:
+            results[k][lo:hi] = vals[k]
+        if chunk_dir:
+            _save_chunk(os.path.join(chunk_dir, f"chunk_{c:06d}.npz"), vals)
+    bar.close()
+
+    if pcount > 1 and chunk_dir:
+        missing = [c for c in range(n_chunks)
+                   if not os.path.exists(os.path.join(chunk_dir, f"chunk_{c:06d}.npz"))]
+        if missing or pid != 0:
+            return None  # other processes still working, or not the assembling process
+        for c in range(n_chunks):
+            with np.load(os.path.join(chunk_dir, f"chunk_{c:06d}.npz")) as z:
+                for k in VARIABLES:
+                    results[k][c * chunk: c * chunk + z[k].size] = z[k]
+
+    coords = {name: (name, v) for name, v in dims.items()}
+    coords.update({name: float(v) for name, v in scalars.items()})
+    data = {k: (tuple(dims), results[k].reshape(shape), ATTRS[k]) for k in VARIABLES}
+    ds = xr.Dataset(data, coords=coords, attrs=dict(
+        title="phasefield theory sweep", activation=activation, mlp_layers=int(mlp_layers),
+        residual=residual, attention=attention,
+        note="lambda_g: depth-L exponent from the collapsed fixed point; lambda_g_inf: stable fixed point"))
+    if out is not None:
+        save(ds, out)
+        shutil.rmtree(chunk_dir, ignore_errors=True)
+    return ds
+
+
+def _save_chunk(path, vals):
+    fd, tmp = tempfile.mkstemp(prefix=".chunk.", suffix=".npz", dir=os.path.dirname(path))
+    os.close(fd)
+    try:
+        np.savez(tmp, **vals)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+def save(ds, path) -> None:
+    """Write a dataset to netCDF atomically (h5netcdf engine)."""
+    path = os.fspath(path)
+    d = os.path.dirname(os.path.abspath(path))
+    os.makedirs(d, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".part", dir=d)
+    os.close(fd)
+    try:
+        ds.to_netcdf(tmp, engine="h5netcdf")
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+def load(path):
+    """Open a sweep written by :func:`sweep` (or ``phasefield sweep``)."""
+    import xarray as xr
+
+    with xr.open_dataset(path, engine="h5netcdf") as ds:
+        return ds.load()
+
+
+class _CallableModule(types.ModuleType):
+    """Lets ``phasefield.sweep(...)`` call :func:`sweep` while the module stays importable."""
+
+    def __call__(self, *args, **kwargs):
+        return sweep(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule

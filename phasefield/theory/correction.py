@@ -1,0 +1,133 @@
+"""Softmax-derivative (query/key path) correction to the attention backward map (§7, §8).
+
+Derivation: docs/beyond.md §3. With ``e_il = g_i . v_l`` (output gradient times value) the
+logit gradient is ``dM_il = A_il (e_il - sum_j A_ij e_ij)``; it reaches token ``m`` through
+the query (``sum_l dM_ml P x_l``) and the key (``sum_i dM_im P^T x_i``) with
+``P = W_Q W_K^T / sqrt(d)``. At d -> infinity (E over W_V given A, and
+``(P x_l).(P x_l') / d -> sigma_A^2 R_ll'``; query/key and values/softmax cross terms are
+O(1/d)) the extra gradient Gram, before the LN factor ``1/sqrt(q_m q_m')``, is::
+
+    sigma_A^2 sigma_V^2 [ G_mm' sum_ll' R_ll' E[A_ml A_m'l' Rt^{mm'}_ll']          (query)
+                        + sum_ii' R_ii' G_ii' E[A_im A_i'm' Rt^{ii'}_mm'] ]        (key)
+    Rt^{ik}_{ll'} = (e_l - A_i)^T R (e_l' - A_k)
+
+It vanishes at the collapsed point (R = 11^T => Rt = 0). Under permutation symmetry
+(G = a I + b 11^T, R = (1 - rho) I + rho 11^T) it needs two scalars,
+
+    T_1   = E[ sum_l A_l^2 (1 - 2 A_l) + (sum_l A_l^2)^2 ]                  (one row A)
+    T_rho = E[ sum_l A_l B_l (1 - A_l - B_l) + (A . B)^2 ]                 (rows A, B, i != k)
+
+computed without Assumption 3.2 by :mod:`phasefield.theory.exact`, and adds::
+
+    diag += k [ (2 - rho)(a + b) T_1 + b rho (n - 1) T_rho ]
+    off  += k [ (1 - 2 rho) b T_rho - (a + b) T_1 / (n - 1) ],   k = sigma_A^2 sigma_V^2 (1 - rho) / q
+
+(times alpha_A^2, next to the values path). The Gram version uses the fixed Monte-Carlo
+attention samples of :func:`phasefield.theory.gram.mc_attention`.
+"""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from . import attention, block, exact, fixed_points, mlp
+
+
+def _kern(hp, kern):
+    return mlp.kernel(hp) if kern is None else kern
+
+
+def t_values(hp, rho):
+    """(T_1, T_rho) at token cosine rho (exact softmax expectations)."""
+    n = jnp.asarray(hp.n_tokens, jnp.result_type(float))
+    rm = exact.row_moments(hp, rho)
+    pm = exact.pair_moments(hp, rho, higher=True)
+    t1 = n * rm["a2"] - 2.0 * n * rm["a3"] + n * rm["a4"] + n * (n - 1.0) * rm["a2a2"]
+    tr = n * pm["ab"] - 2.0 * n * pm["a2b"] + n * pm["a2b2"] + n * (n - 1.0) * pm["abab"]
+    return t1, tr
+
+
+def softmax_term(hp, q, rho, a, b):
+    """(diag, off) added to the attention branch's backward map by the softmax path."""
+    n = jnp.asarray(hp.n_tokens, jnp.result_type(float))
+    t1, tr = t_values(hp, rho)
+    k = jnp.square(hp.sigma_a) * jnp.square(hp.sigma_v) * (1.0 - rho) / q
+    diag = k * ((2.0 - rho) * (a + b) * t1 + b * rho * (n - 1.0) * tr)
+    off = k * ((1.0 - 2.0 * rho) * b * tr - (a + b) * t1 / (n - 1.0))
+    return diag, off
+
+
+def backward_block(hp, kern, q, rho, q_z, rho_z, a, b):
+    """exponents.backward_block plus the softmax-path term of the attention branch."""
+    bm2, am2 = jnp.square(hp.beta_m), jnp.square(hp.alpha_m)
+    c_d = bm2 + am2 * kern.d_one / q_z
+    c_o = bm2 + am2 * mlp.d_m(kern, rho_z) / q_z
+    diag, off = c_d * (a + b), c_o * b
+    a, b = diag - off, off
+    ba2, aa2 = jnp.square(hp.beta_a), jnp.square(hp.alpha_a)
+    d_att, o_att = attention.backward(hp, q, rho, a, b)
+    d_sm, o_sm = softmax_term(hp, q, rho, a, b)
+    diag = ba2 * (a + b) + aa2 * (d_att + d_sm)
+    off = ba2 * b + aa2 * (o_att + o_sm)
+    return diag - off, off
+
+
+def gradient_exponent_corrected(hp, q0=None, p0=None, num_layers: int | None = None, kern=None):
+    """lambda_g(L) of exponents.gradient_exponent with the softmax-path correction.
+
+    From the collapsed point (the default input) the correction vanishes identically."""
+    kern = _kern(hp, kern)
+    if q0 is None:
+        q0, _ = fixed_points.collapsed_fixed_point(hp, kern)
+        p0 = q0 if p0 is None else p0
+    elif p0 is None:
+        raise ValueError("give both q0 and p0, or neither")
+    num_layers = int(hp.depth) if num_layers is None else int(num_layers)
+    qs, ps, qz, pz = block.trajectory(hp, q0, p0, num_layers, kern, return_z=True)
+    xs = (qs[:-1], ps[:-1] / qs[:-1], qz, pz / qz)
+
+    def step(carry, x):
+        a, b, log_scale = carry
+        a, b = backward_block(hp, kern, *x, a, b)
+        s = a + b
+        return (a / s, b / s, log_scale + jnp.log(s)), None
+
+    dt = jnp.result_type(float)
+    init = (jnp.ones((), dt), jnp.zeros((), dt), jnp.zeros((), dt))
+    (_, _, log_total), _ = jax.lax.scan(step, init, xs, reverse=True)
+    return log_total / num_layers
+
+
+def gradient_exponent_inf_corrected(hp, kern=None, state=None):
+    """lambda_g^inf with the correction (log top eigenvalue at the stable fixed point)."""
+    kern = _kern(hp, kern)
+    if state is None:
+        state = fixed_points.stable_fixed_point(hp, kern)
+    one, zero = jnp.ones(()), jnp.zeros(())
+    col_a = jnp.stack(backward_block(hp, kern, *state, one, zero))
+    col_b = jnp.stack(backward_block(hp, kern, *state, zero, one))
+    m = jnp.stack([col_a, col_b], axis=-1)
+    return jnp.log(jnp.max(jnp.abs(jnp.linalg.eigvals(m))))
+
+
+# ---- Gram version ----------------------------------------------------------------------------
+
+def gram_softmax_term(hp, r, g, mask, samples=None):
+    """sigma_A^2 sigma_V^2 (query + key terms) for cosine matrix r and gradient Gram g
+    (before alpha_A^2 / sqrt(q q')), averaged over the fixed Monte-Carlo attention samples."""
+    from .gram import MC_SAMPLES, mc_attention
+    a = mc_attention(hp, r, mask, samples or MC_SAMPLES)           # [s, n, n]
+    u = a @ r                                                      # U = A R
+    v = u @ jnp.swapaxes(a, -1, -2)                                # V = A R A^T
+    # query path: G .* E[A (R.R) A^T - A (U.U)^T - (U.U) A^T + V.V]
+    t2 = a @ jnp.swapaxes(u * u, -1, -2)
+    qmat = a @ (r * r) @ jnp.swapaxes(a, -1, -2) - t2 - jnp.swapaxes(t2, -1, -2) + v * v
+    query = g * jnp.mean(qmat, 0)
+    # key path: R.(A^T H A) - ((H A).U)^T A - A^T (U.(H A)) + A^T (H.V) A,  H = R.G
+    h = r * g
+    at = jnp.swapaxes(a, -1, -2)
+    ha = h @ a
+    k2 = jnp.swapaxes(ha * u, -1, -2) @ a
+    kmat = r * (at @ h @ a) - k2 - jnp.swapaxes(k2, -1, -2) + at @ (h * v) @ a
+    key = jnp.mean(kmat, 0)
+    return jnp.square(hp.sigma_a) * jnp.square(hp.sigma_v) * (query + key)

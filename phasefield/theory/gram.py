@@ -1,0 +1,317 @@
+"""Full-Gram mean field (THEORY.md §8): propagate the whole n x n token Gram ``C`` forward
+and the gradient Gram ``G`` backward, with an optional causal mask and any initial Gram.
+
+Forward, one block (``R`` = cosine matrix of ``C``, ``q_i = C_ii``)::
+
+    C^A_ik = sigma_V^2 sum_jl E[A_ij A_kl] R_jl          attention on normalized tokens
+    C^z    = beta_A^2 C + alpha_A^2 C^A
+    C'_ik  = beta_M^2 C^z_ik + alpha_M^2 p_M(R^z_ik)      (q_M on the diagonal)
+
+Backward (values path, gradient Gram at a block output -> input)::
+
+    G <- c .* G,  c_ik = beta_M^2 + alpha_M^2 D(R^z_ik) / sqrt(q^z_i q^z_k)   (D(1) on the diagonal)
+    G_in_mm' = beta_A^2 G_mm' + alpha_A^2 sigma_V^2 sum_ik E[A_im A_km'] G_ik / sqrt(q_m q_m')
+
+``E[A_ij A_kl]`` (mode):
+
+* ``'paper'`` — ratio of expectations (Assumption 3.2) over the allowed keys
+  ``exp(sigma_A^2 R_ik R_jl) / sum_{j' <= i?, l' <= k?} exp(sigma_A^2 R_ik R_j'l')``; under a
+  permutation-symmetric start without mask it *is* the (q, p) engine (tested to 1e-10);
+* ``'exact'`` — no Assumption 3.2: Monte-Carlo over a fixed set of logit fields
+  ``M = sigma_A L Z L^T`` (``R = L L^T``, antithetic standard-normal ``Z`` drawn once with a
+  fixed seed), so it is deterministic and jit-able; its error is O(1/sqrt(samples)).
+
+Default mode: ``hp.attention``. ``n`` is the (static) size of ``C``; the paper mode stores
+an ``n^4`` weight tensor (fine for n <= 64).
+
+Public helpers for the figures: :func:`two_group_trajectory` (paper Fig. 3, Eq. 12),
+:func:`causal_exponents` and :func:`causal_geometry` (paper Fig. 6).
+"""
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from . import fixed_points, mlp
+
+MC_SAMPLES = 4096
+MC_SEED = 20240601
+
+
+def _kern(hp, kern):
+    return mlp.kernel(hp) if kern is None else kern
+
+
+def _mode(hp, mode):
+    mode = hp.attention if mode is None else mode
+    if mode not in ("paper", "exact"):
+        raise ValueError(f"unknown attention mode {mode!r} (paper or exact)")
+    return mode
+
+
+# ---- Gram helpers ----------------------------------------------------------------------
+
+def cosines(c):
+    """Cosine matrix of a Gram matrix (unit diagonal; not clipped, so derivatives at the
+    collapsed point R = 11^T are those of the smooth formula — the MLP tables clip)."""
+    d = jnp.sqrt(jnp.diagonal(c, axis1=-2, axis2=-1))
+    r = c / (d[..., :, None] * d[..., None, :])
+    eye = jnp.eye(c.shape[-1], dtype=bool)
+    return jnp.where(eye, 1.0, r)
+
+
+def causal_mask(n: int, causal: bool) -> np.ndarray:
+    """Allowed (query, key) pairs: lower triangle with the diagonal, or everything."""
+    return np.tril(np.ones((n, n), bool)) if causal else np.ones((n, n), bool)
+
+
+def symmetric_gram(n: int, q, p):
+    """C = (q - p) I + p 11^T."""
+    dt = jnp.result_type(float)
+    q, p = jnp.asarray(q, dt), jnp.asarray(p, dt)
+    return (q - p) * jnp.eye(n, dtype=dt) + p * jnp.ones((n, n), dt)
+
+
+def two_group_gram(n: int, q, rho_intra, rho_inter):
+    """Paper Eq. 12: two groups (first n//2 tokens, the rest), cosine rho_intra inside a
+    group and rho_inter across, squared norm q."""
+    dt = jnp.result_type(float)
+    g = np.arange(n) >= n // 2
+    same = jnp.asarray(g[:, None] == g[None, :])
+    r = jnp.where(same, jnp.asarray(rho_intra, dt), jnp.asarray(rho_inter, dt))
+    r = jnp.where(jnp.eye(n, dtype=bool), 1.0, r)
+    return jnp.asarray(q, dt) * r
+
+
+# ---- attention expectations -------------------------------------------------------------
+
+def paper_weights(hp, r, mask):
+    """W[i, k, j, l] ~ E[A_ij A_kl] under Assumption 3.2, restricted to the mask."""
+    s2 = jnp.square(hp.sigma_a)
+    logits = s2 * r[:, :, None, None] * r[None, None, :, :]
+    allowed = jnp.asarray(mask[:, None, :, None] & mask[None, :, None, :])
+    logits = jnp.where(allowed, logits, -jnp.inf)
+    n = r.shape[-1]
+    flat = logits.reshape(n, n, n * n)
+    w = jax.nn.softmax(flat, axis=-1)
+    return w.reshape(n, n, n, n)
+
+
+@functools.lru_cache(maxsize=16)
+def _mc_normals(n: int, samples: int, seed: int) -> np.ndarray:
+    z = np.random.default_rng(seed).standard_normal((samples // 2, n, n))
+    return np.concatenate([z, -z])          # antithetic pairs
+
+
+def mc_attention(hp, r, mask, samples: int = MC_SAMPLES, seed: int = MC_SEED):
+    """Attention matrices A [samples, n, n] of the fixed logit fields M = sigma_A L Z L^T."""
+    n = r.shape[-1]
+    z = jnp.asarray(_mc_normals(n, int(samples), int(seed)), r.dtype)
+    lam, u = jnp.linalg.eigh(r)
+    l_mat = u * jnp.sqrt(jnp.clip(lam, 0.0, None))[None, :]
+    logits = hp.sigma_a * jnp.einsum("ij,sjk,lk->sil", l_mat, z, l_mat)
+    logits = jnp.where(jnp.asarray(mask), logits, -jnp.inf)
+    return jax.nn.softmax(logits, axis=-1)
+
+
+def attention_forward(hp, r, mask, mode="paper"):
+    """C^A = sigma_V^2 E[A R A^T] (no residual)."""
+    sv2 = jnp.square(hp.sigma_v)
+    if mode == "paper":
+        w = paper_weights(hp, r, mask)
+        return sv2 * jnp.einsum("ikjl,jl->ik", w, r)
+    a = mc_attention(hp, r, mask)
+    return sv2 * jnp.mean(jnp.einsum("sij,jl,skl->sik", a, r, a), axis=0)
+
+
+def attention_backward(hp, r, g, mask, mode="paper"):
+    """sum_ik E[A_im A_km'] G_ik (the values path, before the sigma_V^2 / sqrt(q q') factor)."""
+    if mode == "paper":
+        w = paper_weights(hp, r, mask)
+        return jnp.einsum("ikml,ik->ml", w, g)
+    a = mc_attention(hp, r, mask)
+    return jnp.mean(jnp.einsum("sim,ik,skl->sml", a, g, a), axis=0)
+
+
+# ---- block maps ---------------------------------------------------------------------------
+
+def attention_step(hp, c, mask, mode="paper"):
+    """C^z: the Gram between the two branches."""
+    ca = attention_forward(hp, cosines(c), mask, mode)
+    return jnp.square(hp.beta_a) * c + jnp.square(hp.alpha_a) * ca
+
+
+def mlp_step(hp, cz, kern):
+    rz = cosines(cz)
+    eye = jnp.eye(cz.shape[-1], dtype=bool)
+    pm = jnp.where(eye, kern.q_m, mlp.p_m(kern, jnp.where(eye, 0.0, rz)))
+    return jnp.square(hp.beta_m) * cz + jnp.square(hp.alpha_m) * pm
+
+
+def block_map(hp, c, causal: bool = False, kern=None, mode=None):
+    """One block of the Gram map: C -> C'."""
+    kern, mode = _kern(hp, kern), _mode(hp, mode)
+    mask = causal_mask(c.shape[-1], causal)
+    return mlp_step(hp, attention_step(hp, c, mask, mode), kern)
+
+
+def trajectory(hp, c0, num_layers: int | None = None, causal: bool = False, kern=None,
+               mode=None, return_z: bool = False):
+    """Grams [L + 1, n, n] (index 0 = input); with ``return_z`` also C^z [L, n, n]."""
+    kern, mode = _kern(hp, kern), _mode(hp, mode)
+    num_layers = int(hp.depth) if num_layers is None else int(num_layers)
+    c0 = jnp.asarray(c0, jnp.result_type(float))
+    mask = causal_mask(c0.shape[-1], causal)
+
+    def step(c, _):
+        cz = attention_step(hp, c, mask, mode)
+        c1 = mlp_step(hp, cz, kern)
+        return c1, (c1, cz)
+
+    _, (cs, czs) = jax.lax.scan(step, c0, None, length=num_layers)
+    cs = jnp.concatenate([c0[None], cs])
+    return (cs, czs) if return_z else cs
+
+
+def backward_block(hp, kern, c, cz, g, mask, mode="paper", correction: bool = False):
+    """Gradient Gram G at a block's output -> at its input (forward states C, C^z)."""
+    qz = jnp.diagonal(cz)
+    rz = cosines(cz)
+    eye = jnp.eye(c.shape[-1], dtype=bool)
+    dm = jnp.where(eye, kern.d_one, mlp.d_m(kern, jnp.where(eye, 0.0, rz)))
+    cm = jnp.square(hp.beta_m) + jnp.square(hp.alpha_m) * dm / jnp.sqrt(qz[:, None] * qz[None, :])
+    g = cm * g
+    q = jnp.diagonal(c)
+    r = cosines(c)
+    ga = jnp.square(hp.sigma_v) * attention_backward(hp, r, g, mask, mode)
+    if correction:
+        from .correction import gram_softmax_term
+        ga = ga + gram_softmax_term(hp, r, g, mask)
+    return jnp.square(hp.beta_a) * g + jnp.square(hp.alpha_a) * ga / jnp.sqrt(q[:, None] * q[None, :])
+
+
+def gradient_exponent(hp, c0, num_layers: int | None = None, causal: bool = False, kern=None,
+                      mode=None, softmax_correction: bool = False, return_grams: bool = False):
+    """lambda_g(L) = (1/L) log(tr G_0 / n) with G_L = I, from input Gram c0 (THEORY.md §7)."""
+    kern, mode = _kern(hp, kern), _mode(hp, mode)
+    num_layers = int(hp.depth) if num_layers is None else int(num_layers)
+    cs, czs = trajectory(hp, c0, num_layers, causal, kern, mode, return_z=True)
+    n = cs.shape[-1]
+    mask = causal_mask(n, causal)
+
+    def step(carry, x):
+        g, log_scale = carry
+        c, cz = x
+        g = backward_block(hp, kern, c, cz, g, mask, mode, softmax_correction)
+        s = jnp.trace(g) / n
+        return (g / s, log_scale + jnp.log(s)), g / s
+
+    g0 = jnp.eye(n, dtype=cs.dtype)
+    (g, log_total), gs = jax.lax.scan(step, (g0, jnp.zeros((), cs.dtype)), (cs[:-1], czs),
+                                      reverse=True)
+    lam = log_total / num_layers
+    return (lam, gs) if return_grams else lam
+
+
+# ---- figures: two groups (Fig. 3) and causal attention (Fig. 6) ----------------------------
+
+def group_cosines(c):
+    """Mean intra-group and inter-group cosine of a Gram [..., n, n] (groups as in
+    :func:`two_group_gram` and ``phasefield.simulate.measure.group_stats``)."""
+    n = c.shape[-1]
+    r = cosines(c)
+    g = np.arange(n) >= n // 2
+    same = (g[:, None] == g[None, :]) & ~np.eye(n, dtype=bool)
+    diff = g[:, None] != g[None, :]
+    intra = jnp.sum(jnp.where(same, r, 0.0), (-2, -1)) / same.sum()
+    inter = jnp.sum(jnp.where(diff, r, 0.0), (-2, -1)) / diff.sum()
+    return intra, inter
+
+
+def two_group_trajectory(hp, q0, rho_intra, rho_inter, num_layers: int | None = None,
+                         causal: bool = False, mode=None, kern=None):
+    """Symmetry restoration from the two-group input of paper Eq. 12 (Fig. 3).
+
+    Returns ``(intra, inter)``: per-layer mean intra-group and inter-group cosines, arrays
+    of length ``num_layers + 1`` (index 0 = input); their ratio ``inter / intra`` -> 1 when
+    permutation symmetry is restored. ``hp.n_tokens`` must be concrete."""
+    n = int(np.asarray(hp.n_tokens))
+    c0 = two_group_gram(n, q0, rho_intra, rho_inter)
+    cs = trajectory(hp, c0, num_layers, causal, kern, mode)
+    return group_cosines(cs)
+
+
+def causal_geometry(hp, q0, rho0, num_layers: int | None = None, causal: bool = True,
+                    mode=None, kern=None) -> dict:
+    """Per-position token norms ``norms [L+1, n]`` (``C_ii``, squared norm / d) and cosines
+    ``cosines [L+1, n, n]`` from a permutation-symmetric input (q0, rho0)."""
+    n = int(np.asarray(hp.n_tokens))
+    cs = trajectory(hp, symmetric_gram(n, q0, rho0 * q0), num_layers, causal, kern, mode)
+    return {"norms": jnp.diagonal(cs, axis1=-2, axis2=-1), "cosines": cosines(cs)}
+
+
+def _u_over_q(c):
+    n = c.shape[-1]
+    tr = jnp.trace(c)
+    u = (tr - jnp.sum(c) / n) / (n - 1)
+    return u / (tr / n)
+
+
+def angle_exponent(hp, causal: bool = True, kern=None, mode="paper"):
+    """lambda_a by the simulator's protocol (THEORY.md §6): tokens at q*, cosine 1 - eps,
+    one block, ``log[(u'/q') / (u/q)]`` in the limit eps -> 0 (u = mean squared distance
+    to the token mean, as in ``simulate.measure.token_stats``)."""
+    kern = _kern(hp, kern)
+    n = int(np.asarray(hp.n_tokens))
+    q_star, _ = fixed_points.collapsed_fixed_point(hp, kern)
+    ones = jnp.ones((n, n))
+    eye = jnp.eye(n)
+
+    def ratio(eps):
+        c0 = q_star * ((1.0 - eps) * ones + eps * eye)
+        return _u_over_q(block_map(hp, c0, causal, kern, mode))
+
+    _, slope = jax.jvp(ratio, (jnp.zeros(()),), (jnp.ones(()),))
+    return jnp.log(slope)
+
+
+def angle_exponent_spectral(hp, causal: bool = True, kern=None, mode="paper"):
+    """log spectral radius of the linearized cosine map dR' / dR at the collapsed point
+    (all n(n-1)/2 transverse modes; equals lambda_a without a mask)."""
+    kern = _kern(hp, kern)
+    n = int(np.asarray(hp.n_tokens))
+    q_star, _ = fixed_points.collapsed_fixed_point(hp, kern)
+    iu = np.triu_indices(n, 1)
+
+    def f(delta):
+        s = jnp.zeros((n, n)).at[iu].set(delta)
+        c = q_star * (jnp.ones((n, n)) + s + s.T)
+        return cosines(block_map(hp, c, causal, kern, mode))[iu]
+
+    jac = jax.jacfwd(f)(jnp.zeros(len(iu[0])))
+    return jnp.log(jnp.max(jnp.abs(jnp.linalg.eigvals(jac))))
+
+
+def causal_exponents(hp, kern=None, causal: bool = True, mode="paper") -> dict:
+    """Causal-attention exponents (paper Fig. 6) at one point:
+
+    lambda_a           simulator protocol (one block from cosine 1 - eps at q*)
+    lambda_a_spectral  log spectral radius of the transverse linearization
+    lambda_g           finite depth hp.depth, input at the collapsed point (as simulated)
+
+    At the collapsed point the attention matrix is the deterministic causal average
+    (uniform over j <= i) in both modes, so the exponents do not depend on ``mode``.
+    ``hp.n_tokens`` and ``hp.depth`` must be concrete."""
+    kern = _kern(hp, kern)
+    n = int(np.asarray(hp.n_tokens))
+    q_star, _ = fixed_points.collapsed_fixed_point(hp, kern)
+    c0 = q_star * jnp.ones((n, n))
+    return {
+        "lambda_a": angle_exponent(hp, causal, kern, mode),
+        "lambda_a_spectral": angle_exponent_spectral(hp, causal, kern, mode),
+        "lambda_g": gradient_exponent(hp, c0, int(np.asarray(hp.depth)), causal, kern, mode),
+        "q_star": q_star,
+    }

@@ -1,0 +1,67 @@
+"""Softmax-derivative (query/key path) correction of the attention backward map, against
+autodiff of one finite-width attention layer."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import phasefield  # noqa: F401  (float64)
+from phasefield import HParams
+from phasefield.theory import attention, correction, gram
+import importlib
+
+ex = importlib.import_module("phasefield.theory.exponents")
+
+N, D, SA, RHO, A, B = 6, 256, 2.0, 0.3, 1.0, 0.5
+
+
+def _draw(key):
+    """|gamma_m|^2/d and gamma_m.gamma_m'/d of the full VJP of softmax(xWq (xWk)^T/sqrt d) x Wv
+    for normalized tokens with cosine RHO and output gradients with Gram A I + B 11^T."""
+    k1, k2, k3, k4, k5, k6 = jax.random.split(key, 6)
+    qm, _ = jnp.linalg.qr(jax.random.normal(k1, (D, N + 1)))
+    x = jnp.sqrt(D) * (jnp.sqrt(RHO) * qm[:, :1].T + jnp.sqrt(1 - RHO) * qm[:, 1:].T)
+    wq = jax.random.normal(k2, (D, D)) * jnp.sqrt(SA / D)
+    wk = jax.random.normal(k3, (D, D)) * jnp.sqrt(SA / D)
+    wv = jax.random.normal(k4, (D, D)) / jnp.sqrt(D)
+    g = jnp.sqrt(B) * jax.random.normal(k5, (1, D)) + jnp.sqrt(A) * jax.random.normal(k6, (N, D))
+
+    def f(x):
+        att = jax.nn.softmax((x @ wq) @ (x @ wk).T / jnp.sqrt(D), -1)
+        return att @ (x @ wv)
+
+    _, vjp = jax.vjp(f, x)
+    (gam,) = vjp(g)
+    gin = gam @ gam.T / D
+    off = ~jnp.eye(N, dtype=bool)
+    return jnp.stack([jnp.mean(jnp.diagonal(gin)), jnp.sum(jnp.where(off, gin, 0)) / (N * (N - 1))])
+
+
+def test_correction_matches_autodiff_of_one_layer():
+    keys = jax.random.split(jax.random.key(11), 600)
+    r = np.asarray(jax.jit(lambda ks: jax.lax.map(_draw, ks, batch_size=100))(keys))
+    m, se = r.mean(0), r.std(0, ddof=1) / np.sqrt(len(r))
+    hp = HParams(sigma_a=SA, n_tokens=N, attention="exact")
+    dv, ov = (float(v) for v in attention.backward(hp, 1.0, RHO, A, B))
+    ds, os_ = (float(v) for v in correction.softmax_term(hp, 1.0, RHO, A, B))
+    assert abs(m[0] - (dv + ds)) < 4 * se[0] + 0.02 * (dv + ds)   # O(1/d) allowance
+    assert abs(m[1] - (ov + os_)) < 4 * se[1] + 0.02
+    assert abs(m[0] - dv) > 20 * se[0]                               # values path alone fails
+
+
+def test_gram_correction_matches_symmetric_formula():
+    hp = HParams(sigma_a=SA, n_tokens=N, attention="exact")
+    r = gram.cosines(gram.symmetric_gram(N, 1.0, RHO))
+    g = gram.symmetric_gram(N, A + B, B)
+    corr = correction.gram_softmax_term(hp, r, g, gram.causal_mask(N, False), 16384)
+    ds, os_ = (float(v) for v in correction.softmax_term(hp, 1.0, RHO, A, B))
+    off = ~np.eye(N, dtype=bool)
+    assert abs(float(jnp.mean(jnp.diagonal(corr))) - ds) < 0.02 * abs(ds)
+    assert abs(float(jnp.mean(np.asarray(corr)[off])) - os_) < 0.1 * abs(os_)
+
+
+def test_correction_vanishes_at_collapse():
+    hp = HParams(sigma_w=2.0, sigma_a=2.0, alpha_a=0.6, alpha_m=0.7, n_tokens=8, depth=4)
+    d, o = correction.softmax_term(hp, 1.0, 1.0, 1.0, 0.3)
+    assert float(d) == 0.0 and float(o) == 0.0
+    lg = correction.gradient_exponent_corrected(hp, num_layers=4)
+    assert abs(float(lg) - float(ex.gradient_exponent(hp, num_layers=4))) < 1e-12

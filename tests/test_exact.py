@@ -1,0 +1,87 @@
+"""Exact-softmax attention map (phasefield.theory.exact): against brute-force Monte-Carlo of
+the n x n Gaussian logit field, its limits, lambda_a, and the THEORY.md §3 case."""
+import importlib
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import phasefield  # noqa: F401  (float64)
+from phasefield import HParams
+from phasefield.theory import attention, block, exact
+
+ex = importlib.import_module("phasefield.theory.exponents")
+
+
+@pytest.mark.parametrize("sigma_a,rho,n", [(1.0, 0.3, 8), (3.0, 0.3, 8), (4.0, -0.1, 4),
+                                           (2.0, 0.9, 6), (4.0, 0.6, 5)])
+def test_s_values_match_brute_force(sigma_a, rho, n):
+    hp = HParams(sigma_a=sigma_a, n_tokens=n)
+    s1, sr = (float(v) for v in exact.s_values(hp, rho))
+    m1, e1, mr, er = exact.monte_carlo_s(sigma_a, rho, n, samples=60_000, seed=7)
+    assert abs(s1 - m1) < 4 * e1 + 1e-6
+    assert abs(sr - mr) < 4 * er + 1e-6
+
+
+def test_paper_map_is_wrong_at_large_sigma_a():
+    # the brute-force value differs from the paper's 1 - w by many standard errors
+    hp = HParams(sigma_a=3.0, n_tokens=8)
+    w1, wr = attention.weights(hp, 0.3)
+    m1, e1, mr, er = exact.monte_carlo_s(3.0, 0.3, 8, samples=60_000, seed=3)
+    assert abs((1 - float(w1)) - m1) > 50 * e1
+    assert abs((1 - float(wr)) - mr) > 50 * er
+
+
+def test_normalization_and_convergence_large_n():
+    hp = HParams(sigma_a=4.0, n_tokens=4096)
+    rm = exact.row_moments(hp, 0.3)
+    assert abs(float(rm["a1"]) * 4096 - 1.0) < 1e-9          # E[A_1] = 1/n
+    base = np.array([float(v) for v in exact.s_values(hp, 0.3)])
+    fine = np.array([float(v) for v in exact.s_values(hp, 0.3, 400, 201)])
+    np.testing.assert_allclose(base, fine, rtol=1e-7)
+
+
+def test_collapsed_and_small_sigma_limits():
+    hp = HParams(sigma_a=2.0, n_tokens=16)
+    s1, sr = exact.s_values(hp, 1.0)
+    assert abs(float(s1) - 1 / 16) < 1e-10 and abs(float(sr) - 1 / 16) < 1e-10
+    small = HParams(sigma_a=1e-3, n_tokens=16)
+    q_a, p_a = exact.forward(small, 0.4)
+    np.testing.assert_allclose([float(q_a), float(p_a)], [(1 + 15 * 0.4) / 16] * 2, atol=1e-6)
+
+
+def test_backward_consistent_with_forward_identities():
+    # rows of A sum to one: sum over m' of the backward map applied to G = 11^T (a=0, b=1)
+    hp = HParams(sigma_a=2.5, n_tokens=12, attention="exact")
+    diag, off = attention.backward(hp, 1.0, 0.2, 0.0, 1.0)
+    assert abs(float(diag + 11 * off) - 12.0) < 1e-8        # 1^T A^T 1 1^T A 1 / n = n
+
+
+def test_lambda_a_exact_equals_paper_and_jit_vmap():
+    for sa in (2.0,):
+        hp = HParams(sigma_w=2.0, sigma_a=sa, alpha_a=0.5, alpha_m=0.7)
+        la_p = float(ex.angle_exponent(hp))
+        la_e = float(ex.angle_exponent(hp.replace(attention="exact"), method="autodiff"))
+        assert abs(la_p - la_e) < 1e-9
+    hp = HParams(n_tokens=32, attention="exact")
+    f = jax.jit(jax.vmap(lambda s: attention.forward(hp.replace(sigma_a=s), 0.3)[0]))
+    out = np.asarray(f(jnp.array([1.0, 2.0])))
+    assert np.all(np.isfinite(out)) and out[1] > out[0]
+
+
+def test_theory_md_case_and_simulation():
+    """THEORY.md §3: n=32, sigma_w=2, sigma_A=3, alpha_A=.5, alpha_M=.7, rho0=.3, 16 blocks:
+    paper 0.19, exact 0.30, d=512 simulation 0.27."""
+    hp = HParams(sigma_w=2.0, sigma_a=3.0, alpha_a=0.5, alpha_m=0.7, n_tokens=32, depth=16)
+    qs, ps = block.trajectory(hp, 1.0, 0.3, 16)
+    rho_paper = float(ps[-1] / qs[-1])
+    qs, ps = block.trajectory(hp.replace(attention="exact"), 1.0, 0.3, 16)
+    rho_exact = float(ps[-1] / qs[-1])
+    assert abs(rho_paper - 0.19) < 0.005
+    assert abs(rho_exact - 0.30) < 0.005
+    from phasefield.simulate import measure
+    sim = measure.transients(hp, 1.0, 0.3, width=512, seeds=4, depth=16, seed=0)
+    r, se = sim["rho"][-1], sim["rho_se"][-1]
+    assert abs(r - rho_exact) < 0.05 + 3 * se
+    assert abs(r - rho_exact) < abs(r - rho_paper)

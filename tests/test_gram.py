@@ -1,0 +1,128 @@
+"""Full-Gram mean field (phasefield.theory.gram): reduction to the (q, p) engine, causal
+structure, and agreement with the causal finite-width simulator."""
+import importlib
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import phasefield  # noqa: F401  (float64)
+from phasefield import HParams
+from phasefield.theory import block, exact, fixed_points, gram, mlp
+
+ex = importlib.import_module("phasefield.theory.exponents")
+HP = HParams(sigma_w=2.0, sigma_a=1.5, alpha_a=0.6, alpha_m=0.7, n_tokens=8, depth=10)
+
+
+def test_symmetric_start_reproduces_qp_engine():
+    kern = mlp.kernel(HP)
+    qs, ps = block.trajectory(HP, 1.3, 0.4, 10, kern)
+    cs = gram.trajectory(HP, gram.symmetric_gram(8, 1.3, 0.4), 10, kern=kern)
+    np.testing.assert_allclose(np.diagonal(cs, axis1=1, axis2=2), np.repeat(qs[:, None], 8, 1),
+                               rtol=0, atol=1e-10)
+    off = ~np.eye(8, dtype=bool)
+    np.testing.assert_allclose(np.asarray(cs)[:, off], np.repeat(ps[:, None], 56, 1), atol=1e-10)
+    for q0, p0 in ((1.3, 0.4), (None, None)):
+        lg = ex.gradient_exponent(HP, q0, p0, 10, kern)
+        if q0 is None:
+            q0 = p0 = fixed_points.collapsed_fixed_point(HP, kern)[0]
+        lg2 = gram.gradient_exponent(HP, gram.symmetric_gram(8, q0, p0), 10, kern=kern)
+        assert abs(float(lg) - float(lg2)) < 1e-10
+    la = float(ex.angle_exponent(HP, kern))
+    assert abs(float(gram.angle_exponent(HP, causal=False, kern=kern)) - la) < 1e-10
+    assert abs(float(gram.angle_exponent_spectral(HP, causal=False, kern=kern)) - la) < 1e-9
+
+
+def test_causal_first_token_and_collapsed_gradient():
+    kern = mlp.kernel(HP)
+    cs = gram.trajectory(HP, gram.symmetric_gram(8, 1.0, 0.3), 6, causal=True, kern=kern)
+    # token 1 attends only to itself: its norm follows the collapsed-point recursion
+    ba2, bm2, aa2, am2 = (float(v) ** 2 for v in (HP.beta_a, HP.beta_m, HP.alpha_a, HP.alpha_m))
+    q = 1.0
+    for layer in range(1, 7):
+        q = bm2 * (ba2 * q + aa2) + am2 * float(kern.q_m)
+        assert abs(float(cs[layer, 0, 0]) - q) < 1e-12
+    # lambda_g from the collapsed point: G -> c (beta_A^2 G + alpha_A^2/q* Abar^T G Abar)
+    q_star, qz_star = (float(v) for v in fixed_points.collapsed_fixed_point(HP, kern))
+    c = bm2 + am2 * float(kern.d_one) / qz_star
+    abar = np.tril(np.ones((8, 8))) / np.arange(1, 9)[:, None]
+    g = np.eye(8)
+    for _ in range(10):
+        g = c * (ba2 * g + aa2 / q_star * abar.T @ g @ abar)
+    expected = np.log(np.trace(g) / 8) / 10
+    got = gram.gradient_exponent(HP, q_star * jnp.ones((8, 8)), 10, causal=True, kern=kern)
+    assert abs(float(got) - expected) < 1e-10
+
+
+def test_exact_mode_matches_semi_analytic_map():
+    hp = HP.replace(sigma_a=3.0, attention="exact")
+    r = gram.cosines(gram.symmetric_gram(8, 1.0, 0.3))
+    ca = gram.attention_forward(hp, r, gram.causal_mask(8, False), "exact")
+    q_a, p_a = exact.forward(hp, 0.3)
+    off = ~np.eye(8, dtype=bool)
+    assert abs(float(jnp.mean(jnp.diagonal(ca))) - float(q_a)) < 0.01
+    assert abs(float(jnp.mean(np.asarray(ca)[off])) - float(p_a)) < 0.01
+
+
+def test_two_group_trajectory_and_simulation():
+    hp = HParams(sigma_w=1.5, sigma_a=1.0, alpha_a=0.5, alpha_m=0.5, n_tokens=8, depth=6)
+    same_i, same_o = gram.two_group_trajectory(hp, 1.0, 0.4, 0.4, 6)
+    np.testing.assert_allclose(same_i, same_o, atol=1e-12)
+    intra, inter = gram.two_group_trajectory(hp, 1.0, 0.6, 0.1, 6)
+    assert intra.shape == (7,) and float(inter[-1] / intra[-1]) > float(inter[0] / intra[0])
+    from phasefield.simulate import measure
+    sim = measure.group_cosines(hp, 1.0, 0.6, 0.1, width=256, seeds=6, depth=6, seed=1)
+    assert np.all(np.abs(sim["intra"] - np.asarray(intra)) < 0.03 + 4 * sim["intra_se"])
+    assert np.all(np.abs(sim["inter"] - np.asarray(inter)) < 0.03 + 4 * sim["inter_se"])
+
+
+def test_causal_geometry_against_causal_simulator():
+    hp = HParams(sigma_w=1.5, sigma_a=1.0, alpha_a=0.6, alpha_m=0.6, n_tokens=8, depth=8)
+    geo = gram.causal_geometry(hp, 1.0, 0.3, 8)
+    from phasefield.simulate import measure
+    sim = measure.token_geometry(hp, 1.0, 0.3, width=256, seeds=6, depth=8, causal=True, seed=2)
+    iu = np.triu_indices(8, 1)
+    cos_sim = sim["cosines"].reshape(9, 6, -1)
+    m, se = cos_sim.mean(1), cos_sim.std(1, ddof=1) / np.sqrt(6)
+    theory = np.asarray(geo["cosines"])[:, iu[0], iu[1]]
+    assert np.all(np.abs(m - theory) < 0.05 + 3 * se)
+    # the causal geometry is not permutation symmetric: early pairs differ from late pairs
+    assert abs(theory[-1, 0] - theory[-1, -1]) > 0.01
+    norms = sim["norms"].reshape(9, 6, 8)
+    m, se = norms.mean(1), norms.std(1, ddof=1) / np.sqrt(6)
+    assert np.all(np.abs(m - np.asarray(geo["norms"])) < 0.03 + 4 * se)
+
+
+def test_causal_exponents_against_simulator():
+    hp = HParams(sigma_w=1.5, sigma_a=1.0, alpha_a=0.6, alpha_m=0.6, n_tokens=8, depth=6)
+    th = gram.causal_exponents(hp)
+    assert set(th) >= {"lambda_a", "lambda_g"}
+    from phasefield.simulate import measure
+    sim = measure.exponents(hp, width=256, seeds=8, causal=True, seed=0)
+    assert abs(sim["lambda_a"] - float(th["lambda_a"])) < 0.03 + 3 * sim["lambda_a_se"]
+    assert abs(sim["lambda_g"] - float(th["lambda_g"])) < 0.03 + 3 * sim["lambda_g_se"]
+    # the causal mask changes the exponents (the non-causal theory differs)
+    assert abs(float(th["lambda_a"]) - float(ex.angle_exponent(hp))) > 0.02
+
+
+def test_cli_gram_commands():
+    import json
+
+    import click
+    from click.testing import CliRunner
+
+    from phasefield.cli import common
+    from phasefield.cli import gram as gram_cli
+
+    @click.group()
+    def root():
+        pass
+
+    gram_cli.register(root)
+    runner = CliRunner()
+    res = runner.invoke(root, ["gram", "trajectory", "--causal", "--n-tokens", "6", "--depth", "3", "--json"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output)
+    assert len(out["norms"]) == 4 and len(out["norms"][0]) == 6
+    res = runner.invoke(root, ["gram", "trajectory", "--n-tokens", "1"])
+    assert isinstance(res.exception, common.UsageError)
