@@ -195,7 +195,8 @@ def sweep(*, sigma_w, sigma_a=1.0, alpha=None, alpha_a=None, alpha_m=None, sigma
     total = int(np.prod(shape)) if shape else 1
     devices = list(devices) if devices is not None else jax.local_devices()
     ndev = len(devices)
-    chunk = int(chunk_size or DEFAULT_CHUNK)
+    # the exact-softmax map integrates over a logit grid per point (~25 MB): small chunks
+    chunk = int(chunk_size or (DEFAULT_CHUNK if attention == "paper" else 64))
     chunk = max(ndev, min(chunk, -(-total // ndev) * ndev))
     chunk = -(-chunk // ndev) * ndev
     n_chunks = -(-total // chunk)

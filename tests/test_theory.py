@@ -228,13 +228,13 @@ def test_scalar_vmap_jit_agree():
 
 def test_grad_in_every_numeric_field():
     hp = HParams(sigma_w=2.4, sigma_a=1.3, alpha_a=0.6, alpha_m=0.4, n_tokens=32.0, depth=16.0)
-    f = lambda h: theory.exponents(h, mlp.kernel(h, 256, 129))["lambda_g"]
-    g = jax.grad(f)(hp)
+    f = jax.jit(lambda h: theory.exponents(h, mlp.kernel(h, 192, 65))["lambda_g"])
+    g = jax.jit(jax.grad(f))(hp)
     for name in ("sigma_w", "alpha_a", "alpha_m", "sigma_v", "n_tokens", "depth"):
         eps = 1e-5
         fd = (f(hp.replace(**{name: getattr(hp, name) + eps})) - f(hp.replace(**{name: getattr(hp, name) - eps}))) / (2 * eps)
         assert float(getattr(g, name)) == pytest.approx(float(fd), rel=1e-5, abs=1e-9), name
-    gi = jax.grad(lambda h: theory.exponents(h, mlp.kernel(h, 256, 129))["lambda_g_inf"])(hp)
+    gi = jax.jit(jax.grad(lambda h: theory.exponents(h, mlp.kernel(h, 192, 65))["lambda_g_inf"]))(hp)
     assert all(bool(jnp.isfinite(x)) for x in jax.tree.leaves(gi))
 
 

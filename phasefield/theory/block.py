@@ -9,6 +9,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from ._api import public
 from . import attention, mlp
 
 
@@ -28,6 +29,7 @@ def mlp_step(hp, q_z, p_z, kern):
     return bm2 * q_z + am2 * kern.q_m, bm2 * p_z + am2 * mlp.p_m(kern, p_z / q_z)
 
 
+@public()
 def block_map(hp, q, p, kern=None):
     """One block of the mean-field map: (q, p) -> (q', p')."""
     kern = _kern(hp, kern)
@@ -35,6 +37,7 @@ def block_map(hp, q, p, kern=None):
     return mlp_step(hp, q_z, p_z, kern)
 
 
+@public("num_layers", "return_z")
 def trajectory(hp, q0, p0, num_layers: int | None = None, kern=None, return_z: bool = False):
     """Iterate the block map: arrays q, p of length num_layers + 1 (index 0 = input).
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from ._api import public
 from . import attention, block, fixed_points, mlp
 
 
@@ -22,6 +23,7 @@ def _kern(hp, kern):
 
 # ---- lambda_a ---------------------------------------------------------------------------
 
+@public("method")
 def angle_exponent(hp, kern=None, method: str = "closed"):
     """lambda_a: log of the transverse eigenvalue of the block map at the collapsed point.
 
@@ -75,6 +77,7 @@ def _top_eigenvalue(m):
     return 0.5 * (tr + jnp.sqrt(jnp.maximum(tr * tr - 4.0 * det, 0.0)))
 
 
+@public()
 def mean_mode(hp, kern=None):
     """Eigenvalue of the mean-token mode of the backward map at the collapsed point (§7)."""
     kern = _kern(hp, kern)
@@ -84,6 +87,7 @@ def mean_mode(hp, kern=None):
     return (ba2 + aa2 * jnp.square(hp.sigma_v) / q_star) * (bm2 + am2 * kern.d_one / qz_star)
 
 
+@public()
 def gradient_exponent_collapsed(hp, kern=None, depth=None, lambda_a=None):
     """lambda_g(L) with the input at the collapsed fixed point, in closed form:
     (1/L) log[(1 - 1/n) e^{L lambda_a} + mu^L / n]  (traceable in L and n)."""
@@ -95,6 +99,7 @@ def gradient_exponent_collapsed(hp, kern=None, depth=None, lambda_a=None):
     return jnp.logaddexp(jnp.log1p(-1.0 / n) + L * la, L * jnp.log(mu) - jnp.log(n)) / L
 
 
+@public("num_layers")
 def gradient_exponent(hp, q0=None, p0=None, num_layers: int | None = None, kern=None):
     """Finite-depth lambda_g(L) = (1/L) log(a + b) from input geometry (q0, p0) (§7).
 
@@ -126,6 +131,7 @@ def gradient_exponent(hp, q0=None, p0=None, num_layers: int | None = None, kern=
     return log_total / num_layers
 
 
+@public()
 def gradient_exponent_inf(hp, kern=None, state=None):
     """lambda_g^inf: log top eigenvalue of the backward map at the stable fixed point."""
     kern = _kern(hp, kern)
@@ -134,6 +140,7 @@ def gradient_exponent_inf(hp, kern=None, state=None):
     return jnp.log(_top_eigenvalue(gradient_matrix(hp, kern, *state)))
 
 
+@public()
 def exponents(hp, kern=None) -> dict:
     """Everything at one point: lambda_a, lambda_g (depth hp.depth, collapsed input),
     lambda_g_inf, q_star, q_z_star, rho_star (1 in the ordered phase)."""

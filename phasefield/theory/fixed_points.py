@@ -14,12 +14,14 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from ._api import public
 from . import attention, mlp
 
 BISECTION_STEPS = 44
 NEWTON_STEPS = 3
 
 
+@public()
 def collapsed_fixed_point(hp, kern=None):
     """(q*, q_z*) of the collapsed fixed point rho = 1."""
     kern = mlp.kernel(hp) if kern is None else kern
@@ -51,6 +53,7 @@ def _residual(hp, kern, rho):
     return p1 / q - rho
 
 
+@public()
 def simplex_fixed_point(hp, kern=None):
     """rho* < 1 of the chaotic phase (meaningful only when lambda_a > 0)."""
     kern = mlp.kernel(hp) if kern is None else kern
@@ -77,6 +80,7 @@ def simplex_fixed_point(hp, kern=None):
     return jax.lax.fori_loop(0, NEWTON_STEPS, newton, 0.5 * (lo + hi))
 
 
+@public()
 def stable_fixed_point(hp, kern=None, lambda_a=None):
     """(q, rho, q_z, rho_z) at the stable fixed point (rho = 1 in the ordered phase)."""
     kern = mlp.kernel(hp) if kern is None else kern

@@ -25,6 +25,7 @@ reuse it across every other axis.
 """
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
@@ -111,18 +112,44 @@ def _e_sq(activation, s, phi, dphi):
 # ---- construction -------------------------------------------------------------------------
 
 def kernel(hp, n_grid: int | None = None, n_cheb: int | None = None) -> MLPKernel:
-    """The MLP kernel of ``hp`` (its sigma_w, activation, mlp_layers)."""
+    """The MLP kernel of ``hp`` (its sigma_w, activation, mlp_layers).
+
+    Table sizes (static) follow the concrete sigma_w, or resolve sigma_w <= 10 when it is
+    traced; with a concrete sigma_w the construction runs as one cached compiled program.
+    """
     act, k = hp.activation, int(hp.mlp_layers)
     activations.get(act)
     sigma_w = jnp.asarray(hp.sigma_w, jnp.result_type(float))
+    if act in CLOSED_FORMS:
+        return _build(sigma_w, act, k, 0, 0)
+    concrete = _concrete_max(sigma_w) is not None
+    if n_grid is None or n_cheb is None:
+        s_max = None
+        if concrete:
+            q_l, _, _ = _layer_scales_jit(act, k)(sigma_w)
+            s_max = float(np.max(np.sqrt(np.asarray(q_l))))
+        g, c = table_sizes(DEFAULT_SIGMA_MAX if s_max is None else s_max)
+        n_grid, n_cheb = n_grid or g, n_cheb or c
+    if concrete:
+        return _build_jit(act, k, int(n_grid), int(n_cheb))(sigma_w)
+    return _build(sigma_w, act, k, n_grid, n_cheb)
+
+
+@functools.lru_cache(maxsize=None)
+def _layer_scales_jit(act, k):
+    return jax.jit(lambda s: layer_scales(s, act, k))
+
+
+@functools.lru_cache(maxsize=None)
+def _build_jit(act, k, n_grid, n_cheb):
+    return jax.jit(lambda s: _build(s, act, k, n_grid, n_cheb))
+
+
+def _build(sigma_w, act, k, n_grid, n_cheb):
     q_l, e2, d2 = layer_scales(sigma_w, act, k)
     if act in CLOSED_FORMS:
         empty = jnp.zeros(q_l.shape + (0,), q_l.dtype)
         return MLPKernel(sigma_w, q_l, e2, d2, empty, empty, activation=act)
-    if n_grid is None or n_cheb is None:
-        s_max = _concrete_max(jnp.sqrt(q_l))
-        g, c = table_sizes(DEFAULT_SIGMA_MAX if s_max is None else s_max)
-        n_grid, n_cheb = n_grid or g, n_cheb or c
     c_pp, c_dd = [], []
     for layer in range(k):
         pp, dd = _tables(act, jnp.sqrt(q_l[..., layer]), n_grid, n_cheb,
@@ -270,12 +297,3 @@ def _p_m_jvp(primals, tangents):
     dkern, drho = tangents
     out, d_kern = jax.jvp(lambda k_: _forward_layers(k_, rho)[0], (kern,), (dkern,))
     return out, d_kern + d_m(kern, rho) * drho
-
-
-def q_m(kern: MLPKernel):
-    return kern.q_m
-
-
-def chi(kern: MLPKernel, rho):
-    """Backward factor of the MLP branch times q_z: sigma_w^{2k+2} prod E[phi' phi'] = D(rho)."""
-    return d_m(kern, rho)
