@@ -110,10 +110,21 @@ def _point_fields(dims, scalars, flat_index):
 
 
 def build_kernels(sigma_w: np.ndarray, activation: str = "tanh", mlp_layers: int = 1,
-                  devices: Sequence | None = None):
+                  devices: Sequence | None = None, need_tables: np.ndarray | None = None):
     """Stacked :class:`MLPKernel` for each sigma_w (tables sized per resolution bucket,
-    each bucket's sigma_w sharded over ``devices``)."""
+    each bucket's sigma_w sharded over ``devices``). Where ``need_tables`` is False only
+    the 1-D quantities (q_M, D(1)) are computed and the 2-D tables are left at zero."""
     devices = tuple(devices) if devices is not None else tuple(jax.local_devices())
+    if need_tables is not None and not np.all(need_tables):
+        need_tables = np.asarray(need_tables, bool)
+        full = _scalar_kernels(sigma_w, activation, mlp_layers)
+        if np.any(need_tables):
+            part = build_kernels(np.asarray(sigma_w)[need_tables], activation, mlp_layers, devices)
+            full = full.replace(c_pp=np.zeros((len(sigma_w),) + part.c_pp.shape[1:]),
+                                c_dd=np.zeros((len(sigma_w),) + part.c_dd.shape[1:]))
+            full.c_pp[need_tables] = part.c_pp
+            full.c_dd[need_tables] = part.c_dd
+        return full
     sigma_w = np.asarray(sigma_w, np.float64).reshape(-1)
     hp0 = HParams(activation=activation, mlp_layers=int(mlp_layers))
     if activation in mlp.CLOSED_FORMS:
@@ -142,6 +153,35 @@ def build_kernels(sigma_w: np.ndarray, activation: str = "tanh", mlp_layers: int
     return out
 
 
+def _scalar_kernels(sigma_w, activation, mlp_layers):
+    """Kernels with the 1-D quantities only (enough for lambda_a and the collapsed point)."""
+    sigma_w = np.asarray(sigma_w, np.float64).reshape(-1)
+    fn = mlp._layer_scales_jit(activation, int(mlp_layers))
+    q_l, e2, d2 = (np.asarray(x) for x in jax.vmap(fn)(jnp.asarray(sigma_w)))
+    empty = np.zeros(q_l.shape + (1,))
+    return mlp.MLPKernel(sigma_w, q_l, e2, d2, empty, empty, activation=activation)
+
+
+def _chaotic_sigma_w(dims, scalars, kernels, residual, block=1 << 20):
+    """For each sigma_w: does any grid point with it have lambda_a > 0 (closed form)?"""
+    shape = tuple(v.size for v in dims.values())
+    total = int(np.prod(shape)) if shape else 1
+    n_sw = np.size(kernels.sigma_w)
+    out = np.zeros(n_sw, bool)
+    q_m, d_one = np.asarray(kernels.q_m), np.asarray(kernels.d_one)
+    for lo in range(0, total, block):
+        f, i_sw = _point_fields(dims, scalars, np.arange(lo, min(total, lo + block)))
+        a2, m2 = f["alpha_a"] ** 2, f["alpha_m"] ** 2
+        b2a, b2m = (np.ones_like(a2), np.ones_like(m2)) if residual == "identity" else (1 - a2, 1 - m2)
+        sv2 = f["sigma_v"] ** 2
+        with np.errstate(divide="ignore", invalid="ignore"):
+            q = (b2m * a2 * sv2 + m2 * q_m[i_sw]) / (1 - b2a * b2m)
+            qz = b2a * q + a2 * sv2
+            lam = np.log(b2a * (b2m + m2 * d_one[i_sw] / qz))
+        np.logical_or.at(out, i_sw, lam > 0)
+    return out
+
+
 def _assign(o, sel, x):
     o[sel] = x
     return o
@@ -157,17 +197,19 @@ def _kernel_fn(activation, mlp_layers, n_grid, n_cheb):
 def _evaluate_fn(activation, mlp_layers, residual, attention, devices):
     hp_static = dict(activation=activation, mlp_layers=int(mlp_layers), residual=residual, attention=attention)
 
-    def point(fields, kern):
+    def point(fields, index, kernels):
         hp = HParams(**fields, **hp_static)
-        out = _theory_exponents(hp, kern)
+        kern = jax.tree.map(lambda x: x[index], kernels)     # gather on device, per point
+        out = _theory_exponents.raw(hp, kern)
         return {k: out[k] for k in VARIABLES}
 
-    fn = jax.vmap(point)
+    fn = jax.vmap(point, in_axes=(0, 0, None))
     if len(devices) > 1:
         from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
         mesh = Mesh(np.array(devices), ("points",))
         sharding = NamedSharding(mesh, P("points"))
-        return jax.jit(fn, in_shardings=(sharding, sharding), out_shardings=sharding), sharding
+        replicated = NamedSharding(mesh, P())
+        return jax.jit(fn, in_shardings=(sharding, sharding, replicated), out_shardings=sharding), sharding
     return jax.jit(fn), None
 
 
@@ -219,7 +261,10 @@ def sweep(*, sigma_w, sigma_a=1.0, alpha=None, alpha_a=None, alpha_m=None, sigma
                 json.dump(dict(key=key, n_chunks=n_chunks, dims=list(dims)), f)
 
     sw_values = dims.get("sigma_w", scalars.get("sigma_w"))
-    kernels = build_kernels(np.atleast_1d(sw_values), activation, mlp_layers, devices)
+    sw_all = np.atleast_1d(sw_values)
+    # 2-D tables are needed only where the stable point can leave rho = 1 (lambda_a > 0)
+    need = _chaotic_sigma_w(dims, scalars, _scalar_kernels(sw_all, activation, mlp_layers), residual)
+    kernels = jax.tree.map(jnp.asarray, build_kernels(sw_all, activation, mlp_layers, devices, need))
     fn, sharding = _evaluate_fn(activation, mlp_layers, residual, attention, tuple(devices))
     pid, pcount = jax.process_index(), jax.process_count()
 
@@ -240,10 +285,10 @@ def sweep(*, sigma_w, sigma_a=1.0, alpha=None, alpha_a=None, alpha_m=None, sigma
         index = np.arange(lo, lo + chunk) % total          # pad the last chunk by wrapping
         fields, sw_index = _point_fields(dims, scalars, index)
         fields = {k: jnp.asarray(v, jnp.float64) for k, v in fields.items()}
-        kern = jax.tree.map(lambda x: x[sw_index], kernels)
+        sw_index = jnp.asarray(sw_index)
         if sharding is not None:
-            fields, kern = jax.device_put((fields, kern), sharding)
-        vals = {k: np.asarray(v)[: hi - lo] for k, v in fn(fields, kern).items()}
+            fields, sw_index = jax.device_put((fields, sw_index), sharding)
+        vals = {k: np.asarray(v)[: hi - lo] for k, v in fn(fields, sw_index, kernels).items()}
         for k in VARIABLES:
             results[k][lo:hi] = vals[k]
         if chunk_dir:

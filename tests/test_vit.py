@@ -19,15 +19,6 @@ from phasefield.vit import sweep as vsweep
 from phasefield.vit.train import TrainConfig, Trainer, diverged, make_points
 
 
-def _theory_ok():
-    try:
-        from phasefield import theory
-
-        return hasattr(theory, "exponents")
-    except ImportError:
-        return False
-
-
 TINY = TrainConfig(dataset="digits", image_size=8, patch_size=2, width=16, depth=2, epochs=3,
                    batch_size=32, eval_batch_size=128)
 
@@ -173,7 +164,6 @@ def test_sweep_writes_tables_metrics_checkpoints_and_resumes(tmp_path, small, tr
         vsweep.run_sweep(dataclasses.replace(TINY, epochs=2), more, out, small, progress=False)
 
 
-@pytest.mark.skipif(not _theory_ok(), reason="phasefield.theory.exponents not available yet")
 def test_sweep_records_theory_exponents():
     cfg = TrainConfig(depth=16)
     runs = vsweep.grid([0.3, 3.0], [0.1, 0.95])

@@ -9,15 +9,6 @@ import pytest
 from phasefield.cli import main
 
 
-def _theory_ok():
-    try:
-        from phasefield import theory
-
-        return hasattr(theory, "exponents")
-    except ImportError:
-        return False
-
-
 def run(capsys, *args):
     code = main(list(args))
     out, err = capsys.readouterr()
@@ -82,8 +73,6 @@ def test_sweep_fit_predict_end_to_end(capsys, tmp_path):
     # a different config into the same directory: refused, one line
     code, _, err = run(capsys, *args[:-len(TINY_ARGS)], *TINY_ARGS[:-3], "--batch-size", "64", "--quiet")
     assert code == 2 and "different training config" in err and err.count("\n") == 1
-    if not _theory_ok():
-        pytest.skip("phasefield.theory.exponents not available yet: fit/predict not exercised")
     fit, fig = tmp_path / "fit.json", tmp_path / "fig7.png"
     code, stdout, err = run(capsys, "fit", "--runs", str(out), "--out", str(fit), "--figure", str(fig), "--folds", "3")
     assert code == 0, err

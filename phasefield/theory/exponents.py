@@ -53,7 +53,9 @@ def backward_block(hp, kern, q, rho, q_z, rho_z, a, b):
     """Gradient Gram (a, b) at a block's output -> (a, b) at its input."""
     bm2, am2 = jnp.square(hp.beta_m), jnp.square(hp.alpha_m)
     c_d = bm2 + am2 * kern.d_one / q_z
-    c_o = bm2 + am2 * mlp.d_m(kern, rho_z) / q_z
+    # at rho_z = 1 use the 1-D value (identical to the table's end node; needs no table)
+    d_rho = jnp.where(rho_z >= 1.0, kern.d_one, mlp.d_m(kern, jnp.minimum(rho_z, 1.0)))
+    c_o = bm2 + am2 * d_rho / q_z
     diag, off = c_d * (a + b), c_o * b
     a, b = diag - off, off
     ba2, aa2 = jnp.square(hp.beta_a), jnp.square(hp.alpha_a)

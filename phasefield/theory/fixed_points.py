@@ -17,8 +17,8 @@ import jax.numpy as jnp
 from ._api import public
 from . import attention, mlp
 
-BISECTION_STEPS = 44
-NEWTON_STEPS = 3
+BISECTION_STEPS = 18
+NEWTON_STEPS = 4
 
 
 @public()

@@ -1,0 +1,140 @@
+"""Theory sweeps (labeled grids, chunking, resume) and the theory CLI."""
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+import xarray as xr
+
+import phasefield
+from phasefield import HParams, theory
+from phasefield import sweep as sweep_mod
+from phasefield.cli import main
+
+SW = np.array([0.7, 1.9, 3.2])
+ALPHA = np.array([0.1, 0.5, 0.9])
+
+
+def test_sweep_is_labeled_and_matches_pointwise():
+    ds = phasefield.sweep(sigma_w=SW, alpha=ALPHA, sigma_a=[0.5, 2.0], n_tokens=16, depth=8)
+    assert dict(ds.sizes) == {"sigma_w": 3, "sigma_a": 2, "alpha": 3}
+    assert set(sweep_mod.VARIABLES) <= set(ds.data_vars)
+    assert float(ds.n_tokens) == 16 and float(ds.depth) == 8
+    for sw, sa, a in [(0.7, 0.5, 0.1), (3.2, 2.0, 0.9), (1.9, 0.5, 0.5)]:
+        one = theory.exponents(HParams(sigma_w=sw, sigma_a=sa, alpha_a=a, alpha_m=a, n_tokens=16, depth=8))
+        pt = ds.sel(sigma_w=sw, sigma_a=sa, alpha=a)
+        for k in sweep_mod.VARIABLES:
+            assert float(pt[k]) == pytest.approx(float(one[k]), abs=1e-10), k
+
+
+def test_separate_alphas_and_depth_axis():
+    ds = phasefield.sweep(sigma_w=2.0, alpha_a=[0.2, 0.6], alpha_m=[0.3, 0.7, 0.9], depth=[4, 16])
+    assert ds.lambda_a.dims == ("alpha_a", "alpha_m", "depth")
+    one = theory.exponents(HParams(sigma_w=2.0, alpha_a=0.6, alpha_m=0.3, depth=4))
+    assert float(ds.lambda_g.sel(alpha_a=0.6, alpha_m=0.3, depth=4)) == pytest.approx(float(one["lambda_g"]), abs=1e-10)
+    with pytest.raises(ValueError, match="not both"):
+        phasefield.sweep(sigma_w=1.0, alpha=0.5, alpha_a=0.5)
+    with pytest.raises(ValueError, match="alpha"):
+        phasefield.sweep(sigma_w=1.0, alpha=[0.5, 1.5])
+
+
+def test_chunked_sweep_resumes_without_recomputing(tmp_path, monkeypatch):
+    out = tmp_path / "grid.nc"
+    calls = []
+    real = sweep_mod._save_chunk
+
+    def failing(path, vals):
+        calls.append(path)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        real(path, vals)
+
+    monkeypatch.setattr(sweep_mod, "_save_chunk", failing)
+    with pytest.raises(KeyboardInterrupt):
+        sweep_mod.sweep(sigma_w=SW, alpha=ALPHA, out=str(out), chunk_size=2, devices=[__import__("jax").devices()[0]])
+    assert not out.exists()                                  # no complete-looking file
+    assert len(list((tmp_path / "grid.nc.chunks").glob("chunk_*.npz"))) == 2
+    calls.clear()
+    monkeypatch.setattr(sweep_mod, "_save_chunk", lambda p, v: (calls.append(p), real(p, v)))
+    ds = sweep_mod.sweep(sigma_w=SW, alpha=ALPHA, out=str(out), chunk_size=2,
+                         devices=[__import__("jax").devices()[0]])
+    assert len(calls) == 5 - 2                               # 9 points / 2 = 5 chunks, 2 reused
+    assert out.exists() and not (tmp_path / "grid.nc.chunks").exists()
+    full = phasefield.sweep(sigma_w=SW, alpha=ALPHA)
+    xr.testing.assert_allclose(ds, full)
+    back = xr.open_dataset(out, engine="h5netcdf")
+    xr.testing.assert_allclose(back.load(), full)
+
+
+def test_stale_chunks_of_another_sweep_are_refused(tmp_path):
+    out = tmp_path / "g.nc"
+    (tmp_path / "g.nc.chunks").mkdir()
+    (tmp_path / "g.nc.chunks" / "meta.json").write_text(json.dumps({"key": "other"}))
+    with pytest.raises(ValueError, match="different sweep"):
+        sweep_mod.sweep(sigma_w=SW, alpha=ALPHA, out=str(out))
+
+
+def test_sharded_over_two_devices_equals_one():
+    import jax
+    devs = jax.local_devices()
+    if len(devs) < 2:
+        pytest.skip("one local device")
+    a = sweep_mod.sweep(sigma_w=SW, alpha=ALPHA, devices=devs[:2])
+    b = sweep_mod.sweep(sigma_w=SW, alpha=ALPHA, devices=devs[:1])
+    xr.testing.assert_allclose(a, b)
+
+
+# ---- CLI ------------------------------------------------------------------------------------
+
+def run(capsys, *args):
+    code = main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_cli_exponents_json(capsys):
+    code, out, _ = run(capsys, "exponents", "--sigma-w", "2", "--sigma-a", "1", "--alpha-a", ".5",
+                       "--alpha-m", ".5", "--n-tokens", "32", "--depth", "16", "--json")
+    assert code == 0
+    res = json.loads(out)
+    for k in ("lambda_a", "lambda_g", "lambda_g_inf", "q_star", "rho_star"):
+        assert k in res
+    assert res["lambda_a"] == pytest.approx(0.02463, abs=1e-5)
+    assert 0 < res["rho_star"] < 1
+
+
+def test_cli_trajectory_json(capsys):
+    code, out, _ = run(capsys, "trajectory", "--sigma-w", "2", "--depth", "5", "--q0", "1", "--rho0", ".3", "--json")
+    assert code == 0
+    res = json.loads(out)
+    q, p = theory.trajectory(HParams(sigma_w=2.0, depth=5), 1.0, 0.3, 5)
+    np.testing.assert_allclose(res["q"], np.asarray(q), rtol=1e-12)
+    np.testing.assert_allclose(res["p"], np.asarray(p), rtol=1e-12)
+
+
+def test_cli_sweep_writes_netcdf(tmp_path, capsys):
+    out = tmp_path / "s.nc"
+    code, msg, _ = run(capsys, "sweep", "--sigma-w", "0.5:4:5", "--alpha", "0.1:0.9:4", "--sigma-a", "1",
+                       "--n-tokens", "32", "--depth", "16", "--out", str(out), "--quiet")
+    assert code == 0, msg
+    ds = xr.open_dataset(out)
+    assert dict(ds.sizes) == {"sigma_w": 5, "alpha": 4}
+    assert set(sweep_mod.VARIABLES) <= set(ds.data_vars)
+
+
+@pytest.mark.parametrize("args", [
+    ["--alpha", "1.5"], ["--alpha-a", "-0.1"], ["--sigma-w", "0"], ["--sigma-a", "-1"], ["--n-tokens", "1"],
+    ["--depth", "0"], ["--sigma-w", "1:2"], ["--sigma-w", "a:b:3"], ["--activation", "softsign"],
+    ["--residual", "none"], ["--alpha", ".5", "--alpha-m", ".4"],
+])
+def test_cli_bad_input_exits_2_with_one_line_and_no_file(tmp_path, capsys, args):
+    out = tmp_path / "bad.nc"
+    code, stdout, err = run(capsys, "sweep", *args, "--out", str(out))
+    assert code == 2
+    assert err.startswith("phasefield: error:") and err.count("\n") == 1
+    assert "Traceback" not in err
+    assert not os.listdir(tmp_path)
+    code, _, err = run(capsys, "exponents", *[a if a != "1:2" else "x" for a in args])
+    assert code == 2 and err.count("\n") == 1
