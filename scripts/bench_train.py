@@ -33,6 +33,10 @@ def main(argv=None):
     ap.add_argument("--n-train", type=int, default=None, help="(digits: 1437; food101-shaped: 256)")
     ap.add_argument("--n-test", type=int, default=64, help="food101-shaped test images")
     ap.add_argument("--skip-sequential", action="store_true", help="only time the vmapped program")
+    ap.add_argument("--devices", type=int, default=None, help="shard the vmapped chunk over this many devices "
+                    "(default all: every CPU core is a host device after 'import phasefield')")
+    ap.add_argument("--xla-defaults", action="store_true",
+                    help="compile with XLA's default options (not the trainer's CPU options)")
     args = ap.parse_args(argv)
 
     import jax
@@ -57,9 +61,10 @@ def main(argv=None):
     rng = np.random.default_rng(1)
     sw, al = rng.uniform(0.3, 3.0, k), rng.uniform(0.1, 0.95, k)
     pts = make_points(cfg, sw, np.ones(k), al, al, np.full(k, 1e-3), np.arange(k))
-    tr = Trainer(cfg, d)
+    devs = jax.devices()[: args.devices] if args.devices else None
+    tr = Trainer(cfg, d, devices=devs, xla_options=None if args.xla_defaults else "auto")
     imgs_per_run = cfg.epochs * steps_per_epoch(cfg, len(d.y_train)) * min(cfg.batch_size, len(d.y_train))
-    print(f"device(s): {jax.devices()}  data: {d.name} train {len(d.y_train)} test {len(d.y_test)} "
+    print(f"device(s): {tr.devices}  compiler options: {tr.xla_options}  data: {d.name} train {len(d.y_train)} test {len(d.y_test)} "
           f"{cfg.image_size}px/{cfg.patch_size}px patches ({cfg.n_tokens} tokens)  model: d={cfg.width}, "
           f"{cfg.depth} blocks  batch {cfg.batch_size}, {cfg.epochs} epoch(s), K={k}", flush=True)
 

@@ -195,14 +195,24 @@ def log_ratio_of_means(a, b, scale=1.0, axis=0):
 def _keys(seed, seeds):
     if seeds < 2:
         raise ValueError(f"seeds must be >= 2 to give a standard error (got {seeds})")
-    return jax.random.split(jax.random.key(int(seed)), int(seeds))
+    return shard_draws(jax.random.split(jax.random.key(int(seed)), int(seeds)))
+
+
+def shard_draws(keys):
+    """Spread independent draws over every local device (the jitted, vmapped measurement
+    follows its inputs' sharding); left alone when the count does not divide evenly."""
+    devices = jax.local_devices()
+    if len(devices) < 2 or keys.shape[0] % len(devices):
+        return keys
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+    return jax.device_put(keys, NamedSharding(Mesh(np.array(devices), ("draws",)), P("draws")))
 
 
 def exponent_keys(seed, seeds):
     """(angle keys, gradient keys) of the exponent measurements: the sweep and the
     single-point functions use the same draws for the same ``seed``."""
     keys = jax.random.split(jax.random.key(int(seed)), 2 * _keys(seed, seeds).shape[0])
-    return keys[:seeds], keys[seeds:]
+    return shard_draws(keys[:seeds]), shard_draws(keys[seeds:])
 
 
 def _check(hp, width):
