@@ -53,6 +53,38 @@ def check_hparams_values(values: dict) -> None:
             raise UsageError(f"{flag} must be an integer >= 1 (got {v.min():g})")
 
 
+def grid_options(f):
+    """The hyperparameter axes of a grid command (each a range, a list or a number)."""
+    opts = [
+        click.option("--sigma-w", default="1.0", show_default=True, help="start:stop:count, a,b,c or x"),
+        click.option("--sigma-a", default="1.0", show_default=True),
+        click.option("--alpha", default=None, help="sets alpha_a = alpha_m (one axis)"),
+        click.option("--alpha-a", default=None, help="(default 0.5)"),
+        click.option("--alpha-m", default=None, help="(default 0.5)"),
+        click.option("--sigma-v", default="1.0", show_default=True),
+        click.option("--n-tokens", default="32", show_default=True),
+        click.option("--depth", default="16", show_default=True),
+    ]
+    for o in reversed(opts):
+        f = o(f)
+    return f
+
+
+def grid_values(sigma_w, sigma_a, alpha, alpha_a, alpha_m, sigma_v, n_tokens, depth) -> dict:
+    """Parse and validate the :func:`grid_options` into arrays (``alpha`` or the pair)."""
+    if alpha is not None and (alpha_a is not None or alpha_m is not None):
+        raise UsageError("give either --alpha or --alpha-a/--alpha-m, not both")
+    raw = dict(sigma_w=sigma_w, sigma_a=sigma_a, sigma_v=sigma_v, n_tokens=n_tokens, depth=depth)
+    if alpha is not None:
+        raw["alpha"] = alpha
+    else:
+        raw["alpha_a"] = alpha_a if alpha_a is not None else "0.5"
+        raw["alpha_m"] = alpha_m if alpha_m is not None else "0.5"
+    vals = {k: parse_range(v, k) for k, v in raw.items()}
+    check_hparams_values(vals)
+    return vals
+
+
 def echo_json(obj) -> None:
     click.echo(json.dumps(obj, indent=None, sort_keys=False, default=_json_default))
 

@@ -6,7 +6,8 @@ import os
 import click
 import numpy as np
 
-from .common import UsageError, atomic_path, check_hparams_values, echo_json, parse_range
+from .common import (UsageError, atomic_path, check_hparams_values, echo_json, grid_options,
+                     grid_values)
 
 DTYPES = ("float32", "float64")
 
@@ -93,14 +94,7 @@ def register(cli):
             click.echo(f"q*       = {res['q_star']:.6g}")
 
     @simulate.command("sweep")
-    @click.option("--sigma-w", default="1.0", show_default=True, help="start:stop:count, a,b,c or x")
-    @click.option("--sigma-a", default="1.0", show_default=True)
-    @click.option("--alpha-a", default=None, help="(default 0.5)")
-    @click.option("--alpha-m", default=None, help="(default 0.5)")
-    @click.option("--alpha", default=None, help="sets alpha_a = alpha_m (one axis)")
-    @click.option("--sigma-v", default="1.0", show_default=True)
-    @click.option("--n-tokens", default="32", show_default=True)
-    @click.option("--depth", default="16", show_default=True)
+    @grid_options
     @_sim_options
     @click.option("--chunk", type=int, default=16, show_default=True,
                   help="points vmapped together (sharing their random draws)")
@@ -113,16 +107,7 @@ def register(cli):
         _check_sim(width, seeds, eps, mlp_hidden, residual)
         if chunk < 1:
             raise UsageError(f"--chunk must be >= 1 (got {chunk})")
-        if alpha is not None and (alpha_a is not None or alpha_m is not None):
-            raise UsageError("give either --alpha or --alpha-a/--alpha-m, not both")
-        raw = dict(sigma_w=sigma_w, sigma_a=sigma_a, sigma_v=sigma_v, n_tokens=n_tokens, depth=depth)
-        if alpha is not None:
-            raw["alpha"] = alpha
-        else:
-            raw["alpha_a"] = alpha_a if alpha_a is not None else "0.5"
-            raw["alpha_m"] = alpha_m if alpha_m is not None else "0.5"
-        vals = {k: parse_range(v, k) for k, v in raw.items()}
-        check_hparams_values(vals)
+        vals = grid_values(sigma_w, sigma_a, alpha, alpha_a, alpha_m, sigma_v, n_tokens, depth)
         from ..config import HParams
 
         base = HParams(activation=activation, mlp_layers=mlp_layers, residual=residual)

@@ -5,7 +5,7 @@ import os
 
 import click
 
-from .common import UsageError, check_hparams_values, echo_json, parse_range
+from .common import UsageError, check_hparams_values, echo_json, grid_options, grid_values
 
 ACTIVATION_HELP = "tanh, erf, relu, gelu or linear"
 
@@ -117,14 +117,7 @@ def register(cli):
             click.echo(f"{i:5d} {a:12.6g} {b:12.6g} {b / a:9.5f}")
 
     @cli.command("sweep")
-    @click.option("--sigma-w", default="1.0", show_default=True, help="start:stop:count, a,b,c or x")
-    @click.option("--sigma-a", default="1.0", show_default=True)
-    @click.option("--alpha", default=None, help="sets α_A = α_M (one axis)")
-    @click.option("--alpha-a", default=None, help="[0.5]")
-    @click.option("--alpha-m", default=None, help="[0.5]")
-    @click.option("--sigma-v", default="1.0", show_default=True)
-    @click.option("--n-tokens", default="32", show_default=True)
-    @click.option("--depth", default="16", show_default=True)
+    @grid_options
     @_static_decorator()
     @click.option("--chunk", type=int, default=None, help="points per compiled chunk [65536]")
     @click.option("--out", "-o", required=True, help="output netCDF file (.nc)")
@@ -132,16 +125,7 @@ def register(cli):
     def sweep_cmd(sigma_w, sigma_a, alpha, alpha_a, alpha_m, sigma_v, n_tokens, depth, activation,
                   mlp_layers, residual, attention, chunk, out, quiet):
         """Theory on a grid -> netCDF (xarray). Interrupted sweeps resume from OUT.chunks/."""
-        if alpha is not None and (alpha_a is not None or alpha_m is not None):
-            raise UsageError("give either --alpha or --alpha-a/--alpha-m, not both")
-        raw = dict(sigma_w=sigma_w, sigma_a=sigma_a, sigma_v=sigma_v, n_tokens=n_tokens, depth=depth)
-        if alpha is not None:
-            raw["alpha"] = alpha
-        else:
-            raw["alpha_a"] = alpha_a if alpha_a is not None else "0.5"
-            raw["alpha_m"] = alpha_m if alpha_m is not None else "0.5"
-        vals = {k: parse_range(v, k) for k, v in raw.items()}
-        check_hparams_values(vals)
+        vals = grid_values(sigma_w, sigma_a, alpha, alpha_a, alpha_m, sigma_v, n_tokens, depth)
         if chunk is not None and chunk < 1:
             raise UsageError(f"--chunk must be >= 1 (got {chunk})")
         from ..config import HParams

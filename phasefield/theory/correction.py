@@ -30,11 +30,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from . import attention, block, exact, fixed_points, mlp
-
-
-def _kern(hp, kern):
-    return mlp.kernel(hp) if kern is None else kern
+from . import exact
 
 
 def t_values(hp, rho):
@@ -59,55 +55,22 @@ def softmax_term(hp, q, rho, a, b):
 
 def backward_block(hp, kern, q, rho, q_z, rho_z, a, b):
     """exponents.backward_block plus the softmax-path term of the attention branch."""
-    bm2, am2 = jnp.square(hp.beta_m), jnp.square(hp.alpha_m)
-    c_d = bm2 + am2 * kern.d_one / q_z
-    c_o = bm2 + am2 * mlp.d_m(kern, rho_z) / q_z
-    diag, off = c_d * (a + b), c_o * b
-    a, b = diag - off, off
-    ba2, aa2 = jnp.square(hp.beta_a), jnp.square(hp.alpha_a)
-    d_att, o_att = attention.backward(hp, q, rho, a, b)
-    d_sm, o_sm = softmax_term(hp, q, rho, a, b)
-    diag = ba2 * (a + b) + aa2 * (d_att + d_sm)
-    off = ba2 * b + aa2 * (o_att + o_sm)
-    return diag - off, off
+    from .exponents import backward_block as _bb
+    return _bb(hp, kern, q, rho, q_z, rho_z, a, b, softmax_correction=True)
 
 
 def gradient_exponent_corrected(hp, q0=None, p0=None, num_layers: int | None = None, kern=None):
     """lambda_g(L) of exponents.gradient_exponent with the softmax-path correction.
 
     From the collapsed point (the default input) the correction vanishes identically."""
-    kern = _kern(hp, kern)
-    if q0 is None:
-        q0, _ = fixed_points.collapsed_fixed_point(hp, kern)
-        p0 = q0 if p0 is None else p0
-    elif p0 is None:
-        raise ValueError("give both q0 and p0, or neither")
-    num_layers = int(hp.depth) if num_layers is None else int(num_layers)
-    qs, ps, qz, pz = block.trajectory(hp, q0, p0, num_layers, kern, return_z=True)
-    xs = (qs[:-1], ps[:-1] / qs[:-1], qz, pz / qz)
-
-    def step(carry, x):
-        a, b, log_scale = carry
-        a, b = backward_block(hp, kern, *x, a, b)
-        s = a + b
-        return (a / s, b / s, log_scale + jnp.log(s)), None
-
-    dt = jnp.result_type(float)
-    init = (jnp.ones((), dt), jnp.zeros((), dt), jnp.zeros((), dt))
-    (_, _, log_total), _ = jax.lax.scan(step, init, xs, reverse=True)
-    return log_total / num_layers
+    from .exponents import gradient_exponent
+    return gradient_exponent(hp, q0, p0, num_layers, kern, softmax_correction=True)
 
 
 def gradient_exponent_inf_corrected(hp, kern=None, state=None):
     """lambda_g^inf with the correction (log top eigenvalue at the stable fixed point)."""
-    kern = _kern(hp, kern)
-    if state is None:
-        state = fixed_points.stable_fixed_point(hp, kern)
-    one, zero = jnp.ones(()), jnp.zeros(())
-    col_a = jnp.stack(backward_block(hp, kern, *state, one, zero))
-    col_b = jnp.stack(backward_block(hp, kern, *state, zero, one))
-    m = jnp.stack([col_a, col_b], axis=-1)
-    return jnp.log(jnp.max(jnp.abs(jnp.linalg.eigvals(m))))
+    from .exponents import gradient_exponent_inf
+    return gradient_exponent_inf(hp, kern, state, softmax_correction=True)
 
 
 # ---- Gram version ----------------------------------------------------------------------------

@@ -49,8 +49,11 @@ def angle_exponent(hp, kern=None, method: str = "closed"):
 
 # ---- backward map -------------------------------------------------------------------------
 
-def backward_block(hp, kern, q, rho, q_z, rho_z, a, b):
-    """Gradient Gram (a, b) at a block's output -> (a, b) at its input."""
+def backward_block(hp, kern, q, rho, q_z, rho_z, a, b, softmax_correction: bool = False):
+    """Gradient Gram (a, b) at a block's output -> (a, b) at its input.
+
+    ``softmax_correction`` adds the query/key (softmax-derivative) path of the attention
+    branch that the paper drops (:mod:`phasefield.theory.correction`; zero at collapse)."""
     bm2, am2 = jnp.square(hp.beta_m), jnp.square(hp.alpha_m)
     c_d = bm2 + am2 * kern.d_one / q_z
     # at rho_z = 1 use the 1-D value (identical to the table's end node; needs no table)
@@ -60,16 +63,20 @@ def backward_block(hp, kern, q, rho, q_z, rho_z, a, b):
     a, b = diag - off, off
     ba2, aa2 = jnp.square(hp.beta_a), jnp.square(hp.alpha_a)
     d_att, o_att = attention.backward(hp, q, rho, a, b)
+    if softmax_correction:
+        from .correction import softmax_term
+        d_sm, o_sm = softmax_term(hp, q, rho, a, b)
+        d_att, o_att = d_att + d_sm, o_att + o_sm
     diag = ba2 * (a + b) + aa2 * d_att
     off = ba2 * b + aa2 * o_att
     return diag - off, off
 
 
-def gradient_matrix(hp, kern, q, rho, q_z, rho_z):
+def gradient_matrix(hp, kern, q, rho, q_z, rho_z, softmax_correction: bool = False):
     """The 2x2 linear backward map on (a, b) of one block at a given forward state."""
     one, zero = jnp.ones_like(q), jnp.zeros_like(q)
-    col_a = backward_block(hp, kern, q, rho, q_z, rho_z, one, zero)
-    col_b = backward_block(hp, kern, q, rho, q_z, rho_z, zero, one)
+    col_a = backward_block(hp, kern, q, rho, q_z, rho_z, one, zero, softmax_correction)
+    col_b = backward_block(hp, kern, q, rho, q_z, rho_z, zero, one, softmax_correction)
     return jnp.stack([jnp.stack(col_a), jnp.stack(col_b)], axis=-1)
 
 
@@ -101,13 +108,15 @@ def gradient_exponent_collapsed(hp, kern=None, depth=None, lambda_a=None):
     return jnp.logaddexp(jnp.log1p(-1.0 / n) + L * la, L * jnp.log(mu) - jnp.log(n)) / L
 
 
-@public("num_layers")
-def gradient_exponent(hp, q0=None, p0=None, num_layers: int | None = None, kern=None):
+@public("num_layers", "softmax_correction")
+def gradient_exponent(hp, q0=None, p0=None, num_layers: int | None = None, kern=None,
+                      softmax_correction: bool = False):
     """Finite-depth lambda_g(L) = (1/L) log(a + b) from input geometry (q0, p0) (§7).
 
     Runs the forward trajectory for L blocks, starts the backward pass with G = I at the
     output and applies each block's backward map down to the input (with log rescaling).
     Default input: the collapsed fixed point. ``num_layers`` is static (default hp.depth).
+    ``softmax_correction`` adds the softmax-derivative path (see :func:`backward_block`).
     """
     kern = _kern(hp, kern)
     if q0 is None:
@@ -122,8 +131,7 @@ def gradient_exponent(hp, q0=None, p0=None, num_layers: int | None = None, kern=
 
     def step(carry, x):
         a, b, log_scale = carry
-        q, rho, q_z, rho_z = x
-        a, b = backward_block(hp, kern, q, rho, q_z, rho_z, a, b)
+        a, b = backward_block(hp, kern, *x, a, b, softmax_correction)
         s = a + b
         return (a / s, b / s, log_scale + jnp.log(s)), None
 
@@ -133,13 +141,13 @@ def gradient_exponent(hp, q0=None, p0=None, num_layers: int | None = None, kern=
     return log_total / num_layers
 
 
-@public()
-def gradient_exponent_inf(hp, kern=None, state=None):
+@public("softmax_correction")
+def gradient_exponent_inf(hp, kern=None, state=None, softmax_correction: bool = False):
     """lambda_g^inf: log top eigenvalue of the backward map at the stable fixed point."""
     kern = _kern(hp, kern)
     if state is None:
         state = fixed_points.stable_fixed_point(hp, kern)
-    return jnp.log(_top_eigenvalue(gradient_matrix(hp, kern, *state)))
+    return jnp.log(_top_eigenvalue(gradient_matrix(hp, kern, *state, softmax_correction)))
 
 
 @public()
