@@ -5,8 +5,11 @@
     python scripts/bench_train.py --food101-shaped   # synthetic 64x64x3 images, 8x8 patches, 101 classes
 
 Both paths run the same pure ``train`` function (phasefield.vit.train.make_train): the
-vmapped one as ``jit(vmap(train))`` on a chunk of K hyperparameter points, the sequential
-one as ``jit(train)`` called K times. Compilation is excluded (one warm-up call each).
+vmapped one as ``jit(vmap(train))`` on a chunk of K hyperparameter points, sharded over all
+devices (after ``import phasefield`` every CPU core is a host device), the sequential one as
+``jit(train)`` on one device, called K times (XLA:CPU still spreads one program's matmuls
+over the cores: the "cores busy" column says how many it kept busy). Compilation is
+excluded (one warm-up call each).
 Images/s counts training images (K x epochs x steps x batch); the per-epoch test-set
 evaluation is included in both timings alike. ``--food101-shaped`` also projects the time of
 the paper's full sweep (100 configs x 15 epochs x 75,750 training images) from the measured
@@ -20,6 +23,12 @@ import sys
 import time
 
 import numpy as np
+
+
+def _busy(c0, wall):
+    """CPU seconds of this process per wall second since ``c0 = os.times()``."""
+    c1 = os.times()
+    return (c1.user - c0.user + c1.system - c0.system) / wall
 
 
 def main(argv=None):
@@ -71,22 +80,24 @@ def main(argv=None):
     t0 = time.perf_counter()
     tr.train_many(pts)
     print(f"vmapped: compile + first run {time.perf_counter() - t0:.1f} s", flush=True)
-    t0 = time.perf_counter()
+    c0, t0 = os.times(), time.perf_counter()
     tr.train_many(pts)
     t_vmap = time.perf_counter() - t0
     rate_vmap = k * imgs_per_run / t_vmap
-    print(f"vmapped:    {k} runs in {t_vmap:7.2f} s  -> {rate_vmap:8.1f} images/s", flush=True)
+    print(f"vmapped:    {k} runs in {t_vmap:7.2f} s  -> {rate_vmap:8.1f} images/s  ({_busy(c0, t_vmap):.2f} cores busy)",
+          flush=True)
     if not args.skip_sequential:
         one = lambda i: jax.tree.map(lambda a: a[i], pts)
         t0 = time.perf_counter()
         tr.train_one(one(0))
         print(f"sequential: compile + first run {time.perf_counter() - t0:.1f} s", flush=True)
-        t0 = time.perf_counter()
+        c0, t0 = os.times(), time.perf_counter()
         for i in range(k):
             tr.train_one(one(i))
         t_seq = time.perf_counter() - t0
         rate_seq = k * imgs_per_run / t_seq
-        print(f"sequential: {k} runs in {t_seq:7.2f} s  -> {rate_seq:8.1f} images/s", flush=True)
+        print(f"sequential: {k} runs in {t_seq:7.2f} s  -> {rate_seq:8.1f} images/s  ({_busy(c0, t_seq):.2f} cores busy)",
+              flush=True)
         print(f"speed-up vmapped / sequential (same process, same K): {rate_vmap / rate_seq:.2f}x", flush=True)
     if args.food101_shaped:
         total = 100 * 15 * 75_750

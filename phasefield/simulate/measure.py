@@ -199,10 +199,13 @@ def _keys(seed, seeds):
 
 
 def shard_draws(keys):
-    """Spread independent draws over every local device (the jitted, vmapped measurement
-    follows its inputs' sharding); left alone when the count does not divide evenly."""
+    """Spread independent draws over every local accelerator (the jitted, vmapped
+    measurement follows its inputs' sharding); left alone when the count does not divide
+    evenly, and on CPU host devices, where a sharded QR of the exact simplex input was
+    seen to deadlock XLA's CPU runtime (2 cores, jaxlib 0.10); there XLA's own threads
+    already use every core for the matmuls."""
     devices = jax.local_devices()
-    if len(devices) < 2 or keys.shape[0] % len(devices):
+    if len(devices) < 2 or keys.shape[0] % len(devices) or devices[0].platform == "cpu":
         return keys
     from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
     return jax.device_put(keys, NamedSharding(Mesh(np.array(devices), ("draws",)), P("draws")))

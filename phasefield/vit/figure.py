@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 
-def fig7(rows: list[dict], fit: dict, path: str, fmt: str | None = None) -> None:
+def fig7(rows: list[dict], fit: dict, path: str, fmt: str | None = None, dpi: int = 120) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -42,5 +42,5 @@ def fig7(rows: list[dict], fit: dict, path: str, fmt: str | None = None) -> None
     fig.suptitle(f"{fit.get('context', {}).get('dataset', '')} ViT, {len(ok)} runs; "
                  f"loss = min(log C, b + max(w_a|λ_a - c_a|, w_g|λ_g - c_g|))", fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=120, format=fmt)
+    fig.savefig(path, dpi=dpi, format=fmt)
     plt.close(fig)

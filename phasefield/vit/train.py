@@ -103,9 +103,13 @@ def steps_per_epoch(cfg: TrainConfig, n_train: int) -> int:
     return max(1, n_train // min(cfg.batch_size, n_train))
 
 
-def make_train(cfg: TrainConfig, num_classes: int, scale: float):
-    """Return ``train(point, x_train, y_train, x_test, y_test) -> (params, metrics)`` (pure)."""
+def make_train(cfg: TrainConfig, num_classes: int, scale: float, eval_batch_size: Optional[int] = None):
+    """Return ``train(point, x_train, y_train, x_test, y_test) -> (params, metrics)`` (pure).
+
+    ``eval_batch_size`` overrides ``cfg.eval_batch_size`` (the evaluation batch changes only
+    the summation order of the evaluated losses)."""
     ps = cfg.patch_size
+    eval_bs = eval_batch_size or cfg.eval_batch_size
 
     def loss_and_acc(model, params, xb, yb):
         logits = model.apply({"params": params}, preprocess(xb, scale, ps))
@@ -114,7 +118,7 @@ def make_train(cfg: TrainConfig, num_classes: int, scale: float):
 
     def evaluate(model, params, x, y):
         n = x.shape[0]
-        eb = min(cfg.eval_batch_size, n)
+        eb = min(eval_bs, n)
         nb = -(-n // eb)
         pad = nb * eb - n
         xp = jnp.pad(x, [(0, pad)] + [(0, 0)] * (x.ndim - 1)).reshape((nb, eb) + x.shape[1:])
@@ -168,8 +172,8 @@ def make_train(cfg: TrainConfig, num_classes: int, scale: float):
 
 # XLA:CPU (jaxlib 0.10) routes dots fused with their neighbouring reductions/elementwise ops
 # to YNNPACK by default; for these small batched matmuls (the [K, B*n, d] x [K, d, d] dots of
-# a vmapped chunk) that fusion is several times slower than XLA's own dot (one fused
-# dot + reduce took 13.7 ms vs ~1 ms unfused, see docs/training.md). Keeping YNNPACK to
+# a vmapped chunk) that fusion is several times slower than XLA's own dots (one fused
+# 3-dot + reduce took 13.7 ms, ~15 GFLOP/s; see docs/training.md). Keeping YNNPACK to
 # individual dots made the vmapped d = 64 step ~1.9x and the single-model step ~1.3x faster.
 CPU_COMPILER_OPTIONS = {"xla_cpu_experimental_ynn_fusion_type": "LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT"}
 _OPTIONS_OK: dict = {}
@@ -203,11 +207,16 @@ class Trainer:
         self.data = data
         self.devices = list(devices) if devices is not None else jax.devices()
         train = make_train(cfg, data.num_classes, data.scale)
+        # under vmap every model evaluates its own batch: K x 512 images of activations do not
+        # stay in a CPU core's cache (~8 % of the chunk's time at K = 16); evaluate in
+        # training-sized batches instead
+        train_k = make_train(cfg, data.num_classes, data.scale, min(cfg.eval_batch_size, cfg.batch_size))
         opts = compiler_options(self.devices) if xla_options == "auto" else xla_options
         self.xla_options = opts
-        self._fn = jax.jit(jax.vmap(train, in_axes=(0, None, None, None, None)), compiler_options=opts)
+        self._fn = jax.jit(jax.vmap(train_k, in_axes=(0, None, None, None, None)), compiler_options=opts)
         self._single = jax.jit(train, compiler_options=opts)
         self._arrays = None
+        self._arrays1 = None
 
     def arrays(self):
         if self._arrays is None:
@@ -238,8 +247,15 @@ class Trainer:
         return jax.tree.map(lambda a: np.asarray(a)[:k], params), jax.tree.map(lambda a: np.asarray(a)[:k], metrics)
 
     def train_one(self, point: Point):
-        """The same pure function without vmap (for the benchmark and the tests)."""
-        params, metrics = self._single(point, *self.arrays())
+        """The same pure function without vmap, on the first device only (for the benchmark
+        and the tests; on a multi-device trainer the replicated data would otherwise make it
+        an SPMD program that computes the same run on every device)."""
+        if self._arrays1 is None:
+            dev = self.devices[0]
+            self._arrays1 = tuple(jax.device_put(a, dev) for a in self.arrays())
+            self._point_dev = dev
+        point = jax.device_put(point, self._point_dev)
+        params, metrics = self._single(point, *self._arrays1)
         return jax.device_get((params, metrics))
 
 
