@@ -87,13 +87,17 @@ def query_grad_sq(X, sigma_v2=None, sigma_k2=None, d_k=None):
     return sigma_v2 * sigma_k2 * d / n**2 * frob2(X) * jnp.sum(B * B, axis=(-2, -1))
 
 
-def input_grad_sq_bound(X, sigma_q2=None, sigma_k2=None, sigma_v2=None, d_k=None):
-    """Lemma 3.1 Eq. 8 as printed: 8 s_q^2 s_k^2 s_v^2 d_k d_v / n ||X^T L X||^2 + 2 d_v^2 s_v^2."""
+def _scales(X, sigma_q2, sigma_k2, sigma_v2, d_k):
+    """n, d and the default weight variances (1/d_k for queries and keys, 1/d for values)."""
     n, d = X.shape[-2], X.shape[-1]
     d_k = d if d_k is None else d_k
-    sigma_q2 = 1.0 / d_k if sigma_q2 is None else sigma_q2
-    sigma_k2 = 1.0 / d_k if sigma_k2 is None else sigma_k2
-    sigma_v2 = 1.0 / d if sigma_v2 is None else sigma_v2
+    return (n, d, d_k, 1.0 / d_k if sigma_q2 is None else sigma_q2,
+            1.0 / d_k if sigma_k2 is None else sigma_k2, 1.0 / d if sigma_v2 is None else sigma_v2)
+
+
+def input_grad_sq_bound(X, sigma_q2=None, sigma_k2=None, sigma_v2=None, d_k=None):
+    """Lemma 3.1 Eq. 8 as printed: 8 s_q^2 s_k^2 s_v^2 d_k d_v / n ||X^T L X||^2 + 2 d_v^2 s_v^2."""
+    n, d, d_k, sigma_q2, sigma_k2, sigma_v2 = _scales(X, sigma_q2, sigma_k2, sigma_v2, d_k)
     B = centered_gram(X)
     return (8 * sigma_q2 * sigma_k2 * sigma_v2 * d_k * d / n * jnp.sum(B * B, axis=(-2, -1))
             + 2 * d**2 * sigma_v2)
@@ -102,11 +106,7 @@ def input_grad_sq_bound(X, sigma_q2=None, sigma_k2=None, sigma_v2=None, d_k=None
 def input_grad_terms(X, sigma_q2=None, sigma_k2=None, sigma_v2=None, d_k=None):
     """Exact E_W ||A_1||^2, E||A_2||^2, 2 E<A_1, A_2>, E||A_3||^2 of the paper's split
     dS/dX = A_1 + A_2 + A_3 (uniform attention). Derived in docs/seeds.md."""
-    n, d = X.shape[-2], X.shape[-1]
-    d_k = d if d_k is None else d_k
-    sigma_q2 = 1.0 / d_k if sigma_q2 is None else sigma_q2
-    sigma_k2 = 1.0 / d_k if sigma_k2 is None else sigma_k2
-    sigma_v2 = 1.0 / d if sigma_v2 is None else sigma_v2
+    n, d, d_k, sigma_q2, sigma_k2, sigma_v2 = _scales(X, sigma_q2, sigma_k2, sigma_v2, d_k)
     B = centered_gram(X)
     b2 = jnp.sum(B * B, axis=(-2, -1))
     trb = jnp.trace(B, axis1=-2, axis2=-1)
