@@ -267,6 +267,8 @@ def sweep(*, sigma_w, sigma_a=1.0, alpha=None, alpha_a=None, alpha_m=None, sigma
     kernels = jax.tree.map(jnp.asarray, build_kernels(sw_all, activation, mlp_layers, devices, need))
     fn, sharding = _evaluate_fn(activation, mlp_layers, residual, attention, tuple(devices))
     pid, pcount = jax.process_index(), jax.process_count()
+    if pcount > 1 and chunk_dir is None:
+        raise ValueError("a multi-host sweep needs out= on a filesystem shared by the hosts")
 
     results = {k: np.full(total, np.nan) for k in VARIABLES}
     todo = []
