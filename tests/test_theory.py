@@ -71,6 +71,18 @@ def test_tanh_tables_within_1e9_of_dense_reference(s):
     assert float(kern.q_m) == pytest.approx(s * s * quadrature.reference_1d(lambda x: t(x) ** 2, s), abs=1e-9 * s * s)
 
 
+@pytest.mark.parametrize("n_v", [47, 64])
+def test_folded_trapezoid_equals_the_full_rule(n_v):
+    """The symmetry folds of expect_2d sum the same nodes as the unfolded rule."""
+    t = jnp.tanh
+    t_copy = lambda x: jnp.tanh(x)            # not ``is t``: disables the v fold
+    dt = lambda x: 1 - jnp.tanh(x) ** 2
+    for theta in (0.0, 0.4, 1.9, math.pi):
+        folded = quadrature.expect_2d(((t, t), (dt, dt)), 2.3, theta, 96, n_v, parity=True)
+        full = quadrature.expect_2d(((t, t_copy), (dt, lambda x: dt(x))), 2.3, theta, 96, n_v)
+        np.testing.assert_allclose(folded, full, rtol=1e-13, atol=1e-15)
+
+
 def test_gelu_tables_not_odd_within_1e9():
     s = 1.7
     kern = mlp.kernel(HParams(sigma_w=s, activation="gelu"))
