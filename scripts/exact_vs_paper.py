@@ -142,33 +142,38 @@ def tables(paper, exact_, sim, out):
 
 
 def causal(args):
-    """Per-position cosines and norms after 12 blocks (n=16, width 512) and causal exponents."""
+    """Per-position cosines and norms after 12 blocks (n=16, width 512) against the causal
+    full-Gram theory in both modes, and the causal exponents."""
     res = []
-    n, depth = 16, 12
+    n, depth, seeds = 16, 12, args.causal_seeds
+    iu = np.triu_indices(n, 1)
     for sa in args.causal_sigma_a:
         for sw in (1.0, 2.0):
             hp = HParams(sigma_w=sw, sigma_a=sa, alpha_a=0.5, alpha_m=0.7, n_tokens=n, depth=depth)
-            geo = gram.causal_geometry(hp, Q0, RHO0, depth)
-            sim = measure.token_geometry(hp, Q0, RHO0 * Q0, width=args.width, seeds=args.seeds,
+            sim = measure.token_geometry(hp, Q0, RHO0 * Q0, width=args.width, seeds=seeds,
                                          depth=depth, causal=True, seed=args.seed)
-            iu = np.triu_indices(n, 1)
-            cs = sim["cosines"].reshape(depth + 1, args.seeds, -1)
-            err = np.abs(cs.mean(1)[-1] - np.asarray(geo["cosines"])[-1][iu])
+            cs = sim["cosines"].reshape(depth + 1, seeds, -1)[-1]
+            c_mean, c_se = cs.mean(0), cs.std(0, ddof=1) / np.sqrt(seeds)
+            nm = sim["norms"].reshape(depth + 1, seeds, n)[-1].mean(0)
+            row = dict(sigma_a=sa, sigma_w=sw, seeds=seeds, cos_se_median=float(np.median(c_se)),
+                       cos_first_pair_sim=float(c_mean[0]), cos_last_pair_sim=float(c_mean[-1]))
+            for mode in ("paper", "exact"):
+                geo = gram.causal_geometry(hp, Q0, RHO0, depth, mode=mode)
+                th = np.asarray(geo["cosines"])[-1][iu]
+                err = np.abs(c_mean - th)
+                z = err / c_se
+                th_n = np.asarray(geo["norms"])[-1]
+                row.update({f"{mode}_cos_err_max": float(err.max()), f"{mode}_cos_err_mean": float(err.mean()),
+                            f"{mode}_cos_z_max": float(z.max()), f"{mode}_cos_z_rms": float(np.sqrt(np.mean(z * z))),
+                            f"{mode}_norm_relerr_max": float(np.max(np.abs(nm - th_n) / th_n)),
+                            f"{mode}_cos_first_pair": float(th[0]), f"{mode}_cos_last_pair": float(th[-1])})
             # the non-causal (q, p) engine, for contrast
             qs, ps = block.trajectory(hp, Q0, RHO0 * Q0, depth)
-            err_nc = np.abs(cs.mean(1)[-1] - float(ps[-1] / qs[-1]))
-            nm = sim["norms"].reshape(depth + 1, args.seeds, n).mean(1)[-1]
-            nerr = np.abs(nm - np.asarray(geo["norms"])[-1]) / np.asarray(geo["norms"])[-1]
+            row["noncausal_cos_err_max"] = float(np.abs(c_mean - float(ps[-1] / qs[-1])).max())
             hpe = hp.replace(depth=16, n_tokens=16)
             th = gram.causal_exponents(hpe)
             se = measure.exponents(hpe, width=args.width, seeds=args.seeds, causal=True, seed=args.seed)
-            row = dict(sigma_a=sa, sigma_w=sw, cos_err_max=float(err.max()), cos_err_mean=float(err.mean()),
-                       cos_err_max_noncausal_theory=float(err_nc.max()), norm_relerr_max=float(nerr.max()),
-                       cos_first_pair_theory=float(np.asarray(geo["cosines"])[-1][0, 1]),
-                       cos_first_pair_sim=float(cs.mean(1)[-1][0]),
-                       cos_last_pair_theory=float(np.asarray(geo["cosines"])[-1][n - 2, n - 1]),
-                       cos_last_pair_sim=float(cs.mean(1)[-1][-1]),
-                       lambda_a_theory=float(th["lambda_a"]), lambda_a_spectral=float(th["lambda_a_spectral"]),
+            row.update(lambda_a_theory=float(th["lambda_a"]), lambda_a_spectral=float(th["lambda_a_spectral"]),
                        lambda_a_sim=se["lambda_a"], lambda_a_se=se["lambda_a_se"],
                        lambda_g_theory=float(th["lambda_g"]), lambda_g_sim=se["lambda_g"],
                        lambda_g_se=se["lambda_g_se"],
@@ -188,6 +193,8 @@ def main():
     ap.add_argument("--width", type=int, default=512)
     ap.add_argument("--seeds", type=int, default=6)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--causal-seeds", type=int, default=64,
+                    help="draws for the per-position cosines (120 pairs: the max needs small se)")
     ap.add_argument("--skip-grid", action="store_true")
     ap.add_argument("--skip-causal", action="store_true")
     ap.add_argument("--sigma-w", default="1,2,3", help="comma-separated sigma_w values")
@@ -200,7 +207,7 @@ def main():
     args.causal_sigma_a = [0.5, 1.0, 1.5]
     if args.quick:
         args.sigma_a, args.sigma_w, args.alpha, args.width, args.seeds = [1.0, 3.0], [2.0], [0.5], 128, 2
-        args.causal_sigma_a = [1.0]
+        args.causal_sigma_a, args.causal_seeds = [1.0], 8
     os.makedirs(args.out, exist_ok=True)
     if not args.skip_grid:
         paper, exact_, sim = grid(args)
