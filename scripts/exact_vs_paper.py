@@ -191,7 +191,7 @@ def main():
     ap.add_argument("--out", default="out/exact")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--width", type=int, default=512)
-    ap.add_argument("--seeds", type=int, default=6)
+    ap.add_argument("--seeds", type=int, default=32)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--causal-seeds", type=int, default=64,
                     help="draws for the per-position cosines (120 pairs: the max needs small se)")
