@@ -29,7 +29,7 @@ from .stack import (collapsed_tokens, simplex_tokens, stack_forward, two_group_t
                     block_forward)
 
 DEFAULT_EPS = 1e-3
-MEMORY_BUDGET = 2.0e9  # bytes of saved residuals per jitted call of the gradient kernel
+MEMORY_BUDGET = 2.5e8  # bytes of live weights and residuals per draw batch of the gradient kernel (smaller is faster on CPU: memory-bound)
 
 
 # ---------------------------------------------------------------- per-draw statistics
@@ -142,13 +142,14 @@ def gradient_draws(hp, keys, q_star, *, n, d, depth, causal=False, mlp_hidden=No
     """Per draw ``(|J^T u|^2, |u|^2)`` with ``J = dX_L/dX_0`` of a depth-``depth`` random
     stack, X_0 = n identical tokens of squared norm ``q* d`` (the collapsed fixed point),
     ``u ~ N(0, I)`` shaped like X_L (THEORY.md §7). Draws run ``draw_batch`` at a time
-    (vmapped) to bound the memory of the saved residuals."""
+    (vmapped) to bound memory; each block is recomputed in the backward pass (its
+    parameters are redrawn from the same key) instead of storing every layer's weights."""
     hp = hp.astype(dtype)
 
     def one(key):
         kx, kw, ku = jax.random.split(key, 3)
         x = collapsed_tokens(kx, n, d, q_star, dtype)
-        f = lambda x0: stack_forward(hp, kw, x0, depth, causal=causal, mlp_hidden=mlp_hidden)
+        f = lambda x0: stack_forward(hp, kw, x0, depth, causal=causal, mlp_hidden=mlp_hidden, remat=True)
         y, vjp = jax.vjp(f, x)
         u = jax.random.normal(ku, y.shape, dtype)
         (g,) = vjp(u)
@@ -159,9 +160,11 @@ def gradient_draws(hp, keys, q_star, *, n, d, depth, causal=False, mlp_hidden=No
 
 def default_draw_batch(n, d, depth, mlp_hidden=None, points=1, itemsize=4,
                        budget=MEMORY_BUDGET):
-    """How many draws to vmap at once so that the saved parameters fit ``budget`` bytes."""
+    """How many draws to vmap at once so that the memory of the gradient kernel fits
+    ``budget`` bytes: each block is rematerialized in the backward pass, so only the block
+    inputs of every layer are kept, plus one layer's parameters at a time."""
     h = mlp_hidden or d
-    per_draw = depth * points * itemsize * (3 * d * d + 2 * d * h + 8 * n * max(d, h))
+    per_draw = points * itemsize * (depth * 8 * n * max(d, h) + 2 * (3 * d * d + 2 * d * h))
     return int(max(1, min(1024, budget // max(per_draw, 1))))
 
 

@@ -42,7 +42,7 @@ def layer_keys(key, depth: int):
 
 def stack_forward(hp: HParams, key, x, depth: int, *, causal: bool = False,
                   mlp_hidden: Optional[int] = None, return_all: bool = False,
-                  reduce=None):
+                  reduce=None, remat: bool = False):
     """Apply ``depth`` independent random blocks to ``x`` (``[n, d]``).
 
     ``return_all``: also return every layer's tokens, shape ``[depth + 1, n, d]``.
@@ -52,8 +52,12 @@ def stack_forward(hp: HParams, key, x, depth: int, *, causal: bool = False,
     """
     keys = layer_keys(key, depth)
 
+    fwd = lambda h, k: block_forward(hp, k, h, causal=causal, mlp_hidden=mlp_hidden)
+    if remat:
+        fwd = jax.checkpoint(fwd)
+
     def body(h, k):
-        h2 = block_forward(hp, k, h, causal=causal, mlp_hidden=mlp_hidden)
+        h2 = fwd(h, k)
         if reduce is not None:
             return h2, reduce(h2)
         return h2, (h2 if return_all else None)
