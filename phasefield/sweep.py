@@ -56,15 +56,20 @@ ATTRS = {
 DEFAULT_CHUNK = 1 << 16
 
 
-def _axes(sigma_w, sigma_a, alpha, alpha_a, alpha_m, sigma_v, n_tokens, depth):
+def branch_weights(alpha, alpha_a, alpha_m, default=0.5) -> dict:
+    """``{"alpha": alpha}`` (ties alpha_A = alpha_M) or ``{"alpha_a": ..., "alpha_m": ...}``
+    with ``default`` for the one not given; both forms at once is an error."""
     if alpha is not None and (alpha_a is not None or alpha_m is not None):
-        raise ValueError("give alpha (ties alpha_a = alpha_m) or alpha_a/alpha_m, not both")
-    raw = dict(sigma_w=sigma_w, sigma_a=sigma_a, sigma_v=sigma_v, n_tokens=n_tokens, depth=depth)
+        raise ValueError("give alpha (--alpha, ties alpha_a = alpha_m) or alpha_a/alpha_m, not both")
     if alpha is not None:
-        raw["alpha"] = alpha
-    else:
-        raw["alpha_a"] = 0.5 if alpha_a is None else alpha_a
-        raw["alpha_m"] = 0.5 if alpha_m is None else alpha_m
+        return {"alpha": alpha}
+    return {"alpha_a": default if alpha_a is None else alpha_a,
+            "alpha_m": default if alpha_m is None else alpha_m}
+
+
+def _axes(sigma_w, sigma_a, alpha, alpha_a, alpha_m, sigma_v, n_tokens, depth):
+    raw = dict(sigma_w=sigma_w, sigma_a=sigma_a, sigma_v=sigma_v, n_tokens=n_tokens, depth=depth,
+               **branch_weights(alpha, alpha_a, alpha_m))
     dims, scalars = {}, {}
     for name in AXES:
         if name not in raw:

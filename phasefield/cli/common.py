@@ -72,14 +72,9 @@ def grid_options(f):
 
 def grid_values(sigma_w, sigma_a, alpha, alpha_a, alpha_m, sigma_v, n_tokens, depth) -> dict:
     """Parse and validate the :func:`grid_options` into arrays (``alpha`` or the pair)."""
-    if alpha is not None and (alpha_a is not None or alpha_m is not None):
-        raise UsageError("give either --alpha or --alpha-a/--alpha-m, not both")
-    raw = dict(sigma_w=sigma_w, sigma_a=sigma_a, sigma_v=sigma_v, n_tokens=n_tokens, depth=depth)
-    if alpha is not None:
-        raw["alpha"] = alpha
-    else:
-        raw["alpha_a"] = alpha_a if alpha_a is not None else "0.5"
-        raw["alpha_m"] = alpha_m if alpha_m is not None else "0.5"
+    from ..sweep import branch_weights
+    raw = dict(sigma_w=sigma_w, sigma_a=sigma_a, sigma_v=sigma_v, n_tokens=n_tokens, depth=depth,
+               **branch_weights(alpha, alpha_a, alpha_m, default="0.5"))
     vals = {k: parse_range(v, k) for k, v in raw.items()}
     check_hparams_values(vals)
     return vals

@@ -29,7 +29,9 @@ from .stack import (collapsed_tokens, simplex_tokens, stack_forward, two_group_t
                     block_forward)
 
 DEFAULT_EPS = 1e-3
-MEMORY_BUDGET = 2.5e8  # bytes of live weights and residuals per draw batch of the gradient kernel (smaller is faster on CPU: memory-bound)
+# bytes of live weights and residuals per draw batch of the gradient kernel (memory-bound on
+# a CPU: smaller batches measured faster at widths 256 and 512)
+MEMORY_BUDGET = 2.5e8
 
 
 # ---------------------------------------------------------------- per-draw statistics
@@ -149,7 +151,8 @@ def gradient_draws(hp, keys, q_star, *, n, d, depth, causal=False, mlp_hidden=No
     def one(key):
         kx, kw, ku = jax.random.split(key, 3)
         x = collapsed_tokens(kx, n, d, q_star, dtype)
-        f = lambda x0: stack_forward(hp, kw, x0, depth, causal=causal, mlp_hidden=mlp_hidden, remat=True)
+        f = lambda x0: stack_forward(hp, kw, x0, depth, causal=causal, mlp_hidden=mlp_hidden,
+                                     remat=True)
         y, vjp = jax.vjp(f, x)
         u = jax.random.normal(ku, y.shape, dtype)
         (g,) = vjp(u)

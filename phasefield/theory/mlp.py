@@ -183,8 +183,8 @@ def _tables(act, s, n_grid, n_cheb, e_one, d_one, groups: int = 4):
     def one(s_, e_one_, d_one_):
         pp, dd = [], []
         for theta, n_v in plan:
-            node = lambda t, n_v=n_v: quadrature.expect_2d(((phi, phi), (dphi, dphi)), s_, t, n_grid, n_v,
-                                                                   parity=odd)
+            node = lambda t, n_v=n_v: quadrature.expect_2d(
+                ((phi, phi), (dphi, dphi)), s_, t, n_grid, n_v, parity=odd)
             a, b = jax.lax.map(node, theta)
             pp.append(a)
             dd.append(b)
