@@ -72,7 +72,9 @@ def cmd_plan(args):
 
 
 def cmd_run(args):
-    import phasefield  # noqa: F401  (the library; the script owns its process)
+    import phasefield
+
+    phasefield.use_all_cpu_cores()  # the script owns its process: shard chunks over every core
     from phasefield.vit import data as vdata
     from phasefield.vit import design
     from phasefield.vit import sweep as vsweep

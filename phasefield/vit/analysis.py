@@ -46,20 +46,27 @@ def configurations(rows: list[dict], num_classes: int, target: str = "test_loss"
     lrs = {float(r["lr"]) for r in rows}
     out = defaultdict(list)
     for cid, rs in groups.items():
-        y = np.array([l_sat if (r.get("diverged") or r.get(target) is None or not math.isfinite(float(r[target])))
-                      else float(r[target]) for r in rs])
+        bad = [_failed(r, target, l_sat) for r in rs]
+        y = np.array([l_sat if b else float(r[target]) for r, b in zip(rs, bad)])
         out["config"].append(cid)
         for k in RAW + ("lr",):
             out[k].append(float(rs[0][k]))
         out["loss"].append(float(y.mean()))
         out["loss_var"].append(float(y.var(ddof=1)) if len(y) > 1 else math.nan)
         out["n_seeds"].append(len(y))
-        out["n_diverged"].append(sum(bool(r.get("diverged")) for r in rs))
+        out["n_diverged"].append(sum(bad))
         out["acc"].append(float(np.mean([float(r.get("test_acc") or 0.0) for r in rs])))
     tab = {k: (np.array(v) if k != "config" else v) for k, v in out.items()}
     tab["L_sat"] = l_sat
     tab["lrs"] = sorted(lrs)
     return tab
+
+
+def _failed(r: dict, target: str, l_sat: float) -> bool:
+    """Diverged: flagged by the sweep, a missing or non-finite loss, or a loss that ended far
+    above chance (> 2 log C; tables of older sweeps flagged only NaN)."""
+    v = r.get(target)
+    return bool(r.get("diverged")) or v is None or not math.isfinite(float(v)) or float(v) > 2 * l_sat
 
 
 def noise_floor(tab: dict) -> dict:

@@ -22,6 +22,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .. import io
+
 DEFAULT_DATA_DIR = os.environ.get("PHASEFIELD_DATA", os.path.join(os.path.expanduser("~"), ".cache", "phasefield", "data"))
 
 
@@ -146,9 +148,7 @@ def load(name: str = "digits", image_size: int = 8, data_dir=None, tfds_dir=None
                         float(z["scale"]), name)
     data = _digits(image_size) if name == "digits" else _tfds(name, image_size, tfds_dir, download)
     if cache:
-        from ..cli.common import atomic_path
-
-        with atomic_path(path) as tmp:
+        with io.atomic_path(path) as tmp:
             with open(tmp, "wb") as f:
                 np.savez(f, x_train=data.x_train, y_train=data.y_train, x_test=data.x_test,
                          y_test=data.y_test, num_classes=data.num_classes, scale=data.scale)

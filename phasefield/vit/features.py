@@ -79,7 +79,7 @@ def _traced_features(hp, q0, rho0, L: int, maps) -> dict:
         out[f"lambda_a_in_{m}"] = jnp.log(jnp.maximum(1.0 - rho_l, 1e-300) / (1.0 - rho0)) / L
         for corr in (False, True):
             out[f"lambda_g_in_{m}" + ("_corr" if corr else "")] = theory.gradient_exponent(
-                hpm, q0, p0, num_layers=L, softmax_correction=corr)
+                hpm.replace(softmax_correction=corr), q0, p0, num_layers=L)
     return out
 
 
@@ -95,11 +95,19 @@ def features(cfg, configs: list[dict], q0: float, rho0: float, maps=MAPS, batch_
     """Features of many configurations ({name: array over configurations}, float64): one
     compiled program per depth, points mapped ``batch_size`` at a time (bounded memory)."""
     import jax
-    import jax.numpy as jnp
 
     n = len(configs)
     if n == 0:
         return {}
+    with jax.enable_x64(True):
+        return _features(cfg, configs, q0, rho0, maps, batch_size)
+
+
+def _features(cfg, configs, q0, rho0, maps, batch_size):
+    import jax
+    import jax.numpy as jnp
+
+    n = len(configs)
     col = lambda k: np.array([float(c[k]) for c in configs])
     depth = col("depth").astype(int)
     out = {}

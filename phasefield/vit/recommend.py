@@ -14,6 +14,7 @@ at the given number of tokens, depth and activation.
 """
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -22,18 +23,29 @@ BOX = dict(sigma_w=(0.3, 3.0), sigma_a=(0.3, 4.0), alpha_a=(0.05, 0.95), alpha_m
 NAMES = ("sigma_w", "sigma_a", "alpha_a", "alpha_m")
 
 
+@functools.lru_cache(maxsize=None)
+def _compiled_exponents():
+    import jax
+
+    from .. import theory
+
+    return jax.jit(jax.vmap(theory.exponents))
+
+
 def _exponents(points: np.ndarray, n_tokens: int, depth: int, activation: str):
+    """Collapsed-point (lambda_a, lambda_g(depth)) at points [k, 4] (one compiled program per
+    batch size and activation)."""
     import jax
     import jax.numpy as jnp
 
-    from .. import theory
     from ..config import HParams
 
-    p = jnp.asarray(points, jnp.float64)
-    hp = HParams(sigma_w=p[:, 0], sigma_a=p[:, 1], alpha_a=p[:, 2], alpha_m=p[:, 3],
-                 sigma_v=jnp.ones(len(p)), n_tokens=jnp.full(len(p), float(n_tokens)),
-                 depth=jnp.full(len(p), float(depth)), activation=activation)
-    ex = jax.jit(jax.vmap(theory.exponents))(hp)
+    with jax.enable_x64(True):
+        p = jnp.asarray(points, jnp.float64)
+        hp = HParams(sigma_w=p[:, 0], sigma_a=p[:, 1], alpha_a=p[:, 2], alpha_m=p[:, 3],
+                     sigma_v=jnp.ones(len(p)), n_tokens=jnp.full(len(p), float(n_tokens)),
+                     depth=jnp.full(len(p), float(depth)), activation=activation)
+        ex = jax.device_get(_compiled_exponents()(hp))
     return np.asarray(ex["lambda_a"], float), np.asarray(ex["lambda_g"], float)
 
 

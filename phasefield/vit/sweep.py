@@ -30,6 +30,7 @@ from typing import Callable, Optional
 
 import numpy as np
 
+from .. import io
 from .design import run_id
 from .train import TrainConfig, Trainer, chance_loss, diverged, make_points, steps_per_epoch
 
@@ -54,9 +55,10 @@ def theory_exponents(cfg: TrainConfig, runs: list[dict]):
     if n == 0:
         return {k: np.zeros(0) for k in ("lambda_a", "lambda_g", "lambda_g_inf")}
     col = lambda k: np.array([r.get(k, cfg.depth) if k == "depth" else r[k] for r in runs], float)
-    hp = cfg.hparams(col("sigma_w"), col("sigma_a"), col("alpha_a"), col("alpha_m"), depth=col("depth"),
-                     dtype=jnp.float64)
-    ex = jax.jit(jax.vmap(theory.exponents))(hp)
+    with jax.enable_x64(True):
+        hp = cfg.hparams(col("sigma_w"), col("sigma_a"), col("alpha_a"), col("alpha_m"), depth=col("depth"),
+                         dtype=jnp.float64)
+        ex = jax.device_get(jax.jit(jax.vmap(theory.exponents))(hp))
     return {k: np.asarray(ex[k], float).reshape(n) for k in ("lambda_a", "lambda_g", "lambda_g_inf")}
 
 
@@ -72,9 +74,7 @@ def _clean(v):
 
 
 def _write_atomic(path: str, text: str) -> None:
-    from ..cli.common import atomic_path
-
-    with atomic_path(path) as tmp:
+    with io.atomic_path(path) as tmp:
         with open(tmp, "w") as f:
             f.write(text)
 
@@ -112,9 +112,9 @@ def write_tables(out_dir: str, rows: list[dict]) -> None:
     rows = sorted(rows, key=lambda r: (r.get("depth") or 0, r["sigma_a"], r["alpha_a"], r["alpha_m"], r["sigma_w"],
                                        r["lr"], r["seed"]))
     _write_atomic(os.path.join(out_dir, "results.json"), json.dumps(rows, indent=1) + "\n")
-    import io
+    import io as _io
 
-    buf = io.StringIO()
+    buf = _io.StringIO()
     w = csv.DictWriter(buf, fieldnames=list(RESULT_FIELDS), extrasaction="ignore")
     w.writeheader()
     for r in rows:
