@@ -48,7 +48,7 @@ def test_stack_is_the_shared_block():
     n, d, depth = 6, 32, 3
     key = jax.random.key(5)
     x = stack.simplex_tokens(jax.random.key(1), n, d, 1.0, 0.4)
-    y, ys = stack.stack_forward(hp, key, x, depth, return_all=True)
+    y, ys = stack.stack_forward(hp, key, x, depth, return_all=True, weights="dense")
     h = x
     for l, k in enumerate(stack.layer_keys(key, depth)):
         params = Block(hp).init({"params": k}, jnp.zeros((n, d), jnp.float32))
@@ -97,11 +97,13 @@ def test_causal_mask_in_stack():
     hp = HParams(sigma_w=1.5)
     n, d = 5, 16
     x = stack.simplex_tokens(jax.random.key(0), n, d, 1.0, 0.3)
-    jac = jax.jacrev(lambda x: stack.stack_forward(hp, jax.random.key(2), x, 2, causal=True))(x)
+    jac = jax.jacrev(lambda x: stack.stack_forward(hp, jax.random.key(2), x, 2, causal=True,
+                                                   weights="dense"))(x)
     norms = jnp.sqrt(jnp.sum(jac ** 2, axis=(1, 3)))  # [i, j]
     assert float(jnp.max(jnp.triu(norms, 1))) == 0.0
     assert float(jnp.min(jnp.diag(norms))) > 0.1
-    jac_full = jax.jacrev(lambda x: stack.stack_forward(hp, jax.random.key(2), x, 2))(x)
+    jac_full = jax.jacrev(lambda x: stack.stack_forward(hp, jax.random.key(2), x, 2,
+                                                        weights="dense"))(x)
     assert float(jnp.max(jnp.triu(jnp.sqrt(jnp.sum(jac_full ** 2, axis=(1, 3))), 1))) > 1e-3
 
 
@@ -133,11 +135,12 @@ def test_gradient_exponent_vjp_matches_frobenius_norm():
     n, d, depth = 4, 16, 3
     key = jax.random.key(0)
     ka, kg = measure.exponent_keys(0, 2)
-    a, b = measure.gradient_draws(hp, kg, 1.0, n=n, d=d, depth=depth, dtype=jnp.float64)
+    a, b = measure.gradient_draws(hp, kg, 1.0, n=n, d=d, depth=depth, dtype=jnp.float64,
+                                  weights="dense")
     # the same draw's Jacobian, rebuilt from the same key split
     kx, kw, ku = jax.random.split(kg[0], 3)
     x = stack.collapsed_tokens(kx, n, d, 1.0, jnp.float64)
-    f = lambda x0: stack.stack_forward(hp.astype(jnp.float64), kw, x0, depth)
+    f = lambda x0: stack.stack_forward(hp.astype(jnp.float64), kw, x0, depth, weights="dense")
     u = jax.random.normal(ku, (n, d), jnp.float64)
     jac = jax.jacrev(f)(x).reshape(n * d, n * d)
     np.testing.assert_allclose(float(a[0]), float(jnp.sum((jac.T @ u.ravel()) ** 2)), rtol=1e-9)
