@@ -81,17 +81,17 @@ def test_lazy_block_is_dense_block_with_assembled_weights(monkeypatch, causal, m
     real = block.random_linear
 
     def recording(x, scales, draws, noise):
-        w, wc = _assemble(x, scales, draws, rng)
-        kernels.append(w)
-
         @jax.custom_vjp
         def f(x):
             return real(x, scales, draws, noise)
 
-        def fwd(x):
-            return f(x), x
+        def fwd(x):  # runs on primal values: the assembled kernels are constants of the VJP
+            w, wc = _assemble(x, scales, draws, rng)
+            kernels.append(w)
+            return real(x, scales, draws, noise), (x, wc)
 
-        def bwd(x, cts):
+        def bwd(res, cts):
+            x, wc = res
             g = _implied_noise(wc, cts, scales)
             return jax.vjp(lambda x: real(x, scales, draws, g), x)[1](cts)
 
@@ -102,17 +102,23 @@ def test_lazy_block_is_dense_block_with_assembled_weights(monkeypatch, causal, m
     x = jnp.asarray(rng.normal(size=(n, d)))
     u = jnp.asarray(rng.normal(size=(n, d)))
     lazy = Block(hp, causal=causal, mlp_hidden=mlp_hidden, weights="lazy")
-    y, vjp = jax.vjp(lambda x: lazy.apply({}, x, rngs={"lazy": jax.random.key(3)}), x)
-    (g,) = vjp(u)
-    assert len(kernels) == 2 + mlp_layers
-    params = {"attention": {nm: {"kernel": w} for nm, w in zip(("query", "key", "value"), kernels[0])},
-              "mlp": {f"dense_{i}": {"kernel": w[0]} for i, w in enumerate(kernels[1:])}}
     dense = Block(hp, causal=causal, mlp_hidden=mlp_hidden)
+
+    @jax.jit  # one compilation instead of hundreds of eager ops
+    def both(x, u):
+        y, vjp = jax.vjp(lambda x: lazy.apply({}, x, rngs={"lazy": jax.random.key(3)}), x)
+        params = {"attention": dict(zip(("query", "key", "value"),
+                                        ({"kernel": w} for w in kernels[0]))),
+                  "mlp": {f"dense_{i}": {"kernel": w[0]} for i, w in enumerate(kernels[1:])}}
+        yd, vjpd = jax.vjp(lambda x: dense.apply({"params": params}, x), x)
+        return y, vjp(u)[0], yd, vjpd(u)[0], params
+
+    y, g, yd, gd, params = both(x, u)
+    assert len(kernels) == 2 + mlp_layers
     shapes = jax.tree_util.tree_map(jnp.shape, dense.init(jax.random.key(0), x)["params"])
     assert jax.tree_util.tree_map(jnp.shape, params) == shapes
-    yd, vjpd = jax.vjp(lambda x: dense.apply({"params": params}, x), x)
     np.testing.assert_allclose(y, yd, atol=1e-12)
-    np.testing.assert_allclose(g, vjpd(u)[0], atol=1e-10)
+    np.testing.assert_allclose(g, gd, atol=1e-10)
 
 
 def test_lazy_stack_layers_and_causality():
