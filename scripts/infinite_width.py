@@ -52,8 +52,8 @@ WIDTHS = tuple(256 * 2 ** k for k in range(7))
 
 def hparams(points=POINTS):
     sw, sa, a = (np.array(v, float) for v in zip(*points))
-    return HParams(sigma_w=sw, sigma_a=sa, alpha_a=a, alpha_m=a, n_tokens=np.full(len(sw), N),
-                   depth=np.full(len(sw), DEPTH))
+    return HParams(sigma_w=sw, sigma_a=sa, alpha_a=a, alpha_m=a, sigma_v=np.ones(len(sw)),
+                   n_tokens=np.full(len(sw), N), depth=np.full(len(sw), DEPTH))
 
 
 def point(i, points=POINTS):
