@@ -39,7 +39,7 @@ import matplotlib
 matplotlib.use("Agg")              # remove this line for inline plots in Jupyter
 import matplotlib.pyplot as plt
 
-import phasefield                  # enables float64 for the theory
+import phasefield                  # the theory computes in float64 by itself
 from phasefield import HParams, theory
 
 SMALL = os.environ.get("PHASEFIELD_NOTEBOOK_SMALL") == "1"

@@ -7,6 +7,10 @@
     theory.exponents(hp)                    # lambda_a, lambda_g, lambda_g_inf, q_star, rho_star
     ds = phasefield.sweep(sigma_w=[...], alpha=[...], sigma_a=1.0)   # xarray.Dataset
 
+Importing phasefield changes no global state: the theory computes in float64 inside JAX's
+scoped ``jax.enable_x64`` (``phasefield.theory.precision``), and using every CPU core as a
+JAX device is the explicit call :func:`use_all_cpu_cores` (before JAX initialises).
+
 Subpackages: ``theory`` (the mean-field maps), ``simulate`` (finite-width random
 transformers), ``sweep`` (grids), ``figures``, ``vit`` (trainer and loss predictor),
 ``seeds`` (the other seed papers' theories), ``cli``.
@@ -14,24 +18,11 @@ transformers), ``sweep`` (grids), ``figures``, ``vit`` (trainer and loss predict
 from __future__ import annotations
 
 import importlib
-import os as _os
 
-# One XLA CPU program runs on one core; exposing each core as a host device lets the
-# sweeps, simulations and trainers shard over all of them (no effect on GPU/TPU backends,
-# and none once JAX is initialised). Opt out with PHASEFIELD_HOST_DEVICES=1.
-if "xla_force_host_platform_device_count" not in _os.environ.get("XLA_FLAGS", ""):
-    _n = int(_os.environ.get("PHASEFIELD_HOST_DEVICES", _os.cpu_count() or 1))
-    if _n > 1:
-        _os.environ["XLA_FLAGS"] = (_os.environ.get("XLA_FLAGS", "") +
-                                    f" --xla_force_host_platform_device_count={_n}").strip()
+from ._runtime import use_all_cpu_cores
+from .config import HParams
 
-import jax as _jax  # noqa: E402
-
-_jax.config.update("jax_enable_x64", True)  # theory runs in float64; networks pick their own dtype
-
-from .config import HParams  # noqa: E402
-
-__all__ = ["HParams", "theory", "sweep", "simulate"]
+__all__ = ["HParams", "theory", "sweep", "simulate", "use_all_cpu_cores"]
 __version__ = "0.1.0"
 
 _LAZY = ("theory", "sweep", "simulate", "figures", "vit", "seeds")

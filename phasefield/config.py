@@ -5,11 +5,14 @@ structural fields (activation, MLP depth, residual convention, attention map) ar
 """
 from __future__ import annotations
 
-import math
 from typing import Any
 
+import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import struct
+
+from .grid import check_values
 
 ACTIVATIONS = ("tanh", "erf", "relu", "gelu", "linear")
 RESIDUALS = ("unit-norm", "identity")
@@ -28,7 +31,8 @@ class HParams:
     n_tokens  number of tokens n
     depth     number of blocks L
     activation, mlp_layers, residual ('unit-norm' or 'identity'), attention ('paper' or
-    'exact') are static (not traced).
+    'exact': the attention map of the theory) and softmax_correction (the theory's
+    backward maps add the softmax-derivative path) are static (not traced).
     """
 
     sigma_w: Any = 1.0
@@ -42,6 +46,7 @@ class HParams:
     mlp_layers: int = struct.field(pytree_node=False, default=1)
     residual: str = struct.field(pytree_node=False, default="unit-norm")
     attention: str = struct.field(pytree_node=False, default="paper")
+    softmax_correction: bool = struct.field(pytree_node=False, default=False)
 
     # ---- derived quantities (traceable) -------------------------------------------
     @property
@@ -59,29 +64,19 @@ class HParams:
         )
 
     def validate(self) -> "HParams":
-        """Raise ``ValueError`` with a one-line message if a concrete field is out of range."""
+        """Raise ``ValueError`` with a one-line message if a concrete field is out of range
+        (the ranges are :func:`phasefield.grid.check_values`; traced fields are skipped)."""
         _check_static(self)
-        vals = {k: getattr(self, k) for k in NUMERIC_FIELDS}
         try:
-            vals = {k: float(jnp.min(jnp.asarray(v))) for k, v in vals.items()}
-            maxes = {k: float(jnp.max(jnp.asarray(v))) for k, v in self.__dict__.items() if k in NUMERIC_FIELDS}
-        except Exception:  # traced values cannot be validated
+            vals = {k: np.asarray(getattr(self, k), float) for k in NUMERIC_FIELDS}
+        except (jax.errors.ConcretizationTypeError, jax.errors.TracerArrayConversionError, TypeError):
             return self
-        for k in ("sigma_w", "sigma_a", "sigma_v"):
-            if not vals[k] > 0 or not math.isfinite(maxes[k]):
-                raise ValueError(f"{k.replace('_', '-')} must be a finite number > 0 (got {vals[k]:g})")
-        for k in ("alpha_a", "alpha_m"):
-            if not (0.0 <= vals[k] and maxes[k] <= 1.0):
-                raise ValueError(f"{k.replace('_', '-')} must lie in [0, 1] (got {vals[k] if vals[k] < 0 else maxes[k]:g})")
-        if vals["n_tokens"] < 2:
-            raise ValueError(f"n-tokens must be >= 2 (got {vals['n_tokens']:g})")
-        if vals["depth"] < 1:
-            raise ValueError(f"depth must be >= 1 (got {vals['depth']:g})")
+        check_values(vals)
         return self
 
 
 NUMERIC_FIELDS = ("sigma_w", "sigma_a", "alpha_a", "alpha_m", "sigma_v", "n_tokens", "depth")
-STATIC_FIELDS = ("activation", "mlp_layers", "residual", "attention")
+STATIC_FIELDS = ("activation", "mlp_layers", "residual", "attention", "softmax_correction")
 
 
 def _beta(alpha, residual):
@@ -97,5 +92,7 @@ def _check_static(hp: HParams) -> None:
         raise ValueError(f"unknown residual {hp.residual!r}; choose one of {', '.join(RESIDUALS)}")
     if hp.attention not in ATTENTIONS:
         raise ValueError(f"unknown attention map {hp.attention!r}; choose one of {', '.join(ATTENTIONS)}")
+    if not isinstance(hp.softmax_correction, bool):
+        raise ValueError(f"softmax-correction must be True or False (got {hp.softmax_correction!r})")
     if not (isinstance(hp.mlp_layers, int) and hp.mlp_layers >= 1):
         raise ValueError(f"mlp-layers must be an integer >= 1 (got {hp.mlp_layers!r})")

@@ -16,7 +16,8 @@ How it runs:
 * the flattened grid is cut into fixed-size chunks (one compiled program, bounded memory);
   each chunk is ``jax.vmap`` of :func:`phasefield.theory.exponents`, its leading axis
   sharded over every local device (``jax.sharding``);
-* with ``out=`` every finished chunk is written to ``<out>.chunks/`` at once, so an
+* with ``out=`` every finished chunk is written to ``<out>.chunks/`` at once
+  (:class:`phasefield.grid.ChunkStore`), so an
   interrupted sweep resumes where it stopped; the netCDF file appears (atomically) only
   when the grid is complete;
 * multi-host: after ``jax.distributed.initialize()`` each process computes the chunks
@@ -26,12 +27,8 @@ How it runs:
 from __future__ import annotations
 
 import functools
-import hashlib
-import json
 import os
-import shutil
 import sys
-import tempfile
 import types
 from typing import Sequence
 
@@ -39,12 +36,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from . import grid, io
 from .config import HParams
-from .theory.exponents import exponents as _theory_exponents
 from .theory import mlp
+from .theory.lyapunov import exponents as _theory_exponents
+from .theory.precision import float64
 
 VARIABLES = ("lambda_a", "lambda_g", "lambda_g_inf", "q_star", "rho_star")
-AXES = ("sigma_w", "sigma_a", "alpha", "alpha_a", "alpha_m", "sigma_v", "n_tokens", "depth")
 ATTRS = {
     "lambda_a": dict(long_name="angle exponent", symbol="λ_a"),
     "lambda_g": dict(long_name="gradient exponent at finite depth (collapsed input)", symbol="λ_g(L)"),
@@ -56,46 +54,17 @@ ATTRS = {
 DEFAULT_CHUNK = 1 << 16
 
 
-def branch_weights(alpha, alpha_a, alpha_m, default=0.5) -> dict:
-    """``{"alpha": alpha}`` (ties alpha_A = alpha_M) or ``{"alpha_a": ..., "alpha_m": ...}``
-    with ``default`` for the one not given; both forms at once is an error."""
-    if alpha is not None and (alpha_a is not None or alpha_m is not None):
-        raise ValueError("give alpha (--alpha, ties alpha_a = alpha_m) or alpha_a/alpha_m, not both")
-    if alpha is not None:
-        return {"alpha": alpha}
-    return {"alpha_a": default if alpha_a is None else alpha_a,
-            "alpha_m": default if alpha_m is None else alpha_m}
-
-
 def _axes(sigma_w, sigma_a, alpha, alpha_a, alpha_m, sigma_v, n_tokens, depth):
     raw = dict(sigma_w=sigma_w, sigma_a=sigma_a, sigma_v=sigma_v, n_tokens=n_tokens, depth=depth,
-               **branch_weights(alpha, alpha_a, alpha_m))
+               **grid.branch_weights(alpha, alpha_a, alpha_m))
     dims, scalars = {}, {}
-    for name in AXES:
+    for name in grid.AXES:
         if name not in raw:
             continue
         v = np.asarray(raw[name], dtype=np.float64)
-        if v.ndim > 1:
-            raise ValueError(f"{name} must be a number or a 1-D sequence")
-        if v.ndim == 1 and v.size == 0:
-            raise ValueError(f"{name} is empty")
-        _check(name, v)
+        grid.check_values({name: v})
         (dims if v.ndim == 1 else scalars)[name] = v
     return dims, scalars
-
-
-def _check(name, v):
-    flag = name.replace("_", "-")
-    if not np.all(np.isfinite(v)):
-        raise ValueError(f"{flag} must be finite")
-    if name.startswith("sigma") and not np.all(v > 0):
-        raise ValueError(f"{flag} must be > 0 (got {v.min():g})")
-    if name.startswith("alpha") and not np.all((v >= 0) & (v <= 1)):
-        raise ValueError(f"{flag} must lie in [0, 1] (got {v[(v < 0) | (v > 1)].flat[0]:g})")
-    if name == "n_tokens" and not np.all((v >= 2) & (v == np.round(v))):
-        raise ValueError(f"n-tokens must be an integer >= 2 (got {v.min():g})")
-    if name == "depth" and not np.all((v >= 1) & (v == np.round(v))):
-        raise ValueError(f"depth must be an integer >= 1 (got {v.min():g})")
 
 
 def _point_fields(dims, scalars, flat_index):
@@ -114,6 +83,7 @@ def _point_fields(dims, scalars, flat_index):
     return vals, sw_index
 
 
+@float64
 def build_kernels(sigma_w: np.ndarray, activation: str = "tanh", mlp_layers: int = 1,
                   devices: Sequence | None = None, need_tables: np.ndarray | None = None):
     """Stacked :class:`MLPKernel` for each sigma_w (tables sized per resolution bucket,
@@ -199,8 +169,9 @@ def _kernel_fn(activation, mlp_layers, n_grid, n_cheb):
 
 
 @functools.lru_cache(maxsize=None)
-def _evaluate_fn(activation, mlp_layers, residual, attention, devices):
-    hp_static = dict(activation=activation, mlp_layers=int(mlp_layers), residual=residual, attention=attention)
+def _evaluate_fn(activation, mlp_layers, residual, attention, softmax_correction, devices):
+    hp_static = dict(activation=activation, mlp_layers=int(mlp_layers), residual=residual, attention=attention,
+                     softmax_correction=bool(softmax_correction))
 
     def point(fields, index, kernels):
         hp = HParams(**fields, **hp_static)
@@ -218,25 +189,19 @@ def _evaluate_fn(activation, mlp_layers, residual, attention, devices):
     return jax.jit(fn), None
 
 
-def _spec_hash(dims, scalars, static) -> str:
-    h = hashlib.sha256()
-    for name, v in list(dims.items()) + list(scalars.items()):
-        h.update(name.encode())
-        h.update(np.ascontiguousarray(v, np.float64).tobytes())
-    h.update(json.dumps(static, sort_keys=True).encode())
-    return h.hexdigest()[:16]
-
-
+@float64
 def sweep(*, sigma_w, sigma_a=1.0, alpha=None, alpha_a=None, alpha_m=None, sigma_v=1.0,
           n_tokens=32, depth=16, activation: str = "tanh", mlp_layers: int = 1,
-          residual: str = "unit-norm", attention: str = "paper", out: str | None = None,
+          residual: str = "unit-norm", attention: str = "paper", softmax_correction: bool = False,
+          out: str | None = None,
           chunk_size: int | None = None, progress: bool = False,
           devices: Sequence | None = None):
     """Evaluate the theory on a grid; see the module docstring. Returns an xarray.Dataset."""
     import xarray as xr
     from tqdm.auto import tqdm
 
-    HParams(activation=activation, mlp_layers=mlp_layers, residual=residual, attention=attention).validate()
+    HParams(activation=activation, mlp_layers=mlp_layers, residual=residual, attention=attention,
+            softmax_correction=bool(softmax_correction)).validate()
     dims, scalars = _axes(sigma_w, sigma_a, alpha, alpha_a, alpha_m, sigma_v, n_tokens, depth)
     shape = tuple(v.size for v in dims.values())
     total = int(np.prod(shape)) if shape else 1
@@ -248,42 +213,30 @@ def sweep(*, sigma_w, sigma_a=1.0, alpha=None, alpha_a=None, alpha_m=None, sigma
     chunk = -(-chunk // ndev) * ndev
     n_chunks = -(-total // chunk)
     static = dict(activation=activation, mlp_layers=int(mlp_layers), residual=residual,
-                  attention=attention, chunk=chunk, version=1)
+                  attention=attention, softmax_correction=bool(softmax_correction), chunk=chunk, version=2)
 
-    chunk_dir = None
+    store = None
     if out is not None:
-        chunk_dir = os.fspath(out) + ".chunks"
-        os.makedirs(chunk_dir, exist_ok=True)
-        meta_path = os.path.join(chunk_dir, "meta.json")
-        key = _spec_hash(dims, scalars, static)
-        if os.path.exists(meta_path):
-            with open(meta_path) as f:
-                if json.load(f).get("key") != key:
-                    raise ValueError(f"{chunk_dir} holds chunks of a different sweep; remove it or "
-                                     f"choose another --out")
-        else:
-            with open(meta_path, "w") as f:
-                json.dump(dict(key=key, n_chunks=n_chunks, dims=list(dims)), f)
+        spec = dict(source="phasefield.sweep", dims={k: v.tolist() for k, v in dims.items()},
+                    scalars={k: float(v) for k, v in scalars.items()}, n_chunks=n_chunks, **static)
+        store = grid.ChunkStore(os.fspath(out) + ".chunks", spec)
 
     sw_values = dims.get("sigma_w", scalars.get("sigma_w"))
     sw_all = np.atleast_1d(sw_values)
     # 2-D tables are needed only where the stable point can leave rho = 1 (lambda_a > 0)
     need = _chaotic_sigma_w(dims, scalars, _scalar_kernels(sw_all, activation, mlp_layers), residual)
     kernels = jax.tree.map(jnp.asarray, build_kernels(sw_all, activation, mlp_layers, devices, need))
-    fn, sharding = _evaluate_fn(activation, mlp_layers, residual, attention, tuple(devices))
+    fn, sharding = _evaluate_fn(activation, mlp_layers, residual, attention, softmax_correction,
+                                tuple(devices))
     pid, pcount = jax.process_index(), jax.process_count()
-    if pcount > 1 and chunk_dir is None:
+    if pcount > 1 and store is None:
         raise ValueError("a multi-host sweep needs out= on a filesystem shared by the hosts")
 
     results = {k: np.full(total, np.nan) for k in VARIABLES}
     todo = []
     for c in range(n_chunks):
-        path = os.path.join(chunk_dir, f"chunk_{c:06d}.npz") if chunk_dir else None
-        if path and os.path.exists(path):
-            with np.load(path) as z:
-                lo = c * chunk
-                for k in VARIABLES:
-                    results[k][lo:lo + z[k].size] = z[k]
+        if store is not None and store.has(c):
+            _fill(results, c * chunk, store.load(c))
         elif c % pcount == pid:
             todo.append(c)
     bar = tqdm(todo, desc="sweep", unit="chunk", disable=not progress, leave=False)
@@ -298,65 +251,42 @@ def sweep(*, sigma_w, sigma_a=1.0, alpha=None, alpha_a=None, alpha_m=None, sigma
         vals = {k: np.asarray(v)[: hi - lo] for k, v in fn(fields, sw_index, kernels).items()}
         for k in VARIABLES:
             results[k][lo:hi] = vals[k]
-        if chunk_dir:
-            _save_chunk(os.path.join(chunk_dir, f"chunk_{c:06d}.npz"), vals)
+        if store is not None:
+            store.save(c, vals)
     bar.close()
 
-    if pcount > 1 and chunk_dir:
-        missing = [c for c in range(n_chunks)
-                   if not os.path.exists(os.path.join(chunk_dir, f"chunk_{c:06d}.npz"))]
-        if missing or pid != 0:
+    if pcount > 1 and store is not None:
+        if store.missing(n_chunks) or pid != 0:
             return None  # other processes still working, or not the assembling process
         for c in range(n_chunks):
-            with np.load(os.path.join(chunk_dir, f"chunk_{c:06d}.npz")) as z:
-                for k in VARIABLES:
-                    results[k][c * chunk: c * chunk + z[k].size] = z[k]
+            _fill(results, c * chunk, store.load(c))
 
     coords = {name: (name, v) for name, v in dims.items()}
     coords.update({name: float(v) for name, v in scalars.items()})
     data = {k: (tuple(dims), results[k].reshape(shape), ATTRS[k]) for k in VARIABLES}
     ds = xr.Dataset(data, coords=coords, attrs=dict(
         title="phasefield theory sweep", activation=activation, mlp_layers=int(mlp_layers),
-        residual=residual, attention=attention,
+        residual=residual, attention=attention, softmax_correction=int(bool(softmax_correction)),
         note="lambda_g: depth-L exponent from the collapsed fixed point; lambda_g_inf: stable fixed point"))
     if out is not None:
-        save(ds, out)
-        shutil.rmtree(chunk_dir, ignore_errors=True)
+        io.write_netcdf(ds, out)
+        store.remove()
     return ds
 
 
-def _save_chunk(path, vals):
-    fd, tmp = tempfile.mkstemp(prefix=".chunk.", suffix=".npz", dir=os.path.dirname(path))
-    os.close(fd)
-    try:
-        np.savez(tmp, **vals)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
+def _fill(results, lo, vals):
+    for k in VARIABLES:
+        results[k][lo:lo + vals[k].size] = vals[k]
 
 
 def save(ds, path) -> None:
     """Write a dataset to netCDF atomically (h5netcdf engine)."""
-    path = os.fspath(path)
-    d = os.path.dirname(os.path.abspath(path))
-    os.makedirs(d, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".part", dir=d)
-    os.close(fd)
-    try:
-        ds.to_netcdf(tmp, engine="h5netcdf")
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
+    io.write_netcdf(ds, path)
 
 
 def load(path):
     """Open a sweep written by :func:`sweep` (or ``phasefield sweep``)."""
-    import xarray as xr
-
-    with xr.open_dataset(path, engine="h5netcdf") as ds:
-        return ds.load()
+    return io.read_netcdf(path)
 
 
 class _CallableModule(types.ModuleType):

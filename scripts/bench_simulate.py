@@ -36,10 +36,12 @@ import time
 import jax
 import jax.numpy as jnp
 
-import phasefield  # noqa: F401
+import phasefield
 from phasefield import HParams
 from phasefield.block import Block
 from phasefield.simulate import measure, stack
+
+phasefield.use_all_cpu_cores()          # this script owns its process
 
 
 def timeit(f, *args, reps=3):

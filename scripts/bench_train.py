@@ -6,7 +6,7 @@
 
 Both paths run the same pure ``train`` function (phasefield.vit.train.make_train): the
 vmapped one as ``jit(vmap(train))`` on a chunk of K hyperparameter points, sharded over all
-devices (after ``import phasefield`` every CPU core is a host device), the sequential one as
+devices (``phasefield.use_all_cpu_cores()``: every CPU core is a host device), the sequential one as
 ``jit(train)`` on one device, called K times (XLA:CPU still spreads one program's matmuls
 over the cores: the "cores busy" column says how many it kept busy). Compilation is
 excluded (one warm-up call each).
@@ -43,11 +43,14 @@ def main(argv=None):
     ap.add_argument("--n-test", type=int, default=64, help="food101-shaped test images")
     ap.add_argument("--skip-sequential", action="store_true", help="only time the vmapped program")
     ap.add_argument("--devices", type=int, default=None, help="shard the vmapped chunk over this many devices "
-                    "(default all: every CPU core is a host device after 'import phasefield')")
+                    "(default all: every CPU core is a host device)")
     ap.add_argument("--xla-defaults", action="store_true",
                     help="compile with XLA's default options (not the trainer's CPU options)")
     args = ap.parse_args(argv)
 
+    import phasefield
+
+    phasefield.use_all_cpu_cores()      # this script owns its process
     import jax
 
     from phasefield.vit import data as vdata

@@ -11,10 +11,8 @@ import sys
 import numpy as np
 import xarray as xr
 
-sys.path.insert(0, "tests")
-from test_simulate import closed_form_exponents  # noqa: E402
-
-from phasefield import HParams  # noqa: E402
+from phasefield import HParams
+from phasefield.theory.reference import closed_form_exponents
 
 SW = np.linspace(0.5, 3.0, 16)
 ALPHA = np.linspace(0.1, 0.9, 16)

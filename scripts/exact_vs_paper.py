@@ -16,7 +16,6 @@ report.json. Variables of the grids:
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import os
 import time
@@ -27,13 +26,16 @@ import jax.numpy as jnp
 import numpy as np
 import xarray as xr
 
-import phasefield  # noqa: F401
-from phasefield import HParams
+import phasefield
+from phasefield import HParams, theory
 from phasefield.simulate import compare, measure
 from phasefield.simulate.stack import simplex_tokens, stack_forward
-from phasefield.theory import block, correction, gram, mlp
+from phasefield.theory import block, gram, mlp
 
-ex = importlib.import_module("phasefield.theory.exponents")
+# this script owns its process: every core a device, float64 for its own jit of the theory
+phasefield.use_all_cpu_cores()
+jax.config.update("jax_enable_x64", True)
+
 Q0, RHO0 = 1.0, 0.3
 
 
@@ -56,11 +58,12 @@ def _grad_draws(hp, keys, *, n, d, depth):
 def theory_point(hp, kern, depth, corrected):
     qs, ps = block.trajectory(hp, Q0, RHO0 * Q0, depth, kern)
     out = dict(rho_L=ps[-1] / qs[-1], q_L=qs[-1],
-               lambda_a=ex.angle_exponent(hp, kern),
-               lambda_g=ex.gradient_exponent(hp, None, None, depth, kern),
-               lambda_g_rho0=ex.gradient_exponent(hp, Q0, RHO0 * Q0, depth, kern))
+               lambda_a=theory.angle_exponent(hp, kern),
+               lambda_g=theory.gradient_exponent(hp, None, None, depth, kern),
+               lambda_g_rho0=theory.gradient_exponent(hp, Q0, RHO0 * Q0, depth, kern))
     if corrected:
-        out["lambda_g_corr"] = correction.gradient_exponent_corrected(hp, Q0, RHO0 * Q0, depth, kern)
+        out["lambda_g_corr"] = theory.gradient_exponent(hp.replace(softmax_correction=True),
+                                                        Q0, RHO0 * Q0, depth, kern)
     return out
 
 
@@ -158,7 +161,7 @@ def causal(args):
             row = dict(sigma_a=sa, sigma_w=sw, seeds=seeds, cos_se_median=float(np.median(c_se)),
                        cos_first_pair_sim=float(c_mean[0]), cos_last_pair_sim=float(c_mean[-1]))
             for mode in ("paper", "exact"):
-                geo = gram.causal_geometry(hp, Q0, RHO0, depth, mode=mode)
+                geo = gram.causal_geometry(hp.replace(attention=mode), Q0, RHO0, depth)
                 th = np.asarray(geo["cosines"])[-1][iu]
                 err = np.abs(c_mean - th)
                 z = err / c_se
@@ -177,8 +180,8 @@ def causal(args):
                        lambda_a_sim=se["lambda_a"], lambda_a_se=se["lambda_a_se"],
                        lambda_g_theory=float(th["lambda_g"]), lambda_g_sim=se["lambda_g"],
                        lambda_g_se=se["lambda_g_se"],
-                       lambda_a_noncausal=float(ex.angle_exponent(hpe)),
-                       lambda_g_noncausal=float(ex.gradient_exponent(hpe, num_layers=16)))
+                       lambda_a_noncausal=float(theory.angle_exponent(hpe)),
+                       lambda_g_noncausal=float(theory.gradient_exponent(hpe, num_layers=16)))
             print(json.dumps(row), flush=True)
             res.append(row)
     with open(os.path.join(args.out, "causal.json"), "w") as f:

@@ -3,13 +3,13 @@ autodiff of one finite-width attention layer."""
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
-import phasefield  # noqa: F401  (float64)
-from phasefield import HParams
-from phasefield.theory import attention, correction, gram
-import importlib
+from phasefield import HParams, theory
+from phasefield.theory import attention, gram
+from phasefield.theory.attention import softmax
 
-ex = importlib.import_module("phasefield.theory.exponents")
+pytestmark = pytest.mark.usefixtures("float64")
 
 N, D, SA, RHO, A, B = 6, 256, 2.0, 0.3, 1.0, 0.5
 
@@ -42,7 +42,9 @@ def test_correction_matches_autodiff_of_one_layer():
     m, se = r.mean(0), r.std(0, ddof=1) / np.sqrt(len(r))
     hp = HParams(sigma_a=SA, n_tokens=N, attention="exact")
     dv, ov = (float(v) for v in attention.backward(hp, 1.0, RHO, A, B))
-    ds, os_ = (float(v) for v in correction.softmax_term(hp, 1.0, RHO, A, B))
+    ds, os_ = (float(v) for v in softmax.softmax_term(hp, 1.0, RHO, A, B))
+    dc, oc = (float(v) for v in attention.backward(hp.replace(softmax_correction=True), 1.0, RHO, A, B))
+    assert (dc, oc) == pytest.approx((dv + ds, ov + os_), rel=1e-14)  # the switch adds the term
     assert abs(m[0] - (dv + ds)) < 4 * se[0] + 0.02 * (dv + ds)   # O(1/d) allowance
     assert abs(m[1] - (ov + os_)) < 4 * se[1] + 0.02
     assert abs(m[0] - dv) > 20 * se[0]                               # values path alone fails
@@ -52,8 +54,8 @@ def test_gram_correction_matches_symmetric_formula():
     hp = HParams(sigma_a=SA, n_tokens=N, attention="exact")
     r = gram.cosines(gram.symmetric_gram(N, 1.0, RHO))
     g = gram.symmetric_gram(N, A + B, B)
-    corr = correction.gram_softmax_term(hp, r, g, gram.causal_mask(N, False), 16384)
-    ds, os_ = (float(v) for v in correction.softmax_term(hp, 1.0, RHO, A, B))
+    corr = softmax.gram_softmax_term(hp, r, g, gram.causal_mask(N, False), 16384)
+    ds, os_ = (float(v) for v in softmax.softmax_term(hp, 1.0, RHO, A, B))
     off = ~np.eye(N, dtype=bool)
     assert abs(float(jnp.mean(jnp.diagonal(corr))) - ds) < 0.02 * abs(ds)
     assert abs(float(jnp.mean(np.asarray(corr)[off])) - os_) < 0.1 * abs(os_)
@@ -61,7 +63,7 @@ def test_gram_correction_matches_symmetric_formula():
 
 def test_correction_vanishes_at_collapse():
     hp = HParams(sigma_w=2.0, sigma_a=2.0, alpha_a=0.6, alpha_m=0.7, n_tokens=8, depth=4)
-    d, o = correction.softmax_term(hp, 1.0, 1.0, 1.0, 0.3)
+    d, o = softmax.softmax_term(hp, 1.0, 1.0, 1.0, 0.3)
     assert float(d) == 0.0 and float(o) == 0.0
-    lg = correction.gradient_exponent_corrected(hp, num_layers=4)
-    assert abs(float(lg) - float(ex.gradient_exponent(hp, num_layers=4))) < 1e-12
+    lg = theory.gradient_exponent(hp.replace(softmax_correction=True), num_layers=4)
+    assert abs(float(lg) - float(theory.gradient_exponent(hp, num_layers=4))) < 1e-12

@@ -1,17 +1,15 @@
-"""Exact-softmax attention map (phasefield.theory.exact): against brute-force Monte-Carlo of
+"""Exact-softmax attention map (phasefield.theory.attention.exact): against brute-force Monte-Carlo of
 the n x n Gaussian logit field, its limits, lambda_a, and the THEORY.md §3 case."""
-import importlib
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-import phasefield  # noqa: F401  (float64)
-from phasefield import HParams
-from phasefield.theory import attention, block, exact
+from phasefield import HParams, theory
+from phasefield.theory import attention, block
+from phasefield.theory.attention import exact, paper
 
-ex = importlib.import_module("phasefield.theory.exponents")
+pytestmark = pytest.mark.usefixtures("float64")
 
 
 @pytest.mark.parametrize("sigma_a,rho,n", [(1.0, 0.3, 8), (3.0, 0.3, 8), (4.0, -0.1, 4),
@@ -27,7 +25,7 @@ def test_s_values_match_brute_force(sigma_a, rho, n):
 def test_paper_map_is_wrong_at_large_sigma_a():
     # the brute-force value differs from the paper's 1 - w by many standard errors
     hp = HParams(sigma_a=3.0, n_tokens=8)
-    w1, wr = attention.weights(hp, 0.3)
+    w1, wr = paper.weights(hp, 0.3)
     m1, e1, mr, er = exact.monte_carlo_s(3.0, 0.3, 8, samples=60_000, seed=3)
     assert abs((1 - float(w1)) - m1) > 50 * e1
     assert abs((1 - float(wr)) - mr) > 50 * er
@@ -61,8 +59,8 @@ def test_backward_consistent_with_forward_identities():
 def test_lambda_a_exact_equals_paper_and_jit_vmap():
     for sa in (2.0,):
         hp = HParams(sigma_w=2.0, sigma_a=sa, alpha_a=0.5, alpha_m=0.7)
-        la_p = float(ex.angle_exponent(hp))
-        la_e = float(ex.angle_exponent(hp.replace(attention="exact"), method="autodiff"))
+        la_p = float(theory.angle_exponent(hp))
+        la_e = float(theory.angle_exponent(hp.replace(attention="exact"), method="autodiff"))
         assert abs(la_p - la_e) < 1e-9
     hp = HParams(n_tokens=32, attention="exact")
     f = jax.jit(jax.vmap(lambda s: attention.forward(hp.replace(sigma_a=s), 0.3)[0]))

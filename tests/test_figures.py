@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 import xarray as xr
 
-import phasefield  # noqa: F401  (float64)
 from phasefield.cli import main
-from phasefield.figures import data, phase
+from phasefield.figures import agreement, compute, files, phase
+from phasefield.figures import settings as presets
 
 FIGS = ("fig2", "fig3", "fig4", "fig5", "fig6", "phase_diagram")
 
@@ -29,8 +29,8 @@ def _grid(x, y, xs, ys, fa, fg, scalars, sim=False, seed=0):
                  "lambda_a_se": ((x, y), np.full(la.shape, 0.01)),
                  "lambda_g": ((x, y), lg + 0.005 * rng.standard_normal(lg.shape)),
                  "lambda_g_se": ((x, y), np.full(lg.shape, 0.005))}
-        ds = xr.Dataset(vars_, coords={x: xs, y: ys})
-        ds.attrs.update(width=64, seeds=4, **{f"hp_{k}": v for k, v in scalars.items()})
+        ds = xr.Dataset(vars_, coords={x: xs, y: ys, **scalars})
+        ds.attrs.update(width=64, seeds=4)
         return ds
     vars_["lambda_g_inf"] = ((x, y), lg + 0.1)
     vars_["q_star"] = ((x, y), np.ones_like(la))
@@ -99,8 +99,8 @@ def synthetic_sim():
 def saved(tmp_path_factory):
     d = tmp_path_factory.mktemp("saved")
     th, si = synthetic_theory(), synthetic_sim()
-    data.save_groups(th, str(d / "sweep.nc"))
-    data.save_groups(si, str(d / "sim.nc"))
+    files.save_groups(th, str(d / "sweep.nc"))
+    files.save_groups(si, str(d / "sim.nc"))
     return d
 
 
@@ -118,7 +118,7 @@ def no_compute(monkeypatch):
     monkeypatch.setattr(simsweep, "sweep", boom)
     for name in ("token_geometry", "group_cosines", "exponents", "transients"):
         monkeypatch.setattr(measure, name, boom)
-    monkeypatch.setattr(data, "compute", boom)
+    monkeypatch.setattr(compute, "compute", boom)
 
 
 def _check_outputs(out, names):
@@ -138,8 +138,8 @@ def test_figures_from_saved_without_recomputation(saved, tmp_path, no_compute, c
     assert rc == 0, capsys.readouterr().err
     _check_outputs(out, FIGS)
     # the data the figures used are saved beside them and redraw again
-    assert set(data.load_groups(str(out / "sweep.nc"))) == {"alpha_sigma_w", "sigma_a_alpha"}
-    assert {"fig2", "fig3", "causal"} <= set(data.load_groups(str(out / "sim.nc")))
+    assert set(files.load_groups(str(out / "sweep.nc"))) == {"alpha_sigma_w", "sigma_a_alpha"}
+    assert {"fig2", "fig3", "causal"} <= set(files.load_groups(str(out / "sim.nc")))
     rc = main(["figures", "--from", str(out / "sweep.nc"), "--out", str(tmp_path / "again")])
     assert rc == 0
     _check_outputs(tmp_path / "again", FIGS)  # sim.nc found beside sweep.nc
@@ -243,12 +243,12 @@ def test_agreement_and_demo_summary():
     from phasefield.figures import demo
 
     th, si = synthetic_theory(), synthetic_sim()
-    a = data.agreement(th, si, "alpha_sigma_w")  # theory interpolated onto the sim grid
+    a = agreement.agreement(th, si, "alpha_sigma_w")  # theory interpolated onto the sim grid
     assert a["theory"] == "interpolated" and a["points"] == 12
     assert 0 < a["lambda_a"]["median"] < 0.05 and a["lambda_a"]["median_se"] == pytest.approx(0.01)
-    exact = data.theory_at(th["alpha_sigma_w"], th["alpha_sigma_w"].isel(sigma_w=[2, 5], alpha=[1, 3]))
+    exact = agreement.theory_at(th["alpha_sigma_w"], th["alpha_sigma_w"].isel(sigma_w=[2, 5], alpha=[1, 3]))
     assert exact[1] == "exact"
-    res = dict(theory=th, sim=si, settings=data.QUICK, seconds=12.0)
+    res = dict(theory=th, sim=si, settings=presets.QUICK, seconds=12.0)
     s = demo.summarize(res)
     assert s["critical_point"]["kind"] in ("crossing", "closest")
     text = demo.format_summary(s)

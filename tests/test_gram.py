@@ -1,16 +1,15 @@
 """Full-Gram mean field (phasefield.theory.gram): reduction to the (q, p) engine, causal
 structure, and agreement with the causal finite-width simulator."""
-import importlib
-
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
-import phasefield  # noqa: F401  (float64)
-from phasefield import HParams
-from phasefield.theory import block, exact, fixed_points, gram, mlp
+from phasefield import HParams, theory
+from phasefield.theory import attention, block, fixed_points, gram, mlp
+from phasefield.theory.attention import exact
 
-ex = importlib.import_module("phasefield.theory.exponents")
+pytestmark = pytest.mark.usefixtures("float64")
 HP = HParams(sigma_w=2.0, sigma_a=1.5, alpha_a=0.6, alpha_m=0.7, n_tokens=8, depth=10)
 
 
@@ -23,12 +22,12 @@ def test_symmetric_start_reproduces_qp_engine():
     off = ~np.eye(8, dtype=bool)
     np.testing.assert_allclose(np.asarray(cs)[:, off], np.repeat(ps[:, None], 56, 1), atol=1e-10)
     for q0, p0 in ((1.3, 0.4), (None, None)):
-        lg = ex.gradient_exponent(HP, q0, p0, 10, kern)
+        lg = theory.gradient_exponent(HP, q0, p0, 10, kern)
         if q0 is None:
             q0 = p0 = fixed_points.collapsed_fixed_point(HP, kern)[0]
         lg2 = gram.gradient_exponent(HP, gram.symmetric_gram(8, q0, p0), 10, kern=kern)
         assert abs(float(lg) - float(lg2)) < 1e-10
-    la = float(ex.angle_exponent(HP, kern))
+    la = float(theory.angle_exponent(HP, kern))
     assert abs(float(gram.angle_exponent(HP, causal=False, kern=kern)) - la) < 1e-10
     assert abs(float(gram.angle_exponent_spectral(HP, causal=False, kern=kern)) - la) < 1e-9
 
@@ -57,7 +56,7 @@ def test_causal_first_token_and_collapsed_gradient():
 def test_exact_mode_matches_semi_analytic_map():
     hp = HP.replace(sigma_a=3.0, attention="exact")
     r = gram.cosines(gram.symmetric_gram(8, 1.0, 0.3))
-    ca = gram.attention_forward(hp, r, gram.causal_mask(8, False), "exact")
+    ca = attention.gram_forward(hp, r, gram.causal_mask(8, False))
     q_a, p_a = exact.forward(hp, 0.3)
     off = ~np.eye(8, dtype=bool)
     assert abs(float(jnp.mean(jnp.diagonal(ca))) - float(q_a)) < 0.01
@@ -103,7 +102,7 @@ def _causal_cosine_errors(hp, modes, seeds=64, width=512):
     iu = np.triu_indices(n, 1)
     out = {}
     for mode in modes:
-        th = np.asarray(gram.causal_geometry(hp, 1.0, 0.3, depth, mode=mode)["cosines"])[-1][iu]
+        th = np.asarray(gram.causal_geometry(hp.replace(attention=mode), 1.0, 0.3, depth)["cosines"])[-1][iu]
         err = np.abs(m - th)
         out[mode] = (err.max(), float(np.sqrt(np.mean((err / se) ** 2))))
     return out
@@ -136,7 +135,7 @@ def test_causal_exponents_against_simulator():
     assert abs(sim["lambda_a"] - float(th["lambda_a"])) < 0.03 + 3 * sim["lambda_a_se"]
     assert abs(sim["lambda_g"] - float(th["lambda_g"])) < 0.03 + 3 * sim["lambda_g_se"]
     # the causal mask changes the exponents (the non-causal theory differs)
-    assert abs(float(th["lambda_a"]) - float(ex.angle_exponent(hp))) > 0.02
+    assert abs(float(th["lambda_a"]) - float(theory.angle_exponent(hp))) > 0.02
 
 
 def test_cli_gram_commands():

@@ -9,32 +9,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-import phasefield  # noqa: F401  (x64 on)
 from phasefield import HParams
 from phasefield.block import Block
 from phasefield.simulate import measure, stack
-
-# dense standard-normal trapezoid rule (an independent route to the Gaussian integrals)
-_Z = np.linspace(-12.0, 12.0, 200001)
-_W = np.exp(-0.5 * _Z ** 2)
-_W /= _W.sum()
-
-
-def closed_form_exponents(hp: HParams, depth: int = 16):
-    """lambda_a and lambda_g(depth) at the collapsed point for tanh, k = 1 (THEORY.md §6-7):
-    e^{lambda_a} = beta_A^2 m, mean mode (beta_A^2 + alpha_A^2 sigma_V^2/q*) m, with
-    m = beta_M^2 + alpha_M^2 sigma_w^2 chi_1 / q_z*; G = I seeds the mean mode with 1/n."""
-    sw, aa, am, sv = (float(getattr(hp, k)) for k in ("sigma_w", "alpha_a", "alpha_m", "sigma_v"))
-    qm = sw ** 2 * np.sum(_W * np.tanh(sw * _Z) ** 2)
-    chi1 = sw ** 2 * np.sum(_W * (1 - np.tanh(sw * _Z) ** 2) ** 2)
-    ba2, bm2 = 1 - aa ** 2, 1 - am ** 2
-    q_star = (bm2 * aa ** 2 * sv ** 2 + am ** 2 * qm) / (1 - ba2 * bm2)
-    q_z = ba2 * q_star + aa ** 2 * sv ** 2
-    m = bm2 + am ** 2 * sw ** 2 * chi1 / q_z
-    e_a, e_mean = ba2 * m, (ba2 + aa ** 2 * sv ** 2 / q_star) * m
-    n = int(hp.n_tokens)
-    lam_g = np.log((n - 1) / n * e_a ** depth + e_mean ** depth / n) / depth
-    return q_star, float(np.log(e_a)), float(lam_g)
+from phasefield.theory.reference import closed_form_exponents
 
 
 def test_q_star_reference_matches_closed_form():
@@ -132,6 +110,7 @@ def test_gradient_exponent_against_closed_form(sigma_w, alpha):
     assert abs(m - lam_g) < 0.03, (m, se, lam_g)
 
 
+@pytest.mark.usefixtures("float64")
 def test_gradient_exponent_vjp_matches_frobenius_norm():
     """E_u |J^T u|^2 = ||J||_F^2: check the VJP estimator against the full Jacobian."""
     hp = HParams(sigma_w=1.5, alpha_a=0.5, alpha_m=0.5)

@@ -9,7 +9,7 @@ import pytest
 import xarray as xr
 
 import phasefield
-from phasefield import HParams, theory
+from phasefield import HParams, grid, theory
 from phasefield import sweep as sweep_mod
 from phasefield.cli import main
 
@@ -43,21 +43,21 @@ def test_separate_alphas_and_depth_axis():
 def test_chunked_sweep_resumes_without_recomputing(tmp_path, monkeypatch):
     out = tmp_path / "grid.nc"
     calls = []
-    real = sweep_mod._save_chunk
+    real = grid.ChunkStore.save
 
-    def failing(path, vals):
-        calls.append(path)
+    def failing(store, i, vals):
+        calls.append(i)
         if len(calls) == 3:
             raise KeyboardInterrupt
-        real(path, vals)
+        real(store, i, vals)
 
-    monkeypatch.setattr(sweep_mod, "_save_chunk", failing)
+    monkeypatch.setattr(grid.ChunkStore, "save", failing)
     with pytest.raises(KeyboardInterrupt):
         sweep_mod.sweep(sigma_w=SW, alpha=ALPHA, out=str(out), chunk_size=2, devices=[__import__("jax").devices()[0]])
     assert not out.exists()                                  # no complete-looking file
     assert len(list((tmp_path / "grid.nc.chunks").glob("chunk_*.npz"))) == 2
     calls.clear()
-    monkeypatch.setattr(sweep_mod, "_save_chunk", lambda p, v: (calls.append(p), real(p, v)))
+    monkeypatch.setattr(grid.ChunkStore, "save", lambda st, i, v: (calls.append(i), real(st, i, v)))
     ds = sweep_mod.sweep(sigma_w=SW, alpha=ALPHA, out=str(out), chunk_size=2,
                          devices=[__import__("jax").devices()[0]])
     assert len(calls) == 5 - 2                               # 9 points / 2 = 5 chunks, 2 reused

@@ -9,10 +9,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-import phasefield  # noqa: F401  (float64)
+import phasefield
 from phasefield import HParams, theory
 from phasefield.theory import attention, mlp, quadrature
 from phasefield.theory.reference import ReferencePoint
+
+pytestmark = pytest.mark.usefixtures("float64")   # the tests' own jit/vmap/grad of theory
 
 # points on both sides of both boundaries (sigma_w, sigma_a, alpha_a, alpha_m)
 POINTS = [(1.0, 1.0, 0.5, 0.5), (2.0, 1.0, 0.5, 0.5), (3.0, 1.0, 0.5, 0.5),

@@ -14,7 +14,7 @@ import pytest
 from phasefield import block as shared_block
 from phasefield.vit import data as vdata
 from phasefield.vit import model as vmodel
-from phasefield.vit import predict as vpredict
+from phasefield.vit import design as vdesign
 from phasefield.vit import sweep as vsweep
 from phasefield.vit.train import TrainConfig, Trainer, diverged, make_points
 
@@ -131,7 +131,8 @@ def test_vmapped_training_matches_one_at_a_time_and_flags_divergence(trainer):
 
 def test_sweep_writes_tables_metrics_checkpoints_and_resumes(tmp_path, small, trainer, monkeypatch):
     out = str(tmp_path / "runs")
-    runs = vsweep.grid([1.0, 2.0], [0.5], lr=[1e-2, 1e30])  # the lr=1e30 runs diverge
+    # the lr=1e30 runs diverge
+    runs = vdesign.expand(vdesign.grid([1.0, 2.0], [0.5]), depths=[TINY.depth], lrs=[1e-2, 1e30])
     s = vsweep.run_sweep(TINY, runs, out, small, chunk=3, progress=False, log=lambda m: None, trainer=trainer)
     assert s["trained"] == 4 and s["diverged"] == 2
     rows = vsweep.read_results(out)
@@ -150,15 +151,19 @@ def test_sweep_writes_tables_metrics_checkpoints_and_resumes(tmp_path, small, tr
     # resume: only the two new runs are trained
     calls = []
     orig = trainer.train_many
-    monkeypatch.setattr(trainer, "train_many", lambda pts: calls.append(len(pts.lr)) or orig(pts))
-    more = vsweep.grid([1.0, 2.0, 3.0], [0.5], lr=[1e-2, 1e30])
+    monkeypatch.setattr(trainer, "train_many", lambda pts, on_epoch=None: calls.append(len(pts.lr)) or orig(pts))
+    more = vdesign.expand(vdesign.grid([1.0, 2.0, 3.0], [0.5]), depths=[TINY.depth], lrs=[1e-2, 1e30])
     s2 = vsweep.run_sweep(TINY, more, out, small, chunk=3, progress=False, log=lambda m: None, trainer=trainer)
     assert calls == [2] and s2["already_done"] == 4 and s2["trained"] == 2
     assert len(vsweep.read_results(out)) == 6
-    # a torn last line (interrupted append) is ignored
+    # a torn last line (interrupted append) is ignored, and cut before the next append so that
+    # it does not swallow the next record
     with open(os.path.join(out, "results.jsonl"), "a") as f:
         f.write('{"run": "sw9')
     assert len(vsweep.read_results(out)) == 6
+    last = vdesign.expand(vdesign.grid([4.0], [0.5]), depths=[TINY.depth], lrs=[1e-2])
+    s3 = vsweep.run_sweep(TINY, more + last, out, small, chunk=3, progress=False, log=lambda m: None, trainer=trainer)
+    assert s3["trained"] == 1 and len(vsweep.read_results(out)) == 7
     # a different training config in the same directory is refused
     with pytest.raises(vsweep.SweepError):
         vsweep.run_sweep(dataclasses.replace(TINY, epochs=2), more, out, small, progress=False)
@@ -166,47 +171,20 @@ def test_sweep_writes_tables_metrics_checkpoints_and_resumes(tmp_path, small, tr
 
 def test_sweep_records_theory_exponents():
     cfg = TrainConfig(depth=16)
-    runs = vsweep.grid([0.3, 3.0], [0.1, 0.95])
-    lam, note = vsweep.theory_exponents(cfg, runs)
-    assert note is None
+    runs = vdesign.expand(vdesign.grid([0.3, 3.0], [0.1, 0.95]), depths=[8, 16])
+    lam = vsweep.theory_exponents(cfg, runs)
     for k in ("lambda_a", "lambda_g", "lambda_g_inf"):
         assert np.all(np.isfinite(lam[k])), k
     # one point per phase at least: the grid spans ordered and chaotic initializations
     assert lam["lambda_a"].min() < 0 < lam["lambda_a"].max()
+    # lambda_g is the finite-depth exponent at each run's own depth
+    from phasefield import theory
 
-
-# ------------------------------------------------------------------------------ predictor
-def _synthetic(n=60, seed=0, noise=0.02):
-    rng = np.random.default_rng(seed)
-    la, lg = rng.uniform(-1.5, 0.5, n), rng.uniform(-1.0, 1.0, n)
-    theta = [0.3, 1.2, -0.1, 0.8, 0.05]
-    y = vpredict.predict_max(theta, la, lg, math.log(10)) + noise * rng.standard_normal(n)
-    rows = [dict(run=str(i), lambda_a=la[i], lambda_g=lg[i], test_loss=y[i], train_loss=y[i], diverged=False,
-                 sigma_w=rng.uniform(0.3, 3), alpha_a=0.5, alpha_m=0.5, sigma_a=1.0) for i in range(n)]
-    return rows, theta
-
-
-def test_fit_recovers_the_max_model_and_beats_baselines():
-    rows, theta = _synthetic()
-    rows.append(dict(rows[0], run="div", diverged=True, test_loss=None))
-    doc = vpredict.fit_rows(rows, 10, k=5)
-    assert doc["n_runs"] == 60 and doc["n_diverged"] == 1
-    p = doc["params"]
-    np.testing.assert_allclose([p["b"], p["w_a"], p["c_a"], p["w_g"], p["c_g"]], theta, atol=0.08)
-    ms = doc["models"]
-    assert ms["max"]["r2"] > 0.97 and ms["max"]["cv_r2"] > 0.95
-    for base in ("lambda_a", "lambda_g", "linear_hp", "quad_hp", "constant"):
-        assert ms[base]["cv_rmse"] > 1.5 * ms["max"]["cv_rmse"], base
-    assert abs(ms["constant"]["r2"]) < 1e-9
-    assert doc["hp_columns"] == ["sigma_w"]  # constant hyperparameters are dropped
-    y = vpredict.predict_loss(doc, [-0.1, 5.0], [0.05, 0.0])
-    assert y[0] == pytest.approx(0.3, abs=0.05) and y[1] == pytest.approx(math.log(10))
-
-
-def test_fit_refuses_too_few_runs():
-    rows, _ = _synthetic(n=6)
-    with pytest.raises(vpredict.FitError):
-        vpredict.fit_rows(rows, 10)
+    for i in (0, 1):
+        hp = cfg.hparams(runs[i]["sigma_w"], runs[i]["sigma_a"], runs[i]["alpha_a"], runs[i]["alpha_m"],
+                         depth=runs[i]["depth"], dtype=jnp.float64)
+        assert lam["lambda_g"][i] == pytest.approx(float(theory.exponents(hp)["lambda_g"]), abs=1e-10)
+    assert runs[0]["depth"] == 8 and runs[1]["depth"] == 16
 
 
 def _sharded_check(data_dir):

@@ -51,39 +51,97 @@ def test_fit_and_predict_bad_input(capsys, tmp_path):
     bad.write_text("not json")
     code, _, err = run(capsys, "predict", "--fit", str(bad), "--sigma-w", "1", "--alpha", ".5")
     assert code == 2 and err.count("\n") == 1 and "not a fit file" in err
-    code, _, err = run(capsys, "predict", "--fit", str(bad), "--sigma-w", "1", "--alpha", "1.5")
+    code, _, err = run(capsys, "predict", "--sigma-w", "1", "--alpha", "1.5")
     assert code == 2 and "--alpha-a must lie in [0, 1]" in err
-    code, _, err = run(capsys, "fit", "--runs", str(tmp_path), "--figure", str(tmp_path / "f.txt"))
-    assert code == 2 and ".png" in err
+    code, _, err = run(capsys, "predict", "--sigma-w", "1", "--alpha", ".5", "--depth", "0")
+    assert code == 2 and "--depth" in err and err.count("\n") == 1
+    code, _, err = run(capsys, "recommend", "--alpha", "0.5", "--alpha-a", ".2")
+    assert code == 2 and "not both" in err
+    code, _, err = run(capsys, "recommend", "--n-tokens", "1")
+    assert code == 2 and "--n-tokens" in err
 
 
-def test_sweep_fit_predict_end_to_end(capsys, tmp_path):
-    out = tmp_path / "runs"
-    args = ("train-sweep", "--alpha", "0.2:0.9:3", "--sigma-w", "0.5:3:3", "--out", str(out),
-            "--data-dir", str(tmp_path), "--chunk", "9", "--json", *TINY_ARGS)
-    code, stdout, err = run(capsys, *args)
+def _write_study_dir(out, rows, feats, geometry):
+    """A sweep directory as the trainability study leaves it: tables, geometry, features."""
+    import csv
+
+    from phasefield.vit.design import config_id
+    from phasefield.vit.train import TrainConfig
+
+    out.mkdir()
+    (out / "sweep.json").write_text(json.dumps({"config": TrainConfig().to_dict(), "num_classes": 10}))
+    (out / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (out / "input_geometry.json").write_text(json.dumps(geometry))
+    ids = list(dict.fromkeys(config_id(r) for r in rows))
+    with open(out / "features.csv", "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["config"] + sorted(feats))
+        for i, c in enumerate(ids):
+            w.writerow([c] + [feats[k][i] for k in sorted(feats)])
+
+
+def test_fit_on_a_study_directory_and_mixed_learning_rates(capsys, tmp_path):
+    """fit reads a study directory (cached features), prints the report, writes a model that
+    predict accepts; a table mixing learning rates is refused unless --per-lr."""
+    import numpy as np
+
+    from phasefield.vit import design
+
+    rng = np.random.default_rng(1)
+    configs = [dict(c, depth=L, lr=1e-3) for L in (8, 16) for c in design.sobol(
+        8, dict(sigma_w=(0.5, 2.5), sigma_a=(0.5, 3), alpha_a=(.1, .9), alpha_m=(.1, .9)), seed=L)]
+    la, lg = rng.normal(0, .4, 16), rng.normal(0, .3, 16)
+    names = ("lambda_a", "lambda_g", "lambda_g_inf", "rho_star", "lambda_a_in_paper", "lambda_g_in_paper",
+             "lambda_g_in_paper_corr", "rho_out_paper")
+    feats = {k: (la if "lambda_a" in k else lg if "lambda_g" in k else np.ones(16)) for k in names}
+    rows = [dict(c, seed=s, test_loss=float(0.3 + abs(la[i]) + 0.02 * rng.standard_normal()), test_acc=0.9,
+                 diverged=False) for i, c in enumerate(configs) for s in range(2)]
+    out = tmp_path / "study"
+    _write_study_dir(out, rows, feats, dict(q0=1.6, rho0=0.06))
+    fit = tmp_path / "fit.json"
+    code, stdout, err = run(capsys, "fit", "--runs", str(out), "--out", str(fit), "--folds", "4", "--repeats", "1")
     assert code == 0, err
-    summary = json.loads(stdout)
-    assert summary["trained"] == 9 and summary["runs_in_table"] == 9
-    for name in ("results.csv", "results.json", "results.jsonl", "sweep.json"):
-        assert (out / name).exists()
-    assert len(os.listdir(out / "metrics")) == 9 and (out / "checkpoints" / "chunk_0001").is_dir()
-    code, stdout, _ = run(capsys, *args)  # resumed: nothing to do
-    assert code == 0 and json.loads(stdout)["trained"] == 0
-    # a different config into the same directory: refused, one line
-    code, _, err = run(capsys, *args[:-len(TINY_ARGS)], *TINY_ARGS[:-3], "--batch-size", "64", "--quiet")
-    assert code == 2 and "different training config" in err and err.count("\n") == 1
-    fit, fig = tmp_path / "fit.json", tmp_path / "fig7.png"
-    code, stdout, err = run(capsys, "fit", "--runs", str(out), "--out", str(fit), "--figure", str(fig), "--folds", "3")
-    assert code == 0, err
-    assert "max" in stdout and "lambda_a" in stdout and fig.stat().st_size > 10_000
+    assert "noise floor" in stdout and "best exponent model" in stdout and "quad_hp" in stdout
     doc = json.loads(fit.read_text())
-    assert doc["n_runs"] + doc["n_diverged"] == 9 and doc["context"]["n_tokens"] == 17
-    assert set(doc["models"]) == {"max", "lambda_a", "lambda_g", "linear_hp", "quad_hp", "constant"}
-    code, stdout, err = run(capsys, "predict", "--fit", str(fit), "--sigma-w", "1.2", "--alpha", ".4",
-                            "--sigma-a", "1", "--json")
+    assert doc["report"]["n_configs"] == 16 and doc["report"]["seeds"] == 2
+    assert doc["model"]["input_geometry"]["q0"] == 1.6
+    code, stdout, err = run(capsys, "predict", "--fit", str(fit), "--sigma-w", "1.2", "--alpha-a", ".4",
+                            "--alpha-m", ".6", "--sigma-a", "1", "--depth", "8", "--json")
     assert code == 0, err
     res = json.loads(stdout)
-    assert 0 < res["predicted_loss"] <= doc["L_sat"] + 1e-9
-    for k in ("lambda_a", "lambda_g"):
-        assert isinstance(res[k], float)
+    assert res["interval"][0] <= res["predicted_loss"] <= res["interval"][1]
+    assert isinstance(res["lambda_a"], float) and isinstance(res["warnings"], list)
+    # a second learning rate in the table
+    more = [dict(r, lr=1e-2) for r in rows]
+    (out / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows + more))
+    code, _, err = run(capsys, "fit", "--runs", str(out), "--out", str(fit))
+    assert code == 2 and "mixes learning rates" in err and err.count("\n") == 1
+
+
+def test_train_sweep_designs(capsys, tmp_path):
+    """--design sobol:N with a depth list, and --points FILE: the right runs are trained."""
+    out = tmp_path / "runs"
+    code, stdout, err = run(capsys, "train-sweep", "--design", "sobol:2", "--sigma-w", "0.5:2", "--sigma-a", "1:3",
+                            "--alpha-a", ".1:.9", "--alpha-m", "0.5", "--depth", "1,2", "--width", "8", "--epochs",
+                            "1", "--batch-size", "256", "--quiet", "--json", "--out", str(out), "--data-dir",
+                            str(tmp_path))
+    assert code == 0, err
+    assert json.loads(stdout)["trained"] == 4
+    rows = [json.loads(l) for l in (out / "results.jsonl").read_text().splitlines()]
+    assert sorted(r["depth"] for r in rows) == [1, 1, 2, 2]
+    assert all(0.5 <= r["sigma_w"] <= 2 and 1 <= r["sigma_a"] <= 3 and r["alpha_m"] == 0.5 for r in rows)
+    pts = tmp_path / "points.csv"
+    pts.write_text("sigma_w,sigma_a,alpha,depth\n1.0,1.0,0.5,1\n2.0,1.5,0.3,2\n")
+    out2 = tmp_path / "runs2"
+    code, stdout, err = run(capsys, "train-sweep", "--points", str(pts), "--width", "8", "--epochs", "1",
+                            "--batch-size", "256", "--quiet", "--json", "--out", str(out2), "--data-dir", str(tmp_path))
+    assert code == 0, err
+    rows = [json.loads(l) for l in (out2 / "results.jsonl").read_text().splitlines()]
+    assert sorted((r["sigma_w"], r["depth"], r["alpha_a"], r["alpha_m"]) for r in rows) == [(1.0, 1, .5, .5),
+                                                                                             (2.0, 2, .3, .3)]
+    for bad, needle in ((("--design", "sobol:x"), "--design"), (("--design", "sobol:4", "--sigma-w", "2:1"), "lo <= hi"),
+                        (("--points", str(tmp_path / "nope.csv")), "cannot read points file"),
+                        (("--depth", "0"), "--depth")):
+        code, _, err = run(capsys, "train-sweep", "--out", str(tmp_path / "r3"), "--quiet", *bad)
+        assert code == 2 and needle in err and err.count("\n") == 1, err
+        assert not (tmp_path / "r3").exists()

@@ -2,6 +2,13 @@
 
 Each topic registers its commands from its own module; this file only assembles them and
 turns bad input into a one-line message with exit code 2 (never a traceback).
+
+The command configures what it owns: every command runs with float64 enabled
+(``jax.enable_x64``, scoped to the command), and as the process entry point
+(``argv=None``: the ``phasefield`` script, ``python -m phasefield``) it exposes every CPU
+core as a JAX device (:func:`phasefield.use_all_cpu_cores`; ``PHASEFIELD_HOST_DEVICES=1``
+opts out). Called with an explicit ``argv`` (tests, other programs) it leaves the
+environment alone.
 """
 from __future__ import annotations
 
@@ -9,7 +16,9 @@ import importlib
 import sys
 
 import click
+import jax
 
+from .._runtime import use_all_cpu_cores
 from .common import UsageError
 
 
@@ -55,9 +64,12 @@ def _compilation_cache():
 
 def main(argv=None) -> int:
     """Console entry point: one-line errors, exit code 2 for bad input."""
+    if argv is None:
+        use_all_cpu_cores()
     _compilation_cache()
     try:
-        cli.main(args=argv, prog_name="phasefield", standalone_mode=False)
+        with jax.enable_x64(True):
+            cli.main(args=argv, prog_name="phasefield", standalone_mode=False)
     except click.exceptions.Exit as exc:
         return exc.exit_code
     except click.exceptions.Abort:

@@ -1,14 +1,18 @@
-"""Shared CLI helpers: range parsing, hyperparameter options, atomic output files."""
+"""Shared CLI helpers: hyperparameter options, bad input as :class:`UsageError`, JSON output.
+
+The logic lives in the library: axes, the branch-weight rule and the range checks in
+:mod:`phasefield.grid`, atomic files in :mod:`phasefield.io` (``atomic_path`` is re-exported
+here for the commands that write files).
+"""
 from __future__ import annotations
 
 import json
-import math
-import os
-import tempfile
-from contextlib import contextmanager
 
 import click
 import numpy as np
+
+from .. import grid
+from ..io import atomic_path, json_default  # noqa: F401  (re-exported for the commands)
 
 
 class UsageError(Exception):
@@ -16,41 +20,53 @@ class UsageError(Exception):
 
 
 def parse_range(text: str, name: str = "value") -> np.ndarray:
-    """'start:stop:count' -> linspace; 'a,b,c' -> list; 'x' -> [x]."""
-    text = str(text).strip()
+    """:func:`phasefield.grid.parse_axis`, bad input as :class:`UsageError`."""
     try:
-        if ":" in text:
-            parts = text.split(":")
-            if len(parts) != 3:
-                raise ValueError
-            start, stop, count = float(parts[0]), float(parts[1]), int(parts[2])
-            if count < 1 or not (math.isfinite(start) and math.isfinite(stop)):
-                raise ValueError
-            return np.linspace(start, stop, count)
-        vals = np.array([float(v) for v in text.split(",") if v.strip() != ""])
-        if vals.size == 0 or not np.all(np.isfinite(vals)):
-            raise ValueError
-        return vals
-    except ValueError:
-        raise UsageError(
-            f"malformed range for --{name.replace('_', '-')}: {text!r} (use start:stop:count, a,b,c or a number)"
-        ) from None
+        return grid.parse_axis(text, name)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def check_hparams_values(values: dict) -> None:
-    """Validate arrays of hyperparameter values; raise UsageError with one line."""
-    for k, v in values.items():
-        v = np.asarray(v, dtype=float)
-        flag = "--" + k.replace("_", "-")
-        if k in ("sigma_w", "sigma_a", "sigma_v") and not np.all(v > 0):
-            raise UsageError(f"{flag} must be > 0 (got {v.min():g})")
-        if k in ("alpha", "alpha_a", "alpha_m") and not np.all((v >= 0) & (v <= 1)):
-            bad = v[(v < 0) | (v > 1)][0]
-            raise UsageError(f"{flag} must lie in [0, 1] (got {bad:g})")
-        if k == "n_tokens" and not np.all((v >= 2) & (v == np.round(v))):
-            raise UsageError(f"{flag} must be an integer >= 2 (got {v.min():g})")
-        if k == "depth" and not np.all((v >= 1) & (v == np.round(v))):
-            raise UsageError(f"{flag} must be an integer >= 1 (got {v.min():g})")
+    """:func:`phasefield.grid.check_values`, bad input as :class:`UsageError`."""
+    try:
+        grid.check_values(values)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def point_options(n_tokens: int = 32, depth: int = 16):
+    """Decorator: the hyperparameters of one point (``alpha`` ties alpha_A = alpha_M);
+    :func:`point_hparams` turns them into ``HParams``."""
+    opts = [
+        click.option("--sigma-w", type=float, default=1.0, show_default=True, help="MLP weight scale σ_w"),
+        click.option("--sigma-a", type=float, default=1.0, show_default=True, help="attention logit scale σ_A"),
+        click.option("--alpha", type=float, default=None, help="sets α_A = α_M"),
+        click.option("--alpha-a", type=float, default=None,
+                     help=f"attention branch weight α_A [{grid.DEFAULT_BRANCH_WEIGHT}]"),
+        click.option("--alpha-m", type=float, default=None,
+                     help=f"MLP branch weight α_M [{grid.DEFAULT_BRANCH_WEIGHT}]"),
+        click.option("--sigma-v", type=float, default=1.0, show_default=True, help="value weight scale σ_V"),
+        click.option("--n-tokens", type=int, default=n_tokens, show_default=True),
+        click.option("--depth", type=int, default=depth, show_default=True),
+    ]
+
+    def deco(f):
+        for o in reversed(opts):
+            f = o(f)
+        return f
+
+    return deco
+
+
+def point_hparams(sigma_w, sigma_a, alpha, alpha_a, alpha_m, sigma_v, n_tokens, depth, **static):
+    """``HParams`` of the :func:`point_options` (and static fields), validated."""
+    from ..config import HParams
+
+    w = grid.untie(grid.branch_weights(alpha, alpha_a, alpha_m))
+    return HParams(sigma_w=float(sigma_w), sigma_a=float(sigma_a), alpha_a=float(w["alpha_a"]),
+                   alpha_m=float(w["alpha_m"]), sigma_v=float(sigma_v), n_tokens=int(n_tokens),
+                   depth=int(depth), **static).validate()
 
 
 def grid_options(f):
@@ -72,40 +88,16 @@ def grid_options(f):
 
 def grid_values(sigma_w, sigma_a, alpha, alpha_a, alpha_m, sigma_v, n_tokens, depth) -> dict:
     """Parse and validate the :func:`grid_options` into arrays (``alpha`` or the pair)."""
-    from ..sweep import branch_weights
+    try:
+        weights = grid.branch_weights(alpha, alpha_a, alpha_m, default=str(grid.DEFAULT_BRANCH_WEIGHT))
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     raw = dict(sigma_w=sigma_w, sigma_a=sigma_a, sigma_v=sigma_v, n_tokens=n_tokens, depth=depth,
-               **branch_weights(alpha, alpha_a, alpha_m, default="0.5"))
+               **weights)
     vals = {k: parse_range(v, k) for k, v in raw.items()}
     check_hparams_values(vals)
     return vals
 
 
 def echo_json(obj) -> None:
-    click.echo(json.dumps(obj, indent=None, sort_keys=False, default=_json_default))
-
-
-def _json_default(o):
-    if isinstance(o, (np.floating, np.integer)):
-        return o.item()
-    if isinstance(o, np.ndarray):
-        return o.tolist()
-    try:
-        return float(o)
-    except Exception:
-        return str(o)
-
-
-@contextmanager
-def atomic_path(path: str):
-    """Yield a temporary path next to ``path``; move it into place only on success."""
-    path = os.fspath(path)
-    d = os.path.dirname(os.path.abspath(path)) or "."
-    os.makedirs(d, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".part", dir=d)
-    os.close(fd)
-    try:
-        yield tmp
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
+    click.echo(json.dumps(obj, indent=None, sort_keys=False, default=json_default))

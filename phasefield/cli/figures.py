@@ -58,6 +58,6 @@ def register(cli):
         then a summary: where lambda_a = lambda_g = 0 and the theory-vs-simulation
         agreement. Also written to OUT/summary.txt and OUT/summary.json."""
         _check_out(out)
-        from ..figures import data, demo
+        from ..figures import demo, settings
 
-        demo.run(out, settings=data.FULL if full else data.QUICK, echo=click.echo)
+        demo.run(out, settings=settings.FULL if full else settings.QUICK, echo=click.echo)

@@ -4,20 +4,13 @@ from __future__ import annotations
 
 import click
 
-from .common import UsageError, echo_json
+from .common import UsageError, echo_json, point_hparams, point_options
 
 MAX_TOKENS = 128
 
 
 def _point(f):
     opts = [
-        click.option("--sigma-w", type=float, default=1.0, show_default=True),
-        click.option("--sigma-a", type=float, default=1.0, show_default=True),
-        click.option("--alpha-a", type=float, default=0.5, show_default=True),
-        click.option("--alpha-m", type=float, default=0.5, show_default=True),
-        click.option("--sigma-v", type=float, default=1.0, show_default=True),
-        click.option("--n-tokens", type=int, default=16, show_default=True),
-        click.option("--depth", type=int, default=12, show_default=True),
         click.option("--activation", default="tanh", show_default=True),
         click.option("--attention", type=click.Choice(["paper", "exact"]), default="paper",
                      show_default=True, help="E[A A]: ratio of expectations or exact softmax"),
@@ -26,20 +19,14 @@ def _point(f):
     ]
     for o in reversed(opts):
         f = o(f)
-    return f
+    return point_options(n_tokens=16, depth=12)(f)
 
 
-def _hp(sigma_w, sigma_a, alpha_a, alpha_m, sigma_v, n_tokens, depth, activation, attention):
-    from ..config import HParams
-
+def _hp(sigma_w, sigma_a, alpha, alpha_a, alpha_m, sigma_v, n_tokens, depth, activation, attention):
     if not 2 <= n_tokens <= MAX_TOKENS:
         raise UsageError(f"--n-tokens must lie in [2, {MAX_TOKENS}] for the full-Gram map (got {n_tokens})")
-    try:
-        return HParams(sigma_w=float(sigma_w), sigma_a=float(sigma_a), alpha_a=float(alpha_a),
-                       alpha_m=float(alpha_m), sigma_v=float(sigma_v), n_tokens=int(n_tokens),
-                       depth=int(depth), activation=activation, attention=attention).validate()
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
+    return point_hparams(sigma_w, sigma_a, alpha, alpha_a, alpha_m, sigma_v, n_tokens, depth,
+                         activation=activation, attention=attention)
 
 
 def _check_input(q0, rho0, n):
@@ -60,10 +47,10 @@ def register(cli):
     @click.option("--rho0", type=float, default=0.3, show_default=True, help="input token cosine")
     @click.option("--rho-inter", type=float, default=None,
                   help="two-group input (paper Eq. 12): cosine across the groups (--rho0 inside)")
-    def trajectory(sigma_w, sigma_a, alpha_a, alpha_m, sigma_v, n_tokens, depth, activation,
+    def trajectory(sigma_w, sigma_a, alpha, alpha_a, alpha_m, sigma_v, n_tokens, depth, activation,
                    attention, causal, as_json, q0, rho0, rho_inter):
         """Per-layer token norms and cosines (per position with --causal)."""
-        hp = _hp(sigma_w, sigma_a, alpha_a, alpha_m, sigma_v, n_tokens, depth, activation, attention)
+        hp = _hp(sigma_w, sigma_a, alpha, alpha_a, alpha_m, sigma_v, n_tokens, depth, activation, attention)
         _check_input(q0, rho0, n_tokens)
         import numpy as np
 
@@ -101,10 +88,10 @@ def register(cli):
                   help="also lambda_g from (q0, rho0) with the query/key-path term")
     @click.option("--q0", type=float, default=1.0, show_default=True)
     @click.option("--rho0", type=float, default=0.3, show_default=True)
-    def exponents(sigma_w, sigma_a, alpha_a, alpha_m, sigma_v, n_tokens, depth, activation,
+    def exponents(sigma_w, sigma_a, alpha, alpha_a, alpha_m, sigma_v, n_tokens, depth, activation,
                   attention, causal, as_json, softmax_correction, q0, rho0):
         """lambda_a and lambda_g(depth) of the full-Gram map (causal with --causal)."""
-        hp = _hp(sigma_w, sigma_a, alpha_a, alpha_m, sigma_v, n_tokens, depth, activation, attention)
+        hp = _hp(sigma_w, sigma_a, alpha, alpha_a, alpha_m, sigma_v, n_tokens, depth, activation, attention)
         _check_input(q0, rho0, n_tokens)
         from ..theory import gram
 
@@ -113,7 +100,7 @@ def register(cli):
         res["lambda_g_rho0"] = float(gram.gradient_exponent(hp, c0, depth, causal))
         if softmax_correction:
             res["lambda_g_rho0_corrected"] = float(
-                gram.gradient_exponent(hp, c0, depth, causal, softmax_correction=True))
+                gram.gradient_exponent(hp.replace(softmax_correction=True), c0, depth, causal))
         res.update(n_tokens=n_tokens, depth=depth, causal=causal, attention=attention, q0=q0, rho0=rho0)
         if as_json:
             echo_json(res)

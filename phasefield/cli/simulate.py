@@ -6,22 +6,10 @@ import os
 import click
 import numpy as np
 
-from .common import (UsageError, atomic_path, check_hparams_values, echo_json, grid_options,
-                     grid_values)
+from .common import (UsageError, atomic_path, echo_json, grid_options, grid_values, point_hparams,
+                     point_options)
 
 DTYPES = ("float32", "float64")
-
-
-def _hp(sigma_w, sigma_a, alpha_a, alpha_m, sigma_v, n_tokens, depth, activation, mlp_layers,
-        residual):
-    from ..config import HParams
-
-    check_hparams_values(dict(sigma_w=sigma_w, sigma_a=sigma_a, alpha_a=alpha_a, alpha_m=alpha_m,
-                              sigma_v=sigma_v, n_tokens=n_tokens, depth=depth))
-    return HParams(sigma_w=float(sigma_w), sigma_a=float(sigma_a), alpha_a=float(alpha_a),
-                   alpha_m=float(alpha_m), sigma_v=float(sigma_v), n_tokens=int(n_tokens),
-                   depth=int(depth), activation=activation, mlp_layers=int(mlp_layers),
-                   residual=residual).validate()
 
 
 def _sim_options(f):
@@ -71,21 +59,16 @@ def register(cli):
         """Finite-width simulations of random transformers (THEORY.md §1, §6, §7)."""
 
     @simulate.command("exponents")
-    @click.option("--sigma-w", type=float, default=1.0, show_default=True)
-    @click.option("--sigma-a", type=float, default=1.0, show_default=True)
-    @click.option("--alpha-a", type=float, default=0.5, show_default=True)
-    @click.option("--alpha-m", type=float, default=0.5, show_default=True)
-    @click.option("--sigma-v", type=float, default=1.0, show_default=True)
-    @click.option("--n-tokens", type=int, default=32, show_default=True)
-    @click.option("--depth", type=int, default=16, show_default=True)
+    @point_options()
     @_sim_options
     @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
-    def exponents(sigma_w, sigma_a, alpha_a, alpha_m, sigma_v, n_tokens, depth, width, seeds, seed,
-                  causal, eps, mlp_hidden, dtype, activation, mlp_layers, residual, weights, as_json):
+    def exponents(sigma_w, sigma_a, alpha, alpha_a, alpha_m, sigma_v, n_tokens, depth, width, seeds,
+                  seed, causal, eps, mlp_hidden, dtype, activation, mlp_layers, residual, weights,
+                  as_json):
         """Numerical lambda_a and lambda_g(depth) with standard errors at one point."""
         _check_sim(width, seeds, eps, mlp_hidden, residual, weights)
-        hp = _hp(sigma_w, sigma_a, alpha_a, alpha_m, sigma_v, n_tokens, depth, activation,
-                 mlp_layers, residual)
+        hp = point_hparams(sigma_w, sigma_a, alpha, alpha_a, alpha_m, sigma_v, n_tokens, depth,
+                           activation=activation, mlp_layers=int(mlp_layers), residual=residual)
         import jax.numpy as jnp
 
         from ..simulate import measure

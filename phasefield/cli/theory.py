@@ -5,25 +5,15 @@ import os
 
 import click
 
-from .common import UsageError, check_hparams_values, echo_json, grid_options, grid_values
+from .common import UsageError, echo_json, grid_options, grid_values, point_hparams, point_options
 
 ACTIVATION_HELP = "tanh, erf, relu, gelu or linear"
 
 
 def _point_options(f):
-    opts = [
-        click.option("--sigma-w", type=float, default=1.0, show_default=True, help="MLP weight scale σ_w"),
-        click.option("--sigma-a", type=float, default=1.0, show_default=True, help="attention logit scale σ_A"),
-        click.option("--alpha", type=float, default=None, help="sets α_A = α_M"),
-        click.option("--alpha-a", type=float, default=None, help="attention branch weight α_A [0.5]"),
-        click.option("--alpha-m", type=float, default=None, help="MLP branch weight α_M [0.5]"),
-        click.option("--sigma-v", type=float, default=1.0, show_default=True, help="value weight scale σ_V"),
-        click.option("--n-tokens", type=int, default=32, show_default=True),
-        click.option("--depth", type=int, default=16, show_default=True),
-    ] + _static_options()
-    for o in reversed(opts):
+    for o in reversed(_static_options()):
         f = o(f)
-    return f
+    return point_options()(f)
 
 
 def _static_options():
@@ -32,29 +22,13 @@ def _static_options():
         click.option("--mlp-layers", type=int, default=1, show_default=True),
         click.option("--residual", default="unit-norm", show_default=True, help="unit-norm or identity"),
         click.option("--attention", default="paper", show_default=True, help="paper or exact"),
+        click.option("--softmax-correction", is_flag=True,
+                     help="add the softmax-derivative path to the backward map (λ_g^∞)"),
     ]
 
 
-def _alphas(alpha, alpha_a, alpha_m):
-    if alpha is not None:
-        if alpha_a is not None or alpha_m is not None:
-            raise UsageError("give either --alpha or --alpha-a/--alpha-m, not both")
-        return alpha, alpha
-    return (0.5 if alpha_a is None else alpha_a), (0.5 if alpha_m is None else alpha_m)
-
-
-def _hp(sigma_w, sigma_a, alpha, alpha_a, alpha_m, sigma_v, n_tokens, depth, activation, mlp_layers,
-        residual, attention):
-    from ..config import HParams
-
-    alpha_a, alpha_m = _alphas(alpha, alpha_a, alpha_m)
-    check_hparams_values(dict(sigma_w=sigma_w, sigma_a=sigma_a, alpha_a=alpha_a, alpha_m=alpha_m,
-                              sigma_v=sigma_v, n_tokens=n_tokens, depth=depth))
-    hp = HParams(sigma_w=float(sigma_w), sigma_a=float(sigma_a), alpha_a=float(alpha_a),
-                 alpha_m=float(alpha_m), sigma_v=float(sigma_v), n_tokens=int(n_tokens),
-                 depth=int(depth), activation=activation, mlp_layers=int(mlp_layers),
-                 residual=residual, attention=attention)
-    return hp.validate()
+def _hp(mlp_layers, **kw):
+    return point_hparams(mlp_layers=int(mlp_layers), **kw)
 
 
 def _floats(d):
@@ -123,7 +97,7 @@ def register(cli):
     @click.option("--out", "-o", required=True, help="output netCDF file (.nc)")
     @click.option("--quiet", is_flag=True, help="no progress bar")
     def sweep_cmd(sigma_w, sigma_a, alpha, alpha_a, alpha_m, sigma_v, n_tokens, depth, activation,
-                  mlp_layers, residual, attention, chunk, out, quiet):
+                  mlp_layers, residual, attention, softmax_correction, chunk, out, quiet):
         """Theory on a grid -> netCDF (xarray). Interrupted sweeps resume from OUT.chunks/."""
         vals = grid_values(sigma_w, sigma_a, alpha, alpha_a, alpha_m, sigma_v, n_tokens, depth)
         if chunk is not None and chunk < 1:
@@ -131,7 +105,7 @@ def register(cli):
         from ..config import HParams
 
         HParams(activation=activation, mlp_layers=mlp_layers, residual=residual,
-                attention=attention).validate()
+                attention=attention, softmax_correction=softmax_correction).validate()
         d = os.path.dirname(os.path.abspath(out))
         if os.path.exists(out) and os.path.isdir(out):
             raise UsageError(f"--out {out} is a directory")
@@ -147,7 +121,8 @@ def register(cli):
 
         t0 = time.perf_counter()
         ds = sweep_mod.sweep(**axes, activation=activation, mlp_layers=mlp_layers, residual=residual,
-                             attention=attention, out=out, chunk_size=chunk, progress=not quiet)
+                             attention=attention, softmax_correction=softmax_correction, out=out,
+                             chunk_size=chunk, progress=not quiet)
         dt = time.perf_counter() - t0
         n = int(ds.lambda_a.size)
         click.echo(f"wrote {out}: {' x '.join(f'{k}={ds.sizes[k]}' for k in ds.dims)} "

@@ -19,10 +19,65 @@ def _positive(name, v, minimum=1):
         raise UsageError(f"--{name} must be >= {minimum} (got {v})")
 
 
+def _design_configs(design, design_seed, sigma_w, alpha, alpha_a, alpha_m, sigma_a) -> list:
+    """Configurations of ``--design grid`` or ``--design sobol:N`` from the axis options."""
+    from ..vit import design as vdesign
+
+    if alpha is None and alpha_a is None and alpha_m is None:
+        alpha = "0.1:0.95:6"
+    if alpha is not None and (alpha_a is not None or alpha_m is not None):
+        raise UsageError("give either --alpha or --alpha-a/--alpha-m, not both")
+    axes = dict(sigma_w=sigma_w, sigma_a=sigma_a)
+    if alpha is not None:
+        axes["alpha"] = alpha
+    else:
+        axes.update(alpha_a=alpha_a if alpha_a is not None else "0.5", alpha_m=alpha_m if alpha_m is not None else "0.5")
+    if design == "grid":
+        vals = {k: parse_range(v, k) for k, v in axes.items()}
+        check_hparams_values(vals)
+        return vdesign.grid(vals["sigma_w"], vals.get("alpha", vals.get("alpha_a")),
+                            None if "alpha" in vals else vals["alpha_m"], vals["sigma_a"])
+    kind, _, n = design.partition(":")
+    if kind != "sobol" or not n.strip().isdigit() or int(n) < 1:
+        raise UsageError(f"--design must be 'grid' or 'sobol:N' with N >= 1 (got {design!r})")
+    bounds = {k: _bounds(v, k) for k, v in axes.items()}
+    check_hparams_values({k: list(v) for k, v in bounds.items()})
+    if "alpha" in bounds:  # tied: one Sobol axis, copied to both branch weights
+        configs = vdesign.sobol(int(n), dict(sigma_w=bounds["sigma_w"], sigma_a=bounds["sigma_a"],
+                                             alpha_a=bounds["alpha"], alpha_m=(0.0, 0.0)), seed=design_seed)
+        return [dict(c, alpha_m=c["alpha_a"]) for c in configs]
+    return vdesign.sobol(int(n), bounds, seed=design_seed)
+
+
+def _bounds(text: str, name: str) -> tuple:
+    """'lo:hi' (or 'lo:hi:count', count ignored) or one number -> (lo, hi) of a design axis."""
+    parts = str(text).strip().split(":")
+    try:
+        if len(parts) == 1:
+            v = float(parts[0])
+            lo, hi = v, v
+        elif len(parts) in (2, 3):
+            lo, hi = float(parts[0]), float(parts[1])
+        else:
+            raise ValueError
+        if not (math.isfinite(lo) and math.isfinite(hi)) or hi < lo:
+            raise ValueError
+    except ValueError:
+        raise UsageError(f"malformed range for --{name.replace('_', '-')} in a Sobol design: {text!r} "
+                         "(use lo:hi with lo <= hi, or a number)") from None
+    return lo, hi
+
+
 def register(cli):
     @cli.command("train-sweep")
     @click.option("--dataset", default="digits", show_default=True,
                   help="'digits' (bundled, offline) or a tensorflow-datasets name, e.g. food101")
+    @click.option("--design", default="grid", show_default=True,
+                  help="'grid' (Cartesian product of the axes) or 'sobol:N' (N scrambled Sobol points in the box "
+                       "spanned by the axes' ranges, each given as lo:hi or a number)")
+    @click.option("--design-seed", type=int, default=0, show_default=True, help="scrambling seed of a Sobol design")
+    @click.option("--points", "points_file", default=None,
+                  help="CSV of configurations (columns sigma_w, sigma_a, alpha_a, alpha_m or alpha; optional depth, lr)")
     @click.option("--sigma-w", default="0.3:3:6", show_default=True, help="start:stop:count, a,b,c or x")
     @click.option("--alpha", default=None, help="alpha_A = alpha_M (default 0.1:0.95:6)")
     @click.option("--alpha-a", default=None, help="alpha_A axis (then --alpha-m is its own axis)")
@@ -32,7 +87,7 @@ def register(cli):
     @click.option("--seeds", type=int, default=1, show_default=True, help="seeds per grid point")
     @click.option("--epochs", type=int, default=15, show_default=True)
     @click.option("--batch-size", type=int, default=None, help="(default 64 for digits, 256 otherwise)")
-    @click.option("--depth", type=int, default=16, show_default=True)
+    @click.option("--depth", default="16", show_default=True, help="number of blocks; a list (8,16,32) is a design axis")
     @click.option("--width", type=int, default=64, show_default=True, help="embedding width d")
     @click.option("--image-size", type=int, default=None, help="(default 8 for digits, 64 otherwise)")
     @click.option("--patch-size", type=int, default=None, help="(default 2 for digits, 8 otherwise)")
@@ -44,10 +99,10 @@ def register(cli):
     @click.option("--out", "-o", required=True, help="sweep directory (resumed when it exists)")
     @click.option("--quiet", is_flag=True, help="no progress bar")
     @click.option("--json", "as_json", is_flag=True, help="print a JSON summary")
-    def train_sweep(dataset, sigma_w, alpha, alpha_a, alpha_m, sigma_a, lr, seeds, epochs, batch_size, depth,
+    def train_sweep(dataset, design, design_seed, points_file, sigma_w, alpha, alpha_a, alpha_m, sigma_a, lr, seeds, epochs, batch_size, depth,
                     width, image_size, patch_size, activation, chunk, data_dir, tfds_dir, download, out, quiet,
                     as_json):
-        """Train ViTs over an initialization grid (the paper's Appendix D model, shared block).
+        """Train ViTs over an initialization grid or design (the paper's Appendix D model, shared block).
 
         Every chunk of grid points is trained by one vmapped, compiled program; results go to
         OUT/results.{jsonl,csv,json}, per-run metrics to OUT/metrics/, final params to
@@ -56,36 +111,40 @@ def register(cli):
         image_size = image_size if image_size is not None else (8 if digits else 64)
         patch_size = patch_size if patch_size is not None else (2 if digits else 8)
         batch_size = batch_size if batch_size is not None else (64 if digits else 256)
-        for name, v in (("seeds", seeds), ("epochs", epochs), ("batch-size", batch_size), ("depth", depth),
+        for name, v in (("seeds", seeds), ("epochs", epochs), ("batch-size", batch_size),
                         ("image-size", image_size), ("patch-size", patch_size), ("chunk", chunk)):
             _positive(name, v)
         _positive("width", width, 2)
         if image_size % patch_size:
             raise UsageError(f"--patch-size {patch_size} does not divide --image-size {image_size}")
-        if alpha is None and alpha_a is None and alpha_m is None:
-            alpha = "0.1:0.95:6"
-        if alpha is not None and (alpha_a is not None or alpha_m is not None):
-            raise UsageError("give either --alpha or --alpha-a/--alpha-m, not both")
-        vals = dict(sigma_w=parse_range(sigma_w, "sigma_w"), sigma_a=parse_range(sigma_a, "sigma_a"))
-        if alpha is not None:
-            vals["alpha"] = parse_range(alpha, "alpha")
-        else:
-            vals["alpha_a"] = parse_range(alpha_a if alpha_a is not None else "0.5", "alpha_a")
-            vals["alpha_m"] = parse_range(alpha_m if alpha_m is not None else "0.5", "alpha_m")
-        check_hparams_values(vals)
+        depths = parse_range(depth, "depth")
+        if not np.all((depths >= 1) & (depths <= 4096) & (depths == np.round(depths))):
+            raise UsageError(f"--depth must be whole numbers in [1, 4096] (got {depth})")
+        depths = [int(d) for d in dict.fromkeys(depths.tolist())]
         lrs = parse_range(lr, "lr")
         if not np.all(lrs > 0):
             raise UsageError(f"--lr must be > 0 (got {lrs.min():g})")
+        from ..vit import design as vdesign
+
+        try:
+            if points_file is not None:
+                if design != "grid":
+                    raise UsageError("give either --points or --design, not both")
+                configs = vdesign.read_points(points_file)
+            else:
+                configs = _design_configs(design, design_seed, sigma_w, alpha, alpha_a, alpha_m, sigma_a)
+            vdesign.check_configs(configs)
+        except vdesign.DesignError as exc:
+            raise UsageError(str(exc)) from None
+        runs = vdesign.expand(configs, depths, lrs.tolist(), seeds)
         from ..vit.train import TrainConfig
 
-        cfg = TrainConfig(dataset=dataset, image_size=image_size, patch_size=patch_size, width=width, depth=depth,
-                          epochs=epochs, batch_size=batch_size, activation=activation)
+        cfg = TrainConfig(dataset=dataset, image_size=image_size, patch_size=patch_size, width=width,
+                          depth=depths[0], epochs=epochs, batch_size=batch_size, activation=activation)
         cfg.validate()
         from ..vit import data as vdata
         from ..vit import sweep as vsweep
 
-        runs = vsweep.grid(vals["sigma_w"], vals.get("alpha", vals.get("alpha_a")),
-                           None if "alpha" in vals else vals["alpha_m"], vals["sigma_a"], lrs, seeds)
         # refuse a foreign sweep directory before loading data or training anything
         if os.path.exists(out) and not os.path.isdir(out):
             raise UsageError(f"--out {out} exists and is not a directory")
@@ -102,105 +161,229 @@ def register(cli):
 
     @cli.command("fit")
     @click.option("--runs", required=True, help="sweep directory or results table (.jsonl/.json/.csv)")
-    @click.option("--out", "-o", default=None, help="fit JSON to write")
-    @click.option("--target", type=click.Choice(["test_loss", "train_loss"]), default="test_loss", show_default=True)
-    @click.option("--folds", type=int, default=5, show_default=True, help="k of the k-fold cross-validation")
+    @click.option("--out", "-o", default=None, help="fit JSON to write (report + best exponent model)")
+    @click.option("--folds", type=int, default=5, show_default=True, help="k of the k-fold CV over configurations")
+    @click.option("--repeats", type=int, default=5, show_default=True, help="CV repeats with reshuffled folds")
     @click.option("--num-classes", type=int, default=None, help="(default from the sweep's sweep.json)")
-    @click.option("--figure", default=None, help="write Fig. 7 (png/pdf/svg) here")
-    @click.option("--json", "as_json", is_flag=True, help="print the fit as JSON")
-    def fit_cmd(runs, out, target, folds, num_classes, figure, as_json):
-        """Fit loss = min(log C, b + max(w_a|lambda_a - c_a|, w_g|lambda_g - c_g|)) to a sweep,
-        with R^2 and k-fold CV error against lambda_a-only, lambda_g-only and raw-hp baselines."""
-        if out is None and figure is None and not as_json:
-            raise UsageError("nothing to do: give --out, --figure and/or --json")
+    @click.option("--lr", "only_lr", type=float, default=None, help="fit only the runs of this learning rate")
+    @click.option("--per-lr", is_flag=True, help="fit each learning rate of a mixed table separately (OUT gets _lr<value>)")
+    @click.option("--json", "as_json", is_flag=True, help="print the fit document as JSON")
+    def fit_cmd(runs, out, folds, repeats, num_classes, only_lr, per_lr, as_json):
+        """Does the initialization predict the trained loss? Cross-validated over configurations
+        (seed-averaged losses): the noise floor, exponent models (collapsed point, measured input
+        geometry with the paper and exact maps, +- the softmax-derivative term, trees) against
+        raw-hyperparameter baselines, transfer tests; writes the best exponent model."""
+        if out is None and not as_json:
+            raise UsageError("nothing to do: give --out and/or --json")
         _positive("folds", folds, 2)
+        _positive("repeats", repeats, 1)
         if num_classes is not None:
             _positive("num-classes", num_classes, 2)
-        if figure is not None and os.path.splitext(figure)[1].lower() not in (".png", ".pdf", ".svg"):
-            raise UsageError(f"--figure must end in .png, .pdf or .svg (got {figure!r})")
+        if out is not None and os.path.isdir(out):
+            raise UsageError(f"--out {out} is a directory")
         from ..vit import predict as vpredict
         from ..vit import sweep as vsweep
         from ..vit.train import TrainConfig
 
-        rows = vpredict.load_rows(runs)
+        try:
+            rows = vpredict.load_rows(runs)
+        except vpredict.FitError as exc:
+            raise UsageError(str(exc)) from None
         sweep_dir = runs if os.path.isdir(runs) else os.path.dirname(os.path.abspath(runs))
-        meta = vsweep.read_sweep(sweep_dir)
-        cfg = TrainConfig.from_dict(meta["config"]) if meta.get("config") else None
+        try:
+            meta = vsweep.read_sweep(sweep_dir)
+        except (OSError, ValueError):
+            meta = {}
+        if not meta.get("config"):
+            raise UsageError(f"{sweep_dir} has no sweep.json: fit needs the sweep's training config")
+        cfg = TrainConfig.from_dict(meta["config"])
         num_classes = num_classes or meta.get("num_classes")
         if not num_classes:
             raise UsageError("cannot tell the number of classes: pass --num-classes")
-        missing = [r for r in rows if r.get("lambda_a") is None or r.get("lambda_g") is None]
-        if missing and cfg is not None:  # the theory was not available when the sweep ran
-            lam, note = vsweep.theory_exponents(cfg, missing)
-            if note:
-                raise UsageError(note)
-            for i, r in enumerate(missing):
-                r.update({k: float(v[i]) for k, v in lam.items()})
-        context = dict(cfg.to_dict(), n_tokens=cfg.n_tokens) if cfg is not None else {}
-        doc = vpredict.fit_rows(rows, int(num_classes), target=target, k=folds, context=context)
-        if out is not None:
-            import json
+        lrs = sorted({float(r["lr"]) for r in rows if r.get("lr") is not None})
+        if only_lr is not None:
+            rows = [r for r in rows if r.get("lr") is not None and math.isclose(float(r["lr"]), only_lr, rel_tol=1e-9)]
+            lrs = [only_lr]
+        if len(lrs) > 1 and not per_lr:
+            raise UsageError(f"the table mixes learning rates ({', '.join(f'{v:g}' for v in lrs)}): "
+                             "pass --per-lr to fit each separately, or --lr to pick one")
+        geometry, feats, order = _study_cache(sweep_dir, cfg)
+        docs = {}
+        for lr_value in lrs:
+            part = [r for r in rows if math.isclose(float(r["lr"]), lr_value, rel_tol=1e-9)]
+            try:
+                docs[lr_value] = vpredict.fit_sweep(part, int(num_classes), cfg, geometry, feats, order,
+                                                    k=folds, repeats=repeats)
+            except vpredict.FitError as exc:
+                raise UsageError(str(exc)) from None
+        for lr_value, doc in docs.items():
+            if out is not None:
+                import json
 
-            with atomic_path(out) as tmp:
-                with open(tmp, "w") as f:
-                    json.dump(doc, f, indent=1)
-        if figure is not None:
-            from ..vit.figure import fig7
-
-            with atomic_path(figure) as tmp:
-                fig7(rows, doc, tmp, fmt=os.path.splitext(figure)[1][1:].lower())
+                path = out if len(docs) == 1 else f"{os.path.splitext(out)[0]}_lr{lr_value:g}{os.path.splitext(out)[1]}"
+                with atomic_path(path) as tmp:
+                    with open(tmp, "w") as f:
+                        json.dump(doc, f, indent=1, allow_nan=False, default=_finite)
+            if not as_json:
+                _print_report(doc["report"])
         if as_json:
-            echo_json(doc)
-        else:
-            click.echo(f"fit on {doc['n_runs']} runs ({doc['n_diverged']} diverged excluded), target {target}")
-            click.echo(f"  {'model':10s} {'params':>6s} {'R2':>7s} {'RMSE':>7s} {'CV RMSE':>8s} {'CV R2':>7s}")
-            for name, m in doc["models"].items():
-                click.echo(f"  {name:10s} {m['n_params']:6d} {m['r2']:7.3f} {m['rmse']:7.3f} {m['cv_rmse']:8.3f} {m['cv_r2']:7.3f}")
-            p = doc["params"]
-            click.echo(f"  loss = min({doc['L_sat']:.3f}, {p['b']:.3f} + max({p['w_a']:.3f}|lambda_a - {p['c_a']:+.3f}|, "
-                       f"{p['w_g']:.3f}|lambda_g - {p['c_g']:+.3f}|))")
+            echo_json(next(iter(docs.values())) if len(docs) == 1 else {f"{k:g}": v for k, v in docs.items()})
 
     @cli.command("predict")
-    @click.option("--fit", "fit_path", required=True, help="fit JSON written by 'phasefield fit'")
+    @click.option("--fit", "fit_path", default=None, help="fit JSON from 'phasefield fit' (default: the packaged model)")
     @click.option("--sigma-w", type=float, required=True)
     @click.option("--alpha", type=float, default=None, help="alpha_A = alpha_M")
     @click.option("--alpha-a", type=float, default=None)
     @click.option("--alpha-m", type=float, default=None)
     @click.option("--sigma-a", type=float, default=1.0, show_default=True)
+    @click.option("--depth", type=int, default=16, show_default=True)
     @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
-    def predict_cmd(fit_path, sigma_w, alpha, alpha_a, alpha_m, sigma_a, as_json):
-        """Predicted final loss at one initialization, from its exponents and a fit."""
-        if alpha is not None and (alpha_a is not None or alpha_m is not None):
-            raise UsageError("give either --alpha or --alpha-a/--alpha-m, not both")
-        if alpha is None and alpha_a is None:
-            raise UsageError("give --alpha (or --alpha-a and --alpha-m)")
-        aa = alpha if alpha is not None else alpha_a
-        am = alpha if alpha is not None else (alpha_m if alpha_m is not None else alpha_a)
+    def predict_cmd(fit_path, sigma_w, alpha, alpha_a, alpha_m, sigma_a, depth, as_json):
+        """Predicted final test loss at one initialization, with an interval from the model's
+        cross-validated residuals, both exponents, and warnings outside the fitted region."""
+        aa, am = _alphas(alpha, alpha_a, alpha_m)
         for name, v in (("sigma_w", sigma_w), ("sigma_a", sigma_a), ("alpha_a", aa), ("alpha_m", am)):
             if not math.isfinite(v):
                 raise UsageError(f"--{name.replace('_', '-')} must be finite (got {v})")
-        check_hparams_values(dict(sigma_w=[sigma_w], sigma_a=[sigma_a], alpha_a=[aa], alpha_m=[am]))
+        check_hparams_values(dict(sigma_w=[sigma_w], sigma_a=[sigma_a], alpha_a=[aa], alpha_m=[am], depth=[depth]))
+        if depth > 4096:
+            raise UsageError(f"--depth must be <= 4096 (got {depth})")
         from ..vit import predict as vpredict
 
-        doc = vpredict.load_fit(fit_path)
-        ctx = doc.get("context") or {}
         try:
-            from .. import theory
-        except ImportError as exc:
-            raise UsageError(f"the theory engine is not available ({exc})") from None
-        import jax.numpy as jnp
-
-        from ..vit.train import TrainConfig
-
-        cfg = TrainConfig.from_dict(ctx)
-        hp = cfg.hparams(sigma_w, sigma_a, aa, am, dtype=jnp.float64)
-        ex = {k: float(v) for k, v in theory.exponents(hp).items()}
-        loss = float(vpredict.predict_loss(doc, ex["lambda_a"], ex["lambda_g"]))
-        res = dict(predicted_loss=loss, target=doc.get("target", "test_loss"), L_sat=doc["L_sat"],
-                   lambda_a=ex.get("lambda_a"), lambda_g=ex.get("lambda_g"), lambda_g_inf=ex.get("lambda_g_inf"),
-                   sigma_w=sigma_w, sigma_a=sigma_a, alpha_a=aa, alpha_m=am, n_tokens=cfg.n_tokens, depth=cfg.depth)
+            doc = vpredict.load_model(fit_path)
+        except vpredict.FitError as exc:
+            raise UsageError(str(exc)) from None
+        res = vpredict.predict(sigma_w, sigma_a, aa, am, depth, doc)
         if as_json:
             echo_json(res)
         else:
-            click.echo(f"predicted {res['target'].replace('_', ' ')} = {loss:.4f}  (chance {doc['L_sat']:.4f})")
-            click.echo(f"lambda_a = {res['lambda_a']:+.4f}   lambda_g(L={cfg.depth}) = {res['lambda_g']:+.4f}")
+            lo, hi = res["interval"]
+            click.echo(f"predicted test loss = {res['predicted_loss']:.4f}  ({100 * res['interval_level']:.0f} % "
+                       f"interval {lo:.3f} - {hi:.3f}; chance {res['chance_loss']:.4f}; model {res['model']})")
+            click.echo(f"lambda_a = {res['lambda_a']:+.4f}   lambda_g(L={depth}) = {res['lambda_g']:+.4f}")
+            for w in res["warnings"]:
+                click.echo(f"warning: {w}")
+
+    register_recommend(cli)
+
+
+def _alphas(alpha, alpha_a, alpha_m):
+    if alpha is not None and (alpha_a is not None or alpha_m is not None):
+        raise UsageError("give either --alpha or --alpha-a/--alpha-m, not both")
+    if alpha is None and alpha_a is None:
+        raise UsageError("give --alpha (or --alpha-a and --alpha-m)")
+    aa = alpha if alpha is not None else alpha_a
+    am = alpha if alpha is not None else (alpha_m if alpha_m is not None else alpha_a)
+    return aa, am
+
+
+def _finite(o):
+    import numpy as _np
+
+    if isinstance(o, (_np.floating, _np.integer)):
+        return o.item()
+    raise TypeError(f"not JSON serializable: {type(o).__name__}")
+
+
+def _study_cache(sweep_dir, cfg):
+    """Input geometry and theory features cached in a sweep directory (the trainability study
+    keeps them as input_geometry.json / features.csv); measured / computed when absent."""
+    import csv
+    import json
+
+    from ..vit import data as vdata
+    from ..vit import features as vfeatures
+
+    gpath = os.path.join(sweep_dir, "input_geometry.json")
+    if os.path.exists(gpath):
+        with open(gpath) as f:
+            geometry = json.load(f)
+    else:
+        geometry = vfeatures.input_geometry(cfg, vdata.load(cfg.dataset, cfg.image_size))
+    fpath = os.path.join(sweep_dir, "features.csv")
+    if not os.path.exists(fpath):
+        return geometry, None, None
+    with open(fpath) as f:
+        rows = list(csv.DictReader(f))
+    order = [r.pop("config") for r in rows]
+    feats = {k: np.array([float(r[k]) for r in rows]) for k in rows[0]} if rows else {}
+    return geometry, feats, order
+
+
+def _print_report(rep: dict) -> None:
+    fl = rep["noise_floor"]
+    click.echo(f"{rep['n_configs']} configurations, {rep['n_runs']} runs ({rep['seeds']} seeds), depths "
+               f"{', '.join(map(str, rep['depths']))}; {rep['k_folds']}-fold CV over configurations x {rep['repeats']}")
+    click.echo(f"noise floor: RMSE {fl['rmse']:.4f} (best R2 {fl['r2_max']:.3f}; seed sd {fl['seed_sd']:.3f})")
+    click.echo(f"  {'model':24s} {'inputs':9s} {'CV RMSE':>14s} {'CV R2':>7s} {'/floor':>7s}")
+    for name, m in sorted(rep["models"].items(), key=lambda kv: kv[1]["cv_rmse"]):
+        click.echo(f"  {name:24s} {m['group']:9s} {m['cv_rmse']:7.4f}+-{m['cv_rmse_sd']:.4f} {m['cv_r2']:7.3f} "
+                   f"{m['cv_over_floor']:7.2f}")
+    for split, t in rep["transfer"].items():
+        fl_t = t["_noise_floor"]["rmse"]
+        best = sorted(((m, d["rmse"]) for m, d in t.items() if not m.startswith("_") and d["rmse"] == d["rmse"]),
+                      key=lambda kv: kv[1])
+        click.echo(f"transfer {split} (noise floor {fl_t:.4f}): " +
+                   ", ".join(f"{m} {v:.4f}" for m, v in best[:6]))
+    click.echo(f"best exponent model: {rep['best_exponent_model']}; best raw: {rep['best_raw_model']}")
+
+
+def register_recommend(cli):
+    @cli.command("recommend")
+    @click.option("--n-tokens", type=int, default=17, show_default=True)
+    @click.option("--depth", type=int, default=16, show_default=True)
+    @click.option("--activation", default="tanh", show_default=True)
+    @click.option("--sigma-w", type=float, default=None, help="fix sigma_w (default: free in [0.3, 3])")
+    @click.option("--sigma-a", type=float, default=None, help="fix sigma_A (default: free in [0.3, 4])")
+    @click.option("--alpha", type=float, default=None, help="fix alpha_A = alpha_M")
+    @click.option("--alpha-a", type=float, default=None, help="fix alpha_A (default: free in [0.05, 0.95])")
+    @click.option("--alpha-m", type=float, default=None, help="fix alpha_M (default: free in [0.05, 0.95])")
+    @click.option("--fit", "fit_path", default=None, help="loss model (default: the packaged one)")
+    @click.option("--no-loss", is_flag=True, help="only the critical set (no loss model)")
+    @click.option("--json", "as_json", is_flag=True)
+    def recommend_cmd(n_tokens, depth, activation, sigma_w, sigma_a, alpha, alpha_a, alpha_m, fit_path, no_loss,
+                      as_json):
+        """Initializations the theory recommends: where lambda_a = lambda_g = 0 inside the box of
+        the free hyperparameters (or the nearest points), and the lowest predicted loss."""
+        if alpha is not None and (alpha_a is not None or alpha_m is not None):
+            raise UsageError("give either --alpha or --alpha-a/--alpha-m, not both")
+        fixed = dict(sigma_w=sigma_w, sigma_a=sigma_a, alpha_a=alpha if alpha is not None else alpha_a,
+                     alpha_m=alpha if alpha is not None else alpha_m)
+        for k, v in fixed.items():
+            if v is not None and not math.isfinite(v):
+                raise UsageError(f"--{k.replace('_', '-')} must be finite (got {v})")
+        check_hparams_values({k: [v] for k, v in fixed.items() if v is not None})
+        check_hparams_values(dict(n_tokens=[n_tokens], depth=[depth]))
+        if n_tokens > 100_000 or depth > 4096:
+            raise UsageError("--n-tokens must be <= 100000 and --depth <= 4096")
+        from ..config import ACTIVATIONS
+
+        if activation not in ACTIVATIONS:
+            raise UsageError(f"unknown activation {activation!r}; choose one of {', '.join(ACTIVATIONS)}")
+        from ..vit import predict as vpredict
+        from ..vit.recommend import recommend
+
+        doc = None
+        if not no_loss:
+            try:
+                doc = vpredict.load_model(fit_path)
+            except vpredict.FitError as exc:
+                raise UsageError(str(exc)) from None
+        res = recommend(n_tokens, depth, activation, fixed, model=doc, predict_loss=not no_loss)
+        if as_json:
+            echo_json(res)
+            return
+        names = ("sigma_w", "sigma_a", "alpha_a", "alpha_m")
+        click.echo(f"critical set lambda_a = lambda_g({depth}) = 0 (n = {n_tokens}, {activation})" +
+                   ("" if res["critical_found"] else ": no exact zero in the box; nearest points"))
+        for c in res["critical"]:
+            click.echo("  " + "  ".join(f"{k} {c[k]:.4f}" for k in names) +
+                       f"  lambda_a {c['lambda_a']:+.2e}  lambda_g {c['lambda_g']:+.2e}" +
+                       (f"  predicted loss {c['predicted_loss']:.3f}" if "predicted_loss" in c else ""))
+        if "lowest_predicted_loss" in res:
+            b = res["lowest_predicted_loss"]
+            click.echo("lowest predicted loss: " + "  ".join(f"{k} {b[k]:.4f}" for k in names) +
+                       f"  loss {b['predicted_loss']:.3f} [{b['interval'][0]:.3f}, {b['interval'][1]:.3f}]")
+            for w in b["warnings"]:
+                click.echo(f"warning: {w}")

@@ -6,7 +6,10 @@
                          sim_path="out/figs/sim.nc")          # redraw, no recomputation
     figures.phase.critical_point(ds)                          # where lambda_a = lambda_g = 0
 
-    data    the datasets (theory sweeps, simulations) and their netCDF files
+    settings   what to compute: grid sizes, widths, presets (full, quick, tiny)
+    compute    computing the datasets (theory sweeps, simulations), resumably
+    files      the datasets' netCDF files: writing, loading
+    agreement  theory vs simulation on the simulated grids
     paper   the figure functions (matplotlib, Agg backend), drawn from datasets only
     phase   phase classification, zero contours and their intersection
     style   sizes (single column, 3.4 in), symbols, diverging colour scales
@@ -26,15 +29,15 @@ __all__ = ["make_figures", "load_inputs", "phase"]
 def load_inputs(from_path: str | None, sim_path: str | None, echo: Callable = print):
     """Load the saved datasets (``ValueError`` with one line if unusable). Without
     ``sim_path``, a ``sim.nc`` next to ``from_path`` is used when present."""
-    from . import data
+    from . import files
 
-    theory = data.load_groups(from_path, "theory") if from_path else None
+    theory = files.load_groups(from_path, "theory") if from_path else None
     if sim_path is None and from_path is not None:
-        sibling = os.path.join(os.path.dirname(os.path.abspath(from_path)), data.SIM_FILE)
+        sibling = os.path.join(os.path.dirname(os.path.abspath(from_path)), files.SIM_FILE)
         if os.path.isfile(sibling) and os.path.abspath(sibling) != os.path.abspath(from_path):
             sim_path = sibling
             echo(f"using the simulation data next to it: {sibling}")
-    sim = data.load_groups(sim_path, "sim") if sim_path else None
+    sim = files.load_groups(sim_path, "sim") if sim_path else None
     return theory, sim
 
 
@@ -48,31 +51,31 @@ def make_figures(out_dir: str, quick: bool = False, from_path: str | None = None
     sweep`` grid) — nothing is recomputed; ``sim_path``: saved simulations (else the
     ``sim.nc`` beside ``from_path``, else none: simulation panels are left out).
     Without ``from_path`` the theory is swept and (unless ``sim_path`` is given) the
-    simulations run, with ``quick`` or full :class:`data.Settings`.
+    simulations run, with ``quick`` or full :class:`settings.Settings`.
     ``inputs``: the ``(theory, sim)`` groups already returned by :func:`load_inputs`.
     Returns ``dict(paths, theory, sim, settings, seconds)``.
     """
-    from . import data, paper
+    from . import compute, files, paper, settings as presets
 
     if os.path.exists(out_dir) and not os.path.isdir(out_dir):
         raise ValueError(f"--out {out_dir} exists and is not a directory")
-    s = settings or (data.QUICK if quick else data.FULL)
+    s = settings or (presets.QUICK if quick else presets.FULL)
     t0 = time.time()
     # load (and so validate) the inputs before writing anything
     theory, sim = inputs if inputs is not None else load_inputs(from_path, sim_path, echo)
     os.makedirs(out_dir, exist_ok=True)
     if theory is None:
-        theory, computed_sim = data.compute(out_dir, s, echo=echo, progress=progress,
-                                            with_sim=sim is None)
+        theory, computed_sim = compute.compute(out_dir, s, echo=echo, progress=progress,
+                                               with_sim=sim is None)
         if sim is None:
             sim = computed_sim
         else:
-            data.save_groups(sim, os.path.join(out_dir, data.SIM_FILE))
+            files.save_groups(sim, os.path.join(out_dir, files.SIM_FILE))
     else:
-        for groups, fname, src in ((theory, data.THEORY_FILE, from_path),
-                                   (sim, data.SIM_FILE, sim_path)):
+        for groups, fname, src in ((theory, files.THEORY_FILE, from_path),
+                                   (sim, files.SIM_FILE, sim_path)):
             if groups and not _same(src, os.path.join(out_dir, fname)):
-                data.save_groups(groups, os.path.join(out_dir, fname))
+                files.save_groups(groups, os.path.join(out_dir, fname))
     sim = sim or {}
     echo(f"figures -> {out_dir}")
     paths = paper.draw_all(theory, sim, out_dir, echo=echo)

@@ -20,7 +20,7 @@ from . import phase
 
 def summarize(result: dict) -> dict:
     """The numbers the demo reports, from :func:`phasefield.figures.make_figures`'s result."""
-    from . import data
+    from . import agreement
 
     theory, sim = result["theory"], result["sim"]
     out = {"seconds": round(float(result["seconds"]), 1), "settings": result["settings"].name}
@@ -46,11 +46,11 @@ def summarize(result: dict) -> dict:
         out["edge_of_chaos"] = edge
     agree = {}
     for name in ("alpha_sigma_w", "sigma_a_alpha"):
-        a = data.agreement(theory, sim, name)
+        a = agreement.agreement(theory, sim, name)
         if a is not None:
             agree[name] = a
     if "causal" in sim and "causal" in theory:
-        a = data.agreement({"causal": theory["causal"]}, sim, "causal")
+        a = agreement.agreement({"causal": theory["causal"]}, sim, "causal")
         if a is not None:
             agree["causal"] = a
     out["agreement"] = agree
@@ -83,10 +83,10 @@ def format_summary(summary: dict) -> str:
 
 def run(out_dir: str, settings=None, echo: Callable = print, progress: bool = True) -> dict:
     """Run the demo into ``out_dir``; returns the summary dict."""
-    from . import data, make_figures
+    from . import make_figures, settings as presets
 
     t0 = time.time()
-    res = make_figures(out_dir, settings=settings or data.QUICK, echo=echo, progress=progress)
+    res = make_figures(out_dir, settings=settings or presets.QUICK, echo=echo, progress=progress)
     res["seconds"] = time.time() - t0
     summary = summarize(res)
     text = format_summary(summary)

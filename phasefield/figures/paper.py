@@ -1,5 +1,5 @@
 """The seed paper's Figs. 2–6 and the phase diagram, drawn from saved datasets
-(:mod:`phasefield.figures.data`). Every function takes datasets, writes
+(:mod:`phasefield.figures.files`). Every function takes datasets, writes
 ``out_dir/<name>.png`` and ``.pdf`` and returns the paths; nothing here computes theory
 or simulations."""
 from __future__ import annotations
@@ -14,14 +14,13 @@ PHASE_COLORS = ("#9ecae1", "#cbb8e0", "#a1d99b", "#fdae6b")  # codes 0..3 of pha
 
 # ------------------------------------------------------------------ helpers
 def _fixed(ds, names):
-    """'σ_A = 1, n = 32' from a dataset's scalar coordinates or hp_* attributes."""
+    """'σ_A = 1, n = 32' from a grid's scalar coordinates (the sweeps' convention) or a
+    figure dataset's attributes."""
     parts = []
     for n in names:
         v = None
         if n in ds.coords and ds[n].size == 1:
             v = float(ds[n].values)
-        elif f"hp_{n}" in ds.attrs:
-            v = float(ds.attrs[f"hp_{n}"])
         elif n in ds.attrs and np.ndim(ds.attrs[n]) == 0:
             try:
                 v = float(ds.attrs[n])
@@ -35,13 +34,10 @@ def _fixed(ds, names):
 def _depth(ds, default=None):
     if "depth" in ds.coords and ds["depth"].size == 1:
         return int(ds["depth"].values)
-    for k in ("hp_depth", "depth"):
-        if k in ds.attrs:
-            try:
-                return int(float(ds.attrs[k]))
-            except (TypeError, ValueError):
-                pass
-    return default
+    try:
+        return int(float(ds.attrs["depth"]))
+    except (KeyError, TypeError, ValueError):
+        return default
 
 
 def _heat(ax, da, x, y, norm, cmap=style.CMAP):
@@ -66,7 +62,7 @@ def _sim_label(ds):
 
 def _err_text(th, si, var, x, y):
     try:
-        from .data import theory_at
+        from .agreement import theory_at
 
         t, _ = theory_at(th, si)
         a = phase.slice2d(si, x, y, var).values

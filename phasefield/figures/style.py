@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import contextlib
 import os
-import tempfile
 
 import numpy as np
+
+from ..io import atomic_path
 
 COLUMN = 3.4          # single-column width (inches)
 DPI = 200             # PNG resolution
@@ -113,24 +114,11 @@ def save(fig, out_dir: str, name: str, formats=("png", "pdf")) -> list[str]:
     paths = []
     for fmt in formats:
         path = os.path.join(out_dir, f"{name}.{fmt}")
-        fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=f".{fmt}", dir=out_dir)
-        os.close(fd)
-        try:
+        with atomic_path(path) as tmp:
             fig.savefig(tmp, format=fmt, dpi=DPI)
-            os.chmod(tmp, 0o666 & ~_umask())
-            os.replace(tmp, path)
-        finally:
-            if os.path.exists(tmp):
-                os.remove(tmp)
         paths.append(path)
     plt().close(fig)
     return paths
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 def panel_label(ax, text):

@@ -12,6 +12,8 @@ from __future__ import annotations
 import numpy as np
 import xarray as xr
 
+from .. import grid
+
 QUANTITIES = ("lambda_a", "lambda_g", "lambda_g_inf", "rho_star")  # q_star: an input of the simulation
 
 
@@ -38,8 +40,8 @@ def align(theory: xr.Dataset, sim: xr.Dataset):
     sim = squeeze_extra(sim, theory)
     # coordinates are floats written by different programs: round before joining
     for d in sim.dims:
-        sim = sim.assign_coords({d: np.round(sim[d].values.astype(float), 10)})
-        theory = theory.assign_coords({d: np.round(theory[d].values.astype(float), 10)})
+        sim = sim.assign_coords({d: grid.canonical(sim[d].values)})
+        theory = theory.assign_coords({d: grid.canonical(theory[d].values)})
     th, si = xr.align(theory, sim, join="inner")
     if th.sizes and min(th.sizes.values()) == 0:
         raise ValueError("the two grids share no points")

@@ -8,15 +8,13 @@ draws (common random numbers: the Gaussian draws are made once and only rescaled
 point), which makes differences between neighbouring points far less noisy and
 amortises the cost of the Gaussian sampling. With lazily sampled weights (the default,
 ``weights="lazy"``) the shared draws are the standard-normal slabs S and noise G of
-:func:`phasefield.block.random_linear`, which do not depend on the point either. Finished chunks are stored under a parts
-directory so an interrupted sweep resumes where it stopped.
+:func:`phasefield.block.random_linear`, which do not depend on the point either. Finished
+chunks are stored under a parts directory (:class:`phasefield.grid.ChunkStore`) so an
+interrupted sweep resumes where it stopped.
 """
 from __future__ import annotations
 
-import hashlib
 import itertools
-import json
-import os
 from functools import partial
 from typing import Optional
 
@@ -25,11 +23,13 @@ import jax.numpy as jnp
 import numpy as np
 import xarray as xr
 
+from .. import grid, theory
 from ..config import HParams, NUMERIC_FIELDS
 from ..block import WEIGHTS
+from ..theory.precision import float64
 from . import measure
 
-AXES = ("sigma_w", "sigma_a", "alpha_a", "alpha_m", "alpha", "sigma_v", "n_tokens", "depth")
+AXES = grid.AXES
 VARIABLES = ("lambda_a", "lambda_a_se", "lambda_g", "lambda_g_se", "q_star")
 
 
@@ -44,22 +44,10 @@ def _chunk_kernel(hp, keys_a, keys_g, q_star, *, n, d, depth, eps, causal, mlp_h
     return la, a, b
 
 
+@float64
 def _q_star_batch(hp_batch: HParams) -> np.ndarray:
-    try:
-        from .. import theory
-
-        theory.collapsed_fixed_point
-    except (ImportError, AttributeError):
-        size = np.asarray(hp_batch.sigma_w).shape[0]
-        return np.array([measure.q_star_reference(jax.tree_util.tree_map(lambda v: v[i], hp_batch))
-                         for i in range(size)])
     hp64 = hp_batch.astype(jnp.float64)
-    try:
-        return np.asarray(jax.vmap(lambda h: theory.collapsed_fixed_point(h)[0])(hp64), np.float64)
-    except Exception:  # a theory routine that is not vmappable: loop
-        size = np.asarray(hp64.sigma_w).shape[0]
-        pts = [jax.tree_util.tree_map(lambda v: v[i], hp64) for i in range(size)]
-        return np.array([float(theory.collapsed_fixed_point(h)[0]) for h in pts])
+    return np.asarray(jax.vmap(lambda h: theory.collapsed_fixed_point(h)[0])(hp64), np.float64)
 
 
 def grid_points(base: HParams, axes: dict):
@@ -69,11 +57,7 @@ def grid_points(base: HParams, axes: dict):
     points = []
     for values in itertools.product(*(coords[k] for k in dims)):
         fields = {k: float(getattr(base, k)) for k in NUMERIC_FIELDS}
-        for k, v in zip(dims, values):
-            if k == "alpha":
-                fields["alpha_a"] = fields["alpha_m"] = v
-            else:
-                fields[k] = v
+        fields.update(grid.untie(dict(zip(dims, values))))
         points.append(fields)
     return dims, coords, points
 
@@ -93,15 +77,14 @@ def sweep(*, width: int = 512, seeds: int = 16, eps: float = measure.DEFAULT_EPS
     for k in axes:
         if k not in AXES:
             raise ValueError(f"unknown sweep axis {k!r}; choose from {', '.join(AXES)}")
-    if "alpha" in axes and ("alpha_a" in axes or "alpha_m" in axes):
-        raise ValueError("sweep either alpha or alpha_a/alpha_m, not both")
+    grid.branch_weights(axes.get("alpha"), axes.get("alpha_a"), axes.get("alpha_m"))  # not both
     if seeds < 2:
         raise ValueError(f"seeds must be >= 2 to give a standard error (got {seeds})")
     if weights not in WEIGHTS:
         raise ValueError(f"unknown weights {weights!r}; choose one of {', '.join(WEIGHTS)}")
     dims, coords, points = grid_points(base, axes)
-    for f in points:  # validate every point (one line on error)
-        base.replace(**f).validate()
+    base.validate()
+    grid.check_values(coords)
     d = int(width)
     config = dict(width=d, seeds=int(seeds), eps=float(eps), causal=bool(causal),
                   mlp_hidden=mlp_hidden, dtype=jnp.dtype(dtype).name, seed=int(seed),
@@ -110,9 +93,7 @@ def sweep(*, width: int = 512, seeds: int = 16, eps: float = measure.DEFAULT_EPS
                   base={k: float(getattr(base, k)) for k in NUMERIC_FIELDS})
     if weights != "dense":  # dense keeps the tags of parts written before the lazy sampler
         config["weights"] = weights
-    tag = hashlib.sha1(json.dumps(config, sort_keys=True).encode()).hexdigest()[:12]
-    if parts_dir:
-        os.makedirs(parts_dir, exist_ok=True)
+    store = grid.ChunkStore(parts_dir, dict(source="phasefield.simulate.sweep", **config)) if parts_dir else None
 
     # group points by their static shape (n, depth), then chunk
     groups: dict = {}
@@ -127,17 +108,14 @@ def sweep(*, width: int = 512, seeds: int = 16, eps: float = measure.DEFAULT_EPS
         from tqdm.auto import tqdm
         bar = tqdm(total=len(points), unit="pt", desc="simulate sweep")
     for j, ((n, depth), idx) in enumerate(jobs):
-        part = os.path.join(parts_dir, f"{tag}-{j:05d}.npz") if parts_dir else None
-        if part and os.path.exists(part):
-            res = dict(np.load(part))
+        if store is not None and store.has(j):
+            res = store.load(j)
         else:
             res = _run_chunk(base, [points[i] for i in idx], keys_a, keys_g, n=n, d=d,
                              depth=depth, eps=eps, causal=causal, mlp_hidden=mlp_hidden,
                              dtype=dtype, weights=weights)
-            if part:
-                tmp = part + ".tmp.npz"
-                np.savez(tmp, **res)
-                os.replace(tmp, part)
+            if store is not None:
+                store.save(j, res)
         for v in VARIABLES:
             out[v][idx] = res[v]
         if bar is not None:
@@ -146,16 +124,18 @@ def sweep(*, width: int = 512, seeds: int = 16, eps: float = measure.DEFAULT_EPS
         bar.close()
 
     shape = tuple(len(coords[k]) for k in dims)
+    # fixed hyperparameters are scalar coordinates, as in the theory sweep
+    tied = ("alpha_a", "alpha_m") if "alpha" in dims else ()
+    fixed = {k: float(getattr(base, k)) for k in NUMERIC_FIELDS if k not in dims and k not in tied}
     ds = xr.Dataset(
         {v: (dims, out[v].reshape(shape)) for v in VARIABLES},
-        coords={k: coords[k] for k in dims},
+        coords={**{k: coords[k] for k in dims}, **fixed},
     )
     ds.attrs.update({
         "source": "phasefield.simulate.sweep",
         "width": d, "seeds": int(seeds), "eps": float(eps), "causal": int(bool(causal)),
         "dtype": jnp.dtype(dtype).name, "seed": int(seed), "weights": weights,
         "activation": base.activation, "mlp_layers": base.mlp_layers, "residual": base.residual,
-        **{f"hp_{k}": float(getattr(base, k)) for k in NUMERIC_FIELDS if k not in dims},
     })
     ds["lambda_a"].attrs["long_name"] = "angle exponent, one block, rho = 1 - eps at q*"
     ds["lambda_g"].attrs["long_name"] = "gradient exponent lambda_g(L), VJP from the collapsed point"
@@ -165,7 +145,7 @@ def sweep(*, width: int = 512, seeds: int = 16, eps: float = measure.DEFAULT_EPS
 def _run_chunk(base, fields, keys_a, keys_g, *, n, d, depth, eps, causal, mlp_hidden, dtype,
                weights):
     P = len(fields)
-    hp = base.replace(**{k: jnp.asarray([f[k] for f in fields], jnp.float64) for k in NUMERIC_FIELDS})
+    hp = base.replace(**{k: np.asarray([f[k] for f in fields], np.float64) for k in NUMERIC_FIELDS})
     q_star = _q_star_batch(hp)
     draw_batch = measure.default_draw_batch(n, d, depth, mlp_hidden, points=P,
                                             itemsize=jnp.dtype(dtype).itemsize, weights=weights)

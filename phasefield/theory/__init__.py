@@ -2,19 +2,27 @@
 
 Every function is a pure function of one :class:`phasefield.HParams` pytree (plus, for
 speed, an optional precomputed :class:`MLPKernel`), so ``jax.jit``/``jax.vmap``/``grad``
-apply to every numeric field.
+apply to every numeric field. Approximation switches are static fields of ``HParams``:
+``attention`` ('paper' or 'exact') and ``softmax_correction``. Results are float64 whatever
+the global ``jax_enable_x64`` (:mod:`.precision`).
 
-    attention      the attention branch map, forward and backward (§3, §7)
-    mlp            the MLP branch map: Gaussian-integral kernels of phi (§4)
-    block          the block map (q, p) -> (q', p') and its iteration (§5)
-    fixed_points   collapsed and stable fixed points (§6)
-    exponents      lambda_a and lambda_g (§6–7)
-    quadrature     dense trapezoid Gaussian integrals and the dense reference
+Floors (imports point down only)::
+
+    precision, quadrature      float64 scope; dense trapezoid Gaussian integrals
+    mlp                        the MLP branch map: Gaussian-integral kernels of phi (§4)
+    attention/                 the attention branch map: paper | exact modes, chosen by
+                               hp.attention in attention/__init__.py; full-Gram
+                               expectations; the softmax-derivative terms (§3, §7, §8)
+    block                      the block map, forward (q, p) -> (q', p') and backward (§5, §7)
+    fixed_points               collapsed and stable fixed points, lambda_a (§6)
+    lyapunov                   lambda_g and :func:`exponents`, everything at one point (§7)
+    gram                       full-Gram / causal mean field and its figure helpers (§8)
+    reference                  the independent NumPy/SciPy reference (tests, benchmarks)
 """
 from .attention import forward as attention_map  # noqa: F401
-from .block import attention_step, block_map, trajectory  # noqa: F401
-from .exponents import (angle_exponent, backward_block, exponents, gradient_exponent,  # noqa: F401
-                        gradient_exponent_collapsed, gradient_exponent_inf, gradient_matrix,
-                        mean_mode)
-from .fixed_points import collapsed_fixed_point, simplex_fixed_point, stable_fixed_point  # noqa: F401
+from .block import attention_step, backward_block, block_map, gradient_matrix, trajectory  # noqa: F401
+from .fixed_points import (angle_exponent, collapsed_fixed_point, simplex_fixed_point,  # noqa: F401
+                           stable_fixed_point)
+from .lyapunov import (exponents, gradient_exponent, gradient_exponent_collapsed,  # noqa: F401
+                       gradient_exponent_inf, mean_mode)
 from .mlp import MLPKernel, d_m, kernel, p_m  # noqa: F401

@@ -1,8 +1,9 @@
-"""Public theory functions are jit-compiled once per static configuration.
+"""Public theory functions are jit-compiled once per static configuration, in float64.
 
-:func:`public` wraps a pure function ``f(hp, ..., kern=None, ...)``: a missing MLP kernel
-is built *outside* the trace (so its table sizes follow the concrete sigma_w), a missing
-``num_layers`` is read from the concrete ``hp.depth``, and the rest runs under ``jax.jit``.
+:func:`public` wraps a pure function ``f(hp, ..., kern=None, ...)``: it enters the
+float64 scope (:mod:`phasefield.theory.precision`), builds a missing MLP kernel *outside*
+the trace (so its table sizes follow the concrete sigma_w), reads a missing
+``num_layers`` from the concrete ``hp.depth``, and runs the rest under ``jax.jit``.
 Inside a user's own ``jit``/``vmap`` (traced hp) the same code simply inlines.
 """
 from __future__ import annotations
@@ -12,6 +13,9 @@ import inspect
 
 import jax
 
+from . import mlp
+from .precision import float64
+
 
 def public(*static_argnames: str):
     def deco(fn):
@@ -19,13 +23,13 @@ def public(*static_argnames: str):
         jitted = jax.jit(fn, static_argnames=static_argnames)
 
         @functools.wraps(fn)
+        @float64
         def wrapper(*args, **kwargs):
             bound = sig.bind(*args, **kwargs)
             bound.apply_defaults()
             a = bound.arguments
             hp = a["hp"]
             if "kern" in a and a["kern"] is None:
-                from . import mlp
                 a["kern"] = mlp.kernel(hp)
             if "num_layers" in a and a["num_layers"] is None:
                 a["num_layers"] = int(hp.depth)

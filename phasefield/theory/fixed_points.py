@@ -1,4 +1,4 @@
-"""Fixed points of the block map (THEORY.md §6).
+"""Fixed points of the block map and the angle exponent lambda_a (THEORY.md §6).
 
 * Collapsed point (rho = 1, invariant): q* solves the linear equation
   q* = beta_M^2 (beta_A^2 q* + alpha_A^2 sigma_V^2) + alpha_M^2 q_M, and
@@ -8,14 +8,16 @@
   simplex point rho* < 1, the root of g(rho) = p'(rho) - rho q*(rho) on
   [-1/(n-1), 1) where q*(rho) is the norm fixed point at cosine rho. Found by a fixed
   number of bisection steps and a Newton polish, so it is jit- and vmap-able.
+* lambda_a, the log transverse eigenvalue at the collapsed point, in closed form (or by
+  autodiff of the block map); it decides which of the two is stable.
 """
 from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
 
+from . import attention, block
 from ._api import public
-from . import attention, mlp
 
 BISECTION_STEPS = 18
 NEWTON_STEPS = 4
@@ -24,7 +26,6 @@ NEWTON_STEPS = 4
 @public()
 def collapsed_fixed_point(hp, kern=None):
     """(q*, q_z*) of the collapsed fixed point rho = 1."""
-    kern = mlp.kernel(hp) if kern is None else kern
     ba2, bm2 = jnp.square(hp.beta_a), jnp.square(hp.beta_m)
     aa2, am2 = jnp.square(hp.alpha_a), jnp.square(hp.alpha_m)
     sv2 = jnp.square(hp.sigma_v)
@@ -49,14 +50,36 @@ def _residual(hp, kern, rho):
     q, q_a, p_a = _norm_at(hp, kern, rho)
     q_z = ba2 * q + aa2 * q_a
     p_z = ba2 * rho * q + aa2 * p_a
-    p1 = bm2 * p_z + am2 * mlp.p_m(kern, p_z / q_z)
+    _, p1 = block.mlp_step(hp, q_z, p_z, kern)
     return p1 / q - rho
+
+
+@public("method")
+def angle_exponent(hp, kern=None, method: str = "closed"):
+    """lambda_a: log of the transverse eigenvalue of the block map at the collapsed point.
+
+    ``method='closed'``: e^{lambda_a} = beta_A^2 (beta_M^2 + alpha_M^2 D(1) / q_z*).
+    ``method='autodiff'``: the (u, u) entry of ``jax.jacfwd`` of the block map written in
+    coordinates (q, u = q - p), at (q*, 0) — the triangular Jacobian's transverse eigenvalue.
+    """
+    q_star, qz_star = collapsed_fixed_point(hp, kern)
+    if method == "closed":
+        ba2, bm2, am2 = jnp.square(hp.beta_a), jnp.square(hp.beta_m), jnp.square(hp.alpha_m)
+        return jnp.log(ba2 * (bm2 + am2 * kern.d_one / qz_star))
+    if method == "autodiff":
+        def f(x):
+            q, u = x[0], x[1]
+            q1, p1 = block.block_map(hp, q, q - u, kern)
+            return jnp.stack([q1, q1 - p1])
+
+        jac = jax.jacfwd(f)(jnp.stack([q_star, jnp.zeros_like(q_star)]))
+        return jnp.log(jac[1, 1])
+    raise ValueError(f"unknown method {method!r} (closed or autodiff)")
 
 
 @public()
 def simplex_fixed_point(hp, kern=None):
     """rho* < 1 of the chaotic phase (meaningful only when lambda_a > 0)."""
-    kern = mlp.kernel(hp) if kern is None else kern
     dt = jnp.result_type(float)
     n = jnp.asarray(hp.n_tokens, dt)
     lo = -1.0 / (n - 1.0)
@@ -83,9 +106,7 @@ def simplex_fixed_point(hp, kern=None):
 @public()
 def stable_fixed_point(hp, kern=None, lambda_a=None):
     """(q, rho, q_z, rho_z) at the stable fixed point (rho = 1 in the ordered phase)."""
-    kern = mlp.kernel(hp) if kern is None else kern
     if lambda_a is None:
-        from .exponents import angle_exponent
         lambda_a = angle_exponent(hp, kern)
     q_c, qz_c = collapsed_fixed_point(hp, kern)
     rho_s = simplex_fixed_point(hp, kern)

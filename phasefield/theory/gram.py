@@ -12,48 +12,39 @@ Backward (values path, gradient Gram at a block output -> input)::
     G <- c .* G,  c_ik = beta_M^2 + alpha_M^2 D(R^z_ik) / sqrt(q^z_i q^z_k)   (D(1) on the diagonal)
     G_in_mm' = beta_A^2 G_mm' + alpha_A^2 sigma_V^2 sum_ik E[A_im A_km'] G_ik / sqrt(q_m q_m')
 
-``E[A_ij A_kl]`` (mode):
-
-* ``'paper'`` — ratio of expectations (Assumption 3.2) over the allowed keys
-  ``exp(sigma_A^2 R_ik R_jl) / sum_{j' <= i?, l' <= k?} exp(sigma_A^2 R_ik R_j'l')``; under a
-  permutation-symmetric start without mask it *is* the (q, p) engine (tested to 1e-10);
-* ``'exact'`` — no Assumption 3.2: Monte-Carlo over a fixed set of logit fields
-  ``M = sigma_A L Z L^T`` (``R = L L^T``, antithetic standard-normal ``Z`` drawn once with a
-  fixed seed), so it is deterministic and jit-able; its error is O(1/sqrt(samples)).
-
-Default mode: ``hp.attention``. ``n`` is the (static) size of ``C``; the paper mode stores
-an ``n^4`` weight tensor (fine for n <= 64).
+``E[A_ij A_kl]`` comes from :mod:`phasefield.theory.attention` (``hp.attention``: the paper's
+Assumption 3.2, or exact by fixed-seed Monte-Carlo; ``hp.softmax_correction`` adds the
+softmax path to the backward map). Under a permutation-symmetric start without mask the
+paper mode *is* the (q, p) engine (tested to 1e-10). ``n`` is the (static) size of ``C``.
 
 Public helpers for the figures: :func:`two_group_trajectory` (paper Fig. 3, Eq. 12),
 :func:`causal_exponents` and :func:`causal_geometry` (paper Fig. 6).
 """
 from __future__ import annotations
 
-import functools
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import fixed_points, mlp
-
-MC_SAMPLES = 4096
-MC_SEED = 20240601
+from . import attention, fixed_points, mlp
+from .precision import float64
 
 
 def _kern(hp, kern):
     return mlp.kernel(hp) if kern is None else kern
 
 
-def _mode(hp, mode):
-    mode = hp.attention if mode is None else mode
-    if mode not in ("paper", "exact"):
-        raise ValueError(f"unknown attention mode {mode!r} (paper or exact)")
-    return mode
+def _at_collapse(hp):
+    """hp for maps evaluated at the collapsed point R = 11^T, where attention is the
+    deterministic (masked) uniform average in both modes and the softmax path vanishes:
+    the paper mode gives the same numbers without Monte-Carlo (and without differentiating
+    an eigendecomposition at its degenerate point)."""
+    return hp.replace(attention="paper", softmax_correction=False)
 
 
 # ---- Gram helpers ----------------------------------------------------------------------
 
+@float64
 def cosines(c):
     """Cosine matrix of a Gram matrix (unit diagonal; not clipped, so derivatives at the
     collapsed point R = 11^T are those of the smooth formula — the MLP tables clip)."""
@@ -68,6 +59,7 @@ def causal_mask(n: int, causal: bool) -> np.ndarray:
     return np.tril(np.ones((n, n), bool)) if causal else np.ones((n, n), bool)
 
 
+@float64
 def symmetric_gram(n: int, q, p):
     """C = (q - p) I + p 11^T."""
     dt = jnp.result_type(float)
@@ -75,6 +67,7 @@ def symmetric_gram(n: int, q, p):
     return (q - p) * jnp.eye(n, dtype=dt) + p * jnp.ones((n, n), dt)
 
 
+@float64
 def two_group_gram(n: int, q, rho_intra, rho_inter):
     """Paper Eq. 12: two groups (first n//2 tokens, the rest), cosine rho_intra inside a
     group and rho_inter across, squared norm q."""
@@ -86,61 +79,11 @@ def two_group_gram(n: int, q, rho_intra, rho_inter):
     return jnp.asarray(q, dt) * r
 
 
-# ---- attention expectations -------------------------------------------------------------
-
-def paper_weights(hp, r, mask):
-    """W[i, k, j, l] ~ E[A_ij A_kl] under Assumption 3.2, restricted to the mask."""
-    s2 = jnp.square(hp.sigma_a)
-    logits = s2 * r[:, :, None, None] * r[None, None, :, :]
-    allowed = jnp.asarray(mask[:, None, :, None] & mask[None, :, None, :])
-    logits = jnp.where(allowed, logits, -jnp.inf)
-    n = r.shape[-1]
-    flat = logits.reshape(n, n, n * n)
-    w = jax.nn.softmax(flat, axis=-1)
-    return w.reshape(n, n, n, n)
-
-
-@functools.lru_cache(maxsize=16)
-def _mc_normals(n: int, samples: int, seed: int) -> np.ndarray:
-    z = np.random.default_rng(seed).standard_normal((samples // 2, n, n))
-    return np.concatenate([z, -z])          # antithetic pairs
-
-
-def mc_attention(hp, r, mask, samples: int = MC_SAMPLES, seed: int = MC_SEED):
-    """Attention matrices A [samples, n, n] of the fixed logit fields M = sigma_A L Z L^T."""
-    n = r.shape[-1]
-    z = jnp.asarray(_mc_normals(n, int(samples), int(seed)), r.dtype)
-    lam, u = jnp.linalg.eigh(r)
-    l_mat = u * jnp.sqrt(jnp.clip(lam, 0.0, None))[None, :]
-    logits = hp.sigma_a * jnp.einsum("ij,sjk,lk->sil", l_mat, z, l_mat)
-    logits = jnp.where(jnp.asarray(mask), logits, -jnp.inf)
-    return jax.nn.softmax(logits, axis=-1)
-
-
-def attention_forward(hp, r, mask, mode="paper"):
-    """C^A = sigma_V^2 E[A R A^T] (no residual)."""
-    sv2 = jnp.square(hp.sigma_v)
-    if mode == "paper":
-        w = paper_weights(hp, r, mask)
-        return sv2 * jnp.einsum("ikjl,jl->ik", w, r)
-    a = mc_attention(hp, r, mask)
-    return sv2 * jnp.mean(jnp.einsum("sij,jl,skl->sik", a, r, a), axis=0)
-
-
-def attention_backward(hp, r, g, mask, mode="paper"):
-    """sum_ik E[A_im A_km'] G_ik (the values path, before the sigma_V^2 / sqrt(q q') factor)."""
-    if mode == "paper":
-        w = paper_weights(hp, r, mask)
-        return jnp.einsum("ikml,ik->ml", w, g)
-    a = mc_attention(hp, r, mask)
-    return jnp.mean(jnp.einsum("sim,ik,skl->sml", a, g, a), axis=0)
-
-
 # ---- block maps ---------------------------------------------------------------------------
 
-def attention_step(hp, c, mask, mode="paper"):
+def attention_step(hp, c, mask):
     """C^z: the Gram between the two branches."""
-    ca = attention_forward(hp, cosines(c), mask, mode)
+    ca = attention.gram_forward(hp, cosines(c), mask)
     return jnp.square(hp.beta_a) * c + jnp.square(hp.alpha_a) * ca
 
 
@@ -151,23 +94,25 @@ def mlp_step(hp, cz, kern):
     return jnp.square(hp.beta_m) * cz + jnp.square(hp.alpha_m) * pm
 
 
-def block_map(hp, c, causal: bool = False, kern=None, mode=None):
+@float64
+def block_map(hp, c, causal: bool = False, kern=None):
     """One block of the Gram map: C -> C'."""
-    kern, mode = _kern(hp, kern), _mode(hp, mode)
+    kern = _kern(hp, kern)
     mask = causal_mask(c.shape[-1], causal)
-    return mlp_step(hp, attention_step(hp, c, mask, mode), kern)
+    return mlp_step(hp, attention_step(hp, c, mask), kern)
 
 
+@float64
 def trajectory(hp, c0, num_layers: int | None = None, causal: bool = False, kern=None,
-               mode=None, return_z: bool = False):
+               return_z: bool = False):
     """Grams [L + 1, n, n] (index 0 = input); with ``return_z`` also C^z [L, n, n]."""
-    kern, mode = _kern(hp, kern), _mode(hp, mode)
+    kern = _kern(hp, kern)
     num_layers = int(hp.depth) if num_layers is None else int(num_layers)
     c0 = jnp.asarray(c0, jnp.result_type(float))
     mask = causal_mask(c0.shape[-1], causal)
 
     def step(c, _):
-        cz = attention_step(hp, c, mask, mode)
+        cz = attention_step(hp, c, mask)
         c1 = mlp_step(hp, cz, kern)
         return c1, (c1, cz)
 
@@ -176,7 +121,7 @@ def trajectory(hp, c0, num_layers: int | None = None, causal: bool = False, kern
     return (cs, czs) if return_z else cs
 
 
-def backward_block(hp, kern, c, cz, g, mask, mode="paper", correction: bool = False):
+def backward_block(hp, kern, c, cz, g, mask):
     """Gradient Gram G at a block's output -> at its input (forward states C, C^z)."""
     qz = jnp.diagonal(cz)
     rz = cosines(cz)
@@ -186,26 +131,24 @@ def backward_block(hp, kern, c, cz, g, mask, mode="paper", correction: bool = Fa
     g = cm * g
     q = jnp.diagonal(c)
     r = cosines(c)
-    ga = jnp.square(hp.sigma_v) * attention_backward(hp, r, g, mask, mode)
-    if correction:
-        from .correction import gram_softmax_term
-        ga = ga + gram_softmax_term(hp, r, g, mask)
+    ga = attention.gram_backward(hp, r, g, mask)
     return jnp.square(hp.beta_a) * g + jnp.square(hp.alpha_a) * ga / jnp.sqrt(q[:, None] * q[None, :])
 
 
+@float64
 def gradient_exponent(hp, c0, num_layers: int | None = None, causal: bool = False, kern=None,
-                      mode=None, softmax_correction: bool = False, return_grams: bool = False):
+                      return_grams: bool = False):
     """lambda_g(L) = (1/L) log(tr G_0 / n) with G_L = I, from input Gram c0 (THEORY.md §7)."""
-    kern, mode = _kern(hp, kern), _mode(hp, mode)
+    kern = _kern(hp, kern)
     num_layers = int(hp.depth) if num_layers is None else int(num_layers)
-    cs, czs = trajectory(hp, c0, num_layers, causal, kern, mode, return_z=True)
+    cs, czs = trajectory(hp, c0, num_layers, causal, kern, return_z=True)
     n = cs.shape[-1]
     mask = causal_mask(n, causal)
 
     def step(carry, x):
         g, log_scale = carry
         c, cz = x
-        g = backward_block(hp, kern, c, cz, g, mask, mode, softmax_correction)
+        g = backward_block(hp, kern, c, cz, g, mask)
         s = jnp.trace(g) / n
         return (g / s, log_scale + jnp.log(s)), g / s
 
@@ -218,6 +161,7 @@ def gradient_exponent(hp, c0, num_layers: int | None = None, causal: bool = Fals
 
 # ---- figures: two groups (Fig. 3) and causal attention (Fig. 6) ----------------------------
 
+@float64
 def group_cosines(c):
     """Mean intra-group and inter-group cosine of a Gram [..., n, n] (groups as in
     :func:`two_group_gram` and ``phasefield.simulate.measure.group_stats``)."""
@@ -231,8 +175,9 @@ def group_cosines(c):
     return intra, inter
 
 
+@float64
 def two_group_trajectory(hp, q0, rho_intra, rho_inter, num_layers: int | None = None,
-                         causal: bool = False, mode=None, kern=None):
+                         causal: bool = False, kern=None):
     """Symmetry restoration from the two-group input of paper Eq. 12 (Fig. 3).
 
     Returns ``(intra, inter)``: per-layer mean intra-group and inter-group cosines, arrays
@@ -240,16 +185,17 @@ def two_group_trajectory(hp, q0, rho_intra, rho_inter, num_layers: int | None = 
     permutation symmetry is restored. ``hp.n_tokens`` must be concrete."""
     n = int(np.asarray(hp.n_tokens))
     c0 = two_group_gram(n, q0, rho_intra, rho_inter)
-    cs = trajectory(hp, c0, num_layers, causal, kern, mode)
+    cs = trajectory(hp, c0, num_layers, causal, kern)
     return group_cosines(cs)
 
 
+@float64
 def causal_geometry(hp, q0, rho0, num_layers: int | None = None, causal: bool = True,
-                    mode=None, kern=None) -> dict:
+                    kern=None) -> dict:
     """Per-position token norms ``norms [L+1, n]`` (``C_ii``, squared norm / d) and cosines
     ``cosines [L+1, n, n]`` from a permutation-symmetric input (q0, rho0)."""
     n = int(np.asarray(hp.n_tokens))
-    cs = trajectory(hp, symmetric_gram(n, q0, rho0 * q0), num_layers, causal, kern, mode)
+    cs = trajectory(hp, symmetric_gram(n, q0, rho0 * q0), num_layers, causal, kern)
     return {"norms": jnp.diagonal(cs, axis1=-2, axis2=-1), "cosines": cosines(cs)}
 
 
@@ -260,11 +206,13 @@ def _u_over_q(c):
     return u / (tr / n)
 
 
-def angle_exponent(hp, causal: bool = True, kern=None, mode="paper"):
+@float64
+def angle_exponent(hp, causal: bool = True, kern=None):
     """lambda_a by the simulator's protocol (THEORY.md §6): tokens at q*, cosine 1 - eps,
     one block, ``log[(u'/q') / (u/q)]`` in the limit eps -> 0 (u = mean squared distance
-    to the token mean, as in ``simulate.measure.token_stats``)."""
-    kern = _kern(hp, kern)
+    to the token mean, as in ``simulate.measure.token_stats``). At the collapsed point, so
+    in the paper mode (:func:`_at_collapse`)."""
+    hp, kern = _at_collapse(hp), _kern(hp, kern)
     n = int(np.asarray(hp.n_tokens))
     q_star, _ = fixed_points.collapsed_fixed_point(hp, kern)
     ones = jnp.ones((n, n))
@@ -272,16 +220,18 @@ def angle_exponent(hp, causal: bool = True, kern=None, mode="paper"):
 
     def ratio(eps):
         c0 = q_star * ((1.0 - eps) * ones + eps * eye)
-        return _u_over_q(block_map(hp, c0, causal, kern, mode))
+        return _u_over_q(block_map(hp, c0, causal, kern))
 
     _, slope = jax.jvp(ratio, (jnp.zeros(()),), (jnp.ones(()),))
     return jnp.log(slope)
 
 
-def angle_exponent_spectral(hp, causal: bool = True, kern=None, mode="paper"):
+@float64
+def angle_exponent_spectral(hp, causal: bool = True, kern=None):
     """log spectral radius of the linearized cosine map dR' / dR at the collapsed point
-    (all n(n-1)/2 transverse modes; equals lambda_a without a mask)."""
-    kern = _kern(hp, kern)
+    (all n(n-1)/2 transverse modes; equals lambda_a without a mask; paper mode, see
+    :func:`_at_collapse`)."""
+    hp, kern = _at_collapse(hp), _kern(hp, kern)
     n = int(np.asarray(hp.n_tokens))
     q_star, _ = fixed_points.collapsed_fixed_point(hp, kern)
     iu = np.triu_indices(n, 1)
@@ -289,13 +239,14 @@ def angle_exponent_spectral(hp, causal: bool = True, kern=None, mode="paper"):
     def f(delta):
         s = jnp.zeros((n, n)).at[iu].set(delta)
         c = q_star * (jnp.ones((n, n)) + s + s.T)
-        return cosines(block_map(hp, c, causal, kern, mode))[iu]
+        return cosines(block_map(hp, c, causal, kern))[iu]
 
     jac = jax.jacfwd(f)(jnp.zeros(len(iu[0])))
     return jnp.log(jnp.max(jnp.abs(jnp.linalg.eigvals(jac))))
 
 
-def causal_exponents(hp, kern=None, causal: bool = True, mode="paper") -> dict:
+@float64
+def causal_exponents(hp, kern=None, causal: bool = True) -> dict:
     """Causal-attention exponents (paper Fig. 6) at one point:
 
     lambda_a           simulator protocol (one block from cosine 1 - eps at q*)
@@ -303,15 +254,16 @@ def causal_exponents(hp, kern=None, causal: bool = True, mode="paper") -> dict:
     lambda_g           finite depth hp.depth, input at the collapsed point (as simulated)
 
     At the collapsed point the attention matrix is the deterministic causal average
-    (uniform over j <= i) in both modes, so the exponents do not depend on ``mode``.
+    (uniform over j <= i) in both modes, so the exponents do not depend on
+    ``hp.attention``: they are computed in the paper mode (:func:`_at_collapse`).
     ``hp.n_tokens`` and ``hp.depth`` must be concrete."""
-    kern = _kern(hp, kern)
+    hp, kern = _at_collapse(hp), _kern(hp, kern)
     n = int(np.asarray(hp.n_tokens))
     q_star, _ = fixed_points.collapsed_fixed_point(hp, kern)
     c0 = q_star * jnp.ones((n, n))
     return {
-        "lambda_a": angle_exponent(hp, causal, kern, mode),
-        "lambda_a_spectral": angle_exponent_spectral(hp, causal, kern, mode),
-        "lambda_g": gradient_exponent(hp, c0, int(np.asarray(hp.depth)), causal, kern, mode),
+        "lambda_a": angle_exponent(hp, causal, kern),
+        "lambda_a_spectral": angle_exponent_spectral(hp, causal, kern),
+        "lambda_g": gradient_exponent(hp, c0, int(np.asarray(hp.depth)), causal, kern),
         "q_star": q_star,
     }

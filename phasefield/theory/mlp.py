@@ -36,6 +36,7 @@ from flax import struct
 
 from .. import activations
 from . import quadrature
+from .precision import float64
 
 CLOSED_FORMS = ("erf", "relu", "linear")
 ODD = ("tanh", "erf", "linear")
@@ -111,6 +112,7 @@ def _e_sq(activation, s, phi, dphi):
 
 # ---- construction -------------------------------------------------------------------------
 
+@float64
 def kernel(hp, n_grid: int | None = None, n_cheb: int | None = None) -> MLPKernel:
     """The MLP kernel of ``hp`` (its sigma_w, activation, mlp_layers).
 

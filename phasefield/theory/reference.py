@@ -134,3 +134,28 @@ class ReferencePoint:
     def exponents(self) -> dict:
         return dict(lambda_a=self.lambda_a(), lambda_g=self.lambda_g(),
                     lambda_g_inf=self.lambda_g_inf(), q_star=self.q_star(), rho_star=self.rho_star())
+
+
+# ---- closed forms at the collapsed point (an independent check of the simulator) ------------
+
+_Z = np.linspace(-12.0, 12.0, 200001)      # dense standard-normal trapezoid rule
+_W = np.exp(-0.5 * _Z ** 2)
+_W /= _W.sum()
+
+
+def closed_form_exponents(hp, depth: int = 16):
+    """(q*, lambda_a, lambda_g(depth)) at the collapsed point for tanh, one hidden layer
+    (THEORY.md §6-7), from concrete ``hp`` fields:
+    e^{lambda_a} = beta_A^2 m, mean mode (beta_A^2 + alpha_A^2 sigma_V^2/q*) m, with
+    m = beta_M^2 + alpha_M^2 sigma_w^2 chi_1 / q_z*; G = I seeds the mean mode with 1/n."""
+    sw, aa, am, sv = (float(getattr(hp, k)) for k in ("sigma_w", "alpha_a", "alpha_m", "sigma_v"))
+    qm = sw ** 2 * np.sum(_W * np.tanh(sw * _Z) ** 2)
+    chi1 = sw ** 2 * np.sum(_W * (1 - np.tanh(sw * _Z) ** 2) ** 2)
+    ba2, bm2 = 1 - aa ** 2, 1 - am ** 2
+    q_star = (bm2 * aa ** 2 * sv ** 2 + am ** 2 * qm) / (1 - ba2 * bm2)
+    q_z = ba2 * q_star + aa ** 2 * sv ** 2
+    m = bm2 + am ** 2 * sw ** 2 * chi1 / q_z
+    e_a, e_mean = ba2 * m, (ba2 + aa ** 2 * sv ** 2 / q_star) * m
+    n = int(hp.n_tokens)
+    lam_g = np.log((n - 1) / n * e_a ** depth + e_mean ** depth / n) / depth
+    return q_star, float(np.log(e_a)), float(lam_g)

@@ -1,46 +1,110 @@
-"""The paper's Fig. 7 from a sweep and its fit: loss vs lambda_a, loss vs lambda_g, and
-predicted vs measured loss (matplotlib, Agg backend)."""
+"""Figures of a trainability analysis (matplotlib, Agg backend).
+
+fig7       the paper's Fig. 7 with seed error bars, colored by depth: seed-mean loss against
+           lambda_a and lambda_g (collapsed point), and cross-validated prediction of the
+           best exponent model against measurement
+plane      the seed-mean loss over the (lambda_a, lambda_g) plane, one panel per depth
+transfer   the transfer tests: RMSE of every model on the held-out region against its noise floor
+"""
 from __future__ import annotations
 
 import numpy as np
 
+DEPTH_COLORS = {8: "tab:green", 16: "tab:blue", 32: "tab:red"}
 
-def fig7(rows: list[dict], fit: dict, path: str, fmt: str | None = None, dpi: int = 120) -> None:
+
+def _plt():
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from .predict import predict_loss
+    return plt
 
-    target = fit.get("target", "test_loss")
-    ok = [r for r in rows if not r.get("diverged") and r.get(target) is not None
-          and r.get("lambda_a") is not None and r.get("lambda_g") is not None]
-    la = np.array([float(r["lambda_a"]) for r in ok])
-    lg = np.array([float(r["lambda_g"]) for r in ok])
-    y = np.array([float(r[target]) for r in ok])
-    yhat = predict_loss(fit, la, lg)
-    fig, axes = plt.subplots(1, 3, figsize=(13, 4))
-    label = target.replace("_", " ")
-    for ax, x, c, name, cname in ((axes[0], la, lg, r"$\lambda_a$", r"$\lambda_g$"),
-                                  (axes[1], lg, la, r"$\lambda_g$", r"$\lambda_a$")):
-        sc = ax.scatter(x, y, c=c, cmap="coolwarm", s=22, edgecolor="k", linewidth=0.3)
+
+def _color(L):
+    return DEPTH_COLORS.get(int(L), "tab:gray")
+
+
+def fig7(report: dict, path: str, dpi: int = 150) -> None:
+    plt = _plt()
+    t = report["table"]
+    y = np.asarray(t["loss"])
+    se = np.sqrt(np.asarray(t["loss_var"]) / np.asarray(t["n_seeds"]))
+    L = np.asarray(t["depth"])
+    best = report["best_exponent_model"]
+    oof = np.asarray(report["models"][best]["oof"])
+    fig, axes = plt.subplots(1, 3, figsize=(13.5, 4.2))
+    for ax, key, name in ((axes[0], "lambda_a", r"$\lambda_a$"), (axes[1], "lambda_g", r"$\lambda_g(L)$")):
+        x = np.asarray(t[key])
+        for d in sorted(set(L.tolist())):
+            m = L == d
+            ax.errorbar(x[m], y[m], yerr=se[m], fmt="o", ms=4, color=_color(d), ecolor=_color(d), elinewidth=0.8,
+                        capsize=1.5, label=f"L = {int(d)}")
         ax.axvline(0.0, color="0.6", lw=0.8, ls="--")
-        if y.size and y.max() > 0.6 * fit["L_sat"]:  # chance level only where it is in view
-            ax.axhline(fit["L_sat"], color="0.6", lw=0.8, ls=":")
-        ax.set_xlabel(name)
-        ax.set_ylabel(f"{label} (chance {fit['L_sat']:.2f})")
-        fig.colorbar(sc, ax=ax, label=cname)
+        ax.axhline(report["L_sat"], color="0.6", lw=0.8, ls=":")
+        ax.set_xlabel(name + " (collapsed point)")
+        ax.set_ylabel("test loss (seed mean ± se)")
+        ax.legend(fontsize=8, frameon=False)
     ax = axes[2]
-    ax.scatter(y, yhat, s=22, c="tab:blue", edgecolor="k", linewidth=0.3)
-    lo, hi = float(min(y.min(), yhat.min())), float(max(y.max(), yhat.max()))
+    for d in sorted(set(L.tolist())):
+        m = L == d
+        ax.errorbar(y[m], oof[m], xerr=se[m], fmt="o", ms=4, color=_color(d), elinewidth=0.8, label=f"L = {int(d)}")
+    lo, hi = float(min(y.min(), oof.min())), float(max(y.max(), oof.max()))
     ax.plot([lo, hi], [lo, hi], color="0.4", lw=0.8)
-    m = fit["models"]["max"]
-    ax.set_title(f"max model: $R^2$ = {m['r2']:.3f}, CV $R^2$ = {m['cv_r2']:.3f}", fontsize=10)
-    ax.set_xlabel(f"measured {label}")
-    ax.set_ylabel(f"predicted {label}")
-    fig.suptitle(f"{fit.get('context', {}).get('dataset', '')} ViT, {len(ok)} runs; "
-                 f"loss = min(log C, b + max(w_a|λ_a - c_a|, w_g|λ_g - c_g|))", fontsize=10)
+    mm = report["models"][best]
+    ax.set_title(f"{best}: CV RMSE {mm['cv_rmse']:.3f} (floor {report['noise_floor']['rmse']:.3f}), "
+                 f"CV $R^2$ {mm['cv_r2']:.2f}", fontsize=9)
+    ax.set_xlabel("measured test loss (seed mean)")
+    ax.set_ylabel("cross-validated prediction")
+    fig.suptitle(f"digits ViT, {report['n_configs']} configurations x {report['seeds']} seeds", fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=dpi, format=fmt)
+    fig.savefig(path, dpi=dpi)
+    plt.close(fig)
+
+
+def plane(report: dict, path: str, dpi: int = 150) -> None:
+    plt = _plt()
+    t = report["table"]
+    y, L = np.asarray(t["loss"]), np.asarray(t["depth"])
+    depths = sorted(set(L.tolist()))
+    fig, axes = plt.subplots(1, len(depths), figsize=(4.4 * len(depths), 3.9), squeeze=False)
+    for ax, d in zip(axes[0], depths):
+        m = L == d
+        sc = ax.scatter(np.asarray(t["lambda_a"])[m], np.asarray(t["lambda_g"])[m], c=y[m], cmap="viridis",
+                        vmin=float(y.min()), vmax=float(min(y.max(), report["L_sat"])), s=40, edgecolor="k",
+                        linewidth=0.3)
+        ax.axvline(0, color="0.6", lw=0.8, ls="--")
+        ax.axhline(0, color="0.6", lw=0.8, ls="--")
+        ax.set_xlabel(r"$\lambda_a$")
+        ax.set_ylabel(r"$\lambda_g(L)$")
+        ax.set_title(f"L = {int(d)}", fontsize=10)
+        fig.colorbar(sc, ax=ax, label="test loss (seed mean)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=dpi)
+    plt.close(fig)
+
+
+def transfer(report: dict, path: str, dpi: int = 150, top: int = 10) -> None:
+    plt = _plt()
+    splits = list(report["transfer"])
+    if not splits:
+        return
+    fig, axes = plt.subplots(1, len(splits), figsize=(6.5 * len(splits), 4.2), squeeze=False)
+    for ax, s in zip(axes[0], splits):
+        t = report["transfer"][s]
+        items = sorted(((m, d["rmse"]) for m, d in t.items() if not m.startswith("_") and np.isfinite(d["rmse"])),
+                       key=lambda kv: kv[1])[:top]
+        names = [m for m, _ in items]
+        colors = ["tab:blue" if report["models"][m]["group"] == "exponents" else "tab:orange" for m in names]
+        ax.barh(range(len(items)), [v for _, v in items], color=colors)
+        ax.set_yticks(range(len(items)), names, fontsize=8)
+        ax.invert_yaxis()
+        ax.axvline(t["_noise_floor"]["rmse"], color="k", lw=1, ls="--", label="noise floor")
+        n = next(iter(v for k, v in t.items() if not k.startswith("_")))
+        ax.set_title(f"{s}: train {n['n_train']}, test {n['n_test']} configurations", fontsize=9)
+        ax.set_xlabel("RMSE on the held-out region (blue: exponents only, orange: raw hyperparameters)")
+        ax.legend(fontsize=8, frameon=False)
+    fig.tight_layout()
+    fig.savefig(path, dpi=dpi)
     plt.close(fig)

@@ -1,150 +1,37 @@
-"""Predicting the final loss from the two exponents (the paper's Fig. 7, bottom left).
+"""The loss predictor: fit a sweep, ship the best exponent model, predict at any point.
 
-The model fitted (``form = "max-abs"``)::
+``fit_sweep(rows, ...)`` runs the cross-validated analysis of :mod:`phasefield.vit.analysis`
+on a training sweep and returns a *fit document*: the report (every model's CV scores, the
+noise floor, the transfer tests) plus the best model on exponents alone, refitted on all
+configurations, with
 
-    loss = min( L_sat,  b + max( w_a |lambda_a - c_a| , w_g |lambda_g - c_g| ) ),   w_a, w_g >= 0
+* its form, features, parameters (:mod:`phasefield.vit.models`, JSON-serializable),
+* the training config and the measured input geometry it was fitted for,
+* a prediction interval: the 10th and 90th percentiles of its cross-validated residuals,
+* the region it was fitted on (ranges of the raw hyperparameters and of its features).
 
-with L_sat = log C the chance-level loss of C classes (fixed, not fitted): the loss grows with
-the larger of the two weighted departures from criticality (c_a, c_g ~ 0 in the paper) and
-saturates at uniform guessing. lambda_g is the finite-depth gradient exponent at the trained
-depth. Parameters (b, w_a, c_a, w_g, c_g) are fitted with ``scipy.optimize.least_squares`` from
-several deterministic and random starts, keeping the lowest cost.
-
-Baselines, scored the same way (in-sample R^2 and k-fold cross-validated RMSE / R^2):
-    lambda_a    min(L_sat, b + w |lambda_a - c|)
-    lambda_g    min(L_sat, b + w |lambda_g - c|)
-    linear_hp   ordinary least squares in the raw hyperparameters (sigma_w, alpha_a, alpha_m, sigma_a)
-    quad_hp     least squares on all degree-<=2 monomials of the raw hyperparameters
-    constant    the mean (R^2 = 0; its CV RMSE is the spread of the data)
-Hyperparameters that are constant over the data set, or equal to another one (alpha_M = alpha_A
-on a tied grid), are dropped from the raw baselines.
+The study's document ships inside the package (``trainability_model.json``);
+:func:`predict` uses it unless given another, and adds a ``warnings`` list when the point lies
+outside the fitted region.
 """
 from __future__ import annotations
 
 import json
 import math
 import os
-from dataclasses import dataclass
+from importlib import resources
 
 import numpy as np
 
-HP_COLUMNS = ("sigma_w", "alpha_a", "alpha_m", "sigma_a")
-FORM = "min(L_sat, b + max(w_a*|lambda_a - c_a|, w_g*|lambda_g - c_g|))"
+from . import analysis, features as F
+from . import models as M
+
+RESOURCE = "trainability_model.json"
+RAW_RANGES = ("sigma_w", "sigma_a", "alpha_a", "alpha_m", "depth")
 
 
 class FitError(ValueError):
-    """Not enough or malformed data to fit (one-line message)."""
-
-
-# ---------------------------------------------------------------------------- model forms
-def predict_max(theta, la, lg, l_sat):
-    b, wa, ca, wg, cg = theta
-    return np.minimum(l_sat, b + np.maximum(abs(wa) * np.abs(la - ca), abs(wg) * np.abs(lg - cg)))
-
-
-def predict_one(theta, lam, l_sat):
-    b, w, c = theta
-    return np.minimum(l_sat, b + abs(w) * np.abs(lam - c))
-
-
-def _least_squares(fun, starts):
-    from scipy.optimize import least_squares
-
-    best = None
-    for x0 in starts:
-        try:
-            r = least_squares(fun, x0, method="trf", loss="linear", max_nfev=2000)
-        except Exception:
-            continue
-        if best is None or r.cost < best.cost:
-            best = r
-    if best is None:
-        raise FitError("least squares failed from every start")
-    return best.x
-
-
-def fit_max(la, lg, y, l_sat, n_random: int = 24, seed: int = 0):
-    rng = np.random.default_rng(seed)
-    b0 = float(np.min(y))
-    sa, sg = float(np.std(la) or 1.0), float(np.std(lg) or 1.0)
-    span = float(np.ptp(y) or 1.0)
-    starts = [np.array([b0, span / sa, 0.0, span / sg, 0.0]),
-              np.array([b0, span / sa, 0.0, 0.0, 0.0]), np.array([b0, 0.0, 0.0, span / sg, 0.0]),
-              np.array([b0, span / sa, float(np.median(la)), span / sg, float(np.median(lg))])]
-    for _ in range(n_random):
-        starts.append(np.array([rng.uniform(np.min(y) - span / 2, np.min(y) + span / 2),
-                                rng.uniform(0, 3) * span / sa, rng.choice(la) if la.size else 0.0,
-                                rng.uniform(0, 3) * span / sg, rng.choice(lg) if lg.size else 0.0]))
-    theta = _least_squares(lambda t: predict_max(t, la, lg, l_sat) - y, starts)
-    theta[1], theta[3] = abs(theta[1]), abs(theta[3])
-    return theta
-
-
-def fit_one(lam, y, l_sat, n_random: int = 12, seed: int = 0):
-    rng = np.random.default_rng(seed)
-    s = float(np.std(lam) or 1.0)
-    span = float(np.ptp(y) or 1.0)
-    starts = [np.array([float(np.min(y)), span / s, 0.0]), np.array([float(np.min(y)), span / s, float(np.median(lam))])]
-    for _ in range(n_random):
-        starts.append(np.array([rng.uniform(np.min(y) - span / 2, np.min(y) + span / 2), rng.uniform(0, 3) * span / s,
-                                rng.choice(lam)]))
-    theta = _least_squares(lambda t: predict_one(t, lam, l_sat) - y, starts)
-    theta[1] = abs(theta[1])
-    return theta
-
-
-def _design(h, degree):
-    cols = [np.ones(len(h))]
-    k = h.shape[1]
-    cols += [h[:, i] for i in range(k)]
-    if degree >= 2:
-        cols += [h[:, i] * h[:, j] for i in range(k) for j in range(i, k)]
-    return np.stack(cols, 1)
-
-
-def fit_poly(h, y, degree):
-    coef, *_ = np.linalg.lstsq(_design(h, degree), y, rcond=None)
-    return coef
-
-
-# ------------------------------------------------------------------------ model registry
-@dataclass
-class _Model:
-    name: str
-    fit: callable  # (X dict, y, l_sat) -> params
-    predict: callable  # (params, X dict, l_sat) -> yhat
-    n_params: callable
-
-
-def _models(hp_cols):
-    def raw(X):
-        return np.stack([X[c] for c in hp_cols], 1) if hp_cols else np.zeros((len(X["lambda_a"]), 0))
-
-    return {
-        "max": _Model("max", lambda X, y, L: fit_max(X["lambda_a"], X["lambda_g"], y, L),
-                      lambda t, X, L: predict_max(t, X["lambda_a"], X["lambda_g"], L), lambda: 5),
-        "lambda_a": _Model("lambda_a", lambda X, y, L: fit_one(X["lambda_a"], y, L),
-                           lambda t, X, L: predict_one(t, X["lambda_a"], L), lambda: 3),
-        "lambda_g": _Model("lambda_g", lambda X, y, L: fit_one(X["lambda_g"], y, L),
-                           lambda t, X, L: predict_one(t, X["lambda_g"], L), lambda: 3),
-        "linear_hp": _Model("linear_hp", lambda X, y, L: fit_poly(raw(X), y, 1),
-                            lambda t, X, L: _design(raw(X), 1) @ t, lambda: 1 + len(hp_cols)),
-        "quad_hp": _Model("quad_hp", lambda X, y, L: fit_poly(raw(X), y, 2),
-                          lambda t, X, L: _design(raw(X), 2) @ t,
-                          lambda: 1 + len(hp_cols) + len(hp_cols) * (len(hp_cols) + 1) // 2),
-        "constant": _Model("constant", lambda X, y, L: np.array([float(np.mean(y))]),
-                           lambda t, X, L: np.full(len(X["lambda_a"]), t[0]), lambda: 1),
-    }
-
-
-def r2(y, yhat) -> float:
-    ss = float(np.sum((y - np.mean(y)) ** 2))
-    return float(1.0 - np.sum((y - yhat) ** 2) / ss) if ss > 0 else float("nan")
-
-
-def kfold_indices(n: int, k: int, seed: int = 0):
-    idx = np.random.default_rng(seed).permutation(n)
-    return [np.sort(f) for f in np.array_split(idx, k)]
+    """Not enough or malformed data to fit, or a malformed fit file (one-line message)."""
 
 
 # ---------------------------------------------------------------------------- main entry
@@ -193,66 +80,122 @@ def _num(v):
         return v
 
 
-def fit_rows(rows: list[dict], num_classes: int, target: str = "test_loss", k: int = 5, seed: int = 0,
-             context: dict | None = None) -> dict:
-    """Fit every model to the finished, non-diverged runs; return the fit document."""
-    need = ("lambda_a", "lambda_g", target) + HP_COLUMNS
-    for c in need:
+def _configs_of(rows: list[dict]) -> tuple[list[str], list[dict]]:
+    from .design import config_id
+
+    seen = {}
+    for r in rows:
+        cid = config_id(r)
+        if cid not in seen:
+            seen[cid] = {k: float(r[k]) for k in ("sigma_w", "sigma_a", "alpha_a", "alpha_m", "lr")}
+            seen[cid]["depth"] = int(r["depth"])
+    return list(seen), list(seen.values())
+
+
+def fit_sweep(rows: list[dict], num_classes: int, cfg, geometry: dict, feats: dict | None = None,
+              order: list[str] | None = None, k: int = 5, repeats: int = 5, progress: bool = False) -> dict:
+    """The fit document of a sweep (see the module doc). ``feats``/``order``: precomputed
+    theory features aligned with config ids (else computed here, one compiled program per
+    depth). ``geometry``: the input geometry (q0, rho0) the features start from."""
+    for c in ("sigma_w", "sigma_a", "alpha_a", "alpha_m", "lr", "depth", "test_loss"):
         if rows and c not in rows[0]:
             raise FitError(f"results table has no column {c!r}")
-    ok = [r for r in rows if not r.get("diverged") and all(r.get(c) is not None and math.isfinite(float(r[c])) for c in need)]
-    n_div = sum(bool(r.get("diverged")) for r in rows)
-    if len(ok) < max(8, k):
-        raise FitError(f"need at least {max(8, k)} finished runs with exponents to fit (have {len(ok)}; "
-                       f"{n_div} diverged, {len(rows)} in the table)")
-    X = {c: np.array([float(r[c]) for r in ok]) for c in ("lambda_a", "lambda_g") + HP_COLUMNS}
-    y = np.array([float(r[target]) for r in ok])
-    l_sat = math.log(num_classes)
-    hp_cols = []  # raw hyperparameters that vary, without duplicates (alpha_m == alpha_a on a tied grid)
-    for c in HP_COLUMNS:
-        if np.ptp(X[c]) > 0 and not any(np.array_equal(X[c], X[o]) for o in hp_cols):
-            hp_cols.append(c)
-    models = _models(hp_cols)
-    folds = kfold_indices(len(y), k, seed)
-    out = {}
-    for name, m in models.items():
-        theta = np.asarray(m.fit(X, y, l_sat), float)
-        yhat = m.predict(theta, X, l_sat)
-        cv = np.empty_like(y)
-        for f in folds:
-            tr = np.setdiff1d(np.arange(len(y)), f)
-            Xtr = {c: v[tr] for c, v in X.items()}
-            Xte = {c: v[f] for c, v in X.items()}
-            t = np.asarray(m.fit(Xtr, y[tr], l_sat), float)
-            cv[f] = m.predict(t, Xte, l_sat)
-        out[name] = dict(params=theta.tolist(), n_params=m.n_params(), r2=r2(y, yhat),
-                         rmse=float(np.sqrt(np.mean((y - yhat) ** 2))),
-                         cv_rmse=float(np.sqrt(np.mean((y - cv) ** 2))), cv_r2=r2(y, cv))
-    b, wa, ca, wg, cg = out["max"]["params"]
-    doc = dict(form=FORM, target=target, L_sat=l_sat, num_classes=num_classes,
-               params=dict(b=b, w_a=wa, c_a=ca, w_g=wg, c_g=cg),
-               n_runs=len(ok), n_diverged=n_div, n_table=len(rows), k_folds=k, hp_columns=hp_cols,
-               models=out, context=context or {})
-    return doc
-
-
-def predict_loss(fit: dict, lambda_a, lambda_g):
-    p = fit["params"]
-    theta = [p["b"], p["w_a"], p["c_a"], p["w_g"], p["c_g"]]
-    return predict_max(theta, np.asarray(lambda_a, float), np.asarray(lambda_g, float), float(fit["L_sat"]))
-
-
-def load_fit(path: str) -> dict:
+    rows = [r for r in rows if all(r.get(c) is not None for c in ("sigma_w", "sigma_a", "alpha_a", "alpha_m", "lr", "depth"))]
+    lrs = sorted({float(r["lr"]) for r in rows})
+    if len(lrs) > 1:
+        raise FitError(f"the table mixes learning rates {', '.join(f'{v:g}' for v in lrs)}; "
+                       "fit each separately (--per-lr) or select one")
+    if feats is None:
+        order, configs = _configs_of(rows)
+        feats = F.features(cfg, configs, geometry["q0"], geometry["rho0"])
     try:
-        with open(path) as f:
-            doc = json.load(f)
+        report = analysis.analyze(rows, num_classes, feats, order, k=k, repeats=repeats)
+    except analysis.AnalysisError as exc:
+        raise FitError(str(exc)) from None
+    return dict(report=report, model=best_model(report, cfg, geometry))
+
+
+def best_model(report: dict, cfg, geometry: dict, name: str | None = None) -> dict:
+    """The model document of ``name`` (default: the best exponent model by CV RMSE),
+    refitted on every configuration of the report's table."""
+    name = name or report["best_exponent_model"]
+    tab = {k: (np.asarray(v) if isinstance(v, list) and k not in ("config", "lrs") else v)
+           for k, v in report["table"].items()}
+    spec = analysis.model_specs(tab)[name]
+    model = analysis.fit_model(spec, tab)
+    res = np.asarray(report["models"][name]["oof"]) - tab["loss"]
+    X = np.stack([tab[f] for f in spec[1]], 1)
+    region = {k: [float(np.min(tab[k])), float(np.max(tab[k]))] for k in RAW_RANGES}
+    region.update({f: [float(np.min(X[:, i])), float(np.max(X[:, i]))] for i, f in enumerate(spec[1])})
+    m = report["models"][name]
+    return dict(name=name, model=model.to_json(), features=list(spec[1]), target="test_loss",
+                L_sat=report["L_sat"], lr=report["lr"], train_config=cfg.to_dict(), n_tokens=cfg.n_tokens,
+                input_geometry=geometry, region=region,
+                interval=dict(level=0.8, lo=float(np.quantile(res, 0.1)), hi=float(np.quantile(res, 0.9))),
+                cv=dict(rmse=m["cv_rmse"], rmse_sd=m["cv_rmse_sd"], r2=m["cv_r2"], k_folds=report["k_folds"],
+                        repeats=report["repeats"]),
+                noise_floor=report["noise_floor"]["rmse"], n_configs=report["n_configs"], n_runs=report["n_runs"])
+
+
+def load_model(path: str | None = None) -> dict:
+    """A model document: ``path`` (a fit file written by ``phasefield fit``, or its ``model``
+    part) or, by default, the one shipped with phasefield."""
+    try:
+        if path is None:
+            text = resources.files(__package__).joinpath(RESOURCE).read_text()
+            where = f"the packaged {RESOURCE}"
+        else:
+            with open(path) as f:
+                text = f.read()
+            where = path
+        doc = json.loads(text)
     except OSError as exc:
-        raise FitError(f"cannot read fit file {path}: {exc.strerror}") from None
+        raise FitError(f"cannot read fit file {path}: {exc.strerror or exc}") from None
     except (json.JSONDecodeError, UnicodeDecodeError):
-        raise FitError(f"{path} is not a fit file (not JSON)") from None
-    if not isinstance(doc, dict) or not {"params", "L_sat", "form"} <= set(doc):
-        raise FitError(f"{path} is not a fit file written by 'phasefield fit'")
-    p = doc["params"]
-    if not isinstance(p, dict) or not all(isinstance(p.get(k), (int, float)) for k in ("b", "w_a", "c_a", "w_g", "c_g")):
-        raise FitError(f"{path}: malformed fit parameters")
+        raise FitError(f"{where} is not a fit file (not JSON)") from None
+    if isinstance(doc, dict) and "model" in doc and isinstance(doc["model"], dict) and "report" in doc:
+        doc = doc["model"]
+    need = {"model", "features", "L_sat", "train_config", "input_geometry", "interval", "region"}
+    if not isinstance(doc, dict) or not need <= set(doc):
+        raise FitError(f"{where} is not a fit file written by 'phasefield fit'")
+    try:
+        M.from_json(doc["model"])
+    except (KeyError, TypeError, ValueError):
+        raise FitError(f"{where}: malformed model parameters") from None
     return doc
+
+
+def predict(sigma_w, sigma_a, alpha_a, alpha_m, depth, doc: dict | None = None) -> dict:
+    """Predicted final test loss (with the model's interval), both exponents and any warning,
+    at arrays (or numbers) of initialization hyperparameters; ``doc`` defaults to the
+    packaged model."""
+    from .train import TrainConfig
+
+    doc = load_model() if doc is None else doc
+    cfg = TrainConfig.from_dict(doc["train_config"])
+    vals = np.broadcast_arrays(*(np.atleast_1d(np.asarray(v, float)) for v in (sigma_w, sigma_a, alpha_a, alpha_m, depth)))
+    configs = [dict(sigma_w=a, sigma_a=b, alpha_a=c, alpha_m=d, depth=int(e)) for a, b, c, d, e in zip(*vals)]
+    need = set(doc["features"])
+    maps = tuple(m for m in F.MAPS if any(f.endswith(m) or f"_{m}_" in f for f in need)) or ("paper",)
+    feats = F.features(cfg, configs, doc["input_geometry"]["q0"], doc["input_geometry"]["rho0"], maps=maps)
+    L = vals[4]
+    for k in list(feats):
+        if k.startswith("lambda_"):
+            feats["L_" + k] = L * feats[k]
+    model = M.from_json(doc["model"])
+    X = np.stack([feats[f] for f in doc["features"]], 1)
+    y = model.predict(X)
+    out = []
+    for i, c in enumerate(configs):
+        warn = []
+        for k, (lo, hi) in doc["region"].items():
+            v = c[k] if k in c else float(feats[k][i])
+            if not lo - 1e-12 <= v <= hi + 1e-12:
+                warn.append(f"{k} = {v:.4g} lies outside the fitted range [{lo:.4g}, {hi:.4g}]")
+        out.append(dict(c, predicted_loss=float(y[i]),
+                        interval=[float(max(0.0, y[i] + doc["interval"]["lo"])), float(y[i] + doc["interval"]["hi"])],
+                        interval_level=doc["interval"]["level"], chance_loss=doc["L_sat"],
+                        lambda_a=float(feats["lambda_a"][i]), lambda_g=float(feats["lambda_g"][i]),
+                        features={f: float(feats[f][i]) for f in doc["features"]}, model=doc.get("name"),
+                        n_tokens=doc["n_tokens"], warnings=warn))
+    return out[0] if np.ndim(sigma_w) == 0 and len(out) == 1 else out

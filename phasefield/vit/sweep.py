@@ -1,6 +1,8 @@
-"""A resumable training sweep over the initialization grid.
+"""A resumable training sweep over any list of runs (a grid, a Sobol design, a point file:
+:mod:`phasefield.vit.design`).
 
-Layout of an output directory (one :class:`TrainConfig` per directory)::
+Layout of an output directory (one :class:`TrainConfig` per directory; the depth may vary
+from run to run)::
 
     sweep.json               the training config (a rerun with a different one is refused)
     results.jsonl            one line per finished run, appended after each chunk (source of truth)
@@ -8,23 +10,28 @@ Layout of an output directory (one :class:`TrainConfig` per directory)::
     metrics/<run>.jsonl      big_vision-style metrics: one line per step and per epoch, then a final line
     checkpoints/chunk_NNNN/  orbax checkpoint of the chunk's final params (leading run axis) + runs.json
 
-A run is identified by its values (sigma_w, sigma_a, alpha_a, alpha_m, lr, seed); rerunning a
-sweep trains only the runs not yet in results.jsonl, so an interrupted sweep resumes where it
-stopped (the chunk in flight is redone). A run whose loss becomes NaN/inf is recorded with
-``diverged = true`` and the sweep goes on.
+A run is identified by its values (sigma_w, sigma_a, alpha_a, alpha_m, lr, depth, seed);
+rerunning a sweep trains only the runs not yet in results.jsonl, so an interrupted sweep
+resumes where it stopped (the chunk in flight is redone). Runs of one depth are trained
+together (one compiled program per depth and chunk size). A run whose loss becomes NaN/inf
+or ends far above chance (more than twice log C) is recorded with ``diverged = true``; the
+sweep goes on. ``metrics=False`` / ``checkpoints=False`` keep only the results tables (the
+trainability study commits those).
 """
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import math
 import os
 import time
-from typing import Callable, Iterable, Optional
+from typing import Callable, Optional
 
 import numpy as np
 
-from .train import TrainConfig, Trainer, diverged, make_points, steps_per_epoch
+from .design import run_id
+from .train import TrainConfig, Trainer, chance_loss, diverged, make_points, steps_per_epoch
 
 RESULT_FIELDS = ("run", "sigma_w", "sigma_a", "alpha_a", "alpha_m", "lr", "seed", "n_tokens", "depth",
                  "train_loss", "train_acc", "test_loss", "test_acc", "diverged",
@@ -35,61 +42,22 @@ class SweepError(ValueError):
     """Inconsistent sweep directory or request (one-line message)."""
 
 
-def run_id(sigma_w, sigma_a, alpha_a, alpha_m, lr, seed) -> str:
-    return f"sw{sigma_w:.6g}_sa{sigma_a:.6g}_aa{alpha_a:.6g}_am{alpha_m:.6g}_lr{lr:.6g}_s{int(seed)}"
-
-
-def grid(sigma_w: Iterable[float], alpha_a: Iterable[float], alpha_m: Optional[Iterable[float]] = None,
-         sigma_a: Iterable[float] = (1.0,), lr: Iterable[float] = (1e-3,), seeds: int = 1) -> list[dict]:
-    """Cartesian product; ``alpha_m=None`` ties alpha_m to alpha_a (the paper's alpha_A = alpha_M)."""
-    runs = []
-    am_list = [None] if alpha_m is None else list(alpha_m)
-    for sa in sigma_a:
-        for aa in alpha_a:
-            for am in am_list:
-                for sw in sigma_w:
-                    for l in lr:
-                        for s in range(seeds):
-                            r = dict(sigma_w=float(sw), sigma_a=float(sa), alpha_a=float(aa),
-                                     alpha_m=float(aa if am is None else am), lr=float(l), seed=int(s))
-                            r["run"] = run_id(**r)
-                            runs.append(r)
-    seen, out = set(), []
-    for r in runs:
-        if r["run"] not in seen:
-            seen.add(r["run"])
-            out.append(r)
-    return out
-
-
 def theory_exponents(cfg: TrainConfig, runs: list[dict]):
-    """lambda_a, lambda_g (finite depth cfg.depth), lambda_g_inf from ``phasefield.theory``,
-    vmapped in float64; all-NaN plus a message when the theory engine is unavailable."""
+    """lambda_a, lambda_g (finite depth: each run's depth), lambda_g_inf at the collapsed /
+    stable fixed points, from ``phasefield.theory`` vmapped in float64."""
+    import jax
+    import jax.numpy as jnp
+
+    from .. import theory
+
     n = len(runs)
-    nan = {k: np.full(n, np.nan) for k in ("lambda_a", "lambda_g", "lambda_g_inf")}
     if n == 0:
-        return nan, None
-    try:
-        import jax
-        import jax.numpy as jnp
-
-        from .. import theory
-
-        exponents = theory.exponents
-    except (ImportError, AttributeError) as exc:
-        return nan, f"theory engine unavailable ({exc}); exponents left empty ('phasefield fit' fills them in)"
-    col = lambda k: np.array([r[k] for r in runs], float)
-    hp = cfg.hparams(col("sigma_w"), col("sigma_a"), col("alpha_a"), col("alpha_m"), dtype=jnp.float64)
-    try:
-        ex = jax.jit(jax.vmap(exponents))(hp)
-    except Exception:  # an engine that does not vmap: point by point
-        ex = {}
-        for i in range(n):
-            one = jax.tree.map(lambda a: a[i], hp)
-            for k, v in exponents(one).items():
-                ex.setdefault(k, []).append(v)
-    out = {k: np.asarray(ex[k], float).reshape(n) if k in ex else nan[k] for k in nan}
-    return out, None
+        return {k: np.zeros(0) for k in ("lambda_a", "lambda_g", "lambda_g_inf")}
+    col = lambda k: np.array([r.get(k, cfg.depth) if k == "depth" else r[k] for r in runs], float)
+    hp = cfg.hparams(col("sigma_w"), col("sigma_a"), col("alpha_a"), col("alpha_m"), depth=col("depth"),
+                     dtype=jnp.float64)
+    ex = jax.jit(jax.vmap(theory.exponents))(hp)
+    return {k: np.asarray(ex[k], float).reshape(n) for k in ("lambda_a", "lambda_g", "lambda_g_inf")}
 
 
 def _clean(v):
@@ -112,7 +80,9 @@ def _write_atomic(path: str, text: str) -> None:
 
 
 def read_results(out_dir: str) -> list[dict]:
-    """Finished runs of a sweep directory (last record per run wins; a torn last line is skipped)."""
+    """Finished runs of a sweep directory (last record per run wins; a torn last line, left by
+    a kill in mid-write, is skipped). Run names are recomputed from the values, so tables of
+    older versions (names without the depth) resume too."""
     path = os.path.join(out_dir, "results.jsonl")
     rows = {}
     if os.path.exists(path):
@@ -120,14 +90,27 @@ def read_results(out_dir: str) -> list[dict]:
             for line in f:
                 try:
                     r = json.loads(line)
-                except json.JSONDecodeError:
+                    if r.get("depth") is not None:
+                        r["run"] = run_id(r)
+                except (json.JSONDecodeError, KeyError, TypeError, ValueError):
                     continue
                 rows[r["run"]] = r
     return list(rows.values())
 
 
+def _repair_tail(path: str) -> None:
+    """Cut a torn last line (no newline) so that the next record starts on its own line."""
+    if not os.path.exists(path):
+        return
+    with open(path, "rb+") as f:
+        data = f.read()
+        if data and not data.endswith(b"\n"):
+            f.truncate(data.rfind(b"\n") + 1)
+
+
 def write_tables(out_dir: str, rows: list[dict]) -> None:
-    rows = sorted(rows, key=lambda r: (r["sigma_a"], r["alpha_a"], r["alpha_m"], r["sigma_w"], r["lr"], r["seed"]))
+    rows = sorted(rows, key=lambda r: (r.get("depth") or 0, r["sigma_a"], r["alpha_a"], r["alpha_m"], r["sigma_w"],
+                                       r["lr"], r["seed"]))
     _write_atomic(os.path.join(out_dir, "results.json"), json.dumps(rows, indent=1) + "\n")
     import io
 
@@ -178,71 +161,121 @@ def load_checkpoint(path: str):
         return params, json.load(f)
 
 
-def prepare_dir(out_dir: str, cfg: TrainConfig, num_classes: Optional[int] = None) -> None:
-    os.makedirs(os.path.join(out_dir, "metrics"), exist_ok=True)
+def _config_doc(cfg: TrainConfig) -> dict:
+    """The part of a config that must match to resume (the depth is a per-run value)."""
+    d = cfg.to_dict()
+    d.pop("depth", None)
+    return d
+
+
+def prepare_dir(out_dir: str, cfg: TrainConfig, num_classes: Optional[int] = None, metrics: bool = True) -> None:
+    os.makedirs(os.path.join(out_dir, "metrics") if metrics else out_dir, exist_ok=True)
     path = os.path.join(out_dir, "sweep.json")
     if os.path.exists(path):
-        with open(path) as f:
-            old = json.load(f).get("config", {})
-        if old != cfg.to_dict():
-            diff = sorted(k for k in set(old) | set(cfg.to_dict()) if old.get(k) != cfg.to_dict().get(k))
+        try:
+            with open(path) as f:
+                old = json.load(f).get("config", {})
+        except (OSError, json.JSONDecodeError, UnicodeDecodeError, AttributeError):
+            raise SweepError(f"{path} is not a sweep config written by phasefield; use a new --out directory") from None
+        old = {k: v for k, v in old.items() if k != "depth"}
+        new = _config_doc(cfg)
+        if old != new:
+            diff = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
             raise SweepError(f"{out_dir} holds a sweep with a different training config ({', '.join(diff)}); "
                              "use a new --out directory")
     else:
         _write_atomic(path, json.dumps({"config": cfg.to_dict(), "num_classes": num_classes}, indent=1) + "\n")
 
 
+def far_above_chance(metrics: dict, num_classes: int, factor: float = 2.0) -> np.ndarray:
+    """Runs whose final train or test loss ends above ``factor`` x the chance loss log C: they
+    blew up (e.g. lr = 10 gives losses 24-78) even though every number stayed finite."""
+    lim = factor * chance_loss(num_classes)
+    return (np.asarray(metrics["train_loss"]) > lim) | (np.asarray(metrics["final_test_loss"]) > lim)
+
+
+def _chunks(todo: list[dict], chunk: int):
+    """Runs grouped by depth (one compiled program each), cut into balanced chunks (sizes
+    differ by at most one within a depth: at most two programs per depth)."""
+    for depth in dict.fromkeys(r["depth"] for r in todo):
+        part = [r for r in todo if r["depth"] == depth]
+        n_chunks = -(-len(part) // chunk)
+        bounds = np.linspace(0, len(part), n_chunks + 1).round().astype(int)
+        for lo, hi in zip(bounds[:-1], bounds[1:]):
+            yield depth, part[lo:hi]
+
+
 def run_sweep(cfg: TrainConfig, runs: list[dict], out_dir: str, data, chunk: int = 12,
-              progress: bool = True, log: Callable[[str], None] = print, trainer: Optional[Trainer] = None) -> dict:
-    """Train every run of ``runs`` not yet finished in ``out_dir``; returns a summary dict."""
+              progress: bool = True, log: Callable[[str], None] = print, trainer: Optional[Trainer] = None,
+              metrics: bool = True, checkpoints: bool = True, trainers: Optional[dict] = None) -> dict:
+    """Train every run of ``runs`` not yet finished in ``out_dir``; returns a summary dict.
+
+    Runs without a ``depth`` get ``cfg.depth``. ``trainer`` serves runs of cfg.depth;
+    ``trainers`` ({depth: Trainer}) is a cache of compiled trainers that a caller may keep
+    across calls (it is filled in here)."""
     if chunk < 1:
         raise SweepError(f"chunk must be >= 1 (got {chunk})")
-    prepare_dir(out_dir, cfg, data.num_classes)
+    runs = [dict(r, depth=int(r.get("depth") or cfg.depth)) for r in runs]
+    for r in runs:
+        r["run"] = run_id(r)
+    prepare_dir(out_dir, cfg, data.num_classes, metrics)
+    results = os.path.join(out_dir, "results.jsonl")
+    _repair_tail(results)
     done = {r["run"] for r in read_results(out_dir)}
     todo = [r for r in runs if r["run"] not in done]
     summary = dict(requested=len(runs), already_done=len(runs) - len(todo), trained=0, diverged=0, seconds=0.0)
     if not todo:
         write_tables(out_dir, read_results(out_dir))
         return summary
-    lam, note = theory_exponents(cfg, todo)
-    if note:
-        log(f"note: {note}")
+    lam = theory_exponents(cfg, todo)
     for i, r in enumerate(todo):
         r.update({k: _clean(v[i]) for k, v in lam.items()})
-    trainer = trainer or Trainer(cfg, data)
+    trainers = {} if trainers is None else trainers
+    if trainer is not None:
+        trainers[cfg.depth] = trainer
     ckpt_dir = os.path.join(out_dir, "checkpoints")
-    os.makedirs(ckpt_dir, exist_ok=True)
-    next_chunk = 1 + max([int(n.split("_")[1]) for n in os.listdir(ckpt_dir) if n.startswith("chunk_")] or [0])
+    if checkpoints:
+        os.makedirs(ckpt_dir, exist_ok=True)
+    names = os.listdir(ckpt_dir) if os.path.isdir(ckpt_dir) else []
+    next_chunk = 1 + max([int(n.split("_")[1]) for n in names if n.startswith("chunk_")] or [0])
     bar = None
     if progress:
         from tqdm.auto import tqdm
 
-        bar = tqdm(total=len(runs), initial=len(runs) - len(todo), unit="run", desc="train-sweep")
+        bar = tqdm(total=len(runs), initial=len(runs) - len(todo), unit="run", desc="train-sweep",
+                   bar_format="{l_bar}{bar}| {n:.1f}/{total_fmt} [{elapsed}<{remaining}{postfix}]")
     t_all = time.time()
     try:
-        # balanced chunks (sizes differ by at most one): at most two compiled programs
-        n_chunks = -(-len(todo) // chunk)
-        bounds = np.linspace(0, len(todo), n_chunks + 1).round().astype(int)
-        for lo, hi in zip(bounds[:-1], bounds[1:]):
-            part = todo[lo:hi]
+        for depth, part in _chunks(todo, chunk):
+            if depth not in trainers:
+                trainers[depth] = Trainer(dataclasses.replace(cfg, depth=depth), data)
+            dcfg = trainers[depth].cfg
             col = lambda k: [r[k] for r in part]
-            pts = make_points(cfg, col("sigma_w"), col("sigma_a"), col("alpha_a"), col("alpha_m"), col("lr"), col("seed"))
+            pts = make_points(dcfg, col("sigma_w"), col("sigma_a"), col("alpha_a"), col("alpha_m"), col("lr"),
+                              col("seed"))
             t0 = time.time()
-            params, m = trainer.train_many(pts)
+            on_epoch = None
+            if bar is not None:
+                bar.set_postfix(depth=depth, diverged=summary["diverged"])
+                on_epoch = lambda e: bar.update(len(part) / dcfg.epochs)
+            params, m = trainers[depth].train_many(pts, on_epoch=on_epoch)
             dt = time.time() - t0
-            bad = diverged(m)
+            bad = diverged(m) | far_above_chance(m, data.num_classes)
             name = f"chunk_{next_chunk:04d}"
-            _save_checkpoint(os.path.join(ckpt_dir, name), params, col("run"))
+            if checkpoints:
+                _save_checkpoint(os.path.join(ckpt_dir, name), params, col("run"))
             lines = []
             for i, r in enumerate(part):
-                _write_atomic(os.path.join(out_dir, "metrics", r["run"] + ".jsonl"),
-                              _metrics_lines(cfg, len(data.y_train), m, i))
-                row = dict(r, n_tokens=cfg.n_tokens, depth=cfg.depth,
+                if metrics:
+                    _write_atomic(os.path.join(out_dir, "metrics", r["run"] + ".jsonl"),
+                                  _metrics_lines(dcfg, len(data.y_train), m, i))
+                row = dict(r, n_tokens=dcfg.n_tokens, depth=depth,
                            train_loss=_clean(m["train_loss"][i]), train_acc=_clean(m["train_acc"][i]),
                            test_loss=_clean(m["final_test_loss"][i]), test_acc=_clean(m["final_test_acc"][i]),
-                           diverged=bool(bad[i]), chunk=name, seconds=dt / len(part))
-                lines.append(json.dumps({k: row.get(k) for k in RESULT_FIELDS}) + "\n")
-            with open(os.path.join(out_dir, "results.jsonl"), "a") as f:
+                           diverged=bool(bad[i]), chunk=name, seconds=dt / len(part),
+                           test_loss_curve=[_clean(v) for v in m["test_loss"][i]])
+                lines.append(json.dumps({k: row.get(k) for k in RESULT_FIELDS + ("test_loss_curve",)}) + "\n")
+            with open(results, "a") as f:
                 f.write("".join(lines))
                 f.flush()
                 os.fsync(f.fileno())
@@ -251,8 +284,8 @@ def run_sweep(cfg: TrainConfig, runs: list[dict], out_dir: str, data, chunk: int
             summary["trained"] += len(part)
             summary["diverged"] += int(bad.sum())
             if bar is not None:
-                bar.update(len(part))
-                bar.set_postfix(chunk_s=f"{dt:.0f}", diverged=summary["diverged"])
+                bar.n = round(bar.n)
+                bar.refresh()
     finally:
         if bar is not None:
             bar.close()

@@ -1,7 +1,10 @@
 """Training many ViTs at once: ``train(point, ...)`` is a pure function of one run's traced
 hyperparameters (a :class:`Point`), and :func:`train_many` vmaps it over a chunk of grid
 points (and seeds) and, when more than one device is visible, shards the leading config
-axis over the devices. One compiled program trains a whole chunk.
+axis over the devices. A chunk is trained by three compiled programs (init, one epoch, final
+evaluation; :func:`make_train_parts`), called epoch by epoch so that long chunks report
+progress and stop promptly on Ctrl-C; :func:`make_train` composes the same pieces into one
+pure function.
 
 Static settings shared by a sweep live in the frozen :class:`TrainConfig` ("config as
 code"); per-run numbers (sigma_w, sigma_A, alpha_A, alpha_M, learning rate, seed) are pytree
@@ -12,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import jax
 import jax.numpy as jnp
@@ -68,14 +71,14 @@ class TrainConfig:
         HParams(activation=self.activation, mlp_layers=self.mlp_layers).validate()
         return self
 
-    def hparams(self, sigma_w=1.0, sigma_a=1.0, alpha_a=0.5, alpha_m=0.5, dtype=jnp.float32) -> HParams:
-        """The HParams of one (or a batch of) runs: the theory's n = patches + 1, L = depth."""
-        f = lambda v: jnp.asarray(v, dtype)
-        shape = jnp.shape(jnp.broadcast_arrays(*map(jnp.asarray, (sigma_w, sigma_a, alpha_a, alpha_m)))[0])
-        return HParams(sigma_w=f(sigma_w) + jnp.zeros(shape, dtype), sigma_a=f(sigma_a) + jnp.zeros(shape, dtype),
-                       alpha_a=f(alpha_a) + jnp.zeros(shape, dtype), alpha_m=f(alpha_m) + jnp.zeros(shape, dtype),
-                       sigma_v=jnp.full(shape, self.sigma_v, dtype), n_tokens=jnp.full(shape, self.n_tokens, dtype),
-                       depth=jnp.full(shape, self.depth, dtype), activation=self.activation,
+    def hparams(self, sigma_w=1.0, sigma_a=1.0, alpha_a=0.5, alpha_m=0.5, depth=None, dtype=jnp.float32) -> HParams:
+        """The HParams of one (or a batch of) runs: the theory's n = patches + 1, L = depth
+        (default: this config's depth)."""
+        depth = self.depth if depth is None else depth
+        vals = jnp.broadcast_arrays(*(jnp.asarray(v, dtype) for v in (sigma_w, sigma_a, alpha_a, alpha_m, depth)))
+        sw, sa, aa, am, L = vals
+        return HParams(sigma_w=sw, sigma_a=sa, alpha_a=aa, alpha_m=am, sigma_v=jnp.full(sw.shape, self.sigma_v, dtype),
+                       n_tokens=jnp.full(sw.shape, self.n_tokens, dtype), depth=L, activation=self.activation,
                        mlp_layers=self.mlp_layers)
 
 
@@ -103,9 +106,16 @@ def steps_per_epoch(cfg: TrainConfig, n_train: int) -> int:
     return max(1, n_train // min(cfg.batch_size, n_train))
 
 
-def make_train(cfg: TrainConfig, num_classes: int, scale: float, eval_batch_size: Optional[int] = None):
-    """Return ``train(point, x_train, y_train, x_test, y_test) -> (params, metrics)`` (pure).
+def make_train_parts(cfg: TrainConfig, num_classes: int, scale: float, eval_batch_size: Optional[int] = None):
+    """The training run cut at epoch boundaries: three pure functions
 
+        init(point, x_train)                          -> state
+        epoch(state, x_train, y_train, x_test, y_test) -> (state, epoch metrics)
+        final(state, x_train, y_train)                 -> final metrics
+
+    ``state`` carries the parameters, Adam's state, the epoch counter and the per-epoch
+    shuffling keys, so a driver can compile one epoch, report progress and stop between
+    epochs. :func:`make_train` composes them into one pure ``train`` with ``lax.scan``.
     ``eval_batch_size`` overrides ``cfg.eval_batch_size`` (the evaluation batch changes only
     the summation order of the evaluated losses)."""
     ps = cfg.patch_size
@@ -133,15 +143,23 @@ def make_train(cfg: TrainConfig, num_classes: int, scale: float, eval_batch_size
         losses, correct = jax.lax.map(body, (xp, yp, mask))
         return jnp.sum(losses) / jnp.float32(n), jnp.sum(correct) / jnp.float32(n)
 
-    def train(point: Point, x_train, y_train, x_test, y_test):
+    def parts(point):
+        model = model_for(cfg, point.hp, num_classes)
+        tx = optax.inject_hyperparams(optax.adam)(learning_rate=point.lr)
+        return model, tx
+
+    def init(point: Point, x_train):
+        model, tx = parts(point)
+        k_init, k_data = jax.random.split(jax.random.PRNGKey(point.seed))
+        params = model.init(k_init, preprocess(x_train[:1], scale, ps))["params"]
+        return dict(point=point, params=params, opt_state=tx.init(params), epoch=jnp.zeros((), jnp.int32),
+                    keys=jax.random.split(k_data, cfg.epochs))
+
+    def epoch(state, x_train, y_train, x_test, y_test):
+        model, tx = parts(state["point"])
         n = x_train.shape[0]
         b = min(cfg.batch_size, n)
         spe = steps_per_epoch(cfg, n)
-        model = model_for(cfg, point.hp, num_classes)
-        k_init, k_data = jax.random.split(jax.random.PRNGKey(point.seed))
-        params = model.init(k_init, preprocess(x_train[:1], scale, ps))["params"]
-        tx = optax.inject_hyperparams(optax.adam)(learning_rate=point.lr)
-        opt_state = tx.init(params)
 
         def step(carry, idx):
             params, opt_state = carry
@@ -155,19 +173,39 @@ def make_train(cfg: TrainConfig, num_classes: int, scale: float, eval_batch_size
             updates, opt_state = tx.update(grads, opt_state, params)
             return (optax.apply_updates(params, updates), opt_state), (loss, acc)
 
-        def epoch(carry, key):
-            perm = jax.random.permutation(key, n)[: spe * b].reshape(spe, b)
-            carry, (loss, acc) = jax.lax.scan(step, carry, perm)
-            test_loss, test_acc = evaluate(model, carry[0], x_test, y_test)
-            return carry, dict(step_loss=loss, step_acc=acc, test_loss=test_loss, test_acc=test_acc)
+        key = state["keys"][jnp.minimum(state["epoch"], cfg.epochs - 1)]
+        perm = jax.random.permutation(key, n)[: spe * b].reshape(spe, b)
+        (params, opt_state), (loss, acc) = jax.lax.scan(step, (state["params"], state["opt_state"]), perm)
+        test_loss, test_acc = evaluate(model, params, x_test, y_test)
+        state = dict(state, params=params, opt_state=opt_state, epoch=state["epoch"] + 1)
+        return state, dict(step_loss=loss, step_acc=acc, test_loss=test_loss, test_acc=test_acc)
 
-        (params, _), hist = jax.lax.scan(epoch, (params, opt_state), jax.random.split(k_data, cfg.epochs))
-        train_loss, train_acc = evaluate(model, params, x_train, y_train)
-        metrics = dict(hist, train_loss=train_loss, train_acc=train_acc,
-                       final_test_loss=hist["test_loss"][-1], final_test_acc=hist["test_acc"][-1])
-        return params, metrics
+    def final(state, x_train, y_train):
+        model, _ = parts(state["point"])
+        train_loss, train_acc = evaluate(model, state["params"], x_train, y_train)
+        return dict(train_loss=train_loss, train_acc=train_acc)
+
+    return init, epoch, final
+
+
+def make_train(cfg: TrainConfig, num_classes: int, scale: float, eval_batch_size: Optional[int] = None):
+    """Return ``train(point, x_train, y_train, x_test, y_test) -> (params, metrics)`` (pure):
+    :func:`make_train_parts` composed, every epoch in one ``lax.scan``."""
+    init, epoch, final = make_train_parts(cfg, num_classes, scale, eval_batch_size)
+
+    def train(point: Point, x_train, y_train, x_test, y_test):
+        state = init(point, x_train)
+        state, hist = jax.lax.scan(lambda s, _: epoch(s, x_train, y_train, x_test, y_test), state, None,
+                                   length=cfg.epochs)
+        return state["params"], assemble_metrics(hist, final(state, x_train, y_train))
 
     return train
+
+
+def assemble_metrics(hist: dict, fin: dict) -> dict:
+    """Per-epoch metrics (leading epoch axis, after any run axis) and the final evaluation ->
+    the metrics dict of a run (``final_test_*`` are the last epoch's)."""
+    return dict(hist, **fin, final_test_loss=hist["test_loss"][..., -1], final_test_acc=hist["test_acc"][..., -1])
 
 
 # XLA:CPU (jaxlib 0.10) routes dots fused with their neighbouring reductions/elementwise ops
@@ -210,10 +248,12 @@ class Trainer:
         # under vmap every model evaluates its own batch: K x 512 images of activations do not
         # stay in a CPU core's cache (~8 % of the chunk's time at K = 16); evaluate in
         # training-sized batches instead
-        train_k = make_train(cfg, data.num_classes, data.scale, min(cfg.eval_batch_size, cfg.batch_size))
+        init, epoch, final = make_train_parts(cfg, data.num_classes, data.scale,
+                                              min(cfg.eval_batch_size, cfg.batch_size))
         opts = compiler_options(self.devices) if xla_options == "auto" else xla_options
         self.xla_options = opts
-        self._fn = jax.jit(jax.vmap(train_k, in_axes=(0, None, None, None, None)), compiler_options=opts)
+        vm = lambda f, n_data: jax.jit(jax.vmap(f, in_axes=(0,) + (None,) * n_data), compiler_options=opts)
+        self._init, self._epoch, self._final = vm(init, 1), vm(epoch, 4), vm(final, 2)
         self._single = jax.jit(train, compiler_options=opts)
         self._arrays = None
         self._arrays1 = None
@@ -230,8 +270,9 @@ class Trainer:
             self._arrays = tuple(put(a) for a in (d.x_train, d.y_train.astype(np.int32), d.x_test, d.y_test.astype(np.int32)))
         return self._arrays
 
-    def train_many(self, points: Point):
-        """Train every run of the batched ``points`` in one compiled call; numpy results."""
+    def train_many(self, points: Point, on_epoch: Optional[Callable[[int], None]] = None):
+        """Train every run of the batched ``points`` together (vmapped, sharded over the devices),
+        one compiled epoch at a time; ``on_epoch(e)`` is called after epoch e. Numpy results."""
         k = int(np.shape(points.lr)[0])
         nd = len(self.devices)
         if nd > 1:
@@ -242,8 +283,17 @@ class Trainer:
                 points = jax.tree.map(lambda a: jnp.concatenate([a, jnp.repeat(a[-1:], kp - k, 0)]), points)
             sh = NamedSharding(Mesh(np.array(self.devices), ("config",)), P("config"))
             points = jax.device_put(points, sh)
-        params, metrics = self._fn(points, *self.arrays())
-        params, metrics = jax.device_get((params, metrics))
+        xtr, ytr, xte, yte = self.arrays()
+        state = self._init(points, xtr)
+        hist = []
+        for e in range(self.cfg.epochs):  # one compiled epoch per call: progress, prompt Ctrl-C
+            state, m = self._epoch(state, xtr, ytr, xte, yte)
+            hist.append(jax.device_get(m))
+            if on_epoch is not None:
+                on_epoch(e + 1)
+        fin = jax.device_get(self._final(state, xtr, ytr))
+        hist = {key: np.stack([h[key] for h in hist], axis=1) for key in hist[0]}
+        params, metrics = jax.device_get(state["params"]), assemble_metrics(hist, fin)
         return jax.tree.map(lambda a: np.asarray(a)[:k], params), jax.tree.map(lambda a: np.asarray(a)[:k], metrics)
 
     def train_one(self, point: Point):

@@ -1,4 +1,4 @@
-"""The attention branch map of THEORY.md §3 (paper Eq. 10), forward and backward.
+"""The paper's attention map (THEORY.md §3, paper Eq. 10, Assumption 3.2), forward and backward.
 
 Under permutation symmetry with token cosine ``rho`` the softmax averages reduce to two
 weights, written as logistic functions so nothing overflows for large sigma_A or
@@ -11,7 +11,8 @@ negative rho::
     p_A = sigma_V^2 [1 - w_rho (1 - rho)]
 
 The backward (values-path) map of §7 uses the same weights; see :func:`backward`.
-``hp.attention == 'exact'`` (no Assumption 3.2) lives in :mod:`phasefield.theory.exact`.
+The exact-softmax map (no Assumption 3.2) is :mod:`.exact`; the choice between them is
+made in :mod:`phasefield.theory.attention` by ``hp.attention``.
 """
 from __future__ import annotations
 
@@ -30,9 +31,6 @@ def weights(hp, rho):
 
 def forward(hp, rho):
     """(q_A, p_A) of the attention output for normalized input tokens with cosine rho."""
-    if hp.attention == "exact":
-        from . import exact
-        return exact.forward(hp, rho)
     w1, wr = weights(hp, rho)
     sv2 = jnp.square(hp.sigma_v)
     return sv2 * (1.0 - w1 * (1.0 - rho)), sv2 * (1.0 - wr * (1.0 - rho))
@@ -45,9 +43,6 @@ def backward(hp, q, rho, a, b):
     off-diagonal entries of ``(sigma_V^2 / q) sum_ik E[A_im A_km'] G_ik`` for block input
     norm ``q`` and cosine ``rho``.
     """
-    if hp.attention == "exact":
-        from . import exact
-        return exact.backward(hp, q, rho, a, b)
     n = jnp.asarray(hp.n_tokens, jnp.result_type(float))
     w1, wr = weights(hp, rho)
     d1, o1 = 1.0 - w1, w1 / (n - 1.0)          # sum_i E[A_im A_im'],  m = m' / m != m'

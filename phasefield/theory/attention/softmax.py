@@ -1,4 +1,4 @@
-"""Softmax-derivative (query/key path) correction to the attention backward map (§7, §8).
+"""Softmax-derivative (query/key path) term of the attention backward map (§7, §8).
 
 Derivation: docs/beyond.md §3. With ``e_il = g_i . v_l`` (output gradient times value) the
 logit gradient is ``dM_il = A_il (e_il - sum_j A_ij e_ij)``; it reaches token ``m`` through
@@ -17,20 +17,21 @@ It vanishes at the collapsed point (R = 11^T => Rt = 0). Under permutation symme
     T_1   = E[ sum_l A_l^2 (1 - 2 A_l) + (sum_l A_l^2)^2 ]                  (one row A)
     T_rho = E[ sum_l A_l B_l (1 - A_l - B_l) + (A . B)^2 ]                 (rows A, B, i != k)
 
-computed without Assumption 3.2 by :mod:`phasefield.theory.exact`, and adds::
+computed without Assumption 3.2 by :mod:`.exact`, and adds::
 
     diag += k [ (2 - rho)(a + b) T_1 + b rho (n - 1) T_rho ]
     off  += k [ (1 - 2 rho) b T_rho - (a + b) T_1 / (n - 1) ],   k = sigma_A^2 sigma_V^2 (1 - rho) / q
 
 (times alpha_A^2, next to the values path). The Gram version uses the fixed Monte-Carlo
-attention samples of :func:`phasefield.theory.gram.mc_attention`.
+attention samples of :func:`.full_gram.mc_attention`. Switched on by
+``HParams(softmax_correction=True)`` (:mod:`phasefield.theory.attention` adds it).
 """
 from __future__ import annotations
 
-import jax
 import jax.numpy as jnp
 
 from . import exact
+from .full_gram import MC_SAMPLES, mc_attention
 
 
 def t_values(hp, rho):
@@ -53,32 +54,9 @@ def softmax_term(hp, q, rho, a, b):
     return diag, off
 
 
-def backward_block(hp, kern, q, rho, q_z, rho_z, a, b):
-    """exponents.backward_block plus the softmax-path term of the attention branch."""
-    from .exponents import backward_block as _bb
-    return _bb(hp, kern, q, rho, q_z, rho_z, a, b, softmax_correction=True)
-
-
-def gradient_exponent_corrected(hp, q0=None, p0=None, num_layers: int | None = None, kern=None):
-    """lambda_g(L) of exponents.gradient_exponent with the softmax-path correction.
-
-    From the collapsed point (the default input) the correction vanishes identically."""
-    from .exponents import gradient_exponent
-    return gradient_exponent(hp, q0, p0, num_layers, kern, softmax_correction=True)
-
-
-def gradient_exponent_inf_corrected(hp, kern=None, state=None):
-    """lambda_g^inf with the correction (log top eigenvalue at the stable fixed point)."""
-    from .exponents import gradient_exponent_inf
-    return gradient_exponent_inf(hp, kern, state, softmax_correction=True)
-
-
-# ---- Gram version ----------------------------------------------------------------------------
-
 def gram_softmax_term(hp, r, g, mask, samples=None):
     """sigma_A^2 sigma_V^2 (query + key terms) for cosine matrix r and gradient Gram g
     (before alpha_A^2 / sqrt(q q')), averaged over the fixed Monte-Carlo attention samples."""
-    from .gram import MC_SAMPLES, mc_attention
     a = mc_attention(hp, r, mask, samples or MC_SAMPLES)           # [s, n, n]
     u = a @ r                                                      # U = A R
     v = u @ jnp.swapaxes(a, -1, -2)                                # V = A R A^T

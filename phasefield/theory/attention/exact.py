@@ -30,7 +30,7 @@ integrals and the a/b integrals are trapezoid rules on fixed grids (static sizes
 ranges), so everything is deterministic, ``jit``/``vmap``-able and differentiable
 (``tau`` enters through a sqrt made safe at ``rho = 1``). ``n`` may be traced and may be
 large (4096): it only enters as an exponent. The same machinery gives the higher moments
-(``E[A^3]``, ``E[A^2 B]``, ...) used by :mod:`phasefield.theory.correction`.
+(``E[A^3]``, ``E[A^2 B]``, ...) used by :mod:`.softmax`.
 """
 from __future__ import annotations
 
@@ -193,7 +193,7 @@ def s_values(hp, rho, n_a=None, n_z=None):
     return s1, sr
 
 
-# ---- the maps (signatures of phasefield.theory.attention) ------------------------------
+# ---- the maps (signatures of .paper) ------------------------------------------------------
 
 def forward(hp, rho):
     """(q_A, p_A) of the attention output for normalized input tokens with cosine rho."""
@@ -203,7 +203,7 @@ def forward(hp, rho):
 
 
 def backward(hp, q, rho, a, b):
-    """Values-path backward map with exact E[A A] (see attention.backward)."""
+    """Values-path backward map with exact E[A A] (see :func:`.paper.backward`)."""
     n = jnp.asarray(hp.n_tokens, jnp.result_type(float))
     s1, sr = s_values(hp, rho)
     d1, o1 = s1, (1.0 - s1) / (n - 1.0)         # sum_i E[A_im A_im'],  m = m' / m != m'

@@ -1,0 +1,322 @@
+"""DeepScaleLM moment rules (Kedia et al. 2024; seed 002): components, blocks, stacks.
+
+Forward moments of an activation tensor X (rows = the L tokens of a sequence, columns =
+the d hidden units) are ``Fwd(mu, var, r)``: per-entry mean, variance and the correlation
+``r`` between the same hidden unit of two different tokens (the paper's r^l). Backward
+moments of the gradient are ``Bwd(var, r)`` (zero mean). Every component maps moments to
+moments (Table 1 of the paper, App. A); blocks and stacks compose them (Table 2, App. E).
+
+The seed text stops inside App. A.4 (ReLU); the LayerNorm, softmax, attention, FFN and
+whole-model rules (App. A.6-E) are derived here from the component rules under the
+paper's stated assumptions (Gaussian inputs, weights independent of activations, gradients
+independent of the forward pass), see docs/seeds.md. Two attention models are provided:
+
+* ``exact=False``: the paper's Table 1/2 simplification (SHA output variance r * var_in,
+  r_out = 1; gradient variance r_g * var_g; value path only).
+* ``exact=True`` (default): the same derivation keeping the finite-L, softmax-fluctuation
+  (log-normal softmax of App. A.7) and shared-input terms: Q, K and V are projections of
+  one X, so the softmax tilts the value average towards the tokens the query prefers
+  (forward, ``sha(d_in=...)``) and the gradient also flows through the queries and keys
+  (backward, ``sha_bwd(d_in=...)``); derivations in docs/seeds.md.
+
+The attention block is  W_V -> softmax attention -> W_O -> dropout (W_Q, W_K act on the
+same input); the FFN block is W_1 (d -> m d) -> ReLU -> W_2 (m d -> d) -> dropout (m = 4).
+"""
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import jax.numpy as jnp
+import numpy as np
+
+ARCHS = ("pre-ln", "post-ln")
+INITS = ("xavier", "dslm", "dslm-simple")
+
+
+class Fwd(NamedTuple):
+    mu: float
+    var: float
+    r: float
+
+
+class Bwd(NamedTuple):
+    var: float
+    r: float
+
+
+# --------------------------------------------------------------------------------------
+# components (Table 1)
+# --------------------------------------------------------------------------------------
+def linear(x: Fwd, d_in, sigma_w2) -> Fwd:
+    """x W, W ~ N(0, sigma_w2): mu 0, var d_in s^2 (var + mu^2), r (r var + mu^2)/(var + mu^2)."""
+    m2 = x.var + x.mu**2
+    return Fwd(0.0 * x.mu, d_in * sigma_w2 * m2, (x.r * x.var + x.mu**2) / m2)
+
+
+def linear_bwd(g: Bwd, d_out, sigma_w2) -> Bwd:
+    return Bwd(d_out * sigma_w2 * g.var, g.r)
+
+
+def dropout(x: Fwd, p) -> Fwd:
+    """Inverted dropout: var (var + p mu^2)/(1-p), r r var (1-p)/(var + p mu^2)."""
+    den = x.var + p * x.mu**2
+    return Fwd(x.mu, den / (1 - p), x.r * x.var * (1 - p) / den)
+
+
+def dropout_bwd(g: Bwd, p) -> Bwd:
+    return Bwd(g.var / (1 - p), (1 - p) * g.r)
+
+
+def relu_corr(r, approx=False):
+    """Correlation of ReLU outputs of zero-mean unit-correlation-r Gaussians: the exact
+    arc-cosine kernel [sqrt(1-r^2) + (pi - arccos r) r - 1] / (pi - 1), or 0.7 r + 0.3 r^2."""
+    r = jnp.clip(jnp.asarray(r, jnp.float64), -1.0, 1.0)
+    if approx:
+        return 0.7 * r + 0.3 * r**2
+    return (jnp.sqrt(1 - r**2) + (jnp.pi - jnp.arccos(r)) * r - 1) / (jnp.pi - 1)
+
+
+def relu(x: Fwd, approx=False) -> Fwd:
+    """ReLU of zero-mean Gaussian input (App. A.4)."""
+    s2 = x.var
+    return Fwd(jnp.sqrt(s2 / (2 * jnp.pi)), s2 * (1 - 1 / jnp.pi) / 2, relu_corr(x.r, approx))
+
+
+def relu_bwd(g: Bwd, r_in) -> Bwd:
+    """var/2, r_g (1/2 + arcsin(r_in)/pi)."""
+    return Bwd(g.var / 2, g.r * (0.5 + jnp.arcsin(jnp.clip(r_in, -1, 1)) / jnp.pi))
+
+
+def layernorm(x: Fwd) -> Fwd:
+    """LayerNorm (no affine): mean 0, variance 1, correlation unchanged."""
+    return Fwd(0.0 * x.mu, 1.0 + 0.0 * x.var, x.r)
+
+
+def layernorm_bwd(g: Bwd, var_in, d=None) -> Bwd:
+    """var_g / var_in (the d -> infinity rule). With ``d`` the finite-width factor: the
+    Jacobian (I - 11^T/d - y y^T/d)/s projects onto d - 2 dimensions and divides by the
+    token's empirical std s, with s^2 ~ var_in chi^2_{d-1}/d, so E[1/s^2] = d/((d-3) var_in)
+    and the factor is (d-2)/d * d/(d-3) = (d-2)/(d-3) (needs d > 3)."""
+    f = 1.0 if d is None else (d - 2) / (d - 3)
+    return Bwd(f * g.var / var_in, g.r)
+
+
+def softmax(var_logit, r_logit, L):
+    """Softmax over L logits of variance var_logit and mutual correlation r_logit
+    (log-normal approximation, App. A.7 of the paper): (mean, variance) of one entry."""
+    s = (1 - r_logit) * var_logit
+    return 1.0 / L, jnp.expm1(s) / L**2
+
+
+def softmax_bwd(g: Bwd, var_logit, r_logit, L) -> Bwd:
+    s = (1 - r_logit) * var_logit
+    return Bwd(jnp.exp(s) / L**2 * g.var, g.r)
+
+
+def _softmax_weights(r, var_logit, L):
+    """Log-normal softmax second moments (App. A.7): E sum_j A_ij^2 = e^s/L and, for two
+    rows, E sum_j A_ij A_kj = e^c/L with s = (1 - r) var_logit, c = r (1 - r) var_logit."""
+    return jnp.exp((1 - r) * var_logit) / L, jnp.exp(r * (1 - r) * var_logit) / L
+
+
+def _tilt(r, var_logit, L, d_in):
+    """(1 - r)^2 var_logit / d_in (L - 1)/L: squared shift of the softmax-weighted token
+    average towards the query's preferred direction, per unit of V variance (0 without d_in)."""
+    if d_in is None:
+        return 0.0
+    return (1 - r) ** 2 * var_logit / d_in * (L - 1) / L
+
+
+def sha(v: Fwd, L, var_logit=0.0, exact=True, d_in=None) -> Fwd:
+    """Value mixing A V of one attention head (zero-mean V with var, r across tokens).
+
+    ``exact=True``: var = v [r + (1 - r) e^s/L + T], cov = v [r + (1 - r) e^c/L + r T].
+    T = ``_tilt`` (``d_in`` given: V = X W_V and the logits X W_Q (X W_K)^T share the
+    d_in-wide input X, so the softmax weights favour tokens whose X leans towards the
+    query's direction B^T x_i; the weighted average of X moves by (1 - r) var_x B^T x_i).
+    ``d_in=None``: V independent of the logits, T = 0."""
+    if not exact:
+        return Fwd(0.0 * v.mu, v.r * v.var, 1.0 + 0.0 * v.r)
+    a, ac = _softmax_weights(v.r, var_logit, L)
+    t = _tilt(v.r, var_logit, L, d_in)
+    var = v.var * (v.r + (1 - v.r) * a + t)
+    cov = v.var * (v.r + (1 - v.r) * ac + v.r * t)
+    return Fwd(0.0 * v.mu, var, cov / var)
+
+
+def sha_bwd(g: Bwd, L, var_logit=0.0, r_in=0.0, exact=True, d_in=None) -> Bwd:
+    """Gradient of one attention head, returned at V (before W_V^T; r_in = r of V).
+
+    Value path A^T g: var_g [e^s/L + r_g (1 - 1/L) e^c], cov var_g [(1 - e^s/L)/(L - 1) +
+    r_g (1 - 1/L)]. With ``d_in`` (Q, K, V from one d_in-wide X) add the query and key
+    paths, which reach X directly; their variances carry the same factor d_v sigma_v^2 as
+    the value path through W_V^T, so they are expressed in the same units here:
+
+    * query path, T (L/(L-1)) [(L-1)/L + (d_in - 1) e^s/L]: the softmax-weighted covariance
+      of the keys' tokens times B W_V g_i; (d_in - 1) e^s/L is its sampling fluctuation
+      (a weighted Wishart with effective size L e^-s); token correlation r_g (the same
+      weighted covariance serves every query, fluctuation e^c/L);
+    * key path, (1 - r_in) var_logit [e^s/L + r_g r_in (1 - 1/L) e^c]; its sum over tokens
+      is exactly zero (the rows of dL/dlogits sum to zero), so its cov is -var/(L - 1).
+    """
+    if not exact:
+        return Bwd(g.r * g.var, 1.0 + 0.0 * g.r)
+    a, ac = _softmax_weights(r_in, var_logit, L)
+    var = a + g.r * (1 - 1 / L) * ac * L
+    cov = (1 - a) / (L - 1) + g.r * (1 - 1 / L)
+    if d_in is not None:
+        t = _tilt(r_in, var_logit, L, d_in)
+        var_q = t * (1 + (d_in - 1) * a * L / (L - 1))
+        cov_q = g.r * t * (1 + (d_in - 1) * ac * L / (L - 1))
+        var_k = (1 - r_in) * var_logit * (a + g.r * r_in * (1 - 1 / L) * ac * L)
+        var, cov = var + var_q + var_k, cov + cov_q - var_k / (L - 1)
+    return Bwd(g.var * var, cov / var)
+
+
+# --------------------------------------------------------------------------------------
+# blocks (Table 2)
+# --------------------------------------------------------------------------------------
+def logit_variance(x: Fwd, d, sigma_qk2):
+    """Variance of q.k/sqrt(d) with q = x W_Q, k = x W_K: (d s_q^2)(d s_k^2)(var + mu^2)^2."""
+    return (d * sigma_qk2) ** 2 * (x.var + x.mu**2) ** 2
+
+
+def attention_block(x: Fwd, d, L, init, p=0.0, exact=True):
+    """W_V -> attention -> W_O -> dropout, with W_Q, W_K on the same input. Returns the
+    output moments and a cache."""
+    v = linear(x, d, init["v"])
+    s2 = logit_variance(x, d, init["qk"]) if exact else 0.0
+    h = sha(v, L, s2, exact, d_in=d)
+    o = linear(h, d, init["o"])
+    return dropout(o, p), dict(r_v=v.r, s2=s2)
+
+
+def attention_block_bwd(g: Bwd, cache, d, L, init, p=0.0, exact=True, qk_grad=True) -> Bwd:
+    """Gradient at the block input; ``qk_grad=False`` keeps the value path only."""
+    g = dropout_bwd(g, p)
+    g = linear_bwd(g, d, init["o"])
+    g = sha_bwd(g, L, cache["s2"], cache["r_v"], exact, d_in=d if qk_grad else None)
+    return linear_bwd(g, d, init["v"])
+
+
+def ffn_block(x: Fwd, d, init, p=0.0, mult=4, approx=False):
+    """W_1 (d -> m d) -> ReLU -> W_2 -> dropout (input assumed zero-mean)."""
+    h = linear(x, d, init["w1"])
+    a = relu(h, approx)
+    o = linear(a, mult * d, init["w2"])
+    return dropout(o, p), dict(r_h=h.r)
+
+
+def ffn_block_bwd(g: Bwd, cache, d, init, p=0.0, mult=4) -> Bwd:
+    g = dropout_bwd(g, p)
+    g = linear_bwd(g, d, init["w2"])
+    g = relu_bwd(g, cache["r_h"])
+    return linear_bwd(g, mult * d, init["w1"])
+
+
+def residual(x: Fwd, y: Fwd, lam2, beta2) -> Fwd:
+    """lam x + beta y with y uncorrelated with x (fresh zero-mean weights)."""
+    var = lam2 * x.var + beta2 * y.var
+    return Fwd(0.0 * x.mu, var, (lam2 * x.r * x.var + beta2 * y.r * y.var) / var)
+
+
+def residual_bwd(g: Bwd, gb: Bwd, lam2, beta2) -> Bwd:
+    var = lam2 * g.var + beta2 * gb.var
+    return Bwd(var, (lam2 * g.r * g.var + beta2 * gb.r * gb.var) / var)
+
+
+# --------------------------------------------------------------------------------------
+# initialisations and scalings (Section 3.5)
+# --------------------------------------------------------------------------------------
+def dslm_scaling(layers, k=2.0, alpha=1.0):
+    """beta^2 = k / N^alpha, lambda^2 = 1 - beta^2."""
+    beta2 = k / float(layers) ** alpha
+    if not 0 < beta2 <= 1:
+        raise ValueError(f"beta^2 = k / N^alpha = {beta2:g} must lie in (0, 1]")
+    return 1.0 - beta2, beta2
+
+
+def xavier_init(d, mult=4):
+    """Glorot: 2 / (fan_in + fan_out) for every matrix."""
+    return dict(qk=1.0 / d, v=1.0 / d, o=1.0 / d, w1=2.0 / ((1 + mult) * d), w2=2.0 / ((1 + mult) * d))
+
+
+def dslm_init(d, p=0.0, mult=4, r=None, L=None, exact=True):
+    """DeepScaleLM: sigma_w1^2 = sigma_w2^2 = (1/d) sqrt((1-p)/(mult/2)) (unit FFN output;
+    the paper's (1/d) sqrt((1-p)/2) is the mult = 4 case written per 4d fan-in), and
+    sigma_v^2 = sigma_o^2 chosen so the attention block output variance is 1 at input
+    correlation r (``r=None``: the 'simple' init, same as the FFN)."""
+    f = 1.0 / d * math.sqrt((1 - p) / (mult / 2))
+    init = dict(qk=1.0 / d, v=f, o=f, w1=f, w2=f)
+    if r is not None:
+        if exact:  # attention output variance per unit of V variance (sha with the tilt)
+            s2 = logit_variance(Fwd(0.0, 1.0, r), d, init["qk"])
+            eff = float(sha(Fwd(0.0, 1.0, r), L, s2, True, d_in=d).var)
+        else:
+            eff = r
+        init["v"] = init["o"] = 1.0 / d * math.sqrt((1 - p) / eff)
+    return init
+
+
+# --------------------------------------------------------------------------------------
+# whole stacks (App. E)
+# --------------------------------------------------------------------------------------
+def stack(arch="pre-ln", layers=4, d=256, L=64, init="xavier", p=0.0, lam2=1.0, beta2=1.0,
+          var0=1.0, r0=0.2, g_var=1.0, g_r=0.0, exact=True, approx=False, mult=4, ln_exact=True,
+          qk_grad=True):
+    """Moments through ``layers`` transformer layers (attention + FFN sublayers).
+
+    Returns dict of numpy arrays over the 2 * layers + 1 sublayer boundaries: forward
+    ``var``, ``r`` of x_l (x_0 = input) and backward ``g_var``, ``g_r`` of dLoss/dx_l for an
+    output gradient of variance g_var and token correlation g_r, and ``inits``: the weight
+    variances used by each sublayer. ``init`` is a name in INITS or a dict (keys qk, v, o,
+    w1, w2); 'dslm' re-solves sigma_v, sigma_o per layer. ``ln_exact``: the finite-d
+    LayerNorm gradient factor (d-2)/(d-3); ``qk_grad=False``: value path only."""
+    if arch not in ARCHS:
+        raise ValueError(f"unknown architecture {arch!r}; choose one of {', '.join(ARCHS)}")
+    d_ln = d if ln_exact else None
+    x = Fwd(0.0, float(var0), float(r0))
+    xs, caches = [x], []
+    for sub in range(2 * layers):
+        kind = "attn" if sub % 2 == 0 else "ffn"
+        ini = resolve_init(init, d, p, mult, x, L, exact)
+        xin = layernorm(x) if arch == "pre-ln" else x
+        if kind == "attn":
+            y, c = attention_block(xin, d, L, ini, p, exact)
+        else:
+            y, c = ffn_block(xin, d, ini, p, mult, approx)
+        u = residual(x, y, lam2, beta2)
+        caches.append((kind, c, ini, x, u))
+        x = u if arch == "pre-ln" else layernorm(u)
+        xs.append(x)
+    g = Bwd(float(g_var), float(g_r))
+    gs = [g]
+    for kind, c, ini, xin_, u in reversed(caches):
+        if arch == "post-ln":
+            g = layernorm_bwd(g, u.var, d_ln)
+        if kind == "attn":
+            gb = attention_block_bwd(g, c, d, L, ini, p, exact, qk_grad)
+        else:
+            gb = ffn_block_bwd(g, c, d, ini, p, mult)
+        if arch == "pre-ln":
+            gb = layernorm_bwd(gb, xin_.var, d_ln)
+        g = residual_bwd(g, gb, lam2, beta2)
+        gs.append(g)
+    gs = gs[::-1]
+    return dict(var=np.array([float(v.var) for v in xs]), r=np.array([float(v.r) for v in xs]),
+                g_var=np.array([float(v.var) for v in gs]), g_r=np.array([float(v.r) for v in gs]),
+                inits=[c[2] for c in caches])
+
+
+def resolve_init(init, d, p, mult, x: Fwd, L, exact=True):
+    """Weight variances of one sublayer whose input has moments ``x`` (see ``stack``)."""
+    if isinstance(init, dict):
+        return init
+    if init == "xavier":
+        return xavier_init(d, mult)
+    if init == "dslm-simple":
+        return dslm_init(d, p, mult)
+    if init == "dslm":
+        return dslm_init(d, p, mult, r=float(x.r), L=L, exact=exact)
+    raise ValueError(f"unknown init {init!r}; choose one of {', '.join(INITS)}")

@@ -1,0 +1,174 @@
+"""Finite-width Monte Carlo of the DeepScaleLM moment rules: one attention head
+(``simulate_sha``), whole stacks (``simulate_stack``) and the validation grid (``validate``)."""
+from __future__ import annotations
+
+import itertools
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .moments import ARCHS, dslm_scaling, stack
+
+PATHS = ("value", "query", "key", "all")
+
+
+def _ln(x, eps=1e-12):
+    mu = jnp.mean(x, axis=-1, keepdims=True)
+    xc = x - mu
+    return xc / jnp.sqrt(jnp.mean(xc * xc, axis=-1, keepdims=True) + eps)
+
+
+def _moments(x):
+    """(sum of x, sum of x^2, sum over token pairs i != j of x_ik x_jk, count) per tensor."""
+    n, d = x.shape[-2:]
+    s = jnp.sum(x)
+    s2 = jnp.sum(x * x)
+    col = jnp.sum(x, axis=-2)
+    pair = jnp.sum(col * col) - s2
+    return jnp.stack([s, s2, pair, jnp.asarray(n * d, x.dtype)])
+
+
+def _correlated(key, shape, r):
+    """Gaussian rows of unit variance and mutual correlation r (a shared row plus noise)."""
+    z = jax.random.normal(key, (shape[0] + 1,) + shape[1:], jnp.float64)
+    return math.sqrt(r) * z[:1] + math.sqrt(1 - r) * z[1:]
+
+
+def simulate_sha(key, L, d_in, d_v, r, var_logit, r_g=0.0, draws=64, var_x=1.0, var_g=1.0,
+                 sigma_v2=None, batch=8):
+    """Monte Carlo of one head O = softmax(X W_Q (X W_K)^T / sqrt(d_v)) X W_V.
+
+    X: L tokens of width d_in, entries N(0, var_x), token correlation r; W_Q, W_K with
+    sigma^2 = sqrt(var_logit)/(d_in var_x) so the logits have variance var_logit;
+    W_V ~ N(0, sigma_v2) (default 1/d_in); output gradient N(0, var_g), token correlation
+    r_g. Returns per-draw means and standard errors of the per-entry second moment
+    ``var`` and the cross-token ``cov`` of the output (key ``out``) and of dLoss/dX through
+    each path of ``PATHS`` (value: through V; query, key: through the logits)."""
+    sq = math.sqrt(math.sqrt(var_logit) / (d_in * var_x))
+    sv = math.sqrt(1.0 / d_in if sigma_v2 is None else sigma_v2)
+
+    def one(k):
+        kx, kq, kk, kv, kg = jax.random.split(k, 5)
+        X = math.sqrt(var_x) * _correlated(kx, (L, d_in), r)
+        WQ = jax.random.normal(kq, (d_in, d_v), jnp.float64) * sq
+        WK = jax.random.normal(kk, (d_in, d_v), jnp.float64) * sq
+        WV = jax.random.normal(kv, (d_in, d_v), jnp.float64) * sv
+        G = math.sqrt(var_g) * _correlated(kg, (L, d_v), r_g)
+
+        def f(xq, xk, xv):
+            A = jax.nn.softmax((xq @ WQ) @ (xk @ WK).T / math.sqrt(d_v), axis=-1)
+            return A @ (xv @ WV)
+
+        O, vjp = jax.vjp(f, X, X, X)
+        gq, gk, gv = vjp(G)
+        return jax.vmap(_moments)(jnp.stack([O, gv, gq, gk, gq + gk + gv]))
+
+    keys = jax.random.split(key, draws).reshape(-1, batch, 2)
+    m = np.asarray(jax.lax.map(jax.vmap(one), keys)).reshape(draws, 5, 4)
+    cnt = m[..., 3]
+    stats = np.stack([m[..., 1] / cnt, m[..., 2] / (cnt * (L - 1))], -1)  # draws x 5 x (var, cov)
+    mean, se = stats.mean(0), stats.std(0, ddof=1) / math.sqrt(draws)
+    return {name: dict(var=mean[i, 0], var_se=se[i, 0], cov=mean[i, 1], cov_se=se[i, 1])
+            for i, name in enumerate(("out",) + PATHS)}
+
+
+def simulate_stack(key, arch="pre-ln", layers=4, d=64, L=16, init="xavier", p=0.0, lam2=1.0,
+                   beta2=1.0, var0=1.0, r0=0.2, draws=8, mult=4, qk_grad=True, exact=True, ln_exact=True):
+    """Finite-width simulation of the stack of ``stack`` (same init, scaling, dropout).
+
+    Per draw: random weights, random Gaussian input with (var0, r0), random dropout masks,
+    an i.i.d. N(0, 1) output gradient. ``qk_grad=False`` stops the gradient through the
+    query/key path (the theory then keeps the value path only). Returns the measured
+    var, r of x_l and g_var, g_r of dLoss/dx_l (ratio of means over draws) and the
+    ``theory`` (``stack`` with the same settings)."""
+    n_sub = 2 * layers
+    th = stack(arch, layers, d, L, init, p, lam2, beta2, var0, r0, exact=exact, mult=mult,
+               ln_exact=ln_exact, qk_grad=qk_grad)
+    sv = {k: jnp.array([ini[k] for ini in th["inits"]]) for k in ("qk", "v", "o", "w1", "w2")}
+    lam, beta = math.sqrt(lam2), math.sqrt(beta2)
+
+    def one(k):
+        kx, kw, kd, kg = jax.random.split(k, 4)
+        x0 = math.sqrt(var0) * _correlated(kx, (L, d), r0)
+        kws = jax.random.split(kw, n_sub)
+        kds = jax.random.split(kd, n_sub)
+
+        def sublayer(x, xin, kk, sub_v, is_attn):
+            ks = jax.random.split(kk, 4)
+            if is_attn:
+                sq = jnp.sqrt(sub_v["qk"])
+                WQ = jax.random.normal(ks[0], (d, d)) * sq
+                WK = jax.random.normal(ks[1], (d, d)) * sq
+                WV = jax.random.normal(ks[2], (d, d)) * jnp.sqrt(sub_v["v"])
+                WO = jax.random.normal(ks[3], (d, d)) * jnp.sqrt(sub_v["o"])
+                xq = xin if qk_grad else jax.lax.stop_gradient(xin)
+                A = jax.nn.softmax((xq @ WQ) @ (xq @ WK).T / math.sqrt(d), axis=-1)
+                return A @ (xin @ WV) @ WO
+            W1 = jax.random.normal(ks[0], (d, mult * d)) * jnp.sqrt(sub_v["w1"])
+            W2 = jax.random.normal(ks[1], (mult * d, d)) * jnp.sqrt(sub_v["w2"])
+            return jax.nn.relu(xin @ W1) @ W2
+
+        def f(probes):
+            def layer(x, inp):
+                kw2, kd2, v2, pr2 = inp
+                outs = []
+                for j in range(2):
+                    xin = _ln(x) if arch == "pre-ln" else x
+                    y = sublayer(x, xin, kw2[j], {k: v[j] for k, v in v2.items()}, j == 0)
+                    if p > 0:
+                        keep = jax.random.bernoulli(kd2[j], 1 - p, y.shape)
+                        y = jnp.where(keep, y / (1 - p), 0.0)
+                    u = lam * x + beta * y
+                    x = (u if arch == "pre-ln" else _ln(u)) + pr2[j]
+                    outs.append(x)
+                return x, jnp.stack(outs)
+
+            x = x0 + probes[0]
+            pair = lambda a: a.reshape((layers, 2) + a.shape[1:])
+            _, outs = jax.lax.scan(layer, x, (pair(kws), pair(kds), {k: pair(v) for k, v in sv.items()},
+                                              pair(probes[1:])))
+            return jnp.concatenate([x[None], outs.reshape((n_sub, L, d))])
+
+        probes = jnp.zeros((n_sub + 1, L, d))
+        outs, vjp = jax.vjp(f, probes)
+        gout = jnp.zeros_like(outs).at[-1].set(jax.random.normal(kg, (L, d)))
+        (gp,) = vjp(gout)
+        return jax.vmap(_moments)(outs), jax.vmap(_moments)(gp)
+
+    mx, mg = jax.jit(jax.vmap(one))(jax.random.split(key, draws))
+    mx, mg = np.asarray(mx).sum(0), np.asarray(mg).sum(0)
+    out = {}
+    for name, m in (("", mx), ("g_", mg)):
+        cnt = m[:, 3]
+        mu = m[:, 0] / cnt
+        var = m[:, 1] / cnt - mu**2
+        r = (m[:, 2] / (cnt * (L - 1)) - mu**2) / var
+        out[name + "var"], out[name + "r"] = var, r
+    out["theory"] = th
+    return out
+
+
+def validate(key, archs=ARCHS, widths=(64, 128, 256), depths=(1, 2, 4, 8), inits=("xavier", "dslm"),
+             p=0.1, seq_lens=(32,), draws=8, r0=0.2, k=2.0, qk_grad=True, exact=True, ln_exact=True):
+    """Relative errors |theory - sim| / |sim| over a grid: var, r (forward) at every sublayer
+    output, g_var (backward) at every sublayer input. Returns rows and 50/90/99th percentiles
+    per quantity."""
+    rows = []
+    for arch, init, d, N, L in itertools.product(archs, inits, widths, depths, seq_lens):
+        lam2, beta2 = dslm_scaling(N, min(k, N)) if init.startswith("dslm") else (1.0, 1.0)
+        key, sub = jax.random.split(key)
+        sim = simulate_stack(sub, arch, N, d, L, init, p, lam2, beta2, 1.0, r0, draws,
+                             qk_grad=qk_grad, exact=exact, ln_exact=ln_exact)
+        th = sim["theory"]
+        for q in ("var", "r", "g_var"):
+            part = slice(None, -1) if q == "g_var" else slice(1, None)
+            err = np.abs(th[q][part] - sim[q][part]) / np.abs(sim[q][part])
+            rows.append(dict(arch=arch, init=init, width=d, depth=N, seq_len=L, quantity=q,
+                             max_rel_err=float(err.max()), errs=err.tolist()))
+    summary = {}
+    for q in ("var", "r", "g_var"):
+        e = np.concatenate([r["errs"] for r in rows if r["quantity"] == q])
+        summary[q] = {f"p{k}": float(np.percentile(e, k)) for k in (50, 90, 99)}
+    return rows, summary

@@ -1,0 +1,152 @@
+"""Which runs a training sweep trains: grids, scrambled Sobol designs and point files.
+
+Every function returns a list of *runs*, one dict per trained model::
+
+    {"sigma_w", "sigma_a", "alpha_a", "alpha_m", "depth", "lr", "seed", "run"}
+
+``run`` is the run's name, made of its values (:func:`run_id`), so a sweep directory knows
+which runs are already done whatever design produced them. A *configuration* is a run
+without its seed; ``seeds`` copies of each configuration are trained (seeds 0..seeds-1).
+
+    grid(...)          Cartesian product of axes (alpha_m=None ties alpha_M to alpha_A)
+    sobol(n, bounds)   n scrambled Sobol points (scipy.stats.qmc) in a box, seeded
+    read_points(path)  any list of configurations from a CSV file
+    expand(configs)    configurations x depths x learning rates x seeds -> runs
+"""
+from __future__ import annotations
+
+import csv
+import itertools
+import math
+import warnings
+from typing import Iterable, Optional, Sequence
+
+import numpy as np
+
+HP_NAMES = ("sigma_w", "sigma_a", "alpha_a", "alpha_m")
+CONFIG_NAMES = HP_NAMES + ("depth", "lr")
+
+
+class DesignError(ValueError):
+    """A malformed design request or point file (one-line message)."""
+
+
+def config_id(run: dict) -> str:
+    """The name of a run's configuration (its values but the seed): the seeds of one
+    configuration share it."""
+    return (f"sw{run['sigma_w']:.6g}_sa{run['sigma_a']:.6g}_aa{run['alpha_a']:.6g}_am{run['alpha_m']:.6g}"
+            f"_lr{run['lr']:.6g}_L{int(run['depth'])}")
+
+
+def run_id(run: dict) -> str:
+    """The name of one run: its configuration and seed."""
+    return f"{config_id(run)}_s{int(run['seed'])}"
+
+
+def expand(configs: Iterable[dict], depths: Sequence[int] = (16,), lrs: Sequence[float] = (1e-3,),
+           seeds: int = 1) -> list[dict]:
+    """Every configuration at every depth and learning rate it does not fix itself, times
+    ``seeds`` seeds; duplicates (same values) are kept once, in first-seen order."""
+    out, seen = [], set()
+    for c in configs:
+        for depth in ([c["depth"]] if c.get("depth") is not None else depths):
+            for lr in ([c["lr"]] if c.get("lr") is not None else lrs):
+                for s in range(seeds):
+                    r = {k: float(c[k]) for k in HP_NAMES}
+                    r.update(depth=int(depth), lr=float(lr), seed=int(s))
+                    r["run"] = run_id(r)
+                    if r["run"] not in seen:
+                        seen.add(r["run"])
+                        out.append(r)
+    return out
+
+
+def grid(sigma_w: Iterable[float], alpha_a: Iterable[float], alpha_m: Optional[Iterable[float]] = None,
+         sigma_a: Iterable[float] = (1.0,)) -> list[dict]:
+    """Configurations of the Cartesian product; ``alpha_m=None`` ties alpha_M to alpha_A."""
+    am_list = [None] if alpha_m is None else list(alpha_m)
+    return [dict(sigma_w=float(sw), sigma_a=float(sa), alpha_a=float(aa), alpha_m=float(aa if am is None else am))
+            for sa, aa, am, sw in itertools.product(sigma_a, alpha_a, am_list, sigma_w)]
+
+
+def sobol(n: int, bounds: dict, seed: int = 0) -> list[dict]:
+    """``n`` configurations from a scrambled Sobol sequence over the box ``bounds``
+    ({name: (lo, hi)} for each of sigma_w, sigma_a, alpha_a, alpha_m; lo == hi fixes a value).
+
+    The first 2^k points of a Sobol sequence are balanced, so the first n of a longer
+    design (same seed) are the same points: a design can be extended by raising n."""
+    from scipy.stats import qmc
+
+    if not (isinstance(n, (int, np.integer)) and n >= 1):
+        raise DesignError(f"a Sobol design needs n >= 1 points (got {n!r})")
+    if n > 2 ** 20:
+        raise DesignError(f"a Sobol design of {n} points is too large (at most 2^20)")
+    free = [k for k in HP_NAMES if bounds[k][1] > bounds[k][0]]
+    for k in HP_NAMES:
+        lo, hi = bounds[k]
+        if hi < lo:
+            raise DesignError(f"--{k.replace('_', '-')}: the range {lo:g}:{hi:g} is empty")
+    u = np.zeros((n, 0))
+    if free:
+        m = math.ceil(math.log2(n))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            u = qmc.Sobol(d=len(free), scramble=True, seed=seed).random_base2(m)[:n]
+    out = []
+    for i in range(n):
+        c = {}
+        for k in HP_NAMES:
+            lo, hi = bounds[k]
+            c[k] = float(lo + (hi - lo) * u[i, free.index(k)]) if k in free else float(lo)
+        out.append(c)
+    return out
+
+
+def read_points(path: str) -> list[dict]:
+    """Configurations from a CSV file with a header naming sigma_w, sigma_a and alpha_a and
+    alpha_m (or alpha for both), and optionally depth and lr (other columns are ignored)."""
+    try:
+        with open(path, newline="") as f:
+            rows = list(csv.DictReader(f))
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        raise DesignError(f"cannot read points file {path}: {getattr(exc, 'strerror', None) or exc}") from None
+    if not rows:
+        raise DesignError(f"points file {path} has no rows (a header line and one row per configuration)")
+    cols = set(rows[0])
+    need = {"sigma_w", "sigma_a"} | ({"alpha"} if "alpha" in cols else {"alpha_a", "alpha_m"})
+    if not need <= cols:
+        raise DesignError(f"points file {path} lacks column(s) {', '.join(sorted(need - cols))}")
+    out = []
+    for i, r in enumerate(rows, start=2):
+        try:
+            c = dict(sigma_w=float(r["sigma_w"]), sigma_a=float(r["sigma_a"]),
+                     alpha_a=float(r.get("alpha_a") or r["alpha"]), alpha_m=float(r.get("alpha_m") or r["alpha"]))
+            if r.get("depth") not in (None, ""):
+                d = float(r["depth"])
+                if d != round(d):
+                    raise ValueError
+                c["depth"] = int(d)
+            if r.get("lr") not in (None, ""):
+                c["lr"] = float(r["lr"])
+        except (TypeError, ValueError):
+            raise DesignError(f"points file {path}, line {i}: not a number where one is needed") from None
+        out.append(c)
+    return out
+
+
+def check_configs(configs: list[dict]) -> None:
+    """One-line DesignError for any value outside the model's domain."""
+    for c in configs:
+        for k, v in c.items():
+            if not math.isfinite(v):
+                raise DesignError(f"{k.replace('_', '-')} must be finite (got {v})")
+        for k in ("sigma_w", "sigma_a"):
+            if not c[k] > 0:
+                raise DesignError(f"{k.replace('_', '-')} must be > 0 (got {c[k]:g})")
+        for k in ("alpha_a", "alpha_m"):
+            if not 0 <= c[k] <= 1:
+                raise DesignError(f"{k.replace('_', '-')} must lie in [0, 1] (got {c[k]:g})")
+        if "depth" in c and not 1 <= c["depth"] <= 4096:
+            raise DesignError(f"depth must be an integer in [1, 4096] (got {c['depth']})")
+        if "lr" in c and not c["lr"] > 0:
+            raise DesignError(f"lr must be > 0 (got {c['lr']:g})")

@@ -1,0 +1,113 @@
+"""What the theory says about one training configuration: the exponents a trained ViT is
+compared with (issue 15).
+
+Two places to start the mean-field map from:
+
+* the **collapsed point** (the paper's choice): lambda_a (transverse eigenvalue at rho = 1),
+  lambda_g(L) from q* with rho = 1, lambda_g^inf at the stable fixed point. Attention is
+  uniform at rho = 1, so none of these depends on sigma_A.
+* the **input geometry** the ViT actually sees at initialization, measured by
+  :func:`input_geometry` (digits, width 64: q0 = 1.61, rho0 = 0.051): the forward trajectory
+  (q_l, rho_l) from (q0, rho0 q0) for the run's L blocks, with the paper's attention map or
+  the exact-softmax map, and the backward pass along it, with or without the
+  softmax-derivative (query/key) path. From it
+
+      lambda_g_in   = (1/L) log (a + b) at the input         (finite-depth gradient exponent)
+      lambda_a_in   = (1/L) log [(1 - rho_L) / (1 - rho_0)]  (finite-depth angle exponent)
+      rho_out       = rho_L                                   (token cosine at the output)
+
+The features are computed per configuration (sigma_w, sigma_A, alpha_A, alpha_M, depth), in
+float64, one jitted call per point.
+"""
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+MAPS = ("paper", "exact")
+HP_NAMES = ("sigma_w", "sigma_a", "alpha_a", "alpha_m", "depth")
+
+
+def input_geometry(cfg, data, inits: int = 8, images: int = 256) -> dict:
+    """Mean squared norm q0 and mean dot product p0 (per coordinate) of the tokens entering
+    the first block of freshly initialised ViTs of ``cfg`` on the first ``images`` training
+    images, averaged over ``inits`` initialisations (the embedding does not depend on the
+    initialization hyperparameters). Returns q0, p0, rho0 = p0 / q0 and their standard
+    errors over the initialisations."""
+    import jax
+    import jax.numpy as jnp
+
+    from .model import preprocess
+    from .train import model_for
+
+    model = model_for(cfg, cfg.hparams(), data.num_classes)
+    x = preprocess(data.x_train[:images], data.scale, cfg.patch_size)
+    qs, ps = [], []
+    for s in range(inits):
+        params = model.init(jax.random.PRNGKey(s), x[:1])["params"]
+        tok = x @ params["embed"]["kernel"] + params["embed"]["bias"] + params["pos_embedding"]
+        cls = jnp.broadcast_to(params["cls_pos_embedding"], (x.shape[0], 1, cfg.width))
+        t = jnp.concatenate([cls, tok], 1)
+        g = jnp.einsum("bid,bjd->bij", t, t) / cfg.width
+        n = g.shape[-1]
+        diag = jnp.trace(g, axis1=1, axis2=2)
+        qs.append(float(jnp.mean(diag) / n))
+        ps.append(float(jnp.mean((jnp.sum(g, (1, 2)) - diag) / (n * (n - 1)))))
+    qs, ps = np.array(qs), np.array(ps)
+    rho = ps / qs
+    se = lambda v: float(np.std(v, ddof=1) / np.sqrt(len(v))) if len(v) > 1 else float("nan")
+    return dict(q0=float(qs.mean()), p0=float(ps.mean()), rho0=float(rho.mean()), q0_se=se(qs), rho0_se=se(rho),
+                inits=inits, images=images)
+
+
+def _traced_features(hp, q0, rho0, L: int, maps) -> dict:
+    """The features of one point (traceable; ``L`` static)."""
+    import jax.numpy as jnp
+
+    from .. import theory
+
+    ex = theory.exponents(hp)
+    out = dict(lambda_a=ex["lambda_a"], lambda_g=ex["lambda_g"], lambda_g_inf=ex["lambda_g_inf"],
+               rho_star=ex["rho_star"])
+    p0 = rho0 * q0
+    for m in maps:
+        hpm = hp.replace(attention=m)
+        qs, ps = theory.trajectory(hpm, q0, p0, num_layers=L)
+        rho_l = ps[-1] / qs[-1]
+        out[f"rho_out_{m}"] = rho_l
+        out[f"lambda_a_in_{m}"] = jnp.log(jnp.maximum(1.0 - rho_l, 1e-300) / (1.0 - rho0)) / L
+        for corr in (False, True):
+            out[f"lambda_g_in_{m}" + ("_corr" if corr else "")] = theory.gradient_exponent(
+                hpm, q0, p0, num_layers=L, softmax_correction=corr)
+    return out
+
+
+@functools.lru_cache(maxsize=None)
+def _compiled(L: int, maps: tuple, batch_size: int):
+    import jax
+
+    return jax.jit(lambda h, q0, rho0: jax.lax.map(lambda x: _traced_features(x, q0, rho0, L, maps), h,
+                                                   batch_size=batch_size))
+
+
+def features(cfg, configs: list[dict], q0: float, rho0: float, maps=MAPS, batch_size: int = 4) -> dict:
+    """Features of many configurations ({name: array over configurations}, float64): one
+    compiled program per depth, points mapped ``batch_size`` at a time (bounded memory)."""
+    import jax
+    import jax.numpy as jnp
+
+    n = len(configs)
+    if n == 0:
+        return {}
+    col = lambda k: np.array([float(c[k]) for c in configs])
+    depth = col("depth").astype(int)
+    out = {}
+    for L in sorted(set(depth.tolist())):
+        idx = np.flatnonzero(depth == L)
+        hp = cfg.hparams(col("sigma_w")[idx], col("sigma_a")[idx], col("alpha_a")[idx], col("alpha_m")[idx],
+                         depth=np.full(len(idx), L, float), dtype=jnp.float64)
+        res = jax.device_get(_compiled(L, tuple(maps), batch_size)(hp, jnp.float64(q0), jnp.float64(rho0)))
+        for k, v in res.items():
+            out.setdefault(k, np.full(n, np.nan))[idx] = np.asarray(v, float)
+    return out

@@ -1,0 +1,290 @@
+"""Loss models: fitted functions from a feature table to the (seed-averaged) final loss.
+
+Every model is a :class:`Model` with ``fit(X, y) -> self``, ``predict(X)`` and
+``to_json()`` / :func:`from_json`, so the best one can ship inside the package as a JSON
+resource. ``X`` is a 2-d array whose columns are the model's named features.
+
+    MaxForm      min(L_sat, b + max(w_a |x_1 - c_a|, w_g |x_2 - c_g|))   the paper's form
+    OneForm      min(L_sat, b + w |x - c|)                               one exponent
+    Poly         ridge regression on all monomials of degree <= k of the standardized features
+    Trees        gradient-boosted regression trees (scikit-learn), serialized tree by tree
+    TwoPart      P(train) (logistic on degree-2 monomials) x loss-if-trained (Poly) +
+                 (1 - P(train)) x the mean loss of the runs that did not train
+"""
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+
+
+class Model:
+    kind = "model"
+
+    def __init__(self, features, l_sat: float):
+        self.features = list(features)
+        self.l_sat = float(l_sat)
+
+    def to_json(self) -> dict:
+        return dict(kind=self.kind, features=self.features, L_sat=self.l_sat, **self._state())
+
+    def _state(self) -> dict:
+        raise NotImplementedError
+
+    def clip(self, y):
+        return np.clip(y, 0.0, None)
+
+
+# ------------------------------------------------------------------ parametric V-shapes
+def _least_squares(fun, starts):
+    from scipy.optimize import least_squares
+
+    best = None
+    for x0 in starts:
+        try:
+            r = least_squares(fun, x0, method="trf", max_nfev=2000)
+        except (ValueError, np.linalg.LinAlgError):
+            continue
+        if best is None or r.cost < best.cost:
+            best = r
+    if best is None:
+        raise ValueError("least squares failed from every start")
+    return best.x
+
+
+class MaxForm(Model):
+    """min(L_sat, b + max(w_a |x_1 - c_a|, w_g |x_2 - c_g|)), w >= 0; 28 starts, best kept."""
+
+    kind = "max"
+
+    def __init__(self, features, l_sat, theta=None):
+        super().__init__(features, l_sat)
+        self.theta = None if theta is None else np.asarray(theta, float)
+
+    @staticmethod
+    def curve(theta, X, l_sat):
+        b, wa, ca, wg, cg = theta
+        return np.minimum(l_sat, b + np.maximum(abs(wa) * np.abs(X[:, 0] - ca), abs(wg) * np.abs(X[:, 1] - cg)))
+
+    def fit(self, X, y, seed=0):
+        rng = np.random.default_rng(seed)
+        la, lg = X[:, 0], X[:, 1]
+        b0, span = float(np.min(y)), float(np.ptp(y) or 1.0)
+        sa, sg = float(np.std(la) or 1.0), float(np.std(lg) or 1.0)
+        starts = [np.array([b0, span / sa, 0.0, span / sg, 0.0]), np.array([b0, span / sa, 0.0, 0.0, 0.0]),
+                  np.array([b0, 0.0, 0.0, span / sg, 0.0]),
+                  np.array([b0, span / sa, float(np.median(la)), span / sg, float(np.median(lg))])]
+        for _ in range(24):
+            starts.append(np.array([rng.uniform(b0 - span / 2, b0 + span / 2), rng.uniform(0, 3) * span / sa,
+                                    rng.choice(la), rng.uniform(0, 3) * span / sg, rng.choice(lg)]))
+        t = _least_squares(lambda t: self.curve(t, X, self.l_sat) - y, starts)
+        t[1], t[3] = abs(t[1]), abs(t[3])
+        self.theta = t
+        return self
+
+    def predict(self, X):
+        return self.clip(self.curve(self.theta, X, self.l_sat))
+
+    def _state(self):
+        return dict(theta=self.theta.tolist(), form="min(L_sat, b + max(w_a|x1 - c_a|, w_g|x2 - c_g|))",
+                    names=["b", "w_a", "c_a", "w_g", "c_g"])
+
+
+class OneForm(Model):
+    kind = "one"
+
+    def __init__(self, features, l_sat, theta=None):
+        super().__init__(features, l_sat)
+        self.theta = None if theta is None else np.asarray(theta, float)
+
+    @staticmethod
+    def curve(theta, X, l_sat):
+        b, w, c = theta
+        return np.minimum(l_sat, b + abs(w) * np.abs(X[:, 0] - c))
+
+    def fit(self, X, y, seed=0):
+        rng = np.random.default_rng(seed)
+        x = X[:, 0]
+        b0, span, s = float(np.min(y)), float(np.ptp(y) or 1.0), float(np.std(x) or 1.0)
+        starts = [np.array([b0, span / s, 0.0]), np.array([b0, span / s, float(np.median(x))])]
+        starts += [np.array([rng.uniform(b0 - span / 2, b0 + span / 2), rng.uniform(0, 3) * span / s, rng.choice(x)])
+                   for _ in range(12)]
+        t = _least_squares(lambda t: self.curve(t, X, self.l_sat) - y, starts)
+        t[1] = abs(t[1])
+        self.theta = t
+        return self
+
+    def predict(self, X):
+        return self.clip(self.curve(self.theta, X, self.l_sat))
+
+    def _state(self):
+        return dict(theta=self.theta.tolist(), form="min(L_sat, b + w|x - c|)", names=["b", "w", "c"])
+
+
+# ------------------------------------------------------------------ polynomial ridge
+def _monomials(Z, degree):
+    cols = [np.ones(len(Z))]
+    for d in range(1, degree + 1):
+        for idx in itertools.combinations_with_replacement(range(Z.shape[1]), d):
+            cols.append(np.prod(Z[:, list(idx)], axis=1))
+    return np.stack(cols, 1)
+
+
+class Poly(Model):
+    """Ridge (penalty ``ridge``, intercept free) on the monomials of degree <= ``degree``
+    of the features standardized with the training mean and std."""
+
+    kind = "poly"
+
+    def __init__(self, features, l_sat, degree=2, ridge=1e-3, mean=None, std=None, coef=None):
+        super().__init__(features, l_sat)
+        self.degree, self.ridge = int(degree), float(ridge)
+        self.mean = None if mean is None else np.asarray(mean, float)
+        self.std = None if std is None else np.asarray(std, float)
+        self.coef = None if coef is None else np.asarray(coef, float)
+
+    def _design(self, X):
+        return _monomials((X - self.mean) / self.std, self.degree)
+
+    def fit(self, X, y, seed=0):
+        self.mean, self.std = X.mean(0), X.std(0)
+        self.std[self.std == 0] = 1.0
+        A = self._design(X)
+        pen = self.ridge * len(y) * np.eye(A.shape[1])
+        pen[0, 0] = 0.0
+        self.coef = np.linalg.solve(A.T @ A + pen, A.T @ y)
+        return self
+
+    def predict(self, X):
+        return self.clip(self._design(X) @ self.coef)
+
+    def _state(self):
+        return dict(degree=self.degree, ridge=self.ridge, mean=self.mean.tolist(), std=self.std.tolist(),
+                    coef=self.coef.tolist())
+
+
+# ------------------------------------------------------------------ boosted trees
+TREE_PARAMS = dict(n_estimators=300, learning_rate=0.05, max_depth=2, subsample=0.8, min_samples_leaf=3)
+
+
+class Trees(Model):
+    """scikit-learn GradientBoostingRegressor (squared error, ``TREE_PARAMS``); evaluated
+    from its serialized trees, so a shipped model needs no scikit-learn pickle."""
+
+    kind = "trees"
+
+    def __init__(self, features, l_sat, init=None, rate=None, trees=None):
+        super().__init__(features, l_sat)
+        self.init, self.rate, self.trees = init, rate, trees
+
+    def fit(self, X, y, seed=0):
+        from sklearn.ensemble import GradientBoostingRegressor
+
+        g = GradientBoostingRegressor(random_state=seed, **TREE_PARAMS).fit(X, y)
+        self.init = float(g.init_.predict(X[:1])[0]) if hasattr(g.init_, "predict") else float(np.mean(y))
+        self.rate = float(g.learning_rate)
+        self.trees = []
+        for est in g.estimators_[:, 0]:
+            t = est.tree_
+            self.trees.append(dict(left=t.children_left.tolist(), right=t.children_right.tolist(),
+                                   feature=t.feature.tolist(), threshold=t.threshold.tolist(),
+                                   value=t.value[:, 0, 0].tolist()))
+        return self
+
+    def predict(self, X):
+        X = np.asarray(X, float)
+        out = np.full(len(X), self.init)
+        for t in self.trees:
+            left, right = np.asarray(t["left"]), np.asarray(t["right"])
+            feat, thr, val = np.asarray(t["feature"]), np.asarray(t["threshold"]), np.asarray(t["value"])
+            node = np.zeros(len(X), int)
+            while True:
+                leaf = left[node] == -1
+                if leaf.all():
+                    break
+                go_left = X[np.arange(len(X)), np.maximum(feat[node], 0)] <= thr[node]
+                node = np.where(leaf, node, np.where(go_left, left[node], right[node]))
+            out += self.rate * val[node]
+        return self.clip(out)
+
+    def _state(self):
+        return dict(init=self.init, rate=self.rate, trees=self.trees, params=TREE_PARAMS)
+
+
+# ------------------------------------------------------------------ two-part model
+class TwoPart(Model):
+    """Bimodal outcomes: P(trains) from a logistic regression on degree-2 monomials of the
+    standardized features; the loss of a run that trains from :class:`Poly` (degree 2) fitted
+    to those runs; a run that does not train gets the mean loss of such runs.
+    A configuration "trains" when its seed-mean loss is below ``threshold`` x L_sat."""
+
+    kind = "two_part"
+    threshold = 0.5
+
+    def __init__(self, features, l_sat, clf=None, reg=None, untrained=None):
+        super().__init__(features, l_sat)
+        self.clf, self.reg, self.untrained = clf, reg, untrained
+
+    def fit(self, X, y, seed=0):
+        from sklearn.linear_model import LogisticRegression
+
+        ok = y < self.threshold * self.l_sat
+        self.reg = Poly(self.features, self.l_sat).fit(X[ok], y[ok]) if ok.sum() > 8 else None
+        self.untrained = float(np.mean(y[~ok])) if (~ok).any() else self.l_sat
+        if ok.all() or not ok.any():
+            self.clf = dict(constant=float(ok.mean()))
+            return self
+        mean, std = X.mean(0), X.std(0)
+        std[std == 0] = 1.0
+        Z = _monomials((X - mean) / std, 2)[:, 1:]
+        lr = LogisticRegression(C=1.0, max_iter=2000).fit(Z, ok)
+        self.clf = dict(mean=mean.tolist(), std=std.tolist(), coef=lr.coef_[0].tolist(), intercept=float(lr.intercept_[0]))
+        return self
+
+    def p_train(self, X):
+        if "constant" in self.clf:
+            return np.full(len(X), self.clf["constant"])
+        Z = _monomials((X - np.asarray(self.clf["mean"])) / np.asarray(self.clf["std"]), 2)[:, 1:]
+        s = Z @ np.asarray(self.clf["coef"]) + self.clf["intercept"]
+        return 1.0 / (1.0 + np.exp(-s))
+
+    def predict(self, X):
+        p = self.p_train(X)
+        trained = self.reg.predict(X) if self.reg is not None else np.full(len(X), self.untrained)
+        return self.clip(p * trained + (1 - p) * self.untrained)
+
+    def _state(self):
+        return dict(clf=self.clf, reg=None if self.reg is None else self.reg.to_json(), untrained=self.untrained,
+                    threshold=self.threshold)
+
+
+KINDS = {"max": MaxForm, "one": OneForm, "poly": Poly, "trees": Trees, "two_part": TwoPart}
+
+
+def make(kind: str, features, l_sat: float, **kw) -> Model:
+    return KINDS[kind](features, l_sat, **kw)
+
+
+def from_json(doc: dict) -> Model:
+    kind = doc["kind"]
+    f, L = doc["features"], doc["L_sat"]
+    if kind in ("max", "one"):
+        return KINDS[kind](f, L, theta=doc["theta"])
+    if kind == "poly":
+        return Poly(f, L, doc["degree"], doc["ridge"], doc["mean"], doc["std"], doc["coef"])
+    if kind == "trees":
+        return Trees(f, L, doc["init"], doc["rate"], doc["trees"])
+    if kind == "two_part":
+        reg = None if doc["reg"] is None else from_json(doc["reg"])
+        return TwoPart(f, L, doc["clf"], reg, doc["untrained"])
+    raise ValueError(f"unknown model kind {kind!r}")
+
+
+def r2(y, yhat) -> float:
+    ss = float(np.sum((y - np.mean(y)) ** 2))
+    return float(1.0 - np.sum((y - yhat) ** 2) / ss) if ss > 0 else math.nan
+
+
+def rmse(y, yhat) -> float:
+    return float(np.sqrt(np.mean((np.asarray(y) - np.asarray(yhat)) ** 2)))

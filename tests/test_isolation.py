@@ -1,0 +1,75 @@
+"""Importing phasefield changes no global state (issue 12): the user's dtype and device
+settings stay as they were, and the theory still computes in float64 by itself."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# theory.exponents(hp) at this point, computed with global x64 on before issue 12
+EXPECTED = {"lambda_a": 0.024630451834784194, "lambda_g": 0.04539579377672736,
+            "lambda_g_inf": 0.13866265862755237, "q_star": 1.8805971068730052,
+            "q_z_star": 1.6604478301547538, "rho_star": 0.9263315109502643}
+
+SCRIPT = r"""
+import json, os, sys
+import jax
+if sys.argv[1] == "explicit-off":
+    jax.config.update("jax_enable_x64", False)
+flags = os.environ.get("XLA_FLAGS")
+import jax.numpy as jnp
+import phasefield
+from phasefield import HParams, theory
+import phasefield.sweep, phasefield.simulate, phasefield.figures, phasefield.cli  # noqa: E401
+hp = HParams(sigma_w=2.0, sigma_a=1.0, alpha_a=0.5, alpha_m=0.5, n_tokens=32, depth=16)
+ex = theory.exponents(hp)
+print(json.dumps(dict(
+    ones=str(jnp.ones(3).dtype), x64=bool(jax.config.jax_enable_x64),
+    flags_same=os.environ.get("XLA_FLAGS") == flags, devices=jax.device_count(),
+    dtypes=sorted({str(v.dtype) for v in ex.values()}),
+    values={k: float(v) for k, v in ex.items()},
+    ones_after=str(jnp.ones(3).dtype))))
+"""
+
+
+def _run(mode, env_extra=None):
+    env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_ENABLE_X64")}
+    env.update(PYTHONPATH=ROOT, JAX_PLATFORMS="cpu", **(env_extra or {}))
+    out = subprocess.run([sys.executable, "-c", SCRIPT, mode], env=env, capture_output=True,
+                         text=True, timeout=300, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("mode", ["default", "explicit-off"])
+def test_import_leaves_dtype_and_devices_alone(mode):
+    res = _run(mode)
+    assert res["ones"] == res["ones_after"] == "float32"
+    assert res["x64"] is False
+    assert res["flags_same"]
+    assert res["devices"] == 1          # no XLA_FLAGS in the environment: one CPU device
+    assert res["dtypes"] == ["float64"]
+    for k, v in EXPECTED.items():
+        assert abs(res["values"][k] - v) < 1e-12, k
+
+
+def test_user_xla_flags_kept():
+    res = _run("default", {"XLA_FLAGS": "--xla_force_host_platform_device_count=3"})
+    assert res["flags_same"] and res["devices"] == 3 and res["ones"] == "float32"
+
+
+def test_use_all_cpu_cores_is_explicit():
+    script = ("import os, phasefield, jax; n = phasefield.use_all_cpu_cores(2); "
+              "print(n, jax.device_count(), os.environ['XLA_FLAGS'])")
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    env.update(PYTHONPATH=ROOT, JAX_PLATFORMS="cpu")
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True,
+                         timeout=120, check=True).stdout.split()
+    assert out[:2] == ["2", "2"] and "--xla_force_host_platform_device_count=2" in out[2]
+    late = ("import phasefield, jax; jax.numpy.ones(1); "
+            "exec('try:\\n phasefield.use_all_cpu_cores(2)\\nexcept RuntimeError: print(\"late\")')")
+    res = subprocess.run([sys.executable, "-c", late], env=env, capture_output=True, text=True,
+                         timeout=120, check=True)
+    assert res.stdout.strip() == "late"

@@ -1,0 +1,178 @@
+"""The trainability study's pieces: designs, loss models, the cross-validated analysis, the
+shipped predictor and recommend (issue 15)."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from phasefield.vit import analysis, design
+from phasefield.vit import models as M
+
+BOX = dict(sigma_w=(0.3, 3.0), sigma_a=(0.3, 4.0), alpha_a=(0.05, 0.95), alpha_m=(0.05, 0.95))
+L_SAT = math.log(10)
+
+
+# ------------------------------------------------------------------------------ designs
+def test_sobol_design_is_seeded_extendable_and_inside_the_box():
+    a = design.sobol(8, BOX, seed=3)
+    b = design.sobol(24, BOX, seed=3)
+    assert a == b[:8]  # a longer design starts with the shorter one
+    assert design.sobol(8, BOX, seed=4) != a
+    X = np.array([[c[k] for k in design.HP_NAMES] for c in b])
+    lo, hi = np.array([BOX[k][0] for k in design.HP_NAMES]), np.array([BOX[k][1] for k in design.HP_NAMES])
+    assert np.all((X >= lo) & (X <= hi))
+    # balanced: each half of every axis holds half of the first 8 points
+    u = (X[:8] - lo) / (hi - lo)
+    assert np.all((u < 0.5).sum(0) == 4)
+    fixed = design.sobol(4, dict(BOX, sigma_a=(1.0, 1.0)), seed=0)
+    assert all(c["sigma_a"] == 1.0 for c in fixed)
+    with pytest.raises(design.DesignError):
+        design.sobol(0, BOX)
+
+
+def test_expand_names_runs_by_value_and_depth():
+    runs = design.expand(design.sobol(3, BOX), depths=(8, 16), lrs=(1e-3,), seeds=2)
+    assert len(runs) == 12 and len({r["run"] for r in runs}) == 12
+    assert len({design.config_id(r) for r in runs}) == 6  # seeds share their configuration
+    assert {r["depth"] for r in runs} == {8, 16}
+    # a configuration that fixes its own depth is not multiplied by the depth list
+    one = design.expand([dict(sigma_w=1, sigma_a=1, alpha_a=.5, alpha_m=.5, depth=4)], depths=(8, 16))
+    assert [r["depth"] for r in one] == [4]
+
+
+def test_read_points(tmp_path):
+    p = tmp_path / "p.csv"
+    p.write_text("sigma_w,sigma_a,alpha_a,alpha_m,lr\n1,2,.1,.2,0.01\n")
+    assert design.read_points(str(p)) == [dict(sigma_w=1.0, sigma_a=2.0, alpha_a=.1, alpha_m=.2, lr=0.01)]
+    p.write_text("sigma_w,alpha\n1,.5\n")
+    with pytest.raises(design.DesignError, match="sigma_a"):
+        design.read_points(str(p))
+    p.write_text("sigma_w,sigma_a,alpha\n1,x,.5\n")
+    with pytest.raises(design.DesignError, match="line 2"):
+        design.read_points(str(p))
+    with pytest.raises(design.DesignError, match="must lie in"):
+        design.check_configs([dict(sigma_w=1, sigma_a=1, alpha_a=1.5, alpha_m=.5)])
+
+
+# ------------------------------------------------------------------------------ models
+def test_max_form_recovers_its_parameters():
+    rng = np.random.default_rng(0)
+    X = np.stack([rng.uniform(-1.5, 0.5, 80), rng.uniform(-1, 1, 80)], 1)
+    theta = [0.3, 1.2, -0.1, 0.8, 0.05]
+    y = M.MaxForm.curve(theta, X, L_SAT) + 0.01 * rng.standard_normal(80)
+    m = M.MaxForm(["a", "g"], L_SAT).fit(X, y)
+    np.testing.assert_allclose(m.theta, theta, atol=0.05)
+    m2 = M.from_json(m.to_json())
+    np.testing.assert_array_equal(m2.predict(X), m.predict(X))
+
+
+def test_poly_is_exact_on_a_quadratic_and_trees_match_sklearn():
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(60, 3))
+    y = 1 + X[:, 0] - 0.5 * X[:, 1] * X[:, 2] + 0.3 * X[:, 2] ** 2 + 2.0
+    p = M.Poly(["a", "b", "c"], L_SAT, degree=2, ridge=0.0).fit(X, y)
+    np.testing.assert_allclose(p.predict(X), y, atol=1e-9)
+    np.testing.assert_allclose(M.from_json(p.to_json()).predict(X), y, atol=1e-9)
+    from sklearn.ensemble import GradientBoostingRegressor
+
+    t = M.Trees(["a", "b", "c"], L_SAT).fit(X, y, seed=0)
+    ref = GradientBoostingRegressor(random_state=0, **M.TREE_PARAMS).fit(X, y)
+    Xn = rng.normal(size=(40, 3))
+    np.testing.assert_allclose(M.from_json(t.to_json()).predict(Xn), np.clip(ref.predict(Xn), 0, None), atol=1e-9)
+
+
+def test_two_part_model_separates_trained_from_stuck_runs():
+    rng = np.random.default_rng(2)
+    x = rng.uniform(-1, 1, 120)
+    y = np.where(x > 0.3, L_SAT, 0.2 + 0.1 * x) + 0.01 * rng.standard_normal(120)
+    m = M.TwoPart(["x"], L_SAT).fit(x[:, None], y)
+    p = m.p_train(np.array([[-0.8], [0.9]]))
+    assert p[0] > 0.9 and p[1] < 0.1
+    far = np.abs(x - 0.3) > 0.25  # away from the edge the expected loss is one branch's
+    assert M.rmse(y[far], m.predict(x[far, None])) < 0.15
+    np.testing.assert_allclose(M.from_json(m.to_json()).predict(x[:, None]), m.predict(x[:, None]))
+
+
+# ------------------------------------------------------------------------------ analysis
+def _study(n_per_depth=12, seeds=3, noise=0.05, seed=0):
+    """Synthetic study: the seed-mean loss is a max-form function of two 'exponents', which
+    are a nonlinear function of the raw hyperparameters; seeds add N(0, noise^2)."""
+    rng = np.random.default_rng(seed)
+    configs = [dict(c, depth=L, lr=1e-3) for L in (8, 16, 32) for c in design.sobol(n_per_depth, BOX, seed=L)]
+    order = [design.config_id(c) for c in configs]
+    sw = np.array([c["sigma_w"] for c in configs])
+    aa = np.array([c["alpha_a"] for c in configs])
+    L = np.array([c["depth"] for c in configs])
+    la = np.log(sw / 1.8) * (1 - aa) * 2
+    lg = np.sin(3 * aa) * (L / 16) * la
+    truth = M.MaxForm.curve([0.2, 1.5, 0.0, 1.0, 0.0], np.stack([la, lg], 1), L_SAT)
+    feats = dict(lambda_a=la, lambda_g=lg, lambda_g_inf=lg, rho_star=np.ones_like(la))
+    rows = [dict(c, seed=s, test_loss=float(truth[i] + noise * rng.standard_normal()), test_acc=0.9, diverged=False)
+            for i, c in enumerate(configs) for s in range(seeds)]
+    return rows, feats, order, truth
+
+
+def test_noise_floor_matches_the_seed_noise():
+    rows, feats, order, _ = _study(n_per_depth=32, seeds=4, noise=0.1)
+    tab = analysis.configurations(rows, 10)
+    fl = analysis.noise_floor(tab)
+    # RMSE_floor^2 = sigma^2 / n_seeds; the estimate from 96 configurations x 3 dof is within ~10 %
+    assert fl["rmse"] == pytest.approx(0.1 / 2, rel=0.12)
+    assert fl["seeds"] == 4 and 0 < fl["r2_max"] < 1
+
+
+def test_a_diverged_run_counts_as_chance_and_mixed_lrs_are_refused():
+    rows, feats, order, _ = _study(n_per_depth=4)
+    rows[0] = dict(rows[0], diverged=True, test_loss=None)
+    tab = analysis.configurations(rows, 10)
+    i = tab["config"].index(design.config_id(rows[0]))
+    assert tab["n_diverged"][i] == 1
+    vals = [L_SAT] + [r["test_loss"] for r in rows[1:3]]
+    assert tab["loss"][i] == pytest.approx(np.mean(vals))
+    with pytest.raises(analysis.AnalysisError, match="learning rates"):
+        analysis.analyze(rows + [dict(rows[1], lr=0.1)], 10, feats, order, repeats=1)
+
+
+def test_analysis_finds_the_exponent_model_and_transfers():
+    rows, feats, order, truth = _study()
+    rep = analysis.analyze(rows, 10, feats, order, k=4, repeats=1)
+    ms = rep["models"]
+    assert rep["n_configs"] == 36 and rep["seeds"] == 3
+    assert rep["best_exponent_model"] in ("paper_max", "trees_collapsed", "poly2_collapsed")
+    # the true form is within ~2x the noise floor out of sample; the raw baselines are not
+    assert ms["paper_max"]["cv_over_floor"] < 2.0
+    assert ms["paper_max"]["cv_rmse"] < ms["linear_hp"]["cv_rmse"]
+    assert set(rep["transfer"]) == {"depth_8_16_to_32", "sigma_a_le2_to_gt2"}
+    t = rep["transfer"]["depth_8_16_to_32"]
+    assert t["paper_max"]["n_test"] == 12 and t["paper_max"]["rmse"] < t["linear_hp"]["rmse"]
+    assert t["_best_vs_raw"]["linear_hp"]["mean"] < 0
+
+
+# ------------------------------------------------------------------------------ the product
+def test_packaged_model_predicts_with_interval_and_warnings():
+    from phasefield.vit import predict as P
+
+    doc = P.load_model()
+    for k in ("model", "features", "cv", "interval", "region", "train_config", "input_geometry", "noise_floor"):
+        assert k in doc, k
+    res = P.predict(1.2, 1.0, 0.4, 0.6, 16, doc)
+    assert res["interval"][0] <= res["predicted_loss"] <= res["interval"][1]
+    assert res["warnings"] == [] and math.isfinite(res["lambda_a"]) and math.isfinite(res["lambda_g"])
+    far = P.predict(1.2, 1.0, 0.4, 0.6, 200, doc)
+    assert any("depth" in w for w in far["warnings"])
+    many = P.predict(np.array([1.2, 2.5]), 1.0, 0.4, 0.6, 16, doc)
+    assert len(many) == 2 and many[0]["predicted_loss"] == pytest.approx(res["predicted_loss"], abs=1e-9)
+
+
+def test_recommend_finds_the_critical_set():
+    from phasefield.vit.recommend import recommend
+
+    res = recommend(n_tokens=17, depth=16, fixed=dict(sigma_a=1.0, alpha_m=0.5), candidates=64, top=2,
+                    predict_loss=False)
+    assert res["critical_found"]
+    for c in res["critical"]:
+        assert abs(c["lambda_a"]) < 1e-6 and abs(c["lambda_g"]) < 1e-6
+        assert c["sigma_a"] == 1.0 and c["alpha_m"] == 0.5
+        assert 0.3 <= c["sigma_w"] <= 3 and 0.05 <= c["alpha_a"] <= 0.95
