@@ -166,13 +166,22 @@ def test_packaged_model_predicts_with_interval_and_warnings():
     assert len(many) == 2 and many[0]["predicted_loss"] == pytest.approx(res["predicted_loss"], abs=1e-9)
 
 
-def test_recommend_finds_the_critical_set():
-    from phasefield.vit.recommend import recommend
+def test_recommend_finds_the_point_nearest_to_criticality():
+    """lambda_a = lambda_g = 0 is reached only as alpha_A -> 0 (the mean-token mode mu > 1 for
+    alpha_A > 0), so inside the box recommend returns the nearest points: on the alpha_A
+    boundary, closer to (0, 0) than every Sobol candidate, with the fixed values kept."""
+    from phasefield.vit import recommend as R
 
-    res = recommend(n_tokens=17, depth=16, fixed=dict(sigma_a=1.0, alpha_m=0.5), candidates=64, top=2,
-                    predict_loss=False)
-    assert res["critical_found"]
-    for c in res["critical"]:
-        assert abs(c["lambda_a"]) < 1e-6 and abs(c["lambda_g"]) < 1e-6
-        assert c["sigma_a"] == 1.0 and c["alpha_m"] == 0.5
-        assert 0.3 <= c["sigma_w"] <= 3 and 0.05 <= c["alpha_a"] <= 0.95
+    fixed = dict(sigma_a=1.0, alpha_m=0.5)
+    res = R.recommend(n_tokens=17, depth=16, fixed=fixed, candidates=32, top=1, predict_loss=False)
+    assert len(res["critical"]) == 1 and res["candidates"] == 32
+    c = res["critical"][0]
+    assert c["sigma_a"] == 1.0 and c["alpha_m"] == 0.5
+    assert 0.3 <= c["sigma_w"] <= 3 and c["alpha_a"] == pytest.approx(0.05, abs=1e-6)
+    from scipy.stats import qmc
+
+    u = qmc.Sobol(2, scramble=True, seed=0).random_base2(5)
+    pts = np.stack([0.3 + 2.7 * u[:, 0], np.ones(32), 0.05 + 0.9 * u[:, 1], np.full(32, 0.5)], 1)
+    la, lg = R._exponents(pts, 17, 16, "tanh")
+    assert math.hypot(c["lambda_a"], c["lambda_g"]) < np.hypot(la, lg).min()
+    assert math.hypot(c["lambda_a"], c["lambda_g"]) < 0.01
