@@ -181,8 +181,9 @@ def test_sweep_records_theory_exponents():
     from phasefield import theory
 
     for i in (0, 1):
-        hp = cfg.hparams(runs[i]["sigma_w"], runs[i]["sigma_a"], runs[i]["alpha_a"], runs[i]["alpha_m"],
-                         depth=runs[i]["depth"], dtype=jnp.float64)
+        with jax.enable_x64(True):
+            hp = cfg.hparams(runs[i]["sigma_w"], runs[i]["sigma_a"], runs[i]["alpha_a"], runs[i]["alpha_m"],
+                             depth=runs[i]["depth"], dtype=jnp.float64)
         assert lam["lambda_g"][i] == pytest.approx(float(theory.exponents(hp)["lambda_g"]), abs=1e-10)
     assert runs[0]["depth"] == 8 and runs[1]["depth"] == 16
 

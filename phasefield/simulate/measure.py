@@ -25,6 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..config import HParams
+from ..theory.precision import float64
 from .stack import (collapsed_tokens, simplex_tokens, stack_forward, two_group_tokens,
                     block_forward)
 
@@ -243,6 +244,7 @@ def collapsed_q_star(hp: HParams) -> float:
     return float(fixed_point(hp)[0])
 
 
+@float64
 def q_star_reference(hp: HParams) -> float:
     """Closed form ``q* = (beta_M^2 alpha_A^2 sigma_V^2 + alpha_M^2 q_M(1)) / (1 -
     beta_A^2 beta_M^2)`` with q_M(1) from a dense trapezoid rule in standard-normal space
