@@ -155,14 +155,13 @@ def cmd_analyze(args):
     OUT/analysis.json, docs/images/trainability_*.png and the packaged model."""
     import json
 
-    from phasefield.cli.train import _study_cache
-    from phasefield.vit import figure, predict
+    from phasefield.vit import features, figure, predict
     from phasefield.vit import sweep as vsweep
     from phasefield.vit.train import TrainConfig
 
     cfg = TrainConfig.from_dict(vsweep.read_sweep(args.out)["config"])
     rows = vsweep.read_results(args.out)
-    geometry, feats, order = _study_cache(args.out, cfg)
+    geometry, feats, order = features.read_cache(args.out, cfg)
     have = set(order or [])
     from phasefield.vit.design import config_id
 

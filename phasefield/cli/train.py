@@ -207,7 +207,9 @@ def register(cli):
         if len(lrs) > 1 and not per_lr:
             raise UsageError(f"the table mixes learning rates ({', '.join(f'{v:g}' for v in lrs)}): "
                              "pass --per-lr to fit each separately, or --lr to pick one")
-        geometry, feats, order = _study_cache(sweep_dir, cfg)
+        from ..vit import features as vfeatures
+
+        geometry, feats, order = vfeatures.read_cache(sweep_dir, cfg)
         docs = {}
         for lr_value in lrs:
             part = [r for r in rows if math.isclose(float(r["lr"]), lr_value, rel_tol=1e-9)]
@@ -284,31 +286,6 @@ def _finite(o):
     if isinstance(o, (_np.floating, _np.integer)):
         return o.item()
     raise TypeError(f"not JSON serializable: {type(o).__name__}")
-
-
-def _study_cache(sweep_dir, cfg):
-    """Input geometry and theory features cached in a sweep directory (the trainability study
-    keeps them as input_geometry.json / features.csv); measured / computed when absent."""
-    import csv
-    import json
-
-    from ..vit import data as vdata
-    from ..vit import features as vfeatures
-
-    gpath = os.path.join(sweep_dir, "input_geometry.json")
-    if os.path.exists(gpath):
-        with open(gpath) as f:
-            geometry = json.load(f)
-    else:
-        geometry = vfeatures.input_geometry(cfg, vdata.load(cfg.dataset, cfg.image_size))
-    fpath = os.path.join(sweep_dir, "features.csv")
-    if not os.path.exists(fpath):
-        return geometry, None, None
-    with open(fpath) as f:
-        rows = list(csv.DictReader(f))
-    order = [r.pop("config") for r in rows]
-    feats = {k: np.array([float(r[k]) for r in rows]) for k in rows[0]} if rows else {}
-    return geometry, feats, order
 
 
 def _print_report(rep: dict) -> None:

@@ -22,6 +22,7 @@ float64, one jitted call per point.
 from __future__ import annotations
 
 import functools
+import os
 
 import numpy as np
 
@@ -119,3 +120,28 @@ def _features(cfg, configs, q0, rho0, maps, batch_size):
         for k, v in res.items():
             out.setdefault(k, np.full(n, np.nan))[idx] = np.asarray(v, float)
     return out
+
+
+def read_cache(sweep_dir: str, cfg):
+    """(input geometry, features, config ids) cached in a sweep directory: the trainability
+    study keeps them as input_geometry.json / features.csv. The geometry is measured when
+    absent; features are (None, None) when absent (then computed by the caller)."""
+    import csv
+    import json
+
+    from . import data as vdata
+
+    gpath = os.path.join(sweep_dir, "input_geometry.json")
+    if os.path.exists(gpath):
+        with open(gpath) as f:
+            geometry = json.load(f)
+    else:
+        geometry = input_geometry(cfg, vdata.load(cfg.dataset, cfg.image_size))
+    fpath = os.path.join(sweep_dir, "features.csv")
+    if not os.path.exists(fpath):
+        return geometry, None, None
+    with open(fpath) as f:
+        rows = list(csv.DictReader(f))
+    order = [r.pop("config") for r in rows]
+    feats = {k: np.array([float(r[k]) for r in rows]) for k in rows[0]} if rows else {}
+    return geometry, feats, order

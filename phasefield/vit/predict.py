@@ -17,7 +17,6 @@ outside the fitted region.
 from __future__ import annotations
 
 import json
-import math
 import os
 from importlib import resources
 
