@@ -104,6 +104,8 @@ def check_values(values: dict) -> None:
             raise ValueError(f"{opt} must be an integer >= 2 (got {v.min():g})")
         if name == "depth" and not np.all((v >= 1) & (v == np.round(v))):
             raise ValueError(f"{opt} must be an integer >= 1 (got {v.min():g})")
+        if name == "lr" and not np.all(v > 0):
+            raise ValueError(f"{opt} must be > 0 (got {v.min():g})")
 
 
 def spec_key(spec: dict) -> str:
