@@ -153,6 +153,8 @@ def check_option(name: str, value, lo=None, hi=None, *, integer: bool = False, l
     if integer and math.isfinite(v) and v != round(v):
         raise ValueError(f"{name} must be a whole number (got {value})")
     shown = f"{value:,}" if isinstance(value, int) and abs(value) >= 10_000 else f"{v:g}"
+    if lo is None and hi is None:
+        return
     rng = _range_text(lo, hi, lo_open, hi_open)
     if lo is not None and (v < lo or (lo_open and v == lo)):
         raise ValueError(f"{name} must be {rng} (got {shown}){hint}")
