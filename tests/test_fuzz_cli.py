@@ -200,7 +200,7 @@ def _picks(draw, name):
 
 @pytest.mark.parametrize("name", sorted(BASE))
 def test_hostile_options_exit_0_or_2_in_one_line(name):
-    @settings(max_examples=8, deadline=None, derandomize=True, database=None,
+    @settings(max_examples=25, deadline=None, derandomize=True, database=None,
               suppress_health_check=list(HealthCheck))
     @given(picks=_picks(name))
     def prop(picks):
