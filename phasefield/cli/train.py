@@ -22,11 +22,6 @@ CHUNK_MAX = 4096
 BATCH_MAX = 1 << 16
 
 
-def _positive(name, v, minimum=1):
-    if v is not None and v < minimum:
-        raise UsageError(f"--{name} must be >= {minimum} (got {v})")
-
-
 def _design_configs(design, design_seed, sigma_w, alpha, alpha_a, alpha_m, sigma_a) -> list:
     """Configurations of ``--design grid`` or ``--design sobol:N`` from the axis options."""
     from ..vit import design as vdesign
@@ -239,8 +234,6 @@ def register(cli):
                 raise UsageError(str(exc)) from None
         for lr_value, doc in docs.items():
             if out is not None:
-                import json
-
                 path = out if len(docs) == 1 else f"{os.path.splitext(out)[0]}_lr{lr_value:g}{os.path.splitext(out)[1]}"
                 from .. import io
 
@@ -299,14 +292,6 @@ def _alphas(alpha, alpha_a, alpha_m):
     aa = alpha if alpha is not None else alpha_a
     am = alpha if alpha is not None else (alpha_m if alpha_m is not None else alpha_a)
     return aa, am
-
-
-def _finite(o):
-    import numpy as _np
-
-    if isinstance(o, (_np.floating, _np.integer)):
-        return o.item()
-    raise TypeError(f"not JSON serializable: {type(o).__name__}")
 
 
 def _print_report(rep: dict) -> None:

@@ -55,7 +55,7 @@ def make_figures(out_dir: str, quick: bool = False, from_path: str | None = None
     ``inputs``: the ``(theory, sim)`` groups already returned by :func:`load_inputs`.
     Returns ``dict(paths, theory, sim, settings, seconds)``.
     """
-    from . import compute, files, paper, settings as presets
+    from . import settings as presets
 
     if os.path.exists(out_dir) and not os.path.isdir(out_dir):
         raise ValueError(f"--out {out_dir} exists and is not a directory")
