@@ -155,20 +155,12 @@ def check_option(name: str, value, lo=None, hi=None, *, integer: bool = False, l
     shown = f"{value:,}" if isinstance(value, int) and abs(value) >= 10_000 else f"{v:g}"
     if lo is None and hi is None:
         return
-    rng = _range_text(lo, hi, lo_open, hi_open)
-    if lo is not None and (v < lo or (lo_open and v == lo)):
-        raise ValueError(f"{name} must be {rng} (got {shown}){hint}")
-    if hi is not None and (v > hi or (hi_open and v == hi)):
-        raise ValueError(f"{name} must be {rng} (got {shown}){hint}")
-
-
-def _range_text(lo, hi, lo_open, hi_open):
     fmt = lambda x: f"{x:,}" if isinstance(x, int) else f"{x:g}"
-    if hi is None:
-        return f"{'>' if lo_open else '>='} {fmt(lo)}"
-    if lo is None:
-        return f"{'<' if hi_open else '<='} {fmt(hi)}"
-    return f"in {'(' if lo_open else '['}{fmt(lo)}, {fmt(hi)}{')' if hi_open else ']'}"
+    if lo is not None and (v < lo or (lo_open and v == lo)):
+        upto = f"; at most {fmt(hi)}" if hi is not None else ""
+        raise ValueError(f"{name} must be {'>' if lo_open else '>='} {fmt(lo)} (got {shown}{upto}){hint}")
+    if hi is not None and (v > hi or (hi_open and v == hi)):
+        raise ValueError(f"{name} must be {'<' if hi_open else '<='} {fmt(hi)} (got {shown}){hint}")
 
 
 def memory_limit() -> int:

@@ -131,9 +131,10 @@ def register(cli):
             raise UsageError(f"--depth must be whole numbers in [1, 4096] (got {depth})")
         depths = [int(d) for d in dict.fromkeys(depths.tolist())]
         lrs = parse_range(lr, "lr")
-        if not np.all((lrs > 0) & (lrs <= LR_MAX)):
-            bad = lrs[(lrs <= 0) | (lrs > LR_MAX)][0]
-            raise UsageError(f"--lr must lie in (0, {LR_MAX:g}] (got {bad:g})")
+        if not np.all(lrs > 0):
+            raise UsageError(f"--lr must be > 0 (got {lrs.min():g})")
+        if not np.all(lrs <= LR_MAX):
+            raise UsageError(f"--lr must be <= {LR_MAX:g} (got {lrs.max():g})")
         from ..vit import design as vdesign
 
         try:
