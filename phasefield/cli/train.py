@@ -11,6 +11,7 @@ import os
 import click
 import numpy as np
 
+from ..vit.design import MAX_DEPTH
 from .common import UsageError, atomic_path, check, check_hparams_values, echo_json, option, output, parse_range
 
 LR_MAX = 100.0        # Adam learning rate
@@ -127,12 +128,11 @@ def register(cli):
         if image_size % patch_size:
             raise UsageError(f"--patch-size {patch_size} does not divide --image-size {image_size}")
         depths = parse_range(depth, "depth")
-        if not np.all((depths >= 1) & (depths <= 4096) & (depths == np.round(depths))):
-            raise UsageError(f"--depth must be whole numbers in [1, 4096] (got {depth})")
+        if not np.all((depths >= 1) & (depths <= MAX_DEPTH) & (depths == np.round(depths))):
+            raise UsageError(f"--depth must be whole numbers in [1, {MAX_DEPTH}] (got {depth})")
         depths = [int(d) for d in dict.fromkeys(depths.tolist())]
         lrs = parse_range(lr, "lr")
-        if not np.all(lrs > 0):
-            raise UsageError(f"--lr must be > 0 (got {lrs.min():g})")
+        check_hparams_values(dict(lr=lrs))
         if not np.all(lrs <= LR_MAX):
             raise UsageError(f"--lr must be <= {LR_MAX:g} (got {lrs.max():g})")
         from ..vit import design as vdesign
@@ -264,7 +264,7 @@ def register(cli):
             if not math.isfinite(v):
                 raise UsageError(f"--{name.replace('_', '-')} must be finite (got {v})")
         check_hparams_values(dict(sigma_w=[sigma_w], sigma_a=[sigma_a], alpha_a=[aa], alpha_m=[am], depth=[depth]))
-        option("--depth", depth, 1, 4096, integer=True)
+        option("--depth", depth, 1, MAX_DEPTH, integer=True)
         from ..vit import predict as vpredict
 
         try:
@@ -339,7 +339,7 @@ def register_recommend(cli):
                 raise UsageError(f"--{k.replace('_', '-')} must be finite (got {v})")
         check_hparams_values({k: [v] for k, v in fixed.items() if v is not None})
         option("--n-tokens", n_tokens, 2, 100_000, integer=True)
-        option("--depth", depth, 1, 4096, integer=True)
+        option("--depth", depth, 1, MAX_DEPTH, integer=True)
         from ..config import ACTIVATIONS
 
         if activation not in ACTIVATIONS:

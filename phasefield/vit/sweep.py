@@ -30,7 +30,7 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from .. import io
+from .. import grid, io
 from .design import run_id
 from .train import TrainConfig, Trainer, chance_loss, diverged, make_points, steps_per_epoch
 
@@ -210,8 +210,6 @@ def check_size(cfg: TrainConfig, runs: list[dict], chunk: int) -> None:
     activations of one training step (batch x tokens x depth x width, with the attention
     maps and the MLP), times the runs trained together, plus parameters and Adam state
     (:func:`phasefield.grid.check_memory`; one-line ``ValueError``)."""
-    from .. import grid
-
     depth = max([int(r.get("depth") or cfg.depth) for r in runs] or [cfg.depth])
     n, d = cfg.n_tokens, cfg.width
     h = cfg.mlp_hidden or 4 * d
