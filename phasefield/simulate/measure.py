@@ -18,12 +18,12 @@ points (sharing the weight draws between points: common random numbers).
 from __future__ import annotations
 
 from functools import partial
-from typing import Optional
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .. import theory
 from ..config import HParams
 from ..theory.precision import float64
 from .stack import (collapsed_tokens, simplex_tokens, stack_forward, two_group_tokens,
@@ -233,15 +233,8 @@ def _check(hp, width):
 
 
 def collapsed_q_star(hp: HParams) -> float:
-    """q* of the collapsed fixed point from the theory engine (THEORY.md §6); the
-    closed form :func:`q_star_reference` if the theory engine is not installed."""
-    try:
-        from .. import theory
-
-        fixed_point = theory.collapsed_fixed_point
-    except (ImportError, AttributeError):
-        return q_star_reference(hp)
-    return float(fixed_point(hp)[0])
+    """q* of the collapsed fixed point from the theory engine (THEORY.md §6)."""
+    return float(theory.collapsed_fixed_point(hp)[0])
 
 
 @float64
