@@ -91,12 +91,17 @@ def collapsed_fixed_point(hp, kern=None):
 @public()
 def angle_growth(hp, kern=None):
     """A number with the sign of lambda_a that stays informative where lambda_a is 0 by
-    degeneracy (alpha = 0: the sign of d lambda_a / d alpha^2; identity residual: the sign of
-    the power of depth at which 1 - rho grows). > 0: rho = 1 repels (chaotic)."""
+    degeneracy; > 0: rho = 1 repels (chaotic), < 0: it attracts.
+
+        angle_growth = beta_A^2 w_M (D(1) - q_M) - w_A sigma_V^2
+
+    Unit-norm residual: ``q_z* (e^{lambda_a} - 1) / s`` (so at alpha = 0, where lambda_a = 0,
+    its sign is that of d lambda_a / d alpha^2 along the direction (w_A, w_M)). Identity
+    residual: ``c p / s`` with ``1 - rho ~ depth^p`` (``c`` the norm growth per block,
+    :mod:`.lyapunov`), the power law that replaces the exponential."""
     ba2, bm2, aa2, am2, wa, wm, r = weights(hp)
     sv2 = jnp.square(hp.sigma_v)
-    # r q_z* (e^{lambda_a} - 1) / s, expanded so that r = 0 and s = 0 are regular
-    return ba2 * (wm * kern.d_one - (bm2 * wa * sv2 + wm * kern.q_m)) - r * aa2 * sv2
+    return ba2 * wm * (kern.d_one - kern.q_m) - wa * sv2
 
 
 def _norm_at(hp, kern, rho):
@@ -128,18 +133,24 @@ def angle_exponent(hp, kern=None, method: str = "closed"):
     ``method='closed'``: e^{lambda_a} = beta_A^2 (beta_M^2 + alpha_M^2 D(1) / q_z*).
     ``method='autodiff'``: the (u, u) entry of ``jax.jacfwd`` of the block map written in
     coordinates (q, u = q - p), at (q*, 0) — the triangular Jacobian's transverse eigenvalue
-    (needs a finite q*: not the identity residual).
+    (the identity residual has no finite q*: both methods give its limit 0).
     """
     q_star, qz_star = collapsed_fixed_point(hp, kern)
     if method == "closed":
-        ba2, bm2, am2 = jnp.square(hp.beta_a), jnp.square(hp.beta_m), jnp.square(hp.alpha_m)
-        return jnp.log(ba2 * (bm2 + am2 * kern.d_one * _inv(qz_star)))
+        # e^{lambda_a} - 1 = [beta_A^2 alpha_M^2 (D(1) - q_M) - alpha_A^2 sigma_V^2] / q_z*
+        # (the fixed-point equation eliminates beta_A^2 beta_M^2 - 1): log1p keeps full
+        # relative precision at small alpha, and alpha_A = 1 gives log1p(-1) = -inf exactly
+        ba2, aa2, am2 = jnp.square(hp.beta_a), jnp.square(hp.alpha_a), jnp.square(hp.alpha_m)
+        num = ba2 * am2 * (kern.d_one - kern.q_m) - aa2 * jnp.square(hp.sigma_v)
+        return jnp.log1p(num * _inv(qz_star))
     if method == "autodiff":
         def f(x):
             q, u = x[0], x[1]
             q1, p1 = block.block_map(hp, q, q - u, kern)
             return jnp.stack([q1, q1 - p1])
 
+        if hp.residual == "identity":   # no finite q*: the multiplier -> 1 as q -> inf
+            return jnp.zeros_like(q_star)
         jac = jax.jacfwd(f)(jnp.stack([q_star, jnp.zeros_like(q_star)]))
         return jnp.log(jac[1, 1])
     raise ValueError(f"unknown method {method!r} (closed or autodiff)")

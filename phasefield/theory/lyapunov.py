@@ -22,9 +22,11 @@ IDENTITY_Q0 = 1.0
 
 
 def _top_eigenvalue(m):
+    # tr^2 - 4 det written as (a - d)^2 + 4 b c: no cancellation when the two eigenvalues
+    # are close (small alpha: both 1 + O(alpha^2), where the other form loses sqrt(eps))
     tr = m[0, 0] + m[1, 1]
-    det = m[0, 0] * m[1, 1] - m[0, 1] * m[1, 0]
-    return 0.5 * (tr + jnp.sqrt(jnp.maximum(tr * tr - 4.0 * det, 0.0)))
+    disc = jnp.square(m[0, 0] - m[1, 1]) + 4.0 * m[0, 1] * m[1, 0]
+    return 0.5 * (tr + jnp.sqrt(jnp.maximum(disc, 0.0)))
 
 
 @public()
