@@ -51,17 +51,18 @@ def exponents_result(hp, kw=None) -> dict:
     import numpy as np
 
     from .. import theory
-    from ..theory import fixed_points
+    from ..theory import fixed_points, mlp
 
-    out = theory.exponents(hp)
+    kern = mlp.kernel(hp)
+    out = theory.exponents(hp, kern)
     res = {k: float(out[k]) for k in ("lambda_a", "lambda_g", "lambda_g_inf", "q_star", "q_z_star",
                                        "rho_star", "rho_star_min", "rho_star_max")}
-    stable = np.asarray(out["rho_stable"], float)
+    stable = np.asarray(theory.attractors(hp, kern), float)
     res["attractors"] = sorted(float(r) for r in stable[np.isfinite(stable)])
     res["n_stable"] = int(out["n_stable"])
     res["bistable"] = res["n_stable"] > 1
     res["rho_0"] = float(fixed_points.RHO0)
-    growth = float(theory.angle_growth(hp))
+    growth = float(theory.angle_growth(hp, kern))
     res["angle_growth"] = growth
     kw = kw or {}
     res.update({k: kw[k] for k in ("sigma_w", "sigma_a", "n_tokens", "depth") if k in kw},
@@ -175,8 +176,9 @@ def register(cli):
         d = os.path.dirname(os.path.abspath(out))
         if not os.path.isdir(d):
             raise UsageError(f"directory of --out does not exist: {d}")
-        # the file and, while it runs, the chunks: about 2 x 5 float64 per point
-        output(out, need_bytes=2 * 5 * 8 * total)
+        # the file and, while it runs, the chunks: about 2 x 8 float64 per point
+        from ..sweep import VARIABLES
+        output(out, need_bytes=2 * len(VARIABLES) * 8 * total)
         # multi-valued axes are dimensions, single values scalar coordinates
         axes = {k: (v if v.size > 1 else float(v[0])) for k, v in vals.items()}
         if all(v.size == 1 for v in vals.values()):

@@ -47,11 +47,12 @@ import jax.numpy as jnp
 from . import attention, block, mlp
 from ._api import public
 
-BISECTION_STEPS = 24       # per bracket (a mesh cell), then Newton polish
-NEWTON_STEPS = 3
-MESH = 97                  # rho mesh for the root search (paper attention map)
+BISECTION_STEPS = 10       # per bracket (a mesh cell: width <= 0.03 -> 3e-5), then Newton
+NEWTON_STEPS = 3           # quadratic from 3e-5: machine precision
+MESH = 49                  # rho mesh for the root search (paper attention map)
 MESH_EXACT = 33            # coarser mesh for the (costly) exact-softmax map
-MAX_ROOTS = 6              # sign changes refined per point (the smallest rho first)
+MAX_ROOTS = 4              # sign changes refined per point (the smallest rho first);
+                           # a bistable point has 3 (stable, unstable, stable)
 RHO0 = 0.5                 # default input cosine: the attractor reported as rho_star
 
 
@@ -167,19 +168,21 @@ def _mesh(hp):
 
 
 def _refine(f, lo, hi, f_lo):
-    """Root of f in [lo, hi] (f(lo), f(hi) of opposite signs): bisection, then Newton."""
+    """Roots of f in the brackets [lo, hi] (arrays; f(lo), f(hi) of opposite signs), all
+    brackets at once: bisection, then a Newton polish kept inside each bracket."""
+    fv = jax.vmap(f)
     pos_lo = f_lo > 0
 
     def bisect(_, bracket):
         a, b = bracket
         mid = 0.5 * (a + b)
-        same = (f(mid) > 0) == pos_lo
+        same = (fv(mid) > 0) == pos_lo
         return jnp.where(same, mid, a), jnp.where(same, b, mid)
 
     lo, hi = jax.lax.fori_loop(0, BISECTION_STEPS, bisect, (lo, hi))
 
     def newton(_, r):
-        val, slope = jax.jvp(f, (r,), (jnp.ones_like(r),))
+        val, slope = jax.jvp(fv, (r,), (jnp.ones_like(r),))
         step = jnp.where(slope != 0, val / jnp.where(slope != 0, slope, 1.0), 0.0)
         r_new = r - step
         return jnp.where((r_new >= lo) & (r_new <= hi), r_new, r)
@@ -194,19 +197,21 @@ def stable_points(hp, kern=None):
     Returns a dict:
       ``rho``     [MAX_ROOTS] roots rho < 1 of g (NaN where unused), smallest first;
       ``stable``  [MAX_ROOTS] bool, g crosses + -> - (attracting in the reduced dynamics);
-      ``collapsed_stable``  rho = 1 attracts (lambda_a < 0, or :func:`angle_growth` < 0);
+      ``collapsed_stable``  rho = 1 attracts (:func:`angle_growth` < 0, i.e. lambda_a < 0);
       ``n_stable`` number of stable fixed points (rho = 1 included);
       ``rho_star`` the attractor reached from rho_0 = 1/2 (:data:`RHO0`): the nearest stable
                    point in the direction the cosine moves from there (sign of g(1/2)).
-    The search resolves roots closer than about a mesh cell only when g changes sign
-    between mesh points (cells are ~1e-4 wide at the ends of the range, ~0.016 mid-range);
-    at most MAX_ROOTS sign changes are refined.
+    Resolution: two roots closer than about a mesh cell (cosine-spaced MESH points: cells
+    ~1e-3 wide at the ends of the range, ~0.03 mid-range) are found only when g changes
+    sign between mesh points, so a pair born at a fold can be missed just inside the
+    bistable region; at most MAX_ROOTS sign changes are refined (smallest rho first).
     """
     dt = jnp.result_type(float)
     f = lambda x: _residual(hp, kern, x)
-    fv = jax.vmap(f)
     mesh = _mesh(hp)
-    g = fv(mesh)
+    rho0 = jnp.asarray(RHO0, dt)
+    both = jax.vmap(f)(jnp.concatenate([mesh, rho0[None]]))    # one batched evaluation
+    g, g0 = both[:-1], both[-1]
     growth = angle_growth(hp, kern)
     tiny = jnp.asarray(1e-300, dt)
     # ends: g >= 0 at rho = -1/(n-1) (the map cannot leave the Gram's domain); just below
@@ -218,14 +223,12 @@ def stable_points(hp, kern=None):
     change = down | up
     (idx,) = jnp.nonzero(change, size=MAX_ROOTS, fill_value=0)
     valid = jnp.arange(MAX_ROOTS) < jnp.sum(change)
-    roots = jax.vmap(lambda i: _refine(f, mesh[i], mesh[i + 1], g[i]))(idx)
+    roots = _refine(f, mesh[idx], mesh[idx + 1], g[idx])
     roots = jnp.where(valid, roots, jnp.nan)
     stable = valid & down[idx]
     collapsed_stable = growth < 0
     n_stable = jnp.sum(stable) + collapsed_stable.astype(jnp.int32)
     # the attractor reached from rho_0: reduced flow, sign of g(rho_0)
-    rho0 = jnp.asarray(RHO0, dt)
-    g0 = f(rho0)
     above = jnp.where(stable & (roots >= rho0), roots, jnp.inf).min()
     below = jnp.where(stable & (roots <= rho0), roots, -jnp.inf).max()
     up_target = jnp.where(jnp.isfinite(above), above, 1.0)

@@ -77,7 +77,10 @@ def gradient_exponent_collapsed(hp, kern=None, depth=None, lambda_a=None):
         return _identity_lambda_g(hp, kern, L, n)
     la = fixed_points.angle_exponent(hp, kern) if lambda_a is None else lambda_a
     mu = mean_mode(hp, kern)
-    return jnp.logaddexp(jnp.log1p(-1.0 / n) + L * la, L * jnp.log(mu) - jnp.log(n)) / L
+    out = jnp.logaddexp(jnp.log1p(-1.0 / n) + L * la, L * jnp.log(mu) - jnp.log(n)) / L
+    # both modes exactly 1 (alpha = 0: the identity block): 0 exactly, not a rounding of
+    # log((1 - 1/n) + 1/n) (whose sign would decide the phase label)
+    return jnp.where((la == 0) & (mu == 1), jnp.zeros_like(out), out)
 
 
 @public("num_layers")
@@ -120,6 +123,16 @@ def gradient_exponent_inf(hp, kern=None, state=None):
 
 
 @public()
+def attractors(hp, kern=None):
+    """Every stable cosine, [MAX_ROOTS + 1] ascending and NaN-padded (1 = the collapsed
+    point rho = 1 when it attracts)."""
+    fp = fixed_points.stable_points(hp, kern)
+    rho_stable = jnp.concatenate([jnp.where(fp["stable"], fp["rho"], jnp.nan),
+                                  jnp.where(fp["collapsed_stable"], 1.0, jnp.nan)[None]])
+    return jnp.sort(rho_stable)     # NaN sorts last
+
+
+@public()
 def exponents(hp, kern=None) -> dict:
     """Everything at one point. Which state each number refers to:
 
@@ -132,7 +145,7 @@ def exponents(hp, kern=None) -> dict:
     lambda_g_inf  at that default attractor;
     n_stable      number of stable fixed points (rho = 1 included; >= 2: bistable);
     rho_star_min, rho_star_max   the smallest and largest stable cosines (1 if rho = 1 is
-                  stable); rho_stable: all of them, [MAX_ROOTS + 1], NaN-padded.
+                  stable); all of them: :func:`attractors`.
     """
     la = fixed_points.angle_exponent(hp, kern)
     q_star, qz_star = fixed_points.collapsed_fixed_point(hp, kern)
@@ -140,6 +153,8 @@ def exponents(hp, kern=None) -> dict:
     state = fixed_points.state_at(hp, kern, fp["rho_star"])
     rho_stable = jnp.concatenate([jnp.where(fp["stable"], fp["rho"], jnp.nan),
                                   jnp.where(fp["collapsed_stable"], 1.0, jnp.nan)[None]])
+    # every output is a scalar (sweeps stack them); the list of stable cosines is
+    # fixed_points.stable_points (or :func:`attractors`)
     lo = jnp.where(jnp.isnan(rho_stable), jnp.inf, rho_stable).min()
     hi = jnp.where(jnp.isnan(rho_stable), -jnp.inf, rho_stable).max()
     return dict(
@@ -152,5 +167,4 @@ def exponents(hp, kern=None) -> dict:
         n_stable=fp["n_stable"],
         rho_star_min=jnp.where(jnp.isfinite(lo), lo, jnp.nan),
         rho_star_max=jnp.where(jnp.isfinite(hi), hi, jnp.nan),
-        rho_stable=rho_stable,
     )
