@@ -195,7 +195,7 @@ def _cli(capsys, *args):
 
 
 def test_cli_alpha_zero_and_one_json(capsys):
-    r0 = _strict_json(_cli(capsys, "--alpha", 0, "--json"))
+    r0 = _strict_json(_cli(capsys, "--alpha", 0, "--n-tokens", 100, "--json"))
     assert r0["lambda_a"] == 0.0 and r0["lambda_g"] == 0.0 and r0["phase"] == "edge/edge"
     assert r0["q_star"] > 0 and r0["n_stable"] == 1
     r1 = _strict_json(_cli(capsys, "--alpha", 1, "--json"))
@@ -219,3 +219,33 @@ def test_cli_bistable_prints_both_attractors(capsys):
     assert r["rho_star"] == pytest.approx(0.1936286355) and r["rho_0"] == 0.5
     text = _cli(capsys, *args)
     assert "BISTABLE" in text and "0.00218188" in text and "0.193629" in text
+
+
+# ---- sweeps and the phase diagram: bistable points are marked ---------------------------------
+
+def test_sweep_marks_bistable_points():
+    import phasefield
+
+    ds = phasefield.sweep(sigma_w=8.175, sigma_a=[1.0, 6.875], alpha_a=.705, alpha_m=.41, n_tokens=128)
+    assert ds.n_stable.values.tolist() == [1.0, 2.0]
+    b = ds.sel(sigma_a=6.875)
+    np.testing.assert_allclose([float(b.rho_star_min), float(b.rho_star_max), float(b.rho_star)],
+                               [0.00218188474577, 0.193628635459, 0.193628635459], rtol=1e-9)
+
+
+def test_phase_diagram_hatches_the_bistable_region(tmp_path):
+    import xarray as xr
+
+    from phasefield.figures import paper, phase
+
+    a, sw = np.linspace(.05, .95, 6), np.linspace(.5, 6, 5)
+    A, S = np.meshgrid(a, sw)
+    ns = np.where((S > 4) & (A > .5), 2.0, 1.0)
+    ds = xr.Dataset({"lambda_a": (("sigma_w", "alpha"), (S - 2) * A),
+                     "lambda_g": (("sigma_w", "alpha"), (S - 2) * A + .1),
+                     "n_stable": (("sigma_w", "alpha"), ns)}, coords=dict(alpha=a, sigma_w=sw))
+    mask = phase.bistable(ds, "alpha", "sigma_w")
+    assert mask is not None and int(mask.sum()) == int((ns >= 2).sum())
+    assert phase.bistable(ds.drop_vars("n_stable"), "alpha", "sigma_w") is None   # old sweeps
+    paths = paper.phase_diagram(ds, str(tmp_path))
+    assert all(p.endswith((".png", ".pdf")) for p in paths)
