@@ -26,15 +26,22 @@ def _sim_options(f):
         click.option("--mlp-layers", type=int, default=1, show_default=True),
         click.option("--residual", type=click.Choice(["unit-norm", "identity"]), default="unit-norm",
                      show_default=True),
+        click.option("--weights", type=click.Choice(["lazy", "dense"]), default="lazy",
+                     show_default=True, help="lazily sampled linear maps (exact in distribution, "
+                     "O(n^2 d) per block) or every d x d matrix drawn (the reference)"),
     ]
     for o in reversed(opts):
         f = o(f)
     return f
 
 
-def _check_sim(width, seeds, eps, mlp_hidden, residual):
-    if width < 2 or width > 8192:
-        raise UsageError(f"--width must lie in [2, 8192] (got {width})")
+MAX_WIDTH = {"dense": 8192, "lazy": 65536}
+
+
+def _check_sim(width, seeds, eps, mlp_hidden, residual, weights="dense"):
+    if width < 2 or width > MAX_WIDTH[weights]:
+        raise UsageError(f"--width must lie in [2, {MAX_WIDTH[weights]}] with --weights {weights} "
+                         f"(got {width})")
     if seeds < 2:
         raise UsageError(f"--seeds must be >= 2 to give a standard error (got {seeds})")
     if not (0 < eps < 1):
@@ -56,9 +63,10 @@ def register(cli):
     @_sim_options
     @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
     def exponents(sigma_w, sigma_a, alpha, alpha_a, alpha_m, sigma_v, n_tokens, depth, width, seeds,
-                  seed, causal, eps, mlp_hidden, dtype, activation, mlp_layers, residual, as_json):
+                  seed, causal, eps, mlp_hidden, dtype, activation, mlp_layers, residual, weights,
+                  as_json):
         """Numerical lambda_a and lambda_g(depth) with standard errors at one point."""
-        _check_sim(width, seeds, eps, mlp_hidden, residual)
+        _check_sim(width, seeds, eps, mlp_hidden, residual, weights)
         hp = point_hparams(sigma_w, sigma_a, alpha, alpha_a, alpha_m, sigma_v, n_tokens, depth,
                            activation=activation, mlp_layers=int(mlp_layers), residual=residual)
         import jax.numpy as jnp
@@ -66,8 +74,10 @@ def register(cli):
         from ..simulate import measure
 
         res = measure.exponents(hp, width=width, seeds=seeds, eps=eps, causal=causal,
-                                mlp_hidden=mlp_hidden, dtype=jnp.dtype(dtype), seed=seed)
-        res.update(width=width, seeds=seeds, depth=depth, n_tokens=n_tokens, causal=causal)
+                                mlp_hidden=mlp_hidden, dtype=jnp.dtype(dtype), seed=seed,
+                                weights=weights)
+        res.update(width=width, seeds=seeds, depth=depth, n_tokens=n_tokens, causal=causal,
+                   weights=weights)
         if as_json:
             echo_json(res)
         else:
@@ -82,11 +92,12 @@ def register(cli):
                   help="points vmapped together (sharing their random draws)")
     @click.option("--out", "-o", required=True, help="output netCDF file")
     def sweep_cmd(sigma_w, sigma_a, alpha_a, alpha_m, alpha, sigma_v, n_tokens, depth, width, seeds,
-                  seed, causal, eps, mlp_hidden, dtype, activation, mlp_layers, residual, chunk, out):
+                  seed, causal, eps, mlp_hidden, dtype, activation, mlp_layers, residual, weights,
+                  chunk, out):
         """Simulated exponents on a grid, in the theory sweep's format plus *_se variables.
 
         Finished chunks are kept in OUT.parts/ and reused when the command is rerun."""
-        _check_sim(width, seeds, eps, mlp_hidden, residual)
+        _check_sim(width, seeds, eps, mlp_hidden, residual, weights)
         if chunk < 1:
             raise UsageError(f"--chunk must be >= 1 (got {chunk})")
         vals = grid_values(sigma_w, sigma_a, alpha, alpha_a, alpha_m, sigma_v, n_tokens, depth)
@@ -109,7 +120,7 @@ def register(cli):
         parts = os.fspath(out) + ".parts"
         ds = simsweep.sweep(width=width, seeds=seeds, eps=eps, causal=causal, mlp_hidden=mlp_hidden,
                             dtype=jnp.dtype(dtype), seed=seed, base=base, chunk=chunk,
-                            parts_dir=parts, progress=True, **axes)
+                            parts_dir=parts, progress=True, weights=weights, **axes)
         with atomic_path(out) as tmp:
             ds.to_netcdf(tmp, engine="h5netcdf")
         import shutil
