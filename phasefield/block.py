@@ -57,24 +57,50 @@ def _check_weights(weights):
 
 # ---------------------------------------------------------------- lazily sampled maps
 # A Gaussian map W (d_in x d_out, i.i.d. N(0, s^2)) is used once forward, Y = X W, and
-# once backward, U W^T. With X^T = Q R (reduced QR, Q: d_in x k, k = min(N, d_in)):
-#   W = Q S + (I - Q Q^T) W,   S = Q^T W: k x d_out i.i.d. N(0, s^2), independent of the
-#   rest (rotation invariance, given X), so Y = R^T S; and since U depends on W only
-#   through Y, U W^T = U S^T Q^T + [(I - Q Q^T) G C^{1/2}]^T with G: d_in x N standard
-#   normal and C = s^2 U U^T -- an exact draw of the part of W the forward never touched.
-# Several maps on the same X (W_Q, W_K, W_V) share the QR; their untouched parts are
+# once backward, U W^T. With Q (d_in x N) an orthonormal basis of the tokens' span (zero
+# columns allowed, see token_basis):
+#   W = Q S + (I - Q Q^T) W,   S = Q^T W: i.i.d. N(0, s^2), independent of the rest
+#   (rotation invariance, given X), so Y = (X Q) S; and since U depends on W only through
+#   Y, U W^T = U S^T Q^T + [(I - Q Q^T) G C^{1/2}]^T with G: d_in x N standard normal and
+#   C = s^2 U U^T -- an exact draw of the part of W the forward never touched.
+# Several maps on the same X (W_Q, W_K, W_V) share the basis; their untouched parts are
 # independent, so their summed backward terms are one draw with C = sum_j s_j^2 U_j U_j^T.
-# Holds for rank-deficient X (collapsed tokens: Householder Q is orthonormal anyway).
-def _r_factor(x):
-    """R (k x N) of the reduced QR of x^T (x: N x d_in), without forming Q."""
-    k = min(x.shape)
-    h, _ = jnp.linalg.qr(x.T, mode="raw")  # h = (factored x^T)^T
-    return jnp.triu(h.T[:k, :])
+#
+# Q must be a *stable* function of X. An unpivoted Householder QR of rank-deficient X
+# (identical tokens: the lambda_g protocol's collapsed input) completes Q with directions
+# set by rounding noise, and S's rows along them enter the VJP with O(1) weight: the draw
+# then depends on rounding (the same keys gave different numbers in a vmapped sweep and at
+# a single point), and R's rounding-level rows made identical tokens drift apart. token_basis
+# orthogonalizes the tokens in order (classical Gram-Schmidt, twice) and keeps token i's
+# direction only if its residual exceeds RANK_TOL sqrt(d_in) eps |x_i| -- below that the
+# residual's direction is mostly rounding noise (its rounding error is ~ sqrt(d_in) eps
+# |x_i|) --; a dropped direction gets a zero column in Q, its part of W is drawn in the VJP's
+# noise term, and the forward Y = (X Q) S omits X's (rounding-level) component along it.
+# Identical tokens give identical rows of X Q, so a collapsed input stays collapsed.
+RANK_TOL = 32.0
 
 
-def _project(r, scales, draws):
-    rt = r.T
-    return tuple(s * (rt @ w) for s, w in zip(scales, draws))
+def token_basis(x):
+    """Orthonormal-or-zero basis ``Q`` ``[d_in, N]`` of the span of the tokens ``x``
+    (``[N, d_in]``), built in token order: column i is zero when token i lies in the span of
+    tokens < i up to ``RANK_TOL sqrt(d_in)`` machine epsilons (relative to its norm), else the
+    normalized residual. ``Q Q^T`` projects onto the (numerical) span of the tokens."""
+    n, d_in = x.shape
+    tol = RANK_TOL * jnp.sqrt(jnp.asarray(d_in, x.dtype)) * jnp.finfo(x.dtype).eps
+
+    def step(i, q):
+        c0 = x[i]
+        c = c0 - q @ (q.T @ c0)
+        c = c - q @ (q.T @ c)  # second pass: orthogonal to working precision
+        nu = jnp.linalg.norm(c)
+        keep = nu > tol * jnp.linalg.norm(c0)
+        return q.at[:, i].set(jnp.where(keep, c / jnp.where(keep, nu, 1.0), 0.0))
+
+    return jax.lax.fori_loop(0, n, step, jnp.zeros((d_in, n), x.dtype))
+
+
+def _project(xq, scales, draws):
+    return tuple(s * (xq @ w) for s, w in zip(scales, draws))
 
 
 @jax.custom_vjp
@@ -84,7 +110,8 @@ def random_linear(x, scales, draws, noise):
 
     x       ``[N, d_in]`` (all N tokens that see the same W)
     scales  tuple of m scalars (the standard deviations s_j)
-    draws   tuple of m standard-normal arrays ``[min(N, d_in), d_out_j]`` (the slabs S_j)
+    draws   tuple of m standard-normal arrays ``[N, d_out_j]`` (the slabs S_j; row i is
+            used only where :func:`token_basis` keeps token i's direction)
     noise   a standard-normal ``[d_in, N]`` array (G; used only by the VJP)
 
     The VJP with respect to ``x`` is ``sum_j s_j U_j S_j^T Q^T + [(I - QQ^T) G C^{1/2}]^T``,
@@ -93,27 +120,25 @@ def random_linear(x, scales, draws, noise):
     lambda_g protocol); full Jacobians (``jacrev``) need ``weights="dense"``. The VJP of
     ``scales`` is exact (``sum U_j * Y_j / s_j``); ``draws`` and ``noise`` get zero.
     """
-    return _project(_r_factor(x), scales, draws)
+    return _project(x @ token_basis(x), scales, draws)
 
 
 def _random_linear_fwd(x, scales, draws, noise):
-    q, r = jnp.linalg.qr(x.T)  # q: d_in x k, r: k x N
-    ys = _project(r, scales, draws)
-    return ys, (q, r, scales, draws, noise)
+    q = token_basis(x)  # d_in x N, orthonormal or zero columns
+    xq = x @ q  # N x N, (numerically) upper triangular: R^T of x^T = Q R
+    return _project(xq, scales, draws), (q, xq, scales, draws, noise)
 
 
 def _random_linear_bwd(res, cts):
-    q, r, scales, draws, noise = res
-    d_in, k = q.shape
-    m = sum(s * (u @ w.T) for s, u, w in zip(scales, cts, draws))  # N x k
-    dx = m @ q.T
-    if k < d_in:  # the untouched part (none when N >= d_in)
-        c = sum(jnp.square(s) * (u @ u.T) for s, u in zip(scales, cts))  # N x N, PSD
-        ev, vec = jnp.linalg.eigh(c)
-        root = (vec * jnp.sqrt(jnp.clip(ev, 0.0))) @ vec.T
-        pg = noise - q @ (q.T @ noise)  # (I - QQ^T) G
-        dx = dx + root @ pg.T
-    dscales = tuple(jnp.sum((r @ u) * w).astype(jnp.result_type(s)) for s, u, w in zip(scales, cts, draws))
+    q, xq, scales, draws, noise = res
+    m = sum(s * (u @ w.T) for s, u, w in zip(scales, cts, draws))  # N x N
+    # the untouched part: (I - QQ^T) G C^{1/2} (zero when Q spans all d_in directions)
+    c = sum(jnp.square(s) * (u @ u.T) for s, u in zip(scales, cts))  # N x N, PSD
+    ev, vec = jnp.linalg.eigh(c)
+    root = (vec * jnp.sqrt(jnp.clip(ev, 0.0))) @ vec.T
+    pg = noise - q @ (q.T @ noise)  # (I - QQ^T) G
+    dx = m @ q.T + root @ pg.T
+    dscales = tuple(jnp.sum((xq.T @ u) * w).astype(jnp.result_type(s)) for s, u, w in zip(scales, cts, draws))
     return (dx, dscales, tuple(jnp.zeros_like(w) for w in draws), jnp.zeros_like(noise))
 
 
@@ -135,9 +160,8 @@ class RandomLinear(nn.Module):
         *batch, d_in = x.shape
         x2 = x.reshape(-1, d_in)
         n = x2.shape[0]
-        k = min(n, d_in)
         keys = jax.random.split(self.make_rng(LAZY_RNG), len(self.features) + 1)
-        draws = tuple(jax.random.normal(kk, (k, f), x.dtype) for kk, f in zip(keys[1:], self.features))
+        draws = tuple(jax.random.normal(kk, (n, f), x.dtype) for kk, f in zip(keys[1:], self.features))
         noise = jax.random.normal(keys[0], (d_in, n), x.dtype)
         scales = tuple(jnp.asarray(s, x.dtype) for s in self.stds)
         ys = random_linear(x2, scales, draws, noise)

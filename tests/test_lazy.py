@@ -1,7 +1,8 @@
 """The lazy sampler (``Block(weights="lazy")``, :func:`phasefield.block.random_linear`)
 against dense weights.
 
-Exact, deterministic checks (float64, tiny d): the lazy forward is ``X W`` and the lazy VJP
+Exact, deterministic checks (float64 inside JAX's scoped x64 switch -- the ``float64``
+fixture of tests/conftest.py, since importing phasefield leaves x64 off --, tiny d): the lazy forward is ``X W`` and the lazy VJP
 is autodiff of the dense block when the lazy draws are assembled into explicit weights
 ``W = s Q S + (I - QQ^T) W_c`` (``W_c`` any draw of the untouched part, the noise G set to
 ``(sum_j W_c,j U_j^T) C^{-1/2}``, the draw of G that ``W_c`` implies).
@@ -21,7 +22,6 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-import phasefield  # noqa: F401  (x64 on)
 from phasefield import HParams, block
 from phasefield.block import Block, random_linear
 from phasefield.simulate import measure, stack
@@ -30,8 +30,9 @@ Z_MAX = 4.0
 
 
 def _assemble(x, scales, draws, rng):
-    """Explicit weights consistent with the lazy draws: s Q S + (I - QQ^T) W_c."""
-    q, _ = jnp.linalg.qr(x.T)
+    """Explicit weights consistent with the lazy draws: s Q S + (I - QQ^T) W_c, Q the
+    sampler's basis of the token span (zero columns for dropped directions)."""
+    q = block.token_basis(x)
     proj = jnp.eye(x.shape[1], dtype=x.dtype) - q @ q.T
     wc = [s * jnp.asarray(rng.normal(size=(x.shape[1], w.shape[1])), x.dtype)
           for s, w in zip(scales, draws)]
@@ -44,10 +45,12 @@ def _implied_noise(wc, cts, scales):
     return sum(w @ u.T for w, u in zip(wc, cts)) @ ((vec / jnp.sqrt(ev)) @ vec.T)
 
 
-@pytest.mark.parametrize("rank", [4, 1])
+@pytest.mark.usefixtures("float64")
+@pytest.mark.parametrize("rank", [4, 2, 1])
 def test_random_linear_is_dense_autodiff(rank):
-    """Three maps sharing one QR (W_Q, W_K, W_V) and a rectangular one; full-rank and
-    rank-deficient (collapsed, rank 1) tokens."""
+    """Three maps sharing one basis (W_Q, W_K, W_V) and a rectangular one; full-rank and
+    rank-deficient tokens (rank 2: tokens a, b, a, b -- a dependent token before an
+    independent one; rank 1: collapsed)."""
     rng = np.random.default_rng(rank)
     n, d_in = 4, 9
     x = jnp.asarray(rng.normal(size=(rank, d_in)))[np.arange(n) % rank]
@@ -69,6 +72,7 @@ def test_random_linear_is_dense_autodiff(rank):
                                    rtol=1e-12)
 
 
+@pytest.mark.usefixtures("float64")
 @pytest.mark.parametrize("causal,mlp_layers", [(False, 1), (True, 2)])
 def test_lazy_block_is_dense_block_with_assembled_weights(monkeypatch, causal, mlp_layers):
     """The whole lazy block (forward and VJP) equals autodiff of the dense Block with the
@@ -120,6 +124,25 @@ def test_lazy_block_is_dense_block_with_assembled_weights(monkeypatch, causal, m
     assert jax.tree_util.tree_map(jnp.shape, params) == shapes
     np.testing.assert_allclose(y, yd, atol=1e-12)
     np.testing.assert_allclose(g, gd, atol=1e-10)
+
+
+def test_token_basis_is_stable_at_collapse():
+    """Identical tokens (float32, the lambda_g input): one direction is kept, the others
+    are dropped rather than completed by rounding noise, and the lazy block keeps the
+    tokens identical, so the draw is the same whether or not it is vmapped over points."""
+    hp = HParams(sigma_w=2.0, sigma_a=3.0, alpha_a=0.7, alpha_m=0.6)
+    n, d = 8, 256
+    x = stack.collapsed_tokens(jax.random.key(2), n, d, 1.3)
+    q = block.token_basis(x)
+    assert [bool(jnp.any(q[:, i] != 0)) for i in range(n)] == [True] + [False] * (n - 1)
+    np.testing.assert_allclose(q.T @ q, np.diag([1.0] + [0.0] * (n - 1)), atol=1e-6)
+    f = lambda h, x: stack.stack_forward(h, jax.random.key(4), x, 4)
+    y = f(hp.astype(jnp.float32), x)
+    assert float(jnp.max(jnp.abs(y - y[:1]))) <= 1e-5 * float(jnp.max(jnp.abs(y)))
+    hps = jax.tree_util.tree_map(lambda v: jnp.stack([v, 0.5 * v]), hp.astype(jnp.float32))
+    g = lambda h: jax.vjp(lambda x: f(h, x), x)[1](y)[0]
+    np.testing.assert_allclose(jax.vmap(g)(hps)[0], g(hp.astype(jnp.float32)), rtol=1e-4,
+                               atol=1e-4 * float(jnp.max(jnp.abs(g(hp.astype(jnp.float32))))))
 
 
 def test_lazy_stack_layers_and_causality():
