@@ -61,8 +61,9 @@ def _check_weights(weights):
 # columns allowed, see token_basis):
 #   W = Q S + (I - Q Q^T) W,   S = Q^T W: i.i.d. N(0, s^2), independent of the rest
 #   (rotation invariance, given X), so Y = (X Q) S; and since U depends on W only through
-#   Y, U W^T = U S^T Q^T + [(I - Q Q^T) G C^{1/2}]^T with G: d_in x N standard normal and
-#   C = s^2 U U^T -- an exact draw of the part of W the forward never touched.
+#   Y, U W^T = U S^T Q^T + [(I - Q Q^T) G B^T]^T with G: d_in x N standard normal and
+#   B B^T = C = s^2 U U^T (cotangent_root) -- an exact draw of the part of W the forward
+#   never touched.
 # Several maps on the same X (W_Q, W_K, W_V) share the basis; their untouched parts are
 # independent, so their summed backward terms are one draw with C = sum_j s_j^2 U_j U_j^T.
 #
@@ -99,6 +100,18 @@ def token_basis(x):
     return jax.lax.fori_loop(0, n, step, jnp.zeros((d_in, n), x.dtype))
 
 
+def cotangent_root(cts, scales):
+    """``B`` ``[N, N]`` with ``B B^T = C = sum_j s_j^2 U_j U_j^T`` (up to rounding), taken
+    as ``V^T``-coordinates of the rows of ``U = [s_1 U_1, ..., s_m U_m]`` in the
+    :func:`token_basis` of those rows: ``B = U V``. Not the symmetric root ``C^{1/2}``,
+    whose eigendecomposition of the squared matrix turns rounding (eps) in C into sqrt(eps)
+    in the root where C is (nearly) singular -- at collapsed tokens the attention maps'
+    cotangents have identical rows -- so the noise would depend on rounding at the 1e-3
+    level in float32; B's rounding error stays at eps, and B is stable at rank deficiency."""
+    u = jnp.concatenate([s * c for s, c in zip(scales, cts)], axis=-1)
+    return u @ token_basis(u)
+
+
 def _project(xq, scales, draws):
     return tuple(s * (xq @ w) for s, w in zip(scales, draws))
 
@@ -114,8 +127,8 @@ def random_linear(x, scales, draws, noise):
             used only where :func:`token_basis` keeps token i's direction)
     noise   a standard-normal ``[d_in, N]`` array (G; used only by the VJP)
 
-    The VJP with respect to ``x`` is ``sum_j s_j U_j S_j^T Q^T + [(I - QQ^T) G C^{1/2}]^T``,
-    ``C = sum_j s_j^2 U_j U_j^T``: a fresh exact draw of the part of the W_j the forward did
+    The VJP with respect to ``x`` is ``sum_j s_j U_j S_j^T Q^T + [(I - QQ^T) G B^T]^T``,
+    ``B B^T = C = sum_j s_j^2 U_j U_j^T`` (:func:`cotangent_root`): a fresh exact draw of the part of the W_j the forward did
     not touch, so it is *not* linear in the cotangents -- one VJP per draw (as in the
     lambda_g protocol); full Jacobians (``jacrev``) need ``weights="dense"``. The VJP of
     ``scales`` is exact (``sum U_j * Y_j / s_j``); ``draws`` and ``noise`` get zero.
@@ -132,12 +145,9 @@ def _random_linear_fwd(x, scales, draws, noise):
 def _random_linear_bwd(res, cts):
     q, xq, scales, draws, noise = res
     m = sum(s * (u @ w.T) for s, u, w in zip(scales, cts, draws))  # N x N
-    # the untouched part: (I - QQ^T) G C^{1/2} (zero when Q spans all d_in directions)
-    c = sum(jnp.square(s) * (u @ u.T) for s, u in zip(scales, cts))  # N x N, PSD
-    ev, vec = jnp.linalg.eigh(c)
-    root = (vec * jnp.sqrt(jnp.clip(ev, 0.0))) @ vec.T
+    # the untouched part: (I - QQ^T) G B^T (zero when Q spans all d_in directions)
     pg = noise - q @ (q.T @ noise)  # (I - QQ^T) G
-    dx = m @ q.T + root @ pg.T
+    dx = m @ q.T + cotangent_root(cts, scales) @ pg.T
     dscales = tuple(jnp.sum((xq.T @ u) * w).astype(jnp.result_type(s)) for s, u, w in zip(scales, cts, draws))
     return (dx, dscales, tuple(jnp.zeros_like(w) for w in draws), jnp.zeros_like(noise))
 

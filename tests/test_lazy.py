@@ -5,7 +5,8 @@ Exact, deterministic checks (float64 inside JAX's scoped x64 switch -- the ``flo
 fixture of tests/conftest.py, since importing phasefield leaves x64 off --, tiny d): the lazy forward is ``X W`` and the lazy VJP
 is autodiff of the dense block when the lazy draws are assembled into explicit weights
 ``W = s Q S + (I - QQ^T) W_c`` (``W_c`` any draw of the untouched part, the noise G set to
-``(sum_j W_c,j U_j^T) C^{-1/2}``, the draw of G that ``W_c`` implies).
+``(sum_j W_c,j U_j^T) B^{-T}``, the draw of G that ``W_c`` implies, B the sampler's
+``cotangent_root``).
 
 Statistical checks: lazy and dense stacks are the same distribution -- per-layer q and p,
 per-draw cosine histograms, lambda_a and lambda_g(L) agree within two-sample tolerances
@@ -40,9 +41,9 @@ def _assemble(x, scales, draws, rng):
 
 
 def _implied_noise(wc, cts, scales):
-    c = sum(jnp.square(s) * (u @ u.T) for s, u in zip(scales, cts))
-    ev, vec = jnp.linalg.eigh(c)
-    return sum(w @ u.T for w, u in zip(wc, cts)) @ ((vec / jnp.sqrt(ev)) @ vec.T)
+    """The G for which the VJP's noise term (I - QQ^T) G B^T is (I - QQ^T) sum_j W_c,j U_j^T."""
+    b = block.cotangent_root(cts, scales)
+    return sum(w @ u.T for w, u in zip(wc, cts)) @ jnp.linalg.inv(b.T)
 
 
 @pytest.mark.usefixtures("float64")
