@@ -21,8 +21,12 @@ How it runs:
   interrupted sweep resumes where it stopped; the netCDF file appears (atomically) only
   when the grid is complete;
 * multi-host: after ``jax.distributed.initialize()`` each process computes the chunks
-  ``i % process_count == process_index`` into the shared ``<out>.chunks/`` folder and
-  process 0 assembles the file once all chunks are present.
+  ``i % process_count == process_index`` into the shared ``<out>.chunks/`` folder;
+  process 0 then waits (up to ``wait`` seconds, default 24 h) until every chunk is present
+  and assembles the file; the other processes return None.
+* before any work the grid's size is checked (:func:`phasefield.grid.check_grid`), and
+  the chunk store is locked: a second sweep writing the same ``out`` stops at once with
+  :class:`phasefield.grid.StoreLocked`.
 """
 from __future__ import annotations
 
@@ -195,7 +199,7 @@ def sweep(*, sigma_w, sigma_a=1.0, alpha=None, alpha_a=None, alpha_m=None, sigma
           residual: str = "unit-norm", attention: str = "paper", softmax_correction: bool = False,
           out: str | None = None,
           chunk_size: int | None = None, progress: bool = False,
-          devices: Sequence | None = None):
+          devices: Sequence | None = None, wait: float = 24 * 3600.0, log=None):
     """Evaluate the theory on a grid; see the module docstring. Returns an xarray.Dataset."""
     import xarray as xr
     from tqdm.auto import tqdm
@@ -204,7 +208,9 @@ def sweep(*, sigma_w, sigma_a=1.0, alpha=None, alpha_a=None, alpha_m=None, sigma
             softmax_correction=bool(softmax_correction)).validate()
     dims, scalars = _axes(sigma_w, sigma_a, alpha, alpha_a, alpha_m, sigma_v, n_tokens, depth)
     shape = tuple(v.size for v in dims.values())
-    total = int(np.prod(shape)) if shape else 1
+    total = grid.check_grid(shape, 8 * 8, "grid")
+    if chunk_size is not None and not 1 <= int(chunk_size) <= grid.CHUNK_MAX:
+        raise ValueError(f"chunk_size must lie in [1, {grid.CHUNK_MAX:,}] (got {chunk_size})")
     devices = list(devices) if devices is not None else jax.local_devices()
     ndev = len(devices)
     # the exact-softmax map integrates over a logit grid per point (~25 MB): small chunks
@@ -219,59 +225,79 @@ def sweep(*, sigma_w, sigma_a=1.0, alpha=None, alpha_a=None, alpha_m=None, sigma
     if out is not None:
         spec = dict(source="phasefield.sweep", dims={k: v.tolist() for k, v in dims.items()},
                     scalars={k: float(v) for k, v in scalars.items()}, n_chunks=n_chunks, **static)
-        store = grid.ChunkStore(os.fspath(out) + ".chunks", spec)
+        store = grid.ChunkStore(os.fspath(out) + ".chunks", spec, log=log,
+                                process_index=jax.process_index())
 
-    sw_values = dims.get("sigma_w", scalars.get("sigma_w"))
-    sw_all = np.atleast_1d(sw_values)
-    # 2-D tables are needed only where the stable point can leave rho = 1 (lambda_a > 0)
-    need = _chaotic_sigma_w(dims, scalars, _scalar_kernels(sw_all, activation, mlp_layers), residual)
-    kernels = jax.tree.map(jnp.asarray, build_kernels(sw_all, activation, mlp_layers, devices, need))
-    fn, sharding = _evaluate_fn(activation, mlp_layers, residual, attention, softmax_correction,
-                                tuple(devices))
-    pid, pcount = jax.process_index(), jax.process_count()
-    if pcount > 1 and store is None:
-        raise ValueError("a multi-host sweep needs out= on a filesystem shared by the hosts")
+    try:
+        sw_values = dims.get("sigma_w", scalars.get("sigma_w"))
+        sw_all = np.atleast_1d(sw_values)
+        # 2-D tables are needed only where the stable point can leave rho = 1 (lambda_a > 0)
+        need = _chaotic_sigma_w(dims, scalars, _scalar_kernels(sw_all, activation, mlp_layers), residual)
+        kernels = jax.tree.map(jnp.asarray, build_kernels(sw_all, activation, mlp_layers, devices, need))
+        fn, sharding = _evaluate_fn(activation, mlp_layers, residual, attention, softmax_correction,
+                                    tuple(devices))
+        pid, pcount = jax.process_index(), jax.process_count()
+        if pcount > 1 and store is None:
+            raise ValueError("a multi-host sweep needs out= on a filesystem shared by the hosts")
 
-    results = {k: np.full(total, np.nan) for k in VARIABLES}
-    todo = []
-    for c in range(n_chunks):
-        if store is not None and store.has(c):
-            _fill(results, c * chunk, store.load(c))
-        elif c % pcount == pid:
-            todo.append(c)
-    bar = tqdm(todo, desc="sweep", unit="chunk", disable=not progress, leave=False)
-    for c in bar:
-        lo, hi = c * chunk, min(total, (c + 1) * chunk)
-        index = np.arange(lo, lo + chunk) % total          # pad the last chunk by wrapping
-        fields, sw_index = _point_fields(dims, scalars, index)
-        fields = {k: jnp.asarray(v, jnp.float64) for k, v in fields.items()}
-        sw_index = jnp.asarray(sw_index)
-        if sharding is not None:
-            fields, sw_index = jax.device_put((fields, sw_index), sharding)
-        vals = {k: np.asarray(v)[: hi - lo] for k, v in fn(fields, sw_index, kernels).items()}
-        for k in VARIABLES:
-            results[k][lo:hi] = vals[k]
-        if store is not None:
-            store.save(c, vals)
-    bar.close()
-
-    if pcount > 1 and store is not None:
-        if store.missing(n_chunks) or pid != 0:
-            return None  # other processes still working, or not the assembling process
+        results = {k: np.full(total, np.nan) for k in VARIABLES}
+        todo = []
         for c in range(n_chunks):
-            _fill(results, c * chunk, store.load(c))
+            if store is not None and store.has(c):
+                _fill(results, c * chunk, store.load(c))
+            elif c % pcount == pid:
+                todo.append(c)
+        bar = tqdm(todo, desc="sweep", unit="chunk", disable=not progress, leave=False)
+        for c in bar:
+            lo, hi = c * chunk, min(total, (c + 1) * chunk)
+            index = np.arange(lo, lo + chunk) % total          # pad the last chunk by wrapping
+            fields, sw_index = _point_fields(dims, scalars, index)
+            fields = {k: jnp.asarray(v, jnp.float64) for k, v in fields.items()}
+            sw_index = jnp.asarray(sw_index)
+            if sharding is not None:
+                fields, sw_index = jax.device_put((fields, sw_index), sharding)
+            vals = {k: np.asarray(v)[: hi - lo] for k, v in fn(fields, sw_index, kernels).items()}
+            for k in VARIABLES:
+                results[k][lo:hi] = vals[k]
+            if store is not None:
+                store.save(c, vals)
+        bar.close()
 
-    coords = {name: (name, v) for name, v in dims.items()}
-    coords.update({name: float(v) for name, v in scalars.items()})
-    data = {k: (tuple(dims), results[k].reshape(shape), ATTRS[k]) for k in VARIABLES}
-    ds = xr.Dataset(data, coords=coords, attrs=dict(
-        title="phasefield theory sweep", activation=activation, mlp_layers=int(mlp_layers),
-        residual=residual, attention=attention, softmax_correction=int(bool(softmax_correction)),
-        note="lambda_g: depth-L exponent from the collapsed fixed point; lambda_g_inf: stable fixed point"))
-    if out is not None:
-        io.write_netcdf(ds, out)
-        store.remove()
-    return ds
+        if pcount > 1 and store is not None:
+            if pid != 0:
+                store.close()
+                return None  # process 0 assembles
+            import time
+
+            deadline = time.monotonic() + wait
+            while store.missing(n_chunks):
+                if time.monotonic() > deadline:
+                    store.close()
+                    raise ValueError(f"{len(store.missing(n_chunks))} chunks of {out} still missing after "
+                                     f"{wait:.0f} s; rerun on process 0 once the other processes finish")
+                time.sleep(0.2)
+            for c in range(n_chunks):
+                _fill(results, c * chunk, store.load(c))
+
+        coords = {name: (name, v) for name, v in dims.items()}
+        coords.update({name: float(v) for name, v in scalars.items()})
+        data = {k: (tuple(dims), results[k].reshape(shape), ATTRS[k]) for k in VARIABLES}
+        ds = xr.Dataset(data, coords=coords, attrs=dict(
+            title="phasefield theory sweep", activation=activation, mlp_layers=int(mlp_layers),
+            residual=residual, attention=attention, softmax_correction=int(bool(softmax_correction)),
+            note="lambda_g: depth-L exponent from the collapsed fixed point; lambda_g_inf: stable fixed point"))
+        if out is not None:
+            try:
+                io.write_netcdf(ds, out)
+            except BaseException:
+                store.close()
+                raise
+            store.remove()
+        return ds
+    except BaseException:
+        if store is not None:
+            store.close()  # the chunks stay for a rerun
+        raise
 
 
 def _fill(results, lo, vals):

@@ -20,18 +20,3 @@ phasefield.use_all_cpu_cores()
 def float64():
     with jax.enable_x64(True):
         yield
-
-
-# The seed theories (phasefield/seeds) are float64 formulas written for the global x64 that
-# importing phasefield used to switch on. Until they enter JAX's x64 scope themselves (as the
-# theory does, phasefield.theory.precision.float64), their tests run inside it.
-X64_MODULES = {"test_seeds_rank_collapse", "test_seeds_deepscalelm", "test_seeds_sensitivity"}
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _x64_for_seed_theories(request):
-    if request.module.__name__.rsplit(".", 1)[-1] in X64_MODULES:
-        with jax.enable_x64(True):
-            yield
-    else:
-        yield

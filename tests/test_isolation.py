@@ -26,7 +26,14 @@ from phasefield import HParams, theory
 import phasefield.sweep, phasefield.simulate, phasefield.figures, phasefield.cli  # noqa: E401
 hp = HParams(sigma_w=2.0, sigma_a=1.0, alpha_a=0.5, alpha_m=0.5, n_tokens=32, depth=16)
 ex = theory.exponents(hp)
+from phasefield.seeds import deepscalelm, rank_collapse, sensitivity
+seeds = [rank_collapse.query_grad_gaussian(1.3, 0.3, 4, 8),
+         rank_collapse.gaussian_tokens(jax.random.PRNGKey(0), 4, 8),
+         deepscalelm.sha(deepscalelm.Fwd(0.0, 1.0, 0.5), 16, var_logit=0.1),
+         sensitivity.profile("pre-norm", depth=2, width=8, draws=4)]
 print(json.dumps(dict(
+    seed_dtypes=sorted({str(x.dtype) for x in jax.tree.leaves(seeds) if getattr(x, "dtype", None) is not None
+                         and x.dtype.kind == "f"}),
     ones=str(jnp.ones(3).dtype), x64=bool(jax.config.jax_enable_x64),
     flags_same=os.environ.get("XLA_FLAGS") == flags, devices=jax.device_count(),
     dtypes=sorted({str(v.dtype) for v in ex.values()}),
@@ -51,6 +58,7 @@ def test_import_leaves_dtype_and_devices_alone(mode):
     assert res["flags_same"]
     assert res["devices"] == 1          # no XLA_FLAGS in the environment: one CPU device
     assert res["dtypes"] == ["float64"]
+    assert res["seed_dtypes"] == ["float64"]     # the seed theories enter the x64 scope too
     for k, v in EXPECTED.items():
         assert abs(res["values"][k] - v) < 1e-12, k
 

@@ -9,6 +9,10 @@ import pytest
 import phasefield  # noqa: F401  (x64)
 from phasefield.seeds import rank_collapse as rc
 
+# these tests transform the seed formulas with their own jit/vmap: JAX's scoped x64 switch
+# (the library's functions enter it themselves; tests/test_isolation.py checks that)
+pytestmark = pytest.mark.usefixtures("float64")
+
 K = jax.random.PRNGKey
 D = 800  # draws of every fixed-X check (one compilation per shape)
 

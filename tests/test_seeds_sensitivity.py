@@ -11,6 +11,10 @@ import pytest
 import phasefield  # noqa: F401
 from phasefield.seeds import sensitivity as sn
 
+# these tests transform the seed formulas with their own jit/vmap: JAX's scoped x64 switch
+# (the library's functions enter it themselves; tests/test_isolation.py checks that)
+pytestmark = pytest.mark.usefixtures("float64")
+
 K = jax.random.PRNGKey
 DEPTH, WIDTH, DRAWS = 3, 8, 1024
 

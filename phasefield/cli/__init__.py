@@ -9,10 +9,17 @@ The command configures what it owns: every command runs with float64 enabled
 core as a JAX device (:func:`phasefield.use_all_cpu_cores`; ``PHASEFIELD_HOST_DEVICES=1``
 opts out). Called with an explicit ``argv`` (tests, other programs) it leaves the
 environment alone.
+
+Errors: bad input (a ``UsageError``/``ValueError`` from the checks, which run before any
+work), an output that cannot be written (``OSError``: read-only, full disk, a directory),
+too little memory, an overflow -- each is one line on stderr and exit code 2; a store
+another process is writing likewise (``phasefield.grid.StoreLocked``). Anything else is a
+bug: one line naming it and exit code 1 (``PHASEFIELD_DEBUG=1`` shows the traceback).
 """
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 
 import click
@@ -77,13 +84,37 @@ def main(argv=None) -> int:
         return 130
     except (click.ClickException, UsageError, ValueError) as exc:
         msg = exc.format_message() if isinstance(exc, click.ClickException) else str(exc)
-        msg = " ".join(str(msg).split())
-        click.echo(f"phasefield: error: {msg}", err=True)
-        return 2
+        return _fail(msg)
     except KeyboardInterrupt:
         click.echo("phasefield: interrupted (finished chunks are kept; rerun to resume)", err=True)
         return 130
+    except OSError as exc:
+        where = f" {exc.filename}" if getattr(exc, "filename", None) else ""
+        return _fail(f"cannot read or write{where}: {exc.strerror or exc}")
+    except MemoryError:
+        return _fail("out of memory; use a smaller grid, width or number of draws")
+    except OverflowError as exc:
+        return _fail(f"a value is too large ({exc}); use smaller numbers")
+    except Exception as exc:  # noqa: BLE001 - a bug: one line, exit 1
+        if _resource_exhausted(exc):
+            return _fail("out of device memory; use a smaller grid, width, --chunk or number of draws")
+        if os.environ.get("PHASEFIELD_DEBUG"):
+            raise
+        text = " ".join(str(exc).split())[:300]
+        click.echo(f"phasefield: internal error: {type(exc).__name__}: {text} "
+                   "(a bug; PHASEFIELD_DEBUG=1 shows the traceback)", err=True)
+        return 1
     return 0
+
+
+def _fail(msg) -> int:
+    msg = " ".join(str(msg).split())
+    click.echo(f"phasefield: error: {msg}", err=True)
+    return 2
+
+
+def _resource_exhausted(exc) -> bool:
+    return "RESOURCE_EXHAUSTED" in str(exc) or "Out of memory" in str(exc)
 
 
 if __name__ == "__main__":  # pragma: no cover

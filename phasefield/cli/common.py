@@ -6,12 +6,11 @@ here for the commands that write files).
 """
 from __future__ import annotations
 
-import json
-
 import click
 import numpy as np
 
 from .. import grid
+from .. import io
 from ..io import atomic_path, json_default  # noqa: F401  (re-exported for the commands)
 
 
@@ -25,6 +24,26 @@ def parse_range(text: str, name: str = "value") -> np.ndarray:
         return grid.parse_axis(text, name)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+
+
+def check(fn, *args, **kw):
+    """Call a library check (``grid.check_option``, ``io.check_output`` ...), its
+    ``ValueError`` as :class:`UsageError`."""
+    try:
+        return fn(*args, **kw)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def option(name, value, lo=None, hi=None, **kw) -> None:
+    """:func:`phasefield.grid.check_option` (``name`` is the flag, e.g. ``--width``)."""
+    if value is not None:
+        check(grid.check_option, name, value, lo, hi, **kw)
+
+
+def output(path, flag="--out", kind="file", need_bytes=0) -> None:
+    """:func:`phasefield.io.check_output`: the output can be written (before any work)."""
+    check(io.check_output, path, flag, kind, need_bytes)
 
 
 def check_hparams_values(values: dict) -> None:
@@ -63,7 +82,10 @@ def point_hparams(sigma_w, sigma_a, alpha, alpha_a, alpha_m, sigma_v, n_tokens, 
     """``HParams`` of the :func:`point_options` (and static fields), validated."""
     from ..config import HParams
 
-    w = grid.untie(grid.branch_weights(alpha, alpha_a, alpha_m))
+    tied = grid.branch_weights(alpha, alpha_a, alpha_m)
+    check_hparams_values({k: v for k, v in dict(tied, sigma_w=sigma_w, sigma_a=sigma_a, sigma_v=sigma_v,
+                                                n_tokens=n_tokens, depth=depth).items() if v is not None})
+    w = grid.untie(tied)
     return HParams(sigma_w=float(sigma_w), sigma_a=float(sigma_a), alpha_a=float(w["alpha_a"]),
                    alpha_m=float(w["alpha_m"]), sigma_v=float(sigma_v), n_tokens=int(n_tokens),
                    depth=int(depth), **static).validate()
@@ -100,4 +122,5 @@ def grid_values(sigma_w, sigma_a, alpha, alpha_a, alpha_m, sigma_v, n_tokens, de
 
 
 def echo_json(obj) -> None:
-    click.echo(json.dumps(obj, indent=None, sort_keys=False, default=json_default))
+    """One JSON object on stdout, RFC 8259: NaN and ±inf are printed as null."""
+    click.echo(io.dumps(obj))

@@ -5,12 +5,15 @@ import os
 
 import click
 
-from .common import UsageError
+from .common import UsageError, output
+
+FIGURES_BYTES = 256 << 20   # free space a figures/demo run needs (PNG, PDF, sweep.nc, sim.nc)
 
 
 def _check_out(out):
-    if os.path.exists(out) and not os.path.isdir(out):
-        raise UsageError(f"--out {out} exists and is not a directory")
+    """A directory we can write about 256 MiB to, checked before any work (a full disk
+    otherwise fails deep inside HDF5)."""
+    output(out, kind="dir", need_bytes=FIGURES_BYTES)
 
 
 def _check_file(path, flag):

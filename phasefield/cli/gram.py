@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import click
 
-from .common import UsageError, echo_json, point_hparams, point_options
+from .common import UsageError, echo_json, option, point_hparams, point_options
 
 MAX_TOKENS = 128
+MAX_DEPTH = 4096   # the full-Gram map is iterated L times on an n x n Gram
 
 
 def _point(f):
@@ -25,13 +26,14 @@ def _point(f):
 def _hp(sigma_w, sigma_a, alpha, alpha_a, alpha_m, sigma_v, n_tokens, depth, activation, attention):
     if not 2 <= n_tokens <= MAX_TOKENS:
         raise UsageError(f"--n-tokens must lie in [2, {MAX_TOKENS}] for the full-Gram map (got {n_tokens})")
+    option("--depth", depth, 1, MAX_DEPTH, integer=True)
     return point_hparams(sigma_w, sigma_a, alpha, alpha_a, alpha_m, sigma_v, n_tokens, depth,
                          activation=activation, attention=attention)
 
 
 def _check_input(q0, rho0, n):
-    if not q0 > 0:
-        raise UsageError(f"--q0 must be > 0 (got {q0:g})")
+    option("--q0", q0, 0.0, 1e6, lo_open=True)
+    option("--rho0", rho0)
     if not -1.0 / (n - 1) <= rho0 <= 1.0:
         raise UsageError(f"--rho0 must lie in [-1/(n-1), 1] (got {rho0:g})")
 
@@ -57,6 +59,7 @@ def register(cli):
         from ..theory import gram
 
         if rho_inter is not None:
+            option("--rho-inter", rho_inter)
             if not -1.0 <= rho_inter <= rho0:
                 raise UsageError(f"--rho-inter must lie in [-1, --rho0] (got {rho_inter:g})")
             intra, inter = gram.two_group_trajectory(hp, q0, rho0, rho_inter, depth, causal=causal)

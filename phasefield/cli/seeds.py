@@ -6,12 +6,32 @@ import os
 import click
 import numpy as np
 
-from .common import UsageError, atomic_path, echo_json
+from .common import UsageError, atomic_path, check, echo_json, option, output
+
+DRAWS_MAX = 100_000
+SEED_MAX = 2**31 - 1
 
 
 def _check(cond, msg):
     if not cond:
         raise UsageError(msg)
+
+
+def _draws(draws, allow_zero=True):
+    if allow_zero and draws == 0:
+        return
+    option("--draws", draws, 2, DRAWS_MAX, integer=True, hint=" (or 0: formulas only)" if allow_zero else "")
+
+
+def _memory(nbytes, what, hint):
+    from .. import grid
+
+    check(grid.check_memory, nbytes, what, hint)
+
+
+def _figure_out(figure):
+    if figure is not None:
+        output(figure, "--figure", need_bytes=16 << 20)
 
 
 def _figure(fn, path, **kw):
@@ -48,13 +68,19 @@ def register(cli):
     @click.option("--figure", default=None, help="write the module's figure to this path")
     def rank_collapse(sigma_x, rho, n_tokens, width, draws, mode, seed, depth, alpha_tilde, as_json, figure):
         """Eqs. 17, 18, 47 and Lemmas 3.2-3.3 at one point, with an autodiff check."""
-        _check(sigma_x > 0, f"--sigma-x must be > 0 (got {sigma_x:g})")
-        _check(0 <= rho < 1, f"--rho must lie in [0, 1) (got {rho:g})")
-        _check(n_tokens >= 2, f"--n-tokens must be >= 2 (got {n_tokens})")
-        _check(1 <= width <= 256, f"--width must lie in [1, 256] (got {width})")
-        _check(draws == 0 or draws >= 2, f"--draws must be 0 or >= 2 (got {draws})")
-        _check(depth >= 1, f"--depth must be >= 1 (got {depth})")
-        _check(alpha_tilde >= 0, f"--alpha-tilde must be >= 0 (got {alpha_tilde:g})")
+        option("--sigma-x", sigma_x, 0.0, 1000.0, lo_open=True)
+        option("--rho", rho, 0.0, 1.0, hi_open=True)
+        option("--n-tokens", n_tokens, 2, 4096, integer=True)
+        option("--width", width, 1, 256, integer=True)
+        _draws(draws)
+        option("--seed", seed, 0, SEED_MAX, integer=True)
+        # the alpha = 1 recursion grows as 4^L: float64 overflows beyond L ~ 500
+        option("--depth", depth, 1, 256, integer=True)
+        option("--alpha-tilde", alpha_tilde, 0.0, 100.0)
+        _figure_out(figure)
+        if draws:
+            _memory(draws * 16 * 8 * n_tokens * (n_tokens + width), f"{draws:,} draws at --n-tokens "
+                    f"{n_tokens} and --width {width}", "use fewer --draws or smaller sizes")
         import jax
 
         from ..seeds import rank_collapse as rc
@@ -115,12 +141,20 @@ def register(cli):
     def deepscalelm(arch, init, layers, width, seq_len, dropout, k, alpha_exp, scaling, r0, draws, seed,
                     as_json, figure):
         """Moments through a pre-LN / post-LN stack (theory; simulation with --draws)."""
-        _check(layers >= 1, f"--layers must be >= 1 (got {layers})")
-        _check(4 <= width <= 2048, f"--width must lie in [4, 2048] (got {width})")
-        _check(seq_len >= 2, f"--seq-len must be >= 2 (got {seq_len})")
-        _check(0 <= dropout < 1, f"--dropout must lie in [0, 1) (got {dropout:g})")
-        _check(0 <= r0 < 1, f"--r0 must lie in [0, 1) (got {r0:g})")
-        _check(draws == 0 or draws >= 2, f"--draws must be 0 or >= 2 (got {draws})")
+        option("--layers", layers, 1, 1024, integer=True)
+        option("--width", width, 4, 2048, integer=True)
+        option("--seq-len", seq_len, 2, 4096, integer=True)
+        option("--dropout", dropout, 0.0, 1.0, hi_open=True)
+        option("--k", k, 0.0, 1e6, lo_open=True)
+        option("--alpha-exp", alpha_exp, 0.0, 10.0)
+        option("--r0", r0, 0.0, 1.0, hi_open=True)
+        _draws(draws)
+        option("--seed", seed, 0, SEED_MAX, integer=True)
+        _figure_out(figure)
+        if draws:
+            _memory(draws * 4 * 8 * seq_len * (seq_len + 4 * width) + 8 * 8 * width * width,
+                    f"{draws:,} draws at --seq-len {seq_len} and --width {width}",
+                    "use fewer --draws or smaller sizes")
         from ..seeds import deepscalelm as ds
 
         scaling = init.startswith("dslm") if scaling is None else scaling
@@ -178,12 +212,16 @@ def register(cli):
 
         _check(arch in sn.ARCHS + ("block",), f"unknown --arch {arch!r}; choose one of "
                f"{', '.join(sn.ARCHS + ('block',))}")
-        _check(1 <= depth <= 128, f"--depth must lie in [1, 128] (got {depth})")
-        _check(2 <= width <= 1024, f"--width must lie in [2, 1024] (got {width})")
-        _check(draws >= 2, f"--draws must be >= 2 (got {draws})")
-        _check(0 <= alpha < 1, f"--alpha must lie in [0, 1) (got {alpha:g})")
+        option("--depth", depth, 1, 128, integer=True)
+        option("--width", width, 2, 1024, integer=True)
+        _draws(draws, allow_zero=False)
+        option("--alpha", alpha, 0.0, 1.0, hi_open=True)
         for name, v in (("--alpha-a", alpha_a), ("--alpha-m", alpha_m)):
-            _check(0 <= v <= 1, f"{name} must lie in [0, 1] (got {v:g})")
+            option(name, v, 0.0, 1.0)
+        option("--seed", seed, 0, SEED_MAX, integer=True)
+        _figure_out(figure)
+        _memory(draws * 4 * 8 * depth * width * (width + 8), f"{draws:,} draws at --depth {depth} and "
+                f"--width {width}", "use fewer --draws or smaller sizes")
         import jax
 
         if arch == "block":
@@ -214,16 +252,28 @@ def register(cli):
     @click.option("--quick", is_flag=True, help="fewer draws and smaller sizes")
     def figures(out, quick):
         """Write the three seed figures (rank_collapse.png, deepscalelm.png, sensitivity.png)."""
-        _check(not os.path.isfile(out), f"--out {out!r} is a file, not a directory")
+        output(out, kind="dir", need_bytes=16 << 20)
         from ..seeds import figures as fg
 
+        created = not os.path.exists(out)
         os.makedirs(out, exist_ok=True)
-        q = dict(rank=dict(draws=32), dslm=dict(layers=2, d=32, L=8, draws=2),
-                 sens=dict(depth=4, width=8, draws=32, block_grid=2, block_draws=4)) if quick else \
-            dict(rank={}, dslm={}, sens={})
-        for name, fn, kw in (("rank_collapse.png", fg.rank_collapse_figure, q["rank"]),
-                             ("deepscalelm.png", fg.deepscalelm_figure, q["dslm"]),
-                             ("sensitivity.png", fg.sensitivity_figure, q["sens"])):
-            path = os.path.join(out, name)
-            _figure(fn, path, **kw)
-            click.echo(f"wrote {path}")
+        try:
+            _seed_figures(fg, out, quick)
+        except BaseException:
+            if created:
+                from ..io import remove_empty_dirs
+
+                remove_empty_dirs(out)
+            raise
+
+
+def _seed_figures(fg, out, quick):
+    q = dict(rank=dict(draws=32), dslm=dict(layers=2, d=32, L=8, draws=2),
+             sens=dict(depth=4, width=8, draws=32, block_grid=2, block_draws=4)) if quick else \
+        dict(rank={}, dslm={}, sens={})
+    for name, fn, kw in (("rank_collapse.png", fg.rank_collapse_figure, q["rank"]),
+                         ("deepscalelm.png", fg.deepscalelm_figure, q["dslm"]),
+                         ("sensitivity.png", fg.sensitivity_figure, q["sens"])):
+        path = os.path.join(out, name)
+        _figure(fn, path, **kw)
+        click.echo(f"wrote {path}")

@@ -6,16 +6,19 @@ import os
 import click
 import numpy as np
 
-from .common import (UsageError, atomic_path, echo_json, grid_options, grid_values, point_hparams,
-                     point_options)
+from .common import (UsageError, atomic_path, check, echo_json, grid_options, grid_values, option,
+                     output, point_hparams, point_options)
 
 DTYPES = ("float32", "float64")
+WIDTH_MAX = {"dense": 8192, "lazy": 65536}  # lazy keeps n x d slabs, not d x d matrices
+SEEDS_MAX = 100_000
+MLP_HIDDEN_MAX = 65_536
 
 
 def _sim_options(f):
     opts = [
-        click.option("--width", type=int, default=512, show_default=True, help="embedding width d"),
-        click.option("--seeds", type=int, default=16, show_default=True, help="independent draws"),
+        click.option("--width", type=int, default=512, show_default=True, help=f"embedding width d [2, {WIDTH_MAX['dense']}] dense, [2, {WIDTH_MAX['lazy']}] lazy"),
+        click.option("--seeds", type=int, default=16, show_default=True, help=f"independent draws [2, {SEEDS_MAX:,}]"),
         click.option("--seed", type=int, default=0, show_default=True, help="base random seed"),
         click.option("--causal", is_flag=True, help="causal attention mask"),
         click.option("--eps", type=float, default=1e-3, show_default=True,
@@ -23,7 +26,7 @@ def _sim_options(f):
         click.option("--mlp-hidden", type=int, default=None, help="MLP hidden width (default d)"),
         click.option("--dtype", type=click.Choice(DTYPES), default="float32", show_default=True),
         click.option("--activation", default="tanh", show_default=True),
-        click.option("--mlp-layers", type=int, default=1, show_default=True),
+        click.option("--mlp-layers", type=int, default=1, show_default=True, help="[1, 16]"),
         click.option("--residual", type=click.Choice(["unit-norm", "identity"]), default="unit-norm",
                      show_default=True),
         click.option("--weights", type=click.Choice(["lazy", "dense"]), default="lazy",
@@ -35,22 +38,27 @@ def _sim_options(f):
     return f
 
 
-MAX_WIDTH = {"dense": 8192, "lazy": 65536}
-
-
-def _check_sim(width, seeds, eps, mlp_hidden, residual, weights="dense"):
-    if width < 2 or width > MAX_WIDTH[weights]:
-        raise UsageError(f"--width must lie in [2, {MAX_WIDTH[weights]}] with --weights {weights} "
-                         f"(got {width})")
-    if seeds < 2:
-        raise UsageError(f"--seeds must be >= 2 to give a standard error (got {seeds})")
-    if not (0 < eps < 1):
-        raise UsageError(f"--eps must lie in (0, 1) (got {eps:g})")
-    if mlp_hidden is not None and mlp_hidden < 1:
-        raise UsageError(f"--mlp-hidden must be >= 1 (got {mlp_hidden})")
+def _check_sim(width, seeds, eps, mlp_hidden, residual, seed=0, mlp_layers=1, weights="dense"):
+    option("--width", width, 2, WIDTH_MAX[weights], integer=True, hint=f" with --weights {weights}")
+    option("--seeds", seeds, 2, SEEDS_MAX, integer=True, hint=" (>= 2 to give a standard error)")
+    option("--eps", eps, 0.0, 1.0, lo_open=True, hi_open=True)
+    option("--mlp-hidden", mlp_hidden, 1, MLP_HIDDEN_MAX, integer=True)
+    option("--seed", seed, 0, 2**31 - 1, integer=True)
+    option("--mlp-layers", mlp_layers, 1, 16, integer=True)
     if residual != "unit-norm":
         raise UsageError("the exponents need the collapsed fixed point, which exists only for "
                          "--residual unit-norm")
+
+
+def _check_memory(width, n_tokens, depth, mlp_hidden, dtype, points, weights):
+    """The least memory of one draw (points vmapped together), before anything runs."""
+    from .. import grid
+
+    itemsize = 8 if dtype == "float64" else 4
+    check(grid.check_memory, grid.simulation_bytes(width, n_tokens, depth, mlp_hidden, itemsize, points, weights),
+          f"a simulation with --width {width}, --n-tokens {n_tokens}, --depth {depth}"
+          + (f" ({points} points at once)" if points > 1 else ""),
+          "use a smaller --width, --n-tokens, --depth" + (" or --chunk" if points > 1 else ""))
 
 
 def register(cli):
@@ -66,9 +74,10 @@ def register(cli):
                   seed, causal, eps, mlp_hidden, dtype, activation, mlp_layers, residual, weights,
                   as_json):
         """Numerical lambda_a and lambda_g(depth) with standard errors at one point."""
-        _check_sim(width, seeds, eps, mlp_hidden, residual, weights)
+        _check_sim(width, seeds, eps, mlp_hidden, residual, seed, mlp_layers, weights)
         hp = point_hparams(sigma_w, sigma_a, alpha, alpha_a, alpha_m, sigma_v, n_tokens, depth,
                            activation=activation, mlp_layers=int(mlp_layers), residual=residual)
+        _check_memory(width, n_tokens, depth, mlp_hidden, dtype, 1, weights)
         import jax.numpy as jnp
 
         from ..simulate import measure
@@ -97,10 +106,15 @@ def register(cli):
         """Simulated exponents on a grid, in the theory sweep's format plus *_se variables.
 
         Finished chunks are kept in OUT.parts/ and reused when the command is rerun."""
-        _check_sim(width, seeds, eps, mlp_hidden, residual, weights)
-        if chunk < 1:
-            raise UsageError(f"--chunk must be >= 1 (got {chunk})")
+        _check_sim(width, seeds, eps, mlp_hidden, residual, seed, mlp_layers, weights)
+        from .. import grid
+
+        option("--chunk", chunk, 1, 4096, integer=True)
         vals = grid_values(sigma_w, sigma_a, alpha, alpha_a, alpha_m, sigma_v, n_tokens, depth)
+        total = check(grid.check_grid, [v.size for v in vals.values()], 8 * 8, "simulated grid")
+        _check_memory(width, int(vals["n_tokens"].max()), int(vals["depth"].max()), mlp_hidden, dtype,
+                      min(chunk, total), weights)
+        output(out, need_bytes=2 * 8 * 8 * total)
         from ..config import HParams
 
         base = HParams(activation=activation, mlp_layers=mlp_layers, residual=residual)
@@ -136,6 +150,9 @@ def register(cli):
     def compare(theory_nc, sim_nc, as_json, markdown):
         """Agreement table of a theory grid and a simulated grid: median, 90th percentile and
         maximum |sim - theory| of each common quantity, overall and by the theory's phase."""
+        for name, path in (("THEORY_NC", theory_nc), ("SIM_NC", sim_nc)):
+            if not os.path.isfile(path):
+                raise UsageError(f"{name}: no such file: {path!r}")
         from ..simulate import compare as cmp
 
         rows = cmp.agreement(cmp.open_grid(theory_nc), cmp.open_grid(sim_nc))

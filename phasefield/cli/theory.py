@@ -5,7 +5,10 @@ import os
 
 import click
 
-from .common import UsageError, echo_json, grid_options, grid_values, point_hparams, point_options
+from .common import (UsageError, check, echo_json, grid_options, grid_values, option, output,
+                     point_hparams, point_options)
+
+Q0_MAX = 1e6  # input squared norm per component (trajectory)
 
 ACTIVATION_HELP = "tanh, erf, relu, gelu or linear"
 
@@ -19,7 +22,7 @@ def _point_options(f):
 def _static_options():
     return [
         click.option("--activation", default="tanh", show_default=True, help=ACTIVATION_HELP),
-        click.option("--mlp-layers", type=int, default=1, show_default=True),
+        click.option("--mlp-layers", type=int, default=1, show_default=True, help="[1, 16]"),
         click.option("--residual", default="unit-norm", show_default=True, help="unit-norm or identity"),
         click.option("--attention", default="paper", show_default=True, help="paper or exact"),
         click.option("--softmax-correction", is_flag=True,
@@ -28,6 +31,7 @@ def _static_options():
 
 
 def _hp(mlp_layers, **kw):
+    option("--mlp-layers", mlp_layers, 1, 16, integer=True)
     return point_hparams(mlp_layers=int(mlp_layers), **kw)
 
 
@@ -67,8 +71,9 @@ def register(cli):
     def trajectory(q0, rho0, p0, as_json, **kw):
         """q and p per layer of the mean-field map from input (q0, p0 = rho0 q0)."""
         hp = _hp(**kw)
-        if not q0 > 0:
-            raise UsageError(f"--q0 must be > 0 (got {q0:g})")
+        option("--q0", q0, 0.0, Q0_MAX, lo_open=True)
+        option("--rho0", rho0, -1.0, 1.0)
+        option("--p0", p0, -Q0_MAX, Q0_MAX)
         if rho0 is not None and p0 is not None:
             raise UsageError("give either --rho0 or --p0, not both")
         if p0 is None:
@@ -100,17 +105,24 @@ def register(cli):
                   mlp_layers, residual, attention, softmax_correction, chunk, out, quiet):
         """Theory on a grid -> netCDF (xarray). Interrupted sweeps resume from OUT.chunks/."""
         vals = grid_values(sigma_w, sigma_a, alpha, alpha_a, alpha_m, sigma_v, n_tokens, depth)
-        if chunk is not None and chunk < 1:
-            raise UsageError(f"--chunk must be >= 1 (got {chunk})")
+        from .. import grid
         from ..config import HParams
 
+        option("--chunk", chunk, 1, grid.CHUNK_MAX, integer=True)
+        option("--mlp-layers", mlp_layers, 1, 16, integer=True)
         HParams(activation=activation, mlp_layers=mlp_layers, residual=residual,
                 attention=attention, softmax_correction=softmax_correction).validate()
+        sizes = [v.size for v in vals.values()]
+        total = check(grid.check_grid, sizes, 8 * 8, "grid")
+        if attention == "exact":  # the exact-softmax map integrates a logit grid per point
+            per_chunk = min(total, chunk or 64)
+            check(grid.check_memory, per_chunk * (25 << 20), f"a chunk of {per_chunk} points with --attention exact",
+                  "use a smaller --chunk")
         d = os.path.dirname(os.path.abspath(out))
-        if os.path.exists(out) and os.path.isdir(out):
-            raise UsageError(f"--out {out} is a directory")
         if not os.path.isdir(d):
             raise UsageError(f"directory of --out does not exist: {d}")
+        # the file and, while it runs, the chunks: about 2 x 5 float64 per point
+        output(out, need_bytes=2 * 5 * 8 * total)
         # multi-valued axes are dimensions, single values scalar coordinates
         axes = {k: (v if v.size > 1 else float(v[0])) for k, v in vals.items()}
         if all(v.size == 1 for v in vals.values()):
@@ -124,6 +136,11 @@ def register(cli):
                              attention=attention, softmax_correction=softmax_correction, out=out,
                              chunk_size=chunk, progress=not quiet)
         dt = time.perf_counter() - t0
+        if ds is None:  # a multi-process sweep: another process assembles the file
+            import jax
+
+            click.echo(f"process {jax.process_index()}: chunks done; process 0 writes {out}")
+            return
         n = int(ds.lambda_a.size)
         click.echo(f"wrote {out}: {' x '.join(f'{k}={ds.sizes[k]}' for k in ds.dims)} "
                    f"({n} points, {dt:.1f} s, {n / dt:,.0f} points/s)")

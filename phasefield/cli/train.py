@@ -11,12 +11,16 @@ import os
 import click
 import numpy as np
 
-from .common import UsageError, atomic_path, check_hparams_values, echo_json, parse_range
+from ..vit.design import MAX_DEPTH
+from .common import UsageError, atomic_path, check, check_hparams_values, echo_json, option, output, parse_range
 
-
-def _positive(name, v, minimum=1):
-    if v is not None and v < minimum:
-        raise UsageError(f"--{name} must be >= {minimum} (got {v})")
+LR_MAX = 100.0        # Adam learning rate
+EPOCHS_MAX = 100_000
+SEEDS_MAX = 10_000
+WIDTH_MAX = 4096
+IMAGE_MAX = 1024
+CHUNK_MAX = 4096
+BATCH_MAX = 1 << 16
 
 
 def _design_configs(design, design_seed, sigma_w, alpha, alpha_a, alpha_m, sigma_a) -> list:
@@ -106,24 +110,31 @@ def register(cli):
 
         Every chunk of grid points is trained by one vmapped, compiled program; results go to
         OUT/results.{jsonl,csv,json}, per-run metrics to OUT/metrics/, final params to
-        OUT/checkpoints/. Rerunning resumes without redoing finished runs."""
+        OUT/checkpoints/. Rerunning resumes without redoing finished runs. OUT is locked: a
+        second train-sweep on it stops at once (exit 2).
+
+        Single process only: train-sweep does not split work across jax.distributed
+        processes (run separate sweeps into separate OUT directories instead)."""
         digits = dataset == "digits"
         image_size = image_size if image_size is not None else (8 if digits else 64)
         patch_size = patch_size if patch_size is not None else (2 if digits else 8)
         batch_size = batch_size if batch_size is not None else (64 if digits else 256)
-        for name, v in (("seeds", seeds), ("epochs", epochs), ("batch-size", batch_size),
-                        ("image-size", image_size), ("patch-size", patch_size), ("chunk", chunk)):
-            _positive(name, v)
-        _positive("width", width, 2)
+        for name, v, hi in (("seeds", seeds, SEEDS_MAX), ("epochs", epochs, EPOCHS_MAX),
+                            ("batch-size", batch_size, BATCH_MAX), ("image-size", image_size, IMAGE_MAX),
+                            ("patch-size", patch_size, IMAGE_MAX), ("chunk", chunk, CHUNK_MAX)):
+            option(f"--{name}", v, 1, hi, integer=True)
+        option("--width", width, 2, WIDTH_MAX, integer=True)
+        option("--design-seed", design_seed, 0, 2**31 - 1, integer=True)
         if image_size % patch_size:
             raise UsageError(f"--patch-size {patch_size} does not divide --image-size {image_size}")
         depths = parse_range(depth, "depth")
-        if not np.all((depths >= 1) & (depths <= 4096) & (depths == np.round(depths))):
-            raise UsageError(f"--depth must be whole numbers in [1, 4096] (got {depth})")
+        if not np.all((depths >= 1) & (depths <= MAX_DEPTH) & (depths == np.round(depths))):
+            raise UsageError(f"--depth must be whole numbers in [1, {MAX_DEPTH}] (got {depth})")
         depths = [int(d) for d in dict.fromkeys(depths.tolist())]
         lrs = parse_range(lr, "lr")
-        if not np.all(lrs > 0):
-            raise UsageError(f"--lr must be > 0 (got {lrs.min():g})")
+        check_hparams_values(dict(lr=lrs))
+        if not np.all(lrs <= LR_MAX):
+            raise UsageError(f"--lr must be <= {LR_MAX:g} (got {lrs.max():g})")
         from ..vit import design as vdesign
 
         try:
@@ -145,12 +156,16 @@ def register(cli):
         from ..vit import data as vdata
         from ..vit import sweep as vsweep
 
-        # refuse a foreign sweep directory before loading data or training anything
-        if os.path.exists(out) and not os.path.isdir(out):
-            raise UsageError(f"--out {out} exists and is not a directory")
+        # refuse a foreign or unwritable sweep directory, and a size that cannot fit, before
+        # loading data or training anything (nothing is created until then)
+        output(out, kind="dir", need_bytes=64 << 20)
+        check(vsweep.check_size, cfg, runs, chunk)
         ds = vdata.load(dataset, image_size, data_dir=data_dir, tfds_dir=tfds_dir, download=download)
-        summary = vsweep.run_sweep(cfg, runs, out, ds, chunk=chunk, progress=not quiet,
-                                   log=lambda m: click.echo(m, err=True))
+        from .. import io
+
+        with io.dir_lock(out):
+            summary = vsweep.run_sweep(cfg, runs, out, ds, chunk=chunk, progress=not quiet,
+                                       log=lambda m: click.echo(m, err=True))
         summary.update(out=out, runs_in_table=len(vsweep.read_results(out)))
         if as_json:
             echo_json(summary)
@@ -175,12 +190,12 @@ def register(cli):
         raw-hyperparameter baselines, transfer tests; writes the best exponent model."""
         if out is None and not as_json:
             raise UsageError("nothing to do: give --out and/or --json")
-        _positive("folds", folds, 2)
-        _positive("repeats", repeats, 1)
-        if num_classes is not None:
-            _positive("num-classes", num_classes, 2)
-        if out is not None and os.path.isdir(out):
-            raise UsageError(f"--out {out} is a directory")
+        option("--folds", folds, 2, 100, integer=True)
+        option("--repeats", repeats, 1, 1000, integer=True)
+        option("--num-classes", num_classes, 2, 1_000_000, integer=True)
+        option("--lr", only_lr, 0.0, LR_MAX, lo_open=True)
+        if out is not None:
+            output(out)
         from ..vit import predict as vpredict
         from ..vit import sweep as vsweep
         from ..vit.train import TrainConfig
@@ -220,12 +235,13 @@ def register(cli):
                 raise UsageError(str(exc)) from None
         for lr_value, doc in docs.items():
             if out is not None:
-                import json
-
                 path = out if len(docs) == 1 else f"{os.path.splitext(out)[0]}_lr{lr_value:g}{os.path.splitext(out)[1]}"
+                from .. import io
+
+                text = io.dumps(doc, indent=1)   # RFC 8259: NaN -> null
                 with atomic_path(path) as tmp:
                     with open(tmp, "w") as f:
-                        json.dump(doc, f, indent=1, allow_nan=False, default=_finite)
+                        f.write(text)
             if not as_json:
                 _print_report(doc["report"])
         if as_json:
@@ -248,8 +264,7 @@ def register(cli):
             if not math.isfinite(v):
                 raise UsageError(f"--{name.replace('_', '-')} must be finite (got {v})")
         check_hparams_values(dict(sigma_w=[sigma_w], sigma_a=[sigma_a], alpha_a=[aa], alpha_m=[am], depth=[depth]))
-        if depth > 4096:
-            raise UsageError(f"--depth must be <= 4096 (got {depth})")
+        option("--depth", depth, 1, MAX_DEPTH, integer=True)
         from ..vit import predict as vpredict
 
         try:
@@ -278,14 +293,6 @@ def _alphas(alpha, alpha_a, alpha_m):
     aa = alpha if alpha is not None else alpha_a
     am = alpha if alpha is not None else (alpha_m if alpha_m is not None else alpha_a)
     return aa, am
-
-
-def _finite(o):
-    import numpy as _np
-
-    if isinstance(o, (_np.floating, _np.integer)):
-        return o.item()
-    raise TypeError(f"not JSON serializable: {type(o).__name__}")
 
 
 def _print_report(rep: dict) -> None:
@@ -331,9 +338,8 @@ def register_recommend(cli):
             if v is not None and not math.isfinite(v):
                 raise UsageError(f"--{k.replace('_', '-')} must be finite (got {v})")
         check_hparams_values({k: [v] for k, v in fixed.items() if v is not None})
-        check_hparams_values(dict(n_tokens=[n_tokens], depth=[depth]))
-        if n_tokens > 100_000 or depth > 4096:
-            raise UsageError("--n-tokens must be <= 100000 and --depth <= 4096")
+        option("--n-tokens", n_tokens, 2, 100_000, integer=True)
+        option("--depth", depth, 1, MAX_DEPTH, integer=True)
         from ..config import ACTIVATIONS
 
         if activation not in ACTIVATIONS:

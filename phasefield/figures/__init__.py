@@ -55,7 +55,7 @@ def make_figures(out_dir: str, quick: bool = False, from_path: str | None = None
     ``inputs``: the ``(theory, sim)`` groups already returned by :func:`load_inputs`.
     Returns ``dict(paths, theory, sim, settings, seconds)``.
     """
-    from . import compute, files, paper, settings as presets
+    from . import settings as presets
 
     if os.path.exists(out_dir) and not os.path.isdir(out_dir):
         raise ValueError(f"--out {out_dir} exists and is not a directory")
@@ -63,7 +63,21 @@ def make_figures(out_dir: str, quick: bool = False, from_path: str | None = None
     t0 = time.time()
     # load (and so validate) the inputs before writing anything
     theory, sim = inputs if inputs is not None else load_inputs(from_path, sim_path, echo)
+    created = not os.path.exists(out_dir)
     os.makedirs(out_dir, exist_ok=True)
+    try:
+        return _make(out_dir, s, t0, theory, sim, from_path, sim_path, echo, progress)
+    except BaseException:
+        if created:  # a failed first run leaves no empty folder (resumable parts stay)
+            from ..io import remove_empty_dirs
+
+            remove_empty_dirs(out_dir)
+        raise
+
+
+def _make(out_dir, s, t0, theory, sim, from_path, sim_path, echo, progress):
+    from . import compute, files, paper
+
     if theory is None:
         theory, computed_sim = compute.compute(out_dir, s, echo=echo, progress=progress,
                                                with_sim=sim is None)

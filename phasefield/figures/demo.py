@@ -10,7 +10,6 @@ The summary is printed and written to ``OUT/summary.json`` and ``OUT/summary.txt
 """
 from __future__ import annotations
 
-import json
 import os
 import time
 from typing import Callable
@@ -91,8 +90,9 @@ def run(out_dir: str, settings=None, echo: Callable = print, progress: bool = Tr
     summary = summarize(res)
     text = format_summary(summary)
     echo(text)
-    with open(os.path.join(out_dir, "summary.json"), "w") as f:
-        json.dump(summary, f, indent=1, default=float)
-    with open(os.path.join(out_dir, "summary.txt"), "w") as f:
+    from .. import io
+
+    io.write_json(os.path.join(out_dir, "summary.json"), summary)   # NaN -> null (RFC 8259)
+    with io.atomic_path(os.path.join(out_dir, "summary.txt")) as tmp, open(tmp, "w") as f:
         f.write(text.lstrip() + "\n")
     return summary

@@ -38,6 +38,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from ..theory.precision import float64
+
 MODES = ("uniform", "softmax")
 
 
@@ -48,10 +50,12 @@ def _f64(x):
     return jnp.asarray(x, jnp.float64)
 
 
+@float64
 def mean_token(X):
     return jnp.mean(_f64(X), axis=-2)
 
 
+@float64
 def centered_gram(X):
     """X^T L X = X^T X - n x_bar x_bar^T (d_v x d_v), L = I - 11^T/n."""
     X = _f64(X)
@@ -59,22 +63,26 @@ def centered_gram(X):
     return jnp.swapaxes(xc, -1, -2) @ xc
 
 
+@float64
 def C_of(X):
     """C(X) = sum_{k,k'} <X_k, X_k'> = n^2 |x_bar|^2."""
     X = _f64(X)
     return jnp.sum(jnp.square(jnp.sum(X, axis=-2)), axis=-1)
 
 
+@float64
 def frob2(X):
     return jnp.sum(jnp.square(_f64(X)), axis=(-2, -1))
 
 
+@float64
 def value_grad_sq(X):
     """Lemma 3.1 Eq. 6 (exact under uniform attention): d_v n |x_bar|^2."""
     n, d = X.shape[-2], X.shape[-1]
     return d * n * jnp.sum(jnp.square(mean_token(X)), axis=-1)
 
 
+@float64
 def query_grad_sq(X, sigma_v2=None, sigma_k2=None, d_k=None):
     """Lemma 3.1 Eq. 7: E_{W_K, W_V} ||dS/dW_Q||_F^2 given X (uniform attention).
 
@@ -95,6 +103,7 @@ def _scales(X, sigma_q2, sigma_k2, sigma_v2, d_k):
             1.0 / d_k if sigma_k2 is None else sigma_k2, 1.0 / d if sigma_v2 is None else sigma_v2)
 
 
+@float64
 def input_grad_sq_bound(X, sigma_q2=None, sigma_k2=None, sigma_v2=None, d_k=None):
     """Lemma 3.1 Eq. 8 as printed: 8 s_q^2 s_k^2 s_v^2 d_k d_v / n ||X^T L X||^2 + 2 d_v^2 s_v^2."""
     n, d, d_k, sigma_q2, sigma_k2, sigma_v2 = _scales(X, sigma_q2, sigma_k2, sigma_v2, d_k)
@@ -103,6 +112,7 @@ def input_grad_sq_bound(X, sigma_q2=None, sigma_k2=None, sigma_v2=None, d_k=None
             + 2 * d**2 * sigma_v2)
 
 
+@float64
 def input_grad_terms(X, sigma_q2=None, sigma_k2=None, sigma_v2=None, d_k=None):
     """Exact E_W ||A_1||^2, E||A_2||^2, 2 E<A_1, A_2>, E||A_3||^2 of the paper's split
     dS/dX = A_1 + A_2 + A_3 (uniform attention). Derived in docs/seeds.md."""
@@ -115,12 +125,14 @@ def input_grad_terms(X, sigma_q2=None, sigma_k2=None, sigma_v2=None, d_k=None):
                 cross=2 * s * d * b2 / n**2, A3=jnp.broadcast_to(sigma_v2 * d**2, b2.shape))
 
 
+@float64
 def input_grad_sq_exact(X, sigma_q2=None, sigma_k2=None, sigma_v2=None, d_k=None):
     """Exact E_W ||dS/dX||_F^2 under uniform attention (derived; replaces Eq. 8)."""
     t = input_grad_terms(X, sigma_q2, sigma_k2, sigma_v2, d_k)
     return t["A1"] + t["A2"] + t["cross"] + t["A3"]
 
 
+@float64
 def input_grad_sq_bound_corrected(X, sigma_q2=None, sigma_k2=None, sigma_v2=None, d_k=None):
     """The paper's triangle-inequality bound 4E||A1||^2 + 4E||A2||^2 + 2E||A3||^2 with the
     correct term values (always >= the exact value)."""
@@ -131,12 +143,14 @@ def input_grad_sq_bound_corrected(X, sigma_q2=None, sigma_k2=None, sigma_v2=None
 # --------------------------------------------------------------------------------------
 # Gaussian tokens with cosine rho (Section 3.3, App. A.2)
 # --------------------------------------------------------------------------------------
+@float64
 def value_grad_gaussian(sigma_x, rho, n, d):
     """Eq. 17: E||dS/dW_V||^2 = sigma_x^2 d^2 (1 + rho (n-1))."""
     sigma_x, rho = _f64(sigma_x), _f64(rho)
     return sigma_x**2 * d**2 * (1 + rho * (n - 1))
 
 
+@float64
 def query_grad_gaussian(sigma_x, rho, n, d, exact=False, tau=1.0):
     """Eq. 18 (tau^2 times it: Eq. 46): sigma_x^6 ((n-1)/n) (1-rho)^2 d (n+d).
 
@@ -150,17 +164,20 @@ def query_grad_gaussian(sigma_x, rho, n, d, exact=False, tau=1.0):
     return base
 
 
+@float64
 def grad_ratio(sigma_x, rho, n, d, exact=False, tau=1.0):
     """E||dS/dW_Q||^2 / E||dS/dW_V||^2 = sigma_x^4 (n-1)(1-rho)^2 (n+d) / (n d (1+rho(n-1)))."""
     return query_grad_gaussian(sigma_x, rho, n, d, exact, tau) / value_grad_gaussian(sigma_x, rho, n, d)
 
 
+@float64
 def temperature(sigma_x, rho, n, d):
     """Eq. 47: tau^2 = d n (1 + rho (n-1)) / (sigma_x^4 (1-rho)^2 (n+d) (n-1))."""
     sigma_x, rho = _f64(sigma_x), _f64(rho)
     return jnp.sqrt(d * n * (1 + rho * (n - 1)) / (sigma_x**4 * (1 - rho) ** 2 * (n + d) * (n - 1)))
 
 
+@float64
 def gaussian_tokens(key, n, d, sigma_x=1.0, rho=0.0, shape=()):
     """Tokens with E[X_ij X_i'j] = sigma_x^2 (delta_ii' + rho (1 - delta_ii')), dims independent."""
     k1, k2 = jax.random.split(key)
@@ -172,6 +189,7 @@ def gaussian_tokens(key, n, d, sigma_x=1.0, rho=0.0, shape=()):
 # --------------------------------------------------------------------------------------
 # forward recursions (Lemmas 3.2-3.3, Theorem 3.3)
 # --------------------------------------------------------------------------------------
+@float64
 def forward_moments(C0, F0, n, alpha1, alpha2, depth=None):
     """E C(X^l) and E||X^l||_F^2 for l = 0..L (linear MLP, uniform attention, no LN).
 
@@ -194,6 +212,7 @@ def forward_moments(C0, F0, n, alpha1, alpha2, depth=None):
     return jnp.concatenate([_f64(C0)[None], Cs]), jnp.concatenate([_f64(F0)[None], Fs])
 
 
+@float64
 def forward_closed_form(C0, F0, n, alpha1, alpha2, L):
     """Eqs. 10 and 12 for constant alphas."""
     b1, b2 = _f64(alpha1) ** 2, _f64(alpha2) ** 2
@@ -203,11 +222,13 @@ def forward_closed_form(C0, F0, n, alpha1, alpha2, L):
     return C, F
 
 
+@float64
 def correlation(C, F, n):
     """Average token correlation (Thm 3.3 proof): rho = C / ((n-1) F) - 1/(n-1)."""
     return C / ((n - 1) * F) - 1.0 / (n - 1)
 
 
+@float64
 def depth_limit(C0, F0, n, alpha1_t, alpha2_t):
     """L -> infinity with alpha_i^2 = alpha_i~ / L: Eqs. 11, 13, 15. Returns (C, F, rho)."""
     a1, a2 = _f64(alpha1_t), _f64(alpha2_t)
@@ -220,6 +241,7 @@ def depth_limit(C0, F0, n, alpha1_t, alpha2_t):
 # --------------------------------------------------------------------------------------
 # random blocks (autodiff checks)
 # --------------------------------------------------------------------------------------
+@float64
 def attention(X, WQ, WK, WV, tau=1.0, mode="softmax"):
     """S = softmax(tau X W_Q (X W_K)^T / sqrt(d_k)) X W_V; mode 'uniform' = Assumption 3.1."""
     d_k = WQ.shape[-1]
@@ -231,6 +253,7 @@ def attention(X, WQ, WK, WV, tau=1.0, mode="softmax"):
     return jax.nn.softmax(M, axis=-1) @ X @ WV
 
 
+@float64
 def draw_weights(key, d_v, d_k, sigma_q2=None, sigma_k2=None, sigma_v2=None):
     sigma_q2 = 1.0 / d_k if sigma_q2 is None else sigma_q2
     sigma_k2 = 1.0 / d_k if sigma_k2 is None else sigma_k2
@@ -245,6 +268,7 @@ def _sq(t):
     return jnp.sum(jnp.square(t))
 
 
+@float64
 def gradient_norms(X, W, tau=1.0, mode="softmax"):
     """Squared Frobenius norms of the Jacobians of S w.r.t. W_V, W_Q, W_K and X (autodiff)."""
     WQ, WK, WV = W
@@ -257,6 +281,7 @@ def gradient_norms(X, W, tau=1.0, mode="softmax"):
     )
 
 
+@float64
 def input_grad_split(X, W, tau=1.0, mode="softmax"):
     """||A_1||^2, ||A_2||^2, ||A_3||^2 of dS/dX = A_1 + A_2 + A_3 by autodiff: A_1 is the
     derivative through the query-side X, A_2 through the key-side X, A_3 through the values."""
@@ -288,6 +313,7 @@ def _mc(key, X, draws, d_k, mode, tau, sigma_x, rho, fixed_X, n, d, sq2, sk2, sv
     return jax.vmap(one)(keys)
 
 
+@float64
 def mc_gradient_norms(key, *, X=None, n=None, d=None, sigma_x=1.0, rho=0.0, draws=64, d_k=None,
                       mode="uniform", tau=1.0, sigma_q2=None, sigma_k2=None, sigma_v2=None):
     """Monte-Carlo means and standard errors of the four squared gradient norms.
@@ -317,6 +343,7 @@ def mc_gradient_norms(key, *, X=None, n=None, d=None, sigma_x=1.0, rho=0.0, draw
 # --------------------------------------------------------------------------------------
 # deep stack without normalization (Lemmas 3.2-3.3)
 # --------------------------------------------------------------------------------------
+@float64
 def stack_forward(X, key, depth, alpha1, alpha2, mode="uniform", d_k=None, activation="linear"):
     """X^{l+1} = alpha2 Y + Z, Z = alpha1 S(X) + X, Y = sigma(Z W1) W2 (weights var 1/d;
     W1 var 2/d for relu). Returns C(X^l) and ||X^l||^2 for l = 0..L (one weight draw)."""
@@ -341,6 +368,7 @@ def stack_forward(X, key, depth, alpha1, alpha2, mode="uniform", d_k=None, activ
     return jnp.concatenate([C_of(X)[None], Cs]), jnp.concatenate([frob2(X)[None], Fs])
 
 
+@float64
 def mc_stack_forward(key, X, depth, alpha1, alpha2, draws=256, mode="uniform", activation="linear"):
     """Means and standard errors over weight draws of C(X^l), ||X^l||^2 (l = 0..L)."""
     f = jax.jit(jax.vmap(lambda k: stack_forward(X, k, depth, alpha1, alpha2, mode,
@@ -352,6 +380,7 @@ def mc_stack_forward(key, X, depth, alpha1, alpha2, draws=256, mode="uniform", a
                 rho=correlation(C.mean(0), F.mean(0), X.shape[0]))
 
 
+@float64
 def query_grad_through_loss(X, key, depth=2, mode="softmax"):
     """Gradient norms of a random scalar loss w.r.t. W_Q, W_K, W_V of the first block of a
     no-LN linear stack (alpha = 1): Thm 3.2 says the Q/K ones vanish when X = 1 x^T."""

@@ -32,6 +32,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ..theory.precision import float64
+
 ARCHS = ("feedforward", "pre-norm", "post-norm", "no-norm", "weighted-pre", "weighted-post",
          "rescalenet", "admin", "catformer")
 NORMS = ("deterministic", "layernorm")
@@ -40,10 +42,12 @@ NORMS = ("deterministic", "layernorm")
 # --------------------------------------------------------------------------------------
 # closed forms
 # --------------------------------------------------------------------------------------
+@float64
 def harmonic(n):
     return float(sum(1.0 / k for k in range(1, int(n) + 1)))
 
 
+@float64
 def closed_form(arch, depth, alpha=0.5, beta=None):
     """S[x_hat_i] for i = 1..depth (numpy array). ``alpha``, ``beta`` only for the weighted
     residuals (beta defaults to sqrt(1 - alpha^2))."""
@@ -69,6 +73,7 @@ def closed_form(arch, depth, alpha=0.5, beta=None):
     raise ValueError(f"unknown architecture {arch!r}; choose one of {', '.join(ARCHS)}")
 
 
+@float64
 def variances(arch, depth, alpha=0.5, beta=None):
     """Expected per-component variance of the (un-normalised) sum before each norm."""
     beta = math.sqrt(1 - alpha**2) if beta is None else beta
@@ -95,6 +100,7 @@ def variances(arch, depth, alpha=0.5, beta=None):
 # --------------------------------------------------------------------------------------
 # the stacks
 # --------------------------------------------------------------------------------------
+@float64
 def init_params(key, arch, depth, d):
     """Linear modules W_i ~ N(0, 1/fan_in); the Catformer's fan-in grows as i d."""
     keys = jax.random.split(key, depth)
@@ -102,6 +108,7 @@ def init_params(key, arch, depth, d):
     return [jax.random.normal(k, (f, d), jnp.float64) / math.sqrt(f) for k, f in zip(keys, fan)]
 
 
+@float64
 def forward(params, x0, arch, alpha=0.5, beta=None, norm="deterministic"):
     """All normalised layer outputs x_hat_1..x_hat_N (list)."""
     beta = math.sqrt(1 - alpha**2) if beta is None else beta
@@ -167,6 +174,7 @@ def _ratio(a, b):
     return r, se
 
 
+@float64
 def estimate(f, sample_params, sample_input, key, draws=256, method="jvp", delta=1e-5):
     """Sensitivity of every output of ``f(params, x)`` (a pytree of arrays) w.r.t. params.
 
@@ -195,6 +203,7 @@ def _estimator(f, sample_params, sample_input, method, delta):
     return jax.jit(jax.vmap(one))
 
 
+@float64
 def profile(arch, depth=8, width=32, draws=256, key=None, alpha=0.5, beta=None,
             norm="deterministic", method="jvp", delta=1e-5):
     """Measured S[x_hat_i], i = 1..depth, with standard errors, and the closed form."""
@@ -216,6 +225,7 @@ def _profile_estimator(arch, depth, width, alpha, beta, norm, method, delta):
 # --------------------------------------------------------------------------------------
 # the seed-001 block
 # --------------------------------------------------------------------------------------
+@float64
 def block_sensitivity(alpha_a, alpha_m, sigma_w=1.0, sigma_a=1.0, n_tokens=8, width=32, rho0=0.5,
                       draws=64, key=None, activation="tanh", residual="unit-norm", method="jvp"):
     """Sensitivity of one phasefield.block.Block output to all its weights, at input tokens
@@ -241,6 +251,7 @@ def block_sensitivity(alpha_a, alpha_m, sigma_w=1.0, sigma_a=1.0, n_tokens=8, wi
     return float(S[0]), float(se[0])
 
 
+@float64
 def block_grid(alpha_a_values, alpha_m_values, **kw):
     S = np.zeros((len(alpha_a_values), len(alpha_m_values)))
     se = np.zeros_like(S)

@@ -20,12 +20,12 @@ points (sharing the weight draws between points: common random numbers).
 from __future__ import annotations
 
 from functools import partial
-from typing import Optional
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .. import grid, theory
 from ..config import HParams
 from ..theory.precision import float64
 from .stack import (DEFAULT_WEIGHTS, block_forward, collapsed_tokens, simplex_tokens,
@@ -168,13 +168,9 @@ def gradient_draws(hp, keys, q_star, *, n, d, depth, causal=False, mlp_hidden=No
 
 def default_draw_batch(n, d, depth, mlp_hidden=None, points=1, itemsize=4,
                        budget=MEMORY_BUDGET, weights=DEFAULT_WEIGHTS):
-    """How many draws to vmap at once so that the memory of the gradient kernel fits
-    ``budget`` bytes: each block is rematerialized in the backward pass, so only the block
-    inputs of every layer are kept, plus one layer's weights at a time (dense: the d x d
-    matrices; lazy: the n x d slabs, noise and QR factors, ~16 n max(d, h) numbers)."""
-    h = mlp_hidden or d
-    layer = 2 * (3 * d * d + 2 * d * h) if weights == "dense" else 16 * n * max(d, h)
-    per_draw = points * itemsize * (depth * 8 * n * max(d, h) + layer)
+    """How many draws to vmap at once so that the memory of the gradient kernel
+    (:func:`phasefield.grid.simulation_bytes`) fits ``budget`` bytes."""
+    per_draw = grid.simulation_bytes(d, n, depth, mlp_hidden, itemsize, points, weights)
     return int(max(1, min(1024, budget // max(per_draw, 1))))
 
 
@@ -239,15 +235,8 @@ def _check(hp, width):
 
 
 def collapsed_q_star(hp: HParams) -> float:
-    """q* of the collapsed fixed point from the theory engine (THEORY.md §6); the
-    closed form :func:`q_star_reference` if the theory engine is not installed."""
-    try:
-        from .. import theory
-
-        fixed_point = theory.collapsed_fixed_point
-    except (ImportError, AttributeError):
-        return q_star_reference(hp)
-    return float(fixed_point(hp)[0])
+    """q* of the collapsed fixed point from the theory engine (THEORY.md §6)."""
+    return float(theory.collapsed_fixed_point(hp)[0])
 
 
 @float64

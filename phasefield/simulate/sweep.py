@@ -95,33 +95,37 @@ def sweep(*, width: int = 512, seeds: int = 16, eps: float = measure.DEFAULT_EPS
         config["weights"] = weights
     store = grid.ChunkStore(parts_dir, dict(source="phasefield.simulate.sweep", **config)) if parts_dir else None
 
-    # group points by their static shape (n, depth), then chunk
-    groups: dict = {}
-    for i, f in enumerate(points):
-        groups.setdefault((int(round(f["n_tokens"])), int(round(f["depth"]))), []).append(i)
-    jobs = [(nd, idx[s:s + chunk]) for nd, idx in groups.items() for s in range(0, len(idx), chunk)]
+    try:
+        # group points by their static shape (n, depth), then chunk
+        groups: dict = {}
+        for i, f in enumerate(points):
+            groups.setdefault((int(round(f["n_tokens"])), int(round(f["depth"]))), []).append(i)
+        jobs = [(nd, idx[s:s + chunk]) for nd, idx in groups.items() for s in range(0, len(idx), chunk)]
 
-    out = {v: np.full(len(points), np.nan) for v in VARIABLES}
-    keys_a, keys_g = measure.exponent_keys(seed, int(seeds))
-    bar = None
-    if progress:
-        from tqdm.auto import tqdm
-        bar = tqdm(total=len(points), unit="pt", desc="simulate sweep")
-    for j, ((n, depth), idx) in enumerate(jobs):
-        if store is not None and store.has(j):
-            res = store.load(j)
-        else:
-            res = _run_chunk(base, [points[i] for i in idx], keys_a, keys_g, n=n, d=d,
-                             depth=depth, eps=eps, causal=causal, mlp_hidden=mlp_hidden,
-                             dtype=dtype, weights=weights)
-            if store is not None:
-                store.save(j, res)
-        for v in VARIABLES:
-            out[v][idx] = res[v]
+        out = {v: np.full(len(points), np.nan) for v in VARIABLES}
+        keys_a, keys_g = measure.exponent_keys(seed, int(seeds))
+        bar = None
+        if progress:
+            from tqdm.auto import tqdm
+            bar = tqdm(total=len(points), unit="pt", desc="simulate sweep")
+        for j, ((n, depth), idx) in enumerate(jobs):
+            if store is not None and store.has(j):
+                res = store.load(j)
+            else:
+                res = _run_chunk(base, [points[i] for i in idx], keys_a, keys_g, n=n, d=d,
+                                 depth=depth, eps=eps, causal=causal, mlp_hidden=mlp_hidden,
+                                 dtype=dtype, weights=weights)
+                if store is not None:
+                    store.save(j, res)
+            for v in VARIABLES:
+                out[v][idx] = res[v]
+            if bar is not None:
+                bar.update(len(idx))
         if bar is not None:
-            bar.update(len(idx))
-    if bar is not None:
-        bar.close()
+            bar.close()
+    finally:
+        if store is not None:
+            store.close()  # the chunks stay until the caller removes them
 
     shape = tuple(len(coords[k]) for k in dims)
     # fixed hyperparameters are scalar coordinates, as in the theory sweep

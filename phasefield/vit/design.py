@@ -23,7 +23,10 @@ from typing import Iterable, Optional, Sequence
 
 import numpy as np
 
+from ..grid import check_values
+
 HP_NAMES = ("sigma_w", "sigma_a", "alpha_a", "alpha_m")
+MAX_DEPTH = 4096
 CONFIG_NAMES = HP_NAMES + ("depth", "lr")
 
 
@@ -135,18 +138,15 @@ def read_points(path: str) -> list[dict]:
 
 
 def check_configs(configs: list[dict]) -> None:
-    """One-line DesignError for any value outside the model's domain."""
+    """One-line DesignError for any value outside the model's domain (the ranges are
+    :func:`phasefield.grid.check_values`'s, the one place they are checked)."""
+    columns = {}
     for c in configs:
         for k, v in c.items():
-            if not math.isfinite(v):
-                raise DesignError(f"{k.replace('_', '-')} must be finite (got {v})")
-        for k in ("sigma_w", "sigma_a"):
-            if not c[k] > 0:
-                raise DesignError(f"{k.replace('_', '-')} must be > 0 (got {c[k]:g})")
-        for k in ("alpha_a", "alpha_m"):
-            if not 0 <= c[k] <= 1:
-                raise DesignError(f"{k.replace('_', '-')} must lie in [0, 1] (got {c[k]:g})")
-        if "depth" in c and not 1 <= c["depth"] <= 4096:
-            raise DesignError(f"depth must be an integer in [1, 4096] (got {c['depth']})")
-        if "lr" in c and not c["lr"] > 0:
-            raise DesignError(f"lr must be > 0 (got {c['lr']:g})")
+            columns.setdefault(k, []).append(v)
+    try:
+        check_values(columns)
+    except ValueError as exc:
+        raise DesignError(str(exc)) from None
+    if "depth" in columns and max(columns["depth"]) > MAX_DEPTH:
+        raise DesignError(f"--depth must be an integer in [1, {MAX_DEPTH}] (got {max(columns['depth'])})")

@@ -85,26 +85,40 @@ def plane(report: dict, path: str, dpi: int = 150) -> None:
     plt.close(fig)
 
 
-def transfer(report: dict, path: str, dpi: int = 150, top: int = 10) -> None:
+def transfer(report: dict, path: str, dpi: int = 150, top: int | None = None) -> None:
+    """Held-out RMSE of every model (or the ``top`` best) on each transfer split."""
     plt = _plt()
+    from matplotlib.patches import Patch
+
     splits = list(report["transfer"])
     if not splits:
         return
-    fig, axes = plt.subplots(1, len(splits), figsize=(6.5 * len(splits), 4.2), squeeze=False)
+    n_bars = max(sum(not m.startswith("_") for m in report["transfer"][s]) for s in splits)
+    n_bars = n_bars if top is None else min(top, n_bars)
+    fig, axes = plt.subplots(1, len(splits), figsize=(6.5 * len(splits), 1.6 + 0.22 * n_bars), squeeze=False)
     for ax, s in zip(axes[0], splits):
         t = report["transfer"][s]
         items = sorted(((m, d["rmse"]) for m, d in t.items() if not m.startswith("_") and np.isfinite(d["rmse"])),
                        key=lambda kv: kv[1])[:top]
         names = [m for m, _ in items]
         colors = ["tab:blue" if report["models"][m]["group"] == "exponents" else "tab:orange" for m in names]
-        ax.barh(range(len(items)), [v for _, v in items], color=colors)
+        vals = np.array([v for _, v in items])
+        ax.barh(range(len(items)), vals, color=colors)
+        if len(vals) > 1 and vals[-1] > 1.5 * vals[-2]:  # an outlier would squash the rest: clip it
+            xmax = 1.25 * vals[-2]
+            ax.set_xlim(0, xmax)
+            for i in np.nonzero(vals > xmax)[0]:
+                ax.text(0.98 * xmax, i, f"{vals[i]:.2f} →", ha="right", va="center", fontsize=7, color="w")
         ax.set_yticks(range(len(items)), names, fontsize=8)
         ax.invert_yaxis()
         ax.axvline(t["_noise_floor"]["rmse"], color="k", lw=1, ls="--", label="noise floor")
         n = next(iter(v for k, v in t.items() if not k.startswith("_")))
         ax.set_title(f"{s}: train {n['n_train']}, test {n['n_test']} configurations", fontsize=9)
-        ax.set_xlabel("RMSE on the held-out region (blue: exponents only, orange: raw hyperparameters)")
-        ax.legend(fontsize=8, frameon=False)
+        ax.set_xlabel("RMSE on the held-out configurations")
+        floor = ax.get_legend_handles_labels()[0]
+        ax.legend(floor + [Patch(color="tab:blue"), Patch(color="tab:orange")],
+                  ["noise floor", "exponents only", "raw hyperparameters"], fontsize=8, frameon=False,
+                  loc="upper right")
     fig.tight_layout()
     fig.savefig(path, dpi=dpi)
     plt.close(fig)

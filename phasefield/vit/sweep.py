@@ -30,7 +30,7 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from .. import io
+from .. import grid, io
 from .design import run_id
 from .train import TrainConfig, Trainer, chance_loss, diverged, make_points, steps_per_epoch
 
@@ -203,6 +203,22 @@ def _chunks(todo: list[dict], chunk: int):
         bounds = np.linspace(0, len(part), n_chunks + 1).round().astype(int)
         for lo, hi in zip(bounds[:-1], bounds[1:]):
             yield depth, part[lo:hi]
+
+
+def check_size(cfg: TrainConfig, runs: list[dict], chunk: int) -> None:
+    """Refuse, before anything is created, a sweep whose chunk cannot fit in memory: the
+    activations of one training step (batch x tokens x depth x width, with the attention
+    maps and the MLP), times the runs trained together, plus parameters and Adam state
+    (:func:`phasefield.grid.check_memory`; one-line ``ValueError``)."""
+    depth = max([int(r.get("depth") or cfg.depth) for r in runs] or [cfg.depth])
+    n, d = cfg.n_tokens, cfg.width
+    h = cfg.mlp_hidden or 4 * d
+    per_run = 4 * (3 * cfg.batch_size * depth * n * (6 * d + 2 * h + 2 * n)
+                   + 4 * (4 * d * d + 2 * d * h) + cfg.image_size ** 2 * 3 * d)
+    together = min(int(chunk), max(len(runs), 1))
+    grid.check_memory(per_run * together, f"training {together} runs of depth {depth} at width {d} "
+                      f"(batch {cfg.batch_size}, {n} tokens) at once", "use a smaller --chunk, --depth, "
+                      "--width or --batch-size")
 
 
 def run_sweep(cfg: TrainConfig, runs: list[dict], out_dir: str, data, chunk: int = 12,

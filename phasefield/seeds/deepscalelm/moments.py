@@ -30,6 +30,8 @@ from typing import NamedTuple
 import jax.numpy as jnp
 import numpy as np
 
+from ...theory.precision import float64
+
 ARCHS = ("pre-ln", "post-ln")
 INITS = ("xavier", "dslm", "dslm-simple")
 
@@ -48,26 +50,31 @@ class Bwd(NamedTuple):
 # --------------------------------------------------------------------------------------
 # components (Table 1)
 # --------------------------------------------------------------------------------------
+@float64
 def linear(x: Fwd, d_in, sigma_w2) -> Fwd:
     """x W, W ~ N(0, sigma_w2): mu 0, var d_in s^2 (var + mu^2), r (r var + mu^2)/(var + mu^2)."""
     m2 = x.var + x.mu**2
     return Fwd(0.0 * x.mu, d_in * sigma_w2 * m2, (x.r * x.var + x.mu**2) / m2)
 
 
+@float64
 def linear_bwd(g: Bwd, d_out, sigma_w2) -> Bwd:
     return Bwd(d_out * sigma_w2 * g.var, g.r)
 
 
+@float64
 def dropout(x: Fwd, p) -> Fwd:
     """Inverted dropout: var (var + p mu^2)/(1-p), r r var (1-p)/(var + p mu^2)."""
     den = x.var + p * x.mu**2
     return Fwd(x.mu, den / (1 - p), x.r * x.var * (1 - p) / den)
 
 
+@float64
 def dropout_bwd(g: Bwd, p) -> Bwd:
     return Bwd(g.var / (1 - p), (1 - p) * g.r)
 
 
+@float64
 def relu_corr(r, approx=False):
     """Correlation of ReLU outputs of zero-mean unit-correlation-r Gaussians: the exact
     arc-cosine kernel [sqrt(1-r^2) + (pi - arccos r) r - 1] / (pi - 1), or 0.7 r + 0.3 r^2."""
@@ -77,22 +84,26 @@ def relu_corr(r, approx=False):
     return (jnp.sqrt(1 - r**2) + (jnp.pi - jnp.arccos(r)) * r - 1) / (jnp.pi - 1)
 
 
+@float64
 def relu(x: Fwd, approx=False) -> Fwd:
     """ReLU of zero-mean Gaussian input (App. A.4)."""
     s2 = x.var
     return Fwd(jnp.sqrt(s2 / (2 * jnp.pi)), s2 * (1 - 1 / jnp.pi) / 2, relu_corr(x.r, approx))
 
 
+@float64
 def relu_bwd(g: Bwd, r_in) -> Bwd:
     """var/2, r_g (1/2 + arcsin(r_in)/pi)."""
     return Bwd(g.var / 2, g.r * (0.5 + jnp.arcsin(jnp.clip(r_in, -1, 1)) / jnp.pi))
 
 
+@float64
 def layernorm(x: Fwd) -> Fwd:
     """LayerNorm (no affine): mean 0, variance 1, correlation unchanged."""
     return Fwd(0.0 * x.mu, 1.0 + 0.0 * x.var, x.r)
 
 
+@float64
 def layernorm_bwd(g: Bwd, var_in, d=None) -> Bwd:
     """var_g / var_in (the d -> infinity rule). With ``d`` the finite-width factor: the
     Jacobian (I - 11^T/d - y y^T/d)/s projects onto d - 2 dimensions and divides by the
@@ -102,6 +113,7 @@ def layernorm_bwd(g: Bwd, var_in, d=None) -> Bwd:
     return Bwd(f * g.var / var_in, g.r)
 
 
+@float64
 def softmax(var_logit, r_logit, L):
     """Softmax over L logits of variance var_logit and mutual correlation r_logit
     (log-normal approximation, App. A.7 of the paper): (mean, variance) of one entry."""
@@ -109,6 +121,7 @@ def softmax(var_logit, r_logit, L):
     return 1.0 / L, jnp.expm1(s) / L**2
 
 
+@float64
 def softmax_bwd(g: Bwd, var_logit, r_logit, L) -> Bwd:
     s = (1 - r_logit) * var_logit
     return Bwd(jnp.exp(s) / L**2 * g.var, g.r)
@@ -128,6 +141,7 @@ def _tilt(r, var_logit, L, d_in):
     return (1 - r) ** 2 * var_logit / d_in * (L - 1) / L
 
 
+@float64
 def sha(v: Fwd, L, var_logit=0.0, exact=True, d_in=None) -> Fwd:
     """Value mixing A V of one attention head (zero-mean V with var, r across tokens).
 
@@ -145,6 +159,7 @@ def sha(v: Fwd, L, var_logit=0.0, exact=True, d_in=None) -> Fwd:
     return Fwd(0.0 * v.mu, var, cov / var)
 
 
+@float64
 def sha_bwd(g: Bwd, L, var_logit=0.0, r_in=0.0, exact=True, d_in=None) -> Bwd:
     """Gradient of one attention head, returned at V (before W_V^T; r_in = r of V).
 
@@ -177,11 +192,13 @@ def sha_bwd(g: Bwd, L, var_logit=0.0, r_in=0.0, exact=True, d_in=None) -> Bwd:
 # --------------------------------------------------------------------------------------
 # blocks (Table 2)
 # --------------------------------------------------------------------------------------
+@float64
 def logit_variance(x: Fwd, d, sigma_qk2):
     """Variance of q.k/sqrt(d) with q = x W_Q, k = x W_K: (d s_q^2)(d s_k^2)(var + mu^2)^2."""
     return (d * sigma_qk2) ** 2 * (x.var + x.mu**2) ** 2
 
 
+@float64
 def attention_block(x: Fwd, d, L, init, p=0.0, exact=True):
     """W_V -> attention -> W_O -> dropout, with W_Q, W_K on the same input. Returns the
     output moments and a cache."""
@@ -192,6 +209,7 @@ def attention_block(x: Fwd, d, L, init, p=0.0, exact=True):
     return dropout(o, p), dict(r_v=v.r, s2=s2)
 
 
+@float64
 def attention_block_bwd(g: Bwd, cache, d, L, init, p=0.0, exact=True, qk_grad=True) -> Bwd:
     """Gradient at the block input; ``qk_grad=False`` keeps the value path only."""
     g = dropout_bwd(g, p)
@@ -200,6 +218,7 @@ def attention_block_bwd(g: Bwd, cache, d, L, init, p=0.0, exact=True, qk_grad=Tr
     return linear_bwd(g, d, init["v"])
 
 
+@float64
 def ffn_block(x: Fwd, d, init, p=0.0, mult=4, approx=False):
     """W_1 (d -> m d) -> ReLU -> W_2 -> dropout (input assumed zero-mean)."""
     h = linear(x, d, init["w1"])
@@ -208,6 +227,7 @@ def ffn_block(x: Fwd, d, init, p=0.0, mult=4, approx=False):
     return dropout(o, p), dict(r_h=h.r)
 
 
+@float64
 def ffn_block_bwd(g: Bwd, cache, d, init, p=0.0, mult=4) -> Bwd:
     g = dropout_bwd(g, p)
     g = linear_bwd(g, d, init["w2"])
@@ -215,12 +235,14 @@ def ffn_block_bwd(g: Bwd, cache, d, init, p=0.0, mult=4) -> Bwd:
     return linear_bwd(g, mult * d, init["w1"])
 
 
+@float64
 def residual(x: Fwd, y: Fwd, lam2, beta2) -> Fwd:
     """lam x + beta y with y uncorrelated with x (fresh zero-mean weights)."""
     var = lam2 * x.var + beta2 * y.var
     return Fwd(0.0 * x.mu, var, (lam2 * x.r * x.var + beta2 * y.r * y.var) / var)
 
 
+@float64
 def residual_bwd(g: Bwd, gb: Bwd, lam2, beta2) -> Bwd:
     var = lam2 * g.var + beta2 * gb.var
     return Bwd(var, (lam2 * g.r * g.var + beta2 * gb.r * gb.var) / var)
@@ -229,6 +251,7 @@ def residual_bwd(g: Bwd, gb: Bwd, lam2, beta2) -> Bwd:
 # --------------------------------------------------------------------------------------
 # initialisations and scalings (Section 3.5)
 # --------------------------------------------------------------------------------------
+@float64
 def dslm_scaling(layers, k=2.0, alpha=1.0):
     """beta^2 = k / N^alpha, lambda^2 = 1 - beta^2."""
     beta2 = k / float(layers) ** alpha
@@ -237,11 +260,13 @@ def dslm_scaling(layers, k=2.0, alpha=1.0):
     return 1.0 - beta2, beta2
 
 
+@float64
 def xavier_init(d, mult=4):
     """Glorot: 2 / (fan_in + fan_out) for every matrix."""
     return dict(qk=1.0 / d, v=1.0 / d, o=1.0 / d, w1=2.0 / ((1 + mult) * d), w2=2.0 / ((1 + mult) * d))
 
 
+@float64
 def dslm_init(d, p=0.0, mult=4, r=None, L=None, exact=True):
     """DeepScaleLM: sigma_w1^2 = sigma_w2^2 = (1/d) sqrt((1-p)/(mult/2)) (unit FFN output;
     the paper's (1/d) sqrt((1-p)/2) is the mult = 4 case written per 4d fan-in), and
@@ -262,6 +287,7 @@ def dslm_init(d, p=0.0, mult=4, r=None, L=None, exact=True):
 # --------------------------------------------------------------------------------------
 # whole stacks (App. E)
 # --------------------------------------------------------------------------------------
+@float64
 def stack(arch="pre-ln", layers=4, d=256, L=64, init="xavier", p=0.0, lam2=1.0, beta2=1.0,
           var0=1.0, r0=0.2, g_var=1.0, g_r=0.0, exact=True, approx=False, mult=4, ln_exact=True,
           qk_grad=True):
@@ -309,6 +335,7 @@ def stack(arch="pre-ln", layers=4, d=256, L=64, init="xavier", p=0.0, lam2=1.0, 
                 inits=[c[2] for c in caches])
 
 
+@float64
 def resolve_init(init, d, p, mult, x: Fwd, L, exact=True):
     """Weight variances of one sublayer whose input has moments ``x`` (see ``stack``)."""
     if isinstance(init, dict):

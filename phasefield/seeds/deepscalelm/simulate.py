@@ -9,6 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ...theory.precision import float64
 from .moments import ARCHS, dslm_scaling, stack
 
 PATHS = ("value", "query", "key", "all")
@@ -36,6 +37,7 @@ def _correlated(key, shape, r):
     return math.sqrt(r) * z[:1] + math.sqrt(1 - r) * z[1:]
 
 
+@float64
 def simulate_sha(key, L, d_in, d_v, r, var_logit, r_g=0.0, draws=64, var_x=1.0, var_g=1.0,
                  sigma_v2=None, batch=8):
     """Monte Carlo of one head O = softmax(X W_Q (X W_K)^T / sqrt(d_v)) X W_V.
@@ -74,6 +76,7 @@ def simulate_sha(key, L, d_in, d_v, r, var_logit, r_g=0.0, draws=64, var_x=1.0, 
             for i, name in enumerate(("out",) + PATHS)}
 
 
+@float64
 def simulate_stack(key, arch="pre-ln", layers=4, d=64, L=16, init="xavier", p=0.0, lam2=1.0,
                    beta2=1.0, var0=1.0, r0=0.2, draws=8, mult=4, qk_grad=True, exact=True, ln_exact=True):
     """Finite-width simulation of the stack of ``stack`` (same init, scaling, dropout).
@@ -150,6 +153,7 @@ def simulate_stack(key, arch="pre-ln", layers=4, d=64, L=16, init="xavier", p=0.
     return out
 
 
+@float64
 def validate(key, archs=ARCHS, widths=(64, 128, 256), depths=(1, 2, 4, 8), inits=("xavier", "dslm"),
              p=0.1, seq_lens=(32,), draws=8, r0=0.2, k=2.0, qk_grad=True, exact=True, ln_exact=True):
     """Relative errors |theory - sim| / |sim| over a grid: var, r (forward) at every sublayer
