@@ -206,8 +206,8 @@ def _compare(hp, *, n, d, depth, draws, causal, mlp_hidden, seeds=(101, 202)):
 
 
 # the max |z| of each quantity is printed (pytest -s) and shown in a failure message
-@pytest.mark.parametrize("causal,mlp_layers,mlp_hidden", [(False, 1, None), (True, 1, None),
-                                                          (False, 2, 24)])
+# causal masks and k = 2 hidden layers (hidden width != d) share one case (compiles dominate)
+@pytest.mark.parametrize("causal,mlp_layers,mlp_hidden", [(False, 1, None), (True, 2, 24)])
 def test_lazy_and_dense_are_the_same_distribution(causal, mlp_layers, mlp_hidden):
     hp = HParams(sigma_w=2.0, sigma_a=3.0, alpha_a=0.7, alpha_m=0.6, n_tokens=8, depth=4,
                  mlp_layers=mlp_layers)
