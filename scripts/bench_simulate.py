@@ -31,6 +31,7 @@ costs more than the matmuls on a CPU; sharing the draws across points amortises 
 from __future__ import annotations
 
 import argparse
+from functools import partial
 import time
 
 import jax
@@ -52,6 +53,12 @@ def timeit(f, *args, reps=3):
         jax.block_until_ready(f(*args))
         best = min(best, time.perf_counter() - t)
     return best
+
+
+def _jit_closure(f, hp, **options):
+    """jit of f(hp, keys, **options) with the options closed over (static): jit treats the
+    bound arguments of a functools.partial, and a lambda's defaults, as traced."""
+    return jax.jit(lambda keys: f(hp, keys, **options))
 
 
 def cputime(f, *args, reps=2):
@@ -97,12 +104,12 @@ def compare(args):
                 if w == "dense" and d > args.dense_max_width:
                     continue
                 if name == "forward":
-                    f = jax.jit(lambda k, w=w: measure.transient_draws(
-                        hp, k, 1.0, 0.5, n=n, d=d, depth=L, weights=w))
+                    f = partial(measure.transient_draws, hp, q0=1.0, p0=0.5, n=n, d=d,
+                                depth=L, weights=w)  # jitted: static options
                 else:
                     db = measure.default_draw_batch(n, d, L, weights=w)
-                    f = jax.jit(lambda k, w=w, db=db: measure.gradient_draws(
-                        hp, k, 1.2, n=n, d=d, depth=L, weights=w, draw_batch=db))
+                    f = _jit_closure(measure.gradient_draws, hp, q_star=1.2, n=n, d=d, depth=L,
+                                     weights=w, draw_batch=db)
                 wall, cpu = cputime(f, keys, reps=args.reps)
                 sec[w] = (cpu / S, wall / S)
             fmt = lambda v: f"{v[0]:.4f} ({v[1]:.4f})"
