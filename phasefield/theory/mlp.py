@@ -35,7 +35,7 @@ import numpy as np
 from flax import struct
 
 from .. import activations
-from . import quadrature
+from . import quadrature, smoothed
 from .precision import float64
 
 CLOSED_FORMS = ("erf", "relu", "linear")
@@ -161,8 +161,12 @@ def _build(sigma_w, act, k, n_grid, n_cheb):
     return MLPKernel(sigma_w, q_l, e2, d2, jnp.stack(c_pp, -2), jnp.stack(c_dd, -2), activation=act)
 
 
-def _tables(act, s, n_grid, n_cheb, e_one, d_one, groups: int = 4):
+def _tables(act, s, n_grid, n_cheb, e_one, d_one, groups: int = 4, conditional: bool | None = None):
     """Chebyshev coefficients of E[phi phi] and E[phi' phi'] at scale s (vmapped over s).
+
+    With a closed-form Gaussian smoothing of phi (:mod:`.smoothed`: gelu) each node is one
+    1-D integral (:func:`quadrature.expect_2d_conditional`, ``n_grid`` nodes) instead of a
+    2-D rule (``conditional=False`` forces the 2-D rule, for tests).
 
     The nodes are split into ``groups`` contiguous theta ranges; each gets its own static
     v-grid size, proportional to the largest b = sin(theta/2) in it (the v spacing only
@@ -173,24 +177,37 @@ def _tables(act, s, n_grid, n_cheb, e_one, d_one, groups: int = 4):
     odd = act in ODD
     m = (n_cheb + 1) // 2 if odd else n_cheb
     theta_all = np.pi * np.arange(m) / (n_cheb - 1)
-    bounds = np.linspace(0, m, groups + 1).astype(int)
-    n_min = quadrature.grid_size(0.0)
-    plan = []
-    for lo, hi in zip(bounds[:-1], bounds[1:]):
-        if hi > lo:
-            b_max = math.sin(0.5 * theta_all[hi - 1])
-            n_v = min(n_grid, max(n_min, int(math.ceil(b_max * n_grid)) + 1))
-            plan.append((jnp.asarray(theta_all[lo:hi]), n_v))
+    if conditional is None:
+        conditional = act in smoothed.SMOOTHED
+    if conditional:
+        g_phi, g_dphi = smoothed.SMOOTHED[act]
+        rho_all = jnp.asarray(np.cos(theta_all))
+
+        def node(s_, r):
+            return quadrature.expect_2d_conditional(((phi, g_phi), (dphi, g_dphi)), s_, r, n_grid)
+        plan = None
+    else:
+        bounds = np.linspace(0, m, groups + 1).astype(int)
+        n_min = quadrature.grid_size(0.0)
+        plan = []
+        for lo, hi in zip(bounds[:-1], bounds[1:]):
+            if hi > lo:
+                b_max = math.sin(0.5 * theta_all[hi - 1])
+                n_v = min(n_grid, max(n_min, int(math.ceil(b_max * n_grid)) + 1))
+                plan.append((jnp.asarray(theta_all[lo:hi]), n_v))
 
     def one(s_, e_one_, d_one_):
-        pp, dd = [], []
-        for theta, n_v in plan:
-            node = lambda t, n_v=n_v: quadrature.expect_2d(
-                ((phi, phi), (dphi, dphi)), s_, t, n_grid, n_v, parity=odd)
-            a, b = jax.lax.map(node, theta)
-            pp.append(a)
-            dd.append(b)
-        pp, dd = jnp.concatenate(pp), jnp.concatenate(dd)
+        if plan is None:
+            pp, dd = jax.vmap(lambda r: node(s_, r))(rho_all)
+        else:
+            pp, dd = [], []
+            for theta, n_v in plan:
+                node2 = lambda t, n_v=n_v: quadrature.expect_2d(
+                    ((phi, phi), (dphi, dphi)), s_, t, n_grid, n_v, parity=odd)
+                a, b = jax.lax.map(node2, theta)
+                pp.append(a)
+                dd.append(b)
+            pp, dd = jnp.concatenate(pp), jnp.concatenate(dd)
         pp, dd = pp.at[0].set(e_one_), dd.at[0].set(d_one_)
         if odd:  # E[phi phi](-rho) = -E[phi phi](rho); phi' is even
             pp = jnp.concatenate([pp, -pp[-2::-1]])

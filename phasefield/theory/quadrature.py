@@ -125,3 +125,26 @@ def reference_2d(f, g, s: float, rho: float, c: float = C_REFERENCE) -> float:
     x1 = s * (a * u[:, None] + b * v[None, :])
     x2 = s * (a * u[:, None] - b * v[None, :])
     return float(wu @ (np.asarray(f(x1)) * np.asarray(g(x2))) @ wv)
+
+
+# ---- conditional (one-dimensional) rule for activations with a closed Gaussian smoothing ----
+
+def expect_2d_conditional(pairs, s, rho, n: int):
+    """E[f(h1) g(h2)] for each (f, G) in ``pairs`` at correlation ``rho``, by one 1-D rule.
+
+    Conditioning on ``h1 = s x``: ``h2 | h1 ~ N(rho h1, c^2)``, ``c = s sqrt(1 - rho^2)``, so
+    ``E[f(h1) g(h2)] = E_x[f(s x) G(rho s x, c)]`` with ``G(m, c) = E_w[g(m + c w)]`` given
+    in closed form by the caller (:mod:`phasefield.theory.smoothed`). The x rule is the
+    trapezoid axis of :func:`expect_2d` at scale ``s`` (``n`` static nodes); G is smooth on
+    the scale ``sqrt(1 + c^2) >= 1`` so it needs no finer spacing. Returns a tuple.
+    """
+    x, w = _axis(s, n, C_TABLE)
+    c = s * jnp.sqrt(jnp.maximum(1.0 - rho * rho, 0.0))
+    h1 = s * x
+    m = rho * h1
+    cache = {}
+    out = []
+    for f, big_g in pairs:
+        f1 = cache.setdefault(id(f), f(h1))
+        out.append(jnp.sum(w * f1 * big_g(m, c)))
+    return tuple(out)
