@@ -99,7 +99,7 @@ def test_tanh_split_pieces():
     x = np.array([quadrature.R_LOCAL, 25.0, 300.0])
     # XLA's float64 tanh is a few ulp off 1 there (exact: 4e-17): rounding level either way
     assert np.all(np.abs(np.asarray(smoothed.tanh_rest(jnp.asarray(np.r_[x, -x])))) < 1e-15)
-    assert np.all(np.abs(np.asarray(_dtanh(jnp.asarray(x)))) < 1e-15)
+    assert np.all(np.abs(np.asarray(_dtanh(jnp.asarray(x)))) < 2e-15)
     for s in (0.4, 3.0, 40.0):
         for r in (-0.7, 0.2, 0.95, 1.0):
             want = quadrature.reference_2d(lambda h: erf(k * h), lambda h: erf(k * h), s, r)
