@@ -219,13 +219,15 @@ def check_grid(sizes, bytes_per_point: int = 8 * 8, what: str = "grid") -> int:
 
 
 def simulation_bytes(width: int, n_tokens: int, depth: int, mlp_hidden=None, itemsize: int = 4,
-                     points: int = 1) -> int:
-    """Least memory of one simulated draw (the gradient kernel: block inputs of every layer,
-    one layer's parameters, as :func:`phasefield.simulate.measure.default_draw_batch`), for
-    ``points`` points vmapped together."""
+                     points: int = 1, weights: str = "dense") -> int:
+    """Least memory of one simulated draw for ``points`` points vmapped together: the
+    gradient kernel keeps the block inputs of every layer (each block is rematerialized in
+    the backward pass) plus one layer's random linear maps at a time — dense: the d x d
+    matrices; lazy: the n x d slabs, noise and token bases (~16 n max(d, h) numbers)."""
     d, n, L = int(width), int(n_tokens), int(depth)
     h = int(mlp_hidden or d)
-    return points * itemsize * (L * 8 * n * max(d, h) + 2 * (3 * d * d + 2 * d * h) + 4 * n * n)
+    layer = 2 * (3 * d * d + 2 * d * h) if weights == "dense" else 16 * n * max(d, h)
+    return points * itemsize * (L * 8 * n * max(d, h) + layer + 4 * n * n)
 
 
 def spec_key(spec: dict) -> str:

@@ -1,5 +1,7 @@
 """Finite-width simulator: construction from the shared Block, token statistics, and the
-exponents against closed forms (THEORY.md §6-7) with tolerances from standard errors."""
+exponents against closed forms (THEORY.md §6-7) with tolerances from standard errors.
+These use the dense reference weights (``weights="dense"``, the numbers measured before the
+lazy sampler); tests/test_lazy.py shows the lazy default is the same distribution."""
 from __future__ import annotations
 
 import jax
@@ -26,7 +28,7 @@ def test_stack_is_the_shared_block():
     n, d, depth = 6, 32, 3
     key = jax.random.key(5)
     x = stack.simplex_tokens(jax.random.key(1), n, d, 1.0, 0.4)
-    y, ys = stack.stack_forward(hp, key, x, depth, return_all=True)
+    y, ys = stack.stack_forward(hp, key, x, depth, return_all=True, weights="dense")
     h = x
     for l, k in enumerate(stack.layer_keys(key, depth)):
         params = Block(hp).init({"params": k}, jnp.zeros((n, d), jnp.float32))
@@ -75,11 +77,13 @@ def test_causal_mask_in_stack():
     hp = HParams(sigma_w=1.5)
     n, d = 5, 16
     x = stack.simplex_tokens(jax.random.key(0), n, d, 1.0, 0.3)
-    jac = jax.jacrev(lambda x: stack.stack_forward(hp, jax.random.key(2), x, 2, causal=True))(x)
+    jac = jax.jacrev(lambda x: stack.stack_forward(hp, jax.random.key(2), x, 2, causal=True,
+                                                   weights="dense"))(x)
     norms = jnp.sqrt(jnp.sum(jac ** 2, axis=(1, 3)))  # [i, j]
     assert float(jnp.max(jnp.triu(norms, 1))) == 0.0
     assert float(jnp.min(jnp.diag(norms))) > 0.1
-    jac_full = jax.jacrev(lambda x: stack.stack_forward(hp, jax.random.key(2), x, 2))(x)
+    jac_full = jax.jacrev(lambda x: stack.stack_forward(hp, jax.random.key(2), x, 2,
+                                                        weights="dense"))(x)
     assert float(jnp.max(jnp.triu(jnp.sqrt(jnp.sum(jac_full ** 2, axis=(1, 3))), 1))) > 1e-3
 
 
@@ -91,7 +95,7 @@ POINTS = [(1.0, 0.5), (1.5, 0.5), (2.0, 0.5), (3.0, 0.5)]
 def test_angle_exponent_against_closed_form(sigma_w, alpha):
     hp = HParams(sigma_w=sigma_w, sigma_a=1.0, alpha_a=alpha, alpha_m=alpha)
     q_star, lam_a, _ = closed_form_exponents(hp)
-    m, se = measure.angle_exponent(hp, width=256, seeds=16, q_star=q_star, seed=11)
+    m, se = measure.angle_exponent(hp, width=256, seeds=16, q_star=q_star, seed=11, weights="dense")
     assert 0 < se < 0.05
     assert abs(m - lam_a) < 3 * se, (m, se, lam_a)
 
@@ -100,7 +104,8 @@ def test_angle_exponent_against_closed_form(sigma_w, alpha):
 def test_gradient_exponent_against_closed_form(sigma_w, alpha):
     hp = HParams(sigma_w=sigma_w, sigma_a=1.0, alpha_a=alpha, alpha_m=alpha)
     q_star, _, lam_g = closed_form_exponents(hp, depth=16)
-    m, se = measure.gradient_exponent(hp, width=256, seeds=16, q_star=q_star, seed=11)
+    m, se = measure.gradient_exponent(hp, width=256, seeds=16, q_star=q_star, seed=11,
+                                      weights="dense")
     assert 0 < se < 0.01  # so that the 0.03 tolerance is >= 3 standard errors
     assert abs(m - lam_g) < 0.03, (m, se, lam_g)
 
@@ -112,11 +117,12 @@ def test_gradient_exponent_vjp_matches_frobenius_norm():
     n, d, depth = 4, 16, 3
     key = jax.random.key(0)
     ka, kg = measure.exponent_keys(0, 2)
-    a, b = measure.gradient_draws(hp, kg, 1.0, n=n, d=d, depth=depth, dtype=jnp.float64)
+    a, b = measure.gradient_draws(hp, kg, 1.0, n=n, d=d, depth=depth, dtype=jnp.float64,
+                                  weights="dense")
     # the same draw's Jacobian, rebuilt from the same key split
     kx, kw, ku = jax.random.split(kg[0], 3)
     x = stack.collapsed_tokens(kx, n, d, 1.0, jnp.float64)
-    f = lambda x0: stack.stack_forward(hp.astype(jnp.float64), kw, x0, depth)
+    f = lambda x0: stack.stack_forward(hp.astype(jnp.float64), kw, x0, depth, weights="dense")
     u = jax.random.normal(ku, (n, d), jnp.float64)
     jac = jax.jacrev(f)(x).reshape(n * d, n * d)
     np.testing.assert_allclose(float(a[0]), float(jnp.sum((jac.T @ u.ravel()) ** 2)), rtol=1e-9)
@@ -127,7 +133,7 @@ def test_gradient_exponent_vjp_matches_frobenius_norm():
 def test_symmetry_restoration_ordered_phase():
     """Paper Fig. 3: the inter/intra cosine ratio starts at p_inter/p_intra and tends to 1."""
     hp = HParams(sigma_w=1.0, sigma_a=1.0, alpha_a=0.5, alpha_m=0.5, n_tokens=16, depth=12)
-    r = measure.group_cosines(hp, 1.0, 0.6, 0.2, width=128, seeds=8, seed=3)
+    r = measure.group_cosines(hp, 1.0, 0.6, 0.2, width=128, seeds=8, seed=3, weights="dense")
     assert r["ratio"].shape == (13,)
     assert abs(r["ratio"][0] - 0.2 / 0.6) < 4 * r["ratio_se"][0] + 0.02
     assert r["ratio"][-1] > 0.97
@@ -136,9 +142,10 @@ def test_symmetry_restoration_ordered_phase():
 
 def test_token_geometry_shapes_and_consistency():
     hp = HParams(sigma_w=2.0, n_tokens=8, depth=4)
-    g = measure.token_geometry(hp, 1.0, 0.3, width=64, seeds=3, seed=1)
+    g = measure.token_geometry(hp, 1.0, 0.3, width=64, seeds=3, seed=1, weights="dense")
     assert g["norms"].shape == (5, 3 * 8) and g["cosines"].shape == (5, 3 * 28)
-    t = measure.transients(hp, 1.0, 0.3, width=64, seeds=3, seed=1, exact_input=False)
+    t = measure.transients(hp, 1.0, 0.3, width=64, seeds=3, seed=1, exact_input=False,
+                           weights="dense")
     # same draws: the mean squared norm is the transients' q
     np.testing.assert_allclose(g["norms"].mean(1), t["q"], rtol=1e-5)
     assert np.all(np.abs(g["cosines"]) <= 1 + 1e-6)

@@ -10,14 +10,14 @@ from .common import (UsageError, atomic_path, check, echo_json, grid_options, gr
                      output, point_hparams, point_options)
 
 DTYPES = ("float32", "float64")
-WIDTH_MAX = 8192
+WIDTH_MAX = {"dense": 8192, "lazy": 65536}  # lazy keeps n x d slabs, not d x d matrices
 SEEDS_MAX = 100_000
 MLP_HIDDEN_MAX = 65_536
 
 
 def _sim_options(f):
     opts = [
-        click.option("--width", type=int, default=512, show_default=True, help=f"embedding width d [2, {WIDTH_MAX}]"),
+        click.option("--width", type=int, default=512, show_default=True, help=f"embedding width d [2, {WIDTH_MAX['dense']}] dense, [2, {WIDTH_MAX['lazy']}] lazy"),
         click.option("--seeds", type=int, default=16, show_default=True, help=f"independent draws [2, {SEEDS_MAX:,}]"),
         click.option("--seed", type=int, default=0, show_default=True, help="base random seed"),
         click.option("--causal", is_flag=True, help="causal attention mask"),
@@ -29,14 +29,17 @@ def _sim_options(f):
         click.option("--mlp-layers", type=int, default=1, show_default=True, help="[1, 16]"),
         click.option("--residual", type=click.Choice(["unit-norm", "identity"]), default="unit-norm",
                      show_default=True),
+        click.option("--weights", type=click.Choice(["lazy", "dense"]), default="lazy",
+                     show_default=True, help="lazily sampled linear maps (exact in distribution, "
+                     "O(n^2 d) per block) or every d x d matrix drawn (the reference)"),
     ]
     for o in reversed(opts):
         f = o(f)
     return f
 
 
-def _check_sim(width, seeds, eps, mlp_hidden, residual, seed=0, mlp_layers=1):
-    option("--width", width, 2, WIDTH_MAX, integer=True)
+def _check_sim(width, seeds, eps, mlp_hidden, residual, seed=0, mlp_layers=1, weights="dense"):
+    option("--width", width, 2, WIDTH_MAX[weights], integer=True, hint=f" with --weights {weights}")
     option("--seeds", seeds, 2, SEEDS_MAX, integer=True, hint=" (>= 2 to give a standard error)")
     option("--eps", eps, 0.0, 1.0, lo_open=True, hi_open=True)
     option("--mlp-hidden", mlp_hidden, 1, MLP_HIDDEN_MAX, integer=True)
@@ -47,12 +50,12 @@ def _check_sim(width, seeds, eps, mlp_hidden, residual, seed=0, mlp_layers=1):
                          "--residual unit-norm")
 
 
-def _check_memory(width, n_tokens, depth, mlp_hidden, dtype, points):
+def _check_memory(width, n_tokens, depth, mlp_hidden, dtype, points, weights):
     """The least memory of one draw (points vmapped together), before anything runs."""
     from .. import grid
 
     itemsize = 8 if dtype == "float64" else 4
-    check(grid.check_memory, grid.simulation_bytes(width, n_tokens, depth, mlp_hidden, itemsize, points),
+    check(grid.check_memory, grid.simulation_bytes(width, n_tokens, depth, mlp_hidden, itemsize, points, weights),
           f"a simulation with --width {width}, --n-tokens {n_tokens}, --depth {depth}"
           + (f" ({points} points at once)" if points > 1 else ""),
           "use a smaller --width, --n-tokens, --depth" + (" or --chunk" if points > 1 else ""))
@@ -68,19 +71,22 @@ def register(cli):
     @_sim_options
     @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
     def exponents(sigma_w, sigma_a, alpha, alpha_a, alpha_m, sigma_v, n_tokens, depth, width, seeds,
-                  seed, causal, eps, mlp_hidden, dtype, activation, mlp_layers, residual, as_json):
+                  seed, causal, eps, mlp_hidden, dtype, activation, mlp_layers, residual, weights,
+                  as_json):
         """Numerical lambda_a and lambda_g(depth) with standard errors at one point."""
-        _check_sim(width, seeds, eps, mlp_hidden, residual, seed, mlp_layers)
+        _check_sim(width, seeds, eps, mlp_hidden, residual, seed, mlp_layers, weights)
         hp = point_hparams(sigma_w, sigma_a, alpha, alpha_a, alpha_m, sigma_v, n_tokens, depth,
                            activation=activation, mlp_layers=int(mlp_layers), residual=residual)
-        _check_memory(width, n_tokens, depth, mlp_hidden, dtype, 1)
+        _check_memory(width, n_tokens, depth, mlp_hidden, dtype, 1, weights)
         import jax.numpy as jnp
 
         from ..simulate import measure
 
         res = measure.exponents(hp, width=width, seeds=seeds, eps=eps, causal=causal,
-                                mlp_hidden=mlp_hidden, dtype=jnp.dtype(dtype), seed=seed)
-        res.update(width=width, seeds=seeds, depth=depth, n_tokens=n_tokens, causal=causal)
+                                mlp_hidden=mlp_hidden, dtype=jnp.dtype(dtype), seed=seed,
+                                weights=weights)
+        res.update(width=width, seeds=seeds, depth=depth, n_tokens=n_tokens, causal=causal,
+                   weights=weights)
         if as_json:
             echo_json(res)
         else:
@@ -95,18 +101,19 @@ def register(cli):
                   help="points vmapped together (sharing their random draws)")
     @click.option("--out", "-o", required=True, help="output netCDF file")
     def sweep_cmd(sigma_w, sigma_a, alpha_a, alpha_m, alpha, sigma_v, n_tokens, depth, width, seeds,
-                  seed, causal, eps, mlp_hidden, dtype, activation, mlp_layers, residual, chunk, out):
+                  seed, causal, eps, mlp_hidden, dtype, activation, mlp_layers, residual, weights,
+                  chunk, out):
         """Simulated exponents on a grid, in the theory sweep's format plus *_se variables.
 
         Finished chunks are kept in OUT.parts/ and reused when the command is rerun."""
-        _check_sim(width, seeds, eps, mlp_hidden, residual, seed, mlp_layers)
+        _check_sim(width, seeds, eps, mlp_hidden, residual, seed, mlp_layers, weights)
         from .. import grid
 
         option("--chunk", chunk, 1, 4096, integer=True)
         vals = grid_values(sigma_w, sigma_a, alpha, alpha_a, alpha_m, sigma_v, n_tokens, depth)
         total = check(grid.check_grid, [v.size for v in vals.values()], 8 * 8, "simulated grid")
         _check_memory(width, int(vals["n_tokens"].max()), int(vals["depth"].max()), mlp_hidden, dtype,
-                      min(chunk, total))
+                      min(chunk, total), weights)
         output(out, need_bytes=2 * 8 * 8 * total)
         from ..config import HParams
 
@@ -127,7 +134,7 @@ def register(cli):
         parts = os.fspath(out) + ".parts"
         ds = simsweep.sweep(width=width, seeds=seeds, eps=eps, causal=causal, mlp_hidden=mlp_hidden,
                             dtype=jnp.dtype(dtype), seed=seed, base=base, chunk=chunk,
-                            parts_dir=parts, progress=True, **axes)
+                            parts_dir=parts, progress=True, weights=weights, **axes)
         with atomic_path(out) as tmp:
             ds.to_netcdf(tmp, engine="h5netcdf")
         import shutil

@@ -10,6 +10,8 @@ keyword options
     mlp_hidden MLP hidden width (default d)
     dtype     simulation dtype (float32 by default)
     seed      integer seed of the draw keys (fixed seed -> reproducible numbers)
+    weights   "lazy" (default: lazily sampled linear maps, O(n^2 d) per block, exact in
+              distribution) or "dense" (every d x d matrix drawn; the reference)
 
 and returns numpy arrays. The ``*_draws`` kernels underneath are pure jit-able functions
 of ``(hp, key, ...)``; :mod:`phasefield.simulate.sweep` vmaps them over hyperparameter
@@ -23,11 +25,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import theory
+from .. import grid, theory
 from ..config import HParams
 from ..theory.precision import float64
-from .stack import (collapsed_tokens, simplex_tokens, stack_forward, two_group_tokens,
-                    block_forward)
+from .stack import (DEFAULT_WEIGHTS, block_forward, collapsed_tokens, simplex_tokens,
+                    stack_forward, two_group_tokens)
 
 DEFAULT_EPS = 1e-3
 # bytes of live weights and residuals per draw batch of the gradient kernel (memory-bound on
@@ -71,9 +73,9 @@ def group_stats(x):
 
 # ---------------------------------------------------------------- jit-able kernels
 @partial(jax.jit, static_argnames=("n", "d", "depth", "causal", "mlp_hidden", "dtype",
-                                   "exact_input"))
+                                   "exact_input", "weights"))
 def transient_draws(hp, keys, q0, p0, *, n, d, depth, causal=False, mlp_hidden=None,
-                    dtype=jnp.float32, exact_input=True):
+                    dtype=jnp.float32, exact_input=True, weights=DEFAULT_WEIGHTS):
     """Per draw and layer (q, p, u): arrays ``[draws, depth + 1]``."""
     hp = hp.astype(dtype)
 
@@ -81,15 +83,16 @@ def transient_draws(hp, keys, q0, p0, *, n, d, depth, causal=False, mlp_hidden=N
         kx, kw = jax.random.split(key)
         x = simplex_tokens(kx, n, d, q0, p0, dtype, exact=exact_input)
         _, stats = stack_forward(hp, kw, x, depth, causal=causal, mlp_hidden=mlp_hidden,
-                                 reduce=token_stats)
+                                 reduce=token_stats, weights=weights)
         return stats
 
     return jax.vmap(one)(keys)
 
 
-@partial(jax.jit, static_argnames=("n", "d", "depth", "causal", "mlp_hidden", "dtype"))
+@partial(jax.jit, static_argnames=("n", "d", "depth", "causal", "mlp_hidden", "dtype",
+                                   "weights"))
 def geometry_draws(hp, keys, q0, p0, *, n, d, depth, causal=False, mlp_hidden=None,
-                   dtype=jnp.float32):
+                   dtype=jnp.float32, weights=DEFAULT_WEIGHTS):
     """Per draw and layer: squared norms / d ``[draws, depth+1, n]`` and pairwise cosines
     ``[draws, depth+1, n(n-1)/2]``."""
     hp = hp.astype(dtype)
@@ -101,14 +104,15 @@ def geometry_draws(hp, keys, q0, p0, *, n, d, depth, causal=False, mlp_hidden=No
         kx, kw = jax.random.split(key)
         x = simplex_tokens(kx, n, d, q0, p0, dtype)
         return stack_forward(hp, kw, x, depth, causal=causal, mlp_hidden=mlp_hidden,
-                             reduce=reduce)[1]
+                             reduce=reduce, weights=weights)[1]
 
     return jax.vmap(one)(keys)
 
 
-@partial(jax.jit, static_argnames=("n", "d", "depth", "causal", "mlp_hidden", "dtype"))
+@partial(jax.jit, static_argnames=("n", "d", "depth", "causal", "mlp_hidden", "dtype",
+                                   "weights"))
 def group_draws(hp, keys, q0, p_intra, p_inter, *, n, d, depth, causal=False,
-                mlp_hidden=None, dtype=jnp.float32):
+                mlp_hidden=None, dtype=jnp.float32, weights=DEFAULT_WEIGHTS):
     """Per draw and layer (intra, inter) group cosines, ``[draws, depth + 1]`` each."""
     hp = hp.astype(dtype)
 
@@ -116,13 +120,13 @@ def group_draws(hp, keys, q0, p_intra, p_inter, *, n, d, depth, causal=False,
         kx, kw = jax.random.split(key)
         x = two_group_tokens(kx, n, d, q0, p_intra, p_inter, dtype)
         return stack_forward(hp, kw, x, depth, causal=causal, mlp_hidden=mlp_hidden,
-                             reduce=group_stats)[1]
+                             reduce=group_stats, weights=weights)[1]
 
     return jax.vmap(one)(keys)
 
 
 def angle_draws(hp, keys, q_star, *, n, d, eps=DEFAULT_EPS, causal=False, mlp_hidden=None,
-                dtype=jnp.float32):
+                dtype=jnp.float32, weights=DEFAULT_WEIGHTS):
     """Per draw ``log[(1 - rho') / (1 - rho)]`` for one random block, input tokens at
     ``q = q*``, ``rho = 1 - eps`` (THEORY.md §6, paper App. A). rho is the draw's
     realised cosine (``p/q`` averaged over token pairs), before and after the block."""
@@ -132,7 +136,7 @@ def angle_draws(hp, keys, q_star, *, n, d, eps=DEFAULT_EPS, causal=False, mlp_hi
         kx, kw = jax.random.split(key)
         q = jnp.asarray(q_star, dtype)
         x = simplex_tokens(kx, n, d, q, q * (1 - eps), dtype)
-        y = block_forward(hp, kw, x, causal=causal, mlp_hidden=mlp_hidden)
+        y = block_forward(hp, kw, x, causal=causal, mlp_hidden=mlp_hidden, weights=weights)
         q0, _, u0 = token_stats(x)
         q1, _, u1 = token_stats(y)
         return jnp.log(u1 / q1) - jnp.log(u0 / q0)
@@ -141,7 +145,7 @@ def angle_draws(hp, keys, q_star, *, n, d, eps=DEFAULT_EPS, causal=False, mlp_hi
 
 
 def gradient_draws(hp, keys, q_star, *, n, d, depth, causal=False, mlp_hidden=None,
-                   dtype=jnp.float32, draw_batch=None):
+                   dtype=jnp.float32, draw_batch=None, weights=DEFAULT_WEIGHTS):
     """Per draw ``(|J^T u|^2, |u|^2)`` with ``J = dX_L/dX_0`` of a depth-``depth`` random
     stack, X_0 = n identical tokens of squared norm ``q* d`` (the collapsed fixed point),
     ``u ~ N(0, I)`` shaped like X_L (THEORY.md §7). Draws run ``draw_batch`` at a time
@@ -153,7 +157,7 @@ def gradient_draws(hp, keys, q_star, *, n, d, depth, causal=False, mlp_hidden=No
         kx, kw, ku = jax.random.split(key, 3)
         x = collapsed_tokens(kx, n, d, q_star, dtype)
         f = lambda x0: stack_forward(hp, kw, x0, depth, causal=causal, mlp_hidden=mlp_hidden,
-                                     remat=True)
+                                     remat=True, weights=weights)
         y, vjp = jax.vjp(f, x)
         u = jax.random.normal(ku, y.shape, dtype)
         (g,) = vjp(u)
@@ -163,19 +167,17 @@ def gradient_draws(hp, keys, q_star, *, n, d, depth, causal=False, mlp_hidden=No
 
 
 def default_draw_batch(n, d, depth, mlp_hidden=None, points=1, itemsize=4,
-                       budget=MEMORY_BUDGET):
-    """How many draws to vmap at once so that the memory of the gradient kernel fits
-    ``budget`` bytes: each block is rematerialized in the backward pass, so only the block
-    inputs of every layer are kept, plus one layer's parameters at a time."""
-    h = mlp_hidden or d
-    per_draw = points * itemsize * (depth * 8 * n * max(d, h) + 2 * (3 * d * d + 2 * d * h))
+                       budget=MEMORY_BUDGET, weights=DEFAULT_WEIGHTS):
+    """How many draws to vmap at once so that the memory of the gradient kernel
+    (:func:`phasefield.grid.simulation_bytes`) fits ``budget`` bytes."""
+    per_draw = grid.simulation_bytes(d, n, depth, mlp_hidden, itemsize, points, weights)
     return int(max(1, min(1024, budget // max(per_draw, 1))))
 
 
 _gradient_jit = jax.jit(gradient_draws, static_argnames=(
-    "n", "d", "depth", "causal", "mlp_hidden", "dtype", "draw_batch"))
+    "n", "d", "depth", "causal", "mlp_hidden", "dtype", "draw_batch", "weights"))
 _angle_jit = jax.jit(angle_draws, static_argnames=(
-    "n", "d", "causal", "mlp_hidden", "dtype"))
+    "n", "d", "causal", "mlp_hidden", "dtype", "weights"))
 
 
 # ---------------------------------------------------------------- estimators
@@ -260,7 +262,8 @@ def q_star_reference(hp: HParams) -> float:
 
 # ---------------------------------------------------------------- public measurements
 def transients(hp: HParams, q0, p0, *, width=512, seeds=16, depth=None, causal=False,
-               mlp_hidden=None, dtype=jnp.float32, seed=0, exact_input=True) -> dict:
+               mlp_hidden=None, dtype=jnp.float32, seed=0, exact_input=True,
+               weights=DEFAULT_WEIGHTS) -> dict:
     """Per-layer q, p and rho = p/q (each averaged over draws, with ``*_se``), arrays of
     length depth+1 (index 0 is the input), from simplex tokens with (q0, p0)
     (``exact_input``: input Gram exactly (q0, p0), see :func:`stack.simplex_tokens`)."""
@@ -268,7 +271,7 @@ def transients(hp: HParams, q0, p0, *, width=512, seeds=16, depth=None, causal=F
     depth = int(np.asarray(hp.depth)) if depth is None else int(depth)
     q, p, u = transient_draws(hp, _keys(seed, seeds), q0, p0, n=n, d=d, depth=depth,
                               causal=causal, mlp_hidden=mlp_hidden, dtype=dtype,
-                              exact_input=bool(exact_input))
+                              exact_input=bool(exact_input), weights=weights)
     q, p = np.asarray(q, np.float64), np.asarray(p, np.float64)
     out = {}
     for name, arr in (("q", q), ("p", p), ("rho", p / q)):
@@ -278,21 +281,23 @@ def transients(hp: HParams, q0, p0, *, width=512, seeds=16, depth=None, causal=F
 
 
 def token_geometry(hp: HParams, q0, p0, *, width=512, seeds=16, depth=None, causal=False,
-                   mlp_hidden=None, dtype=jnp.float32, seed=0) -> dict:
+                   mlp_hidden=None, dtype=jnp.float32, seed=0, weights=DEFAULT_WEIGHTS) -> dict:
     """Full per-layer samples for histograms (paper Fig. 2): ``norms`` ``[depth+1,
     seeds*n]`` (squared norm / d of every token) and ``cosines`` ``[depth+1,
     seeds*n(n-1)/2]`` (every token pair), pooled over draws."""
     n, d = _check(hp, width)
     depth = int(np.asarray(hp.depth)) if depth is None else int(depth)
     norms, cos = geometry_draws(hp, _keys(seed, seeds), q0, p0, n=n, d=d, depth=depth,
-                                causal=causal, mlp_hidden=mlp_hidden, dtype=dtype)
+                                causal=causal, mlp_hidden=mlp_hidden, dtype=dtype,
+                                weights=weights)
     norms = np.moveaxis(np.asarray(norms, np.float64), 1, 0).reshape(depth + 1, -1)
     cos = np.moveaxis(np.asarray(cos, np.float64), 1, 0).reshape(depth + 1, -1)
     return {"layer": np.arange(depth + 1), "norms": norms, "cosines": cos}
 
 
 def group_cosines(hp: HParams, q0, p_intra, p_inter, *, width=512, seeds=16, depth=None,
-                  causal=False, mlp_hidden=None, dtype=jnp.float32, seed=0) -> dict:
+                  causal=False, mlp_hidden=None, dtype=jnp.float32, seed=0,
+                  weights=DEFAULT_WEIGHTS) -> dict:
     """Permutation-symmetry restoration (paper Eq. 12, Fig. 3): per layer the mean
     intra-group and inter-group cosine of two groups of n/2 tokens and their ratio
     ``inter/intra`` (-> 1 when symmetry is restored), each with ``*_se``."""
@@ -301,7 +306,8 @@ def group_cosines(hp: HParams, q0, p_intra, p_inter, *, width=512, seeds=16, dep
         raise ValueError("need 0 <= p_inter < p_intra <= q0 for the two-group input")
     depth = int(np.asarray(hp.depth)) if depth is None else int(depth)
     intra, inter = group_draws(hp, _keys(seed, seeds), q0, p_intra, p_inter, n=n, d=d,
-                               depth=depth, causal=causal, mlp_hidden=mlp_hidden, dtype=dtype)
+                               depth=depth, causal=causal, mlp_hidden=mlp_hidden, dtype=dtype,
+                               weights=weights)
     intra, inter = np.asarray(intra, np.float64), np.asarray(inter, np.float64)
     out = {"layer": np.arange(depth + 1)}
     for name, arr in (("intra", intra), ("inter", inter), ("ratio", inter / intra)):
@@ -310,39 +316,40 @@ def group_cosines(hp: HParams, q0, p_intra, p_inter, *, width=512, seeds=16, dep
 
 
 def angle_exponent(hp: HParams, *, width=512, seeds=16, eps=DEFAULT_EPS, q_star=None,
-                   causal=False, mlp_hidden=None, dtype=jnp.float32, seed=0):
+                   causal=False, mlp_hidden=None, dtype=jnp.float32, seed=0,
+                   weights=DEFAULT_WEIGHTS):
     """Numerical lambda_a and its standard error over draws (THEORY.md §6)."""
     n, d = _check(hp, width)
     q_star = collapsed_q_star(hp) if q_star is None else float(q_star)
     vals = _angle_jit(hp, exponent_keys(seed, seeds)[0], q_star, n=n, d=d, eps=eps, causal=causal,
-                      mlp_hidden=mlp_hidden, dtype=dtype)
+                      mlp_hidden=mlp_hidden, dtype=dtype, weights=weights)
     m, se = mean_se(vals)
     return float(m), float(se)
 
 
 def gradient_exponent(hp: HParams, *, width=512, seeds=16, depth=None, q_star=None,
                       causal=False, mlp_hidden=None, dtype=jnp.float32, seed=0,
-                      draw_batch=None):
+                      draw_batch=None, weights=DEFAULT_WEIGHTS):
     """Numerical lambda_g(L) and its delta-method standard error (THEORY.md §7)."""
     n, d = _check(hp, width)
     depth = int(np.asarray(hp.depth)) if depth is None else int(depth)
     q_star = collapsed_q_star(hp) if q_star is None else float(q_star)
-    draw_batch = draw_batch or default_draw_batch(n, d, depth, mlp_hidden)
+    draw_batch = draw_batch or default_draw_batch(n, d, depth, mlp_hidden, weights=weights)
     a, b = _gradient_jit(hp, exponent_keys(seed, seeds)[1], q_star, n=n, d=d, depth=depth,
                          causal=causal, mlp_hidden=mlp_hidden, dtype=dtype,
-                         draw_batch=draw_batch)
+                         draw_batch=draw_batch, weights=weights)
     m, se = log_ratio_of_means(a, b, scale=1.0 / depth)
     return float(m), float(se)
 
 
 def exponents(hp: HParams, *, width=512, seeds=16, eps=DEFAULT_EPS, causal=False,
-              mlp_hidden=None, dtype=jnp.float32, seed=0) -> dict:
+              mlp_hidden=None, dtype=jnp.float32, seed=0, weights=DEFAULT_WEIGHTS) -> dict:
     """``lambda_a, lambda_a_se, lambda_g, lambda_g_se`` (lambda_g at depth ``hp.depth``)
     and the ``q_star`` the inputs were built from."""
     q_star = collapsed_q_star(hp)
-    la, la_se = angle_exponent(hp, width=width, seeds=seeds, eps=eps, q_star=q_star,
-                               causal=causal, mlp_hidden=mlp_hidden, dtype=dtype, seed=seed)
-    lg, lg_se = gradient_exponent(hp, width=width, seeds=seeds, q_star=q_star, causal=causal,
-                                  mlp_hidden=mlp_hidden, dtype=dtype, seed=seed)
+    opts = dict(width=width, seeds=seeds, q_star=q_star, causal=causal, mlp_hidden=mlp_hidden,
+                dtype=dtype, seed=seed, weights=weights)
+    la, la_se = angle_exponent(hp, eps=eps, **opts)
+    lg, lg_se = gradient_exponent(hp, **opts)
     return {"lambda_a": la, "lambda_a_se": la_se, "lambda_g": lg, "lambda_g_se": lg_se,
             "q_star": q_star}

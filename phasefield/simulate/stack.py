@@ -1,12 +1,20 @@
 """Random transformer stacks of THEORY.md §1, built from the shared Flax :class:`Block`.
 
-A stack is L blocks with independent Gaussian parameters. The parameters of block ``l``
-are drawn from ``keys[l]`` by ``Block.init`` (the same initialisation the ViT trainer
-uses), inside a ``lax.scan`` over layers: ``Block(...).init_with_output`` returns the
-block's output together with its freshly drawn parameters, so one layer's parameters
-live in memory at a time and the forward pass is computed once. Autodiff with respect
-to the tokens passes straight through (the parameters depend only on the key), which is
-what the vector-Jacobian protocol of §7 needs.
+A stack is L blocks with independent Gaussian weights, drawn one of two ways
+(``weights=``):
+
+``"lazy"`` (default)  ``Block(hp, weights="lazy")``: every linear map is sampled lazily
+    on the tokens it sees (:func:`phasefield.block.random_linear`, exact in distribution
+    with one VJP per draw), O(n^2 d) per block; the block's randomness is the ``"lazy"``
+    rng stream seeded by the layer key.
+``"dense"`` (reference)  the parameters of block ``l`` are drawn from ``keys[l]`` by
+    ``Block.init`` (the same initialisation the ViT trainer uses): ``init_with_output``
+    returns the block's output together with its freshly drawn parameters, so one layer's
+    parameters live in memory at a time. O(n d^2) per block, d^2 numbers per matrix.
+
+Layers run inside a ``lax.scan``. Autodiff with respect to the tokens passes straight
+through (the weights depend only on the key), which is what the vector-Jacobian protocol
+of §7 needs (lazy weights: one VJP per draw; full Jacobians need dense weights).
 
 All functions are pure in ``(hp, key, tokens)``, so they ``jit`` and ``vmap`` over draws
 (keys) and over hyperparameter points (the numeric leaves of :class:`HParams`).
@@ -18,13 +26,21 @@ from typing import Optional
 import jax
 import jax.numpy as jnp
 
-from ..block import Block
+from ..block import LAZY_RNG, WEIGHTS, Block, _check_weights  # noqa: F401 (WEIGHTS re-exported)
 from ..config import HParams
 
+DEFAULT_WEIGHTS = "lazy"
 
-def block_forward(hp: HParams, key, x, *, causal: bool = False, mlp_hidden: Optional[int] = None):
-    """One random block applied to tokens ``x`` (``[n, d]``) with parameters drawn from ``key``."""
-    out, _ = Block(hp, causal=causal, mlp_hidden=mlp_hidden).init_with_output({"params": key}, x)
+
+def block_forward(hp: HParams, key, x, *, causal: bool = False, mlp_hidden: Optional[int] = None,
+                  weights: str = DEFAULT_WEIGHTS):
+    """One random block applied to tokens ``x`` (``[n, d]``) with weights drawn from ``key``
+    (``weights``: ``"lazy"`` or ``"dense"``, see the module docstring)."""
+    _check_weights(weights)
+    block = Block(hp, causal=causal, mlp_hidden=mlp_hidden, weights=weights)
+    if weights == "lazy":
+        return block.apply({}, x, rngs={LAZY_RNG: key})
+    out, _ = block.init_with_output({"params": key}, x)
     return out
 
 
@@ -42,8 +58,9 @@ def layer_keys(key, depth: int):
 
 def stack_forward(hp: HParams, key, x, depth: int, *, causal: bool = False,
                   mlp_hidden: Optional[int] = None, return_all: bool = False,
-                  reduce=None, remat: bool = False):
-    """Apply ``depth`` independent random blocks to ``x`` (``[n, d]``).
+                  reduce=None, remat: bool = False, weights: str = DEFAULT_WEIGHTS):
+    """Apply ``depth`` independent random blocks to ``x`` (``[n, d]``), weights ``"lazy"``
+    (default) or ``"dense"``.
 
     ``return_all``: also return every layer's tokens, shape ``[depth + 1, n, d]``.
     ``reduce``: a function of the tokens applied at every layer (including the input);
@@ -52,7 +69,8 @@ def stack_forward(hp: HParams, key, x, depth: int, *, causal: bool = False,
     """
     keys = layer_keys(key, depth)
 
-    fwd = lambda h, k: block_forward(hp, k, h, causal=causal, mlp_hidden=mlp_hidden)
+    fwd = lambda h, k: block_forward(hp, k, h, causal=causal, mlp_hidden=mlp_hidden,
+                                     weights=weights)
     if remat:
         fwd = jax.checkpoint(fwd)
 

@@ -6,9 +6,11 @@ lambda_g_se`` (and the ``q_star`` the inputs were built from).
 Points are vmapped in chunks; within a chunk every point uses the same weight and token
 draws (common random numbers: the Gaussian draws are made once and only rescaled per
 point), which makes differences between neighbouring points far less noisy and
-amortises the cost of the Gaussian sampling. Finished chunks are stored under a parts
-directory (:class:`phasefield.grid.ChunkStore`) so an interrupted sweep resumes where it
-stopped.
+amortises the cost of the Gaussian sampling. With lazily sampled weights (the default,
+``weights="lazy"``) the shared draws are the standard-normal slabs S and noise G of
+:func:`phasefield.block.random_linear`, which do not depend on the point either. Finished
+chunks are stored under a parts directory (:class:`phasefield.grid.ChunkStore`) so an
+interrupted sweep resumes where it stopped.
 """
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ import xarray as xr
 
 from .. import grid, theory
 from ..config import HParams, NUMERIC_FIELDS
+from ..block import WEIGHTS
 from ..theory.precision import float64
 from . import measure
 
@@ -31,15 +34,13 @@ VARIABLES = ("lambda_a", "lambda_a_se", "lambda_g", "lambda_g_se", "q_star")
 
 
 @partial(jax.jit, static_argnames=("n", "d", "depth", "eps", "causal", "mlp_hidden", "dtype",
-                                   "draw_batch"))
+                                   "draw_batch", "weights"))
 def _chunk_kernel(hp, keys_a, keys_g, q_star, *, n, d, depth, eps, causal, mlp_hidden, dtype,
-                  draw_batch):
-    la = jax.vmap(lambda h, qs: measure.angle_draws(
-        h, keys_a, qs, n=n, d=d, eps=eps, causal=causal, mlp_hidden=mlp_hidden, dtype=dtype))(
-        hp, q_star)
+                  draw_batch, weights):
+    opts = dict(n=n, d=d, causal=causal, mlp_hidden=mlp_hidden, dtype=dtype, weights=weights)
+    la = jax.vmap(lambda h, qs: measure.angle_draws(h, keys_a, qs, eps=eps, **opts))(hp, q_star)
     a, b = jax.vmap(lambda h, qs: measure.gradient_draws(
-        h, keys_g, qs, n=n, d=d, depth=depth, causal=causal, mlp_hidden=mlp_hidden,
-        dtype=dtype, draw_batch=draw_batch))(hp, q_star)
+        h, keys_g, qs, depth=depth, draw_batch=draw_batch, **opts))(hp, q_star)
     return la, a, b
 
 
@@ -64,11 +65,13 @@ def grid_points(base: HParams, axes: dict):
 def sweep(*, width: int = 512, seeds: int = 16, eps: float = measure.DEFAULT_EPS,
           causal: bool = False, mlp_hidden: Optional[int] = None, dtype=jnp.float32,
           seed: int = 0, base: Optional[HParams] = None, chunk: int = 16,
-          parts_dir: Optional[str] = None, progress: bool = False, **axes) -> xr.Dataset:
+          parts_dir: Optional[str] = None, progress: bool = False,
+          weights: str = measure.DEFAULT_WEIGHTS, **axes) -> xr.Dataset:
     """Simulate ``lambda_a, lambda_g`` (with ``_se``) on the grid spanned by ``axes``
     (keyword arrays named as in :data:`AXES`; ``alpha`` sets alpha_a = alpha_m).
 
     ``parts_dir``: store finished chunks there and reuse them on a rerun (resume).
+    ``weights``: ``"lazy"`` (default) or ``"dense"`` (see :mod:`phasefield.simulate.measure`).
     """
     base = HParams() if base is None else base
     for k in axes:
@@ -77,6 +80,8 @@ def sweep(*, width: int = 512, seeds: int = 16, eps: float = measure.DEFAULT_EPS
     grid.branch_weights(axes.get("alpha"), axes.get("alpha_a"), axes.get("alpha_m"))  # not both
     if seeds < 2:
         raise ValueError(f"seeds must be >= 2 to give a standard error (got {seeds})")
+    if weights not in WEIGHTS:
+        raise ValueError(f"unknown weights {weights!r}; choose one of {', '.join(WEIGHTS)}")
     dims, coords, points = grid_points(base, axes)
     base.validate()
     grid.check_values(coords)
@@ -86,6 +91,8 @@ def sweep(*, width: int = 512, seeds: int = 16, eps: float = measure.DEFAULT_EPS
                   chunk=int(chunk), activation=base.activation, mlp_layers=base.mlp_layers,
                   residual=base.residual, axes={k: coords[k].tolist() for k in dims},
                   base={k: float(getattr(base, k)) for k in NUMERIC_FIELDS})
+    if weights != "dense":  # dense keeps the tags of parts written before the lazy sampler
+        config["weights"] = weights
     store = grid.ChunkStore(parts_dir, dict(source="phasefield.simulate.sweep", **config)) if parts_dir else None
 
     try:
@@ -107,7 +114,7 @@ def sweep(*, width: int = 512, seeds: int = 16, eps: float = measure.DEFAULT_EPS
             else:
                 res = _run_chunk(base, [points[i] for i in idx], keys_a, keys_g, n=n, d=d,
                                  depth=depth, eps=eps, causal=causal, mlp_hidden=mlp_hidden,
-                                 dtype=dtype)
+                                 dtype=dtype, weights=weights)
                 if store is not None:
                     store.save(j, res)
             for v in VARIABLES:
@@ -131,7 +138,7 @@ def sweep(*, width: int = 512, seeds: int = 16, eps: float = measure.DEFAULT_EPS
     ds.attrs.update({
         "source": "phasefield.simulate.sweep",
         "width": d, "seeds": int(seeds), "eps": float(eps), "causal": int(bool(causal)),
-        "dtype": jnp.dtype(dtype).name, "seed": int(seed),
+        "dtype": jnp.dtype(dtype).name, "seed": int(seed), "weights": weights,
         "activation": base.activation, "mlp_layers": base.mlp_layers, "residual": base.residual,
     })
     ds["lambda_a"].attrs["long_name"] = "angle exponent, one block, rho = 1 - eps at q*"
@@ -139,15 +146,16 @@ def sweep(*, width: int = 512, seeds: int = 16, eps: float = measure.DEFAULT_EPS
     return ds
 
 
-def _run_chunk(base, fields, keys_a, keys_g, *, n, d, depth, eps, causal, mlp_hidden, dtype):
+def _run_chunk(base, fields, keys_a, keys_g, *, n, d, depth, eps, causal, mlp_hidden, dtype,
+               weights):
     P = len(fields)
     hp = base.replace(**{k: np.asarray([f[k] for f in fields], np.float64) for k in NUMERIC_FIELDS})
     q_star = _q_star_batch(hp)
     draw_batch = measure.default_draw_batch(n, d, depth, mlp_hidden, points=P,
-                                            itemsize=jnp.dtype(dtype).itemsize)
+                                            itemsize=jnp.dtype(dtype).itemsize, weights=weights)
     la, a, b = _chunk_kernel(hp, keys_a, keys_g, jnp.asarray(q_star), n=n, d=d, depth=depth,
                              eps=float(eps), causal=bool(causal), mlp_hidden=mlp_hidden,
-                             dtype=dtype, draw_batch=draw_batch)
+                             dtype=dtype, draw_batch=draw_batch, weights=weights)
     la_m, la_se = measure.mean_se(np.asarray(la), axis=1)
     lg_m, lg_se = measure.log_ratio_of_means(np.asarray(a), np.asarray(b), scale=1.0 / depth, axis=1)
     return {"lambda_a": la_m, "lambda_a_se": la_se, "lambda_g": lg_m, "lambda_g_se": lg_se,
