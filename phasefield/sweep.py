@@ -96,21 +96,10 @@ def _point_fields(dims, scalars, flat_index):
 
 @float64
 def build_kernels(sigma_w: np.ndarray, activation: str = "tanh", mlp_layers: int = 1,
-                  devices: Sequence | None = None, need_tables: np.ndarray | None = None):
+                  devices: Sequence | None = None):
     """Stacked :class:`MLPKernel` for each sigma_w (tables sized per resolution bucket,
-    each bucket's sigma_w sharded over ``devices``). Where ``need_tables`` is False only
-    the 1-D quantities (q_M, D(1)) are computed and the 2-D tables are left at zero."""
+    each bucket's sigma_w sharded over ``devices``)."""
     devices = tuple(devices) if devices is not None else tuple(jax.local_devices())
-    if need_tables is not None and not np.all(need_tables):
-        need_tables = np.asarray(need_tables, bool)
-        full = _scalar_kernels(sigma_w, activation, mlp_layers)
-        if np.any(need_tables):
-            part = build_kernels(np.asarray(sigma_w)[need_tables], activation, mlp_layers, devices)
-            full = full.replace(c_pp=np.zeros((len(sigma_w),) + part.c_pp.shape[1:]),
-                                c_dd=np.zeros((len(sigma_w),) + part.c_dd.shape[1:]))
-            full.c_pp[need_tables] = part.c_pp
-            full.c_dd[need_tables] = part.c_dd
-        return full
     sigma_w = np.asarray(sigma_w, np.float64).reshape(-1)
     hp0 = HParams(activation=activation, mlp_layers=int(mlp_layers))
     if activation in mlp.CLOSED_FORMS:
@@ -137,15 +126,6 @@ def build_kernels(sigma_w: np.ndarray, activation: str = "tanh", mlp_layers: int
             out = jax.tree.map(lambda x: np.zeros((sigma_w.size,) + x.shape[1:], x.dtype), kb)
         out = jax.tree.map(lambda o, x: _assign(o, sel, x[: len(vals)]), out, kb)
     return out
-
-
-def _scalar_kernels(sigma_w, activation, mlp_layers):
-    """Kernels with the 1-D quantities only (enough for lambda_a and the collapsed point)."""
-    sigma_w = np.asarray(sigma_w, np.float64).reshape(-1)
-    fn = mlp._layer_scales_jit(activation, int(mlp_layers))
-    q_l, e2, d2 = (np.asarray(x) for x in jax.vmap(fn)(jnp.asarray(sigma_w)))
-    empty = np.zeros(q_l.shape + (1,))
-    return mlp.MLPKernel(sigma_w, q_l, e2, d2, empty, empty, activation=activation)
 
 
 def _assign(o, sel, x):
