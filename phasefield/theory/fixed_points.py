@@ -118,13 +118,9 @@ def _residual(hp, kern, rho):
     ba2, bm2, aa2, am2, wa, wm, r = weights(hp)
     inv_q, q_a, p_a = _norm_at(hp, kern, rho)
     rho_z = (ba2 * rho + aa2 * p_a * inv_q) / (ba2 + aa2 * q_a * inv_q)
-    p_m = _p_m(kern, rho_z)
+    p_m = mlp.p_m(kern, rho_z)
     num = bm2 * wa * (p_a - rho * q_a) + wm * (p_m - rho * kern.q_m)
     return num / (bm2 * wa * q_a + wm * kern.q_m)
-
-
-def _p_m(kern, rho):
-    return mlp.p_m(kern, rho)
 
 
 @public("method")
