@@ -50,7 +50,8 @@ WEIGHTS = ("dense", "lazy")
 LAZY_RNG = "lazy"
 
 
-def _check_weights(weights):
+def check_weights(weights):
+    """ValueError unless ``weights`` is one of :data:`WEIGHTS`."""
     if weights not in WEIGHTS:
         raise ValueError(f"unknown weights {weights!r}; choose one of {', '.join(WEIGHTS)}")
 
@@ -181,7 +182,7 @@ class RandomLinear(nn.Module):
 def _linear(weights, features, stds, names):
     """The block's linear layers on one input: trainable ``nn.Dense`` (named ``names``,
     the ViT's parameters) or one lazily sampled :class:`RandomLinear`."""
-    _check_weights(weights)
+    check_weights(weights)
     if weights == "lazy":
         return RandomLinear(tuple(features), tuple(stds), name="lazy_" + "_".join(names))
     layers = [nn.Dense(f, use_bias=False, kernel_init=_normal(s), name=nm)

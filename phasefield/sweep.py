@@ -7,7 +7,9 @@
 Every hyperparameter given as a 1-D sequence becomes a dimension (in the order sigma_w,
 sigma_a, alpha | alpha_a, alpha_m, sigma_v, n_tokens, depth); scalars become scalar
 coordinates. ``alpha`` ties alpha_A = alpha_M. Variables: lambda_a, lambda_g (finite depth,
-input at the collapsed fixed point), lambda_g_inf, q_star, rho_star — float64.
+input at the collapsed fixed point), lambda_g_inf, q_star, rho_star (the attractor reached
+from rho_0 = 1/2), n_stable (the number of stable fixed points: >= 2 marks a bistable
+point), rho_star_min, rho_star_max (the smallest and largest stable cosines) — float64.
 
 How it runs:
 
@@ -46,14 +48,19 @@ from .theory import mlp
 from .theory.lyapunov import exponents as _theory_exponents
 from .theory.precision import float64
 
-VARIABLES = ("lambda_a", "lambda_g", "lambda_g_inf", "q_star", "rho_star")
+VARIABLES = ("lambda_a", "lambda_g", "lambda_g_inf", "q_star", "rho_star", "n_stable", "rho_star_min",
+             "rho_star_max")
 ATTRS = {
     "lambda_a": dict(long_name="angle exponent", symbol="λ_a"),
     "lambda_g": dict(long_name="gradient exponent at finite depth (collapsed input)", symbol="λ_g(L)"),
     "lambda_g_inf": dict(long_name="gradient exponent at infinite depth (stable fixed point)",
                          symbol="λ_g^∞"),
     "q_star": dict(long_name="squared norm per component at the collapsed fixed point", symbol="q*"),
-    "rho_star": dict(long_name="token cosine at the stable fixed point", symbol="ρ*"),
+    "rho_star": dict(long_name="token cosine at the attractor reached from rho_0 = 1/2", symbol="ρ*"),
+    "n_stable": dict(long_name="number of stable fixed points (rho = 1 included; >= 2: bistable)",
+                     symbol="n_stable"),
+    "rho_star_min": dict(long_name="smallest stable token cosine", symbol="ρ*_min"),
+    "rho_star_max": dict(long_name="largest stable token cosine (1: the collapsed point)", symbol="ρ*_max"),
 }
 DEFAULT_CHUNK = 1 << 16
 
@@ -89,21 +96,10 @@ def _point_fields(dims, scalars, flat_index):
 
 @float64
 def build_kernels(sigma_w: np.ndarray, activation: str = "tanh", mlp_layers: int = 1,
-                  devices: Sequence | None = None, need_tables: np.ndarray | None = None):
+                  devices: Sequence | None = None):
     """Stacked :class:`MLPKernel` for each sigma_w (tables sized per resolution bucket,
-    each bucket's sigma_w sharded over ``devices``). Where ``need_tables`` is False only
-    the 1-D quantities (q_M, D(1)) are computed and the 2-D tables are left at zero."""
+    each bucket's sigma_w sharded over ``devices``)."""
     devices = tuple(devices) if devices is not None else tuple(jax.local_devices())
-    if need_tables is not None and not np.all(need_tables):
-        need_tables = np.asarray(need_tables, bool)
-        full = _scalar_kernels(sigma_w, activation, mlp_layers)
-        if np.any(need_tables):
-            part = build_kernels(np.asarray(sigma_w)[need_tables], activation, mlp_layers, devices)
-            full = full.replace(c_pp=np.zeros((len(sigma_w),) + part.c_pp.shape[1:]),
-                                c_dd=np.zeros((len(sigma_w),) + part.c_dd.shape[1:]))
-            full.c_pp[need_tables] = part.c_pp
-            full.c_dd[need_tables] = part.c_dd
-        return full
     sigma_w = np.asarray(sigma_w, np.float64).reshape(-1)
     hp0 = HParams(activation=activation, mlp_layers=int(mlp_layers))
     if activation in mlp.CLOSED_FORMS:
@@ -129,35 +125,6 @@ def build_kernels(sigma_w: np.ndarray, activation: str = "tanh", mlp_layers: int
         if out is None:
             out = jax.tree.map(lambda x: np.zeros((sigma_w.size,) + x.shape[1:], x.dtype), kb)
         out = jax.tree.map(lambda o, x: _assign(o, sel, x[: len(vals)]), out, kb)
-    return out
-
-
-def _scalar_kernels(sigma_w, activation, mlp_layers):
-    """Kernels with the 1-D quantities only (enough for lambda_a and the collapsed point)."""
-    sigma_w = np.asarray(sigma_w, np.float64).reshape(-1)
-    fn = mlp._layer_scales_jit(activation, int(mlp_layers))
-    q_l, e2, d2 = (np.asarray(x) for x in jax.vmap(fn)(jnp.asarray(sigma_w)))
-    empty = np.zeros(q_l.shape + (1,))
-    return mlp.MLPKernel(sigma_w, q_l, e2, d2, empty, empty, activation=activation)
-
-
-def _chaotic_sigma_w(dims, scalars, kernels, residual, block=1 << 20):
-    """For each sigma_w: does any grid point with it have lambda_a > 0 (closed form)?"""
-    shape = tuple(v.size for v in dims.values())
-    total = int(np.prod(shape)) if shape else 1
-    n_sw = np.size(kernels.sigma_w)
-    out = np.zeros(n_sw, bool)
-    q_m, d_one = np.asarray(kernels.q_m), np.asarray(kernels.d_one)
-    for lo in range(0, total, block):
-        f, i_sw = _point_fields(dims, scalars, np.arange(lo, min(total, lo + block)))
-        a2, m2 = f["alpha_a"] ** 2, f["alpha_m"] ** 2
-        b2a, b2m = (np.ones_like(a2), np.ones_like(m2)) if residual == "identity" else (1 - a2, 1 - m2)
-        sv2 = f["sigma_v"] ** 2
-        with np.errstate(divide="ignore", invalid="ignore"):
-            q = (b2m * a2 * sv2 + m2 * q_m[i_sw]) / (1 - b2a * b2m)
-            qz = b2a * q + a2 * sv2
-            lam = np.log(b2a * (b2m + m2 * d_one[i_sw] / qz))
-        np.logical_or.at(out, i_sw, lam > 0)
     return out
 
 
@@ -219,7 +186,7 @@ def sweep(*, sigma_w, sigma_a=1.0, alpha=None, alpha_a=None, alpha_m=None, sigma
     chunk = -(-chunk // ndev) * ndev
     n_chunks = -(-total // chunk)
     static = dict(activation=activation, mlp_layers=int(mlp_layers), residual=residual,
-                  attention=attention, softmax_correction=bool(softmax_correction), chunk=chunk, version=2)
+                  attention=attention, softmax_correction=bool(softmax_correction), chunk=chunk, version=3)
 
     store = None
     if out is not None:
@@ -231,9 +198,10 @@ def sweep(*, sigma_w, sigma_a=1.0, alpha=None, alpha_a=None, alpha_m=None, sigma
     try:
         sw_values = dims.get("sigma_w", scalars.get("sigma_w"))
         sw_all = np.atleast_1d(sw_values)
-        # 2-D tables are needed only where the stable point can leave rho = 1 (lambda_a > 0)
-        need = _chaotic_sigma_w(dims, scalars, _scalar_kernels(sw_all, activation, mlp_layers), residual)
-        kernels = jax.tree.map(jnp.asarray, build_kernels(sw_all, activation, mlp_layers, devices, need))
+        # 2-D tables for every sigma_w: the stable-point search evaluates p_M(rho) at every
+        # point, and a stable rho* < 1 can coexist with a stable rho = 1 (lambda_a < 0), so
+        # the sign of lambda_a no longer tells where they can be skipped (issue 13)
+        kernels = jax.tree.map(jnp.asarray, build_kernels(sw_all, activation, mlp_layers, devices))
         fn, sharding = _evaluate_fn(activation, mlp_layers, residual, attention, softmax_correction,
                                     tuple(devices))
         pid, pcount = jax.process_index(), jax.process_count()

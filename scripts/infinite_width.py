@@ -203,36 +203,46 @@ def report(args):
 
 
 def figure(table, d, path):
-    import matplotlib
+    """(a, b) lambda_a and lambda_g(16) minus theory against 1/d with the a + b/d fits, one
+    colour per (sigma_w, alpha) point (sigma_A does not enter at the collapsed point, so only
+    sigma_A = 1 is drawn); (c) the extrapolated rho transients minus the exact-softmax map at
+    sigma_A = 3 (solid, with standard errors) and the paper map minus the exact map (dotted)."""
+    from phasefield.figures import style
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 3, figsize=(13, 4))
-    xs = np.linspace(0, 1.05 / d.min(), 50)
-    for ax, name in zip(axes[:2], ("lambda_a", "lambda_g")):
-        for t in (t for t in table if t["name"] == name):
-            sc = "C0" if t["sa"] == 1.0 else "C3"
-            ax.errorbar(1 / d, t["y"] - t["paper"], yerr=t["yse"], fmt="o", ms=3, color=sc)
-            ax.plot(xs, t["value"] + t["b"] * xs - t["paper"], color=sc, lw=0.8)
-        ax.axhline(0, color="k", lw=0.5)
-        ax.set_xlabel("1 / d")
-        ax.set_ylabel(f"{name}(d) - theory")
-        ax.set_title(f"{name}: finite-width correction (blue sigma_A = 1, red 3)")
-    ax = axes[2]
-    for i in sorted({t["i"] for t in table}):
-        rho = [t for t in table if t["i"] == i and t["name"] == "rho"]
-        layers = [t["layer"] for t in rho]
-        sc = "C0" if rho[0]["sa"] == 1.0 else "C3"
-        ax.errorbar(layers, [t["value"] - t["exact"] for t in rho], yerr=[t["se"] for t in rho],
-                    color=sc, lw=0.8, ms=2, fmt="o-")
-        ax.plot(layers, [t["paper"] - t["exact"] for t in rho], color=sc, lw=0.8, ls=":")
-    ax.axhline(0, color="k", lw=0.5)
-    ax.set_xlabel("layer")
-    ax.set_ylabel("rho(d -> inf) - exact map")
-    ax.set_title("rho transients, extrapolated (dots: paper map - exact)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    colours = {}
+    with style.context() as plt:
+        fig, axes = plt.subplots(1, 3, figsize=(2 * style.COLUMN, 2.0))
+        xs = np.linspace(0, 1.05e3 / d.min(), 50)
+        for ax, name, lab in zip(axes[:2], ("lambda_a", "lambda_g"), ("a", "b")):
+            for t in (t for t in table if t["name"] == name and t["sa"] == 1.0):
+                c = colours.setdefault((t["sw"], t["a"]), f"C{len(colours)}")
+                ax.errorbar(1e3 / d, t["y"] - t["paper"], yerr=t["yse"], fmt="o", ms=2, lw=0.6,
+                            color=c, label=rf"$\sigma_w$={t['sw']:g}, $\alpha$={t['a']:g}")
+                ax.plot(xs, t["value"] + t["b"] * xs / 1e3 - t["paper"], color=c, lw=0.6)
+            ax.axhline(0, color="k", lw=0.4)
+            ax.set_xlabel("1000 / d")
+            ax.set_ylabel(style.symbol(name, DEPTH) + " − theory")
+            style.panel_label(ax, lab)
+        axes[0].legend(loc="lower right", frameon=False, fontsize=5)
+        ax = axes[2]
+        for i in sorted({t["i"] for t in table}):
+            rho = [t for t in table if t["i"] == i and t["name"] == "rho"]
+            if rho[0]["sa"] != 3.0:
+                continue
+            c = colours[(rho[0]["sw"], rho[0]["a"])]
+            layers = [t["layer"] for t in rho]
+            ax.errorbar(layers, [t["value"] - t["exact"] for t in rho], yerr=[t["se"] for t in rho],
+                        color=c, lw=0.6, ms=1.5, fmt="o-")
+            ax.plot(layers, [t["paper"] - t["exact"] for t in rho], color=c, lw=0.6, ls=":")
+        ax.axhline(0, color="k", lw=0.4)
+        ax.set_xlabel("layer")
+        ax.set_ylabel(r"$\rho_\ell$ − exact map ($\sigma_A$ = 3)")
+        style.panel_label(ax, "c")
+        ax.text(0.98, 0.04, "solid: simulation, d → ∞\ndotted: paper map", transform=ax.transAxes,
+                ha="right", va="bottom", fontsize=5)
+        fig.tight_layout()
+        fig.savefig(path, dpi=style.DPI)
+        plt.close(fig)
     print(f"wrote {path}")
 
 

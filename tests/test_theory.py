@@ -170,10 +170,12 @@ def test_stable_fixed_point_is_fixed_and_attracting(pt):
     assert float(ps[-1] / qs[-1]) == pytest.approx(float(rho), abs=2e-3)
 
 
-def test_identity_residual_has_no_collapsed_point():
+def test_identity_residual_collapsed_point_is_at_infinity():
+    """beta = 1: the norm grows by a constant per block, so the collapsed point is q* = +inf
+    (issue 13; was NaN). The closed forms and their checks are in tests/test_edges.py."""
     hp = HParams(sigma_w=1.0, residual="identity")
-    q_star, _ = theory.collapsed_fixed_point(hp)
-    assert math.isnan(float(q_star))
+    q_star, qz_star = theory.collapsed_fixed_point(hp)
+    assert float(q_star) == math.inf and float(qz_star) == math.inf
     qs, ps = theory.trajectory(hp, 1.0, 0.5, 8)  # the map itself is fine (norm grows)
     assert np.all(np.diff(np.asarray(qs)) > 0)
 

@@ -35,32 +35,87 @@ def _hp(mlp_layers, **kw):
     return point_hparams(mlp_layers=int(mlp_layers), **kw)
 
 
-def _floats(d):
-    return {k: float(v) for k, v in d.items()}
+def _sign_word(x, pos, neg, zero="edge"):
+    return pos if x > 0 else neg if x < 0 else zero
+
+
+def exponents_result(hp, kw=None) -> dict:
+    """The ``phasefield exponents`` record of one point (plain Python numbers).
+
+    ``phase`` is "<angle>/<gradient>": angle chaotic (lambda_a > 0), ordered (< 0) or, where
+    lambda_a = 0 exactly, decided by :func:`phasefield.theory.angle_growth` (identity
+    residual: the power law of 1 - rho; alpha = 0: the block is the identity, "edge");
+    gradient exploding (lambda_g > 0), vanishing (< 0) or edge (= 0).
+    ``attractors``: every stable cosine, ascending (1 = the collapsed point);
+    ``bistable``: more than one; ``rho_star``: the one reached from ``rho_0``."""
+    import numpy as np
+
+    from .. import theory
+    from ..theory import fixed_points, mlp
+
+    kern = mlp.kernel(hp)
+    out = theory.exponents(hp, kern)
+    res = {k: float(out[k]) for k in ("lambda_a", "lambda_g", "lambda_g_inf", "q_star", "q_z_star",
+                                       "rho_star", "rho_star_min", "rho_star_max")}
+    stable = np.asarray(theory.attractors(hp, kern), float)
+    res["attractors"] = sorted(float(r) for r in stable[np.isfinite(stable)])
+    res["n_stable"] = int(out["n_stable"])
+    res["bistable"] = res["n_stable"] > 1
+    res["rho_0"] = float(fixed_points.RHO0)
+    growth = float(theory.angle_growth(hp, kern))
+    res["angle_growth"] = growth
+    kw = kw or {}
+    res.update({k: kw[k] for k in ("sigma_w", "sigma_a", "n_tokens", "depth") if k in kw},
+               alpha_a=float(hp.alpha_a), alpha_m=float(hp.alpha_m), residual=hp.residual)
+    la = res["lambda_a"]
+    if la == 0 and (float(hp.alpha_a) > 0 or float(hp.alpha_m) > 0):
+        angle = _sign_word(growth, "chaotic", "ordered")
+    else:
+        angle = _sign_word(la, "chaotic", "ordered")
+    res["phase"] = angle + "/" + _sign_word(res["lambda_g"], "exploding", "vanishing")
+    return res
+
+
+def _note(res):
+    if res["residual"] == "identity":
+        return ", identity residual: 1 - rho changes as a power of depth, not exponentially"
+    if res["alpha_a"] == 0 and res["alpha_m"] == 0:
+        return ", alpha = 0: every block is the identity"
+    if res["lambda_a"] == float("-inf"):
+        return ", alpha_A = 1: 1 - rho shrinks faster than exponentially"
+    return ""
+
+
+def _json_number(v):
+    """±inf -> "inf"/"-inf" (a true value JSON numbers cannot hold); NaN stays (-> null)."""
+    if isinstance(v, float) and v in (float("inf"), float("-inf")):
+        return "inf" if v > 0 else "-inf"
+    return v
 
 
 def register(cli):
     @cli.command("exponents")
     @_point_options
-    @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
+    @click.option("--json", "as_json", is_flag=True,
+                  help="print one JSON object (RFC 8259: ±inf as the strings \"inf\"/\"-inf\", NaN as null)")
     def exponents(as_json, **kw):
-        """λ_a, λ_g (depth L, input at the collapsed fixed point), λ_g^∞, q*, ρ* at one point."""
+        """λ_a, λ_g (depth L, input at the collapsed fixed point), λ_g^∞, q*, ρ* at one point,
+        and every stable fixed point (more than one: bistable)."""
         hp = _hp(**kw)
-        from .. import theory
-
-        res = _floats(theory.exponents(hp))
-        res = dict(res, **{k: kw[k] for k in ("sigma_w", "sigma_a", "n_tokens", "depth")},
-                   alpha_a=float(hp.alpha_a), alpha_m=float(hp.alpha_m),
-                   phase=("chaotic" if res["lambda_a"] > 0 else "ordered") + "/"
-                   + ("exploding" if res["lambda_g"] > 0 else "vanishing"))
+        res = exponents_result(hp, kw)
         if as_json:
-            echo_json(res)
+            echo_json({k: _json_number(v) for k, v in res.items()})
             return
-        click.echo(f"lambda_a     = {res['lambda_a']:+.6f}   ({res['phase'].split('/')[0]})")
+        angle = res["phase"].split("/")[0]
+        click.echo(f"lambda_a     = {res['lambda_a']:+.6f}   ({angle}{_note(res)})")
         click.echo(f"lambda_g     = {res['lambda_g']:+.6f}   (L = {hp.depth}, from the collapsed point)")
-        click.echo(f"lambda_g_inf = {res['lambda_g_inf']:+.6f}   (stable fixed point)")
+        click.echo(f"lambda_g_inf = {res['lambda_g_inf']:+.6f}   (at rho_star)")
         click.echo(f"q_star       = {res['q_star']:.6g}")
-        click.echo(f"rho_star     = {res['rho_star']:.6g}")
+        click.echo(f"rho_star     = {res['rho_star']:.6g}   (the attractor reached from rho_0 = {res['rho_0']:g})")
+        att = ", ".join(f"{r:.6g}" for r in res["attractors"]) or "none found"
+        n = res["n_stable"]
+        click.echo(f"attractors   = {att}   ({n} stable fixed point{'' if n == 1 else 's'}"
+                   f"{': BISTABLE, rho_star depends on the input geometry' if res['bistable'] else ''})")
 
     @cli.command("trajectory")
     @_point_options
@@ -121,8 +176,9 @@ def register(cli):
         d = os.path.dirname(os.path.abspath(out))
         if not os.path.isdir(d):
             raise UsageError(f"directory of --out does not exist: {d}")
-        # the file and, while it runs, the chunks: about 2 x 5 float64 per point
-        output(out, need_bytes=2 * 5 * 8 * total)
+        # the file and, while it runs, the chunks: about 2 x 8 float64 per point
+        from ..sweep import VARIABLES
+        output(out, need_bytes=2 * len(VARIABLES) * 8 * total)
         # multi-valued axes are dimensions, single values scalar coordinates
         axes = {k: (v if v.size > 1 else float(v[0])) for k, v in vals.items()}
         if all(v.size == 1 for v in vals.values()):

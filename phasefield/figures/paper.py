@@ -172,12 +172,18 @@ def phase_diagram(theory_ds, out_dir: str, name: str = "phase_diagram", gradient
                       rasterized=True)
         _zero(ax, theory_ds["lambda_a"], x, y, colors="k", linewidths=1.3)
         _zero(ax, theory_ds[gradient], x, y, colors="k", linewidths=1.1, linestyles="--")
+        bi = phase.bistable(theory_ds, x, y)
+        if bi is not None:   # coexistence of two attractors: hatched cells
+            _hatch_cells(ax, bi[x].values, bi[y].values, bi.values)
         present = set(np.unique(codes.values).tolist())
         handles = [Patch(facecolor=c, edgecolor="0.5", lw=0.3,
                          label=phase.PHASES[k] + ("" if k in present else " (absent)"))
                    for k, c in enumerate(PHASE_COLORS)]
         handles += [Line2D([], [], color="k", lw=1.3, label=r"$\lambda_a = 0$ (edge of chaos)"),
                     Line2D([], [], color="k", lw=1.1, ls="--", label=f"{glabel} = 0")]
+        if bi is not None:
+            handles.append(Patch(facecolor="none", edgecolor="k", hatch="////", lw=0.3,
+                                 label=r"bistable: two attractors ($\rho^*$ from $\rho_0 = 1/2$)"))
         if cp is not None:
             ax.plot(cp[x], cp[y], marker="*", ms=11, mfc="gold", mec="k", mew=0.7, clip_on=False,
                     zorder=5, ls="none")
@@ -207,6 +213,32 @@ def phase_diagram(theory_ds, out_dir: str, name: str = "phase_diagram", gradient
         ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2,
                   frameon=False, handlelength=1.6, columnspacing=1.0)
         return style.save(fig, out_dir, name)
+
+
+def _hatch_cells(ax, xs, ys, mask):
+    """Hatch the region where mask is True (one filled contour; per-cell rectangles on a grid
+    too small for contouring)."""
+    from matplotlib.patches import Rectangle
+
+    m = np.asarray(mask, float)
+    if m.shape[0] >= 2 and m.shape[1] >= 2:
+        ax.contourf(np.asarray(xs, float), np.asarray(ys, float), m, levels=[0.5, 1.5],
+                    colors="none", hatches=["////"], zorder=3)
+        return
+
+    def edges(v):
+        v = np.asarray(v, float)
+        if v.size == 1:
+            return np.array([v[0] - 0.5, v[0] + 0.5])
+        mid = 0.5 * (v[1:] + v[:-1])
+        return np.concatenate([[2 * v[0] - mid[0]], mid, [2 * v[-1] - mid[-1]]])
+
+    ex, ey = edges(xs), edges(ys)
+    for j, i in zip(*np.nonzero(np.asarray(mask))):
+        x0, x1 = sorted((ex[i], ex[i + 1]))
+        y0, y1 = sorted((ey[j], ey[j + 1]))
+        ax.add_patch(Rectangle((x0, y0), x1 - x0, y1 - y0, facecolor="none", edgecolor="k",
+                               hatch="////", lw=0, zorder=3))
 
 
 # ------------------------------------------------------------------ Fig. 2

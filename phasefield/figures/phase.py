@@ -3,6 +3,7 @@
 * :func:`classify` labels every grid point with one of four phases: ordered (λ_a < 0) or
   chaotic (λ_a ≥ 0) × vanishing (λ_g < 0) or exploding (λ_g ≥ 0) gradients (the same
   sign convention as :func:`phasefield.simulate.compare.phases`).
+* :func:`bistable` marks the grid points with more than one attractor (``n_stable >= 2``).
 * :func:`zero_contour` extracts the λ = 0 contour of a 2-D slice as polylines (contourpy,
   linear interpolation between grid points).
 * :func:`critical_point` finds where the λ_a = 0 and λ_g = 0 contours intersect: it walks
@@ -43,6 +44,16 @@ def classify(ds, angle: str = "lambda_a", gradient: str = "lambda_g"):
                       flag_meanings=" ".join(v.replace(", ", "_") for v in PHASES.values()),
                       angle=angle, gradient=gradient)
     return code
+
+
+def bistable(ds, x: str, y: str):
+    """The (y, x) slice of ``n_stable >= 2`` (points with two or more attractors; THEORY.md
+    §6 "Several attractors"), or None when the grid has no ``n_stable`` variable (sweeps
+    written before issue 13) or no such point."""
+    if "n_stable" not in getattr(ds, "data_vars", {}):
+        return None
+    mask = slice2d(ds, x, y, "n_stable") >= 2
+    return mask if bool(mask.any()) else None
 
 
 def slice2d(ds, x: str, y: str, var: str | None = None):

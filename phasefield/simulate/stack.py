@@ -26,7 +26,7 @@ from typing import Optional
 import jax
 import jax.numpy as jnp
 
-from ..block import LAZY_RNG, WEIGHTS, Block, _check_weights  # noqa: F401 (WEIGHTS re-exported)
+from ..block import LAZY_RNG, WEIGHTS, Block, check_weights  # noqa: F401 (WEIGHTS re-exported)
 from ..config import HParams
 
 DEFAULT_WEIGHTS = "lazy"
@@ -36,7 +36,7 @@ def block_forward(hp: HParams, key, x, *, causal: bool = False, mlp_hidden: Opti
                   weights: str = DEFAULT_WEIGHTS):
     """One random block applied to tokens ``x`` (``[n, d]``) with weights drawn from ``key``
     (``weights``: ``"lazy"`` or ``"dense"``, see the module docstring)."""
-    _check_weights(weights)
+    check_weights(weights)
     block = Block(hp, causal=causal, mlp_hidden=mlp_hidden, weights=weights)
     if weights == "lazy":
         return block.apply({}, x, rngs={LAZY_RNG: key})

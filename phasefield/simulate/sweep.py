@@ -25,7 +25,7 @@ import xarray as xr
 
 from .. import grid, theory
 from ..config import HParams, NUMERIC_FIELDS
-from ..block import WEIGHTS
+from ..block import check_weights
 from ..theory.precision import float64
 from . import measure
 
@@ -80,8 +80,7 @@ def sweep(*, width: int = 512, seeds: int = 16, eps: float = measure.DEFAULT_EPS
     grid.branch_weights(axes.get("alpha"), axes.get("alpha_a"), axes.get("alpha_m"))  # not both
     if seeds < 2:
         raise ValueError(f"seeds must be >= 2 to give a standard error (got {seeds})")
-    if weights not in WEIGHTS:
-        raise ValueError(f"unknown weights {weights!r}; choose one of {', '.join(WEIGHTS)}")
+    check_weights(weights)
     dims, coords, points = grid_points(base, axes)
     base.validate()
     grid.check_values(coords)

@@ -21,8 +21,8 @@ Floors (imports point down only)::
 """
 from .attention import forward as attention_map  # noqa: F401
 from .block import attention_step, backward_block, block_map, gradient_matrix, trajectory  # noqa: F401
-from .fixed_points import (angle_exponent, collapsed_fixed_point, simplex_fixed_point,  # noqa: F401
-                           stable_fixed_point)
-from .lyapunov import (exponents, gradient_exponent, gradient_exponent_collapsed,  # noqa: F401
+from .fixed_points import (angle_exponent, angle_growth, collapsed_fixed_point,  # noqa: F401
+                           simplex_fixed_point, stable_fixed_point, stable_points)
+from .lyapunov import (attractors, exponents, gradient_exponent, gradient_exponent_collapsed,  # noqa: F401
                        gradient_exponent_inf, mean_mode)
 from .mlp import MLPKernel, d_m, kernel, p_m  # noqa: F401

@@ -2,56 +2,125 @@
 
 * Collapsed point (rho = 1, invariant): q* solves the linear equation
   q* = beta_M^2 (beta_A^2 q* + alpha_A^2 sigma_V^2) + alpha_M^2 q_M, and
-  q_z* = beta_A^2 q* + alpha_A^2 sigma_V^2. It does not exist (NaN) when
-  beta_A^2 beta_M^2 = 1, e.g. for the identity residual.
-* Stable point: the collapsed point in the ordered phase (lambda_a <= 0); otherwise the
-  simplex point rho* < 1, the root of g(rho) = p'(rho) - rho q*(rho) on
-  [-1/(n-1), 1) where q*(rho) is the norm fixed point at cosine rho. Found by a fixed
-  number of bisection steps and a Newton polish, so it is jit- and vmap-able.
+  q_z* = beta_A^2 q* + alpha_A^2 sigma_V^2.
+* Stable points: rho = 1 when lambda_a < 0, and every root of the reduced residual
+  g(rho) (below) where g crosses from + to - (THEORY.md §6 "Several attractors"). The
+  roots are found on a fixed mesh of rho (sign changes of g, refined by bisection and a
+  Newton polish), so everything stays jit- and vmap-able with static shapes.
 * lambda_a, the log transverse eigenvalue at the collapsed point, in closed form (or by
-  autodiff of the block map); it decides which of the two is stable.
+  autodiff of the block map).
+
+Edges of the parameter space (issue 13)
+---------------------------------------
+Everything is written with the *branch direction* ``w_A = alpha_A^2 / s``,
+``w_M = alpha_M^2 / s`` (``s = alpha_A^2 + alpha_M^2``) and the restoring rate
+``r = (1 - beta_A^2 beta_M^2) / s`` (unit-norm: ``1 - alpha_A^2 alpha_M^2 / s``; identity
+residual: 0). With them::
+
+    q*      = (beta_M^2 w_A sigma_V^2 + w_M q_M) / r
+    g(rho)  = [beta_M^2 w_A (p_A - rho q_A) + w_M (p_M(rho_z) - rho q_M)]
+              / [beta_M^2 w_A q_A + w_M q_M]          (q at its fixed point q*(rho))
+
+which are finite at the two places where the old form 0/0 was NaN:
+
+* ``alpha_A = alpha_M = 0`` (the block is the identity, every geometry is fixed): the
+  values are the limits alpha -> 0+ along the tied direction alpha_A = alpha_M (the
+  ``--alpha`` axis), w_A = w_M = 1/2, r = 1: ``q* = (sigma_V^2 + q_M) / 2``,
+  ``lambda_a = lambda_g = lambda_g_inf = 0`` exactly, and the stable points are those of
+  the alpha -> 0+ limit of g (rho_z -> rho). Along another direction of approach the
+  limit of q* and of rho* differs; the tied one is the convention.
+* ``residual='identity'`` (beta = 1, r = 0): the norm grows linearly with depth, so
+  ``q* = q_z* = +inf`` (no finite fixed point); the per-block transverse multiplier
+  ``1 + alpha_M^2 D(1)/q_z`` tends to 1, so ``lambda_a = 0`` (perturbations change as a
+  power of depth, not exponentially) and ``lambda_g_inf = 0``. The cosine still
+  converges (steps shrink like 1/depth) to the stable roots of g with rho_z = rho.
+  Whether rho = 1 attracts is the sign of :func:`angle_growth`.
+* ``alpha_A = 1`` (beta_A = 0): the attention branch replaces the residual and
+  ``1 - rho`` shrinks quadratically per block at the collapsed point, so
+  ``lambda_a = -inf`` is the true value (JSON output writes it as the string "-inf").
 """
 from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
 
-from . import attention, block
+from . import attention, block, mlp
 from ._api import public
 
-BISECTION_STEPS = 18
-NEWTON_STEPS = 4
+BISECTION_STEPS = 10       # per bracket (a mesh cell: width <= 0.03 -> 3e-5), then Newton
+NEWTON_STEPS = 3           # quadratic from 3e-5: machine precision
+MESH = 49                  # rho mesh for the root search (paper attention map)
+MESH_EXACT = 33            # coarser mesh for the (costly) exact-softmax map
+MAX_ROOTS = 4              # sign changes refined per point (the smallest rho first);
+                           # a bistable point has 3 (stable, unstable, stable)
+RHO0 = 0.5                 # default input cosine: the attractor reported as rho_star
+
+
+def weights(hp):
+    """(beta_A^2, beta_M^2, alpha_A^2, alpha_M^2, w_A, w_M, r): see the module docstring."""
+    ba2, bm2 = jnp.square(hp.beta_a), jnp.square(hp.beta_m)
+    aa2, am2 = jnp.square(hp.alpha_a), jnp.square(hp.alpha_m)
+    s = aa2 + am2
+    zero = s <= 0
+    s_safe = jnp.where(zero, 1.0, s)
+    wa = jnp.where(zero, 0.5, aa2 / s_safe)
+    wm = jnp.where(zero, 0.5, am2 / s_safe)
+    if hp.residual == "identity":
+        r = jnp.zeros_like(s)
+    else:   # (1 - (1 - a)(1 - m)) / s without the cancellation at small alpha
+        r = jnp.where(zero, 1.0, 1.0 - aa2 * am2 / s_safe)
+    return ba2, bm2, aa2, am2, wa, wm, r
+
+
+def _inv(x):
+    """1/x with 1/inf = 0 and a finite gradient at x = inf."""
+    fin = jnp.isfinite(x)
+    return jnp.where(fin, 1.0 / jnp.where(fin, x, 1.0), 0.0)
 
 
 @public()
 def collapsed_fixed_point(hp, kern=None):
-    """(q*, q_z*) of the collapsed fixed point rho = 1."""
-    ba2, bm2 = jnp.square(hp.beta_a), jnp.square(hp.beta_m)
-    aa2, am2 = jnp.square(hp.alpha_a), jnp.square(hp.alpha_m)
+    """(q*, q_z*) of the collapsed fixed point rho = 1 (+inf for the identity residual)."""
+    ba2, bm2, aa2, am2, wa, wm, r = weights(hp)
     sv2 = jnp.square(hp.sigma_v)
-    den = 1.0 - ba2 * bm2
-    q_star = jnp.where(den > 0, (bm2 * aa2 * sv2 + am2 * kern.q_m) / jnp.where(den > 0, den, 1.0), jnp.nan)
+    num = bm2 * wa * sv2 + wm * kern.q_m
+    pos = r > 0
+    q_star = jnp.where(pos, num / jnp.where(pos, r, 1.0), jnp.inf)
     return q_star, ba2 * q_star + aa2 * sv2
 
 
+@public()
+def angle_growth(hp, kern=None):
+    """A number with the sign of lambda_a that stays informative where lambda_a is 0 by
+    degeneracy; > 0: rho = 1 repels (chaotic), < 0: it attracts.
+
+        angle_growth = beta_A^2 w_M (D(1) - q_M) - w_A sigma_V^2
+
+    Unit-norm residual: ``q_z* (e^{lambda_a} - 1) / s`` (so at alpha = 0, where lambda_a = 0,
+    its sign is that of d lambda_a / d alpha^2 along the direction (w_A, w_M)). Identity
+    residual: ``c p / s`` with ``1 - rho ~ depth^p`` (``c`` the norm growth per block,
+    :mod:`.lyapunov`), the power law that replaces the exponential."""
+    ba2, bm2, aa2, am2, wa, wm, r = weights(hp)
+    sv2 = jnp.square(hp.sigma_v)
+    return ba2 * wm * (kern.d_one - kern.q_m) - wa * sv2
+
+
 def _norm_at(hp, kern, rho):
-    """Norm fixed point q*(rho) at fixed cosine rho, and the attention output (q_A, p_A)."""
-    ba2, bm2 = jnp.square(hp.beta_a), jnp.square(hp.beta_m)
-    aa2, am2 = jnp.square(hp.alpha_a), jnp.square(hp.alpha_m)
+    """1/q*(rho) (norm fixed point at fixed cosine rho) and the attention output (q_A, p_A)."""
+    ba2, bm2, aa2, am2, wa, wm, r = weights(hp)
     q_a, p_a = attention.forward(hp, rho)
-    q = (bm2 * aa2 * q_a + am2 * kern.q_m) / (1.0 - ba2 * bm2)
-    return q, q_a, p_a
+    inv_q = r / (bm2 * wa * q_a + wm * kern.q_m)
+    return inv_q, q_a, p_a
 
 
 def _residual(hp, kern, rho):
-    """g(rho) / q*(rho): relative mismatch of p at the norm fixed point of cosine rho."""
-    ba2, bm2 = jnp.square(hp.beta_a), jnp.square(hp.beta_m)
-    aa2, am2 = jnp.square(hp.alpha_a), jnp.square(hp.alpha_m)
-    q, q_a, p_a = _norm_at(hp, kern, rho)
-    q_z = ba2 * q + aa2 * q_a
-    p_z = ba2 * rho * q + aa2 * p_a
-    _, p1 = block.mlp_step(hp, q_z, p_z, kern)
-    return p1 / q - rho
+    """g(rho): the reduced cosine residual, >0 where the cosine grows (module docstring)."""
+    ba2, bm2, aa2, am2, wa, wm, r = weights(hp)
+    inv_q, q_a, p_a = _norm_at(hp, kern, rho)
+    rho_z = (ba2 * rho + aa2 * p_a * inv_q) / (ba2 + aa2 * q_a * inv_q)
+    p_m = mlp.p_m(kern, rho_z)
+    num = bm2 * wa * (p_a - rho * q_a) + wm * (p_m - rho * kern.q_m)
+    return num / (bm2 * wa * q_a + wm * kern.q_m)
 
 
 @public("method")
@@ -60,64 +129,135 @@ def angle_exponent(hp, kern=None, method: str = "closed"):
 
     ``method='closed'``: e^{lambda_a} = beta_A^2 (beta_M^2 + alpha_M^2 D(1) / q_z*).
     ``method='autodiff'``: the (u, u) entry of ``jax.jacfwd`` of the block map written in
-    coordinates (q, u = q - p), at (q*, 0) — the triangular Jacobian's transverse eigenvalue.
+    coordinates (q, u = q - p), at (q*, 0) — the triangular Jacobian's transverse eigenvalue
+    (the identity residual has no finite q*: both methods give its limit 0).
     """
     q_star, qz_star = collapsed_fixed_point(hp, kern)
     if method == "closed":
-        ba2, bm2, am2 = jnp.square(hp.beta_a), jnp.square(hp.beta_m), jnp.square(hp.alpha_m)
-        return jnp.log(ba2 * (bm2 + am2 * kern.d_one / qz_star))
+        # e^{lambda_a} - 1 = [beta_A^2 alpha_M^2 (D(1) - q_M) - alpha_A^2 sigma_V^2] / q_z*
+        # (the fixed-point equation eliminates beta_A^2 beta_M^2 - 1): log1p keeps full
+        # relative precision at small alpha, and alpha_A = 1 gives log1p(-1) = -inf exactly
+        ba2, aa2, am2 = jnp.square(hp.beta_a), jnp.square(hp.alpha_a), jnp.square(hp.alpha_m)
+        num = ba2 * am2 * (kern.d_one - kern.q_m) - aa2 * jnp.square(hp.sigma_v)
+        return jnp.log1p(num * _inv(qz_star))
     if method == "autodiff":
         def f(x):
             q, u = x[0], x[1]
             q1, p1 = block.block_map(hp, q, q - u, kern)
             return jnp.stack([q1, q1 - p1])
 
+        if hp.residual == "identity":   # no finite q*: the multiplier -> 1 as q -> inf
+            return jnp.zeros_like(q_star)
         jac = jax.jacfwd(f)(jnp.stack([q_star, jnp.zeros_like(q_star)]))
         return jnp.log(jac[1, 1])
     raise ValueError(f"unknown method {method!r} (closed or autodiff)")
 
 
-@public()
-def simplex_fixed_point(hp, kern=None):
-    """rho* < 1 of the chaotic phase (meaningful only when lambda_a > 0)."""
+def _mesh(hp):
+    """The rho mesh on [-1/(n-1), 1], denser at both ends (cosine spacing), static size."""
     dt = jnp.result_type(float)
+    m = MESH_EXACT if hp.attention == "exact" else MESH
     n = jnp.asarray(hp.n_tokens, dt)
     lo = -1.0 / (n - 1.0)
-    hi = jnp.ones_like(lo)
-    f = lambda r: _residual(hp, kern, r)
+    t = (1.0 - jnp.cos(jnp.pi * jnp.arange(m, dtype=dt) / (m - 1))) / 2.0
+    return lo + (1.0 - lo) * t
+
+
+def _refine(f, lo, hi, f_lo):
+    """Roots of f in the brackets [lo, hi] (arrays; f(lo), f(hi) of opposite signs), all
+    brackets at once: bisection, then a Newton polish kept inside each bracket."""
+    fv = jax.vmap(f)
+    pos_lo = f_lo > 0
 
     def bisect(_, bracket):
-        lo_, hi_ = bracket
-        mid = 0.5 * (lo_ + hi_)
-        pos = f(mid) > 0
-        return jnp.where(pos, mid, lo_), jnp.where(pos, hi_, mid)
+        a, b = bracket
+        mid = 0.5 * (a + b)
+        same = (fv(mid) > 0) == pos_lo
+        return jnp.where(same, mid, a), jnp.where(same, b, mid)
 
     lo, hi = jax.lax.fori_loop(0, BISECTION_STEPS, bisect, (lo, hi))
 
     def newton(_, r):
-        val, slope = jax.jvp(f, (r,), (jnp.ones_like(r),))
+        val, slope = jax.jvp(fv, (r,), (jnp.ones_like(r),))
         step = jnp.where(slope != 0, val / jnp.where(slope != 0, slope, 1.0), 0.0)
         r_new = r - step
-        return jnp.where((r_new > lo - 1e-9) & (r_new < hi + 1e-9), r_new, r)
+        return jnp.where((r_new >= lo) & (r_new <= hi), r_new, r)
 
     return jax.lax.fori_loop(0, NEWTON_STEPS, newton, 0.5 * (lo + hi))
 
 
 @public()
-def stable_fixed_point(hp, kern=None, lambda_a=None):
-    """(q, rho, q_z, rho_z) at the stable fixed point (rho = 1 in the ordered phase)."""
-    if lambda_a is None:
-        lambda_a = angle_exponent(hp, kern)
+def stable_points(hp, kern=None):
+    """Every fixed point of the cosine, on a fixed-size layout (jit/vmap-able).
+
+    Returns a dict:
+      ``rho``     [MAX_ROOTS] roots rho < 1 of g (NaN where unused), smallest first;
+      ``stable``  [MAX_ROOTS] bool, g crosses + -> - (attracting in the reduced dynamics);
+      ``collapsed_stable``  rho = 1 attracts (:func:`angle_growth` < 0, i.e. lambda_a < 0);
+      ``n_stable`` number of stable fixed points (rho = 1 included);
+      ``rho_star`` the attractor reached from rho_0 = 1/2 (:data:`RHO0`): the nearest stable
+                   point in the direction the cosine moves from there (sign of g(1/2)).
+    Resolution: two roots closer than about a mesh cell (cosine-spaced MESH points: cells
+    ~1e-3 wide at the ends of the range, ~0.03 mid-range) are found only when g changes
+    sign between mesh points, so a pair born at a fold can be missed just inside the
+    bistable region; at most MAX_ROOTS sign changes are refined (smallest rho first).
+    """
+    dt = jnp.result_type(float)
+    f = lambda x: _residual(hp, kern, x)
+    mesh = _mesh(hp)
+    rho0 = jnp.asarray(RHO0, dt)
+    both = jax.vmap(f)(jnp.concatenate([mesh, rho0[None]]))    # one batched evaluation
+    g, g0 = both[:-1], both[-1]
+    growth = angle_growth(hp, kern)
+    tiny = jnp.asarray(1e-300, dt)
+    # ends: g >= 0 at rho = -1/(n-1) (the map cannot leave the Gram's domain); just below
+    # rho = 1 the sign of g is -sign(growth) (g(1) = 0: rho = 1 is always a fixed point)
+    g = g.at[0].set(jnp.where(g[0] > 0, g[0], tiny))
+    g = g.at[-1].set(jnp.where(growth > 0, -tiny, tiny))
+    down = (g[:-1] > 0) & (g[1:] <= 0)
+    up = (g[:-1] <= 0) & (g[1:] > 0)
+    change = down | up
+    (idx,) = jnp.nonzero(change, size=MAX_ROOTS, fill_value=0)
+    valid = jnp.arange(MAX_ROOTS) < jnp.sum(change)
+    roots = _refine(f, mesh[idx], mesh[idx + 1], g[idx])
+    roots = jnp.where(valid, roots, jnp.nan)
+    stable = valid & down[idx]
+    collapsed_stable = growth < 0
+    n_stable = jnp.sum(stable) + collapsed_stable.astype(jnp.int32)
+    # the attractor reached from rho_0: reduced flow, sign of g(rho_0)
+    above = jnp.where(stable & (roots >= rho0), roots, jnp.inf).min()
+    below = jnp.where(stable & (roots <= rho0), roots, -jnp.inf).max()
+    up_target = jnp.where(jnp.isfinite(above), above, 1.0)
+    down_target = jnp.where(jnp.isfinite(below), below, jnp.nan)
+    rho_star = jnp.where(g0 > 0, up_target, jnp.where(g0 < 0, down_target, rho0))
+    return dict(rho=roots, stable=stable, collapsed_stable=collapsed_stable,
+                n_stable=n_stable, rho_star=rho_star)
+
+
+@public()
+def simplex_fixed_point(hp, kern=None):
+    """The largest stable rho* < 1 (NaN where there is none)."""
+    fp = stable_points(hp, kern)
+    best = jnp.where(fp["stable"], fp["rho"], -jnp.inf).max()
+    return jnp.where(jnp.isfinite(best), best, jnp.nan)
+
+
+def state_at(hp, kern, rho):
+    """(q, rho, q_z, rho_z) at the fixed point with cosine rho (rho = 1: the collapsed point)."""
+    ba2, bm2, aa2, am2, wa, wm, r = weights(hp)
     q_c, qz_c = collapsed_fixed_point(hp, kern)
-    rho_s = simplex_fixed_point(hp, kern)
-    chaotic = lambda_a > 0
-    rho = jnp.where(chaotic, rho_s, 1.0)
-    rho = jnp.where(jnp.isnan(lambda_a), jnp.nan, rho)
-    q, q_a, p_a = _norm_at(hp, kern, rho)
-    ba2, aa2 = jnp.square(hp.beta_a), jnp.square(hp.alpha_a)
+    coll = rho >= 1.0
+    rho_s = jnp.where(coll, 0.5, rho)
+    inv_q, q_a, p_a = _norm_at(hp, kern, rho_s)
+    q = jnp.where(inv_q > 0, 1.0 / jnp.where(inv_q > 0, inv_q, 1.0), jnp.inf)
     q_z = ba2 * q + aa2 * q_a
-    rho_z = (ba2 * rho * q + aa2 * p_a) / q_z
-    q = jnp.where(chaotic, q, q_c)
-    q_z = jnp.where(chaotic, q_z, qz_c)
-    rho_z = jnp.where(chaotic, rho_z, 1.0)
-    return q, rho, q_z, rho_z
+    rho_z = (ba2 * rho_s + aa2 * p_a * inv_q) / (ba2 + aa2 * q_a * inv_q)
+    return (jnp.where(coll, q_c, q), rho, jnp.where(coll, qz_c, q_z),
+            jnp.where(coll, 1.0, rho_z))
+
+
+@public()
+def stable_fixed_point(hp, kern=None, lambda_a=None):
+    """(q, rho, q_z, rho_z) at the default attractor (the one reached from rho_0 = 1/2;
+    rho = 1 when that is the collapsed point). ``lambda_a`` is accepted for compatibility."""
+    return state_at(hp, kern, stable_points(hp, kern)["rho_star"])

@@ -1,6 +1,14 @@
 """The gradient exponent lambda_g (THEORY.md §7) and everything at one point
 (:func:`exponents`). lambda_a and the fixed points are in :mod:`.fixed_points`, the
 backward map of one block in :mod:`.block`.
+
+Identity residual (beta = 1): there is no finite collapsed fixed point (the norm grows by
+``c = alpha_A^2 sigma_V^2 + alpha_M^2 q_M`` per block), so the finite-depth lambda_g(L)
+starts from the collapsed input geometry with ``q_0 = 1`` (:data:`IDENTITY_Q0`, the
+normalized embedding) instead. At rho = 1 its two backward modes are still decoupled, with
+per-block factors ``t_l = 1 + alpha_M^2 D(1) / q_z,l`` and ``(1 + alpha_A^2 sigma_V^2 / q_l) t_l``
+on the linear norm path ``q_l = q_0 + l c``; the products over l are ratios of Gamma
+functions, so lambda_g(L) stays in closed form (traceable in L).
 """
 from __future__ import annotations
 
@@ -10,11 +18,15 @@ import jax.numpy as jnp
 from . import block, fixed_points
 from ._api import public
 
+IDENTITY_Q0 = 1.0
+
 
 def _top_eigenvalue(m):
+    # tr^2 - 4 det written as (a - d)^2 + 4 b c: no cancellation when the two eigenvalues
+    # are close (small alpha: both 1 + O(alpha^2), where the other form loses sqrt(eps))
     tr = m[0, 0] + m[1, 1]
-    det = m[0, 0] * m[1, 1] - m[0, 1] * m[1, 0]
-    return 0.5 * (tr + jnp.sqrt(jnp.maximum(tr * tr - 4.0 * det, 0.0)))
+    disc = jnp.square(m[0, 0] - m[1, 1]) + 4.0 * m[0, 1] * m[1, 0]
+    return 0.5 * (tr + jnp.sqrt(jnp.maximum(disc, 0.0)))
 
 
 @public()
@@ -23,7 +35,36 @@ def mean_mode(hp, kern=None):
     q_star, qz_star = fixed_points.collapsed_fixed_point(hp, kern)
     ba2, bm2 = jnp.square(hp.beta_a), jnp.square(hp.beta_m)
     aa2, am2 = jnp.square(hp.alpha_a), jnp.square(hp.alpha_m)
-    return (ba2 + aa2 * jnp.square(hp.sigma_v) / q_star) * (bm2 + am2 * kern.d_one / qz_star)
+    inv = fixed_points._inv
+    return (ba2 + aa2 * jnp.square(hp.sigma_v) * inv(q_star)) * (bm2 + am2 * kern.d_one * inv(qz_star))
+
+
+def _log_rising_ratio(x0, dx, L):
+    """sum_{l=0}^{L-1} log(1 + dx / (l + x0)) = lgamma(L + x0 + dx) - lgamma(x0 + dx)
+    - lgamma(L + x0) + lgamma(x0); for huge x0 (tiny branch weights) the first-order form
+    dx (digamma(L + x0) - digamma(x0)) avoids the cancellation of the log-Gammas."""
+    gl = jax.scipy.special.gammaln
+    dg = jax.scipy.special.digamma
+    big = x0 > 1e6
+    xs = jnp.where(big, 1.0, x0)
+    exact = gl(L + xs + dx) - gl(xs + dx) - gl(L + xs) + gl(xs)
+    xb = jnp.where(big, x0, 1e6)
+    return jnp.where(big, dx * (dg(L + xb) - dg(xb)), exact)
+
+
+def _identity_lambda_g(hp, kern, L, n):
+    """lambda_g(L) of the identity residual from (q_0, rho = 1), closed form (module doc)."""
+    aa2, am2 = jnp.square(hp.alpha_a), jnp.square(hp.alpha_m)
+    sv2 = jnp.square(hp.sigma_v)
+    c = aa2 * sv2 + am2 * kern.q_m
+    pos = c > 0
+    cs = jnp.where(pos, c, 1.0)
+    q0 = jnp.asarray(IDENTITY_Q0, L.dtype)
+    x0 = (q0 + aa2 * sv2) / cs                 # q_z,l / c = l + x0
+    log_t = _log_rising_ratio(x0, am2 * kern.d_one / cs, L)
+    log_mean = log_t + _log_rising_ratio(q0 / cs, aa2 * sv2 / cs, L)
+    out = jnp.logaddexp(jnp.log1p(-1.0 / n) + log_t, log_mean - jnp.log(n)) / L
+    return jnp.where(pos, out, 0.0)
 
 
 @public()
@@ -32,9 +73,14 @@ def gradient_exponent_collapsed(hp, kern=None, depth=None, lambda_a=None):
     (1/L) log[(1 - 1/n) e^{L lambda_a} + mu^L / n]  (traceable in L and n)."""
     L = jnp.asarray(hp.depth if depth is None else depth, jnp.result_type(float))
     n = jnp.asarray(hp.n_tokens, jnp.result_type(float))
+    if hp.residual == "identity":
+        return _identity_lambda_g(hp, kern, L, n)
     la = fixed_points.angle_exponent(hp, kern) if lambda_a is None else lambda_a
     mu = mean_mode(hp, kern)
-    return jnp.logaddexp(jnp.log1p(-1.0 / n) + L * la, L * jnp.log(mu) - jnp.log(n)) / L
+    out = jnp.logaddexp(jnp.log1p(-1.0 / n) + L * la, L * jnp.log(mu) - jnp.log(n)) / L
+    # both modes exactly 1 (alpha = 0: the identity block): 0 exactly, not a rounding of
+    # log((1 - 1/n) + 1/n) (whose sign would decide the phase label)
+    return jnp.where((la == 0) & (mu == 1), jnp.zeros_like(out), out)
 
 
 @public("num_layers")
@@ -43,10 +89,12 @@ def gradient_exponent(hp, q0=None, p0=None, num_layers: int | None = None, kern=
 
     Runs the forward trajectory for L blocks, starts the backward pass with G = I at the
     output and applies each block's backward map down to the input (with log rescaling).
-    Default input: the collapsed fixed point. ``num_layers`` is static (default hp.depth).
+    Default input: the collapsed fixed point (identity residual: q0 = p0 = 1). ``num_layers`` is static (default hp.depth).
     ``hp.softmax_correction`` adds the softmax-derivative path (:mod:`.attention.softmax`).
     """
-    if q0 is None:
+    if q0 is None and hp.residual == "identity":
+        q0 = p0 = jnp.asarray(IDENTITY_Q0, jnp.result_type(float))
+    elif q0 is None:
         q0, _ = fixed_points.collapsed_fixed_point(hp, kern)
         p0 = q0 if p0 is None else p0
     elif p0 is None:
@@ -75,17 +123,48 @@ def gradient_exponent_inf(hp, kern=None, state=None):
 
 
 @public()
+def attractors(hp, kern=None):
+    """Every stable cosine, [MAX_ROOTS + 1] ascending and NaN-padded (1 = the collapsed
+    point rho = 1 when it attracts)."""
+    fp = fixed_points.stable_points(hp, kern)
+    rho_stable = jnp.concatenate([jnp.where(fp["stable"], fp["rho"], jnp.nan),
+                                  jnp.where(fp["collapsed_stable"], 1.0, jnp.nan)[None]])
+    return jnp.sort(rho_stable)     # NaN sorts last
+
+
+@public()
 def exponents(hp, kern=None) -> dict:
-    """Everything at one point: lambda_a, lambda_g (depth hp.depth, collapsed input),
-    lambda_g_inf, q_star, q_z_star, rho_star (1 in the ordered phase)."""
+    """Everything at one point. Which state each number refers to:
+
+    lambda_a      the collapsed point rho = 1 (its transverse exponent, both phases);
+    lambda_g      depth hp.depth, input at the collapsed fixed point (identity residual:
+                  q0 = 1, rho = 1);
+    q_star, q_z_star   the collapsed fixed point (+inf for the identity residual);
+    rho_star      the default attractor: the stable fixed point reached from rho_0 = 1/2
+                  (1 = the collapsed point);
+    lambda_g_inf  at that default attractor;
+    n_stable      number of stable fixed points (rho = 1 included; >= 2: bistable);
+    rho_star_min, rho_star_max   the smallest and largest stable cosines (1 if rho = 1 is
+                  stable); all of them: :func:`attractors`.
+    """
     la = fixed_points.angle_exponent(hp, kern)
     q_star, qz_star = fixed_points.collapsed_fixed_point(hp, kern)
-    state = fixed_points.stable_fixed_point(hp, kern, lambda_a=la)
+    fp = fixed_points.stable_points(hp, kern)
+    state = fixed_points.state_at(hp, kern, fp["rho_star"])
+    rho_stable = jnp.concatenate([jnp.where(fp["stable"], fp["rho"], jnp.nan),
+                                  jnp.where(fp["collapsed_stable"], 1.0, jnp.nan)[None]])
+    # every output is a scalar (sweeps stack them); the list of stable cosines is
+    # fixed_points.stable_points (or :func:`attractors`)
+    lo = jnp.where(jnp.isnan(rho_stable), jnp.inf, rho_stable).min()
+    hi = jnp.where(jnp.isnan(rho_stable), -jnp.inf, rho_stable).max()
     return dict(
         lambda_a=la,
         lambda_g=gradient_exponent_collapsed(hp, kern, lambda_a=la),
         lambda_g_inf=gradient_exponent_inf(hp, kern, state),
         q_star=q_star,
         q_z_star=qz_star,
-        rho_star=state[1],
+        rho_star=fp["rho_star"],
+        n_stable=fp["n_stable"],
+        rho_star_min=jnp.where(jnp.isfinite(lo), lo, jnp.nan),
+        rho_star_max=jnp.where(jnp.isfinite(hi), hi, jnp.nan),
     )

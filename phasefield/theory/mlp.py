@@ -8,7 +8,7 @@ input cosine ``rho`` alone. :class:`MLPKernel` holds that function for one ``sig
 * per hidden layer, Chebyshev series in ``rho`` of ``E[phi(h) phi(h')]`` and
   ``E[phi'(h) phi'(h')]`` (built once from a dense trapezoid rule on the Chebyshev–Lobatto
   nodes ``rho_j = cos(pi j / (K - 1))``), or nothing when a closed form exists
-  (erf: arcsine kernel, relu: arc-cosine kernel, linear).
+  (erf: arcsine kernel, relu: arc-cosine kernel, linear, gelu: :func:`.smoothed.gelu_pair`).
 
 From it::
 
@@ -35,10 +35,10 @@ import numpy as np
 from flax import struct
 
 from .. import activations
-from . import quadrature
+from . import quadrature, smoothed
 from .precision import float64
 
-CLOSED_FORMS = ("erf", "relu", "linear")
+CLOSED_FORMS = ("erf", "relu", "linear", "gelu")
 ODD = ("tanh", "erf", "linear")
 DEFAULT_SIGMA_MAX = 10.0   # table resolution used when sigma_w is traced
 
@@ -100,12 +100,19 @@ def layer_scales(sigma_w, activation: str, layers: int):
 
 
 def _e_sq(activation, s, phi, dphi):
+    if activation == "gelu":
+        return smoothed.gelu_pair(s * s, 1.0)
     if activation == "erf":
         return (2 / math.pi) * jnp.arcsin(2 * s * s / (1 + 2 * s * s)), (4 / math.pi) / jnp.sqrt(1 + 4 * s * s)
     if activation == "relu":
         return 0.5 * s * s, jnp.full_like(s, 0.5)
     if activation == "linear":
         return s * s, jnp.ones_like(s)
+    if activation in smoothed.SPLIT:  # tanh = erf(K h) + rest(h): fixed-size rules at any s
+        rest, erf_k = smoothed.tanh_rest, lambda x: smoothed.erf_given(x, 0.0)
+        e_pp = (smoothed.erf_pair(s * s, 1.0) + quadrature.expect_1d_local(lambda x: rest(x) ** 2, s)
+                + 2.0 * quadrature.expect_1d_local(lambda x: rest(x) * erf_k(x), s))
+        return e_pp, quadrature.expect_1d_local(lambda x: dphi(x) ** 2, s)
     return (quadrature.expect_1d(lambda x: phi(x) ** 2, s),
             quadrature.expect_1d(lambda x: dphi(x) ** 2, s))
 
@@ -161,8 +168,12 @@ def _build(sigma_w, act, k, n_grid, n_cheb):
     return MLPKernel(sigma_w, q_l, e2, d2, jnp.stack(c_pp, -2), jnp.stack(c_dd, -2), activation=act)
 
 
-def _tables(act, s, n_grid, n_cheb, e_one, d_one, groups: int = 4):
+def _tables(act, s, n_grid, n_cheb, e_one, d_one, groups: int = 4, split: bool | None = None):
     """Chebyshev coefficients of E[phi phi] and E[phi' phi'] at scale s (vmapped over s).
+
+    tanh splits into a closed-form erf part and a localized remainder whose integrals take
+    a fixed number of nodes at any scale (:mod:`.smoothed`, ``quadrature.N_LOCAL``; the
+    plain 2-D rule's nodes grow like s^2). ``split=False`` forces the plain 2-D rule (tests).
 
     The nodes are split into ``groups`` contiguous theta ranges; each gets its own static
     v-grid size, proportional to the largest b = sin(theta/2) in it (the v spacing only
@@ -173,24 +184,43 @@ def _tables(act, s, n_grid, n_cheb, e_one, d_one, groups: int = 4):
     odd = act in ODD
     m = (n_cheb + 1) // 2 if odd else n_cheb
     theta_all = np.pi * np.arange(m) / (n_cheb - 1)
-    bounds = np.linspace(0, m, groups + 1).astype(int)
-    n_min = quadrature.grid_size(0.0)
-    plan = []
-    for lo, hi in zip(bounds[:-1], bounds[1:]):
-        if hi > lo:
-            b_max = math.sin(0.5 * theta_all[hi - 1])
-            n_v = min(n_grid, max(n_min, int(math.ceil(b_max * n_grid)) + 1))
-            plan.append((jnp.asarray(theta_all[lo:hi]), n_v))
+    if split is None:
+        split = act in smoothed.SPLIT
+    if split:
+        rest = smoothed.tanh_rest
+        theta_nodes = jnp.asarray(theta_all)
+        n_loc = quadrature.N_LOCAL
+
+        def node(s_, t):
+            rr, dd_ = quadrature.expect_2d(((rest, rest), (dphi, dphi)), s_, t, n_loc, n_loc,
+                                           parity=True, local=True)
+            r = jnp.cos(t)
+            cross, = quadrature.expect_2d_conditional(((rest, smoothed.erf_given),), s_, r, n_loc,
+                                                      local=True)
+            return smoothed.erf_pair(s_ * s_, r) + 2.0 * cross + rr, dd_
+        plan = None
+    else:
+        bounds = np.linspace(0, m, groups + 1).astype(int)
+        n_min = quadrature.grid_size(0.0)
+        plan = []
+        for lo, hi in zip(bounds[:-1], bounds[1:]):
+            if hi > lo:
+                b_max = math.sin(0.5 * theta_all[hi - 1])
+                n_v = min(n_grid, max(n_min, int(math.ceil(b_max * n_grid)) + 1))
+                plan.append((jnp.asarray(theta_all[lo:hi]), n_v))
 
     def one(s_, e_one_, d_one_):
-        pp, dd = [], []
-        for theta, n_v in plan:
-            node = lambda t, n_v=n_v: quadrature.expect_2d(
-                ((phi, phi), (dphi, dphi)), s_, t, n_grid, n_v, parity=odd)
-            a, b = jax.lax.map(node, theta)
-            pp.append(a)
-            dd.append(b)
-        pp, dd = jnp.concatenate(pp), jnp.concatenate(dd)
+        if plan is None:
+            pp, dd = jax.vmap(lambda t: node(s_, t))(theta_nodes)
+        else:
+            pp, dd = [], []
+            for theta, n_v in plan:
+                node2 = lambda t, n_v=n_v: quadrature.expect_2d(
+                    ((phi, phi), (dphi, dphi)), s_, t, n_grid, n_v, parity=odd)
+                a, b = jax.lax.map(node2, theta)
+                pp.append(a)
+                dd.append(b)
+            pp, dd = jnp.concatenate(pp), jnp.concatenate(dd)
         pp, dd = pp.at[0].set(e_one_), dd.at[0].set(d_one_)
         if odd:  # E[phi phi](-rho) = -E[phi phi](rho); phi' is even
             pp = jnp.concatenate([pp, -pp[-2::-1]])
@@ -246,17 +276,33 @@ def _pair(kern: MLPKernel, layer: int, rho):
     act = kern.activation
     s2 = kern.q_layers[..., layer]
     rho = jnp.clip(rho, -1.0, 1.0)
+    if act == "gelu":
+        return smoothed.gelu_pair(s2, rho)
     if act == "erf":
         den = 1.0 + 2.0 * s2
         return ((2 / math.pi) * jnp.arcsin(2 * s2 * rho / den),
                 (4 / math.pi) / jnp.sqrt(den * den - 4 * s2 * s2 * rho * rho))
     if act == "relu":
         theta = jnp.arccos(rho)
-        return (s2 / (2 * math.pi) * (jnp.sin(theta) + (math.pi - theta) * rho),
-                (math.pi - theta) / (2 * math.pi))
+        return s2 / 2 * _arccos_j1(rho), (math.pi - theta) / (2 * math.pi)
     if act == "linear":
         return s2 * rho, jnp.ones_like(rho)
     return _cheb(kern.c_pp[..., layer, :], rho), _cheb(kern.c_dd[..., layer, :], rho)
+
+
+@jax.custom_jvp
+def _arccos_j1(rho):
+    """(sin theta + (pi - theta) rho) / pi, theta = arccos rho (the degree-1 arc-cosine kernel
+    of relu). Its derivative is (pi - theta) / pi, finite on [-1, 1]; written out because the
+    chain through arccos is inf * 0 = NaN at rho = 1 (relu, mlp_layers >= 2 under autodiff)."""
+    theta = jnp.arccos(rho)
+    return (jnp.sqrt(jnp.maximum(1.0 - rho * rho, 0.0)) + (math.pi - theta) * rho) / math.pi
+
+
+@_arccos_j1.defjvp
+def _arccos_j1_jvp(primals, tangents):
+    (rho,), (drho,) = primals, tangents
+    return _arccos_j1(rho), (math.pi - jnp.arccos(rho)) / math.pi * drho
 
 
 def _chain(sigma_w, q_layers, e_dd):

@@ -28,6 +28,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+R_LOCAL = 19.2       # |f(h)| < 1e-16 beyond (localized integrands: tanh - erf, sech^2)
+N_LOCAL = 129        # local axis: 64 spacings of C_TABLE / scale = R_LOCAL / scale
 Z_MAX = 9.0          # |z| range; the Gaussian weight there is exp(-40.5) ~ 3e-18
 H_MAX = 0.5          # coarsest spacing (Gaussian alone: error ~ exp(-2 pi^2 / h^2))
 C_TABLE = 0.3        # spacing constant of the JAX tables: h = C / (s a)
@@ -46,14 +48,18 @@ def grid_size(s_max: float, c: float = C_TABLE) -> int:
 _BUCKETS = (48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048)
 
 
-def _axis(scale, n: int, c: float, fold: bool = False):
+def _axis(scale, n: int, c: float, fold: bool = False, local: bool = False):
     """Nodes and weights (including the Gaussian density) of one trapezoid axis.
 
     ``fold``: the integrand is even along this axis, so keep the nodes >= 0 of the same
     symmetric rule and double the weights of those > 0 (the same sum, half the work).
+    ``local``: the integrand vanishes (below rounding) where ``|scale * x| > R_LOCAL``, so
+    the axis need not cover ``[-Z_MAX, Z_MAX]``: ``N_LOCAL`` nodes at the spacing
+    ``min(H_MAX, c / scale)`` cover ``min(32, R_LOCAL / scale)`` whatever the scale.
     """
     h = jnp.minimum(H_MAX, c / jnp.maximum(scale, 1e-300))
-    h = jnp.maximum(h, 2.0 * Z_MAX / (n - 1))           # never narrower than the grid covers
+    if not local:
+        h = jnp.maximum(h, 2.0 * Z_MAX / (n - 1))       # never narrower than the grid covers
     # the rule's value does not depend on its spacing (to its accuracy): keep the spacing
     # out of autodiff, so derivatives flow through the integrand only
     h = jax.lax.stop_gradient(h)
@@ -76,20 +82,30 @@ def expect_1d(f, s, n: int = 2049):
     return jnp.sum(w * f(s * z))
 
 
-def expect_2d(pairs, s, theta, n: int, n_v: int | None = None, parity: bool = False):
+def expect_1d_local(f, s, n: int = 4 * (N_LOCAL - 1) + 1):
+    """E[f(s z)] for f below rounding beyond ``|s z| = R_LOCAL`` (fixed size at any s;
+    a 4x finer spacing than the tables, as 1-D nodes cost nothing)."""
+    z, w = _axis(s, n, C_TABLE * (N_LOCAL - 1) / (n - 1), local=True)
+    return jnp.sum(w * f(s * z))
+
+
+def expect_2d(pairs, s, theta, n: int, n_v: int | None = None, parity: bool = False,
+              local: bool = False):
     """E[f(h1) g(h2)] for each (f, g) in ``pairs`` at correlation cos(theta).
 
     ``theta`` is a scalar in [0, pi]; ``n`` (static) nodes along u, ``n_v`` along v
     (default ``n``; for theta <= pi/2, b <= sin(pi/4) so ``n_v ~ 0.71 n`` suffices).
     Symmetries halve the work exactly (same nodes, folded weights): when every pair has
     ``f is g`` the integrand is even in v (v -> -v swaps h1 and h2); with ``parity`` (each
-    function odd or even) it is also even in u ((h1, h2) -> (-h2, -h1)). Returns a tuple.
+    function odd or even) it is also even in u ((h1, h2) -> (-h2, -h1)). ``local``: every
+    product vanishes unless ``|h1|, |h2| <= R_LOCAL`` (see :func:`_axis`; use ``N_LOCAL``
+    nodes). Returns a tuple.
     """
     a = jnp.cos(0.5 * theta)
     b = jnp.sin(0.5 * theta)
     same = all(f is g for f, g in pairs)
-    u, wu = _axis(s * a, n, C_TABLE, fold=parity)
-    v, wv = _axis(s * b, n if n_v is None else n_v, C_TABLE, fold=same)
+    u, wu = _axis(s * a, n, C_TABLE, fold=parity, local=local)
+    v, wv = _axis(s * b, n if n_v is None else n_v, C_TABLE, fold=same, local=local)
     x1 = s * (a * u[:, None] + b * v[None, :])
     x2 = s * (a * u[:, None] - b * v[None, :])
     out = []
@@ -125,3 +141,27 @@ def reference_2d(f, g, s: float, rho: float, c: float = C_REFERENCE) -> float:
     x1 = s * (a * u[:, None] + b * v[None, :])
     x2 = s * (a * u[:, None] - b * v[None, :])
     return float(wu @ (np.asarray(f(x1)) * np.asarray(g(x2))) @ wv)
+
+
+# ---- conditional (one-dimensional) rule for activations with a closed Gaussian smoothing ----
+
+def expect_2d_conditional(pairs, s, rho, n: int, local: bool = False):
+    """E[f(h1) g(h2)] for each (f, G) in ``pairs`` at correlation ``rho``, by one 1-D rule.
+
+    Conditioning on ``h1 = s x``: ``h2 | h1 ~ N(rho h1, c^2)``, ``c = s sqrt(1 - rho^2)``, so
+    ``E[f(h1) g(h2)] = E_x[f(s x) G(rho s x, c)]`` with ``G(m, c) = E_w[g(m + c w)]`` given
+    in closed form by the caller (:mod:`phasefield.theory.smoothed`). The x rule is the
+    trapezoid axis of :func:`expect_2d` at scale ``s`` (``n`` static nodes); G is smooth on
+    the scale ``sqrt(1 + c^2) >= 1`` so it needs no finer spacing. ``local``: every f
+    vanishes beyond ``|h1| = R_LOCAL`` (see :func:`_axis`). Returns a tuple.
+    """
+    x, w = _axis(s, n, C_TABLE, local=local)
+    c = s * jnp.sqrt(jnp.maximum(1.0 - rho * rho, 0.0))
+    h1 = s * x
+    m = rho * h1
+    cache = {}
+    out = []
+    for f, big_g in pairs:
+        f1 = cache.setdefault(id(f), f(h1))
+        out.append(jnp.sum(w * f1 * big_g(m, c)))
+    return tuple(out)

@@ -48,6 +48,7 @@ H_A = 0.4              # target a-spacing (trapezoid error ~ exp(-pi^2 / h))
 H_X = 0.45             # target logit spacing tau * dz
 DEFAULT_SIGMA_MAX = 4.5
 DEFAULT_N_MAX = 4096
+GAMMA_ROWS = 8         # a-rows of a Gamma table built at once (bounds the memory per point)
 
 
 # ---- grid sizes (static) -------------------------------------------------------------
@@ -131,10 +132,20 @@ def _h1(grid, p):
 
 
 def _gamma_table(grid, r):
-    """Gamma_r[b, m] = E_w g_r(b + rho x_m + tau_perp w), x_m = tau z_m."""
-    c = grid.a[:, None] + grid.rho * grid.tau * grid.z[None, :]
-    v = c[:, :, None] + grid.tau_perp * grid.z[None, None, :]
-    return _g(r, v) @ grid.wz
+    """Gamma_r[b, m] = E_w g_r(b + rho x_m + tau_perp w), x_m = tau z_m.
+
+    The integrand is an n_a x n_z x n_z array; it is built ``GAMMA_ROWS`` a-rows at a time
+    (``jax.lax.map``), so a vmapped chunk of points holds chunk x GAMMA_ROWS x n_z^2 values
+    at once instead of chunk x n_a x n_z^2 (16.7 GB for 36 points before, issue 13).
+    """
+    shift = grid.rho * grid.tau * grid.z
+    noise = grid.tau_perp * grid.z
+
+    def row(a):
+        v = (a + shift)[:, None] + noise[None, :]
+        return _g(r, v) @ grid.wz
+
+    return jax.lax.map(row, grid.a, batch_size=GAMMA_ROWS)
 
 
 def _h2(grid, p, gamma_r):

@@ -1,0 +1,159 @@
+"""The cost-cliff fixes of issue 13 hold the numbers: closed-form Gaussian smoothings and
+the 1-D conditional rule against the dense references, the new table and attention code
+paths against the old ones. (No timings here: ``scripts/bench_cost.py`` measures them.)"""
+from __future__ import annotations
+
+import math
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from phasefield import HParams, activations
+from phasefield.theory import mlp, quadrature, smoothed
+from phasefield.theory.attention import exact
+
+pytestmark = pytest.mark.usefixtures("float64")
+
+_gelu = activations.get("gelu")
+_dgelu = activations.derivative("gelu")
+np_gelu = lambda x: np.asarray(_gelu(jnp.asarray(x)))
+np_dgelu = lambda x: np.asarray(_dgelu(jnp.asarray(x)))
+
+
+@pytest.mark.parametrize("c", [0.0, 0.3, 1.0, 4.0, 17.0])
+def test_gelu_smoothing_closed_form_matches_quadrature(c):
+    for m in (-7.0, -1.3, 0.0, 0.4, 3.0, 25.0):
+        if c == 0.0:
+            want, want_d = float(np_gelu(m)), float(np_dgelu(m))
+        else:
+            want = quadrature.reference_1d(lambda w: np_gelu(m + w), c)
+            want_d = quadrature.reference_1d(lambda w: np_dgelu(m + w), c)
+        assert float(smoothed.gelu(jnp.asarray(m), jnp.asarray(c))) == pytest.approx(want, abs=1e-12 * max(1, abs(want)))
+        assert float(smoothed.dgelu(jnp.asarray(m), jnp.asarray(c))) == pytest.approx(want_d, abs=1e-12)
+
+
+@pytest.mark.parametrize("s", [0.3, 5.0, 17.65])
+def test_conditional_rule_matches_dense_2d_reference(s):
+    n = quadrature.grid_size(s)
+    pairs = ((_gelu, smoothed.gelu), (_dgelu, smoothed.dgelu))
+    for rho in (-1.0, -0.6, 0.0, 0.5, 0.98, 1 - 1e-6, 1.0):
+        pp, dd = quadrature.expect_2d_conditional(pairs, s, rho, n)
+        ref_pp = quadrature.reference_2d(np_gelu, np_gelu, s, rho)
+        ref_dd = quadrature.reference_2d(np_dgelu, np_dgelu, s, rho)
+        assert float(pp) == pytest.approx(ref_pp, abs=1e-10 * max(1.0, abs(ref_pp)))
+        assert float(dd) == pytest.approx(ref_dd, abs=1e-10)
+
+
+@pytest.mark.parametrize("s", [0.05, 1.7, 17.65, 60.0, 7000.0])
+def test_gelu_pair_closed_form_matches_conditional_rule(s):
+    """gelu_pair (the kernel the MLP map uses) against the 1-D conditional rule (itself
+    checked against the dense 2-D reference above), up to s = 7000 (mlp_layers 2 at
+    sigma_w = 100), rho = +-1 included."""
+    n = quadrature.grid_size(min(s, 60.0)) if s <= 60 else 1 << 20
+    pairs = ((_gelu, smoothed.gelu), (_dgelu, smoothed.dgelu))
+    for rho in (-1.0, -0.6, 0.0, 0.5, 0.98, 1 - 1e-6, 1.0):
+        want_pp, want_dd = quadrature.expect_2d_conditional(pairs, s, rho, n)
+        pp, dd = smoothed.gelu_pair(s * s, rho)
+        assert float(pp) == pytest.approx(float(want_pp), abs=1e-12 * max(1.0, s * s))
+        assert float(dd) == pytest.approx(float(want_dd), abs=1e-12)
+
+
+@pytest.mark.parametrize("s", [5.0])
+def test_gelu_closed_form_equals_the_old_2d_tables(s):
+    n_grid, n_cheb = mlp.table_sizes(s)
+    e2 = quadrature.expect_1d(lambda x: _gelu(x) ** 2, s)
+    d2 = quadrature.expect_1d(lambda x: _dgelu(x) ** 2, s)
+    np.testing.assert_allclose([e2, d2], smoothed.gelu_pair(s * s, 1.0), rtol=1e-13)
+    old = mlp._tables("gelu", jnp.asarray(s), n_grid, n_cheb, e2, d2)
+    kern = mlp.kernel(HParams(sigma_w=s, activation="gelu"))
+    rho = jnp.linspace(-1.0, 1.0, 41)
+    new = mlp._pair(kern, 0, rho)
+    for c_old, v_new in zip(old, new):
+        np.testing.assert_allclose(v_new, mlp._cheb(c_old, rho), rtol=0, atol=1e-10 * s * s)
+
+
+def test_two_layer_gelu_at_sigma_w_5_matches_dense_composition():
+    """The issue's slow point: mlp_layers 2 at sigma_w 5 (second layer at scale ~17.7)."""
+    sw = 5.0
+    kern = mlp.kernel(HParams(sigma_w=sw, activation="gelu", mlp_layers=2))
+    q2 = sw * sw * quadrature.reference_1d(lambda x: np_gelu(x) ** 2, sw)
+    s2 = math.sqrt(q2)
+    assert float(kern.q_layers[1]) == pytest.approx(q2, rel=1e-12)
+    for r in (0.2, 0.9):
+        p1 = sw * sw * quadrature.reference_2d(np_gelu, np_gelu, sw, r)
+        r2 = p1 / q2
+        p2 = sw * sw * quadrature.reference_2d(np_gelu, np_gelu, s2, r2)
+        assert float(mlp.p_m(kern, jnp.asarray(r))) == pytest.approx(p2, rel=1e-10)
+
+
+# ---- tanh: erf part in closed form, localized remainder on fixed-size rules ------------------
+
+_dtanh = activations.derivative("tanh")
+np_dtanh = lambda x: 1 - np.tanh(x) ** 2
+
+
+def test_tanh_split_pieces():
+    from scipy.special import erf
+    k = smoothed.KAPPA
+    x = np.array([quadrature.R_LOCAL, 25.0, 300.0])
+    # XLA's float64 tanh is a few ulp off 1 there (exact: 4e-17): rounding level either way
+    assert np.all(np.abs(np.asarray(smoothed.tanh_rest(jnp.asarray(np.r_[x, -x])))) < 1e-15)
+    assert np.all(np.abs(np.asarray(_dtanh(jnp.asarray(x)))) < 2e-15)
+    for s in (0.4, 3.0, 40.0):
+        for r in (-0.7, 0.2, 0.95, 1.0):
+            want = quadrature.reference_2d(lambda h: erf(k * h), lambda h: erf(k * h), s, r)
+            assert float(smoothed.erf_pair(s * s, r)) == pytest.approx(want, abs=1e-12)
+    for m in (-3.0, 0.0, 0.8, 12.0):
+        for c in (0.5, 2.0, 30.0):
+            want = quadrature.reference_1d(lambda w: erf(k * (m + w)), c)
+            assert float(smoothed.erf_given(jnp.asarray(m), jnp.asarray(c))) == pytest.approx(want, abs=1e-12)
+
+
+@pytest.mark.parametrize("s", [0.05, 0.7, 10.0, 100.0])
+def test_tanh_one_dimensional_integrals_at_any_scale(s):
+    """E[tanh^2], E[tanh'^2] by the split: the old 2049-node rule was 0.8 % off at s = 100."""
+    e2, d2 = mlp._e_sq("tanh", jnp.asarray(s), jnp.tanh, _dtanh)
+    assert float(e2) == pytest.approx(quadrature.reference_1d(lambda x: np.tanh(x) ** 2, s), abs=1e-13)
+    assert float(d2) == pytest.approx(quadrature.reference_1d(lambda x: np_dtanh(x) ** 2, s), abs=1e-13)
+
+
+@pytest.mark.parametrize("s", [4.5, 30.0])
+def test_tanh_split_tables_match_dense_2d_reference(s):
+    n_grid, n_cheb = mlp.table_sizes(s)
+    e2, d2 = mlp._e_sq("tanh", jnp.asarray(s), jnp.tanh, _dtanh)
+    c_pp, c_dd = mlp._tables("tanh", jnp.asarray(s), n_grid, n_cheb, e2, d2)
+    # at the Chebyshev nodes the series reproduces the node values (no truncation error)
+    theta = np.pi * np.array([3, 40, 100, 200]) / (n_cheb - 1)
+    rho = np.cos(theta)
+    pp, dd = (np.asarray(mlp._cheb(c, jnp.asarray(rho))) for c in (c_pp, c_dd))
+    for r, got_pp, got_dd in zip(rho, pp, dd):
+        assert got_pp == pytest.approx(quadrature.reference_2d(np.tanh, np.tanh, s, r), abs=1e-10)
+        assert got_dd == pytest.approx(quadrature.reference_2d(np_dtanh, np_dtanh, s, r), abs=1e-10)
+
+
+@pytest.mark.parametrize("s", [4.5])
+def test_tanh_split_tables_equal_the_2d_rule(s):
+    n_grid, n_cheb = mlp.table_sizes(s)
+    e2, d2 = mlp._e_sq("tanh", jnp.asarray(s), jnp.tanh, _dtanh)
+    new = mlp._tables("tanh", jnp.asarray(s), n_grid, n_cheb, e2, d2)
+    old = mlp._tables("tanh", jnp.asarray(s), n_grid, n_cheb, e2, d2, split=False)
+    rho = jnp.linspace(-1.0, 1.0, 41)
+    for c_new, c_old in zip(new, old):
+        np.testing.assert_allclose(mlp._cheb(c_new, rho), mlp._cheb(c_old, rho), rtol=0, atol=1e-10)
+
+
+def _gamma_dense(grid, r):
+    """The Gamma table as built before issue 13 (one n_a x n_z x n_z array)."""
+    c = grid.a[:, None] + grid.rho * grid.tau * grid.z[None, :]
+    v = c[:, :, None] + grid.tau_perp * grid.z[None, None, :]
+    return exact._g(r, v) @ grid.wz
+
+
+@pytest.mark.parametrize("rho", [-0.03, 0.97])
+def test_exact_attention_row_blocked_gamma_equals_dense(rho):
+    hp = HParams(sigma_a=2.3, n_tokens=32)
+    n_a, n_z = exact.sizes(hp)
+    gr = exact._Grid(hp, jnp.asarray(rho), n_a, n_z)
+    for r in (0.0, 1.0, 2.0):
+        np.testing.assert_allclose(exact._gamma_table(gr, r), _gamma_dense(gr, r), rtol=1e-13, atol=1e-300)
