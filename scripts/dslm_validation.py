@@ -1,24 +1,41 @@
 """DeepScaleLM validation grid (docs/seeds.md §2): p50/p90/p99 of relative errors of the
-moment rules against finite-width simulation, full gradient (incl. query/key path) and
+moment rules against finite-width simulation, full gradient (incl. query/key path) or
 value path only.
 
-    PYTHONPATH=. python scripts/dslm_validation.py --draws 32 --out dslm_validation.json
+Resumable: every stack (arch, init, width, depth, L) appends one JSON line to ``--rows``
+as soon as it is simulated, with its own key ``fold_in(PRNGKey(seed), stack index)``, so a
+rerun skips the finished stacks (a torn last line from an interrupted run is ignored and
+recomputed) and the numbers do not depend on which stacks ran before. Then the summary
+(percentiles, all rows) is written to ``--out``.
+
+    PYTHONPATH=. python scripts/dslm_validation.py --draws 32 \\
+        --rows docs/data/dslm/rows_full_32draws.jsonl --out docs/data/dslm/validation_full_32draws.json
 """
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
+import os
 import time
 
 import jax
 import numpy as np
+from tqdm import tqdm
 
-import phasefield  # noqa: F401  (float64)
+import phasefield  # noqa: F401
 from phasefield.seeds import deepscalelm as ds
 
 GRID = dict(archs=ds.ARCHS, inits=("xavier", "dslm"), widths=(64, 128, 256), depths=(1, 2, 4, 8), p=0.1,
             r0=0.2)
-LONG = dict(GRID, widths=(64, 128), seq_lens=(256,))  # L var_logit = 256 >= d_in
+LONG_WIDTHS = (64, 128)  # also run at L = 256: L var_logit = 256 >= d_in
+
+
+def stacks(widths, depths, long_widths):
+    """The grid's stacks in a fixed order: (arch, init, width, depth, L)."""
+    short = itertools.product(GRID["archs"], GRID["inits"], widths, depths, (32,))
+    long = itertools.product(GRID["archs"], GRID["inits"], long_widths, depths, (256,))
+    return list(short) + list(long)
 
 
 def _pct(rows, q, **where):
@@ -27,38 +44,76 @@ def _pct(rows, q, **where):
     return [float(np.percentile(e, k)) for k in (50, 90, 99)]
 
 
+def _load(path):
+    """Finished rows by stack index (complete lines only)."""
+    done = {}
+    if os.path.exists(path):
+        with open(path) as f:
+            for line in f:
+                try:
+                    rec = json.loads(line)
+                except json.JSONDecodeError:
+                    continue   # a torn last line: that stack is recomputed
+                done[rec["index"]] = rec
+    return done
+
+
 def main(argv=None):
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--draws", type=int, default=32)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--out", default=None)
-    ap.add_argument("--value-path", action="store_true", help="also the value-path-only comparison")
+    ap.add_argument("--rows", required=True, help="JSON-lines file of finished stacks (resumed)")
+    ap.add_argument("--out", default=None, help="summary JSON written when every stack is done")
+    ap.add_argument("--value-path", action="store_true", help="value path only (qk_grad=False)")
     ap.add_argument("--widths", type=int, nargs="+", default=list(GRID["widths"]))
     ap.add_argument("--depths", type=int, nargs="+", default=list(GRID["depths"]))
-    ap.add_argument("--long-widths", type=int, nargs="+", default=list(LONG["widths"]),
+    ap.add_argument("--long-widths", type=int, nargs="+", default=list(LONG_WIDTHS),
                     help="widths also run at L = 256")
     a = ap.parse_args(argv)
-    out = {}
-    for qk in (True, False) if a.value_path else (True,):
-        t = time.time()
-        rows = []
-        grids = (dict(GRID, widths=a.widths, depths=a.depths, seq_lens=(32,)),
-                 dict(LONG, widths=a.long_widths, depths=a.depths))
-        for i, grid in enumerate(grids):
-            rows += ds.validate(jax.random.PRNGKey(a.seed + i), draws=a.draws, qk_grad=qk, **grid)[0]
-        name = "full" if qk else "value_path"
-        out[name] = dict(rows=rows, seconds=time.time() - t)
-        print(f"== {name} gradient ({a.draws} draws, {time.time() - t:.0f} s)")
-        for q in ("var", "r", "g_var"):
-            print(f"{q:6s} all {_pct(rows, q)}")
-            for L in sorted({r["seq_len"] for r in rows}):
-                print(f"       L={L}: {_pct(rows, q, seq_len=L)}")
-            for d in sorted({r["width"] for r in rows}):
-                print(f"       d={d}: {_pct(rows, q, width=d)}")
+    grid = stacks(a.widths, a.depths, a.long_widths)
+    done = _load(a.rows)
+    for i, rec in done.items():
+        if rec["draws"] != a.draws or rec["seed"] != a.seed or rec["qk_grad"] != (not a.value_path):
+            raise SystemExit(f"{a.rows}: stack {i} was run with other settings; use another --rows file")
+    # rewrite the complete lines only, so an append never follows a torn line
+    if os.path.exists(a.rows):
+        tmp = a.rows + ".part"
+        with open(tmp, "w") as f:
+            for i in sorted(done):
+                f.write(json.dumps(done[i]) + "\n")
+        os.replace(tmp, a.rows)
+    todo = [i for i in range(len(grid)) if i not in done]
+    t0 = time.time()
+    with open(a.rows, "a") as f:
+        for i in tqdm(todo, desc="stacks", initial=len(grid) - len(todo), total=len(grid)):
+            arch, init, d, n, L = grid[i]
+            key = jax.random.fold_in(jax.random.PRNGKey(a.seed), i)
+            t = time.time()
+            rows, _ = ds.validate(key, archs=(arch,), inits=(init,), widths=(d,), depths=(n,), seq_lens=(L,),
+                                  p=GRID["p"], r0=GRID["r0"], draws=a.draws, qk_grad=not a.value_path)
+            rec = dict(index=i, arch=arch, init=init, width=d, depth=n, seq_len=L, draws=a.draws, seed=a.seed,
+                       qk_grad=not a.value_path, seconds=time.time() - t, rows=rows)
+            f.write(json.dumps(rec) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+            done[i] = rec
+    rows = [r for i in sorted(done) if i < len(grid) for r in done[i]["rows"]]
+    name = "value_path" if a.value_path else "full"
+    seconds = sum(done[i]["seconds"] for i in done)
+    print(f"== {name} gradient ({a.draws} draws, {len(done)} stacks, {seconds:.0f} s of simulation; "
+          f"{time.time() - t0:.0f} s this run)")
+    for q in ("var", "r", "g_var"):
+        print(f"{q:6s} all {_pct(rows, q)}")
+        for L in sorted({r["seq_len"] for r in rows}):
+            print(f"       L={L}: {_pct(rows, q, seq_len=L)}")
+        for init in sorted({r["init"] for r in rows}):
+            print(f"       {init}: {_pct(rows, q, init=init)}")
     if a.out:
-        with open(a.out, "w") as f:
+        tmp = a.out + ".part"
+        with open(tmp, "w") as f:
             json.dump(dict(draws=a.draws, seed=a.seed, widths=a.widths, depths=a.depths,
-                           long_widths=a.long_widths, **out), f)
+                           long_widths=a.long_widths, **{name: dict(rows=rows, seconds=seconds)}), f)
+        os.replace(tmp, a.out)
 
 
 if __name__ == "__main__":
