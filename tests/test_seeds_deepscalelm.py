@@ -230,3 +230,52 @@ def test_sha_backward_finite_L_softmax_moments():
     old = a + old_q + (1 - r) * vl * a
     assert abs(mc["query"]["var"] - old_q) > 8 * mc["query"]["var_se"]
     assert abs(mc["all"]["var"] - old) > 0.12 * mc["all"]["var"]
+
+
+def _spectrum(d, factors, seed=0):
+    """Squared singular values of a product of Gaussian matrices, mean 1 (kappa ~ factors + 1)."""
+    rng = np.random.default_rng(seed)
+    m = np.linalg.multi_dot([rng.normal(size=(d, d)) for _ in range(factors)]) if factors > 1 else rng.normal(size=(d, d))
+    s = np.linalg.svd(m, compute_uv=False) ** 2
+    return s / s.mean()
+
+
+def test_sha_anisotropic_tokens_kappa():
+    """Tokens whose deviations have covariance S with kappa = d tr(S^2)/(tr S)^2 ~ 3 (the
+    anisotropy that attention and linear maps build up in a stack): the forward tilt scales
+    by kappa, the query path by (a + b) kappa + b d (docs/seeds.md); kappa = 1 is rejected."""
+    L, d_in, vl = 200, 16, 0.5
+    spec = _spectrum(d_in, 2)
+    kappa = d_in * np.sum(spec**2) / np.sum(spec) ** 2
+    assert 2.5 < kappa < 4.5
+    mc = ds.simulate_sha(K(31), L, d_in, d_in, 0.0, vl, 0.0, 64, spectrum=spec)
+    v, g = ds.Fwd(0.0, 1.0, 0.0), ds.Bwd(1.0, 0.0)
+    m, se = mc["out"]["var"], mc["out"]["var_se"]
+    assert abs(m - float(ds.sha(v, L, vl, d_in=d_in, kappa=kappa).var)) < 4 * se
+    assert abs(m - float(ds.sha(v, L, vl, d_in=d_in).var)) > 6 * se         # 3x below
+    L, d_in, r, vl = 256, 64, 0.78, 1.0            # the DSLM-init attention input at L = 256
+    spec = _spectrum(d_in, 3)
+    kappa = d_in * np.sum(spec**2) / np.sum(spec) ** 2
+    mc = ds.simulate_sha(K(32), L, d_in, d_in, r, vl, 0.0, 64, spectrum=spec)
+    g = ds.Bwd(1.0, 0.0)
+    m, se = mc["all"]["var"], mc["all"]["var_se"]
+    th, th1 = (float(ds.sha_bwd(g, L, vl, r, d_in=d_in, kappa=k).var) for k in (kappa, 1.0))
+    assert abs(m - th) < 4 * se
+    assert abs(m - th1) > 8 * se
+
+
+def test_kappa_estimator_removes_the_finite_L_bias():
+    """``simulate_stack`` reports kappa at each attention input from the L tokens' sample
+    covariance, less its finite-L bias: unbiased for Gaussian rows (the raw value is off by
+    d / (L - 1) = 0.25 here)."""
+    from phasefield.seeds.deepscalelm.simulate import _kappa
+    L, d = 256, 64
+    for factors in (1, 3):
+        spec = np.ones(d) if factors == 1 else _spectrum(d, factors)
+        kappa = d * np.sum(spec**2) / np.sum(spec) ** 2
+        x = jax.random.normal(K(40 + factors), (200, L, d), jnp.float64) * np.sqrt(spec) + 3.0
+        with jax.enable_x64(True):
+            k = np.asarray(jax.vmap(_kappa)(x))
+        assert abs(k.mean() - kappa) < 4 * k.std(ddof=1) / np.sqrt(k.size), (k.mean(), kappa)
+        raw = k * (1 + 1 / (L - 1)) + d / (L - 1)      # the uncorrected sample value
+        assert abs(raw.mean() - kappa) > 0.2

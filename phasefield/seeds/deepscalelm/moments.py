@@ -190,7 +190,7 @@ def _tilt(r, var_logit, L, d_in):
 
 
 @float64
-def sha(v: Fwd, L, var_logit=0.0, exact=True, d_in=None) -> Fwd:
+def sha(v: Fwd, L, var_logit=0.0, exact=True, d_in=None, kappa=1.0) -> Fwd:
     """Value mixing A V of one attention head (zero-mean V with var, r across tokens).
 
     ``exact=True``: var = v [r + (1 - r) S2 + T], cov = v [r + (1 - r) P + r T], with the
@@ -199,18 +199,20 @@ def sha(v: Fwd, L, var_logit=0.0, exact=True, d_in=None) -> Fwd:
     T = ``_tilt`` (``d_in`` given: V = X W_V and the logits X W_Q (X W_K)^T share the
     d_in-wide input X, so the softmax weights favour tokens whose X leans towards the
     query's direction B^T x_i; the weighted average of X moves by (1 - r) var_x B^T x_i).
-    ``d_in=None``: V independent of the logits, T = 0."""
+    ``d_in=None``: V independent of the logits, T = 0.
+    ``kappa`` = d tr(S^2) / (tr S)^2 of the token covariance S of the input (1: isotropic):
+    the shift is S B^T x_i, so T scales with tr(S^2), i.e. by kappa (docs/seeds.md)."""
     if not exact:
         return Fwd(0.0 * v.mu, v.r * v.var, 1.0 + 0.0 * v.r)
     a, ac = _softmax_weights(v.r, var_logit, L)
-    t = _tilt(v.r, var_logit, L, d_in)
+    t = kappa * _tilt(v.r, var_logit, L, d_in)
     var = v.var * (v.r + (1 - v.r) * a + t)
     cov = v.var * (v.r + (1 - v.r) * ac + v.r * t)
     return Fwd(0.0 * v.mu, var, cov / var)
 
 
 @float64
-def sha_bwd(g: Bwd, L, var_logit=0.0, r_in=0.0, exact=True, d_in=None) -> Bwd:
+def sha_bwd(g: Bwd, L, var_logit=0.0, r_in=0.0, exact=True, d_in=None, kappa=1.0) -> Bwd:
     """Gradient of one attention head, returned at V (before W_V^T; r_in = r of V).
 
     Softmax-weight moments at row logit variance s = (1 - r_in) var_logit, cross-row
@@ -235,6 +237,12 @@ def sha_bwd(g: Bwd, L, var_logit=0.0, r_in=0.0, exact=True, d_in=None) -> Bwd:
       (P - 2R + P2)]; its sum over tokens is exactly zero (the rows of dL/dlogits sum to
       zero), so its cov is -var/(L - 1).
 
+    Anisotropic tokens (covariance S with ``kappa`` = d tr(S^2)/(tr S)^2 > 1): for fixed
+    weights M = diag(A) - A A^T, C = S^{1/2} W S^{1/2} with E[W_ab W_cd] = a d_ab d_cd +
+    b (d_ac d_bd + d_ad d_bc), a = E(tr M)^2 = 1 - 2 S2 + S2sq, b = E|M|_F^2 =
+    S2 - 2 S3 + S2sq, so E tr C^2 / d = (1-r)^2 var_x^2 [(a + b) kappa + b d] (the isotropic
+    bracket above at kappa = 1; two rows alike). The value and key paths see only traces.
+
     Dropped: terms of relative order (1 - r) var_logit / d_in from the tilt of the weights
     along B^T x_i (key path measured 2-11 % above the rule at d_in = 64-128, L = 32).
     """
@@ -246,8 +254,10 @@ def sha_bwd(g: Bwd, L, var_logit=0.0, r_in=0.0, exact=True, d_in=None) -> Bwd:
     if d_in is not None:
         d = d_in
         base = (1 - r_in) ** 2 * var_logit / d  # (1 - r)^2 var_logit / d_in, T without (L-1)/L
-        var_q = base * (1 + (d - 1) * q["S2"] - 2 * (d + 1) * q["S3"] + (d + 2) * q["S2sq"])
-        cov_q = g.r * base * (1 + (d + 1) * (q["P"] - 2 * q["R"] + q["P2"]) - 2 * q["S2"] + q["S2S2"])
+        a1, b1 = 1 - 2 * q["S2"] + q["S2sq"], q["S2"] - 2 * q["S3"] + q["S2sq"]          # one row
+        a2, b2 = 1 - 2 * q["S2"] + q["S2S2"], q["P"] - 2 * q["R"] + q["P2"]             # two rows
+        var_q = base * ((a1 + b1) * kappa + b1 * d)
+        cov_q = g.r * base * ((a2 + b2) * kappa + b2 * d)
         var_k = (1 - r_in) * var_logit * (q["S2"] - 2 * q["S3"] + q["S2sq"]
                                           + g.r * r_in * (L - 1) * (q["P"] - 2 * q["R"] + q["P2"]))
         var, cov = var + var_q + var_k, cov + cov_q - var_k / (L - 1)
@@ -264,14 +274,14 @@ def logit_variance(x: Fwd, d, sigma_qk2):
 
 
 @float64
-def attention_block(x: Fwd, d, L, init, p=0.0, exact=True):
-    """W_V -> attention -> W_O -> dropout, with W_Q, W_K on the same input. Returns the
-    output moments and a cache."""
+def attention_block(x: Fwd, d, L, init, p=0.0, exact=True, kappa=1.0):
+    """W_V -> attention -> W_O -> dropout, with W_Q, W_K on the same input (token-covariance
+    anisotropy ``kappa``, see ``sha``). Returns the output moments and a cache."""
     v = linear(x, d, init["v"])
     s2 = logit_variance(x, d, init["qk"]) if exact else 0.0
-    h = sha(v, L, s2, exact, d_in=d)
+    h = sha(v, L, s2, exact, d_in=d, kappa=kappa)
     o = linear(h, d, init["o"])
-    return dropout(o, p), dict(r_v=v.r, s2=s2)
+    return dropout(o, p), dict(r_v=v.r, s2=s2, kappa=kappa)
 
 
 @float64
@@ -279,7 +289,7 @@ def attention_block_bwd(g: Bwd, cache, d, L, init, p=0.0, exact=True, qk_grad=Tr
     """Gradient at the block input; ``qk_grad=False`` keeps the value path only."""
     g = dropout_bwd(g, p)
     g = linear_bwd(g, d, init["o"])
-    g = sha_bwd(g, L, cache["s2"], cache["r_v"], exact, d_in=d if qk_grad else None)
+    g = sha_bwd(g, L, cache["s2"], cache["r_v"], exact, d_in=d if qk_grad else None, kappa=cache["kappa"])
     return linear_bwd(g, d, init["v"])
 
 
@@ -355,7 +365,7 @@ def dslm_init(d, p=0.0, mult=4, r=None, L=None, exact=True):
 @float64
 def stack(arch="pre-ln", layers=4, d=256, L=64, init="xavier", p=0.0, lam2=1.0, beta2=1.0,
           var0=1.0, r0=0.2, g_var=1.0, g_r=0.0, exact=True, approx=False, mult=4, ln_exact=True,
-          qk_grad=True):
+          qk_grad=True, kappa=None):
     """Moments through ``layers`` transformer layers (attention + FFN sublayers).
 
     Returns dict of numpy arrays over the 2 * layers + 1 sublayer boundaries: forward
@@ -363,7 +373,10 @@ def stack(arch="pre-ln", layers=4, d=256, L=64, init="xavier", p=0.0, lam2=1.0, 
     output gradient of variance g_var and token correlation g_r, and ``inits``: the weight
     variances used by each sublayer. ``init`` is a name in INITS or a dict (keys qk, v, o,
     w1, w2); 'dslm' re-solves sigma_v, sigma_o per layer. ``ln_exact``: the finite-d
-    LayerNorm gradient factor (d-2)/(d-3); ``qk_grad=False``: value path only."""
+    LayerNorm gradient factor (d-2)/(d-3); ``qk_grad=False``: value path only. ``kappa``:
+    one token-covariance anisotropy d tr(S^2)/(tr S)^2 per attention sublayer input (None:
+    isotropic, 1; the moment state does not carry it: measured values come from
+    ``simulate_stack``, see docs/seeds.md)."""
     if arch not in ARCHS:
         raise ValueError(f"unknown architecture {arch!r}; choose one of {', '.join(ARCHS)}")
     d_ln = d if ln_exact else None
@@ -374,7 +387,7 @@ def stack(arch="pre-ln", layers=4, d=256, L=64, init="xavier", p=0.0, lam2=1.0, 
         ini = resolve_init(init, d, p, mult, x, L, exact)
         xin = layernorm(x) if arch == "pre-ln" else x
         if kind == "attn":
-            y, c = attention_block(xin, d, L, ini, p, exact)
+            y, c = attention_block(xin, d, L, ini, p, exact, 1.0 if kappa is None else float(kappa[sub // 2]))
         else:
             y, c = ffn_block(xin, d, ini, p, mult, approx)
         u = residual(x, y, lam2, beta2)

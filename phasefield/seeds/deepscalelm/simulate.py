@@ -37,23 +37,43 @@ def _correlated(key, shape, r):
     return math.sqrt(r) * z[:1] + math.sqrt(1 - r) * z[1:]
 
 
+def _kappa(x):
+    """Token-covariance anisotropy d tr(S^2)/(tr S)^2 of the population behind the L rows
+    of x (S = their covariance): the sample value, less its finite-L bias
+    (E tr(S_hat^2) = (1 + 1/m) tr(S^2) + (tr S)^2 / m, m = L - 1, for Gaussian rows)."""
+    L, d = x.shape
+    xc = x - jnp.mean(x, axis=0)
+    s = xc.T @ xc / (L - 1)
+    tr = jnp.trace(s)
+    m = L - 1
+    return (d * jnp.sum(s * s) / (tr * tr) - d / m) / (1 + 1 / m)
+
+
 @float64
 def simulate_sha(key, L, d_in, d_v, r, var_logit, r_g=0.0, draws=64, var_x=1.0, var_g=1.0,
-                 sigma_v2=None, batch=8):
+                 sigma_v2=None, batch=8, spectrum=None):
     """Monte Carlo of one head O = softmax(X W_Q (X W_K)^T / sqrt(d_v)) X W_V.
 
     X: L tokens of width d_in, entries N(0, var_x), token correlation r; W_Q, W_K with
     sigma^2 = sqrt(var_logit)/(d_in var_x) so the logits have variance var_logit;
     W_V ~ N(0, sigma_v2) (default 1/d_in); output gradient N(0, var_g), token correlation
-    r_g. Returns per-draw means and standard errors of the per-entry second moment
+    r_g. ``spectrum`` (d_in values, mean 1): the token deviations get that covariance
+    spectrum in a random orientation per draw (anisotropic tokens, kappa = d_in sum s^2 /
+    (sum s)^2); default isotropic. Returns per-draw means and standard errors of the per-entry second moment
     ``var`` and the cross-token ``cov`` of the output (key ``out``) and of dLoss/dX through
     each path of ``PATHS`` (value: through V; query, key: through the logits)."""
     sq = math.sqrt(math.sqrt(var_logit) / (d_in * var_x))
     sv = math.sqrt(1.0 / d_in if sigma_v2 is None else sigma_v2)
 
     def one(k):
-        kx, kq, kk, kv, kg = jax.random.split(k, 5)
-        X = math.sqrt(var_x) * _correlated(kx, (L, d_in), r)
+        kx, kq, kk, kv, kg, ko = jax.random.split(k, 6)
+        if spectrum is None:
+            X = math.sqrt(var_x) * _correlated(kx, (L, d_in), r)
+        else:
+            rot = jnp.linalg.qr(jax.random.normal(ko, (d_in, d_in), jnp.float64))[0]
+            z = jax.random.normal(kx, (L + 1, d_in), jnp.float64)
+            dev = (z[1:] * jnp.sqrt(jnp.asarray(spectrum, jnp.float64))) @ rot.T
+            X = math.sqrt(var_x) * (math.sqrt(r) * z[:1] + math.sqrt(1 - r) * dev)
         WQ = jax.random.normal(kq, (d_in, d_v), jnp.float64) * sq
         WK = jax.random.normal(kk, (d_in, d_v), jnp.float64) * sq
         WV = jax.random.normal(kv, (d_in, d_v), jnp.float64) * sv
@@ -85,7 +105,9 @@ def simulate_stack(key, arch="pre-ln", layers=4, d=64, L=16, init="xavier", p=0.
     an i.i.d. N(0, 1) output gradient. ``qk_grad=False`` stops the gradient through the
     query/key path (the theory then keeps the value path only). Returns the measured
     var, r of x_l and g_var, g_r of dLoss/dx_l (ratio of means over draws) and the
-    ``theory`` (``stack`` with the same settings)."""
+    ``theory`` (``stack`` with the same settings), and ``kappa``: the token-covariance
+    anisotropy d tr(S^2)/(tr S)^2 at each attention sublayer's input (mean over draws), which
+    ``stack(kappa=...)`` accepts."""
     n_sub = 2 * layers
     th = stack(arch, layers, d, L, init, p, lam2, beta2, var0, r0, exact=exact, mult=mult,
                ln_exact=ln_exact, qk_grad=qk_grad)
@@ -119,6 +141,8 @@ def simulate_stack(key, arch="pre-ln", layers=4, d=64, L=16, init="xavier", p=0.
                 outs = []
                 for j in range(2):
                     xin = _ln(x) if arch == "pre-ln" else x
+                    if j == 0:
+                        kap = _kappa(jax.lax.stop_gradient(xin))
                     y = sublayer(x, xin, kw2[j], {k: v[j] for k, v in v2.items()}, j == 0)
                     if p > 0:
                         keep = jax.random.bernoulli(kd2[j], 1 - p, y.shape)
@@ -126,23 +150,23 @@ def simulate_stack(key, arch="pre-ln", layers=4, d=64, L=16, init="xavier", p=0.
                     u = lam * x + beta * y
                     x = (u if arch == "pre-ln" else _ln(u)) + pr2[j]
                     outs.append(x)
-                return x, jnp.stack(outs)
+                return x, (jnp.stack(outs), kap)
 
             x = x0 + probes[0]
             pair = lambda a: a.reshape((layers, 2) + a.shape[1:])
-            _, outs = jax.lax.scan(layer, x, (pair(kws), pair(kds), {k: pair(v) for k, v in sv.items()},
-                                              pair(probes[1:])))
-            return jnp.concatenate([x[None], outs.reshape((n_sub, L, d))])
+            _, (outs, kaps) = jax.lax.scan(layer, x, (pair(kws), pair(kds), {k: pair(v) for k, v in sv.items()},
+                                                      pair(probes[1:])))
+            return jnp.concatenate([x[None], outs.reshape((n_sub, L, d))]), kaps
 
         probes = jnp.zeros((n_sub + 1, L, d))
-        outs, vjp = jax.vjp(f, probes)
+        outs, vjp, kaps = jax.vjp(f, probes, has_aux=True)
         gout = jnp.zeros_like(outs).at[-1].set(jax.random.normal(kg, (L, d)))
         (gp,) = vjp(gout)
-        return jax.vmap(_moments)(outs), jax.vmap(_moments)(gp)
+        return jax.vmap(_moments)(outs), jax.vmap(_moments)(gp), kaps
 
-    mx, mg = jax.jit(jax.vmap(one))(jax.random.split(key, draws))
+    mx, mg, kaps = jax.jit(jax.vmap(one))(jax.random.split(key, draws))
     mx, mg = np.asarray(mx).sum(0), np.asarray(mg).sum(0)
-    out = {}
+    out = {"kappa": np.asarray(kaps).mean(0)}
     for name, m in (("", mx), ("g_", mg)):
         cnt = m[:, 3]
         mu = m[:, 0] / cnt
