@@ -23,7 +23,7 @@ import jax
 import numpy as np
 from tqdm import tqdm
 
-import phasefield  # noqa: F401
+from phasefield import io
 from phasefield.seeds import deepscalelm as ds
 
 GRID = dict(archs=ds.ARCHS, inits=("xavier", "dslm"), widths=(64, 128, 256), depths=(1, 2, 4, 8), p=0.1,
@@ -45,17 +45,8 @@ def _pct(rows, q, **where):
 
 
 def _load(path):
-    """Finished rows by stack index (complete lines only)."""
-    done = {}
-    if os.path.exists(path):
-        with open(path) as f:
-            for line in f:
-                try:
-                    rec = json.loads(line)
-                except json.JSONDecodeError:
-                    continue   # a torn last line: that stack is recomputed
-                done[rec["index"]] = rec
-    return done
+    """Finished stacks by index (complete lines only)."""
+    return {rec["index"]: rec for rec in io.read_jsonl(path)}
 
 
 def main(argv=None):
@@ -77,11 +68,8 @@ def main(argv=None):
             raise SystemExit(f"{a.rows}: stack {i} was run with other settings; use another --rows file")
     # rewrite the complete lines only, so an append never follows a torn line
     if os.path.exists(a.rows):
-        tmp = a.rows + ".part"
-        with open(tmp, "w") as f:
-            for i in sorted(done):
-                f.write(json.dumps(done[i]) + "\n")
-        os.replace(tmp, a.rows)
+        with io.atomic_path(a.rows) as tmp, open(tmp, "w") as f:
+            f.writelines(json.dumps(done[i]) + "\n" for i in sorted(done))
     todo = [i for i in range(len(grid)) if i not in done]
     t0 = time.time()
     with open(a.rows, "a") as f:
@@ -109,11 +97,9 @@ def main(argv=None):
         for init in sorted({r["init"] for r in rows}):
             print(f"       {init}: {_pct(rows, q, init=init)}")
     if a.out:
-        tmp = a.out + ".part"
-        with open(tmp, "w") as f:
-            json.dump(dict(draws=a.draws, seed=a.seed, widths=a.widths, depths=a.depths,
-                           long_widths=a.long_widths, **{name: dict(rows=rows, seconds=seconds)}), f)
-        os.replace(tmp, a.out)
+        io.write_json(a.out, dict(draws=a.draws, seed=a.seed, widths=a.widths, depths=a.depths,
+                                  long_widths=a.long_widths, **{name: dict(rows=rows, seconds=seconds)}),
+                      indent=None)
 
 
 if __name__ == "__main__":
