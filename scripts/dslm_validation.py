@@ -96,6 +96,13 @@ def main(argv=None):
             print(f"       L={L}: {_pct(rows, q, seq_len=L)}")
         for init in sorted({r["init"] for r in rows}):
             print(f"       {init}: {_pct(rows, q, init=init)}")
+    for q in ("var", "r", "g_var"):
+        over = [(r, e, z) for r in rows if r["quantity"] == q for e, z in zip(r["errs"], r["z"]) if e > 0.1]
+        sig = [o for o in over if abs(o[2]) > 4]
+        stacks_over = {(r["arch"], r["init"], r["width"], r["depth"], r["seq_len"]) for r, _, _ in over}
+        stacks_sig = {(r["arch"], r["init"], r["width"], r["depth"], r["seq_len"]) for r, _, _ in sig}
+        print(f"{q:6s} boundaries > 10 %: {len(over)} in {len(stacks_over)} stacks; of those |z| > 4: "
+              f"{len(sig)} in {len(stacks_sig)} stacks {sorted(stacks_sig)}")
     if a.out:
         io.write_json(a.out, dict(draws=a.draws, seed=a.seed, widths=a.widths, depths=a.depths,
                                   long_widths=a.long_widths, **{name: dict(rows=rows, seconds=seconds)}),

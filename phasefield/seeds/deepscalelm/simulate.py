@@ -104,7 +104,8 @@ def simulate_stack(key, arch="pre-ln", layers=4, d=64, L=16, init="xavier", p=0.
     Per draw: random weights, random Gaussian input with (var0, r0), random dropout masks,
     an i.i.d. N(0, 1) output gradient. ``qk_grad=False`` stops the gradient through the
     query/key path (the theory then keeps the value path only). Returns the measured
-    var, r of x_l and g_var, g_r of dLoss/dx_l (ratio of means over draws) and the
+    var, r of x_l and g_var, g_r of dLoss/dx_l (ratio of means over draws; ``*_se`` their
+    jackknife standard errors) and the
     ``theory`` (``stack`` with the same settings), and ``kappa``: the token-covariance
     anisotropy d tr(S^2)/(tr S)^2 at each attention sublayer's input (mean over draws), which
     ``stack(kappa=...)`` accepts."""
@@ -165,23 +166,33 @@ def simulate_stack(key, arch="pre-ln", layers=4, d=64, L=16, init="xavier", p=0.
         return jax.vmap(_moments)(outs), jax.vmap(_moments)(gp), kaps
 
     mx, mg, kaps = jax.jit(jax.vmap(one))(jax.random.split(key, draws))
-    mx, mg = np.asarray(mx).sum(0), np.asarray(mg).sum(0)
     out = {"kappa": np.asarray(kaps).mean(0)}
-    for name, m in (("", mx), ("g_", mg)):
-        cnt = m[:, 3]
-        mu = m[:, 0] / cnt
-        var = m[:, 1] / cnt - mu**2
-        r = (m[:, 2] / (cnt * (L - 1)) - mu**2) / var
-        out[name + "var"], out[name + "r"] = var, r
+    for name, m in (("", np.asarray(mx)), ("g_", np.asarray(mg))):
+        total = m.sum(0)
+        out[name + "var"], out[name + "r"] = _var_r(total, L)
+        # jackknife (leave one draw out) standard errors of the ratio-of-means estimates
+        loo = [_var_r(total - m[i], L) for i in range(draws)] if draws > 1 else []
+        for j, q in enumerate(("var", "r")):
+            est = np.array([v[j] for v in loo]) if loo else np.full((1,) + total.shape[:1], np.nan)
+            out[name + q + "_se"] = np.sqrt((draws - 1) / max(draws, 1) * np.sum((est - est.mean(0)) ** 2, 0))
     out["theory"] = th
     return out
+
+
+def _var_r(m, L):
+    """Per-entry variance and cross-token correlation from summed ``_moments``."""
+    cnt = m[:, 3]
+    mu = m[:, 0] / cnt
+    var = m[:, 1] / cnt - mu**2
+    return var, (m[:, 2] / (cnt * (L - 1)) - mu**2) / var
 
 
 @float64
 def validate(key, archs=ARCHS, widths=(64, 128, 256), depths=(1, 2, 4, 8), inits=("xavier", "dslm"),
              p=0.1, seq_lens=(32,), draws=8, r0=0.2, k=2.0, qk_grad=True, exact=True, ln_exact=True):
     """Relative errors |theory - sim| / |sim| over a grid: var, r (forward) at every sublayer
-    output, g_var (backward) at every sublayer input. Returns rows and 50/90/99th percentiles
+    output, g_var (backward) at every sublayer input; per boundary also ``z`` = (theory - sim)
+    / se and ``rel_se`` = se / |sim| (jackknife over draws). Returns rows and 50/90/99th percentiles
     per quantity."""
     rows = []
     for arch, init, d, N, L in itertools.product(archs, inits, widths, depths, seq_lens):
@@ -193,8 +204,13 @@ def validate(key, archs=ARCHS, widths=(64, 128, 256), depths=(1, 2, 4, 8), inits
         for q in ("var", "r", "g_var"):
             part = slice(None, -1) if q == "g_var" else slice(1, None)
             err = np.abs(th[q][part] - sim[q][part]) / np.abs(sim[q][part])
+            se, diff = sim[q + "_se"][part], th[q][part] - sim[q][part]
+            # exact quantities (post-LN forward variance is 1 in every draw): se ~ rounding
+            exact_q = se <= 1e-9 * np.abs(sim[q][part])
+            z = np.where(exact_q, 0.0, diff / np.where(exact_q, 1.0, se))
             rows.append(dict(arch=arch, init=init, width=d, depth=N, seq_len=L, quantity=q,
-                             max_rel_err=float(err.max()), errs=err.tolist()))
+                             max_rel_err=float(err.max()), errs=err.tolist(), z=z.tolist(),
+                             rel_se=(sim[q + "_se"][part] / np.abs(sim[q][part])).tolist()))
     summary = {}
     for q in ("var", "r", "g_var"):
         e = np.concatenate([r["errs"] for r in rows if r["quantity"] == q])
