@@ -70,6 +70,7 @@ def main(argv=None):
     if os.path.exists(a.rows):
         with io.atomic_path(a.rows) as tmp, open(tmp, "w") as f:
             f.writelines(json.dumps(done[i]) + "\n" for i in sorted(done))
+    os.makedirs(os.path.dirname(os.path.abspath(a.rows)), exist_ok=True)
     todo = [i for i in range(len(grid)) if i not in done]
     t0 = time.time()
     with open(a.rows, "a") as f:
