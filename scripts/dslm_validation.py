@@ -6,10 +6,15 @@ Resumable: every stack (arch, init, width, depth, L) appends one JSON line to ``
 as soon as it is simulated, with its own key ``fold_in(PRNGKey(seed), stack index)``, so a
 rerun skips the finished stacks (a torn last line from an interrupted run is ignored and
 recomputed) and the numbers do not depend on which stacks ran before. Then the summary
-(percentiles, all rows) is written to ``--out``.
+(percentiles, all rows) is written to ``--out``. ``--base`` reruns, with more draws and
+fresh keys, only the stacks of an earlier run whose gradient standard error is above
+``--noisy-se`` (chosen by their noise, not by their error), and summarizes both together.
 
-    PYTHONPATH=. python scripts/dslm_validation.py --draws 32 \\
-        --rows docs/data/dslm/rows_full_32draws.jsonl --out docs/data/dslm/validation_full_32draws.json
+    PYTHONPATH=. python scripts/dslm_validation.py --draws 64 \\
+        --rows docs/data/dslm/rows_full_64draws.jsonl --out docs/data/dslm/validation_full_64draws.json
+    PYTHONPATH=. python scripts/dslm_validation.py --draws 256 --seed 1 \\
+        --base docs/data/dslm/rows_full_64draws.jsonl --rows docs/data/dslm/rows_noisy_256draws.jsonl \\
+        --out docs/data/dslm/validation_full_64_256draws.json
 """
 from __future__ import annotations
 
@@ -60,8 +65,20 @@ def main(argv=None):
     ap.add_argument("--depths", type=int, nargs="+", default=list(GRID["depths"]))
     ap.add_argument("--long-widths", type=int, nargs="+", default=list(LONG_WIDTHS),
                     help="widths also run at L = 256")
+    ap.add_argument("--base", default=None,
+                    help="rows file of an earlier run on the same grid: only its stacks whose gradient "
+                         "standard error exceeds --noisy-se are rerun here (fresh keys: use another "
+                         "--seed), and the summary takes the other stacks from it")
+    ap.add_argument("--noisy-se", type=float, default=0.03,
+                    help="relative standard error of g_var above which a --base stack is rerun")
     a = ap.parse_args(argv)
     grid = stacks(a.widths, a.depths, a.long_widths)
+    base = _load(a.base) if a.base else {}
+    if a.base:
+        if a.seed == next(iter(base.values()))["seed"]:
+            raise SystemExit("--base: use another --seed, so the rerun draws are independent")
+        noisy = {i for i, rec in base.items()
+                 if max(max(r["rel_se"]) for r in rec["rows"] if r["quantity"] == "g_var") > a.noisy_se}
     done = _load(a.rows)
     for i, rec in done.items():
         if rec["draws"] != a.draws or rec["seed"] != a.seed or rec["qk_grad"] != (not a.value_path):
@@ -71,10 +88,10 @@ def main(argv=None):
         with io.atomic_path(a.rows) as tmp, open(tmp, "w") as f:
             f.writelines(json.dumps(done[i]) + "\n" for i in sorted(done))
     os.makedirs(os.path.dirname(os.path.abspath(a.rows)), exist_ok=True)
-    todo = [i for i in range(len(grid)) if i not in done]
+    todo = [i for i in range(len(grid)) if i not in done and (not a.base or i in noisy)]
     t0 = time.time()
     with open(a.rows, "a") as f:
-        for i in tqdm(todo, desc="stacks", initial=len(grid) - len(todo), total=len(grid)):
+        for i in tqdm(todo, desc="stacks", initial=len(done), total=len(done) + len(todo)):
             arch, init, d, n, L = grid[i]
             key = jax.random.fold_in(jax.random.PRNGKey(a.seed), i)
             t = time.time()
@@ -86,11 +103,13 @@ def main(argv=None):
             f.flush()
             os.fsync(f.fileno())
             done[i] = rec
-    rows = [r for i in sorted(done) if i < len(grid) for r in done[i]["rows"]]
+    merged = {**base, **done}
+    rows = [r for i in sorted(merged) if i < len(grid) for r in merged[i]["rows"]]
     name = "value_path" if a.value_path else "full"
-    seconds = sum(done[i]["seconds"] for i in done)
-    print(f"== {name} gradient ({a.draws} draws, {len(done)} stacks, {seconds:.0f} s of simulation; "
-          f"{time.time() - t0:.0f} s this run)")
+    seconds = sum(rec["seconds"] for rec in merged.values())
+    print(f"== {name} gradient ({len(merged)} stacks: {len(done)} at {a.draws} draws"
+          + (f", {len(merged) - len(done)} from {a.base} at {next(iter(base.values()))['draws']} draws" if base else "")
+          + f"; {seconds:.0f} s of simulation; {time.time() - t0:.0f} s this run)")
     for q in ("var", "r", "g_var"):
         print(f"{q:6s} all {_pct(rows, q)}")
         for L in sorted({r["seq_len"] for r in rows}):
@@ -105,7 +124,8 @@ def main(argv=None):
         print(f"{q:6s} boundaries > 10 %: {len(over)} in {len(stacks_over)} stacks; of those |z| > 4: "
               f"{len(sig)} in {len(stacks_sig)} stacks {sorted(stacks_sig)}")
     if a.out:
-        io.write_json(a.out, dict(draws=a.draws, seed=a.seed, widths=a.widths, depths=a.depths,
+        io.write_json(a.out, dict(draws=a.draws, seed=a.seed, base=a.base, noisy_se=a.noisy_se if a.base else None,
+                                  rerun=sorted(done) if a.base else None, widths=a.widths, depths=a.depths,
                                   long_widths=a.long_widths, **{name: dict(rows=rows, seconds=seconds)}),
                       indent=None)
 

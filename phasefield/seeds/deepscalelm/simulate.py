@@ -98,8 +98,10 @@ def simulate_sha(key, L, d_in, d_v, r, var_logit, r_g=0.0, draws=64, var_x=1.0, 
 
 @float64
 def simulate_stack(key, arch="pre-ln", layers=4, d=64, L=16, init="xavier", p=0.0, lam2=1.0,
-                   beta2=1.0, var0=1.0, r0=0.2, draws=8, mult=4, qk_grad=True, exact=True, ln_exact=True):
+                   beta2=1.0, var0=1.0, r0=0.2, draws=8, mult=4, qk_grad=True, exact=True, ln_exact=True,
+                   batch=64):
     """Finite-width simulation of the stack of ``stack`` (same init, scaling, dropout).
+    Draws run ``batch`` at a time (vmapped; memory bounded by the batch).
 
     Per draw: random weights, random Gaussian input with (var0, r0), random dropout masks,
     an i.i.d. N(0, 1) output gradient. ``qk_grad=False`` stops the gradient through the
@@ -165,7 +167,12 @@ def simulate_stack(key, arch="pre-ln", layers=4, d=64, L=16, init="xavier", p=0.
         (gp,) = vjp(gout)
         return jax.vmap(_moments)(outs), jax.vmap(_moments)(gp), kaps
 
-    mx, mg, kaps = jax.jit(jax.vmap(one))(jax.random.split(key, draws))
+    keys = jax.random.split(key, draws)
+    if draws > batch and draws % batch == 0:
+        batched = jax.jit(lambda k: jax.lax.map(jax.vmap(one), k.reshape((-1, batch) + k.shape[1:])))
+        mx, mg, kaps = (v.reshape((draws,) + v.shape[2:]) for v in batched(keys))
+    else:
+        mx, mg, kaps = jax.jit(jax.vmap(one))(keys)
     out = {"kappa": np.asarray(kaps).mean(0)}
     for name, m in (("", np.asarray(mx)), ("g_", np.asarray(mg))):
         total = m.sum(0)
@@ -189,7 +196,8 @@ def _var_r(m, L):
 
 @float64
 def validate(key, archs=ARCHS, widths=(64, 128, 256), depths=(1, 2, 4, 8), inits=("xavier", "dslm"),
-             p=0.1, seq_lens=(32,), draws=8, r0=0.2, k=2.0, qk_grad=True, exact=True, ln_exact=True):
+             p=0.1, seq_lens=(32,), draws=8, r0=0.2, k=2.0, qk_grad=True, exact=True, ln_exact=True,
+             batch=64):
     """Relative errors |theory - sim| / |sim| over a grid: var, r (forward) at every sublayer
     output, g_var (backward) at every sublayer input; per boundary also ``z`` = (theory - sim)
     / se and ``rel_se`` = se / |sim| (jackknife over draws). Returns rows and 50/90/99th percentiles
@@ -199,7 +207,7 @@ def validate(key, archs=ARCHS, widths=(64, 128, 256), depths=(1, 2, 4, 8), inits
         lam2, beta2 = dslm_scaling(N, min(k, N)) if init.startswith("dslm") else (1.0, 1.0)
         key, sub = jax.random.split(key)
         sim = simulate_stack(sub, arch, N, d, L, init, p, lam2, beta2, 1.0, r0, draws,
-                             qk_grad=qk_grad, exact=exact, ln_exact=ln_exact)
+                             qk_grad=qk_grad, exact=exact, ln_exact=ln_exact, batch=batch)
         th = sim["theory"]
         for q in ("var", "r", "g_var"):
             part = slice(None, -1) if q == "g_var" else slice(1, None)
