@@ -303,3 +303,17 @@ def write_json(path, obj, indent=1) -> None:
 def read_json(path):
     with open(path) as f:
         return json.load(f)
+
+
+def read_jsonl(path) -> list:
+    """The complete records of a JSON-lines file ([] if it does not exist): a torn line,
+    left by a kill in mid-write, is skipped."""
+    records = []
+    if os.path.exists(path):
+        with open(path) as f:
+            for line in f:
+                try:
+                    records.append(json.loads(line))
+                except json.JSONDecodeError:
+                    continue
+    return records

@@ -83,18 +83,14 @@ def read_results(out_dir: str) -> list[dict]:
     """Finished runs of a sweep directory (last record per run wins; a torn last line, left by
     a kill in mid-write, is skipped). Run names are recomputed from the values, so tables of
     older versions (names without the depth) resume too."""
-    path = os.path.join(out_dir, "results.jsonl")
     rows = {}
-    if os.path.exists(path):
-        with open(path) as f:
-            for line in f:
-                try:
-                    r = json.loads(line)
-                    if r.get("depth") is not None:
-                        r["run"] = run_id(r)
-                except (json.JSONDecodeError, KeyError, TypeError, ValueError):
-                    continue
-                rows[r["run"]] = r
+    for r in io.read_jsonl(os.path.join(out_dir, "results.jsonl")):
+        try:
+            if r.get("depth") is not None:
+                r["run"] = run_id(r)
+            rows[r["run"]] = r
+        except (AttributeError, KeyError, TypeError, ValueError):
+            continue
     return list(rows.values())
 
 

@@ -24,12 +24,16 @@ same input); the FFN block is W_1 (d -> m d) -> ReLU -> W_2 (m d -> d) -> dropou
 """
 from __future__ import annotations
 
+import functools
 import math
 from typing import NamedTuple
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ...config import HParams
+from ...theory.attention import exact
 from ...theory.precision import float64
 
 ARCHS = ("pre-ln", "post-ln")
@@ -127,10 +131,54 @@ def softmax_bwd(g: Bwd, var_logit, r_logit, L) -> Bwd:
     return Bwd(jnp.exp(s) / L**2 * g.var, g.r)
 
 
+@functools.lru_cache(maxsize=4096)
+def softmax_row_moments(s, rho, L):
+    """Exact finite-L moments of softmax weights A_j = e^{z_j}/sum_k e^{z_k} of L i.i.d.
+    N(0, s) logits, and of a second row B_j from logits w_j with corr(z_j, w_j) = rho
+    (pairs i.i.d. over j). Returns the expectations of
+
+    S2 = sum A^2, S3 = sum A^3, S2sq = (sum A^2)^2, P = sum A B, R = sum A B^2,
+    P2 = (sum A B)^2, S2S2 = sum A^2 sum B^2.
+
+    The log-normal rule of App. A.7 (S2 ~ e^s/L, P ~ e^{rho s}/L) is their L -> infinity
+    limit; at L = 32, s = 0.8 it is 10 % high for S2 and 34 % high for S3 ~ e^{3s}/L^2.
+    These are the per-key moments of the exact-softmax attention map
+    (:mod:`phasefield.theory.attention.exact`, Laplace transform of the denominators,
+    checked there against brute-force Monte Carlo) summed over keys: the row logits of the
+    theory map, variance sigma_A^2 (1 - rho) and cross-row correlation rho, are these with
+    sigma_A^2 = s / (1 - rho)."""
+    s, rho, L = float(s), float(min(max(rho, -1.0), 1.0)), int(L)
+    if s <= 1e-12 or rho >= 1.0:
+        u = 1.0 / L
+        return dict(S2=u, S3=u * u, S2sq=u * u, P=u, R=u * u, P2=u * u, S2S2=u * u)
+    a, b = _exact_moments(math.sqrt(s / (1.0 - rho)), rho, L)
+    pairs = L * (L - 1)
+    return dict(S2=L * a["a2"], S3=L * a["a3"], S2sq=L * a["a4"] + pairs * a["a2a2"],
+                P=L * b["ab"], R=L * b["a2b"], P2=L * b["a2b2"] + pairs * b["abab"],
+                S2S2=L * b["a2b2"] + pairs * b["a2_b2"])
+
+
+@float64
+def _exact_moments(sigma_a, rho, L):
+    # grid sizes for sigma_A rounded up to a quarter: a handful of compiled shapes per L
+    n_a, n_z = exact.sizes(sigma_max=math.ceil(4 * sigma_a) / 4, n_max=L)
+    a, b = _exact_moments_jit(sigma_a, rho, L, n_a, n_z)
+    return ({k: float(v) for k, v in a.items()}, {k: float(v) for k, v in b.items()})
+
+
+@functools.partial(jax.jit, static_argnames=("L", "n_a", "n_z"))
+def _exact_moments_jit(sigma_a, rho, L, n_a, n_z):
+    hp = HParams(sigma_a=sigma_a, n_tokens=L)
+    return (exact.row_moments(hp, rho, n_a, n_z),
+            exact.pair_moments(hp, rho, n_a, n_z, higher=True))
+
+
 def _softmax_weights(r, var_logit, L):
-    """Log-normal softmax second moments (App. A.7): E sum_j A_ij^2 = e^s/L and, for two
-    rows, E sum_j A_ij A_kj = e^c/L with s = (1 - r) var_logit, c = r (1 - r) var_logit."""
-    return jnp.exp((1 - r) * var_logit) / L, jnp.exp(r * (1 - r) * var_logit) / L
+    """E sum_j A_ij^2 and, for two rows, E sum_j A_ij A_kj at row-centred logit variance
+    s = (1 - r) var_logit and cross-row logit correlation r (exact finite L,
+    ``softmax_row_moments``; the log-normal e^s/L, e^c/L with c = r s is its large-L limit)."""
+    q = softmax_row_moments(float((1 - r) * var_logit), float(r), int(L))
+    return q["S2"], q["P"]
 
 
 def _tilt(r, var_logit, L, d_in):
@@ -142,49 +190,76 @@ def _tilt(r, var_logit, L, d_in):
 
 
 @float64
-def sha(v: Fwd, L, var_logit=0.0, exact=True, d_in=None) -> Fwd:
+def sha(v: Fwd, L, var_logit=0.0, exact=True, d_in=None, kappa=1.0) -> Fwd:
     """Value mixing A V of one attention head (zero-mean V with var, r across tokens).
 
-    ``exact=True``: var = v [r + (1 - r) e^s/L + T], cov = v [r + (1 - r) e^c/L + r T].
+    ``exact=True``: var = v [r + (1 - r) S2 + T], cov = v [r + (1 - r) P + r T], with the
+    exact finite-L softmax moments S2 = E sum_j A_ij^2 ~ e^s/L, P = E sum_j A_ij A_kj ~ e^c/L
+    (``softmax_row_moments``).
     T = ``_tilt`` (``d_in`` given: V = X W_V and the logits X W_Q (X W_K)^T share the
     d_in-wide input X, so the softmax weights favour tokens whose X leans towards the
     query's direction B^T x_i; the weighted average of X moves by (1 - r) var_x B^T x_i).
-    ``d_in=None``: V independent of the logits, T = 0."""
+    ``d_in=None``: V independent of the logits, T = 0.
+    ``kappa`` = d tr(S^2) / (tr S)^2 of the token covariance S of the input (1: isotropic):
+    the shift is S B^T x_i, so T scales with tr(S^2), i.e. by kappa (docs/seeds.md)."""
     if not exact:
         return Fwd(0.0 * v.mu, v.r * v.var, 1.0 + 0.0 * v.r)
     a, ac = _softmax_weights(v.r, var_logit, L)
-    t = _tilt(v.r, var_logit, L, d_in)
+    t = kappa * _tilt(v.r, var_logit, L, d_in)
     var = v.var * (v.r + (1 - v.r) * a + t)
     cov = v.var * (v.r + (1 - v.r) * ac + v.r * t)
     return Fwd(0.0 * v.mu, var, cov / var)
 
 
 @float64
-def sha_bwd(g: Bwd, L, var_logit=0.0, r_in=0.0, exact=True, d_in=None) -> Bwd:
+def sha_bwd(g: Bwd, L, var_logit=0.0, r_in=0.0, exact=True, d_in=None, kappa=1.0) -> Bwd:
     """Gradient of one attention head, returned at V (before W_V^T; r_in = r of V).
 
-    Value path A^T g: var_g [e^s/L + r_g (1 - 1/L) e^c], cov var_g [(1 - e^s/L)/(L - 1) +
-    r_g (1 - 1/L)]. With ``d_in`` (Q, K, V from one d_in-wide X) add the query and key
-    paths, which reach X directly; their variances carry the same factor d_v sigma_v^2 as
-    the value path through W_V^T, so they are expressed in the same units here:
+    Softmax-weight moments at row logit variance s = (1 - r_in) var_logit, cross-row
+    correlation r_in, exact at finite L (``softmax_row_moments``: S2 = E sum_j A_ij^2,
+    S3 = E sum A^3, S2sq = E (sum A^2)^2, two rows P = E sum_j A_ij A_kj, R = E sum A_ij A_kj^2,
+    P2 = E P^2, S2S2 = E sum A_ij^2 sum A_kj^2; the log-normal S2 ~ e^s/L, P ~ e^c/L is their
+    large-L limit and is 10-45 % high at L = 32, which showed as a 20-30 % overestimate of
+    the attention-sublayer input gradient in DSLM-init stacks, where no skip path dilutes it).
 
-    * query path, T (L/(L-1)) [(L-1)/L + (d_in - 1) e^s/L]: the softmax-weighted covariance
-      of the keys' tokens times B W_V g_i; (d_in - 1) e^s/L is its sampling fluctuation
-      (a weighted Wishart with effective size L e^-s); token correlation r_g (the same
-      weighted covariance serves every query, fluctuation e^c/L);
-    * key path, (1 - r_in) var_logit [e^s/L + r_g r_in (1 - 1/L) e^c]; its sum over tokens
-      is exactly zero (the rows of dL/dlogits sum to zero), so its cov is -var/(L - 1).
+    Value path A^T g: var_g [S2 + r_g (L - 1) P], cov var_g [(1 - S2)/(L - 1) + r_g (1 - P)].
+    With ``d_in`` (Q, K, V from one d_in-wide X) add the query and key paths, which reach X
+    directly; their variances carry the same factor d_v sigma_v^2 as the value path through
+    W_V^T, so they are expressed in the same units here (b = (1 - r_in)^2 var_logit/d_in):
+
+    * query path, B C_i W_V g_i with C_i = sum_j A_ij (x_j - xbar_i)(x_j - xbar_i)^T the
+      softmax-weighted covariance of the tokens: E tr C_i^2 / d for fixed weights is exactly
+      (1-r)^2 var_x^2 [1 + (d-1) S2 - 2(d+1) S3 + (d+2) S2^2] (Gaussian tokens), so
+      var b [1 + (d-1) S2 - 2(d+1) S3 + (d+2) S2sq]; for two rows
+      cov r_g b [1 + (d+1)(P - 2R + P2) - 2 S2 + S2S2];
+    * key path, sum_i A_ij g_i.(x_j - xbar_i) B^T x_i with E|x_j - xbar_i|^2 proportional to
+      1 - 2 A_ij + sum_k A_ik^2: (1 - r_in) var_logit [S2 - 2 S3 + S2sq + r_g r_in (L - 1)
+      (P - 2R + P2)]; its sum over tokens is exactly zero (the rows of dL/dlogits sum to
+      zero), so its cov is -var/(L - 1).
+
+    Anisotropic tokens (covariance S with ``kappa`` = d tr(S^2)/(tr S)^2 > 1): for fixed
+    weights M = diag(A) - A A^T, C = S^{1/2} W S^{1/2} with E[W_ab W_cd] = a d_ab d_cd +
+    b (d_ac d_bd + d_ad d_bc), a = E(tr M)^2 = 1 - 2 S2 + S2sq, b = E|M|_F^2 =
+    S2 - 2 S3 + S2sq, so E tr C^2 / d = (1-r)^2 var_x^2 [(a + b) kappa + b d] (the isotropic
+    bracket above at kappa = 1; two rows alike). The value and key paths see only traces.
+
+    Dropped: terms of relative order (1 - r) var_logit / d_in from the tilt of the weights
+    along B^T x_i (key path measured 2-11 % above the rule at d_in = 64-128, L = 32).
     """
     if not exact:
         return Bwd(g.r * g.var, 1.0 + 0.0 * g.r)
-    a, ac = _softmax_weights(r_in, var_logit, L)
-    var = a + g.r * (1 - 1 / L) * ac * L
-    cov = (1 - a) / (L - 1) + g.r * (1 - 1 / L)
+    q = softmax_row_moments(float((1 - r_in) * var_logit), float(r_in), int(L))
+    var = q["S2"] + g.r * (L - 1) * q["P"]
+    cov = (1 - q["S2"]) / (L - 1) + g.r * (1 - q["P"])
     if d_in is not None:
-        t = _tilt(r_in, var_logit, L, d_in)
-        var_q = t * (1 + (d_in - 1) * a * L / (L - 1))
-        cov_q = g.r * t * (1 + (d_in - 1) * ac * L / (L - 1))
-        var_k = (1 - r_in) * var_logit * (a + g.r * r_in * (1 - 1 / L) * ac * L)
+        d = d_in
+        base = (1 - r_in) ** 2 * var_logit / d  # (1 - r)^2 var_logit / d_in, T without (L-1)/L
+        a1, b1 = 1 - 2 * q["S2"] + q["S2sq"], q["S2"] - 2 * q["S3"] + q["S2sq"]          # one row
+        a2, b2 = 1 - 2 * q["S2"] + q["S2S2"], q["P"] - 2 * q["R"] + q["P2"]             # two rows
+        var_q = base * ((a1 + b1) * kappa + b1 * d)
+        cov_q = g.r * base * ((a2 + b2) * kappa + b2 * d)
+        var_k = (1 - r_in) * var_logit * (q["S2"] - 2 * q["S3"] + q["S2sq"]
+                                          + g.r * r_in * (L - 1) * (q["P"] - 2 * q["R"] + q["P2"]))
         var, cov = var + var_q + var_k, cov + cov_q - var_k / (L - 1)
     return Bwd(g.var * var, cov / var)
 
@@ -199,14 +274,14 @@ def logit_variance(x: Fwd, d, sigma_qk2):
 
 
 @float64
-def attention_block(x: Fwd, d, L, init, p=0.0, exact=True):
-    """W_V -> attention -> W_O -> dropout, with W_Q, W_K on the same input. Returns the
-    output moments and a cache."""
+def attention_block(x: Fwd, d, L, init, p=0.0, exact=True, kappa=1.0):
+    """W_V -> attention -> W_O -> dropout, with W_Q, W_K on the same input (token-covariance
+    anisotropy ``kappa``, see ``sha``). Returns the output moments and a cache."""
     v = linear(x, d, init["v"])
     s2 = logit_variance(x, d, init["qk"]) if exact else 0.0
-    h = sha(v, L, s2, exact, d_in=d)
+    h = sha(v, L, s2, exact, d_in=d, kappa=kappa)
     o = linear(h, d, init["o"])
-    return dropout(o, p), dict(r_v=v.r, s2=s2)
+    return dropout(o, p), dict(r_v=v.r, s2=s2, kappa=kappa)
 
 
 @float64
@@ -214,7 +289,7 @@ def attention_block_bwd(g: Bwd, cache, d, L, init, p=0.0, exact=True, qk_grad=Tr
     """Gradient at the block input; ``qk_grad=False`` keeps the value path only."""
     g = dropout_bwd(g, p)
     g = linear_bwd(g, d, init["o"])
-    g = sha_bwd(g, L, cache["s2"], cache["r_v"], exact, d_in=d if qk_grad else None)
+    g = sha_bwd(g, L, cache["s2"], cache["r_v"], exact, d_in=d if qk_grad else None, kappa=cache["kappa"])
     return linear_bwd(g, d, init["v"])
 
 
@@ -290,7 +365,7 @@ def dslm_init(d, p=0.0, mult=4, r=None, L=None, exact=True):
 @float64
 def stack(arch="pre-ln", layers=4, d=256, L=64, init="xavier", p=0.0, lam2=1.0, beta2=1.0,
           var0=1.0, r0=0.2, g_var=1.0, g_r=0.0, exact=True, approx=False, mult=4, ln_exact=True,
-          qk_grad=True):
+          qk_grad=True, kappa=None):
     """Moments through ``layers`` transformer layers (attention + FFN sublayers).
 
     Returns dict of numpy arrays over the 2 * layers + 1 sublayer boundaries: forward
@@ -298,7 +373,10 @@ def stack(arch="pre-ln", layers=4, d=256, L=64, init="xavier", p=0.0, lam2=1.0, 
     output gradient of variance g_var and token correlation g_r, and ``inits``: the weight
     variances used by each sublayer. ``init`` is a name in INITS or a dict (keys qk, v, o,
     w1, w2); 'dslm' re-solves sigma_v, sigma_o per layer. ``ln_exact``: the finite-d
-    LayerNorm gradient factor (d-2)/(d-3); ``qk_grad=False``: value path only."""
+    LayerNorm gradient factor (d-2)/(d-3); ``qk_grad=False``: value path only. ``kappa``:
+    one token-covariance anisotropy d tr(S^2)/(tr S)^2 per attention sublayer input (None:
+    isotropic, 1; the moment state does not carry it: measured values come from
+    ``simulate_stack``, see docs/seeds.md)."""
     if arch not in ARCHS:
         raise ValueError(f"unknown architecture {arch!r}; choose one of {', '.join(ARCHS)}")
     d_ln = d if ln_exact else None
@@ -309,7 +387,7 @@ def stack(arch="pre-ln", layers=4, d=256, L=64, init="xavier", p=0.0, lam2=1.0, 
         ini = resolve_init(init, d, p, mult, x, L, exact)
         xin = layernorm(x) if arch == "pre-ln" else x
         if kind == "attn":
-            y, c = attention_block(xin, d, L, ini, p, exact)
+            y, c = attention_block(xin, d, L, ini, p, exact, 1.0 if kappa is None else float(kappa[sub // 2]))
         else:
             y, c = ffn_block(xin, d, ini, p, mult, approx)
         u = residual(x, y, lam2, beta2)

@@ -37,23 +37,43 @@ def _correlated(key, shape, r):
     return math.sqrt(r) * z[:1] + math.sqrt(1 - r) * z[1:]
 
 
+def _kappa(x):
+    """Token-covariance anisotropy d tr(S^2)/(tr S)^2 of the population behind the L rows
+    of x (S = their covariance): the sample value, less its finite-L bias
+    (E tr(S_hat^2) = (1 + 1/m) tr(S^2) + (tr S)^2 / m, m = L - 1, for Gaussian rows)."""
+    L, d = x.shape
+    xc = x - jnp.mean(x, axis=0)
+    s = xc.T @ xc / (L - 1)
+    tr = jnp.trace(s)
+    m = L - 1
+    return (d * jnp.sum(s * s) / (tr * tr) - d / m) / (1 + 1 / m)
+
+
 @float64
 def simulate_sha(key, L, d_in, d_v, r, var_logit, r_g=0.0, draws=64, var_x=1.0, var_g=1.0,
-                 sigma_v2=None, batch=8):
+                 sigma_v2=None, batch=8, spectrum=None):
     """Monte Carlo of one head O = softmax(X W_Q (X W_K)^T / sqrt(d_v)) X W_V.
 
     X: L tokens of width d_in, entries N(0, var_x), token correlation r; W_Q, W_K with
     sigma^2 = sqrt(var_logit)/(d_in var_x) so the logits have variance var_logit;
     W_V ~ N(0, sigma_v2) (default 1/d_in); output gradient N(0, var_g), token correlation
-    r_g. Returns per-draw means and standard errors of the per-entry second moment
+    r_g. ``spectrum`` (d_in values, mean 1): the token deviations get that covariance
+    spectrum in a random orientation per draw (anisotropic tokens, kappa = d_in sum s^2 /
+    (sum s)^2); default isotropic. Returns per-draw means and standard errors of the per-entry second moment
     ``var`` and the cross-token ``cov`` of the output (key ``out``) and of dLoss/dX through
     each path of ``PATHS`` (value: through V; query, key: through the logits)."""
     sq = math.sqrt(math.sqrt(var_logit) / (d_in * var_x))
     sv = math.sqrt(1.0 / d_in if sigma_v2 is None else sigma_v2)
 
     def one(k):
-        kx, kq, kk, kv, kg = jax.random.split(k, 5)
-        X = math.sqrt(var_x) * _correlated(kx, (L, d_in), r)
+        kx, kq, kk, kv, kg, ko = jax.random.split(k, 6)
+        if spectrum is None:
+            X = math.sqrt(var_x) * _correlated(kx, (L, d_in), r)
+        else:
+            rot = jnp.linalg.qr(jax.random.normal(ko, (d_in, d_in), jnp.float64))[0]
+            z = jax.random.normal(kx, (L + 1, d_in), jnp.float64)
+            dev = (z[1:] * jnp.sqrt(jnp.asarray(spectrum, jnp.float64))) @ rot.T
+            X = math.sqrt(var_x) * (math.sqrt(r) * z[:1] + math.sqrt(1 - r) * dev)
         WQ = jax.random.normal(kq, (d_in, d_v), jnp.float64) * sq
         WK = jax.random.normal(kk, (d_in, d_v), jnp.float64) * sq
         WV = jax.random.normal(kv, (d_in, d_v), jnp.float64) * sv
@@ -78,14 +98,19 @@ def simulate_sha(key, L, d_in, d_v, r, var_logit, r_g=0.0, draws=64, var_x=1.0, 
 
 @float64
 def simulate_stack(key, arch="pre-ln", layers=4, d=64, L=16, init="xavier", p=0.0, lam2=1.0,
-                   beta2=1.0, var0=1.0, r0=0.2, draws=8, mult=4, qk_grad=True, exact=True, ln_exact=True):
+                   beta2=1.0, var0=1.0, r0=0.2, draws=8, mult=4, qk_grad=True, exact=True, ln_exact=True,
+                   batch=64):
     """Finite-width simulation of the stack of ``stack`` (same init, scaling, dropout).
+    Draws run ``batch`` at a time (vmapped; memory bounded by the batch).
 
     Per draw: random weights, random Gaussian input with (var0, r0), random dropout masks,
     an i.i.d. N(0, 1) output gradient. ``qk_grad=False`` stops the gradient through the
     query/key path (the theory then keeps the value path only). Returns the measured
-    var, r of x_l and g_var, g_r of dLoss/dx_l (ratio of means over draws) and the
-    ``theory`` (``stack`` with the same settings)."""
+    var, r of x_l and g_var, g_r of dLoss/dx_l (ratio of means over draws; ``*_se`` their
+    jackknife standard errors) and the
+    ``theory`` (``stack`` with the same settings), and ``kappa``: the token-covariance
+    anisotropy d tr(S^2)/(tr S)^2 at each attention sublayer's input (mean over draws), which
+    ``stack(kappa=...)`` accepts."""
     n_sub = 2 * layers
     th = stack(arch, layers, d, L, init, p, lam2, beta2, var0, r0, exact=exact, mult=mult,
                ln_exact=ln_exact, qk_grad=qk_grad)
@@ -119,6 +144,8 @@ def simulate_stack(key, arch="pre-ln", layers=4, d=64, L=16, init="xavier", p=0.
                 outs = []
                 for j in range(2):
                     xin = _ln(x) if arch == "pre-ln" else x
+                    if j == 0:
+                        kap = _kappa(jax.lax.stop_gradient(xin))
                     y = sublayer(x, xin, kw2[j], {k: v[j] for k, v in v2.items()}, j == 0)
                     if p > 0:
                         keep = jax.random.bernoulli(kd2[j], 1 - p, y.shape)
@@ -126,51 +153,72 @@ def simulate_stack(key, arch="pre-ln", layers=4, d=64, L=16, init="xavier", p=0.
                     u = lam * x + beta * y
                     x = (u if arch == "pre-ln" else _ln(u)) + pr2[j]
                     outs.append(x)
-                return x, jnp.stack(outs)
+                return x, (jnp.stack(outs), kap)
 
             x = x0 + probes[0]
             pair = lambda a: a.reshape((layers, 2) + a.shape[1:])
-            _, outs = jax.lax.scan(layer, x, (pair(kws), pair(kds), {k: pair(v) for k, v in sv.items()},
-                                              pair(probes[1:])))
-            return jnp.concatenate([x[None], outs.reshape((n_sub, L, d))])
+            _, (outs, kaps) = jax.lax.scan(layer, x, (pair(kws), pair(kds), {k: pair(v) for k, v in sv.items()},
+                                                      pair(probes[1:])))
+            return jnp.concatenate([x[None], outs.reshape((n_sub, L, d))]), kaps
 
         probes = jnp.zeros((n_sub + 1, L, d))
-        outs, vjp = jax.vjp(f, probes)
+        outs, vjp, kaps = jax.vjp(f, probes, has_aux=True)
         gout = jnp.zeros_like(outs).at[-1].set(jax.random.normal(kg, (L, d)))
         (gp,) = vjp(gout)
-        return jax.vmap(_moments)(outs), jax.vmap(_moments)(gp)
+        return jax.vmap(_moments)(outs), jax.vmap(_moments)(gp), kaps
 
-    mx, mg = jax.jit(jax.vmap(one))(jax.random.split(key, draws))
-    mx, mg = np.asarray(mx).sum(0), np.asarray(mg).sum(0)
-    out = {}
-    for name, m in (("", mx), ("g_", mg)):
-        cnt = m[:, 3]
-        mu = m[:, 0] / cnt
-        var = m[:, 1] / cnt - mu**2
-        r = (m[:, 2] / (cnt * (L - 1)) - mu**2) / var
-        out[name + "var"], out[name + "r"] = var, r
+    keys = jax.random.split(key, draws)
+    if draws > batch and draws % batch == 0:
+        batched = jax.jit(lambda k: jax.lax.map(jax.vmap(one), k.reshape((-1, batch) + k.shape[1:])))
+        mx, mg, kaps = (v.reshape((draws,) + v.shape[2:]) for v in batched(keys))
+    else:
+        mx, mg, kaps = jax.jit(jax.vmap(one))(keys)
+    out = {"kappa": np.asarray(kaps).mean(0)}
+    for name, m in (("", np.asarray(mx)), ("g_", np.asarray(mg))):
+        total = m.sum(0)
+        out[name + "var"], out[name + "r"] = _var_r(total, L)
+        # jackknife (leave one draw out) standard errors of the ratio-of-means estimates
+        loo = [_var_r(total - m[i], L) for i in range(draws)] if draws > 1 else []
+        for j, q in enumerate(("var", "r")):
+            est = np.array([v[j] for v in loo]) if loo else np.full((1,) + total.shape[:1], np.nan)
+            out[name + q + "_se"] = np.sqrt((draws - 1) / max(draws, 1) * np.sum((est - est.mean(0)) ** 2, 0))
     out["theory"] = th
     return out
 
 
+def _var_r(m, L):
+    """Per-entry variance and cross-token correlation from summed ``_moments``."""
+    cnt = m[:, 3]
+    mu = m[:, 0] / cnt
+    var = m[:, 1] / cnt - mu**2
+    return var, (m[:, 2] / (cnt * (L - 1)) - mu**2) / var
+
+
 @float64
 def validate(key, archs=ARCHS, widths=(64, 128, 256), depths=(1, 2, 4, 8), inits=("xavier", "dslm"),
-             p=0.1, seq_lens=(32,), draws=8, r0=0.2, k=2.0, qk_grad=True, exact=True, ln_exact=True):
+             p=0.1, seq_lens=(32,), draws=8, r0=0.2, k=2.0, qk_grad=True, exact=True, ln_exact=True,
+             batch=64):
     """Relative errors |theory - sim| / |sim| over a grid: var, r (forward) at every sublayer
-    output, g_var (backward) at every sublayer input. Returns rows and 50/90/99th percentiles
+    output, g_var (backward) at every sublayer input; per boundary also ``z`` = (theory - sim)
+    / se and ``rel_se`` = se / |sim| (jackknife over draws). Returns rows and 50/90/99th percentiles
     per quantity."""
     rows = []
     for arch, init, d, N, L in itertools.product(archs, inits, widths, depths, seq_lens):
         lam2, beta2 = dslm_scaling(N, min(k, N)) if init.startswith("dslm") else (1.0, 1.0)
         key, sub = jax.random.split(key)
         sim = simulate_stack(sub, arch, N, d, L, init, p, lam2, beta2, 1.0, r0, draws,
-                             qk_grad=qk_grad, exact=exact, ln_exact=ln_exact)
+                             qk_grad=qk_grad, exact=exact, ln_exact=ln_exact, batch=batch)
         th = sim["theory"]
         for q in ("var", "r", "g_var"):
             part = slice(None, -1) if q == "g_var" else slice(1, None)
             err = np.abs(th[q][part] - sim[q][part]) / np.abs(sim[q][part])
+            se, diff = sim[q + "_se"][part], th[q][part] - sim[q][part]
+            # exact quantities (post-LN forward variance is 1 in every draw): se ~ rounding
+            exact_q = se <= 1e-9 * np.abs(sim[q][part])
+            z = np.where(exact_q, 0.0, diff / np.where(exact_q, 1.0, se))
             rows.append(dict(arch=arch, init=init, width=d, depth=N, seq_len=L, quantity=q,
-                             max_rel_err=float(err.max()), errs=err.tolist()))
+                             max_rel_err=float(err.max()), errs=err.tolist(), z=z.tolist(),
+                             rel_se=(sim[q + "_se"][part] / np.abs(sim[q][part])).tolist()))
     summary = {}
     for q in ("var", "r", "g_var"):
         e = np.concatenate([r["errs"] for r in rows if r["quantity"] == q])

@@ -177,7 +177,8 @@ def row_moments(hp, rho, n_a=None, n_z=None):
 
 def pair_moments(hp, rho, n_a=None, n_z=None, higher: bool = False):
     """Two query rows A, B (logit correlation rho at each key) of the same n tokens:
-    dict of E[A_1 B_1] and, with ``higher``, E[A_1^2 B_1], E[A_1^2 B_1^2], E[A_1 B_1 A_2 B_2]."""
+    dict of E[A_1 B_1] and, with ``higher``, E[A_1^2 B_1], E[A_1^2 B_1^2], E[A_1 B_1 A_2 B_2],
+    E[A_1^2 B_2^2] (keys ``ab``, ``a2b``, ``a2b2``, ``abab``, ``a2_b2``)."""
     if n_a is None or n_z is None:
         n_a, n_z = sizes(hp)
     gr = _Grid(hp, rho, n_a, n_z)
@@ -192,7 +193,9 @@ def pair_moments(hp, rho, n_a=None, n_z=None, higher: bool = False):
         gam2 = _gamma_table(gr, 2.0)
         out["a2b"] = jnp.sum(_h2(gr, 2.0, gam1) * w_n1)
         out["a2b2"] = jnp.sum(_h2(gr, 2.0, gam2) * w_n1)
-        out["abab"] = jnp.sum(h11 * h11 * _pow(f_log, gr.n - 2.0) * w2)
+        w_n2 = _pow(f_log, gr.n - 2.0) * w2
+        out["abab"] = jnp.sum(h11 * h11 * w_n2)
+        out["a2_b2"] = jnp.sum(_h2(gr, 2.0, gam0) * _h2(gr, 0.0, gam2) * w_n2)
     return out
 
 
