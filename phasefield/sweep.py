@@ -14,7 +14,10 @@ point), rho_star_min, rho_star_max (the smallest and largest stable cosines) —
 How it runs:
 
 * the MLP kernel (Gaussian-integral tables) depends on sigma_w alone, so it is built once
-  per unique sigma_w and reused across every other axis;
+  per unique sigma_w and reused across every other axis; with ``attention='exact'`` the
+  exact map's values on the stable-point mesh depend on (sigma_A, n) alone, so they are
+  computed once per unique pair (:func:`build_exact_tables`), on grids sized to the
+  largest sigma_A and n of the sweep;
 * the flattened grid is cut into fixed-size chunks (one compiled program, bounded memory);
   each chunk is ``jax.vmap`` of :func:`phasefield.theory.exponents`, its leading axis
   sharded over every local device (``jax.sharding``);
@@ -45,6 +48,7 @@ import numpy as np
 from . import grid, io
 from .config import HParams
 from .theory import mlp
+from .theory.attention import exact, exact_table
 from .theory.lyapunov import exponents as _theory_exponents
 from .theory.precision import float64
 
@@ -139,24 +143,44 @@ def _kernel_fn(activation, mlp_layers, n_grid, n_cheb):
     return jax.jit(jax.vmap(lambda s: mlp.kernel(hp0.replace(sigma_w=s), n_grid, n_cheb)))
 
 
+EXACT_TABLE_BATCH = 4   # (sigma_A, n) pairs of exact-map mesh values computed at once (memory)
+
+
+@float64
+def build_exact_tables(pairs: np.ndarray):
+    """Grid sizes (n_a, n_z) resolving every (sigma_A, n) of ``pairs`` [k, 2] and the exact
+    map's mesh values [k, 2, MESH + 1] of each pair (:mod:`phasefield.theory.attention.exact_table`)."""
+    pairs = np.asarray(pairs, np.float64).reshape(-1, 2)
+    n_a, n_z = exact.sizes(None, sigma_max=float(pairs[:, 0].max()), n_max=float(pairs[:, 1].max()))
+    fn = exact_table.values_fn(n_a, n_z)
+    b = EXACT_TABLE_BATCH
+    padded = np.concatenate([pairs, np.repeat(pairs[-1:], -len(pairs) % b, 0)])
+    vals = [np.asarray(fn(jnp.asarray(padded[i:i + b, 0]), jnp.asarray(padded[i:i + b, 1])))
+            for i in range(0, len(padded), b)]
+    return (n_a, n_z), np.concatenate(vals)[: len(pairs)]
+
+
 @functools.lru_cache(maxsize=None)
-def _evaluate_fn(activation, mlp_layers, residual, attention, softmax_correction, devices):
+def _evaluate_fn(activation, mlp_layers, residual, attention, softmax_correction, devices, att_sizes=None):
     hp_static = dict(activation=activation, mlp_layers=int(mlp_layers), residual=residual, attention=attention,
                      softmax_correction=bool(softmax_correction))
 
-    def point(fields, index, kernels):
+    def point(fields, index, kernels, att_index, att_values):
         hp = HParams(**fields, **hp_static)
         kern = jax.tree.map(lambda x: x[index], kernels)     # gather on device, per point
+        if att_sizes is not None:
+            kern = kern.replace(att=exact_table.ExactKernel(att_values[att_index], *att_sizes))
         out = _theory_exponents.raw(hp, kern)
         return {k: out[k] for k in VARIABLES}
 
-    fn = jax.vmap(point, in_axes=(0, 0, None))
+    fn = jax.vmap(point, in_axes=(0, 0, None, 0, None))
     if len(devices) > 1:
         from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
         mesh = Mesh(np.array(devices), ("points",))
         sharding = NamedSharding(mesh, P("points"))
         replicated = NamedSharding(mesh, P())
-        return jax.jit(fn, in_shardings=(sharding, sharding, replicated), out_shardings=sharding), sharding
+        return jax.jit(fn, in_shardings=(sharding, sharding, replicated, sharding, replicated),
+                       out_shardings=sharding), sharding
     return jax.jit(fn), None
 
 
@@ -202,8 +226,14 @@ def sweep(*, sigma_w, sigma_a=1.0, alpha=None, alpha_a=None, alpha_m=None, sigma
         # point, and a stable rho* < 1 can coexist with a stable rho = 1 (lambda_a < 0), so
         # the sign of lambda_a no longer tells where they can be skipped (issue 13)
         kernels = jax.tree.map(jnp.asarray, build_kernels(sw_all, activation, mlp_layers, devices))
+        att_sizes, att_values, pair_index = None, jnp.zeros((1,)), {}
+        if attention == "exact":
+            pairs = _exact_pairs(dims, scalars)
+            pair_index = {tuple(p): i for i, p in enumerate(pairs.tolist())}
+            att_sizes, att_values = build_exact_tables(pairs)
+            att_values = jnp.asarray(att_values)
         fn, sharding = _evaluate_fn(activation, mlp_layers, residual, attention, softmax_correction,
-                                    tuple(devices))
+                                    tuple(devices), att_sizes)
         pid, pcount = jax.process_index(), jax.process_count()
         if pcount > 1 and store is None:
             raise ValueError("a multi-host sweep needs out= on a filesystem shared by the hosts")
@@ -220,11 +250,15 @@ def sweep(*, sigma_w, sigma_a=1.0, alpha=None, alpha_a=None, alpha_m=None, sigma
             lo, hi = c * chunk, min(total, (c + 1) * chunk)
             index = np.arange(lo, lo + chunk) % total          # pad the last chunk by wrapping
             fields, sw_index = _point_fields(dims, scalars, index)
+            att_index = np.zeros(index.shape, np.int64)
+            if att_sizes is not None:
+                att_index[:] = [pair_index[p] for p in zip(fields["sigma_a"].tolist(), fields["n_tokens"].tolist())]
             fields = {k: jnp.asarray(v, jnp.float64) for k, v in fields.items()}
-            sw_index = jnp.asarray(sw_index)
+            sw_index, att_index = jnp.asarray(sw_index), jnp.asarray(att_index)
             if sharding is not None:
-                fields, sw_index = jax.device_put((fields, sw_index), sharding)
-            vals = {k: np.asarray(v)[: hi - lo] for k, v in fn(fields, sw_index, kernels).items()}
+                fields, sw_index, att_index = jax.device_put((fields, sw_index, att_index), sharding)
+            vals = {k: np.asarray(v)[: hi - lo]
+                    for k, v in fn(fields, sw_index, kernels, att_index, att_values).items()}
             for k in VARIABLES:
                 results[k][lo:hi] = vals[k]
             if store is not None:
@@ -266,6 +300,13 @@ def sweep(*, sigma_w, sigma_a=1.0, alpha=None, alpha_a=None, alpha_m=None, sigma
         if store is not None:
             store.close()  # the chunks stay for a rerun
         raise
+
+
+def _exact_pairs(dims, scalars):
+    """The unique (sigma_A, n) pairs of the grid, [k, 2]."""
+    sa = np.atleast_1d(dims.get("sigma_a", scalars.get("sigma_a")))
+    n = np.atleast_1d(dims.get("n_tokens", scalars.get("n_tokens")))
+    return np.unique(np.stack(np.meshgrid(sa, n, indexing="ij"), -1).reshape(-1, 2), axis=0)
 
 
 def _fill(results, lo, vals):

@@ -83,3 +83,73 @@ def test_theory_md_case_and_simulation():
     r, se = sim["rho"][-1], sim["rho_se"][-1]
     assert abs(r - rho_exact) < 0.05 + 3 * se
     assert abs(r - rho_exact) < abs(r - rho_paper)
+
+
+# ---- issue 13: grid sizes from the concrete sigma_A, n; mesh values shared; polish -----------
+
+@pytest.mark.parametrize("sigma_a,n", [(0.5, 8), (1.0, 32), (3.0, 128), (4.5, 32), (1.0, 1024)])
+def test_concrete_sizes_resolve_s_to_1e12(sigma_a, n):
+    # the sizes chosen from a concrete sigma_A, n (what theory functions now use) against
+    # grids 1.6x finer in both directions
+    hp = HParams(sigma_a=sigma_a, n_tokens=n)
+    n_a, n_z = exact.sizes(hp)
+    for rho in (-1.0 / (n - 1), 0.2, 0.7, 0.99):
+        base = np.array([float(v) for v in exact.s_values(hp, rho, n_a, n_z)])
+        fine = np.array([float(v) for v in exact.s_values(hp, rho, int(1.6 * n_a), int(1.6 * n_z) | 1)])
+        np.testing.assert_allclose(base, fine, rtol=0, atol=1e-12)
+
+
+def test_public_functions_key_on_concrete_sizes():
+    from phasefield.theory.attention import exact_table
+    hp = HParams(sigma_a=1.0, n_tokens=32, attention="exact")
+    kern = theory.kernel(hp)
+    att = exact_table.kernel(hp)
+    assert (att.n_a, att.n_z) == exact.sizes(hp) != exact.sizes(None)
+    q_a, p_a = attention.forward(hp, 0.3, att)
+    ref = exact.forward(hp, 0.3)          # eager: concrete sizes as well
+    np.testing.assert_allclose([float(q_a), float(p_a)], [float(ref[0]), float(ref[1])], rtol=1e-14)
+    # a traced hp inside the user's own jit gets the default sizes (and still works)
+    with jax.enable_x64(True):
+        f = jax.jit(lambda s: theory.exponents(hp.replace(sigma_a=s), kern)["rho_star"])
+        assert np.isfinite(float(f(1.0)))
+
+
+@pytest.mark.parametrize("sigma_a,n,corr", [(1.0, 32, False), (3.0, 8, True)])
+def test_table_search_equals_direct_search(sigma_a, n, corr):
+    """Stable points from the shared mesh values (bisection on their interpolant, Newton
+    polish on the exact map) against the search before issue 13 (the exact map on the mesh,
+    bisection and Newton on it), same grid sizes, at several sigma_w / alpha."""
+    from phasefield.theory import fixed_points, mlp
+    from phasefield.theory.attention import exact_table
+    base = HParams(sigma_a=sigma_a, n_tokens=n, attention="exact", softmax_correction=corr)
+    att = exact_table.kernel(base, with_values=True)
+    pts = [(2.0, .5, .5), (5.0, .5, .5), (1.2, .3, .8), (8.0, .7, .4), (3.0, .9, .2)]
+    with jax.enable_x64(True):
+        fns = {t: jax.jit(lambda hp, k, t=t: fixed_points._stable_points(hp, k, t)) for t in (True, False)}
+        for sw, aa, am in pts:
+            hp = base.replace(sigma_w=sw, alpha_a=aa, alpha_m=am)
+            kern = mlp.kernel(hp).replace(att=att)
+            new, old = fns[True](hp, kern), fns[False](hp, kern.replace(att=att.replace(s=None)))
+            assert bool(jnp.all(new["stable"] == old["stable"])) and int(new["n_stable"]) == int(old["n_stable"])
+            np.testing.assert_allclose(np.asarray(new["rho"]), np.asarray(old["rho"]), rtol=0, atol=1e-12)
+            np.testing.assert_allclose(float(new["rho_star"]), float(old["rho_star"]), rtol=0, atol=1e-12)
+
+
+def test_gradient_matrix_columns_in_one_call_equal_two_calls():
+    hp = HParams(sigma_w=2.0, sigma_a=2.0, n_tokens=16, attention="exact", softmax_correction=True)
+    kern = theory.kernel(hp)
+    x = (1.3, 0.4, 1.1, 0.5)
+    m = np.asarray(theory.gradient_matrix(hp, kern, *x))
+    cols = [block.backward_block(hp, kern, *x, 1.0, 0.0), block.backward_block(hp, kern, *x, 0.0, 1.0)]
+    np.testing.assert_allclose(m, np.array([[float(cols[0][0]), float(cols[1][0])],
+                                            [float(cols[0][1]), float(cols[1][1])]]), rtol=1e-14)
+
+
+def test_exact_sweep_shares_mesh_values_and_matches_points():
+    import phasefield
+    ds = phasefield.sweep(sigma_w=[2.0, 5.0], sigma_a=[0.5, 1.0], alpha=0.5, n_tokens=8, attention="exact")
+    for sw in (2.0, 5.0):
+        for sa in (0.5, 1.0):
+            e = theory.exponents(HParams(sigma_w=sw, sigma_a=sa, n_tokens=8, attention="exact"))
+            for k in ("lambda_a", "lambda_g", "lambda_g_inf", "q_star", "rho_star"):
+                assert float(ds[k].sel(sigma_w=sw, sigma_a=sa)) == pytest.approx(float(e[k]), rel=0, abs=1e-11)

@@ -26,9 +26,10 @@ from ._api import public
 
 # ---- forward ------------------------------------------------------------------------------
 
-def attention_step(hp, q, p):
-    """(q_z, p_z): the state between the two branches."""
-    q_a, p_a = attention.forward(hp, p / q)
+def attention_step(hp, q, p, att=None):
+    """(q_z, p_z): the state between the two branches (``att``: the exact map's sizes,
+    ``kern.att``)."""
+    q_a, p_a = attention.forward(hp, p / q, att)
     ba2, aa2 = jnp.square(hp.beta_a), jnp.square(hp.alpha_a)
     return ba2 * q + aa2 * q_a, ba2 * p + aa2 * p_a
 
@@ -41,7 +42,7 @@ def mlp_step(hp, q_z, p_z, kern):
 @public()
 def block_map(hp, q, p, kern=None):
     """One block of the mean-field map: (q, p) -> (q', p')."""
-    q_z, p_z = attention_step(hp, q, p)
+    q_z, p_z = attention_step(hp, q, p, kern.att)
     return mlp_step(hp, q_z, p_z, kern)
 
 
@@ -58,7 +59,7 @@ def trajectory(hp, q0, p0, num_layers: int | None = None, kern=None, return_z: b
 
     def step(carry, _):
         q, p = carry
-        q_z, p_z = attention_step(hp, q, p)
+        q_z, p_z = attention_step(hp, q, p, kern.att)
         q1, p1 = mlp_step(hp, q_z, p_z, kern)
         return (q1, p1), (q1, p1, q_z, p_z)
 
@@ -80,7 +81,7 @@ def backward_block(hp, kern, q, rho, q_z, rho_z, a, b):
     diag, off = c_d * (a + b), c_o * b
     a, b = diag - off, off
     ba2, aa2 = jnp.square(hp.beta_a), jnp.square(hp.alpha_a)
-    d_att, o_att = attention.backward(hp, q, rho, a, b)
+    d_att, o_att = attention.backward(hp, q, rho, a, b, kern.att)
     diag = ba2 * (a + b) + aa2 * d_att
     off = ba2 * b + aa2 * o_att
     return diag - off, off
@@ -89,6 +90,7 @@ def backward_block(hp, kern, q, rho, q_z, rho_z, a, b):
 def gradient_matrix(hp, kern, q, rho, q_z, rho_z):
     """The 2x2 linear backward map on (a, b) of one block at a given forward state."""
     one, zero = jnp.ones_like(q), jnp.zeros_like(q)
-    col_a = backward_block(hp, kern, q, rho, q_z, rho_z, one, zero)
-    col_b = backward_block(hp, kern, q, rho, q_z, rho_z, zero, one)
-    return jnp.stack([jnp.stack(col_a), jnp.stack(col_b)], axis=-1)
+    # both columns in one call (a, b of shape [2]): the attention expectations at (q, rho)
+    # are computed once, not once per column (the exact map's are costly, issue 13)
+    diag, off = backward_block(hp, kern, q, rho, q_z, rho_z, jnp.stack([one, zero]), jnp.stack([zero, one]))
+    return jnp.moveaxis(jnp.stack([diag, off]), 1, -1)     # [diag/off, ..., column a/b]

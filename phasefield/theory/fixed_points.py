@@ -46,14 +46,18 @@ import jax.numpy as jnp
 
 from . import attention, block, mlp
 from ._api import public
+from .attention import exact, exact_table
 
 BISECTION_STEPS = 10       # per bracket (a mesh cell: width <= 0.03 -> 3e-5), then Newton
 NEWTON_STEPS = 3           # quadratic from 3e-5: machine precision
 MESH = 49                  # rho mesh for the root search (paper attention map)
-MESH_EXACT = 33            # coarser mesh for the (costly) exact-softmax map
+MESH_EXACT = exact_table.MESH   # coarser mesh for the (costly) exact-softmax map
 MAX_ROOTS = 4              # sign changes refined per point (the smallest rho first);
                            # a bistable point has 3 (stable, unstable, stable)
-RHO0 = 0.5                 # default input cosine: the attractor reported as rho_star
+RHO0 = exact_table.RHO0    # default input cosine: the attractor reported as rho_star
+TABLE_BISECTION_STEPS = 48  # exact map: bisection on the mesh interpolant (cheap) ...
+POLISH_STEPS = 3           # ... then Newton steps on the exact map (value exact, slope of
+                           # the interpolant: from its ~1e-7 root error, 1e-12 then 1e-17)
 
 
 def weights(hp):
@@ -105,18 +109,19 @@ def angle_growth(hp, kern=None):
     return ba2 * wm * (kern.d_one - kern.q_m) - wa * sv2
 
 
-def _norm_at(hp, kern, rho):
-    """1/q*(rho) (norm fixed point at fixed cosine rho) and the attention output (q_A, p_A)."""
+def _norm_at(hp, kern, rho, qp=None):
+    """1/q*(rho) (norm fixed point at fixed cosine rho) and the attention output (q_A, p_A)
+    (given as ``qp``, or computed)."""
     ba2, bm2, aa2, am2, wa, wm, r = weights(hp)
-    q_a, p_a = attention.forward(hp, rho)
+    q_a, p_a = attention.forward(hp, rho, kern.att) if qp is None else qp
     inv_q = r / (bm2 * wa * q_a + wm * kern.q_m)
     return inv_q, q_a, p_a
 
 
-def _residual(hp, kern, rho):
+def _residual(hp, kern, rho, qp=None):
     """g(rho): the reduced cosine residual, >0 where the cosine grows (module docstring)."""
     ba2, bm2, aa2, am2, wa, wm, r = weights(hp)
-    inv_q, q_a, p_a = _norm_at(hp, kern, rho)
+    inv_q, q_a, p_a = _norm_at(hp, kern, rho, qp)
     rho_z = (ba2 * rho + aa2 * p_a * inv_q) / (ba2 + aa2 * q_a * inv_q)
     p_m = mlp.p_m(kern, rho_z)
     num = bm2 * wa * (p_a - rho * q_a) + wm * (p_m - rho * kern.q_m)
@@ -155,12 +160,7 @@ def angle_exponent(hp, kern=None, method: str = "closed"):
 
 def _mesh(hp):
     """The rho mesh on [-1/(n-1), 1], denser at both ends (cosine spacing), static size."""
-    dt = jnp.result_type(float)
-    m = MESH_EXACT if hp.attention == "exact" else MESH
-    n = jnp.asarray(hp.n_tokens, dt)
-    lo = -1.0 / (n - 1.0)
-    t = (1.0 - jnp.cos(jnp.pi * jnp.arange(m, dtype=dt) / (m - 1))) / 2.0
-    return lo + (1.0 - lo) * t
+    return exact_table.mesh(hp.n_tokens, MESH_EXACT if hp.attention == "exact" else MESH)
 
 
 def _refine(f, lo, hi, f_lo):
@@ -186,6 +186,58 @@ def _refine(f, lo, hi, f_lo):
     return jax.lax.fori_loop(0, NEWTON_STEPS, newton, 0.5 * (lo + hi))
 
 
+def _refine_table(f, f_table, lo, hi, f_lo, count):
+    """:func:`_refine` for a costly ``f`` with a cheap close ``f_table`` (same signs at lo,
+    hi): bisection on ``f_table``, then POLISH_STEPS Newton steps with the value of ``f``
+    and the slope of ``f_table``, kept inside the mesh cell [lo, hi] (where ``f`` changes
+    sign; not the bisected bracket, which holds the root of ``f_table`` only, up to 7e-12 from
+    that of ``f`` at sigma_A = 3, n = 8). Only the first ``count`` brackets are polished (a
+    traced trip count: a single point pays for its roots only)."""
+    fv = jax.vmap(f_table)
+    pos_lo = f_lo > 0
+    cell_lo, cell_hi = lo, hi
+
+    def bisect(_, bracket):
+        a, b = bracket
+        mid = 0.5 * (a + b)
+        same = (fv(mid) > 0) == pos_lo
+        return jnp.where(same, mid, a), jnp.where(same, b, mid)
+
+    lo, hi = jax.lax.fori_loop(0, TABLE_BISECTION_STEPS, bisect, (lo, hi))
+
+    def polish(i, roots):
+        def newton(_, r):
+            slope = jax.jvp(f_table, (r,), (jnp.ones_like(r),))[1]
+            step = jnp.where(slope != 0, f(r) / jnp.where(slope != 0, slope, 1.0), 0.0)
+            r_new = r - step
+            return jnp.where((r_new >= cell_lo[i]) & (r_new <= cell_hi[i]), r_new, r)
+
+        return roots.at[i].set(jax.lax.fori_loop(0, POLISH_STEPS, newton, roots[i]))
+
+    return jax.lax.fori_loop(0, count, polish, 0.5 * (lo + hi))
+
+
+def _mesh_search(hp, kern, table: bool):
+    """(mesh, g on the mesh, g(RHO0), roots refiner): the exact map with ``table`` reads
+    its mesh values from ``kern.att.s`` (computed here when absent) and refines on their
+    interpolant (:func:`_refine_table`); otherwise the map is evaluated on the mesh and the
+    roots refined on it (:func:`_refine`)."""
+    f = lambda x: _residual(hp, kern, x)
+    mesh = _mesh(hp)
+    if not table:
+        both = jax.vmap(f)(jnp.concatenate([mesh, jnp.asarray([RHO0], mesh.dtype)]))   # one batch
+        return mesh, both[:-1], both[-1], lambda lo, hi, f_lo, count: _refine(f, lo, hi, f_lo)
+    att = kern.att if kern.att is not None else exact_table.kernel(hp)
+    s = att.s if att.s is not None else exact_table.values(hp, att.n_a, att.n_z)
+    pts = exact_table.mesh_points(hp.n_tokens)
+    both = jax.vmap(lambda x, v: _residual(hp, kern, x, exact.forward_from_s(hp, x, v[0], v[1])))(pts, s.T)
+
+    def f_table(x):
+        return _residual(hp, kern, x, exact.forward_from_s(hp, x, *exact_table.interpolate(hp, s, x)))
+
+    return mesh, both[:-1], both[-1], lambda lo, hi, f_lo, count: _refine_table(f, f_table, lo, hi, f_lo, count)
+
+
 @public()
 def stable_points(hp, kern=None):
     """Every fixed point of the cosine, on a fixed-size layout (jit/vmap-able).
@@ -202,12 +254,15 @@ def stable_points(hp, kern=None):
     sign between mesh points, so a pair born at a fold can be missed just inside the
     bistable region; at most MAX_ROOTS sign changes are refined (smallest rho first).
     """
+    return _stable_points(hp, kern, hp.attention == "exact")
+
+
+def _stable_points(hp, kern, table: bool):
+    """:func:`stable_points`; ``table=False`` evaluates the exact map on the mesh and bisects
+    on it (the search before issue 13: the reference of tests/test_exact.py)."""
     dt = jnp.result_type(float)
-    f = lambda x: _residual(hp, kern, x)
-    mesh = _mesh(hp)
+    mesh, g, g0, refine = _mesh_search(hp, kern, table)
     rho0 = jnp.asarray(RHO0, dt)
-    both = jax.vmap(f)(jnp.concatenate([mesh, rho0[None]]))    # one batched evaluation
-    g, g0 = both[:-1], both[-1]
     growth = angle_growth(hp, kern)
     tiny = jnp.asarray(1e-300, dt)
     # ends: g >= 0 at rho = -1/(n-1) (the map cannot leave the Gram's domain); just below
@@ -219,7 +274,7 @@ def stable_points(hp, kern=None):
     change = down | up
     (idx,) = jnp.nonzero(change, size=MAX_ROOTS, fill_value=0)
     valid = jnp.arange(MAX_ROOTS) < jnp.sum(change)
-    roots = _refine(f, mesh[idx], mesh[idx + 1], g[idx])
+    roots = refine(mesh[idx], mesh[idx + 1], g[idx], jnp.minimum(jnp.sum(change), MAX_ROOTS))
     roots = jnp.where(valid, roots, jnp.nan)
     stable = valid & down[idx]
     collapsed_stable = growth < 0
@@ -248,7 +303,7 @@ def state_at(hp, kern, rho):
     q_c, qz_c = collapsed_fixed_point(hp, kern)
     coll = rho >= 1.0
     rho_s = jnp.where(coll, 0.5, rho)
-    inv_q, q_a, p_a = _norm_at(hp, kern, rho_s)
+    inv_q, q_a, p_a = _norm_at(hp, kern, rho_s)   # (the exact map: its sizes from kern.att)
     q = jnp.where(inv_q > 0, 1.0 / jnp.where(inv_q > 0, inv_q, 1.0), jnp.inf)
     q_z = ba2 * q + aa2 * q_a
     rho_z = (ba2 * rho_s + aa2 * p_a * inv_q) / (ba2 + aa2 * q_a * inv_q)

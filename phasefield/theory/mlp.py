@@ -52,6 +52,9 @@ class MLPKernel:
     c_pp: Any                    # [k, K] Chebyshev coefficients of E[phi phi](rho) (K=0: closed form)
     c_dd: Any                    # [k, K] Chebyshev coefficients of E[phi' phi'](rho)
     activation: str = struct.field(pytree_node=False, default="tanh")
+    # the attention branch's tables riding along (exact mode: an
+    # attention.exact_table.ExactKernel, its grid sizes static; None: sized from hp)
+    att: Any = None
 
     @property
     def layers(self) -> int:

@@ -5,12 +5,14 @@ softmax-derivative (query/key) path to the backward maps. Each mode gives four m
 
     forward(hp, rho)                 -> (q_A, p_A)   permutation-symmetric, THEORY.md §3
     backward(hp, q, rho, a, b)       -> (diag, off)  values path, §7
+    (both take ``att``: the exact map's grid sizes and tables, :mod:`.exact_table`)
     gram_forward(hp, r, mask)        -> C^A          full Gram, §8
     gram_backward(hp, r, g, mask)    -> sum_ik E[A_im A_km'] G_ik
 
 Modules (imports point down): :mod:`.paper` (Assumption 3.2, paper Eq. 10), :mod:`.exact`
-(exact softmax expectations), :mod:`.full_gram` (both modes on a full Gram),
-:mod:`.softmax` (the softmax-derivative terms).
+(exact softmax expectations), :mod:`.exact_table` (its grid sizes and its values on the
+stable-point mesh, built outside the trace), :mod:`.full_gram` (both modes on a full
+Gram), :mod:`.softmax` (the softmax-derivative terms).
 """
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ from typing import Callable, NamedTuple
 
 import jax.numpy as jnp
 
-from . import exact, full_gram, paper, softmax
+from . import exact, exact_table, full_gram, paper, softmax  # noqa: F401
 
 
 class Mode(NamedTuple):
@@ -43,18 +45,23 @@ def mode(hp) -> Mode:
                          f"{', '.join(MODES)}") from None
 
 
-def forward(hp, rho):
-    """(q_A, p_A) of the attention output for normalized input tokens with cosine rho."""
-    return mode(hp).forward(hp, rho)
+def _att_kw(hp, att):
+    return {"att": att} if hp.attention == "exact" else {}
 
 
-def backward(hp, q, rho, a, b):
+def forward(hp, rho, att=None):
+    """(q_A, p_A) of the attention output for normalized input tokens with cosine rho
+    (``att``: the exact map's :class:`.exact_table.ExactKernel`, or None)."""
+    return mode(hp).forward(hp, rho, **_att_kw(hp, att))
+
+
+def backward(hp, q, rho, a, b, att=None):
     """Attention branch's backward map (without its residual): the gradient Gram
     ``a I + b 11^T`` at its output -> (diag, off) at its input (norm q, cosine rho), values
     path plus, with ``hp.softmax_correction``, the softmax path."""
-    d, o = mode(hp).backward(hp, q, rho, a, b)
+    d, o = mode(hp).backward(hp, q, rho, a, b, **_att_kw(hp, att))
     if hp.softmax_correction:
-        d_sm, o_sm = softmax.softmax_term(hp, q, rho, a, b)
+        d_sm, o_sm = softmax.softmax_term(hp, q, rho, a, b, att)
         d, o = d + d_sm, o + o_sm
     return d, o
 

@@ -44,11 +44,12 @@ Z_MAX = 8.0            # standard-normal range of the Gaussian trapezoid rules
 A_LOW_PAD = 32.0       # a < -(log n + Z_MAX tau + A_LOW_PAD): integrand < n^-p e^-32
 A_HIGH_PAD = 12.0      # a > Z_MAX tau + A_HIGH_PAD: g_p(a + s) = 0 in float64
 V_CLIP = 60.0          # g_p(v) = 0 beyond (exp(-e^60)); clip keeps derivatives finite
-H_A = 0.4              # target a-spacing (trapezoid error ~ exp(-pi^2 / h))
+H_A = 0.3              # target a-spacing (trapezoid error ~ exp(-pi^2 / h): 5e-15; 0.4 gave
+                       # up to 7e-11 in S at sizes sized to a concrete sigma_A, n, issue 13)
 H_X = 0.45             # target logit spacing tau * dz
 DEFAULT_SIGMA_MAX = 4.5
 DEFAULT_N_MAX = 4096
-GAMMA_ROWS = 8         # a-rows of a Gamma table built at once (bounds the memory per point)
+GAMMA_VALUES = 1 << 16  # integrand values of a Gamma table built at once (memory per point)
 
 
 # ---- grid sizes (static) -------------------------------------------------------------
@@ -131,21 +132,41 @@ def _h1(grid, p):
     return _g(p, grid.a[:, None] + grid.tau * grid.z[None, :]) @ grid.wz
 
 
-def _gamma_table(grid, r):
-    """Gamma_r[b, m] = E_w g_r(b + rho x_m + tau_perp w), x_m = tau z_m.
+def _gamma_tables(grid, rs):
+    """Gamma_r[b, m] = E_w g_r(b + rho x_m + tau_perp w), x_m = tau z_m, for each r in ``rs``
+    (non-negative integers) from one pass over the n_a x n_z x n_z integrand.
 
-    The integrand is an n_a x n_z x n_z array; it is built ``GAMMA_ROWS`` a-rows at a time
-    (``jax.lax.map``), so a vmapped chunk of points holds chunk x GAMMA_ROWS x n_z^2 values
-    at once instead of chunk x n_a x n_z^2 (16.7 GB for 36 points before, issue 13).
+    ``g_r(v) = exp(r v - E)`` with ``E = e^v`` (v clipped at V_CLIP) computed once for every
+    r: 1 + len(rs) ``exp`` per integrand value instead of 2 len(rs) (issue 13), the same
+    operations as :func:`_g` (``E^r exp(-E)`` would save more but differs from it by
+    E ulp, 1e-13 relative where g ~ 1e-250). The integrand is built :func:`_gamma_rows`
+    a-rows at a time (``jax.lax.map``), so a vmapped chunk of points holds a bounded number
+    of values at once (16.7 GB for 36 points before blocking, issue 13).
     """
     shift = grid.rho * grid.tau * grid.z
     noise = grid.tau_perp * grid.z
 
-    def row(a):
-        v = (a + shift)[:, None] + noise[None, :]
-        return _g(r, v) @ grid.wz
+    def rows(a):
+        v = (a[:, None] + shift[None, :])[:, :, None] + noise[None, None, :]
+        v = jnp.minimum(v, V_CLIP)
+        e = jnp.exp(v)
+        return tuple(jnp.exp(float(r) * v - e) @ grid.wz for r in rs)
 
-    return jax.lax.map(row, grid.a, batch_size=GAMMA_ROWS)
+    n_a, n_z = grid.a.shape[0], grid.z.shape[0]
+    batch = _gamma_rows(n_a, n_z)
+    if batch >= n_a:
+        return rows(grid.a)
+    return jax.lax.map(lambda a: tuple(t[0] for t in rows(a[None])), grid.a, batch_size=batch)
+
+
+def _gamma_rows(n_a, n_z):
+    """a-rows of the Gamma integrand built at once: about GAMMA_VALUES values per point."""
+    return max(1, min(n_a, GAMMA_VALUES // (n_z * n_z)))
+
+
+def _gamma_table(grid, r):
+    """Gamma_r[b, m] (one r; see :func:`_gamma_tables`)."""
+    return _gamma_tables(grid, (int(r),))[0]
 
 
 def _h2(grid, p, gamma_r):
@@ -182,15 +203,16 @@ def pair_moments(hp, rho, n_a=None, n_z=None, higher: bool = False):
     if n_a is None or n_z is None:
         n_a, n_z = sizes(hp)
     gr = _Grid(hp, rho, n_a, n_z)
-    gam0 = _gamma_table(gr, 0.0)
-    gam1 = _gamma_table(gr, 1.0)
+    if higher:
+        gam0, gam1, gam2 = _gamma_tables(gr, (0, 1, 2))
+    else:
+        gam0, gam1 = _gamma_tables(gr, (0, 1))
     f_log = _safe_log(_h2(gr, 0.0, gam0))
     w2 = gr.wa[:, None] * gr.wa[None, :]
     w_n1 = _pow(f_log, gr.n - 1.0) * w2
     h11 = _h2(gr, 1.0, gam1)
     out = {"ab": jnp.sum(h11 * w_n1)}
     if higher:
-        gam2 = _gamma_table(gr, 2.0)
         out["a2b"] = jnp.sum(_h2(gr, 2.0, gam1) * w_n1)
         out["a2b2"] = jnp.sum(_h2(gr, 2.0, gam2) * w_n1)
         w_n2 = _pow(f_log, gr.n - 2.0) * w2
@@ -207,19 +229,29 @@ def s_values(hp, rho, n_a=None, n_z=None):
     return s1, sr
 
 
-# ---- the maps (signatures of .paper) ------------------------------------------------------
+def grid_sizes(hp, att=None) -> tuple[int, int]:
+    """Static (n_a, n_z): those of ``att`` (an :class:`.exact_table.ExactKernel`, sized to
+    a concrete sigma_A and n outside the trace), else :func:`sizes` (defaults when traced)."""
+    return (att.n_a, att.n_z) if att is not None else sizes(hp)
 
-def forward(hp, rho):
-    """(q_A, p_A) of the attention output for normalized input tokens with cosine rho."""
-    s1, sr = s_values(hp, rho)
+
+def forward_from_s(hp, rho, s1, sr):
+    """(q_A, p_A) from (S_1, S_rho) at cosine rho (THEORY.md §3)."""
     sv2 = jnp.square(hp.sigma_v)
     return sv2 * (rho + (1.0 - rho) * s1), sv2 * (rho + (1.0 - rho) * sr)
 
 
-def backward(hp, q, rho, a, b):
+# ---- the maps (signatures of .paper, plus the grid sizes ``att``) ---------------------------
+
+def forward(hp, rho, att=None):
+    """(q_A, p_A) of the attention output for normalized input tokens with cosine rho."""
+    return forward_from_s(hp, rho, *s_values(hp, rho, *grid_sizes(hp, att)))
+
+
+def backward(hp, q, rho, a, b, att=None):
     """Values-path backward map with exact E[A A] (see :func:`.paper.backward`)."""
     n = jnp.asarray(hp.n_tokens, jnp.result_type(float))
-    s1, sr = s_values(hp, rho)
+    s1, sr = s_values(hp, rho, *grid_sizes(hp, att))
     d1, o1 = s1, (1.0 - s1) / (n - 1.0)         # sum_i E[A_im A_im'],  m = m' / m != m'
     dr, orr = (n - 1.0) * sr, 1.0 - sr          # sum_{i != k} E[A_im A_km']
     scale = jnp.square(hp.sigma_v) / q

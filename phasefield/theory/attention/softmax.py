@@ -34,20 +34,22 @@ from . import exact
 from .full_gram import MC_SAMPLES, mc_attention
 
 
-def t_values(hp, rho):
-    """(T_1, T_rho) at token cosine rho (exact softmax expectations)."""
+def t_values(hp, rho, att=None):
+    """(T_1, T_rho) at token cosine rho (exact softmax expectations; ``att``: grid sizes,
+    :func:`.exact.grid_sizes`)."""
     n = jnp.asarray(hp.n_tokens, jnp.result_type(float))
-    rm = exact.row_moments(hp, rho)
-    pm = exact.pair_moments(hp, rho, higher=True)
+    n_a, n_z = exact.grid_sizes(hp, att)
+    rm = exact.row_moments(hp, rho, n_a, n_z)
+    pm = exact.pair_moments(hp, rho, n_a, n_z, higher=True)
     t1 = n * rm["a2"] - 2.0 * n * rm["a3"] + n * rm["a4"] + n * (n - 1.0) * rm["a2a2"]
     tr = n * pm["ab"] - 2.0 * n * pm["a2b"] + n * pm["a2b2"] + n * (n - 1.0) * pm["abab"]
     return t1, tr
 
 
-def softmax_term(hp, q, rho, a, b):
+def softmax_term(hp, q, rho, a, b, att=None):
     """(diag, off) added to the attention branch's backward map by the softmax path."""
     n = jnp.asarray(hp.n_tokens, jnp.result_type(float))
-    t1, tr = t_values(hp, rho)
+    t1, tr = t_values(hp, rho, att)
     k = jnp.square(hp.sigma_a) * jnp.square(hp.sigma_v) * (1.0 - rho) / q
     diag = k * ((2.0 - rho) * (a + b) * t1 + b * rho * (n - 1.0) * tr)
     off = k * ((1.0 - 2.0 * rho) * b * tr - (a + b) * t1 / (n - 1.0))
