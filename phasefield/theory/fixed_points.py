@@ -163,19 +163,23 @@ def _mesh(hp):
     return exact_table.mesh(hp.n_tokens, MESH_EXACT if hp.attention == "exact" else MESH)
 
 
-def _refine(f, lo, hi, f_lo):
-    """Roots of f in the brackets [lo, hi] (arrays; f(lo), f(hi) of opposite signs), all
-    brackets at once: bisection, then a Newton polish kept inside each bracket."""
-    fv = jax.vmap(f)
-    pos_lo = f_lo > 0
-
+def _bisection(fv, lo, hi, pos_lo, steps):
+    """``steps`` bisections of the brackets [lo, hi] of the vectorized ``fv`` (sign at lo:
+    ``pos_lo``)."""
     def bisect(_, bracket):
         a, b = bracket
         mid = 0.5 * (a + b)
         same = (fv(mid) > 0) == pos_lo
         return jnp.where(same, mid, a), jnp.where(same, b, mid)
 
-    lo, hi = jax.lax.fori_loop(0, BISECTION_STEPS, bisect, (lo, hi))
+    return jax.lax.fori_loop(0, steps, bisect, (lo, hi))
+
+
+def _refine(f, lo, hi, f_lo):
+    """Roots of f in the brackets [lo, hi] (arrays; f(lo), f(hi) of opposite signs), all
+    brackets at once: bisection, then a Newton polish kept inside each bracket."""
+    fv = jax.vmap(f)
+    lo, hi = _bisection(fv, lo, hi, f_lo > 0, BISECTION_STEPS)
 
     def newton(_, r):
         val, slope = jax.jvp(fv, (r,), (jnp.ones_like(r),))
@@ -193,17 +197,8 @@ def _refine_table(f, f_table, lo, hi, f_lo, count):
     sign; not the bisected bracket, which holds the root of ``f_table`` only, up to 7e-12 from
     that of ``f`` at sigma_A = 3, n = 8). Only the first ``count`` brackets are polished (a
     traced trip count: a single point pays for its roots only)."""
-    fv = jax.vmap(f_table)
-    pos_lo = f_lo > 0
     cell_lo, cell_hi = lo, hi
-
-    def bisect(_, bracket):
-        a, b = bracket
-        mid = 0.5 * (a + b)
-        same = (fv(mid) > 0) == pos_lo
-        return jnp.where(same, mid, a), jnp.where(same, b, mid)
-
-    lo, hi = jax.lax.fori_loop(0, TABLE_BISECTION_STEPS, bisect, (lo, hi))
+    lo, hi = _bisection(jax.vmap(f_table), lo, hi, f_lo > 0, TABLE_BISECTION_STEPS)
 
     def polish(i, roots):
         def newton(_, r):
