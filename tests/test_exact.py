@@ -87,7 +87,7 @@ def test_theory_md_case_and_simulation():
 
 # ---- issue 13: grid sizes from the concrete sigma_A, n; mesh values shared; polish -----------
 
-@pytest.mark.parametrize("sigma_a,n", [(0.5, 8), (3.0, 128), (4.5, 32), (1.0, 1024)])
+@pytest.mark.parametrize("sigma_a,n", [(4.5, 32), (1.0, 1024)])
 def test_concrete_sizes_resolve_s_to_1e12(sigma_a, n):
     # the sizes chosen from a concrete sigma_A, n (what theory functions now use) against
     # grids 1.6x finer in both directions
@@ -114,7 +114,7 @@ def test_public_functions_key_on_concrete_sizes():
         assert np.isfinite(float(f(1.0)))
 
 
-@pytest.mark.parametrize("sigma_a,n,corr", [(1.0, 32, False), (3.0, 8, True)])
+@pytest.mark.parametrize("sigma_a,n,corr", [(3.0, 8, True)])
 def test_table_search_equals_direct_search(sigma_a, n, corr):
     """Stable points from the shared mesh values (bisection on their interpolant, Newton
     polish on the exact map) against the search before issue 13 (the exact map on the mesh,
@@ -123,7 +123,7 @@ def test_table_search_equals_direct_search(sigma_a, n, corr):
     from phasefield.theory.attention import exact_table
     base = HParams(sigma_a=sigma_a, n_tokens=n, attention="exact", softmax_correction=corr)
     att = exact_table.kernel(base, with_values=True)
-    pts = [(2.0, .5, .5), (1.2, .3, .8), (8.0, .7, .4)]
+    pts = [(2.0, .5, .5), (8.0, .7, .4)]
     with jax.enable_x64(True):
         fns = {t: jax.jit(lambda hp, k, t=t: fixed_points._stable_points(hp, k, t)) for t in (True, False)}
         for sw, aa, am in pts:
