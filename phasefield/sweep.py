@@ -212,6 +212,11 @@ def sweep(*, sigma_w, sigma_a=1.0, alpha=None, alpha_a=None, alpha_m=None, sigma
     static = dict(activation=activation, mlp_layers=int(mlp_layers), residual=residual,
                   attention=attention, softmax_correction=bool(softmax_correction), chunk=chunk, version=3)
 
+    pairs = None
+    if attention == "exact":   # its logit grids, sized to the largest sigma_A and n: checked before any work
+        pairs = _exact_pairs(dims, scalars)
+        exact.sizes(None, sigma_max=float(pairs[:, 0].max()), n_max=float(pairs[:, 1].max()))
+
     store = None
     if out is not None:
         spec = dict(source="phasefield.sweep", dims={k: v.tolist() for k, v in dims.items()},
@@ -227,8 +232,7 @@ def sweep(*, sigma_w, sigma_a=1.0, alpha=None, alpha_a=None, alpha_m=None, sigma
         # the sign of lambda_a no longer tells where they can be skipped (issue 13)
         kernels = jax.tree.map(jnp.asarray, build_kernels(sw_all, activation, mlp_layers, devices))
         att_sizes, att_values, pair_index = None, jnp.zeros((1,)), {}
-        if attention == "exact":
-            pairs = _exact_pairs(dims, scalars)
+        if pairs is not None:
             pair_index = {tuple(p): i for i, p in enumerate(pairs.tolist())}
             att_sizes, att_values = build_exact_tables(pairs)
             att_values = jnp.asarray(att_values)

@@ -74,6 +74,18 @@ def test_grid_size_is_checked_before_any_allocation(tmp_path, capsys):
     assert not os.listdir(tmp_path)
 
 
+def test_exact_attention_grid_is_checked_before_any_work(tmp_path, capsys):
+    """--attention exact sizes its logit grid from sigma_A and n: at sigma_A = 50 it would need
+    1e10 values per evaluation (hours per point), so it is refused in one line, no file."""
+    code, _, err = run(capsys, "exponents", "--attention", "exact", "--sigma-a", "50")
+    assert one_line_error(code, err) and "logit grid" in err and "--attention paper" in err
+    out = tmp_path / "x.nc"
+    code, _, err = run(capsys, "sweep", "--attention", "exact", "--sigma-a", "1,50", "--sigma-w", "1",
+                       "--alpha", "0.5", "--out", out)
+    assert one_line_error(code, err) and "logit grid" in err
+    assert not os.listdir(tmp_path)
+
+
 def test_memory_estimate_names_the_size(monkeypatch):
     monkeypatch.setenv("PHASEFIELD_MEMORY_LIMIT", "1G")
     with pytest.raises(ValueError, match=r"grid of 50,000,000 points needs about 2.98 GiB of memory, more than the 1 GiB"):

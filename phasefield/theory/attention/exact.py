@@ -50,6 +50,8 @@ H_X = 0.45             # target logit spacing tau * dz
 DEFAULT_SIGMA_MAX = 4.5
 DEFAULT_N_MAX = 4096
 GAMMA_VALUES = 1 << 16  # integrand values of a Gamma table built at once (memory per point)
+MAX_VALUES = 1.2e8      # n_a x n_z^2 integrand values per evaluation allowed (sigma_A <~ 10):
+                        # beyond, one evaluation takes seconds and a point tens of minutes
 
 
 # ---- grid sizes (static) -------------------------------------------------------------
@@ -65,7 +67,8 @@ def sizes(hp=None, sigma_max: float | None = None, n_max: float | None = None) -
     """(a-nodes, z-nodes) resolving logit scale ``sigma_max`` and ``n_max`` tokens.
 
     From concrete ``hp.sigma_a`` / ``hp.n_tokens`` when possible, else the defaults
-    (sigma_A <= 4.5, n <= 4096)."""
+    (sigma_A <= 4.5, n <= 4096). Raises ValueError when the grid would exceed
+    :data:`MAX_VALUES` integrand values (checked before any work: the CLI exits 2)."""
     if hp is not None:
         sigma_max = sigma_max or _concrete(hp.sigma_a)
         n_max = n_max or _concrete(hp.n_tokens)
@@ -75,6 +78,10 @@ def sizes(hp=None, sigma_max: float | None = None, n_max: float | None = None) -
     n_z = max(49, n_z + (1 - n_z % 2))
     span = math.log(n) + 2 * Z_MAX * s + A_LOW_PAD + A_HIGH_PAD
     n_a = max(96, int(math.ceil(span / H_A)) + 1)
+    if n_a * n_z * n_z > MAX_VALUES:
+        raise ValueError(f"the exact attention map at sigma_A = {s / 1.05:g}, n = {n:g} needs a logit grid "
+                         f"of {n_a} x {n_z}^2 = {n_a * n_z * n_z:.1e} values per evaluation (limit "
+                         f"{MAX_VALUES:.1e}, about sigma_A <= 10); use --attention paper or a smaller sigma_A")
     return n_a, n_z
 
 
