@@ -171,11 +171,6 @@ def _gamma_rows(n_a, n_z):
     return max(1, min(n_a, GAMMA_VALUES // (n_z * n_z)))
 
 
-def _gamma_table(grid, r):
-    """Gamma_r[b, m] (one r; see :func:`_gamma_tables`)."""
-    return _gamma_tables(grid, (int(r),))[0]
-
-
 def _h2(grid, p, gamma_r):
     """H_pr(a, b) = E g_p(a + x) g_r(b + y)."""
     left = _g(p, grid.a[:, None] + grid.tau * grid.z[None, :]) * grid.wz[None, :]
