@@ -148,16 +148,18 @@ EXACT_TABLE_BATCH = 4   # (sigma_A, n) pairs of exact-map mesh values computed a
 
 @float64
 def build_exact_tables(pairs: np.ndarray):
-    """Grid sizes (n_a, n_z) resolving every (sigma_A, n) of ``pairs`` [k, 2] and the exact
-    map's mesh values [k, 2, MESH + 1] of each pair (:mod:`phasefield.theory.attention.exact_table`)."""
+    """Grid sizes (n_a, n_z) resolving every (sigma_A, n) of ``pairs`` [k, 2], whether the
+    interpolant of the mesh values is exact for all of them, and the exact map's mesh values
+    [k, 2, MESH + 1] of each pair (:mod:`phasefield.theory.attention.exact_table`)."""
     pairs = np.asarray(pairs, np.float64).reshape(-1, 2)
     n_a, n_z = exact.sizes(None, sigma_max=float(pairs[:, 0].max()), n_max=float(pairs[:, 1].max()))
     fn = exact_table.values_fn(n_a, n_z)
-    b = EXACT_TABLE_BATCH
+    b = min(EXACT_TABLE_BATCH, len(pairs))     # (not padded to a full batch: one pair is one)
     padded = np.concatenate([pairs, np.repeat(pairs[-1:], -len(pairs) % b, 0)])
     vals = [np.asarray(fn(jnp.asarray(padded[i:i + b, 0]), jnp.asarray(padded[i:i + b, 1])))
             for i in range(0, len(padded), b)]
-    return (n_a, n_z), np.concatenate(vals)[: len(pairs)]
+    vals = np.concatenate(vals)[: len(pairs)]
+    return (n_a, n_z, exact_table.interpolant_exact(vals)), vals
 
 
 @functools.lru_cache(maxsize=None)

@@ -3,7 +3,7 @@
 For each configuration, warm (after a first call that compiles):
 
 * ``point``: one ``theory.exponents`` call from scratch at one point, MLP kernel included
-  (what ``phasefield exponents`` pays after start-up);
+  (what ``phasefield exponents`` pays after start-up), median of 3 (``--quick``) or 5;
 * ``sweep``: ``phasefield.sweep`` over an alpha axis at fixed sigma_w, wall time per grid
   point (the MLP kernel is built once per sigma_w and shared; with exact attention the
   exact map's values on the stable-point mesh once per (sigma_A, n), issue 13).
@@ -39,7 +39,7 @@ CONFIGS = [  # (label, HParams fields, sweep points)
     ("gelu  sw=5", dict(sigma_w=5.0, activation="gelu"), 64),
     ("tanh  sw=10", dict(sigma_w=10.0), 64),
     ("tanh  sw=100", dict(sigma_w=100.0), 64),
-    ("tanh  sw=5   attention=exact", dict(sigma_w=5.0, attention="exact"), 16),
+    ("tanh  sw=5   attention=exact", dict(sigma_w=5.0, attention="exact"), 64),
 ]
 
 
@@ -49,22 +49,30 @@ def _block(tree):
 
 
 def time_point(fields, reps):
-    """Warm seconds per point: kernel + exponents at a sigma_w not seen before (same sizes)."""
+    """Warm seconds per point, median of ``reps``: kernel + exponents at a sigma_w and
+    sigma_A not seen before (same grid sizes; the exact map's mesh values are recomputed)."""
     _block(theory.exponents(HParams(**fields)))           # compile
-    sw = fields["sigma_w"]
-    t0 = time.perf_counter()
+    sw, sa = fields["sigma_w"], fields.get("sigma_a", 1.0)
+    times = []
     for k in range(reps):
-        _block(theory.exponents(HParams(**dict(fields, sigma_w=sw * (1 - 1e-7 * (k + 1))))))
-    return (time.perf_counter() - t0) / reps
+        hp = HParams(**dict(fields, sigma_w=sw * (1 - 1e-7 * (k + 1)), sigma_a=sa * (1 - 1e-7 * (k + 1))))
+        t0 = time.perf_counter()
+        _block(theory.exponents(hp))
+        times.append(time.perf_counter() - t0)
+    return float(np.median(times))
 
 
-def time_sweep(fields, n):
+def time_sweep(fields, n, reps):
+    """Wall seconds per grid point of a warm sweep, median of ``reps`` sweeps."""
     static = {k: fields[k] for k in ("activation", "mlp_layers", "attention") if k in fields}
     alpha = np.linspace(0.1, 0.9, n)
     phasefield.sweep(sigma_w=fields["sigma_w"], alpha=alpha, **static)   # compile
-    t0 = time.perf_counter()
-    phasefield.sweep(sigma_w=fields["sigma_w"] * (1 - 1e-7), alpha=alpha, **static)
-    return (time.perf_counter() - t0) / n
+    times = []
+    for k in range(reps):
+        t0 = time.perf_counter()
+        phasefield.sweep(sigma_w=fields["sigma_w"] * (1 - 1e-7 * (k + 1)), alpha=alpha, **static)
+        times.append((time.perf_counter() - t0) / n)
+    return float(np.median(times))
 
 
 def peak_rss_exact_sweep():
@@ -81,7 +89,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="fewer repetitions, no memory run")
     args = ap.parse_args()
-    reps = 1
+    reps = 3 if args.quick else 5
     cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if "model name" in line),
                platform.processor()) if os.path.exists("/proc/cpuinfo") else platform.processor()
     print(f"# {time.strftime('%Y-%m-%d')}  {cpu}, {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}, "
@@ -89,7 +97,7 @@ def main():
     rows = []
     for label, fields, n in CONFIGS:
         t_point = time_point(fields, reps)
-        t_sweep = time_sweep(fields, n if not args.quick else min(n, 16))
+        t_sweep = time_sweep(fields, n if not args.quick else min(n, 16), reps)
         rows.append((label, t_point, t_sweep))
         print(f"  measured {label}: {t_point:.4g} s/point, sweep {t_sweep:.3g} s/point", flush=True)
     base_p, base_s = rows[0][1], rows[0][2]

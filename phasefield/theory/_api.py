@@ -3,8 +3,9 @@
 :func:`public` wraps a pure function ``f(hp, ..., kern=None, ...)``: it enters the
 float64 scope (:mod:`phasefield.theory.precision`), builds a missing MLP kernel *outside*
 the trace (so its table sizes follow the concrete sigma_w) and, for the exact attention
-map, attaches the grid sizes of the concrete sigma_A and n to it (``kern.att``, static:
-``jit`` compiles once per sizes; :mod:`.attention.exact_table`), reads a missing
+map, attaches the grid sizes of the concrete sigma_A and n to it with its values on the stable-point mesh, computed outside
+the trace (``kern.att``; sizes and whether the mesh interpolant is exact are static: ``jit``
+compiles once per sizes; :mod:`.attention.exact_table`), reads a missing
 ``num_layers`` from the concrete ``hp.depth``, and runs the rest under ``jax.jit``.
 Inside a user's own ``jit``/``vmap`` (traced hp) the same code simply inlines.
 """
@@ -35,7 +36,8 @@ def public(*static_argnames: str):
             if "kern" in a and a["kern"] is None:
                 a["kern"] = mlp.kernel(hp)
             if "kern" in a and hp.attention == "exact" and a["kern"].att is None:
-                a["kern"] = a["kern"].replace(att=exact_table.kernel(hp))
+                with_values = exact_table.concrete_logits(hp) is not None   # (else: in the trace)
+                a["kern"] = a["kern"].replace(att=exact_table.kernel(hp, with_values=with_values))
             if "num_layers" in a and a["num_layers"] is None:
                 a["num_layers"] = int(hp.depth)
             return jitted(**a)

@@ -43,13 +43,17 @@ import numpy as np
 Z_MAX = 8.0            # standard-normal range of the Gaussian trapezoid rules
 A_LOW_PAD = 32.0       # a < -(log n + Z_MAX tau + A_LOW_PAD): integrand < n^-p e^-32
 A_HIGH_PAD = 12.0      # a > Z_MAX tau + A_HIGH_PAD: g_p(a + s) = 0 in float64
-V_CLIP = 60.0          # g_p(v) = 0 beyond (exp(-e^60)); clip keeps derivatives finite
 H_A = 0.3              # target a-spacing (trapezoid error ~ exp(-pi^2 / h): 5e-15; 0.4 gave
                        # up to 7e-11 in S at sizes sized to a concrete sigma_A, n, issue 13)
 H_X = 0.45             # target logit spacing tau * dz
 DEFAULT_SIGMA_MAX = 4.5
 DEFAULT_N_MAX = 4096
-GAMMA_VALUES = 1 << 16  # integrand values of a Gamma table built at once (memory per point)
+N_GH = 16              # Gauss-Hermite nodes of the shared logit part c when it is narrow ...
+SIGMA_C_LATTICE = 0.2  # ... below this std; from it on, the lattice rule with spacing
+LATTICE_REFINE = 8     # nodes on multiples of h / 8, spacing <= sigma_c / C_SPACING and
+C_SPACING = 1.4        # <= SPACING_MAX (trapezoid error ~ exp(-2 pi^2 C_SPACING^2) and
+SPACING_MAX = 0.2      # A exp(-pi^2 / spacing + pi^2 / (8 sigma_c^2)), A ~ e^{e^v} <~ 1e4 the
+                       # growth of g_p off the real axis: ~1e-14; 0.26 left 3e-11 in H_22)
 MAX_VALUES = 1.2e8      # n_a x n_z^2 integrand values per evaluation allowed (sigma_A <~ 10):
                         # beyond, one evaluation takes seconds and a point tens of minutes
 
@@ -72,8 +76,12 @@ def sizes(hp=None, sigma_max: float | None = None, n_max: float | None = None) -
     if hp is not None:
         sigma_max = sigma_max or _concrete(hp.sigma_a)
         n_max = n_max or _concrete(hp.n_tokens)
-    s = max(float(sigma_max or DEFAULT_SIGMA_MAX), 0.25) * 1.05   # tau <= sigma_A sqrt(1 + 1/(n-1))
     n = max(float(n_max or DEFAULT_N_MAX), 2.0)
+    sa = max(float(sigma_max or DEFAULT_SIGMA_MAX), 0.25)
+    # tau <= sigma_A sqrt(1 + 1/(n-1)); the shared part sigma_c = tau sqrt|rho| of two rows'
+    # logits, <= s / 2 (lattice_nodes): sigma_A / 2 for rho >= -0.2, and up to
+    # sigma_A sqrt(n) / (n - 1) at rho = -1/(n-1) (n < 6)
+    s = max(sa * 1.05, 2 * sa * math.sqrt(n) / (n - 1) if n < 6 else 0.0)
     n_z = int(math.ceil(2 * Z_MAX * s / H_X)) + 1
     n_z = max(49, n_z + (1 - n_z % 2))
     span = math.log(n) + 2 * Z_MAX * s + A_LOW_PAD + A_HIGH_PAD
@@ -97,12 +105,6 @@ def _safe_log(x):
     return jnp.where(pos, jnp.log(jnp.where(pos, x, 1.0)), -1e300)
 
 
-def _g(p, v):
-    """g_p(v) = exp(p v - e^v) (bounded by (p/e)^p)."""
-    v = jnp.minimum(v, V_CLIP)
-    return jnp.exp(p * v - jnp.exp(v))
-
-
 def _znodes(n_z, dtype):
     z = jnp.linspace(-Z_MAX, Z_MAX, n_z, dtype=dtype)
     w = jnp.exp(-0.5 * z * z)
@@ -123,7 +125,8 @@ class _Grid:
         self.n = jnp.asarray(hp.n_tokens, dt)
         self.rho = rho
         self.tau = _safe_sqrt(jnp.square(hp.sigma_a) * (1.0 - rho))
-        self.tau_perp = self.tau * _safe_sqrt(1.0 - rho * rho)
+        self.sigma_c = self.tau * _safe_sqrt(jnp.abs(rho))          # shared part of two rows' logits
+        self.sigma_d = self.tau * _safe_sqrt(1.0 - jnp.abs(rho))    # own part
         lo = -(jnp.log(self.n) + Z_MAX * self.tau + A_LOW_PAD)
         hi = Z_MAX * self.tau + A_HIGH_PAD
         j = jnp.arange(n_a, dtype=dt) / (n_a - 1)
@@ -134,47 +137,93 @@ class _Grid:
         self.wa = jnp.ones((n_a,), dt).at[0].set(0.5).at[-1].set(0.5) * self.h
 
 
-def _h1(grid, p):
-    """h_p(a) = E g_p(a + tau z) on the a-grid."""
-    return _g(p, grid.a[:, None] + grid.tau * grid.z[None, :]) @ grid.wz
+def _h1(grid, ps):
+    """[h_p(a) = E g_p(a + tau z) on the a-grid for p in ``ps``]."""
+    return _u_tables(grid.a, grid.tau, grid, ps)
 
 
-def _gamma_tables(grid, rs):
-    """Gamma_r[b, m] = E_w g_r(b + rho x_m + tau_perp w), x_m = tau z_m, for each r in ``rs``
-    (non-negative integers) from one pass over the n_a x n_z x n_z integrand.
+def _ghnodes(m, dtype):
+    t, w = np.polynomial.hermite_e.hermegauss(m)
+    return jnp.asarray(t, dtype), jnp.asarray(w / w.sum(), dtype)
 
-    ``g_r(v) = exp(r v - E)`` with ``E = e^v`` (v clipped at V_CLIP) computed once for every
-    r: 1 + len(rs) ``exp`` per integrand value instead of 2 len(rs) (issue 13), the same
-    operations as :func:`_g` (``E^r exp(-E)`` would save more but differs from it by
-    E ulp, 1e-13 relative where g ~ 1e-250). The integrand is built :func:`_gamma_rows`
-    a-rows at a time (``jax.lax.map``), so a vmapped chunk of points holds a bounded number
-    of values at once (16.7 GB for 36 points before blocking, issue 13).
-    """
-    shift = grid.rho * grid.tau * grid.z
-    noise = grid.tau_perp * grid.z
 
-    def rows(a):
-        v = (a[:, None] + shift[None, :])[:, :, None] + noise[None, None, :]
-        v = jnp.minimum(v, V_CLIP)
-        e = jnp.exp(v)
-        return tuple(jnp.exp(float(r) * v - e) @ grid.wz for r in rs)
+def _u_tables(v, sd, grid, ps):
+    """u_p(v) = E_d g_p(v + d), d ~ N(0, sd^2), for every p in ``ps`` at the points ``v``
+    (any shape), with one ``exp`` per integrand value for all orders:
+    g_p(v + d) = e^{pv} e^{pd} exp(-e^v e^d)."""
+    d = sd * grid.z
+    m = jnp.exp(-(jnp.exp(v)[..., None] * jnp.exp(d)))
+    return [jnp.exp(p * v) * (m @ (grid.wz * jnp.exp(p * d))) for p in ps]
 
+
+def lattice_nodes(n_a: int, n_z: int) -> tuple[int, int]:
+    """Static (N, k_max) of the shared-logit lattice rule of :func:`_pair_tables`: 2N + 1
+    nodes c_k = k m delta (m the traced integer multiple of the fine step delta), and the
+    half-width k_max >= N m of the fine-lattice range they can reach. sigma_c <= s / 2 with
+    s = (n_z - 1) H_X / (2 Z_MAX) the logit scale the z-grid resolves (:func:`sizes`); the
+    finest a-grid n_a can have is that of tau = 0, n = 2."""
+    s = (n_z - 1) * H_X / (2 * Z_MAX)
+    step_max = H_A / LATTICE_REFINE
+    step_min = (math.log(2.0) + A_LOW_PAD + A_HIGH_PAD) / (n_a - 1) / LATTICE_REFINE
+    need = max(SIGMA_C_LATTICE / (SIGMA_C_LATTICE / C_SPACING - step_max),
+               (s / 2) / (SPACING_MAX - step_max))
+    n = int(math.ceil(Z_MAX * need)) + 1
+    return n, n * max(1, int(SPACING_MAX / step_min))
+
+
+def _pair_tables(grid, pairs):
+    """H_pr[a, b] = E g_p(a + x) g_r(b + y) on the a-grid for each (p, r) in ``pairs``.
+
+    (x, y) are N(0, tau^2) with correlation rho: x = c + d_1, y = +-c + d_2 (sign of rho),
+    c ~ N(0, |rho| tau^2) shared, d_i ~ N(0, (1 - |rho|) tau^2) independent, so
+    H_pr(a, b) = E_c u_p(a + c) u_r(b +- c) with the 1-D u_p(v) = E_d g_p(v + d)
+    (:func:`_u_tables`), and H is a matrix product over nodes of c:
+
+    * wide c (sigma_c >= SIGMA_C_LATTICE): a trapezoid rule whose nodes are multiples of the
+      fine step h / LATTICE_REFINE, spacing min(sigma_c / C_SPACING, SPACING_MAX) rounded
+      down to a multiple (error ~ exp(-pi^2 / spacing + pi^2 / (8 sigma_c^2)), the integrand
+      being analytic in a strip of half-width pi/2), so a + c falls on the refined a-grid
+      and each u_p is one table of ~ n_a LATTICE_REFINE x n_z values;
+    * narrow c: N_GH Gauss-Hermite nodes, u_p evaluated at a + c directly.
+
+    Both rules are evaluated (static shapes under vmap) and the one valid at sigma_c kept;
+    NaN where the static lattice cannot reach Z_MAX sigma_c (sizes too small for sigma_A,
+    n). Cost ~ n_a n_z (LATTICE_REFINE + N_GH) exp and 2 n_a^2 (2N + 1 + N_GH) multiply-adds
+    per pair, instead of the n_a n_z^2 exp of a direct two-dimensional Gaussian rule."""
+    dt = grid.a.dtype
     n_a, n_z = grid.a.shape[0], grid.z.shape[0]
-    batch = _gamma_rows(n_a, n_z)
-    if batch >= n_a:
-        return rows(grid.a)
-    return jax.lax.map(lambda a: tuple(t[0] for t in rows(a[None])), grid.a, batch_size=batch)
+    ps = sorted({p for pr in pairs for p in pr})
+    flip = grid.rho < 0
 
+    def contract(u, w):
+        out = {}
+        for p, r in pairs:
+            ur = jnp.where(flip, u[r][:, ::-1], u[r])
+            out[(p, r)] = (u[p] * w) @ ur.T
+        return out
 
-def _gamma_rows(n_a, n_z):
-    """a-rows of the Gamma integrand built at once: about GAMMA_VALUES values per point."""
-    return max(1, min(n_a, GAMMA_VALUES // (n_z * n_z)))
+    def narrow(grid):
+        t, wt = _ghnodes(N_GH, dt)
+        return contract(dict(zip(ps, _u_tables(grid.a[:, None] + grid.sigma_c * t, grid.sigma_d, grid, ps))), wt)
 
+    def wide(grid):
+        n_c, k_max = lattice_nodes(n_a, n_z)
+        step = grid.h / LATTICE_REFINE
+        mult = jnp.floor(jnp.minimum(grid.sigma_c / C_SPACING, SPACING_MAX) / step)
+        mult = jnp.clip(mult, 1, k_max // n_c).astype(jnp.int32)
+        fine = grid.a[0] + jnp.arange(-k_max, (n_a - 1) * LATTICE_REFINE + k_max + 1, dtype=dt) * step
+        tables = _u_tables(fine, grid.sigma_d, grid, ps)
+        k = jnp.arange(-n_c, n_c + 1) * mult
+        idx = (jnp.arange(n_a) * LATTICE_REFINE)[:, None] + k[None, :] + k_max
+        sc = jnp.where(grid.sigma_c > 0, grid.sigma_c, 1.0)
+        wc = jnp.exp(-0.5 * jnp.square(k * step / sc))
+        out = contract({p: tab[idx] for p, tab in zip(ps, tables)}, wc / jnp.sum(wc))
+        covered = Z_MAX * grid.sigma_c <= n_c * mult * step   # else sizes too small for sigma_A, n
+        return {pr: jnp.where(covered, v, jnp.nan) for pr, v in out.items()}
 
-def _h2(grid, p, gamma_r):
-    """H_pr(a, b) = E g_p(a + x) g_r(b + y)."""
-    left = _g(p, grid.a[:, None] + grid.tau * grid.z[None, :]) * grid.wz[None, :]
-    return left @ gamma_r.T
+    # a real branch for one rho (lax.map over the mesh: exact_table.values); under vmap
+    # both are evaluated and one selected
+    return jax.lax.cond(grid.sigma_c >= SIGMA_C_LATTICE, lambda: wide(grid), lambda: narrow(grid))
 
 
 # ---- moments -------------------------------------------------------------------------
@@ -185,10 +234,10 @@ def row_moments(hp, rho, n_a=None, n_z=None):
     if n_a is None or n_z is None:
         n_a, n_z = sizes(hp)
     gr = _Grid(hp, rho, n_a, n_z)
-    phi_log = _safe_log(_h1(gr, 0.0))
+    h = dict(zip(range(5), _h1(gr, range(5))))
+    phi_log = _safe_log(h[0])
     w_n1 = _pow(phi_log, gr.n - 1.0) * gr.wa
     w_n2 = _pow(phi_log, gr.n - 2.0) * gr.wa
-    h = {p: _h1(gr, float(p)) for p in (1, 2, 3, 4)}
     return {
         "a1": jnp.sum(h[1] * w_n1),
         "a2": jnp.sum(h[2] * w_n1),
@@ -205,21 +254,18 @@ def pair_moments(hp, rho, n_a=None, n_z=None, higher: bool = False):
     if n_a is None or n_z is None:
         n_a, n_z = sizes(hp)
     gr = _Grid(hp, rho, n_a, n_z)
-    if higher:
-        gam0, gam1, gam2 = _gamma_tables(gr, (0, 1, 2))
-    else:
-        gam0, gam1 = _gamma_tables(gr, (0, 1))
-    f_log = _safe_log(_h2(gr, 0.0, gam0))
+    pairs = [(0, 0), (1, 1)] + ([(2, 1), (2, 2), (2, 0), (0, 2)] if higher else [])
+    h = _pair_tables(gr, pairs)
+    f_log = _safe_log(h[0, 0])
     w2 = gr.wa[:, None] * gr.wa[None, :]
     w_n1 = _pow(f_log, gr.n - 1.0) * w2
-    h11 = _h2(gr, 1.0, gam1)
-    out = {"ab": jnp.sum(h11 * w_n1)}
+    out = {"ab": jnp.sum(h[1, 1] * w_n1)}
     if higher:
-        out["a2b"] = jnp.sum(_h2(gr, 2.0, gam1) * w_n1)
-        out["a2b2"] = jnp.sum(_h2(gr, 2.0, gam2) * w_n1)
+        out["a2b"] = jnp.sum(h[2, 1] * w_n1)
+        out["a2b2"] = jnp.sum(h[2, 2] * w_n1)
         w_n2 = _pow(f_log, gr.n - 2.0) * w2
-        out["abab"] = jnp.sum(h11 * h11 * w_n2)
-        out["a2_b2"] = jnp.sum(_h2(gr, 2.0, gam0) * _h2(gr, 0.0, gam2) * w_n2)
+        out["abab"] = jnp.sum(h[1, 1] * h[1, 1] * w_n2)
+        out["a2_b2"] = jnp.sum(h[2, 0] * h[0, 2] * w_n2)
     return out
 
 
@@ -245,15 +291,23 @@ def forward_from_s(hp, rho, s1, sr):
 
 # ---- the maps (signatures of .paper, plus the grid sizes ``att``) ---------------------------
 
+def _s_at(hp, rho, att):
+    """(S_1, S_rho) at rho: from the Chebyshev interpolant of ``att``'s mesh values where it
+    is the exact map to rounding (``att.interp``, :mod:`.exact_table`), else by quadrature."""
+    if att is not None and att.interp:
+        return att.s_at(hp, rho)
+    return s_values(hp, rho, *grid_sizes(hp, att))
+
+
 def forward(hp, rho, att=None):
     """(q_A, p_A) of the attention output for normalized input tokens with cosine rho."""
-    return forward_from_s(hp, rho, *s_values(hp, rho, *grid_sizes(hp, att)))
+    return forward_from_s(hp, rho, *_s_at(hp, rho, att))
 
 
 def backward(hp, q, rho, a, b, att=None):
     """Values-path backward map with exact E[A A] (see :func:`.paper.backward`)."""
     n = jnp.asarray(hp.n_tokens, jnp.result_type(float))
-    s1, sr = s_values(hp, rho, *grid_sizes(hp, att))
+    s1, sr = _s_at(hp, rho, att)
     d1, o1 = s1, (1.0 - s1) / (n - 1.0)         # sum_i E[A_im A_im'],  m = m' / m != m'
     dr, orr = (n - 1.0) * sr, 1.0 - sr          # sum_{i != k} E[A_im A_km']
     scale = jnp.square(hp.sigma_v) / q

@@ -21,12 +21,18 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import struct
 
+from ..precision import float64
 from . import exact
 
 MESH = 33          # rho mesh of the stable-point search for the exact map
 RHO0 = 0.5         # default input cosine of the stable-point search (its attractor: rho_star)
+
+
+INTERP_TAIL = 1e-13  # Chebyshev tail of the mesh values below which their interpolant is
+                     # the exact map to rounding (measured: max error ~ tail / 20, <= 2e-15)
 
 
 @struct.dataclass
@@ -34,6 +40,11 @@ class ExactKernel:
     s: Any                    # [2, MESH + 1] (S_1, S_rho) at mesh_points(n), or None
     n_a: int = struct.field(pytree_node=False, default=0)
     n_z: int = struct.field(pytree_node=False, default=0)
+    interp: bool = struct.field(pytree_node=False, default=False)   # s's interpolant is exact
+
+    def s_at(self, hp, rho):
+        """(S_1, S_rho) at rho from the interpolant of ``s`` (use when ``interp``)."""
+        return interpolate(hp, self.s, rho)
 
 
 def mesh(n, m: int = MESH):
@@ -53,7 +64,8 @@ def mesh_points(n):
 
 def values(hp, n_a: int, n_z: int):
     """(S_1, S_rho) [2, MESH + 1] at :func:`mesh_points` of ``hp.n_tokens``."""
-    s1, sr = jax.vmap(lambda r: exact.s_values(hp, r, n_a, n_z))(mesh_points(hp.n_tokens))
+    # lax.map, not vmap: each rho takes only its own branch of the pair rule (exact._pair_tables)
+    s1, sr = jax.lax.map(lambda r: exact.s_values(hp, r, n_a, n_z), mesh_points(hp.n_tokens))
     return jnp.stack([s1, sr])
 
 
@@ -64,23 +76,58 @@ class _Logits(NamedTuple):      # the two fields of hp that (S_1, S_rho) read
 
 @functools.lru_cache(maxsize=None)
 def values_fn(n_a: int, n_z: int):
-    """Compiled :func:`values` of arrays (sigma_A, n), vmapped over them."""
-    return jax.jit(jax.vmap(lambda sigma_a, n: values(_Logits(sigma_a, n), n_a, n_z)))
+    """Compiled :func:`values` of arrays (sigma_A, n), one pair after the other (lax.map, so
+    each evaluation takes only its own branch of the pair rule)."""
+    return jax.jit(lambda sigma_a, n: jax.lax.map(lambda x: values(_Logits(*x), n_a, n_z), (sigma_a, n)))
 
 
+def chebyshev_tail(s) -> float:
+    """Largest of the last 6 Chebyshev coefficients of the mesh values ``s`` [..., MESH + 1]
+    (NumPy; the mesh is Chebyshev-Lobatto in rho): the interpolant's error is about a
+    twentieth of it once it reaches rounding (S is analytic in rho)."""
+    v = np.asarray(s, np.float64)[..., :MESH]
+    j = np.arange(MESH)
+    w = np.where((j == 0) | (j == MESH - 1), 0.5, 1.0)
+    c = (2.0 / (MESH - 1)) * (v * w) @ np.cos(np.pi * np.outer(j, j) / (MESH - 1))
+    return float(np.max(np.abs(c[..., -6:])))
+
+
+def interpolant_exact(s) -> bool:
+    """Whether the interpolant of the mesh values ``s`` [..., 2, MESH + 1] (one or several
+    (sigma_A, n)) may stand for the exact map: Chebyshev tail <= INTERP_TAIL."""
+    s = np.asarray(s, np.float64)
+    return bool(np.all(np.isfinite(s))) and chebyshev_tail(s) <= INTERP_TAIL
+
+
+@float64
 def kernel(hp, with_values: bool = False) -> ExactKernel:
     """Sizes from ``hp`` (concrete sigma_A, n; else the defaults) and, with ``with_values``,
     the mesh values (one compiled program per sizes when hp is concrete)."""
     n_a, n_z = exact.sizes(hp)
-    s = None
+    s, interp = None, False
     if with_values:
-        sa, n = exact._concrete(hp.sigma_a), exact._concrete(hp.n_tokens)
-        if sa is not None and n is not None and jnp.ndim(hp.sigma_a) == jnp.ndim(hp.n_tokens) == 0:
-            dt = jnp.result_type(float)
-            s = values_fn(n_a, n_z)(jnp.asarray([sa], dt), jnp.asarray([n], dt))[0]
+        logits = concrete_logits(hp)
+        if logits is not None:
+            s = jnp.asarray(_mesh_values(*logits, n_a, n_z))
+            interp = interpolant_exact(s)
         else:
             s = values(hp, n_a, n_z)
-    return ExactKernel(s, n_a=n_a, n_z=n_z)
+    return ExactKernel(s, n_a=n_a, n_z=n_z, interp=interp)
+
+
+def concrete_logits(hp):
+    """(sigma_A, n) as floats when both are concrete scalars, else None."""
+    if jnp.ndim(hp.sigma_a) or jnp.ndim(hp.n_tokens):
+        return None
+    sa, n = exact._concrete(hp.sigma_a), exact._concrete(hp.n_tokens)
+    return None if sa is None or n is None else (sa, n)
+
+
+@functools.lru_cache(maxsize=256)
+def _mesh_values(sigma_a: float, n: float, n_a: int, n_z: int) -> np.ndarray:
+    """Mesh values of one concrete (sigma_A, n), computed once per process."""
+    with jax.enable_x64(True):
+        return np.asarray(values_fn(n_a, n_z)(jnp.asarray([sigma_a]), jnp.asarray([n]))[0])
 
 
 def interpolate(hp, s, rho):
