@@ -12,5 +12,6 @@ from .moments import (ARCHS, INITS, Bwd, Fwd, attention_block, attention_block_b
                       layernorm_bwd, linear, linear_bwd, logit_variance, relu, relu_bwd, relu_corr,
                       residual, residual_bwd, resolve_init, sha, sha_bwd, softmax, softmax_bwd, stack,
                       kappa_attention, kappa_dropout, kappa_ffn, kappa_linear, kappa_relu, kappa_residual,
+                      norm_cv2_block, norm_cv2_residual,
                       softmax_row_moments, xavier_init)
 from .simulate import PATHS, simulate_sha, simulate_stack, validate  # noqa: F401

@@ -108,12 +108,17 @@ def layernorm(x: Fwd) -> Fwd:
 
 
 @float64
-def layernorm_bwd(g: Bwd, var_in, d=None) -> Bwd:
+def layernorm_bwd(g: Bwd, var_in, d=None, cv2=None) -> Bwd:
     """var_g / var_in (the d -> infinity rule). With ``d`` the finite-width factor: the
     Jacobian (I - 11^T/d - y y^T/d)/s projects onto d - 2 dimensions and divides by the
     token's empirical std s, with s^2 ~ var_in chi^2_{d-1}/d, so E[1/s^2] = d/((d-3) var_in)
-    and the factor is (d-2)/d * d/(d-3) = (d-2)/(d-3) (needs d > 3)."""
+    and the factor is (d-2)/d * d/(d-3) = (d-2)/(d-3) (needs d > 3). ``cv2``: the squared
+    coefficient of variation of s^2 over tokens, sequences and weights when it is not the
+    chi^2_{d-1} value 2/(d-1) (inside a stack, ``norm_cv2``): E[1/s^2] = d/((d-1)(1 - cv2) var_in)
+    (Gamma-distributed s^2), factor (d-2)/(d-1)/(1 - cv2); cv2 = 2/(d-1) gives (d-2)/(d-3)."""
     f = 1.0 if d is None else (d - 2) / (d - 3)
+    if d is not None and cv2 is not None:
+        f = (d - 2) / (d - 1) / (1 - cv2)
     return Bwd(f * g.var / var_in, g.r)
 
 
@@ -324,6 +329,31 @@ def residual_bwd(g: Bwd, gb: Bwd, lam2, beta2) -> Bwd:
 
 
 # --------------------------------------------------------------------------------------
+# per-token norm fluctuation (the LayerNorm backward's E[1/s^2])
+# --------------------------------------------------------------------------------------
+def norm_cv2_block(cv2, kind, d, p=0.0, mult=4):
+    """Squared coefficient of variation of a token's second moment s^2 = |x|^2/d (over tokens,
+    sequences and weight draws) at a sublayer output, from its value ``cv2`` at the input.
+    A Gaussian layer (fan-out n) multiplies |x|^2 by chi^2_n/n for any x: 1 + cv2 -> (1 + cv2)
+    (1 + 2/n) (the common part of the tokens is one vector per sequence, so this does not
+    average out over tokens); ReLU of n units i.i.d. given the token: (1 + 5/n)
+    (E relu^4 / (E relu^2)^2 = 6); dropout: (1 + 3 p/((1-p) d)) (Gaussian entries); the
+    attention mixing is taken to keep it (it moves only the within-sequence part). A
+    LayerNorm sets it to 0."""
+    f = (1 + 2 / (mult * d)) * (1 + 5 / (mult * d)) * (1 + 2 / d) if kind == "ffn" else (1 + 2 / d) ** 2
+    return (1 + cv2) * f * (1 + 3 * p / ((1 - p) * d)) - 1
+
+
+def norm_cv2_residual(x: Fwd, cx, y: Fwd, cy, lam2, beta2, d):
+    """lam x + beta y: s_u^2 = lam^2 s_x^2 + beta^2 s_y^2 + 2 lam beta x.y/d with x.y/d of variance
+    m_x m_y / d (the branch ends in a fresh matrix) and s_x, s_y uncorrelated (pre-LN: the
+    branch sees LN(x); post-LN: s_x = 1)."""
+    mx, my = float(x.var) + float(x.mu) ** 2, float(y.var) + float(y.mu) ** 2
+    a, b = lam2 * mx, beta2 * my
+    return (a * a * cx + b * b * cy + 4 * lam2 * beta2 * mx * my / d) / (a + b) ** 2
+
+
+# --------------------------------------------------------------------------------------
 # token-covariance anisotropy: the kappa closure (docs/seeds.md, "kappa closure")
 # --------------------------------------------------------------------------------------
 # The within-sequence covariance S of the token vectors (d x d; per-unit trace
@@ -502,7 +532,7 @@ def dslm_init(d, p=0.0, mult=4, r=None, L=None, exact=True):
 @float64
 def stack(arch="pre-ln", layers=4, d=256, L=64, init="xavier", p=0.0, lam2=1.0, beta2=1.0,
           var0=1.0, r0=0.2, g_var=1.0, g_r=0.0, exact=True, approx=False, mult=4, ln_exact=True,
-          qk_grad=True, kappa=None, kappa0=1.0):
+          qk_grad=True, kappa=None, kappa0=1.0, ln_fluct=False):
     """Moments through ``layers`` transformer layers (attention + FFN sublayers).
 
     Returns dict of numpy arrays over the 2 * layers + 1 sublayer boundaries: forward
@@ -516,7 +546,9 @@ def stack(arch="pre-ln", layers=4, d=256, L=64, init="xavier", p=0.0, lam2=1.0, 
     the kappa closure (``kappa_linear``, ``kappa_relu``, ``kappa_dropout``, ``kappa_residual``,
     ``kappa_attention``, ``kappa_ffn``; input anisotropy ``kappa0``), see docs/seeds.md.
     Returned: ``kappa`` (the values used at the attention inputs) and, with "auto",
-    ``kappa_all`` (the prediction at every sublayer boundary x_l)."""
+    ``kappa_all`` (the prediction at every sublayer boundary x_l). ``ln_fluct``: the LayerNorm
+    backward uses the tracked per-token norm fluctuation (``norm_cv2_block``,
+    ``norm_cv2_residual``; Gaussian input 2/(d-1)) instead of the chi^2 value."""
     if arch not in ARCHS:
         raise ValueError(f"unknown architecture {arch!r}; choose one of {', '.join(ARCHS)}")
     d_ln = d if ln_exact else None
@@ -526,6 +558,8 @@ def stack(arch="pre-ln", layers=4, d=256, L=64, init="xavier", p=0.0, lam2=1.0, 
     x = Fwd(0.0, float(var0), float(r0))
     k = float(kappa0)  # anisotropy of the stream (kappa="auto")
     xs, caches, ks, k_att = [x], [], [k], []
+    cv = 2 / (d - 1)  # norm fluctuation of the stream (ln_fluct)
+    cvd = (lambda c: c) if ln_fluct else (lambda c: None)
     for sub in range(2 * layers):
         kind = "attn" if sub % 2 == 0 else "ffn"
         ini = resolve_init(init, d, p, mult, x, L, exact)
@@ -543,20 +577,24 @@ def stack(arch="pre-ln", layers=4, d=256, L=64, init="xavier", p=0.0, lam2=1.0, 
             scale = float(x.var) + float(x.mu) ** 2 if arch == "pre-ln" else 1.0  # Cov(x, y) = l Cov(LN x, y)
             k = kappa_residual(x, k, y, ky, lam2, beta2, cross * scale)
             ks.append(k)
-        caches.append((kind, c, ini, x, u))
+        cv_in = cv if arch == "post-ln" else 0.0  # the branch input: LN(x) in pre-LN
+        cv_y = norm_cv2_block(cv_in, kind, d, p, mult)
+        cv_u = norm_cv2_residual(x, cv, y, cv_y, lam2, beta2, d)
+        caches.append((kind, c, ini, x, u, cvd(cv), cvd(cv_u)))
         x = u if arch == "pre-ln" else layernorm(u)
+        cv = cv_u if arch == "pre-ln" else 0.0
         xs.append(x)
     g = Bwd(float(g_var), float(g_r))
     gs = [g]
-    for kind, c, ini, xin_, u in reversed(caches):
+    for kind, c, ini, xin_, u, cv_x, cv_u in reversed(caches):
         if arch == "post-ln":
-            g = layernorm_bwd(g, u.var, d_ln)
+            g = layernorm_bwd(g, u.var, d_ln, cv_u)
         if kind == "attn":
             gb = attention_block_bwd(g, c, d, L, ini, p, exact, qk_grad)
         else:
             gb = ffn_block_bwd(g, c, d, ini, p, mult)
         if arch == "pre-ln":
-            gb = layernorm_bwd(gb, xin_.var, d_ln)
+            gb = layernorm_bwd(gb, xin_.var, d_ln, cv_x)
         g = residual_bwd(g, gb, lam2, beta2)
         gs.append(g)
     gs = gs[::-1]
