@@ -344,13 +344,15 @@ def norm_cv2_block(cv2, kind, d, p=0.0, mult=4):
     return (1 + cv2) * f * (1 + 3 * p / ((1 - p) * d)) - 1
 
 
-def norm_cv2_residual(x: Fwd, cx, y: Fwd, cy, lam2, beta2, d):
+def norm_cv2_residual(x: Fwd, cx, y: Fwd, cy, lam2, beta2, d, coupled=False):
     """lam x + beta y: s_u^2 = lam^2 s_x^2 + beta^2 s_y^2 + 2 lam beta x.y/d with x.y/d of variance
     m_x m_y / d (the branch ends in a fresh matrix) and s_x, s_y uncorrelated (pre-LN: the
-    branch sees LN(x); post-LN: s_x = 1)."""
+    branch sees LN(x); post-LN: s_x = 1) unless ``coupled`` (the branch sees x itself, whose
+    scale it carries: post-LN's first sublayer), which adds 2 lam^2 beta^2 m_x m_y cx."""
     mx, my = float(x.var) + float(x.mu) ** 2, float(y.var) + float(y.mu) ** 2
     a, b = lam2 * mx, beta2 * my
-    return (a * a * cx + b * b * cy + 4 * lam2 * beta2 * mx * my / d) / (a + b) ** 2
+    c = 2 * a * b * cx if coupled else 0.0
+    return (a * a * cx + b * b * cy + c + 4 * lam2 * beta2 * mx * my / d) / (a + b) ** 2
 
 
 # --------------------------------------------------------------------------------------
@@ -579,7 +581,7 @@ def stack(arch="pre-ln", layers=4, d=256, L=64, init="xavier", p=0.0, lam2=1.0, 
             ks.append(k)
         cv_in = cv if arch == "post-ln" else 0.0  # the branch input: LN(x) in pre-LN
         cv_y = norm_cv2_block(cv_in, kind, d, p, mult)
-        cv_u = norm_cv2_residual(x, cv, y, cv_y, lam2, beta2, d)
+        cv_u = norm_cv2_residual(x, cv, y, cv_y, lam2, beta2, d, coupled=arch == "post-ln")
         caches.append((kind, c, ini, x, u, cvd(cv), cvd(cv_u)))
         x = u if arch == "pre-ln" else layernorm(u)
         cv = cv_u if arch == "pre-ln" else 0.0
