@@ -406,3 +406,22 @@ def test_layernorm_backward_norm_fluctuation():
     assert abs(f - th) < 4 * se + 0.01 * f, (f, se, th)
     assert abs(f - (d - 2) / (d - 3)) > 4 * se + 0.01 * f
     assert float(ds.layernorm_bwd(ds.Bwd(1.0, 0.0), 1.0, d, 2 / (d - 1)).var) == pytest.approx((d - 2) / (d - 3))
+
+
+@pytest.mark.parametrize("arch,layers", [("post-ln", 4)])
+def test_stack_kappa_closure_against_simulation(arch, layers):
+    """stack(kappa="auto") predicts kappa at every attention input of a DSLM-init stack
+    (d = 16, L = 128 = 8 d, 32 draws): within 4 se + 5 % of simulate_stack's measurement (the
+    closure runs 1-5 % low at L = 256, d = 64-128 in the validation grid); kappa = 1 is
+    rejected wherever the measured value exceeds 1.3."""
+    d, L = 16, 128
+    lam2, beta2 = ds.dslm_scaling(layers, min(2, layers))
+    sim = ds.simulate_stack(K(70), arch, layers, d, L, "dslm", 0.1, lam2, beta2, 1.0, 0.2, 32, kappa="auto")
+    th = sim["theory"]["kappa"]
+    m, se = sim["kappa"], sim["kappa_se"]
+    assert np.all(np.abs(m - th) < 4 * se + 0.05 * m), (m, se, th)
+    big = m > 1.3
+    assert big.sum() >= 1
+    assert np.all(np.abs(m[big] - 1.0) > 4 * se[big] + 0.05 * m[big])
+    with pytest.raises(ValueError):
+        ds.stack(arch, layers, d, L, "dslm", kappa="measured")
