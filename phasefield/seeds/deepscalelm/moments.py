@@ -21,6 +21,14 @@ independent of the forward pass), see docs/seeds.md. Two attention models are pr
 
 The attention block is  W_V -> softmax attention -> W_O -> dropout (W_Q, W_K act on the
 same input); the FFN block is W_1 (d -> m d) -> ReLU -> W_2 (m d -> d) -> dropout (m = 4).
+
+The attention rules also take the token-covariance anisotropy kappa = d tr(S^2)/(tr S)^2;
+``stack(kappa="auto")`` predicts it at every attention input with the kappa closure
+(``kappa_linear``, ``kappa_relu``, ``kappa_dropout``, ``kappa_residual``, ``kappa_attention``,
+``kappa_ffn``). ``stack(ln_fluct=True)`` (experimental, off by default) uses the tracked
+per-token norm fluctuation in the LayerNorm backward (``norm_cv2_block``,
+``norm_cv2_residual``); it is right for a LayerNorm after Gaussian layers but does not yet
+compose in post-LN stacks (docs/seeds.md).
 """
 from __future__ import annotations
 
