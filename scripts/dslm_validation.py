@@ -15,6 +15,12 @@ fresh keys, only the stacks of an earlier run whose gradient standard error is a
     PYTHONPATH=. python scripts/dslm_validation.py --draws 256 --seed 1 \\
         --base docs/data/dslm/rows_full_64draws.jsonl --rows docs/data/dslm/rows_noisy_256draws.jsonl \\
         --out docs/data/dslm/validation_full_64_256draws.json
+    # the DSLM-init stacks with d <= 128 again, theory with the kappa closure (stack(kappa="auto"))
+    PYTHONPATH=. python scripts/dslm_validation.py --draws 128 --seed 2 --kappa auto --inits dslm \
+        --widths 64 128 --rows docs/data/dslm/rows_kappa_dslm_128draws.jsonl \
+        --out docs/data/dslm/validation_kappa_dslm_128draws.json
+
+``--inits`` / ``--widths`` change the stack indices (and so the keys): use a new ``--rows``.
 """
 from __future__ import annotations
 
@@ -36,10 +42,10 @@ GRID = dict(archs=ds.ARCHS, inits=("xavier", "dslm"), widths=(64, 128, 256), dep
 LONG_WIDTHS = (64, 128)  # also run at L = 256: L var_logit = 256 >= d_in
 
 
-def stacks(widths, depths, long_widths):
+def stacks(widths, depths, long_widths, inits=GRID["inits"]):
     """The grid's stacks in a fixed order: (arch, init, width, depth, L)."""
-    short = itertools.product(GRID["archs"], GRID["inits"], widths, depths, (32,))
-    long = itertools.product(GRID["archs"], GRID["inits"], long_widths, depths, (256,))
+    short = itertools.product(GRID["archs"], inits, widths, depths, (32,))
+    long = itertools.product(GRID["archs"], inits, long_widths, depths, (256,))
     return list(short) + list(long)
 
 
@@ -61,6 +67,9 @@ def main(argv=None):
     ap.add_argument("--rows", required=True, help="JSON-lines file of finished stacks (resumed)")
     ap.add_argument("--out", default=None, help="summary JSON written when every stack is done")
     ap.add_argument("--value-path", action="store_true", help="value path only (qk_grad=False)")
+    ap.add_argument("--kappa", choices=("iso", "auto"), default="iso",
+                    help="token anisotropy in the theory: isotropic (kappa = 1) or the kappa closure")
+    ap.add_argument("--inits", nargs="+", default=list(GRID["inits"]), choices=GRID["inits"])
     ap.add_argument("--widths", type=int, nargs="+", default=list(GRID["widths"]))
     ap.add_argument("--depths", type=int, nargs="+", default=list(GRID["depths"]))
     ap.add_argument("--long-widths", type=int, nargs="+", default=list(LONG_WIDTHS),
@@ -72,7 +81,8 @@ def main(argv=None):
     ap.add_argument("--noisy-se", type=float, default=0.03,
                     help="relative standard error of g_var above which a --base stack is rerun")
     a = ap.parse_args(argv)
-    grid = stacks(a.widths, a.depths, a.long_widths)
+    grid = stacks(a.widths, a.depths, a.long_widths, tuple(a.inits))
+    kappa = None if a.kappa == "iso" else a.kappa
     base = _load(a.base) if a.base else {}
     if a.base:
         if a.seed == next(iter(base.values()))["seed"]:
@@ -81,7 +91,8 @@ def main(argv=None):
                  if max(max(r["rel_se"]) for r in rec["rows"] if r["quantity"] == "g_var") > a.noisy_se}
     done = _load(a.rows)
     for i, rec in done.items():
-        if rec["draws"] != a.draws or rec["seed"] != a.seed or rec["qk_grad"] != (not a.value_path):
+        if (rec["draws"] != a.draws or rec["seed"] != a.seed or rec["qk_grad"] != (not a.value_path)
+                or rec.get("kappa", "iso") != a.kappa):
             raise SystemExit(f"{a.rows}: stack {i} was run with other settings; use another --rows file")
     # rewrite the complete lines only, so an append never follows a torn line
     if os.path.exists(a.rows):
@@ -96,9 +107,9 @@ def main(argv=None):
             key = jax.random.fold_in(jax.random.PRNGKey(a.seed), i)
             t = time.time()
             rows, _ = ds.validate(key, archs=(arch,), inits=(init,), widths=(d,), depths=(n,), seq_lens=(L,),
-                                  p=GRID["p"], r0=GRID["r0"], draws=a.draws, qk_grad=not a.value_path)
+                                  p=GRID["p"], r0=GRID["r0"], draws=a.draws, qk_grad=not a.value_path, kappa=kappa)
             rec = dict(index=i, arch=arch, init=init, width=d, depth=n, seq_len=L, draws=a.draws, seed=a.seed,
-                       qk_grad=not a.value_path, seconds=time.time() - t, rows=rows)
+                       qk_grad=not a.value_path, kappa=a.kappa, seconds=time.time() - t, rows=rows)
             f.write(json.dumps(rec) + "\n")
             f.flush()
             os.fsync(f.fileno())

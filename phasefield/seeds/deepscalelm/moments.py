@@ -21,6 +21,14 @@ independent of the forward pass), see docs/seeds.md. Two attention models are pr
 
 The attention block is  W_V -> softmax attention -> W_O -> dropout (W_Q, W_K act on the
 same input); the FFN block is W_1 (d -> m d) -> ReLU -> W_2 (m d -> d) -> dropout (m = 4).
+
+The attention rules also take the token-covariance anisotropy kappa = d tr(S^2)/(tr S)^2;
+``stack(kappa="auto")`` predicts it at every attention input with the kappa closure
+(``kappa_linear``, ``kappa_relu``, ``kappa_dropout``, ``kappa_residual``, ``kappa_attention``,
+``kappa_ffn``). ``stack(ln_fluct=True)`` (experimental, off by default) uses the tracked
+per-token norm fluctuation in the LayerNorm backward (``norm_cv2_block``,
+``norm_cv2_residual``); it is right for a LayerNorm after Gaussian layers but does not yet
+compose in post-LN stacks (docs/seeds.md).
 """
 from __future__ import annotations
 
@@ -108,12 +116,17 @@ def layernorm(x: Fwd) -> Fwd:
 
 
 @float64
-def layernorm_bwd(g: Bwd, var_in, d=None) -> Bwd:
+def layernorm_bwd(g: Bwd, var_in, d=None, cv2=None) -> Bwd:
     """var_g / var_in (the d -> infinity rule). With ``d`` the finite-width factor: the
     Jacobian (I - 11^T/d - y y^T/d)/s projects onto d - 2 dimensions and divides by the
     token's empirical std s, with s^2 ~ var_in chi^2_{d-1}/d, so E[1/s^2] = d/((d-3) var_in)
-    and the factor is (d-2)/d * d/(d-3) = (d-2)/(d-3) (needs d > 3)."""
+    and the factor is (d-2)/d * d/(d-3) = (d-2)/(d-3) (needs d > 3). ``cv2``: the squared
+    coefficient of variation of s^2 over tokens, sequences and weights when it is not the
+    chi^2_{d-1} value 2/(d-1) (inside a stack, ``norm_cv2``): E[1/s^2] = d/((d-1)(1 - cv2) var_in)
+    (Gamma-distributed s^2), factor (d-2)/(d-1)/(1 - cv2); cv2 = 2/(d-1) gives (d-2)/(d-3)."""
     f = 1.0 if d is None else (d - 2) / (d - 3)
+    if d is not None and cv2 is not None:
+        f = (d - 2) / (d - 1) / (1 - cv2)
     return Bwd(f * g.var / var_in, g.r)
 
 
@@ -324,6 +337,170 @@ def residual_bwd(g: Bwd, gb: Bwd, lam2, beta2) -> Bwd:
 
 
 # --------------------------------------------------------------------------------------
+# per-token norm fluctuation (the LayerNorm backward's E[1/s^2])
+# --------------------------------------------------------------------------------------
+def norm_cv2_block(cv2, kind, d, p=0.0, mult=4):
+    """Squared coefficient of variation of a token's second moment s^2 = |x|^2/d (over tokens,
+    sequences and weight draws) at a sublayer output, from its value ``cv2`` at the input.
+    A Gaussian layer (fan-out n) multiplies |x|^2 by chi^2_n/n for any x: 1 + cv2 -> (1 + cv2)
+    (1 + 2/n) (the common part of the tokens is one vector per sequence, so this does not
+    average out over tokens); ReLU of n units i.i.d. given the token: (1 + 5/n)
+    (E relu^4 / (E relu^2)^2 = 6); dropout: (1 + 3 p/((1-p) d)) (Gaussian entries); the
+    attention mixing is taken to keep it (it moves only the within-sequence part). A
+    LayerNorm sets it to 0."""
+    f = (1 + 2 / (mult * d)) * (1 + 5 / (mult * d)) * (1 + 2 / d) if kind == "ffn" else (1 + 2 / d) ** 2
+    return (1 + cv2) * f * (1 + 3 * p / ((1 - p) * d)) - 1
+
+
+def norm_cv2_residual(x: Fwd, cx, y: Fwd, cy, lam2, beta2, d, coupled=False):
+    """lam x + beta y: s_u^2 = lam^2 s_x^2 + beta^2 s_y^2 + 2 lam beta x.y/d with x.y/d of variance
+    m_x m_y / d (the branch ends in a fresh matrix) and s_x, s_y uncorrelated (pre-LN: the
+    branch sees LN(x); post-LN: s_x = 1) unless ``coupled`` (the branch sees x itself, whose
+    scale it carries: post-LN's first sublayer), which adds 2 lam^2 beta^2 m_x m_y cx."""
+    mx, my = float(x.var) + float(x.mu) ** 2, float(y.var) + float(y.mu) ** 2
+    a, b = lam2 * mx, beta2 * my
+    c = 2 * a * b * cx if coupled else 0.0
+    return (a * a * cx + b * b * cy + c + 4 * lam2 * beta2 * mx * my / d) / (a + b) ** 2
+
+
+# --------------------------------------------------------------------------------------
+# token-covariance anisotropy: the kappa closure (docs/seeds.md, "kappa closure")
+# --------------------------------------------------------------------------------------
+# The within-sequence covariance S of the token vectors (d x d; per-unit trace
+# m1 = (1 - r) var) is summarised by kappa = d tr(S^2) / (tr S)^2 = m2 / m1^2 (1: isotropic).
+# Every rule below is a ratio of expectations over Gaussian weights at leading order in
+# 1/d (the O(1/d) terms that are kept are written out); higher spectral moments of S, which
+# only the attention tilt needs, come from the free-Poisson (Marchenko-Pastur) spectrum with
+# the same kappa ("_mp_moments"). ``cross`` is |Cov(x, y)|_F^2 / d between a sublayer's
+# input x and its output y, which the residual sum needs.
+def _mp_moments(kappa):
+    """(m3, m4) per unit m1 of the free-Poisson spectrum with m2 / m1^2 = kappa (c = kappa - 1):
+    1 + 3c + c^2 and 1 + 6c + 6c^2 + c^3 (exact for a Wishart / a Gaussian layer of an
+    isotropic input)."""
+    c = max(float(kappa) - 1.0, 0.0)
+    return 1 + 3 * c + c * c, 1 + 6 * c + 6 * c * c + c**3
+
+
+def kappa_linear(kappa, d_in, d_out):
+    """x W, W (d_in x d_out) Gaussian: E tr(W^T S W)^2 = s^4 d_out [(d_out + 1) tr S^2 + (tr S)^2],
+    so kappa' = (1 + 1/d_out)(d_out/d_in) kappa + 1 (free multiplicative convolution with a
+    Marchenko-Pastur law; square: kappa + 1 + kappa/d)."""
+    return (1 + 1 / d_out) * (d_out / d_in) * float(kappa) + 1.0
+
+
+_GH = np.polynomial.hermite_e.hermegauss(80)
+
+
+def _relu_unit_moments(x: Fwd):
+    """Per-unit quantities of ReLU(h), h zero-mean with var q and token correlation r: each
+    unit a has its sequence mean hbar_a ~ N(0, r q) and within-sequence variance s = (1-r) q.
+    Returns s, E v, E v^2 (v_a: within-sequence variance of the unit's output) and E phi^2
+    (phi_a = Phi(hbar_a / sqrt s) = E relu'), averaged over units by Gauss-Hermite quadrature."""
+    from scipy.special import ndtr
+    q, r = float(x.var), min(max(float(x.r), 0.0), 1.0)
+    s = (1 - r) * q
+    z, w = _GH
+    w = w / w.sum()
+    m = math.sqrt(r * q) * z
+    if s <= 0:
+        return 0.0, 0.0, 0.0, float(np.sum(w * (m > 0)))
+    t = m / math.sqrt(s)
+    cdf, pdf = ndtr(t), np.exp(-0.5 * t * t) / math.sqrt(2 * math.pi)
+    e1 = m * cdf + math.sqrt(s) * pdf
+    e2 = (m * m + s) * cdf + m * math.sqrt(s) * pdf
+    v = e2 - e1 * e1
+    return s, float(np.sum(w * v)), float(np.sum(w * v * v)), float(np.sum(w * cdf * cdf))
+
+
+def kappa_relu(h: Fwd, kappa, delta=0.0):
+    """ReLU of a Gaussian h with token-covariance anisotropy ``kappa``. Per unit pair, the
+    within-sequence covariance of the outputs is (Mehler / Stein) phi_a phi_b S_ab + O(S_ab^2)
+    off the diagonal, v_a on it, so d tr S'^2 / (tr S')^2 = [E v^2 (1 + delta) +
+    s^2 (E phi^2)^2 (kappa - 1 - delta)] / (E v)^2. ``delta`` = Var(S_aa)/s^2 is the spread of
+    the input's diagonal (2 kappa_x / d_in after a Gaussian layer)."""
+    s, ev, ev2, ephi2 = _relu_unit_moments(h)
+    if ev <= 0:
+        return 1.0
+    return (ev2 * (1 + delta) + s * s * ephi2**2 * (float(kappa) - 1 - delta)) / ev**2
+
+
+def kappa_dropout(x: Fwd, kappa, p):
+    """Inverted dropout (mask per entry): S' = S + diag(rho (S_aa + mu_a^2)), rho = p/(1-p),
+    mu_a the unit's sequence mean (E mu_a^2 = c0 = r var + mu^2, Gaussian: E mu_a^4 = 3 c0^2)."""
+    if p == 0:
+        return float(kappa)
+    rho = p / (1 - p)
+    m1, c0 = (1 - float(x.r)) * float(x.var), float(x.r) * float(x.var) + float(x.mu) ** 2
+    m2 = m1 * m1 * float(kappa) + 2 * rho * (m1 * m1 + m1 * c0) + rho * rho * (m1 * m1 + 2 * m1 * c0 + 3 * c0 * c0)
+    return m2 / (m1 + rho * (m1 + c0)) ** 2
+
+
+def kappa_residual(x: Fwd, kx, y: Fwd, ky, lam2, beta2, cross=0.0):
+    """lam x + beta y: S_u = lam^2 S_x + beta^2 S_y + lam beta (C + C^T), C = Cov(x, y).
+    The branch ends in a fresh zero-mean matrix, so E tr(S_x S_y) = tr S_x tr S_y / d and the
+    terms odd in it vanish; E tr(C + C^T)^2 = 2 |C|_F^2 = 2 d ``cross`` (tr C^2 is lower order):
+    tr S_u^2 / d = lam^4 m1x^2 kx + beta^4 m1y^2 ky + 2 lam^2 beta^2 (m1x m1y + cross)."""
+    m1x, m1y = (1 - float(x.r)) * float(x.var), (1 - float(y.r)) * float(y.var)
+    a, b = lam2 * m1x, beta2 * m1y
+    if a + b <= 0:
+        return 1.0
+    m2 = a * a * float(kx) + b * b * float(ky) + 2 * lam2 * beta2 * (m1x * m1y + cross)
+    return m2 / (a + b) ** 2
+
+
+def kappa_attention(x: Fwd, kappa, d, L, init, p=0.0):
+    """Anisotropy of the attention block output and its cross term with the input (x units).
+
+    Within-sequence covariance of A V before W_V, per the forward rule: the value mixing
+    (S2 - P) S (shape of S) plus the tilt f K, K = S B^T S B S, f = (L-1)/L, B = W_Q W_K^T/sqrt(d)
+    (entries of variance sigma_B^2 = sigma_M^2 / (d m2x)^2, m2x = var + mu^2). For B
+    free from S (product of two Gaussians, planar pairings): tr K = sigma_B^2 tr S tr S^2,
+    tr SK = sigma_B^2 tr S tr S^3, tr K^2 = sigma_B^4 [(tr S)^2 tr S^4 + tr S^2 (tr S^2)^2 +
+    (tr S)^2 (tr S^2)^2 / d] (the last from B being a product; isotropic: kappa_K = 3). Then W_V and W_O (``kappa_linear``),
+    dropout. Cross term: Cov(x_j, y_j) = (S/L + f S B S) W_V W_O, so |C|_F^2 / d =
+    d sigma_v^2 sigma_o^2 [tr S^2 / L^2 + f^2 sigma_B^2 (tr S^2)^2]. Returns (kappa_out, cross)."""
+    r = float(x.r)
+    m2x = float(x.var) + float(x.mu) ** 2
+    s2 = float(logit_variance(x, d, init["qk"]))
+    q = softmax_row_moments(float((1 - r) * s2), r, int(L))
+    f = (L - 1) / L
+    m1 = (1 - r) * float(x.var)
+    m2 = m1 * m1 * float(kappa)
+    m3, m4 = _mp_moments(kappa)
+    m3, m4 = m3 * m1**3, m4 * m1**4
+    sb2 = s2 / (d * m2x) ** 2  # sigma_B^2 (d sigma_qk^2)^2 m2x^2 = s2
+    mix = q["S2"] - q["P"]
+    # per-unit traces (tr / d) of X = mix S + f K, in x units
+    t1 = mix * m1 + f * sb2 * d * m1 * m2
+    t2 = (mix * mix * m2 + 2 * mix * f * sb2 * d * m1 * m3
+          + f * f * sb2**2 * d * d * (m1 * m1 * m4 + m2**3 + m1 * m1 * m2 * m2))
+    k = kappa_linear(kappa_linear(t2 / t1**2, d, d), d, d)
+    v = linear(x, d, init["v"])
+    h = sha(v, L, s2, True, d_in=d, kappa=kappa)
+    o = linear(h, d, init["o"])
+    k = kappa_dropout(o, k, p)
+    cross = d * d * init["v"] * init["o"] * (m2 / L**2 + f * f * sb2 * d * m2 * m2)
+    return k, cross
+
+
+def kappa_ffn(x: Fwd, kappa, d, init, p=0.0, mult=4):
+    """Anisotropy of the FFN block output (W_1 -> ReLU -> W_2 -> dropout) and its cross term:
+    Cov(x, relu(x W_1)) = S W_1 diag(phi) (Stein), so |C|_F^2 / d = d sigma_2^2 m d sigma_1^2
+    E phi^2 tr S^2 / d. Returns (kappa_out, cross)."""
+    h = linear(x, d, init["w1"])
+    kh = kappa_linear(kappa, d, mult * d)
+    k = kappa_relu(h, kh, delta=2 * float(kappa) / d)
+    a = relu(h)
+    k = kappa_linear(k, mult * d, d)
+    o = linear(a, mult * d, init["w2"])
+    k = kappa_dropout(o, k, p)
+    _, _, _, ephi2 = _relu_unit_moments(h)
+    m1 = (1 - float(x.r)) * float(x.var)
+    cross = mult * d * d * init["w1"] * init["w2"] * ephi2 * m1 * m1 * float(kappa)
+    return k, cross
+
+
+# --------------------------------------------------------------------------------------
 # initialisations and scalings (Section 3.5)
 # --------------------------------------------------------------------------------------
 @float64
@@ -365,7 +542,7 @@ def dslm_init(d, p=0.0, mult=4, r=None, L=None, exact=True):
 @float64
 def stack(arch="pre-ln", layers=4, d=256, L=64, init="xavier", p=0.0, lam2=1.0, beta2=1.0,
           var0=1.0, r0=0.2, g_var=1.0, g_r=0.0, exact=True, approx=False, mult=4, ln_exact=True,
-          qk_grad=True, kappa=None):
+          qk_grad=True, kappa=None, kappa0=1.0, ln_fluct=False):
     """Moments through ``layers`` transformer layers (attention + FFN sublayers).
 
     Returns dict of numpy arrays over the 2 * layers + 1 sublayer boundaries: forward
@@ -375,42 +552,66 @@ def stack(arch="pre-ln", layers=4, d=256, L=64, init="xavier", p=0.0, lam2=1.0, 
     w1, w2); 'dslm' re-solves sigma_v, sigma_o per layer. ``ln_exact``: the finite-d
     LayerNorm gradient factor (d-2)/(d-3); ``qk_grad=False``: value path only. ``kappa``:
     one token-covariance anisotropy d tr(S^2)/(tr S)^2 per attention sublayer input (None:
-    isotropic, 1; the moment state does not carry it: measured values come from
-    ``simulate_stack``, see docs/seeds.md)."""
+    isotropic, 1; measured values come from ``simulate_stack``) or ``"auto"``: predicted by
+    the kappa closure (``kappa_linear``, ``kappa_relu``, ``kappa_dropout``, ``kappa_residual``,
+    ``kappa_attention``, ``kappa_ffn``; input anisotropy ``kappa0``), see docs/seeds.md.
+    Returned: ``kappa`` (the values used at the attention inputs) and, with "auto",
+    ``kappa_all`` (the prediction at every sublayer boundary x_l). ``ln_fluct``: the LayerNorm
+    backward uses the tracked per-token norm fluctuation (``norm_cv2_block``,
+    ``norm_cv2_residual``; Gaussian input 2/(d-1)) instead of the chi^2 value."""
     if arch not in ARCHS:
         raise ValueError(f"unknown architecture {arch!r}; choose one of {', '.join(ARCHS)}")
     d_ln = d if ln_exact else None
+    auto = isinstance(kappa, str)
+    if auto and kappa != "auto":
+        raise ValueError(f"kappa must be None, 'auto' or one value per layer, not {kappa!r}")
     x = Fwd(0.0, float(var0), float(r0))
-    xs, caches = [x], []
+    k = float(kappa0)  # anisotropy of the stream (kappa="auto")
+    xs, caches, ks, k_att = [x], [], [k], []
+    cv = 2 / (d - 1)  # norm fluctuation of the stream (ln_fluct)
+    cvd = (lambda c: c) if ln_fluct else (lambda c: None)
     for sub in range(2 * layers):
         kind = "attn" if sub % 2 == 0 else "ffn"
         ini = resolve_init(init, d, p, mult, x, L, exact)
         xin = layernorm(x) if arch == "pre-ln" else x
         if kind == "attn":
-            y, c = attention_block(xin, d, L, ini, p, exact, 1.0 if kappa is None else float(kappa[sub // 2]))
+            kap = k if auto else (1.0 if kappa is None else float(kappa[sub // 2]))
+            k_att.append(kap)
+            y, c = attention_block(xin, d, L, ini, p, exact, kap)
         else:
             y, c = ffn_block(xin, d, ini, p, mult, approx)
         u = residual(x, y, lam2, beta2)
-        caches.append((kind, c, ini, x, u))
+        if auto:
+            ky, cross = (kappa_attention(xin, k, d, L, ini, p) if kind == "attn"
+                         else kappa_ffn(xin, k, d, ini, p, mult))
+            scale = float(x.var) + float(x.mu) ** 2 if arch == "pre-ln" else 1.0  # Cov(x, y) = l Cov(LN x, y)
+            k = kappa_residual(x, k, y, ky, lam2, beta2, cross * scale)
+            ks.append(k)
+        cv_in = cv if arch == "post-ln" else 0.0  # the branch input: LN(x) in pre-LN
+        cv_y = norm_cv2_block(cv_in, kind, d, p, mult)
+        cv_u = norm_cv2_residual(x, cv, y, cv_y, lam2, beta2, d, coupled=arch == "post-ln")
+        caches.append((kind, c, ini, x, u, cvd(cv), cvd(cv_u)))
         x = u if arch == "pre-ln" else layernorm(u)
+        cv = cv_u if arch == "pre-ln" else 0.0
         xs.append(x)
     g = Bwd(float(g_var), float(g_r))
     gs = [g]
-    for kind, c, ini, xin_, u in reversed(caches):
+    for kind, c, ini, xin_, u, cv_x, cv_u in reversed(caches):
         if arch == "post-ln":
-            g = layernorm_bwd(g, u.var, d_ln)
+            g = layernorm_bwd(g, u.var, d_ln, cv_u)
         if kind == "attn":
             gb = attention_block_bwd(g, c, d, L, ini, p, exact, qk_grad)
         else:
             gb = ffn_block_bwd(g, c, d, ini, p, mult)
         if arch == "pre-ln":
-            gb = layernorm_bwd(gb, xin_.var, d_ln)
+            gb = layernorm_bwd(gb, xin_.var, d_ln, cv_x)
         g = residual_bwd(g, gb, lam2, beta2)
         gs.append(g)
     gs = gs[::-1]
     return dict(var=np.array([float(v.var) for v in xs]), r=np.array([float(v.r) for v in xs]),
                 g_var=np.array([float(v.var) for v in gs]), g_r=np.array([float(v.r) for v in gs]),
-                inits=[c[2] for c in caches])
+                inits=[c[2] for c in caches], kappa=np.array(k_att),
+                kappa_all=np.array(ks) if auto else None)
 
 
 @float64

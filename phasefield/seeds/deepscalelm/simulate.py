@@ -99,7 +99,7 @@ def simulate_sha(key, L, d_in, d_v, r, var_logit, r_g=0.0, draws=64, var_x=1.0, 
 @float64
 def simulate_stack(key, arch="pre-ln", layers=4, d=64, L=16, init="xavier", p=0.0, lam2=1.0,
                    beta2=1.0, var0=1.0, r0=0.2, draws=8, mult=4, qk_grad=True, exact=True, ln_exact=True,
-                   batch=64):
+                   batch=64, kappa=None):
     """Finite-width simulation of the stack of ``stack`` (same init, scaling, dropout).
     Draws run ``batch`` at a time (vmapped; memory bounded by the batch).
 
@@ -110,10 +110,11 @@ def simulate_stack(key, arch="pre-ln", layers=4, d=64, L=16, init="xavier", p=0.
     jackknife standard errors) and the
     ``theory`` (``stack`` with the same settings), and ``kappa``: the token-covariance
     anisotropy d tr(S^2)/(tr S)^2 at each attention sublayer's input (mean over draws), which
-    ``stack(kappa=...)`` accepts."""
+    ``stack(kappa=...)`` accepts, and ``kappa_all`` at every sublayer boundary x_l (``*_se``:
+    standard errors over draws). ``kappa`` is passed to ``stack`` (e.g. "auto")."""
     n_sub = 2 * layers
     th = stack(arch, layers, d, L, init, p, lam2, beta2, var0, r0, exact=exact, mult=mult,
-               ln_exact=ln_exact, qk_grad=qk_grad)
+               ln_exact=ln_exact, qk_grad=qk_grad, kappa=kappa)
     sv = {k: jnp.array([ini[k] for ini in th["inits"]]) for k in ("qk", "v", "o", "w1", "w2")}
     lam, beta = math.sqrt(lam2), math.sqrt(beta2)
 
@@ -141,7 +142,7 @@ def simulate_stack(key, arch="pre-ln", layers=4, d=64, L=16, init="xavier", p=0.
         def f(probes):
             def layer(x, inp):
                 kw2, kd2, v2, pr2 = inp
-                outs = []
+                outs, kall = [], []
                 for j in range(2):
                     xin = _ln(x) if arch == "pre-ln" else x
                     if j == 0:
@@ -153,27 +154,31 @@ def simulate_stack(key, arch="pre-ln", layers=4, d=64, L=16, init="xavier", p=0.
                     u = lam * x + beta * y
                     x = (u if arch == "pre-ln" else _ln(u)) + pr2[j]
                     outs.append(x)
-                return x, (jnp.stack(outs), kap)
+                    kall.append(_kappa(jax.lax.stop_gradient(x)))
+                return x, (jnp.stack(outs), kap, jnp.stack(kall))
 
             x = x0 + probes[0]
             pair = lambda a: a.reshape((layers, 2) + a.shape[1:])
-            _, (outs, kaps) = jax.lax.scan(layer, x, (pair(kws), pair(kds), {k: pair(v) for k, v in sv.items()},
-                                                      pair(probes[1:])))
-            return jnp.concatenate([x[None], outs.reshape((n_sub, L, d))]), kaps
+            _, (outs, kaps, kall) = jax.lax.scan(layer, x, (pair(kws), pair(kds), {k: pair(v) for k, v in sv.items()},
+                                                            pair(probes[1:])))
+            kall = jnp.concatenate([_kappa(jax.lax.stop_gradient(x))[None], kall.reshape(n_sub)])
+            return jnp.concatenate([x[None], outs.reshape((n_sub, L, d))]), (kaps, kall)
 
         probes = jnp.zeros((n_sub + 1, L, d))
-        outs, vjp, kaps = jax.vjp(f, probes, has_aux=True)
+        outs, vjp, (kaps, kall) = jax.vjp(f, probes, has_aux=True)
         gout = jnp.zeros_like(outs).at[-1].set(jax.random.normal(kg, (L, d)))
         (gp,) = vjp(gout)
-        return jax.vmap(_moments)(outs), jax.vmap(_moments)(gp), kaps
+        return jax.vmap(_moments)(outs), jax.vmap(_moments)(gp), kaps, kall
 
     keys = jax.random.split(key, draws)
     if draws > batch and draws % batch == 0:
         batched = jax.jit(lambda k: jax.lax.map(jax.vmap(one), k.reshape((-1, batch) + k.shape[1:])))
-        mx, mg, kaps = (v.reshape((draws,) + v.shape[2:]) for v in batched(keys))
+        mx, mg, kaps, kall = (v.reshape((draws,) + v.shape[2:]) for v in batched(keys))
     else:
-        mx, mg, kaps = jax.jit(jax.vmap(one))(keys)
-    out = {"kappa": np.asarray(kaps).mean(0)}
+        mx, mg, kaps, kall = jax.jit(jax.vmap(one))(keys)
+    kaps, kall = np.asarray(kaps), np.asarray(kall)
+    out = {"kappa": kaps.mean(0), "kappa_se": kaps.std(0, ddof=1) / math.sqrt(draws) if draws > 1 else np.nan,
+           "kappa_all": kall.mean(0), "kappa_all_se": kall.std(0, ddof=1) / math.sqrt(draws) if draws > 1 else np.nan}
     for name, m in (("", np.asarray(mx)), ("g_", np.asarray(mg))):
         total = m.sum(0)
         out[name + "var"], out[name + "r"] = _var_r(total, L)
@@ -197,17 +202,19 @@ def _var_r(m, L):
 @float64
 def validate(key, archs=ARCHS, widths=(64, 128, 256), depths=(1, 2, 4, 8), inits=("xavier", "dslm"),
              p=0.1, seq_lens=(32,), draws=8, r0=0.2, k=2.0, qk_grad=True, exact=True, ln_exact=True,
-             batch=64):
+             batch=64, kappa=None):
     """Relative errors |theory - sim| / |sim| over a grid: var, r (forward) at every sublayer
     output, g_var (backward) at every sublayer input; per boundary also ``z`` = (theory - sim)
-    / se and ``rel_se`` = se / |sim| (jackknife over draws). Returns rows and 50/90/99th percentiles
-    per quantity."""
+    / se and ``rel_se`` = se / |sim| (jackknife over draws), and the values themselves (``sim``,
+    ``se``, ``theory``, and the measured and used token anisotropy ``kappa_sim``, ``kappa_th``
+    at the boundaries / attention inputs). ``kappa`` goes to ``stack`` (None: isotropic;
+    "auto": the kappa closure). Returns rows and 50/90/99th percentiles per quantity."""
     rows = []
     for arch, init, d, N, L in itertools.product(archs, inits, widths, depths, seq_lens):
         lam2, beta2 = dslm_scaling(N, min(k, N)) if init.startswith("dslm") else (1.0, 1.0)
         key, sub = jax.random.split(key)
         sim = simulate_stack(sub, arch, N, d, L, init, p, lam2, beta2, 1.0, r0, draws,
-                             qk_grad=qk_grad, exact=exact, ln_exact=ln_exact, batch=batch)
+                             qk_grad=qk_grad, exact=exact, ln_exact=ln_exact, batch=batch, kappa=kappa)
         th = sim["theory"]
         for q in ("var", "r", "g_var"):
             part = slice(None, -1) if q == "g_var" else slice(1, None)
@@ -218,7 +225,11 @@ def validate(key, archs=ARCHS, widths=(64, 128, 256), depths=(1, 2, 4, 8), inits
             z = np.where(exact_q, 0.0, diff / np.where(exact_q, 1.0, se))
             rows.append(dict(arch=arch, init=init, width=d, depth=N, seq_len=L, quantity=q,
                              max_rel_err=float(err.max()), errs=err.tolist(), z=z.tolist(),
-                             rel_se=(sim[q + "_se"][part] / np.abs(sim[q][part])).tolist()))
+                             rel_se=(sim[q + "_se"][part] / np.abs(sim[q][part])).tolist(),
+                             sim=sim[q][part].tolist(), se=se.tolist(), theory=th[q][part].tolist(),
+                             kappa_sim=sim["kappa_all"].tolist(), kappa_sim_se=np.atleast_1d(sim["kappa_all_se"]).tolist(),
+                             kappa_th=th["kappa"].tolist(),
+                             kappa_th_all=None if th["kappa_all"] is None else th["kappa_all"].tolist()))
     summary = {}
     for q in ("var", "r", "g_var"):
         e = np.concatenate([r["errs"] for r in rows if r["quantity"] == q])
