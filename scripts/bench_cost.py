@@ -40,6 +40,8 @@ CONFIGS = [  # (label, HParams fields, sweep points)
     ("tanh  sw=10", dict(sigma_w=10.0), 64),
     ("tanh  sw=100", dict(sigma_w=100.0), 64),
     ("tanh  sw=5   attention=exact", dict(sigma_w=5.0, attention="exact"), 64),
+    ("tanh  sw=5   exact, sigma_A=2", dict(sigma_w=5.0, sigma_a=2.0, attention="exact"), 64),
+    ("tanh  sw=5   exact, sigma_A=3", dict(sigma_w=5.0, sigma_a=3.0, attention="exact"), 64),
 ]
 
 
