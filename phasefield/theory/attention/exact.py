@@ -25,7 +25,9 @@ integral), the distinguished token(s) into one more Gaussian integral. In log-co
     E[A_1^p B_1^r]        = (1/Gamma(p)Gamma(r)) int da db  H_pr(a, b) f(a, b)^{n-1}
                             H_pr(a, b) = E g_p(a + x) g_r(b + y),  f = H_00
 
-with ``s, x ~ N(0, tau^2)``, ``y = rho x + tau sqrt(1 - rho^2) w``. The Gaussian
+with ``s, x ~ N(0, tau^2)``, ``y = rho x + tau sqrt(1 - rho^2) w``. ``H_pr`` is computed
+from a shared/own split of (x, y) (:func:`_pair_tables`: one-dimensional tables and a
+matrix product, issue 13). The Gaussian
 integrals and the a/b integrals are trapezoid rules on fixed grids (static sizes, traced
 ranges), so everything is deterministic, ``jit``/``vmap``-able and differentiable
 (``tau`` enters through a sqrt made safe at ``rho = 1``). ``n`` may be traced and may be
