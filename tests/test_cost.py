@@ -158,8 +158,8 @@ def _pair_dense(grid, p, r):
     return (_g(p, a[:, None] + x[None, :]) * wz) @ gam.T
 
 
-@pytest.mark.parametrize("sigma_a,n,rho", [(2.3, 32, -0.03), (2.3, 32, 0.004), (2.3, 32, 0.5),
-                                           (2.3, 32, 0.97), (2.3, 32, 0.995), (1.0, 2, -1.0)])
+@pytest.mark.parametrize("sigma_a,n,rho", [(2.3, 32, -0.03), (2.3, 32, 0.004), (2.3, 32, 0.97),
+                                           (1.0, 2, -1.0)])
 def test_exact_attention_pair_rule_equals_direct_rules(sigma_a, n, rho):
     """The shared-logit pair rule (lattice or Gauss-Hermite in c, exact._pair_tables: both
     branches, both signs of rho, n = 2 at rho = -1) against the direct rule on the same

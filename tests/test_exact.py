@@ -118,12 +118,12 @@ def test_public_functions_key_on_concrete_sizes():
 def test_table_search_equals_direct_search(sigma_a, n, corr):
     """Stable points from the shared mesh values (bisection on their interpolant, Newton
     polish on the exact map) against the search before issue 13 (the exact map on the mesh,
-    bisection and Newton on it), same grid sizes, at several sigma_w / alpha."""
+    bisection and Newton on it), same grid sizes, at a (sigma_w, alpha) point."""
     from phasefield.theory import fixed_points, mlp
     from phasefield.theory.attention import exact_table
     base = HParams(sigma_a=sigma_a, n_tokens=n, attention="exact", softmax_correction=corr)
     att = exact_table.kernel(base, with_values=True)
-    pts = [(2.0, .5, .5), (8.0, .7, .4)]
+    pts = [(8.0, .7, .4)]     # (2.0, .5, .5) too when measured; one for suite time
     with jax.enable_x64(True):
         fns = {t: jax.jit(lambda hp, k, t=t: fixed_points._stable_points(hp, k, t)) for t in (True, False)}
         for sw, aa, am in pts:
