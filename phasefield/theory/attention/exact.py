@@ -139,11 +139,6 @@ class _Grid:
         self.wa = jnp.ones((n_a,), dt).at[0].set(0.5).at[-1].set(0.5) * self.h
 
 
-def _h1(grid, ps):
-    """[h_p(a) = E g_p(a + tau z) on the a-grid for p in ``ps``]."""
-    return _u_tables(grid.a, grid.tau, grid, ps)
-
-
 def _ghnodes(m, dtype):
     t, w = np.polynomial.hermite_e.hermegauss(m)
     return jnp.asarray(t, dtype), jnp.asarray(w / w.sum(), dtype)
@@ -188,8 +183,7 @@ def _pair_tables(grid, pairs):
       and each u_p is one table of ~ n_a LATTICE_REFINE x n_z values;
     * narrow c: N_GH Gauss-Hermite nodes, u_p evaluated at a + c directly.
 
-    Both rules are evaluated (static shapes under vmap) and the one valid at sigma_c kept;
-    NaN where the static lattice cannot reach Z_MAX sigma_c (sizes too small for sigma_A,
+    ``lax.cond`` picks the rule valid at sigma_c (under vmap both are evaluated); NaN where the static lattice cannot reach Z_MAX sigma_c (sizes too small for sigma_A,
     n). Cost ~ n_a n_z (LATTICE_REFINE + N_GH) exp and 2 n_a^2 (2N + 1 + N_GH) multiply-adds
     per pair, instead of the n_a n_z^2 exp of a direct two-dimensional Gaussian rule."""
     dt = grid.a.dtype
@@ -236,7 +230,7 @@ def row_moments(hp, rho, n_a=None, n_z=None):
     if n_a is None or n_z is None:
         n_a, n_z = sizes(hp)
     gr = _Grid(hp, rho, n_a, n_z)
-    h = dict(zip(range(5), _h1(gr, range(5))))
+    h = dict(zip(range(5), _u_tables(gr.a, gr.tau, gr, range(5))))   # h_p(a) = E g_p(a + tau z)
     phi_log = _safe_log(h[0])
     w_n1 = _pow(phi_log, gr.n - 1.0) * gr.wa
     w_n2 = _pow(phi_log, gr.n - 2.0) * gr.wa
