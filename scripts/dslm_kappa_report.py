@@ -32,7 +32,11 @@ def key(rec):
 def theory(arch, init, d, n, L, kappa):
     lam2, beta2 = ds.dslm_scaling(n, min(2.0, n)) if init.startswith("dslm") else (1.0, 1.0)
     kap = {"iso": None, "ln": None}.get(kappa, "auto")
-    return ds.stack(arch, n, d, L, init, 0.1, lam2, beta2, 1.0, 0.2, kappa=kap, ln_fluct=kappa.endswith("ln"))
+    # "iso" and "auto": the chi^2 LayerNorm factor everywhere (the code path of the committed
+    # rows); "+ln": the norm-fluctuation factor everywhere; "+default": where it is validated
+    # (today's default, ln_fluct="auto")
+    fluct = {"ln": True, "default": "auto"}.get(kappa.rsplit("+", 1)[-1], False)
+    return ds.stack(arch, n, d, L, init, 0.1, lam2, beta2, 1.0, 0.2, kappa=kap, ln_fluct=fluct)
 
 
 def part(q, a):
@@ -93,13 +97,16 @@ def main(argv=None):
     table(old, "auto", "committed draws (64; noisy stacks 256)")
     table(old, "ln", "committed draws (64; noisy stacks 256)")
     table(old, "auto+ln", "committed draws (64; noisy stacks 256)")
+    table(old, "auto+default", "committed draws (64; noisy stacks 256)")
     if a.new:
         new = {key(r): r for r in io.read_jsonl(a.new)}
         table(new, "iso", f"rerun {a.new} only")
         table(new, "auto", f"rerun {a.new} only")
         table(new, "auto+ln", f"rerun {a.new} only")
+        table(new, "auto+default", f"rerun {a.new} only")
         table({**old, **new}, "auto", "rerun stacks + committed draws for the others")
         table({**old, **new}, "auto+ln", "rerun stacks + committed draws for the others")
+        table({**old, **new}, "auto+default", "rerun stacks + committed draws for the others")
 
 
 if __name__ == "__main__":

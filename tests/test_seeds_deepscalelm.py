@@ -425,3 +425,18 @@ def test_stack_kappa_closure_against_simulation(arch, layers):
     assert np.all(np.abs(m[big] - 1.0) > 4 * se[big] + 0.05 * m[big])
     with pytest.raises(ValueError):
         ds.stack(arch, layers, d, L, "dslm", kappa="measured")
+
+
+def test_stack_uses_the_norm_fluctuation_where_validated():
+    """ln_fluct="auto" (default): the tracked norm fluctuation in pre-LN stacks and in post-LN
+    stacks without a skip path (lam2 = 0: the LayerNorm reads a branch output, the case of
+    test_layernorm_backward_norm_fluctuation); the chi^2 factor in post-LN stacks with a skip
+    path. It raises the gradient there (E[1/s^2] grows with the fluctuation)."""
+    args = dict(layers=2, d=64, L=32, init="dslm", p=0.1, var0=1.0, r0=0.2)
+    for arch, (lam2, beta2), on in (("pre-ln", (0.0, 1.0), True), ("pre-ln", (0.5, 0.5), True),
+                                    ("post-ln", (0.0, 1.0), True), ("post-ln", (0.5, 0.5), False)):
+        g = {f: ds.stack(arch, lam2=lam2, beta2=beta2, ln_fluct=f, **args)["g_var"] for f in ("auto", True, False)}
+        np.testing.assert_array_equal(g["auto"], g[on])
+        assert np.all(g[True][:-1] > g[False][:-1]), arch
+    with pytest.raises(ValueError):
+        ds.stack("pre-ln", ln_fluct="post-ln", **args)

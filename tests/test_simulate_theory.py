@@ -50,10 +50,10 @@ def test_exponents_match_theory(sigma_w, sigma_a, alpha):
     q_star = float(theory.collapsed_fixed_point(hp)[0])
     assert measure.q_star_reference(hp) == pytest.approx(q_star, rel=1e-6)
     la, la_se = measure.angle_exponent(hp, width=256, seeds=16, q_star=q_star, seed=11,
-                                       weights="dense")
+                                       weights="lazy")
     assert abs(la - float(th["lambda_a"])) < 3 * la_se
     lg, lg_se = measure.gradient_exponent(hp, width=256, seeds=16, q_star=q_star, seed=11,
-                                          weights="dense")
+                                          weights="lazy")
     assert lg_se < 0.01
     assert abs(lg - float(th["lambda_g"])) < 0.03
 

@@ -25,10 +25,11 @@ same input); the FFN block is W_1 (d -> m d) -> ReLU -> W_2 (m d -> d) -> dropou
 The attention rules also take the token-covariance anisotropy kappa = d tr(S^2)/(tr S)^2;
 ``stack(kappa="auto")`` predicts it at every attention input with the kappa closure
 (``kappa_linear``, ``kappa_relu``, ``kappa_dropout``, ``kappa_residual``, ``kappa_attention``,
-``kappa_ffn``). ``stack(ln_fluct=True)`` (experimental, off by default) uses the tracked
-per-token norm fluctuation in the LayerNorm backward (``norm_cv2_block``,
-``norm_cv2_residual``); it is right for a LayerNorm after Gaussian layers but does not yet
-compose in post-LN stacks (docs/seeds.md).
+``kappa_ffn``). The LayerNorm backward uses the tracked per-token norm fluctuation
+(``norm_cv2_block``, ``norm_cv2_residual``; ``stack(ln_fluct=...)``) where it is validated:
+a LayerNorm after Gaussian layers (post-LN without a skip path, lam = 0) and the pre-LN
+stream. Post-LN with a skip path keeps the chi^2 value: there the tracked fluctuation
+over-corrects (docs/seeds.md).
 """
 from __future__ import annotations
 
@@ -542,7 +543,7 @@ def dslm_init(d, p=0.0, mult=4, r=None, L=None, exact=True):
 @float64
 def stack(arch="pre-ln", layers=4, d=256, L=64, init="xavier", p=0.0, lam2=1.0, beta2=1.0,
           var0=1.0, r0=0.2, g_var=1.0, g_r=0.0, exact=True, approx=False, mult=4, ln_exact=True,
-          qk_grad=True, kappa=None, kappa0=1.0, ln_fluct=False):
+          qk_grad=True, kappa=None, kappa0=1.0, ln_fluct="auto"):
     """Moments through ``layers`` transformer layers (attention + FFN sublayers).
 
     Returns dict of numpy arrays over the 2 * layers + 1 sublayer boundaries: forward
@@ -558,7 +559,12 @@ def stack(arch="pre-ln", layers=4, d=256, L=64, init="xavier", p=0.0, lam2=1.0, 
     Returned: ``kappa`` (the values used at the attention inputs) and, with "auto",
     ``kappa_all`` (the prediction at every sublayer boundary x_l). ``ln_fluct``: the LayerNorm
     backward uses the tracked per-token norm fluctuation (``norm_cv2_block``,
-    ``norm_cv2_residual``; Gaussian input 2/(d-1)) instead of the chi^2 value."""
+    ``norm_cv2_residual``; Gaussian input 2/(d-1)) instead of the chi^2 value: True, False or
+    "auto" (default): on where it is validated, in pre-LN stacks and in post-LN stacks without
+    a skip path (lam2 = 0, the LayerNorm reads the branch output); off in post-LN stacks with
+    a skip path, where it over-corrects (docs/seeds.md)."""
+    if not (isinstance(ln_fluct, bool) or ln_fluct == "auto"):
+        raise ValueError(f"ln_fluct must be True, False or 'auto', not {ln_fluct!r}")
     if arch not in ARCHS:
         raise ValueError(f"unknown architecture {arch!r}; choose one of {', '.join(ARCHS)}")
     d_ln = d if ln_exact else None
@@ -569,7 +575,8 @@ def stack(arch="pre-ln", layers=4, d=256, L=64, init="xavier", p=0.0, lam2=1.0, 
     k = float(kappa0)  # anisotropy of the stream (kappa="auto")
     xs, caches, ks, k_att = [x], [], [k], []
     cv = 2 / (d - 1)  # norm fluctuation of the stream (ln_fluct)
-    cvd = (lambda c: c) if ln_fluct else (lambda c: None)
+    fluct = ln_fluct if isinstance(ln_fluct, bool) else (arch == "pre-ln" or float(lam2) == 0.0)
+    cvd = (lambda c: c) if fluct else (lambda c: None)
     for sub in range(2 * layers):
         kind = "attn" if sub % 2 == 0 else "ffn"
         ini = resolve_init(init, d, p, mult, x, L, exact)
