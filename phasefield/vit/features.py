@@ -114,11 +114,14 @@ def _features(cfg, configs, q0, rho0, maps, batch_size):
     out = {}
     for L in sorted(set(depth.tolist())):
         idx = np.flatnonzero(depth == L)
-        hp = cfg.hparams(col("sigma_w")[idx], col("sigma_a")[idx], col("alpha_a")[idx], col("alpha_m")[idx],
-                         depth=np.full(len(idx), L, float), dtype=jnp.float64)
+        # pad to a multiple of batch_size (repeating the last point): 1 to batch_size points
+        # share one compiled program (a predict call of one point, then of two, compiled twice)
+        take = np.pad(idx, (0, -len(idx) % batch_size), mode="edge")
+        hp = cfg.hparams(col("sigma_w")[take], col("sigma_a")[take], col("alpha_a")[take], col("alpha_m")[take],
+                         depth=np.full(len(take), L, float), dtype=jnp.float64)
         res = jax.device_get(_compiled(L, tuple(maps), batch_size)(hp, jnp.float64(q0), jnp.float64(rho0)))
         for k, v in res.items():
-            out.setdefault(k, np.full(n, np.nan))[idx] = np.asarray(v, float)
+            out.setdefault(k, np.full(n, np.nan))[idx] = np.asarray(v, float)[:len(idx)]
     return out
 
 
