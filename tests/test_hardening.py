@@ -76,7 +76,7 @@ def test_grid_size_is_checked_before_any_allocation(tmp_path, capsys):
 
 def test_exact_attention_grid_is_checked_before_any_work(tmp_path, capsys):
     """--attention exact sizes its logit grid from sigma_A and n: at sigma_A = 50 it would need
-    1e10 values per evaluation (hours per point), so it is refused in one line, no file."""
+    a grid of cost n_a n_z^2 ~ 1e10 (hours per point), so it is refused in one line, no file."""
     code, _, err = run(capsys, "exponents", "--attention", "exact", "--sigma-a", "50")
     assert one_line_error(code, err) and "logit grid" in err and "--attention paper" in err
     out = tmp_path / "x.nc"

@@ -56,8 +56,8 @@ LATTICE_REFINE = 8     # nodes on multiples of h / 8, spacing <= sigma_c / C_SPA
 C_SPACING = 1.4        # <= SPACING_MAX (trapezoid error ~ exp(-2 pi^2 C_SPACING^2) and
 SPACING_MAX = 0.2      # A exp(-pi^2 / spacing + pi^2 / (8 sigma_c^2)), A ~ e^{e^v} <~ 1e4 the
                        # growth of g_p off the real axis: ~1e-14; 0.26 left 3e-11 in H_22)
-MAX_VALUES = 1.2e8      # n_a x n_z^2 integrand values per evaluation allowed (sigma_A <~ 10):
-                        # beyond, one evaluation takes seconds and a point tens of minutes
+MAX_VALUES = 1.2e8      # cost bound on n_a x n_z^2 (the direct pair rule's work; the pair
+                        # tables now cost less, but the mesh grows with it): sigma_A <~ 10
 
 
 # ---- grid sizes (static) -------------------------------------------------------------
@@ -74,7 +74,7 @@ def sizes(hp=None, sigma_max: float | None = None, n_max: float | None = None) -
 
     From concrete ``hp.sigma_a`` / ``hp.n_tokens`` when possible, else the defaults
     (sigma_A <= 4.5, n <= 4096). Raises ValueError when the grid would exceed
-    :data:`MAX_VALUES` integrand values (checked before any work: the CLI exits 2)."""
+    the cost bound :data:`MAX_VALUES` (checked before any work: the CLI exits 2)."""
     if hp is not None:
         sigma_max = sigma_max or _concrete(hp.sigma_a)
         n_max = n_max or _concrete(hp.n_tokens)
@@ -90,7 +90,7 @@ def sizes(hp=None, sigma_max: float | None = None, n_max: float | None = None) -
     n_a = max(96, int(math.ceil(span / H_A)) + 1)
     if n_a * n_z * n_z > MAX_VALUES:
         raise ValueError(f"the exact attention map at sigma_A = {s / 1.05:g}, n = {n:g} needs a logit grid "
-                         f"of {n_a} x {n_z}^2 = {n_a * n_z * n_z:.1e} values per evaluation (limit "
+                         f"of {n_a} x {n_z} points, over its cost limit (n_a n_z^2 = {n_a * n_z * n_z:.1e} > "
                          f"{MAX_VALUES:.1e}, about sigma_A <= 10); use --attention paper or a smaller sigma_A")
     return n_a, n_z
 
