@@ -9,6 +9,8 @@ sim = theory_iso / (1 + z rel_se) (z = (theory - sim)/se, rel_se = se/|sim|), wi
 kappa-closure theory (``stack(kappa="auto")``) is then compared with the same draws.
 
     PYTHONPATH=. python scripts/dslm_kappa_report.py --new docs/data/dslm/rows_kappa_dslm_256draws.jsonl
+    # the fresh-draw check of ln_fluct="auto" (theory "auto+default"; docs/seeds.md)
+    PYTHONPATH=. python scripts/dslm_kappa_report.py --new docs/data/dslm/rows_kappa_dslm_heldout_128draws.jsonl
 """
 from __future__ import annotations
 
