@@ -98,16 +98,10 @@ def _point_fields(dims, scalars, flat_index):
     return vals, sw_index
 
 
-# compiled once per activation (run eagerly, these vmaps compiled every primitive on its own)
+# compiled once per activation (run eagerly, this vmap compiled every primitive on its own)
 @functools.lru_cache(maxsize=None)
 def _layer_scales_fn(activation: str, mlp_layers: int):
     return jax.jit(jax.vmap(lambda s: mlp.layer_scales(s, activation, mlp_layers)))
-
-
-@functools.lru_cache(maxsize=None)
-def _closed_form_kernels_fn(activation: str, mlp_layers: int):
-    hp0 = HParams(activation=activation, mlp_layers=mlp_layers)
-    return jax.jit(jax.vmap(lambda s: mlp.kernel(hp0.replace(sigma_w=s))))
 
 
 @float64
@@ -118,7 +112,7 @@ def build_kernels(sigma_w: np.ndarray, activation: str = "tanh", mlp_layers: int
     devices = tuple(devices) if devices is not None else tuple(jax.local_devices())
     sigma_w = np.asarray(sigma_w, np.float64).reshape(-1)
     if activation in mlp.CLOSED_FORMS:
-        return _closed_form_kernels_fn(activation, int(mlp_layers))(jnp.asarray(sigma_w))
+        return _kernel_fn(activation, int(mlp_layers), 0, 0)(jnp.asarray(sigma_w))  # no tables
     q_l, _, _ = _layer_scales_fn(activation, int(mlp_layers))(jnp.asarray(sigma_w))
     s_max = np.sqrt(np.max(np.asarray(q_l), axis=-1))
     sizes = [mlp.table_sizes(s) for s in s_max]

@@ -137,7 +137,7 @@ def test_figures_from_saved_without_recomputation(saved, tmp_path, no_compute, c
                "--out", str(out)])
     assert rc == 0, capsys.readouterr().err
     _check_outputs(out, FIGS)
-    # the data the figures used are saved beside them and redraw again
+    # the data the figures used are saved beside them
     assert set(files.load_groups(str(out / "sweep.nc"))) == {"alpha_sigma_w", "sigma_a_alpha"}
     assert {"fig2", "fig3", "causal"} <= set(files.load_groups(str(out / "sim.nc")))
     # and the files written there load again, sim.nc found beside sweep.nc (the drawing from

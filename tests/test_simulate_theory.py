@@ -5,8 +5,8 @@ statistical resolution (3 standard errors of q, 2 of rho: the per-draw spread of
 width 512 is ~7 %, set by the fresh value/MLP weights of every layer, so 64 draws are
 needed for a ~0.9 % standard error), and q also within 4 standard errors per layer;
 lambda_a 3 standard errors, lambda_g(16) 0.03 (checked to be >= 3 standard errors).
-Dense reference weights (the numbers above); the lazy default is the same distribution
-(tests/test_lazy.py)."""
+Lazy weights, the simulator's default (exact in distribution: tests/test_lazy.py; the
+tolerances above were set with dense reference weights)."""
 from __future__ import annotations
 
 import numpy as np
