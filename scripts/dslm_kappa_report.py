@@ -11,6 +11,8 @@ kappa-closure theory (``stack(kappa="auto")``) is then compared with the same dr
     PYTHONPATH=. python scripts/dslm_kappa_report.py --new docs/data/dslm/rows_kappa_dslm_256draws.jsonl
     # the fresh-draw check of ln_fluct="auto" (theory "auto+default"; docs/seeds.md)
     PYTHONPATH=. python scripts/dslm_kappa_report.py --new docs/data/dslm/rows_kappa_dslm_heldout_128draws.jsonl
+    # the second fresh set, drawn after the first-LayerNorm revision of ln_fluct="auto"
+    PYTHONPATH=. python scripts/dslm_kappa_report.py --new docs/data/dslm/rows_kappa_dslm_heldout2_128draws.jsonl
 """
 from __future__ import annotations
 

@@ -27,9 +27,11 @@ The attention rules also take the token-covariance anisotropy kappa = d tr(S^2)/
 (``kappa_linear``, ``kappa_relu``, ``kappa_dropout``, ``kappa_residual``, ``kappa_attention``,
 ``kappa_ffn``). The LayerNorm backward uses the tracked per-token norm fluctuation
 (``norm_cv2_block``, ``norm_cv2_residual``; ``stack(ln_fluct=...)``) where it is validated:
-a LayerNorm after Gaussian layers (post-LN without a skip path, lam = 0) and the pre-LN
-stream. Post-LN with a skip path keeps the chi^2 value: there the tracked fluctuation
-over-corrects (docs/seeds.md).
+a LayerNorm after Gaussian layers (post-LN without a skip path, lam = 0; the first post-LN
+LayerNorm, which reads the Gaussian input x_0 through the skip path) and the pre-LN stream.
+The other post-LN LayerNorms with a skip path keep the chi^2 value: other O(1/d) terms of
+the post-LN backward are still missing there, and the chi^2 value offsets part of them
+(docs/seeds.md).
 """
 from __future__ import annotations
 
@@ -560,9 +562,11 @@ def stack(arch="pre-ln", layers=4, d=256, L=64, init="xavier", p=0.0, lam2=1.0, 
     ``kappa_all`` (the prediction at every sublayer boundary x_l). ``ln_fluct``: the LayerNorm
     backward uses the tracked per-token norm fluctuation (``norm_cv2_block``,
     ``norm_cv2_residual``; Gaussian input 2/(d-1)) instead of the chi^2 value: True, False or
-    "auto" (default): on where it is validated, in pre-LN stacks and in post-LN stacks without
-    a skip path (lam2 = 0, the LayerNorm reads the branch output); off in post-LN stacks with
-    a skip path, where it over-corrects (docs/seeds.md)."""
+    "auto" (default): on where it is validated, in pre-LN stacks and at every post-LN LayerNorm
+    whose input norm carries the fluctuation of Gaussian layers: all of them without a skip
+    path (lam2 = 0, the LayerNorm reads the branch output) and, with a skip path, the first
+    (it reads lam x_0 + beta y(x_0), x_0 the Gaussian input); off at the other post-LN
+    LayerNorms, whose skip input is a LayerNorm output (docs/seeds.md)."""
     if not (isinstance(ln_fluct, bool) or ln_fluct == "auto"):
         raise ValueError(f"ln_fluct must be True, False or 'auto', not {ln_fluct!r}")
     if arch not in ARCHS:
@@ -575,8 +579,12 @@ def stack(arch="pre-ln", layers=4, d=256, L=64, init="xavier", p=0.0, lam2=1.0, 
     k = float(kappa0)  # anisotropy of the stream (kappa="auto")
     xs, caches, ks, k_att = [x], [], [k], []
     cv = 2 / (d - 1)  # norm fluctuation of the stream (ln_fluct)
-    fluct = ln_fluct if isinstance(ln_fluct, bool) else (arch == "pre-ln" or float(lam2) == 0.0)
-    cvd = (lambda c: c) if fluct else (lambda c: None)
+
+    def tracked(sub):  # the LayerNorm after sublayer ``sub`` uses the tracked fluctuation
+        if isinstance(ln_fluct, bool):
+            return ln_fluct
+        return arch == "pre-ln" or float(lam2) == 0.0 or sub == 0
+
     for sub in range(2 * layers):
         kind = "attn" if sub % 2 == 0 else "ffn"
         ini = resolve_init(init, d, p, mult, x, L, exact)
@@ -597,7 +605,7 @@ def stack(arch="pre-ln", layers=4, d=256, L=64, init="xavier", p=0.0, lam2=1.0, 
         cv_in = cv if arch == "post-ln" else 0.0  # the branch input: LN(x) in pre-LN
         cv_y = norm_cv2_block(cv_in, kind, d, p, mult)
         cv_u = norm_cv2_residual(x, cv, y, cv_y, lam2, beta2, d, coupled=arch == "post-ln")
-        caches.append((kind, c, ini, x, u, cvd(cv), cvd(cv_u)))
+        caches.append((kind, c, ini, x, u) + ((cv, cv_u) if tracked(sub) else (None, None)))
         x = u if arch == "pre-ln" else layernorm(u)
         cv = cv_u if arch == "pre-ln" else 0.0
         xs.append(x)
