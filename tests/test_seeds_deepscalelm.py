@@ -379,28 +379,40 @@ def test_kappa_attention_rule():
     assert abs(m - mix_only) > 4 * se + 0.05 * m, (m, se, mix_only)
 
 
+def _layernorm_backward_factor(sample, key, L, d, draws=2048):
+    """Monte Carlo of the LayerNorm backward factor E|dL/du|^2 var_u / E|dL/dz|^2 (z = LN(u),
+    i.i.d. N(0, 1) gradient at z) for inputs u = ``sample(key)`` (L x d); returns (f, se)."""
+    from phasefield.seeds.deepscalelm.simulate import _ln
+
+    def one(k):
+        ku, kg = jax.random.split(k)
+        u = sample(ku)
+        (gu,) = jax.vjp(_ln, u)[1](jax.random.normal(kg, (L, d), jnp.float64))
+        return jnp.stack([jnp.mean(gu**2), jnp.mean(u**2)])
+
+    with jax.enable_x64(True):
+        m = np.asarray(jax.lax.map(jax.vmap(one), jax.random.split(key, draws).reshape(-1, 256, 2))).reshape(draws, 2)
+    var_u = m[:, 1].mean()
+    return m[:, 0].mean() * var_u, m[:, 0].std(ddof=1) / math.sqrt(draws) * var_u
+
+
 def test_layernorm_backward_norm_fluctuation():
     """After Gaussian layers a token's second moment s^2 fluctuates more than chi^2_{d-1}/d
     (each layer multiplies |x|^2 by chi^2_d/d for any x), so the LayerNorm backward's E[1/s^2]
     exceeds the (d-2)/(d-3) factor: two square layers at d = 64, 2048 draws: the tracked
     cv2 (``norm_cv2_block``-style product) gives the measured factor within 4 se + 1 %
     (Gamma approximation of s^2); (d-2)/(d-3) is rejected."""
-    from phasefield.seeds.deepscalelm.simulate import _correlated, _ln
-    d, L, r, draws = 64, 32, 0.5, 2048
+    from phasefield.seeds.deepscalelm.simulate import _correlated
+    d, L, r = 64, 32, 0.5
 
-    def one(k):
-        kx, k1, k2, kg = jax.random.split(k, 4)
+    def sample(k):
+        kx, k1, k2 = jax.random.split(k, 3)
         x = _correlated(kx, (L, d), r)
         for kw in (k1, k2):
             x = x @ (jax.random.normal(kw, (d, d), jnp.float64) / math.sqrt(d))
-        _, vjp = jax.vjp(_ln, x)
-        (gx,) = vjp(jax.random.normal(kg, (L, d), jnp.float64))
-        return jnp.stack([jnp.mean(gx**2), jnp.mean(x**2)])
+        return x
 
-    with jax.enable_x64(True):
-        m = np.asarray(jax.lax.map(jax.vmap(one), jax.random.split(K(60), draws).reshape(-1, 256, 2))).reshape(draws, 2)
-    var_in = m[:, 1].mean()
-    f, se = m[:, 0].mean() * var_in, m[:, 0].std(ddof=1) / math.sqrt(draws) * var_in
+    f, se = _layernorm_backward_factor(sample, K(60), L, d)
     cv2 = (1 + 2 / (d - 1)) * (1 + 2 / d) ** 2 - 1
     th = float(ds.layernorm_bwd(ds.Bwd(1.0, 0.0), 1.0, d, cv2).var)
     assert abs(f - th) < 4 * se + 0.01 * f, (f, se, th)
@@ -433,25 +445,19 @@ def test_first_post_ln_layernorm_norm_fluctuation():
     L = 32, lam^2 = beta^2 = 1/2, DSLM init, dropout 0.1, 2048 draws: the LayerNorm backward
     factor E|dL/du|^2 var_u / E|dL/dz|^2 agrees with the tracked value (``norm_cv2_residual``,
     coupled) within 4 se + 1 % and rejects (d-2)/(d-3)."""
-    from phasefield.seeds.deepscalelm.simulate import _correlated, _ln
-    d, L, r, p, draws, lam2 = 64, 32, 0.2, 0.1, 2048, 0.5
+    from phasefield.seeds.deepscalelm.simulate import _correlated
+    d, L, r, p, lam2 = 64, 32, 0.2, 0.1, 0.5
     ini = ds.dslm_init(d, p)
 
-    def one(k):
-        kx, k1, k2, kd, kg = jax.random.split(k, 5)
+    def sample(k):
+        kx, k1, k2, kd = jax.random.split(k, 4)
         x = _correlated(kx, (L, d), r)
         h = jax.nn.relu(x @ (jax.random.normal(k1, (d, 4 * d), jnp.float64) * math.sqrt(ini["w1"])))
         y = h @ (jax.random.normal(k2, (4 * d, d), jnp.float64) * math.sqrt(ini["w2"]))
         y = jnp.where(jax.random.bernoulli(kd, 1 - p, y.shape), y / (1 - p), 0.0)
-        u = math.sqrt(lam2) * x + math.sqrt(1 - lam2) * y
-        _, vjp = jax.vjp(_ln, u)
-        (gu,) = vjp(jax.random.normal(kg, (L, d), jnp.float64))
-        return jnp.stack([jnp.mean(gu**2), jnp.mean(u**2)])
+        return math.sqrt(lam2) * x + math.sqrt(1 - lam2) * y
 
-    with jax.enable_x64(True):
-        m = np.asarray(jax.lax.map(jax.vmap(one), jax.random.split(K(61), draws).reshape(-1, 256, 2))).reshape(draws, 2)
-    var_u = m[:, 1].mean()
-    f, se = m[:, 0].mean() * var_u, m[:, 0].std(ddof=1) / math.sqrt(draws) * var_u
+    f, se = _layernorm_backward_factor(sample, K(61), L, d)
     x0 = ds.Fwd(0.0, 1.0, r)
     y, _ = ds.ffn_block(x0, d, ini, p)
     cy = ds.norm_cv2_block(2 / (d - 1), "ffn", d, p)
