@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import os
 
+import numpy as np
 import pytest
 
 from phasefield.cli import main
@@ -24,6 +25,24 @@ def test_deepscalelm_text_and_json(capsys):
     assert main(["seeds", "deepscalelm", "--arch", "post-ln", "--layers", "3", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert len(out["theory"]["var"]) == 7
+
+
+def test_deepscalelm_theory_options(capsys):
+    """Default: the validated theory (kappa closure, ln_fluct="auto"); --kappa iso and
+    --ln-fluct on/off reach the other library settings."""
+    from phasefield.seeds import deepscalelm as ds
+
+    base = ["seeds", "deepscalelm", "--arch", "post-ln", "--init", "dslm", "--layers", "4", "--width", "64",
+            "--seq-len", "64", "--json"]
+    lam2, beta2 = ds.dslm_scaling(4, 2.0)
+    for extra, kw in (([], dict(kappa="auto")), (["--kappa", "iso", "--ln-fluct", "off"], dict(ln_fluct=False)),
+                      (["--ln-fluct", "on"], dict(kappa="auto", ln_fluct=True))):
+        assert main(base + extra) == 0
+        out = json.loads(capsys.readouterr().out)
+        th = ds.stack("post-ln", 4, 64, 64, "dslm", 0.1, lam2, beta2, r0=0.2, **kw)
+        np.testing.assert_allclose(out["theory"]["g_var"], th["g_var"], rtol=1e-12)
+        np.testing.assert_allclose(out["theory"]["kappa"], th["kappa"], rtol=1e-12)
+    assert out["theory"]["kappa"][1] > 1.2  # the closure's anisotropy, not the isotropic 1
 
 
 def test_sensitivity_json(capsys):
@@ -47,6 +66,9 @@ def test_rank_collapse_figure(tmp_path, capsys):
     ["seeds", "rank-collapse", "--sigma-x", "0"],
     ["seeds", "deepscalelm", "--dropout", "1"],
     ["seeds", "deepscalelm", "--init", "dslm", "--layers", "1", "--k", "2"],
+    ["seeds", "deepscalelm", "--arch", "post-ln", "--init", "dslm", "--layers", "3", "--width", "4"],
+    ["seeds", "deepscalelm", "--width", "4", "--figure", "never-written.png"],
+    ["seeds", "deepscalelm", "--kappa", "measured"],
     ["seeds", "sensitivity", "--arch", "densenet"],
     ["seeds", "sensitivity", "--draws", "1"],
     ["seeds", "figures", "--out", __file__],

@@ -485,3 +485,8 @@ def test_stack_uses_the_norm_fluctuation_where_validated():
         assert np.all(g[True][:-1] > g[False][:-1]), arch
     with pytest.raises(ValueError):
         ds.stack("pre-ln", ln_fluct="post-ln", **args)
+    # d = 4: the tracked cv^2 of the first post-LN LayerNorm exceeds 1 (E[1/s^2] diverges): an
+    # error, not a negative variance; the chi^2 factor (ln_fluct=False) still applies
+    with pytest.raises(ValueError, match="too small"):
+        ds.stack("post-ln", 3, 4, 64, "dslm", 0.1, 1 / 3, 2 / 3)
+    assert np.all(ds.stack("post-ln", 3, 4, 64, "dslm", 0.1, 1 / 3, 2 / 3, ln_fluct=False)["g_var"] > 0)

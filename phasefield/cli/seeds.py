@@ -134,12 +134,16 @@ def register(cli):
     @click.option("--alpha-exp", type=float, default=1.0, show_default=True)
     @click.option("--scaling/--no-scaling", default=None, help="DSLM residual scaling (default: with dslm inits)")
     @click.option("--r0", type=float, default=0.2, show_default=True, help="input token correlation")
+    @click.option("--kappa", type=click.Choice(["auto", "iso"]), default="auto", show_default=True,
+                  help="token-covariance anisotropy at the attention inputs: the kappa closure or isotropic")
+    @click.option("--ln-fluct", type=click.Choice(["auto", "on", "off"]), default="auto", show_default=True,
+                  help="LayerNorm backward: tracked norm fluctuation where validated / everywhere / chi^2")
     @click.option("--draws", type=int, default=0, show_default=True, help="simulation draws (0: theory only)")
     @click.option("--seed", type=int, default=0, show_default=True)
     @click.option("--json", "as_json", is_flag=True)
     @click.option("--figure", default=None, help="write the module's figure to this path")
-    def deepscalelm(arch, init, layers, width, seq_len, dropout, k, alpha_exp, scaling, r0, draws, seed,
-                    as_json, figure):
+    def deepscalelm(arch, init, layers, width, seq_len, dropout, k, alpha_exp, scaling, r0, kappa, ln_fluct,
+                    draws, seed, as_json, figure):
         """Moments through a pre-LN / post-LN stack (theory; simulation with --draws)."""
         option("--layers", layers, 1, 1024, integer=True)
         option("--width", width, 4, 2048, integer=True)
@@ -162,15 +166,30 @@ def register(cli):
             lam2, beta2 = ds.dslm_scaling(layers, k, alpha_exp) if scaling else (1.0, 1.0)
         except ValueError as exc:
             raise UsageError(f"{exc} (check --k, --alpha-exp, --layers)") from None
-        th = ds.stack(arch, layers, width, seq_len, init, dropout, lam2, beta2, r0=r0)
+        theory_opts = dict(kappa="auto" if kappa == "auto" else None,
+                           ln_fluct={"auto": "auto", "on": True, "off": False}[ln_fluct])
+        small = lambda exc, hint: UsageError(str(exc).split(" (use ")[0] + f" ({hint})")  # noqa: E731
+        try:
+            th = ds.stack(arch, layers, width, seq_len, init, dropout, lam2, beta2, r0=r0, **theory_opts)
+        except ValueError as exc:
+            raise small(exc, "use a larger --width, or --ln-fluct off") from None
+        if figure:  # the figure's own stacks, before any work
+            from ..seeds.figures import DSLM_FIGURE_STACKS, deepscalelm_figure_theory
+
+            try:
+                for a, i in DSLM_FIGURE_STACKS:
+                    deepscalelm_figure_theory(a, i, layers, width, seq_len, dropout)
+            except ValueError as exc:
+                raise small(exc, f"in the --figure stack {a}, {i}: use a larger --width") from None
         res = dict(arch=arch, init=init, layers=layers, width=width, seq_len=seq_len, dropout=dropout,
-                   lambda2=lam2, beta2=beta2, theory={q: th[q] for q in ("var", "r", "g_var", "g_r")})
+                   lambda2=lam2, beta2=beta2, kappa_rule=kappa, ln_fluct=ln_fluct,
+                   theory={q: th[q] for q in ("var", "r", "g_var", "g_r", "kappa")})
         if draws:
             import jax
 
             sim = ds.simulate_stack(jax.random.PRNGKey(seed), arch, layers, width, seq_len, init, dropout,
-                                    lam2, beta2, r0=r0, draws=draws)
-            res["sim"] = {q: sim[q] for q in ("var", "r", "g_var", "g_r")}
+                                    lam2, beta2, r0=r0, draws=draws, kappa=theory_opts["kappa"])
+            res["sim"] = {q: sim[q] for q in ("var", "r", "g_var", "g_r", "kappa")}
             res["max_rel_err"] = {q: float(np.max(np.abs(th[q] - sim[q]) / np.abs(sim[q])))
                                   for q in ("var", "r", "g_var")}
         if figure:
@@ -182,7 +201,8 @@ def register(cli):
         if as_json:
             echo_json(res)
         else:
-            click.echo(f"{arch}, {init}, lambda^2 = {lam2:.4g}, beta^2 = {beta2:.4g}")
+            click.echo(f"{arch}, {init}, lambda^2 = {lam2:.4g}, beta^2 = {beta2:.4g}, kappa {kappa}, "
+                       f"ln-fluct {ln_fluct}")
             click.echo("sublayer    var        r      g_var" + ("   sim var   sim g_var" if draws else ""))
             for i in range(len(th["var"])):
                 line = f"{i:8d} {th['var'][i]:8.4g} {th['r'][i]:8.4f} {th['g_var'][i]:10.4g}"

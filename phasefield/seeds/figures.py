@@ -56,6 +56,17 @@ def rank_collapse_figure(path, n=8, d=16, draws=256, seed=0):
     return dict(rho=rhos.tolist(), query=[m["query"] for m in mc], value=[m["value"] for m in mc])
 
 
+DSLM_FIGURE_STACKS = (("pre-ln", "xavier"), ("post-ln", "xavier"), ("pre-ln", "dslm"))
+
+
+def deepscalelm_figure_theory(arch, init, layers, d, L, p):
+    """The theory of one panel curve (raises ValueError where the finite-width rules do not apply)."""
+    from . import deepscalelm as ds
+
+    lam2, beta2 = ds.dslm_scaling(layers, 2.0) if init == "dslm" else (1.0, 1.0)
+    return lam2, beta2, ds.stack(arch, layers, d, L, init, p, lam2, beta2, kappa="auto")
+
+
 def deepscalelm_figure(path, layers=8, d=128, L=32, p=0.1, draws=8, seed=0):
     """Forward variance and backward gradient variance through pre-LN / post-LN stacks,
     Xavier vs DeepScaleLM, theory (lines) against simulation (dots)."""
@@ -66,10 +77,10 @@ def deepscalelm_figure(path, layers=8, d=128, L=32, p=0.1, draws=8, seed=0):
     plt = _plt()
     fig, ax = plt.subplots(1, 3, figsize=(14, 4))
     out = {}
-    for c, (arch, init) in enumerate([("pre-ln", "xavier"), ("post-ln", "xavier"), ("pre-ln", "dslm")]):
-        lam2, beta2 = ds.dslm_scaling(layers, 2.0) if init == "dslm" else (1.0, 1.0)
+    for c, (arch, init) in enumerate(DSLM_FIGURE_STACKS):
+        lam2, beta2, _ = deepscalelm_figure_theory(arch, init, layers, d, L, p)
         sim = ds.simulate_stack(jax.random.PRNGKey(seed + c), arch, layers, d, L, init, p, lam2, beta2,
-                                draws=draws, qk_grad=True)
+                                draws=draws, qk_grad=True, kappa="auto")
         th = sim["theory"]
         x = np.arange(2 * layers + 1) / 2
         lab = f"{arch}, {init}"
@@ -79,14 +90,15 @@ def deepscalelm_figure(path, layers=8, d=128, L=32, p=0.1, draws=8, seed=0):
         ax[1].plot(x, sim["r"], f"C{c}o", ms=4)
         ax[2].plot(x, th["g_var"], f"C{c}-", label=lab)
         ax[2].plot(x, sim["g_var"], f"C{c}o", ms=4)
-        out[lab] = dict(theory={k: v.tolist() for k, v in th.items() if k != "inits"},
+        out[lab] = dict(theory={k: np.asarray(v).tolist() for k, v in th.items() if k != "inits"},
                         sim={k: np.asarray(sim[k]).tolist() for k in ("var", "r", "g_var")})
     for a, t in zip(ax, ("forward variance", "token correlation r", "gradient variance")):
         a.set_xlabel("layer")
         a.set_title(t)
     ax[2].set_yscale("log")
     ax[0].legend(fontsize=7)
-    fig.suptitle(f"DeepScaleLM moments, d={d}, L={L}, p={p} (dots: simulation incl. Q/K gradient)")
+    fig.suptitle(f"DeepScaleLM moments, d={d}, L={L}, p={p} (lines: theory with the kappa closure; "
+                 "dots: simulation incl. Q/K gradient)")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

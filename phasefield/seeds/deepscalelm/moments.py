@@ -609,6 +609,11 @@ def stack(arch="pre-ln", layers=4, d=256, L=64, init="xavier", p=0.0, lam2=1.0, 
         x = u if arch == "pre-ln" else layernorm(u)
         cv = cv_u if arch == "pre-ln" else 0.0
         xs.append(x)
+    worst = max([c for cache in caches for c in cache[5:] if c is not None] + [0.0])
+    if d_ln is not None and worst >= 1:
+        raise ValueError(f"width d = {d} is too small for the finite-width LayerNorm rules: the tracked "
+                         f"norm fluctuation cv^2 = {worst:.3g} >= 1, so E[1/s^2] diverges (use a larger d, "
+                         "ln_fluct=False or ln_exact=False)")
     g = Bwd(float(g_var), float(g_r))
     gs = [g]
     for kind, c, ini, xin_, u, cv_x, cv_u in reversed(caches):
