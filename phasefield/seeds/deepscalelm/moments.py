@@ -350,8 +350,11 @@ def norm_cv2_block(cv2, kind, d, p=0.0, mult=4):
     average out over tokens); ReLU of n units i.i.d. given the token: (1 + 5/n)
     (E relu^4 / (E relu^2)^2 = 6); dropout: (1 + 3 p/((1-p) d)) (Gaussian entries); the
     attention mixing is taken to keep it (it moves only the within-sequence part). A
-    LayerNorm sets it to 0."""
-    f = (1 + 2 / (mult * d)) * (1 + 5 / (mult * d)) * (1 + 2 / d) if kind == "ffn" else (1 + 2 / d) ** 2
+    LayerNorm sets it to 0. The FFN's first layer has no factor of its own: given the token,
+    its n = mult d pre-activations are i.i.d. Gaussian, and the ReLU's 5/n is the whole
+    fluctuation of |relu(W_1^T x)|^2 (an extra (1 + 2/n) counted it twice; Monte Carlo in
+    test_norm_cv2_of_the_ffn_output)."""
+    f = (1 + 5 / (mult * d)) * (1 + 2 / d) if kind == "ffn" else (1 + 2 / d) ** 2
     return (1 + cv2) * f * (1 + 3 * p / ((1 - p) * d)) - 1
 
 
