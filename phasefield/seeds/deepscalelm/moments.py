@@ -548,7 +548,7 @@ def dslm_init(d, p=0.0, mult=4, r=None, L=None, exact=True):
 @float64
 def stack(arch="pre-ln", layers=4, d=256, L=64, init="xavier", p=0.0, lam2=1.0, beta2=1.0,
           var0=1.0, r0=0.2, g_var=1.0, g_r=0.0, exact=True, approx=False, mult=4, ln_exact=True,
-          qk_grad=True, kappa=None, kappa0=1.0, ln_fluct="auto"):
+          qk_grad=True, kappa=None, kappa0=1.0, ln_fluct="auto", norm_response=True):
     """Moments through ``layers`` transformer layers (attention + FFN sublayers).
 
     Returns dict of numpy arrays over the 2 * layers + 1 sublayer boundaries: forward
@@ -569,7 +569,16 @@ def stack(arch="pre-ln", layers=4, d=256, L=64, init="xavier", p=0.0, lam2=1.0, 
     whose input norm carries the fluctuation of Gaussian layers: all of them without a skip
     path (lam2 = 0, the LayerNorm reads the branch output) and, with a skip path, the first
     (it reads lam x_0 + beta y(x_0), x_0 the Gaussian input); off at the other post-LN
-    LayerNorms, whose skip input is a LayerNorm output (docs/seeds.md)."""
+    LayerNorms, whose skip input is a LayerNorm output (docs/seeds.md). ``norm_response``
+    (pre-LN, where the tracked fluctuation is used): a token whose stream norm is above
+    average gets smaller branch gradients (the LayerNorm divides by it), and with a skip path
+    its norm persists down the stack, so its gradient energy responds to its norm deviation
+    delta = s^2/E s^2 - 1 as E[|g|^2 | delta] = E|g|^2 (1 + c delta). The LayerNorm backward
+    then has E[(1 + c_b delta)/(1 + delta)] = (1 - c_b cv2)/(1 - cv2) (Gamma delta), with the
+    response c_b = c a carried from the sublayer output (a = lam^2 m_x / m_out: the part of
+    the output norm that is the input's; attention included: the norm deviation is mostly
+    common to the tokens of a sequence, which the mixing keeps); returned as
+    ``g_norm_response`` (c at every boundary; checked against Monte Carlo in the tests)."""
     if not (isinstance(ln_fluct, bool) or ln_fluct == "auto"):
         raise ValueError(f"ln_fluct must be True, False or 'auto', not {ln_fluct!r}")
     if arch not in ARCHS:
@@ -618,7 +627,7 @@ def stack(arch="pre-ln", layers=4, d=256, L=64, init="xavier", p=0.0, lam2=1.0, 
                          f"norm fluctuation cv^2 = {worst:.3g} >= 1, so E[1/s^2] diverges (use a larger d, "
                          "ln_fluct=False or ln_exact=False)")
     g = Bwd(float(g_var), float(g_r))
-    gs = [g]
+    gs, resp, resps = [g], 0.0, [0.0]
     for kind, c, ini, xin_, u, cv_x, cv_u in reversed(caches):
         if arch == "post-ln":
             g = layernorm_bwd(g, u.var, d_ln, cv_u)
@@ -628,13 +637,27 @@ def stack(arch="pre-ln", layers=4, d=256, L=64, init="xavier", p=0.0, lam2=1.0, 
             gb = ffn_block_bwd(g, c, d, ini, p, mult)
         if arch == "pre-ln":
             gb = layernorm_bwd(gb, xin_.var, d_ln, cv_x)
+            if norm_response and d_ln is not None and cv_x is not None:
+                gb, resp = _norm_response(g, gb, resp, xin_, u, cv_x, lam2, beta2)
         g = residual_bwd(g, gb, lam2, beta2)
         gs.append(g)
+        resps.append(resp)
     gs = gs[::-1]
     return dict(var=np.array([float(v.var) for v in xs]), r=np.array([float(v.r) for v in xs]),
                 g_var=np.array([float(v.var) for v in gs]), g_r=np.array([float(v.r) for v in gs]),
-                inits=[c[2] for c in caches], kappa=np.array(k_att),
+                g_norm_response=np.array(resps[::-1]), inits=[c[2] for c in caches], kappa=np.array(k_att),
                 kappa_all=np.array(ks) if auto else None)
+
+
+def _norm_response(g: Bwd, gb: Bwd, resp, x: Fwd, out: Fwd, cv2, lam2, beta2):
+    """One pre-LN sublayer of ``stack(norm_response=True)``: the branch gradient ``gb`` (its
+    LayerNorm factor already has E[1/s^2] = 1/(1 - cv2)) corrected for the response ``resp`` of
+    the incoming gradient ``g`` to the output's norm deviation, and the response at the input."""
+    mx, mo = float(x.var) + float(x.mu) ** 2, float(out.var) + float(out.mu) ** 2
+    cb = resp * lam2 * mx / mo
+    gb = Bwd(gb.var * (1 - cb * cv2), gb.r)
+    skip, branch = lam2 * float(g.var), beta2 * float(gb.var)
+    return gb, (skip * resp * lam2 * mx / mo + branch * (cb - 1)) / (skip + branch)
 
 
 @float64

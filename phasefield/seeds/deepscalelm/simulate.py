@@ -111,7 +111,10 @@ def simulate_stack(key, arch="pre-ln", layers=4, d=64, L=16, init="xavier", p=0.
     ``theory`` (``stack`` with the same settings), and ``kappa``: the token-covariance
     anisotropy d tr(S^2)/(tr S)^2 at each attention sublayer's input (mean over draws), which
     ``stack(kappa=...)`` accepts, and ``kappa_all`` at every sublayer boundary x_l (``*_se``:
-    standard errors over draws). ``kappa`` is passed to ``stack`` (e.g. "auto")."""
+    standard errors over draws). ``kappa`` is passed to ``stack`` (e.g. "auto").
+    ``g_norm_response``: at every boundary, the response c of a token's gradient energy to its
+    norm deviation delta = |x|^2 / E|x|^2 - 1, Cov(|g|^2, delta) / (E|g|^2 Var delta) over tokens
+    and draws (``stack``'s ``g_norm_response``; ``_se`` by jackknife over draws)."""
     n_sub = 2 * layers
     th = stack(arch, layers, d, L, init, p, lam2, beta2, var0, r0, exact=exact, mult=mult,
                ln_exact=ln_exact, qk_grad=qk_grad, kappa=kappa)
@@ -168,14 +171,16 @@ def simulate_stack(key, arch="pre-ln", layers=4, d=64, L=16, init="xavier", p=0.
         outs, vjp, (kaps, kall) = jax.vjp(f, probes, has_aux=True)
         gout = jnp.zeros_like(outs).at[-1].set(jax.random.normal(kg, (L, d)))
         (gp,) = vjp(gout)
-        return jax.vmap(_moments)(outs), jax.vmap(_moments)(gp), kaps, kall
+        n, e = jnp.mean(outs * outs, -1), jnp.mean(gp * gp, -1)  # per token: (boundary, L)
+        ne = jnp.stack([n.sum(-1), e.sum(-1), (n * e).sum(-1), (n * n).sum(-1)], -1)
+        return jax.vmap(_moments)(outs), jax.vmap(_moments)(gp), kaps, kall, ne
 
     keys = jax.random.split(key, draws)
     if draws > batch and draws % batch == 0:
         batched = jax.jit(lambda k: jax.lax.map(jax.vmap(one), k.reshape((-1, batch) + k.shape[1:])))
-        mx, mg, kaps, kall = (v.reshape((draws,) + v.shape[2:]) for v in batched(keys))
+        mx, mg, kaps, kall, ne = (v.reshape((draws,) + v.shape[2:]) for v in batched(keys))
     else:
-        mx, mg, kaps, kall = jax.jit(jax.vmap(one))(keys)
+        mx, mg, kaps, kall, ne = jax.jit(jax.vmap(one))(keys)
     kaps, kall = np.asarray(kaps), np.asarray(kall)
     out = {"kappa": kaps.mean(0), "kappa_se": kaps.std(0, ddof=1) / math.sqrt(draws) if draws > 1 else np.nan,
            "kappa_all": kall.mean(0), "kappa_all_se": kall.std(0, ddof=1) / math.sqrt(draws) if draws > 1 else np.nan}
@@ -187,8 +192,20 @@ def simulate_stack(key, arch="pre-ln", layers=4, d=64, L=16, init="xavier", p=0.
         for j, q in enumerate(("var", "r")):
             est = np.array([v[j] for v in loo]) if loo else np.full((1,) + total.shape[:1], np.nan)
             out[name + q + "_se"] = np.sqrt((draws - 1) / max(draws, 1) * np.sum((est - est.mean(0)) ** 2, 0))
+    ne = np.asarray(ne)
+    total = ne.sum(0)
+    out["g_norm_response"] = _response(total, draws * L)
+    loo = np.array([_response(total - ne[i], (draws - 1) * L) for i in range(draws)]) if draws > 1 else None
+    out["g_norm_response_se"] = (np.sqrt((draws - 1) / draws * np.sum((loo - loo.mean(0)) ** 2, 0))
+                                 if loo is not None else np.nan)
     out["theory"] = th
     return out
+
+
+def _response(t, count):
+    """Cov(e, n) m_n / (m_e Var n) from summed (n, e, n e, n^2) per boundary."""
+    mn, me = t[:, 0] / count, t[:, 1] / count
+    return (t[:, 2] / count - mn * me) * mn / (me * (t[:, 3] / count - mn * mn))
 
 
 def _var_r(m, L):
