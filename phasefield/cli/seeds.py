@@ -168,7 +168,9 @@ def register(cli):
             raise UsageError(f"{exc} (check --k, --alpha-exp, --layers)") from None
         theory_opts = dict(kappa="auto" if kappa == "auto" else None,
                            ln_fluct={"auto": "auto", "on": True, "off": False}[ln_fluct])
-        small = lambda exc, hint: UsageError(str(exc).split(" (use ")[0] + f" ({hint})")  # noqa: E731
+        def small(exc, hint):  # the library's message with the CLI's remedy
+            return UsageError(str(exc).split(" (use ")[0] + f" ({hint})")
+
         try:
             th = ds.stack(arch, layers, width, seq_len, init, dropout, lam2, beta2, r0=r0, **theory_opts)
         except ValueError as exc:

@@ -114,7 +114,8 @@ def simulate_stack(key, arch="pre-ln", layers=4, d=64, L=16, init="xavier", p=0.
     standard errors over draws). ``kappa`` is passed to ``stack`` (e.g. "auto").
     ``g_norm_response``: at every boundary, the response c of a token's gradient energy to its
     norm deviation delta = |x|^2 / E|x|^2 - 1, Cov(|g|^2, delta) / (E|g|^2 Var delta) over tokens
-    and draws (``stack``'s ``g_norm_response``; ``_se`` by jackknife over draws)."""
+    and draws (``stack``'s ``g_norm_response``; ``_se`` by jackknife over draws; NaN where the
+    norms do not vary)."""
     n_sub = 2 * layers
     th = stack(arch, layers, d, L, init, p, lam2, beta2, var0, r0, exact=exact, mult=mult,
                ln_exact=ln_exact, qk_grad=qk_grad, kappa=kappa)
@@ -203,9 +204,12 @@ def simulate_stack(key, arch="pre-ln", layers=4, d=64, L=16, init="xavier", p=0.
 
 
 def _response(t, count):
-    """Cov(e, n) m_n / (m_e Var n) from summed (n, e, n e, n^2) per boundary."""
+    """Cov(e, n) m_n / (m_e Var n) from summed (n, e, n e, n^2) per boundary; NaN where the
+    token norms do not vary (post-LN LayerNorm outputs: the response is undefined)."""
     mn, me = t[:, 0] / count, t[:, 1] / count
-    return (t[:, 2] / count - mn * me) * mn / (me * (t[:, 3] / count - mn * mn))
+    var_n = t[:, 3] / count - mn * mn
+    ok = var_n > 1e-9 * mn * mn
+    return np.where(ok, (t[:, 2] / count - mn * me) * mn / (me * np.where(ok, var_n, 1.0)), np.nan)
 
 
 def _var_r(m, L):
