@@ -28,6 +28,7 @@ import numpy as np
 
 from phasefield.seeds import deepscalelm as ds
 from phasefield.seeds.deepscalelm.simulate import _correlated, _ln
+from phasefield.seeds.deepscalelm.simulate import branch as sample_branch
 
 
 def ffn_formula(d, lam2, beta2, my, G, es2, cv2, p, mult=4):
@@ -48,17 +49,8 @@ def measure(branch, d, L, lam2, beta2, r, draws, init, p=0.1, seed=0, batch=64):
     def one(k):
         kx, kw, kd, kg, kh = jax.random.split(k, 5)
         x = _ln(_correlated(kx, (L, d), r))
-        ks = jax.random.split(kw, 4)
         keep = jax.random.bernoulli(kd, 1 - p, (L, d))
-        if branch == "ffn":
-            W1 = jax.random.normal(ks[0], (d, 4 * d), jnp.float64) * math.sqrt(ini["w1"])
-            W2 = jax.random.normal(ks[1], (4 * d, d), jnp.float64) * math.sqrt(ini["w2"])
-            core = lambda x: jax.nn.relu(x @ W1) @ W2
-        else:
-            WQ, WK = (jax.random.normal(kk, (d, d), jnp.float64) * math.sqrt(ini["qk"]) for kk in ks[:2])
-            WV = jax.random.normal(ks[2], (d, d), jnp.float64) * math.sqrt(ini["v"])
-            WO = jax.random.normal(ks[3], (d, d), jnp.float64) * math.sqrt(ini["o"])
-            core = lambda x: jax.nn.softmax((x @ WQ) @ (x @ WK).T / math.sqrt(d), axis=-1) @ (x @ WV) @ WO
+        core = sample_branch(kw, ini, d, branch == "attn")  # the stacks' own sublayer
         F = lambda x: jnp.where(keep, core(x) / (1 - p), 0.0)
         y = F(x)
         u = lam * x + beta * y

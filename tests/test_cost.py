@@ -70,7 +70,7 @@ def test_gelu_closed_form_equals_the_old_2d_tables(s):
     rho = jnp.linspace(-1.0, 1.0, 41)
     new = mlp._pair(kern, 0, rho)
     for c_old, v_new in zip(old, new):
-        np.testing.assert_allclose(v_new, mlp._cheb(c_old, rho), rtol=0, atol=1e-10 * s * s)
+        np.testing.assert_allclose(v_new, mlp.clenshaw(c_old, rho), rtol=0, atol=1e-10 * s * s)
 
 
 def test_two_layer_gelu_at_sigma_w_5_matches_dense_composition():
@@ -126,7 +126,7 @@ def test_tanh_split_tables_match_dense_2d_reference(s):
     # at the Chebyshev nodes the series reproduces the node values (no truncation error)
     theta = np.pi * np.array([3, 40, 100, 200]) / (n_cheb - 1)
     rho = np.cos(theta)
-    pp, dd = (np.asarray(mlp._cheb(c, jnp.asarray(rho))) for c in (c_pp, c_dd))
+    pp, dd = (np.asarray(mlp.clenshaw(c, jnp.asarray(rho))) for c in (c_pp, c_dd))
     for r, got_pp, got_dd in zip(rho, pp, dd):
         assert got_pp == pytest.approx(quadrature.reference_2d(np.tanh, np.tanh, s, r), abs=1e-10)
         assert got_dd == pytest.approx(quadrature.reference_2d(np_dtanh, np_dtanh, s, r), abs=1e-10)
@@ -140,7 +140,7 @@ def test_tanh_split_tables_equal_the_2d_rule(s):
     old = mlp._tables("tanh", jnp.asarray(s), n_grid, n_cheb, e2, d2, split=False)
     rho = jnp.linspace(-1.0, 1.0, 41)
     for c_new, c_old in zip(new, old):
-        np.testing.assert_allclose(mlp._cheb(c_new, rho), mlp._cheb(c_old, rho), rtol=0, atol=1e-10)
+        np.testing.assert_allclose(mlp.clenshaw(c_new, rho), mlp.clenshaw(c_old, rho), rtol=0, atol=1e-10)
 
 
 def _g(p, v):

@@ -59,12 +59,17 @@ def rank_collapse_figure(path, n=8, d=16, draws=256, seed=0):
 DSLM_FIGURE_STACKS = (("pre-ln", "xavier"), ("post-ln", "xavier"), ("pre-ln", "dslm"))
 
 
+def _dslm_scaling(init, layers):
+    from . import deepscalelm as ds
+
+    return ds.dslm_scaling(layers, 2.0) if init == "dslm" else (1.0, 1.0)
+
+
 def deepscalelm_figure_theory(arch, init, layers, d, L, p):
     """The theory of one panel curve (raises ValueError where the finite-width rules do not apply)."""
     from . import deepscalelm as ds
 
-    lam2, beta2 = ds.dslm_scaling(layers, 2.0) if init == "dslm" else (1.0, 1.0)
-    return lam2, beta2, ds.stack(arch, layers, d, L, init, p, lam2, beta2, kappa="auto")
+    return ds.stack(arch, layers, d, L, init, p, *_dslm_scaling(init, layers), kappa="auto")
 
 
 def deepscalelm_figure(path, layers=8, d=128, L=32, p=0.1, draws=8, seed=0):
@@ -78,7 +83,7 @@ def deepscalelm_figure(path, layers=8, d=128, L=32, p=0.1, draws=8, seed=0):
     fig, ax = plt.subplots(1, 3, figsize=(14, 4))
     out = {}
     for c, (arch, init) in enumerate(DSLM_FIGURE_STACKS):
-        lam2, beta2, _ = deepscalelm_figure_theory(arch, init, layers, d, L, p)
+        lam2, beta2 = _dslm_scaling(init, layers)  # simulate_stack computes the theory once
         sim = ds.simulate_stack(jax.random.PRNGKey(seed + c), arch, layers, d, L, init, p, lam2, beta2,
                                 draws=draws, qk_grad=True, kappa="auto")
         th = sim["theory"]

@@ -263,10 +263,6 @@ def clenshaw(coef, x, unroll=8):
     return x * b1 - b2 + coef[0]
 
 
-def _cheb(coef, x):
-    return clenshaw(coef, x)
-
-
 # ---- per-layer pair expectations ----------------------------------------------------------
 
 def _pair(kern: MLPKernel, layer: int, rho):
@@ -285,7 +281,7 @@ def _pair(kern: MLPKernel, layer: int, rho):
         return s2 / 2 * _arccos_j1(rho), (math.pi - theta) / (2 * math.pi)
     if act == "linear":
         return s2 * rho, jnp.ones_like(rho)
-    return _cheb(kern.c_pp[..., layer, :], rho), _cheb(kern.c_dd[..., layer, :], rho)
+    return clenshaw(kern.c_pp[..., layer, :], rho), clenshaw(kern.c_dd[..., layer, :], rho)
 
 
 @jax.custom_jvp

@@ -128,21 +128,6 @@ def simulate_stack(key, arch="pre-ln", layers=4, d=64, L=16, init="xavier", p=0.
         kws = jax.random.split(kw, n_sub)
         kds = jax.random.split(kd, n_sub)
 
-        def sublayer(x, xin, kk, sub_v, is_attn):
-            ks = jax.random.split(kk, 4)
-            if is_attn:
-                sq = jnp.sqrt(sub_v["qk"])
-                WQ = jax.random.normal(ks[0], (d, d)) * sq
-                WK = jax.random.normal(ks[1], (d, d)) * sq
-                WV = jax.random.normal(ks[2], (d, d)) * jnp.sqrt(sub_v["v"])
-                WO = jax.random.normal(ks[3], (d, d)) * jnp.sqrt(sub_v["o"])
-                xq = xin if qk_grad else jax.lax.stop_gradient(xin)
-                A = jax.nn.softmax((xq @ WQ) @ (xq @ WK).T / math.sqrt(d), axis=-1)
-                return A @ (xin @ WV) @ WO
-            W1 = jax.random.normal(ks[0], (d, mult * d)) * jnp.sqrt(sub_v["w1"])
-            W2 = jax.random.normal(ks[1], (mult * d, d)) * jnp.sqrt(sub_v["w2"])
-            return jax.nn.relu(xin @ W1) @ W2
-
         def f(probes):
             def layer(x, inp):
                 kw2, kd2, v2, pr2 = inp
@@ -151,7 +136,7 @@ def simulate_stack(key, arch="pre-ln", layers=4, d=64, L=16, init="xavier", p=0.
                     xin = _ln(x) if arch == "pre-ln" else x
                     if j == 0:
                         kap = _kappa(jax.lax.stop_gradient(xin))
-                    y = sublayer(x, xin, kw2[j], {k: v[j] for k, v in v2.items()}, j == 0)
+                    y = branch(kw2[j], {k: v[j] for k, v in v2.items()}, d, j == 0, mult, qk_grad)(xin)
                     if p > 0:
                         keep = jax.random.bernoulli(kd2[j], 1 - p, y.shape)
                         y = jnp.where(keep, y / (1 - p), 0.0)
@@ -210,6 +195,28 @@ def _response(t, count):
     var_n = t[:, 3] / count - mn * mn
     ok = var_n > 1e-9 * mn * mn
     return np.where(ok, (t[:, 2] / count - mn * me) * mn / (me * np.where(ok, var_n, 1.0)), np.nan)
+
+
+def branch(key, init, d, is_attn, mult=4, qk_grad=True):
+    """One random sublayer branch of the stacks, x_in -> y (no dropout): attention
+    softmax(x W_Q (x W_K)^T / sqrt(d)) x W_V W_O or the FFN relu(x W_1) W_2, weights drawn from
+    ``key`` with the variances of ``init`` (keys qk, v, o / w1, w2; arrays inside a scan)."""
+    ks = jax.random.split(key, 4)
+    if is_attn:
+        sq = jnp.sqrt(init["qk"])
+        WQ = jax.random.normal(ks[0], (d, d)) * sq
+        WK = jax.random.normal(ks[1], (d, d)) * sq
+        WV = jax.random.normal(ks[2], (d, d)) * jnp.sqrt(init["v"])
+        WO = jax.random.normal(ks[3], (d, d)) * jnp.sqrt(init["o"])
+
+        def attention(xin):
+            xq = xin if qk_grad else jax.lax.stop_gradient(xin)
+            A = jax.nn.softmax((xq @ WQ) @ (xq @ WK).T / math.sqrt(d), axis=-1)
+            return A @ (xin @ WV) @ WO
+        return attention
+    W1 = jax.random.normal(ks[0], (d, mult * d)) * jnp.sqrt(init["w1"])
+    W2 = jax.random.normal(ks[1], (mult * d, d)) * jnp.sqrt(init["w2"])
+    return lambda xin: jax.nn.relu(xin @ W1) @ W2
 
 
 def _var_r(m, L):
