@@ -1,0 +1,76 @@
+"""Your transformer as a composition of layers, each carrying its Flax network and its
+mean-field maps (forward (q, p), backward gradient Gram): :mod:`.norm`, :mod:`.attention`,
+:mod:`.mlp`, :mod:`.residual`, composed by :class:`Serial`; named blocks in :mod:`.presets`.
+
+    from phasefield import layers
+    block = layers.presets.pre_ln(sigma=0.55, alpha=0.2, heads=12)
+    layers.exponents(block, n_tokens=64, depth=24)      # fixed-point exponents (NaN: none)
+    layers.finite_depth(block, n_tokens=64, depth=24)   # finite-depth rates along the trajectory
+    block.module(weights="lazy")                         # the same block as a Flax module
+
+Every public function here runs in float64 (JAX's scoped switch) and is jit-compiled once
+per block structure and depth; the block's numbers are pytree leaves (vmap over them with
+:mod:`.depth`'s functions inside ``jax.enable_x64(True)``, after :func:`prepare`).
+"""
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+
+from ..theory.precision import float64
+from . import depth, presets  # noqa: F401
+from .attention import Attention  # noqa: F401
+from .base import Layer, Serial, check_layer  # noqa: F401
+from .mlp import MLP  # noqa: F401
+from .norm import Norm  # noqa: F401
+from .residual import Residual  # noqa: F401
+from .state import Context, Grad, Kernel  # noqa: F401
+
+
+@float64
+def prepare(block, n_tokens=32):
+    """(block with its tables built, Context): call outside any trace."""
+    check_layer(block)
+    return block.prepare(Context(n_tokens)), Context(jnp.asarray(n_tokens, jnp.result_type(float)))
+
+
+@functools.lru_cache(maxsize=None)
+def _jitted(name):
+    fn = getattr(depth, name)
+    return jax.jit(fn, static_argnames=("depth",))
+
+
+def _kernel(q0, rho0):
+    dt = jnp.result_type(float)
+    q0 = jnp.asarray(q0, dt)
+    return Kernel(q0, q0 * jnp.asarray(rho0, dt))
+
+
+@float64
+def exponents(block, n_tokens=32, depth=16) -> dict:
+    """:func:`.depth.exponents` of ``block`` (float64)."""
+    block, ctx = prepare(block, n_tokens)
+    return _jitted("exponents")(block, ctx, depth=int(depth))
+
+
+@float64
+def trajectory(block, q0=1.0, rho0=0.5, n_tokens=32, depth=16):
+    """(q, p) per layer from (q0, rho0 q0), length depth + 1."""
+    block, ctx = prepare(block, n_tokens)
+    return _jitted("trajectory")(block, ctx, _kernel(q0, rho0), depth=int(depth))
+
+
+@float64
+def gradient_exponent(block, q0=1.0, rho0=1.0, n_tokens=32, depth=16):
+    """lambda_g(L) from (q0, rho0 q0)."""
+    block, ctx = prepare(block, n_tokens)
+    return _jitted("gradient_exponent")(block, ctx, _kernel(q0, rho0), depth=int(depth))
+
+
+@float64
+def finite_depth(block, q0=1.0, rho0=0.5, n_tokens=32, depth=16) -> dict:
+    """:func:`.depth.finite_depth` from (q0, rho0 q0)."""
+    block, ctx = prepare(block, n_tokens)
+    return _jitted("finite_depth")(block, ctx, _kernel(q0, rho0), depth=int(depth))

@@ -1,0 +1,144 @@
+"""Softmax attention as a layer: multi-head, 1/sqrt(d_head) or 1/d_head logit scaling,
+value and output projections, paper or exact-softmax mean-field map.
+
+Network (``heads`` H, ``d_head = d / H``)::
+
+    Q, K, V = x W_Q, x W_K, x W_V        W_Q, W_K ~ N(0, sigma_A / d), W_V ~ N(0, sigma_V^2 / d)
+    A_h     = softmax(Q_h K_h^T / sqrt(d_head))        (scale="inv": / d_head)
+    out     = concat_h(A_h V_h) [W_O]                  W_O ~ N(0, sigma_O^2 / d) if sigma_O
+
+Every head's logits have variance ``sigma_A^2 q_i q_j`` whatever H (d_head components,
+each of variance ``(sigma_A q)^2 / d_head`` after the 1/sqrt(d_head)), and the heads see
+independent weights, so the output Gram is the average of H identically distributed head
+Grams: **the multi-head mean-field map equals the single-head one**; more heads only shrink
+the finite-width spread (by averaging H independent softmax draws). With ``scale="inv"`` the
+logit scale is ``sigma_A q / sqrt(d_head)`` (``width`` must be given; at infinite width
+attention becomes uniform).
+
+Mean field on input ``(q, rho)``: the logits are those of normalized tokens with
+``sigma_A -> sigma_A q``, the values carry ``sigma_V^2 q``; so the maps of
+:mod:`phasefield.theory.attention` (paper Eq. 10 or the exact softmax) apply with
+``sigma_A q`` and ``sigma_V sqrt(q)``, and the backward map is theirs with the input norm
+q (whose ``1/q`` is the chain rule of ``x = sqrt(q) x_hat``).
+"""
+from __future__ import annotations
+
+from typing import Any, NamedTuple, Optional
+
+import jax
+import jax.numpy as jnp
+from flax import linen as nn
+from flax import struct
+
+from ..block import _linear, check_weights
+from ..theory import attention as att_maps
+from ..theory.attention import exact_table
+from .base import Layer
+from .state import Grad, Kernel, as_float
+
+MAPS = ("paper", "exact")
+SCALES = ("sqrt", "inv")
+
+
+class _AttHP(NamedTuple):
+    """The fields the maps of :mod:`phasefield.theory.attention` read."""
+    sigma_a: Any
+    sigma_v: Any
+    n_tokens: Any
+    attention: str
+    softmax_correction: bool
+
+
+@struct.dataclass
+class Attention(Layer):
+    sigma_a: Any = 1.0
+    sigma_v: Any = 1.0
+    sigma_o: Any = None          # None: no output projection (the paper's block)
+    heads: int = struct.field(pytree_node=False, default=1)
+    scale: str = struct.field(pytree_node=False, default="sqrt")
+    width: Optional[int] = struct.field(pytree_node=False, default=None)
+    map: str = struct.field(pytree_node=False, default="paper")
+    softmax_correction: bool = struct.field(pytree_node=False, default=False)
+    att: Any = None              # the exact map's tables (prepare)
+
+    def __post_init__(self):
+        if self.map not in MAPS:
+            raise ValueError(f"unknown attention map {self.map!r}; choose one of {', '.join(MAPS)}")
+        if self.scale not in SCALES:
+            raise ValueError(f"unknown attention scale {self.scale!r}; choose one of {', '.join(SCALES)}")
+        if not (isinstance(self.heads, int) and self.heads >= 1):
+            raise ValueError(f"heads must be an integer >= 1 (got {self.heads!r})")
+        if self.scale == "inv" and self.width is None:
+            raise ValueError("attention scale 'inv' (1/d_head) needs the width")
+
+    # ---- mean field ---------------------------------------------------------------------
+    def _logit_scale(self):
+        s = as_float(self.sigma_a)
+        if self.scale == "inv":
+            s = s / jnp.sqrt(jnp.asarray(self.width // self.heads, s.dtype))
+        return s
+
+    def _hp(self, ctx, q):
+        return _AttHP(self._logit_scale() * q, as_float(self.sigma_v) * jnp.sqrt(q), ctx.n_tokens,
+                      self.map, self.softmax_correction)
+
+    def _out_scale(self):
+        return 1.0 if self.sigma_o is None else jnp.square(as_float(self.sigma_o))
+
+    def prepare(self, ctx):
+        if self.map != "exact" or self.att is not None:
+            return self
+        hp = _AttHP(self._logit_scale(), 1.0, ctx.n_tokens, "exact", self.softmax_correction)
+        with_values = exact_table.concrete_logits(hp) is not None
+        return self.replace(att=exact_table.kernel(hp, with_values=with_values))
+
+    def _exact_ok(self, q, x):
+        """The exact map's tables are built for unit input norm: NaN elsewhere."""
+        return x if self.map == "paper" else jnp.where(q == 1.0, x, jnp.nan)
+
+    def forward(self, k, ctx):
+        hp = self._hp(ctx, k.q)
+        q_a, p_a = att_maps.forward(hp, k.rho, self.att)
+        c = self._out_scale()
+        return Kernel(self._exact_ok(k.q, c * q_a), self._exact_ok(k.q, c * p_a))
+
+    def backward(self, k, g, ctx):
+        hp = self._hp(ctx, k.q)
+        diag, off = att_maps.backward(hp, k.q, k.rho, g.a, g.b, self.att)
+        c = self._out_scale()
+        return Grad.from_diag_off(self._exact_ok(k.q, c * diag), self._exact_ok(k.q, c * off))
+
+    # ---- network ------------------------------------------------------------------------
+    def module(self, weights="dense", causal=False):
+        return AttentionModule(self, causal=causal, weights=weights)
+
+
+class AttentionModule(nn.Module):
+    layer: Attention
+    causal: bool = False
+    weights: str = "dense"
+
+    @nn.compact
+    def __call__(self, x):
+        check_weights(self.weights)
+        lay = self.layer
+        *batch, n, d = x.shape
+        h = lay.heads
+        if d % h:
+            raise ValueError(f"width {d} is not a multiple of heads {h}")
+        dh = d // h
+        qk_std = jnp.sqrt(jnp.asarray(lay.sigma_a) / d)
+        v_std = jnp.asarray(lay.sigma_v) / jnp.sqrt(d)
+        q, k, v = _linear(self.weights, (d, d, d), (qk_std, qk_std, v_std),
+                          ("query", "key", "value"))(x)
+        split = lambda t: t.reshape(*batch, n, h, dh)
+        q, k, v = split(q), split(k), split(v)
+        div = dh if lay.scale == "inv" else jnp.sqrt(dh)
+        logits = jnp.einsum("...ihd,...jhd->...hij", q, k) / jnp.asarray(div, x.dtype)
+        if self.causal:
+            logits = jnp.where(jnp.tril(jnp.ones((n, n), dtype=bool)), logits, -jnp.inf)
+        a = jax.nn.softmax(logits, axis=-1)
+        out = jnp.einsum("...hij,...jhd->...ihd", a, v).reshape(*batch, n, d)
+        if lay.sigma_o is not None:
+            (out,) = _linear(self.weights, (d,), (jnp.asarray(lay.sigma_o) / jnp.sqrt(d),), ("out",))(out)
+        return out

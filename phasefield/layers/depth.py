@@ -1,0 +1,202 @@
+"""Everything that follows from a block's maps, for any block (a layer, usually a
+:class:`.base.Serial`): trajectories, the gradient exponent, fixed points, the angle
+exponent, multistability, and the finite-depth rates of blocks without a fixed point.
+
+The functions below are pure in ``(block, ctx)`` (pytrees: vmap/jit/grad apply to every
+leaf); ``block`` must be prepared (:meth:`prepare`, done by the public entry points in
+:mod:`phasefield.layers`). Definitions (THEORY.md §6, §7):
+
+* **Norm fixed point at a cosine.** ``q*(rho)`` solves ``q = F(q, rho q).q``, by Newton's
+  method from q = 1 (exact in one step when the norm map is affine in q, as for every
+  block whose branches read normalized tokens); no finite solution (slope >= 1: the norm
+  grows with depth, e.g. identity residuals) gives ``inf``.
+* **Collapsed point** ``rho = 1`` (invariant), ``q* = q*(1)``.
+* **Angle exponent** ``lambda_a = log m(q*)`` with ``m(q) = d(q' - p') / d(q - p)`` at
+  ``(q, q)``: the transverse multiplier of nearby tokens, by forward-mode autodiff.
+* **Cosine fixed points**: roots of ``g(rho) = F(q*(rho), rho q*(rho)).rho - rho`` on a mesh
+  of rho (sign changes, then bisection); a crossing from + to - attracts.
+* **Gradient exponent** ``lambda_g(L) = (1/L) log(a + b)`` after the backward maps of L
+  blocks from ``G = I`` at the output, along the forward trajectory from the input;
+  ``lambda_g_inf`` is the log top eigenvalue of the 2x2 backward map at the attractor.
+* **Finite depth** (no finite fixed point): the angle rate of nearby tokens
+  ``(1/L) sum_l log m(q_l)`` along the collapsed trajectory from ``q0`` (the limit
+  ``rho_0 -> 1`` of ``(1/L) log[(1 - rho_L) / (1 - rho_0)]``), and ``lambda_g(L)`` from the
+  input geometry. These are rates at depth L, not exponents: they change with L.
+"""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from ..theory.attention import exact_table
+from .state import Grad, Kernel
+
+NEWTON_STEPS = 2
+MESH = 49                # cosine mesh of the root search
+BISECTION_STEPS = 56     # a mesh cell (<= 0.05) to below 1e-17
+MAX_ROOTS = 4
+RHO0 = 0.5               # the input cosine whose attractor is reported as rho_star
+
+
+def trajectory(block, ctx, k0: Kernel, depth: int):
+    """(q, p) arrays of length depth + 1 (index 0: the input)."""
+    def step(k, _):
+        k1 = block.forward(k, ctx)
+        return k1, (k1.q, k1.p)
+
+    _, (qs, ps) = jax.lax.scan(step, k0, None, length=depth)
+    return jnp.concatenate([k0.q[None], qs]), jnp.concatenate([k0.p[None], ps])
+
+
+def gradient_exponent(block, ctx, k0: Kernel, depth: int):
+    """lambda_g(L) from input geometry ``k0`` (log-rescaled backward scan)."""
+    qs, ps = trajectory(block, ctx, k0, depth)
+
+    def step(carry, x):
+        a, b, log_scale = carry
+        g = block.backward(Kernel(*x), Grad(a, b), ctx)
+        s = g.a + g.b
+        return (g.a / s, g.b / s, log_scale + jnp.log(s)), None
+
+    one = jnp.ones_like(k0.q)
+    (_, _, log_total), _ = jax.lax.scan(step, (one, 0.0 * one, 0.0 * one), (qs[:-1], ps[:-1]),
+                                        reverse=True)
+    return log_total / depth
+
+
+def norm_fixed_point(block, ctx, rho):
+    """q*(rho) (module docstring); ``inf`` where the norm map has slope >= 1."""
+    f = lambda q: block.forward(Kernel(q, rho * q), ctx).q - q
+
+    def newton(q, _):
+        done = jnp.isinf(q)
+        val, slope = jax.jvp(f, (jnp.where(done, 1.0, q),), (jnp.ones_like(q),))
+        grows = done | (slope >= 0.0)          # d q'/dq >= 1: no finite fixed point
+        q_new = q - val / jnp.where(grows, -1.0, slope)
+        return jnp.where(grows, jnp.inf, q_new), None
+
+    q, _ = jax.lax.scan(newton, jnp.ones_like(jnp.asarray(rho, jnp.result_type(float))), None,
+                        length=NEWTON_STEPS)
+    return q
+
+
+def transverse_multiplier(block, ctx, q):
+    """m(q) = d(q' - p') / d(q - p) at the collapsed geometry (q, q)."""
+    def gap(u):
+        k1 = block.forward(Kernel(q, q - u), ctx)
+        return k1.q - k1.p
+
+    return jax.jvp(gap, (jnp.zeros_like(q),), (jnp.ones_like(q),))[1]
+
+
+def angle_exponent(block, ctx):
+    """lambda_a at the collapsed fixed point (NaN where there is no finite one)."""
+    q_star = norm_fixed_point(block, ctx, 1.0)
+    fin = jnp.isfinite(q_star)
+    m = transverse_multiplier(block, ctx, jnp.where(fin, q_star, 1.0))
+    return jnp.where(fin, jnp.log(m), jnp.nan)
+
+
+def _residual(block, ctx, rho):
+    q = norm_fixed_point(block, ctx, rho)
+    return block.forward(Kernel(q, rho * q), ctx).rho - rho
+
+
+def stable_points(block, ctx):
+    """dict(rho [MAX_ROOTS], stable [MAX_ROOTS], collapsed_stable, n_stable, rho_star), as
+    :func:`phasefield.theory.stable_points` (roots NaN-padded, smallest first)."""
+    dt = jnp.result_type(float)
+    mesh = exact_table.mesh(ctx.n_tokens, MESH)
+    g_fn = jax.vmap(lambda r: _residual(block, ctx, r))
+    g = g_fn(mesh)
+    g0 = _residual(block, ctx, jnp.asarray(RHO0, dt))
+    la = angle_exponent(block, ctx)
+    tiny = jnp.asarray(1e-300, dt)
+    g = g.at[0].set(jnp.where(g[0] > 0, g[0], tiny))
+    g = g.at[-1].set(jnp.where(la > 0, -tiny, tiny))      # sign just below rho = 1
+    down = (g[:-1] > 0) & (g[1:] <= 0)
+    change = down | ((g[:-1] <= 0) & (g[1:] > 0))
+    (idx,) = jnp.nonzero(change, size=MAX_ROOTS, fill_value=0)
+    valid = jnp.arange(MAX_ROOTS) < jnp.sum(change)
+    lo, hi = mesh[idx], mesh[idx + 1]
+    pos_lo = g[idx] > 0
+
+    def bisect(bracket, _):
+        a, b = bracket
+        mid = 0.5 * (a + b)
+        same = (g_fn(mid) > 0) == pos_lo
+        return (jnp.where(same, mid, a), jnp.where(same, b, mid)), None
+
+    (lo, hi), _ = jax.lax.scan(bisect, (lo, hi), None, length=BISECTION_STEPS)
+    roots = jnp.where(valid, 0.5 * (lo + hi), jnp.nan)
+    stable = valid & down[idx]
+    collapsed_stable = la < 0
+    above = jnp.where(stable & (roots >= RHO0), roots, jnp.inf).min()
+    below = jnp.where(stable & (roots <= RHO0), roots, -jnp.inf).max()
+    up = jnp.where(jnp.isfinite(above), above, 1.0)
+    dn = jnp.where(jnp.isfinite(below), below, jnp.nan)
+    rho_star = jnp.where(g0 > 0, up, jnp.where(g0 < 0, dn, RHO0))
+    return dict(rho=roots, stable=stable, collapsed_stable=collapsed_stable,
+                n_stable=jnp.sum(stable) + collapsed_stable.astype(jnp.int32), rho_star=rho_star)
+
+
+def gradient_matrix(block, ctx, k: Kernel):
+    """The 2x2 backward map on (a, b) at input geometry ``k`` (columns: a, b)."""
+    ga = block.backward(k, Grad(jnp.ones_like(k.q), jnp.zeros_like(k.q)), ctx)
+    gb = block.backward(k, Grad(jnp.zeros_like(k.q), jnp.ones_like(k.q)), ctx)
+    return jnp.array([[ga.a, gb.a], [ga.b, gb.b]])
+
+
+def top_eigenvalue(m):
+    tr = m[0, 0] + m[1, 1]
+    disc = jnp.square(m[0, 0] - m[1, 1]) + 4.0 * m[0, 1] * m[1, 0]
+    return 0.5 * (tr + jnp.sqrt(jnp.maximum(disc, 0.0)))
+
+
+def exponents(block, ctx, depth: int) -> dict:
+    """Everything at one point, the keys of :func:`phasefield.theory.exponents` (same
+    states): lambda_a (collapsed point), lambda_g (depth L from the collapsed fixed point),
+    lambda_g_inf (at rho_star), q_star, rho_star, n_stable, rho_star_min, rho_star_max.
+    Blocks without a finite fixed point give NaN for the fixed-point quantities: use
+    :func:`finite_depth`."""
+    q_star = norm_fixed_point(block, ctx, 1.0)
+    fin = jnp.isfinite(q_star)
+    qs = jnp.where(fin, q_star, 1.0)
+    la = jnp.where(fin, jnp.log(transverse_multiplier(block, ctx, qs)), jnp.nan)
+    fp = stable_points(block, ctx)
+    rho = fp["rho_star"]
+    coll = rho >= 1.0
+    q_att = jnp.where(coll, qs, norm_fixed_point(block, ctx, jnp.where(coll, 0.5, rho)))
+    lg_inf = jnp.log(top_eigenvalue(gradient_matrix(block, ctx, Kernel(q_att, rho * q_att))))
+    stab = jnp.concatenate([jnp.where(fp["stable"], fp["rho"], jnp.nan),
+                            jnp.where(fp["collapsed_stable"], 1.0, jnp.nan)[None]])
+    lo = jnp.where(jnp.isnan(stab), jnp.inf, stab).min()
+    hi = jnp.where(jnp.isnan(stab), -jnp.inf, stab).max()
+    nan = jnp.nan * q_star
+    pick = lambda x: jnp.where(fin, x, nan)
+    return dict(
+        lambda_a=la,
+        lambda_g=pick(gradient_exponent(block, ctx, Kernel(qs, qs), depth)),
+        lambda_g_inf=pick(lg_inf),
+        q_star=q_star,
+        rho_star=pick(rho),
+        n_stable=jnp.where(fin, fp["n_stable"], 0),
+        rho_star_min=pick(jnp.where(jnp.isfinite(lo), lo, jnp.nan)),
+        rho_star_max=pick(jnp.where(jnp.isfinite(hi), hi, jnp.nan)),
+    )
+
+
+def finite_depth(block, ctx, k0: Kernel, depth: int) -> dict:
+    """Finite-depth rates from input geometry ``k0`` (module docstring): ``angle_rate``
+    (nearby tokens, along the collapsed trajectory from ``q0``), ``lambda_g`` (from ``k0``),
+    ``lambda_g_collapsed`` (from ``(q0, q0)``), and the per-layer ``q``, ``rho`` of the
+    trajectory from ``k0`` and ``q_collapsed`` of the collapsed one (length L + 1)."""
+    qs, ps = trajectory(block, ctx, k0, depth)
+    qc, _ = trajectory(block, ctx, Kernel(k0.q, k0.q), depth)
+    m = jax.vmap(lambda q: transverse_multiplier(block, ctx, q))(qc[:-1])
+    return dict(
+        angle_rate=jnp.mean(jnp.log(m)),
+        lambda_g=gradient_exponent(block, ctx, k0, depth),
+        lambda_g_collapsed=gradient_exponent(block, ctx, Kernel(k0.q, k0.q), depth),
+        q=qs, rho=ps / qs, q_collapsed=qc, angle_multipliers=m,
+    )

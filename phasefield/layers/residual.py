@@ -1,0 +1,73 @@
+"""Residual connections ``x -> beta x + alpha f(x)`` (THEORY.md §5).
+
+``kind``: ``"unit-norm"`` (beta = sqrt(1 - alpha^2), the paper's), ``"identity"`` (beta = 1:
+GPT-2, BERT, most trained transformers), ``"explicit"`` (beta a number of its own, e.g.
+DeepScaleLM's). A 1/sqrt(L) or 1/L^gamma branch scale is just the number ``alpha``.
+
+The branch carries fresh weights, so residual and branch are uncorrelated: forward
+``(q, p) -> beta^2 (q, p) + alpha^2 f(q, p)``, backward ``G -> beta^2 G + alpha^2 f'(G)``.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import jax.numpy as jnp
+from flax import linen as nn
+from flax import struct
+
+from .base import Layer
+from .state import Kernel, as_float
+
+KINDS = ("unit-norm", "identity", "explicit")
+
+
+@struct.dataclass
+class Residual(Layer):
+    branch: Any
+    alpha: Any = 0.5
+    beta: Any = None             # used only by kind="explicit"
+    kind: str = struct.field(pytree_node=False, default="unit-norm")
+
+    def __post_init__(self):
+        if self.kind not in KINDS:
+            raise ValueError(f"unknown residual {self.kind!r}; choose one of {', '.join(KINDS)}")
+        if (self.kind == "explicit") != (self.beta is not None):
+            raise ValueError("residual: give beta exactly when kind='explicit'")
+
+    def beta_value(self):
+        a = as_float(self.alpha)
+        if self.kind == "identity":
+            return jnp.ones_like(a)
+        if self.kind == "explicit":
+            return as_float(self.beta)
+        return jnp.sqrt(jnp.clip(1.0 - jnp.square(a), 0.0, 1.0))
+
+    def weights(self):
+        """(beta^2, alpha^2)."""
+        return jnp.square(self.beta_value()), jnp.square(as_float(self.alpha))
+
+    def prepare(self, ctx):
+        return self.replace(branch=self.branch.prepare(ctx))
+
+    def forward(self, k, ctx):
+        b2, a2 = self.weights()
+        f = self.branch.forward(k, ctx)
+        return Kernel(b2 * k.q + a2 * f.q, b2 * k.p + a2 * f.p)
+
+    def backward(self, k, g, ctx):
+        b2, a2 = self.weights()
+        f = self.branch.backward(k, g, ctx)
+        return g.scale(b2) + f.scale(a2)
+
+    def module(self, weights="dense", causal=False):
+        return ResidualModule(self, self.branch.module(weights, causal))
+
+
+class ResidualModule(nn.Module):
+    layer: Residual
+    branch: nn.Module
+
+    def __call__(self, x):
+        a = jnp.asarray(self.layer.alpha, x.dtype)
+        b = jnp.asarray(self.layer.beta_value(), x.dtype)
+        return b * x + a * self.branch(x)

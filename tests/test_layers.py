@@ -1,0 +1,125 @@
+"""The layer algebra (phasefield.layers): the paper's block written as a composition of
+layers gives today's numbers, and the generic fixed-point / exponent machinery built on
+any block's maps agrees with the paper's closed forms (an independent route: closed forms
+and a mesh search written for the paper block alone)."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from phasefield import HParams, layers, theory
+from phasefield.layers import Grad, Kernel
+
+TOL = 1e-12
+BISTABLE = dict(sigma_w=8.175, sigma_a=6.875, alpha_a=.705, alpha_m=.41, n_tokens=128)
+
+# points spanning both phases, small and large sigma_A, several activations and options
+POINTS = [
+    dict(sigma_w=2.0, sigma_a=1.0, alpha_a=.5, alpha_m=.5),
+    dict(sigma_w=0.7, sigma_a=0.4, alpha_a=.3, alpha_m=.8, n_tokens=8),
+    dict(sigma_w=3.5, sigma_a=2.5, alpha_a=.9, alpha_m=.2, n_tokens=64),
+    dict(sigma_w=1.3, sigma_a=1.7, alpha_a=.2, alpha_m=.95, activation="gelu"),
+    dict(sigma_w=1.1, sigma_a=0.8, alpha_a=.6, alpha_m=.6, activation="relu", mlp_layers=2),
+    dict(sigma_w=2.5, sigma_a=1.2, alpha_a=.4, alpha_m=.7, activation="erf", n_tokens=2),
+    dict(sigma_w=1.6, sigma_a=2.0, alpha_a=.5, alpha_m=.5, softmax_correction=True),
+    dict(sigma_w=2.2, sigma_a=1.5, alpha_a=.45, alpha_m=.6, attention="exact", n_tokens=16),
+    BISTABLE,
+]
+KEYS = ("lambda_a", "lambda_g", "lambda_g_inf", "q_star", "rho_star", "n_stable",
+        "rho_star_min", "rho_star_max")
+
+
+def _close(a, b, tol=TOL):
+    a, b = np.asarray(a, float), np.asarray(b, float)
+    both_nan = np.isnan(a) & np.isnan(b)
+    same_inf = np.isinf(a) & np.isinf(b) & (np.sign(a) == np.sign(b))
+    return bool(np.all(both_nan | same_inf | (np.abs(a - b) <= tol * np.maximum(1.0, np.abs(b)))))
+
+
+@pytest.mark.parametrize("pt", POINTS, ids=lambda p: ",".join(f"{k}={v}" for k, v in p.items()))
+def test_generic_exponents_of_the_paper_preset_equal_the_closed_forms(pt):
+    hp = HParams(depth=16, **pt)
+    got = layers.exponents(layers.presets.paper(hp), n_tokens=hp.n_tokens, depth=16)
+    ref = theory.exponents(hp)
+    for k in KEYS:
+        assert _close(got[k], ref[k]), (k, float(got[k]), float(ref[k]))
+
+
+@pytest.mark.parametrize("pt", POINTS[:4] + POINTS[6:8])
+def test_paper_preset_trajectory_and_lambda_g_from_any_input(pt):
+    hp = HParams(depth=12, **pt)
+    block = layers.presets.paper(hp)
+    for q0, rho0 in [(1.0, 0.3), (2.5, -0.02), (0.4, 0.97)]:
+        q, p = layers.trajectory(block, q0, rho0, n_tokens=hp.n_tokens, depth=12)
+        q_ref, p_ref = theory.trajectory(hp, q0, rho0 * q0)
+        assert _close(q, q_ref) and _close(p, p_ref)
+        lg = layers.gradient_exponent(block, q0, rho0, n_tokens=hp.n_tokens, depth=12)
+        assert _close(lg, theory.gradient_exponent(hp, q0, rho0 * q0))
+
+
+def test_lambda_a_three_ways():
+    """Forward transverse multiplier (autodiff) = backward token-difference mode = closed form."""
+    hp = HParams(sigma_w=2.7, sigma_a=1.3, alpha_a=.35, alpha_m=.75)
+    block, ctx = layers.prepare(layers.presets.paper(hp), hp.n_tokens)
+    with jax.enable_x64(True):
+        q_star = layers.depth.norm_fixed_point(block, ctx, 1.0)
+        fwd = jnp.log(layers.depth.transverse_multiplier(block, ctx, q_star))
+        m = layers.depth.gradient_matrix(block, ctx, Kernel(q_star, q_star))
+    ref = theory.exponents(hp)["lambda_a"]
+    assert _close(fwd, ref) and _close(jnp.log(m[0, 0]), ref)
+    assert abs(float(m[0, 1])) < 1e-15          # triangular at collapse: a' ignores b
+    assert _close(m[1, 1], theory.mean_mode(hp))
+
+
+def test_block_pytree_vmaps_over_every_leaf():
+    hps = [HParams(sigma_w=s, sigma_a=a, alpha_a=.5, alpha_m=.5) for s, a in [(1.5, 0.5), (2.5, 1.5)]]
+    with jax.enable_x64(True):
+        prepared = [layers.prepare(layers.presets.paper(hp), 32) for hp in hps]
+        stacked = jax.tree_util.tree_map(lambda *x: jnp.stack(x), *[b for b, _ in prepared])
+        ctx = prepared[0][1]
+        lam = jax.jit(jax.vmap(lambda b: layers.depth.angle_exponent(b, ctx)))(stacked)
+    for hp, val in zip(hps, lam):
+        assert _close(val, theory.exponents(hp)["lambda_a"])
+
+
+def test_stale_mlp_table_gives_nan_not_another_answer():
+    """A kernel built for another sigma_w is refused (NaN), never used silently."""
+    hp, other = HParams(sigma_w=2.0), HParams(sigma_w=3.0)
+    block = layers.presets.paper(hp)
+    stale = block.replace(layers=(block.layers[0], block.layers[1].replace(
+        branch=layers.Serial((layers.Norm("rms"), block.layers[1].branch.layers[1].prepare(None).replace(
+            sigma_w=other.sigma_w))))))
+    # the MLP layer now says sigma_w = 3 but carries the sigma_w = 2 tables
+    assert np.isnan(float(layers.exponents(stale, depth=4)["lambda_a"]))
+
+
+def test_mlp_needs_a_normalized_input():
+    block = layers.Serial((layers.MLP(sigma_w=1.5),))
+    b, ctx = layers.prepare(block)
+    with jax.enable_x64(True):
+        assert np.isnan(float(b.forward(Kernel(2.0, 1.0), ctx).q))
+        assert np.isfinite(float(b.forward(Kernel(1.0, 0.5), ctx).q))
+
+
+def test_multi_head_map_equals_single_head():
+    one = layers.Attention(sigma_a=1.3, heads=1)
+    many = layers.Attention(sigma_a=1.3, heads=12)
+    ctx = layers.Context(jnp.asarray(16.0))
+    with jax.enable_x64(True):
+        for k in [Kernel(1.0, 0.3), Kernel(2.0, -0.1)]:
+            a, b = one.forward(k, ctx), many.forward(k, ctx)
+            assert float(a.q) == float(b.q) and float(a.p) == float(b.p)
+
+
+@pytest.mark.parametrize("bad", [dict(kind="batch"), ])
+def test_bad_layer_options_raise_one_line(bad):
+    with pytest.raises(ValueError, match="unknown norm"):
+        layers.Norm(**bad)
+    with pytest.raises(ValueError, match="heads"):
+        layers.Attention(heads=0)
+    with pytest.raises(ValueError, match="needs the width"):
+        layers.Attention(scale="inv")
+    with pytest.raises(ValueError, match="unknown residual"):
+        layers.Residual(layers.Norm(), kind="half")
+    with pytest.raises(ValueError, match="unknown block"):
+        layers.presets.get("gpt-5")
