@@ -83,14 +83,15 @@ def test_block_pytree_vmaps_over_every_leaf():
 
 
 def test_stale_mlp_table_gives_nan_not_another_answer():
-    """A kernel built for another sigma_w is refused (NaN), never used silently."""
-    hp, other = HParams(sigma_w=2.0), HParams(sigma_w=3.0)
-    block = layers.presets.paper(hp)
-    stale = block.replace(layers=(block.layers[0], block.layers[1].replace(
-        branch=layers.Serial((layers.Norm("rms"), block.layers[1].branch.layers[1].prepare(None).replace(
-            sigma_w=other.sigma_w))))))
-    # the MLP layer now says sigma_w = 3 but carries the sigma_w = 2 tables
-    assert np.isnan(float(layers.exponents(stale, depth=4)["lambda_a"]))
+    """An MLP layer whose tables were built for another sigma_w answers NaN, never silently."""
+    ctx = layers.Context(jnp.asarray(32.0))
+    with jax.enable_x64(True):
+        good = layers.MLP(sigma_w=2.0).prepare(ctx)
+        stale = good.replace(sigma_w=3.0)        # says sigma_w = 3, carries sigma_w = 2's tables
+        k = Kernel(1.0, 0.4)
+        assert np.isfinite(float(good.forward(k, ctx).p))
+        assert np.isnan(float(stale.forward(k, ctx).p))
+        assert np.isnan(float(stale.backward(k, Grad(1.0, 0.0), ctx).a))
 
 
 def test_mlp_needs_a_normalized_input():
@@ -123,3 +124,34 @@ def test_bad_layer_options_raise_one_line(bad):
         layers.Residual(layers.Norm(), kind="half")
     with pytest.raises(ValueError, match="unknown block"):
         layers.presets.get("gpt-5")
+
+
+# ---- the two hazards of issue 24 -----------------------------------------------------------
+
+def test_stale_kernel_is_refused():
+    """theory.exponents(hp, kernel built for another sigma_w) raises (concrete) or is NaN
+    (traced), instead of answering for the other sigma_w."""
+    hp = HParams(sigma_w=2.0)
+    stale = theory.kernel(HParams(sigma_w=3.0))
+    with pytest.raises(ValueError, match="built for sigma_w"):
+        theory.exponents(hp, stale)
+    with pytest.raises(ValueError, match="activation"):
+        theory.exponents(hp, theory.kernel(HParams(sigma_w=2.0, activation="erf")))
+    assert _close(theory.exponents(hp, theory.kernel(hp))["lambda_a"], theory.exponents(hp)["lambda_a"])
+    with jax.enable_x64(True):
+        sw = jnp.asarray([2.0, 3.0])
+        lam = jax.vmap(lambda s: theory.exponents(hp.replace(sigma_w=s), stale)["lambda_a"])(sw)
+    assert np.isnan(float(lam[0])) and _close(lam[1], theory.exponents(HParams(sigma_w=3.0))["lambda_a"])
+
+
+def test_traced_sigma_beyond_the_tables_is_nan_not_silent():
+    """A traced sigma_w gets tables for sigma <= 10 by default: beyond, NaN; with
+    sigma_max=20 the value of the concrete (exactly sized) kernel."""
+    hp = HParams(sigma_w=15.0)
+    ref = float(theory.exponents(hp)["lambda_a"])
+    with jax.enable_x64(True):
+        f = lambda s, **kw: theory.exponents(hp.replace(sigma_w=s),
+                                             theory.kernel(hp.replace(sigma_w=s), **kw))["lambda_a"]
+        assert np.isnan(float(jax.jit(f)(15.0)))
+        assert _close(jax.jit(f)(5.0), theory.exponents(HParams(sigma_w=5.0))["lambda_a"], 1e-9)
+        assert _close(jax.jit(lambda s: f(s, sigma_max=20.0))(15.0), ref, 1e-9)

@@ -20,8 +20,26 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from . import attention, mlp
+from ..layers import presets
+from ..layers.state import Context, Grad, Kernel
 from ._api import public
+
+
+# The paper's block is one composition of phasefield.layers (presets.paper): its two
+# residual sublayers, with the tables this module's callers already hold riding along.
+
+def _sublayers(hp, kern=None, att=None):
+    attn, mlp = presets.paper(hp).layers
+    attn = attn.replace(branch=attn.branch.replace(
+        layers=(attn.branch.layers[0], attn.branch.layers[1].replace(att=att))))
+    if kern is not None:
+        mlp = mlp.replace(branch=mlp.branch.replace(
+            layers=(mlp.branch.layers[0], mlp.branch.layers[1].replace(kern=kern))))
+    return attn, mlp
+
+
+def _ctx(hp):
+    return Context(hp.n_tokens)
 
 
 # ---- forward ------------------------------------------------------------------------------
@@ -29,14 +47,13 @@ from ._api import public
 def attention_step(hp, q, p, att=None):
     """(q_z, p_z): the state between the two branches (``att``: the exact map's sizes,
     ``kern.att``)."""
-    q_a, p_a = attention.forward(hp, p / q, att)
-    ba2, aa2 = jnp.square(hp.beta_a), jnp.square(hp.alpha_a)
-    return ba2 * q + aa2 * q_a, ba2 * p + aa2 * p_a
+    k = _sublayers(hp, att=att)[0].forward(Kernel(q, p), _ctx(hp))
+    return k.q, k.p
 
 
 def mlp_step(hp, q_z, p_z, kern):
-    bm2, am2 = jnp.square(hp.beta_m), jnp.square(hp.alpha_m)
-    return bm2 * q_z + am2 * kern.q_m, bm2 * p_z + am2 * mlp.p_m(kern, p_z / q_z)
+    k = _sublayers(hp, kern, kern.att)[1].forward(Kernel(q_z, p_z), _ctx(hp))
+    return k.q, k.p
 
 
 @public()
@@ -73,18 +90,21 @@ def trajectory(hp, q0, p0, num_layers: int | None = None, kern=None, return_z: b
 
 def backward_block(hp, kern, q, rho, q_z, rho_z, a, b):
     """Gradient Gram (a, b) at a block's output -> (a, b) at its input."""
-    bm2, am2 = jnp.square(hp.beta_m), jnp.square(hp.alpha_m)
-    c_d = bm2 + am2 * kern.d_one / q_z
-    # at rho_z = 1 use the 1-D value (identical to the table's end node; needs no table)
-    d_rho = jnp.where(rho_z >= 1.0, kern.d_one, mlp.d_m(kern, jnp.minimum(rho_z, 1.0)))
-    c_o = bm2 + am2 * d_rho / q_z
-    diag, off = c_d * (a + b), c_o * b
-    a, b = diag - off, off
-    ba2, aa2 = jnp.square(hp.beta_a), jnp.square(hp.alpha_a)
-    d_att, o_att = attention.backward(hp, q, rho, a, b, kern.att)
-    diag = ba2 * (a + b) + aa2 * d_att
-    off = ba2 * b + aa2 * o_att
-    return diag - off, off
+    attn, mlp = _sublayers(hp, kern, kern.att)
+    ctx = _ctx(hp)
+    g = _residual_backward(mlp, q_z, rho_z, Grad(a, b), ctx)
+    g = _residual_backward(attn, q, rho, g, ctx)
+    return g.a, g.b
+
+
+def _residual_backward(sub, q, rho, g, ctx):
+    """A residual sublayer's backward map at (q, rho), with its limit q -> inf (the identity
+    residual's fixed point): the normalized branch's share ~ 1/q vanishes, beta^2 G is left."""
+    inf = jnp.isinf(q)
+    q_s = jnp.where(inf, 1.0, q)
+    out = sub.backward(Kernel(q_s, rho * q_s), g, ctx)
+    b2, _ = sub.weights()
+    return Grad(jnp.where(inf, b2 * g.a, out.a), jnp.where(inf, b2 * g.b, out.b))
 
 
 def gradient_matrix(hp, kern, q, rho, q_z, rho_z):

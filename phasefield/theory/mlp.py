@@ -123,11 +123,15 @@ def _e_sq(activation, s, phi, dphi):
 # ---- construction -------------------------------------------------------------------------
 
 @float64
-def kernel(hp, n_grid: int | None = None, n_cheb: int | None = None) -> MLPKernel:
+def kernel(hp, n_grid: int | None = None, n_cheb: int | None = None,
+           sigma_max: float | None = None) -> MLPKernel:
     """The MLP kernel of ``hp`` (its sigma_w, activation, mlp_layers).
 
-    Table sizes (static) follow the concrete sigma_w, or resolve sigma_w <= 10 when it is
-    traced; with a concrete sigma_w the construction runs as one cached compiled program.
+    Table sizes (static) follow the concrete sigma_w; with a concrete sigma_w the
+    construction runs as one cached compiled program. When sigma_w is traced the tables
+    resolve pre-activation scales up to ``sigma_max`` (default :data:`DEFAULT_SIGMA_MAX`),
+    and every number of the kernel is NaN where a scale exceeds it (never a silently
+    under-resolved answer); pass a larger ``sigma_max`` for larger traced sigma_w.
     """
     act, k = hp.activation, int(hp.mlp_layers)
     activations.get(act)
@@ -135,16 +139,53 @@ def kernel(hp, n_grid: int | None = None, n_cheb: int | None = None) -> MLPKerne
     if act in CLOSED_FORMS:
         return _build(sigma_w, act, k, 0, 0)
     concrete = _concrete_max(sigma_w) is not None
+    guard = None
     if n_grid is None or n_cheb is None:
-        s_max = None
         if concrete:
             q_l, _, _ = _layer_scales_jit(act, k)(sigma_w)
             s_max = float(np.max(np.sqrt(np.asarray(q_l))))
-        g, c = table_sizes(DEFAULT_SIGMA_MAX if s_max is None else s_max)
+        else:
+            s_max = guard = float(DEFAULT_SIGMA_MAX if sigma_max is None else sigma_max)
+        g, c = table_sizes(s_max)
         n_grid, n_cheb = n_grid or g, n_cheb or c
     if concrete:
         return _build_jit(act, k, int(n_grid), int(n_cheb))(sigma_w)
-    return _build(sigma_w, act, k, n_grid, n_cheb)
+    kern = _build(sigma_w, act, k, n_grid, n_cheb)
+    if guard is not None:
+        kern = _poison(kern, jnp.all(kern.q_layers <= guard * guard, axis=-1))
+    return kern
+
+
+def _poison(kern: MLPKernel, ok) -> MLPKernel:
+    """``kern`` with every number NaN where ``ok`` is False (ok: the kernel's batch shape)."""
+    def f(x):
+        okb = jnp.reshape(ok, jnp.shape(ok) + (1,) * (jnp.ndim(x) - jnp.ndim(ok)))
+        return jnp.where(okb, x, jnp.nan)
+    return kern.replace(**{name: f(getattr(kern, name))
+                           for name in ("q_layers", "e_phi2", "e_dphi2", "c_pp", "c_dd")})
+
+
+def bind(hp, kern: MLPKernel) -> MLPKernel:
+    """``kern`` checked against ``hp``: a kernel built for another sigma_w (a stale kernel)
+    raises ``ValueError`` when both are concrete, and turns every number NaN when traced."""
+    if kern.activation != hp.activation or kern.layers != int(hp.mlp_layers):
+        raise ValueError(f"the MLP kernel is for activation {kern.activation!r} with {kern.layers} "
+                         f"layer(s), not {hp.activation!r} with {hp.mlp_layers}; build it with "
+                         f"theory.kernel(hp)")
+    ks, hs = _concrete_array(kern.sigma_w), _concrete_array(hp.sigma_w)
+    if ks is not None and hs is not None:
+        if not np.array_equal(*np.broadcast_arrays(ks, hs)):
+            raise ValueError(f"the MLP kernel was built for sigma_w = {np.ravel(ks)[:3].tolist()} but "
+                             f"hp.sigma_w = {np.ravel(hs)[:3].tolist()}; build it with theory.kernel(hp)")
+        return kern
+    return _poison(kern, kern.sigma_w == jnp.asarray(hp.sigma_w, jnp.result_type(float)))
+
+
+def _concrete_array(x):
+    try:
+        return np.asarray(x, float)
+    except (jax.errors.ConcretizationTypeError, jax.errors.TracerArrayConversionError, TypeError):
+        return None
 
 
 @functools.lru_cache(maxsize=None)

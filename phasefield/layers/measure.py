@@ -1,0 +1,64 @@
+"""Finite-width random stacks of any block (its Flax module, lazily sampled or dense
+weights) and the measurements that the mean-field maps predict (THEORY.md §6, §7).
+
+Pure in ``(block, key, ...)``: ``jit``/``vmap`` over draws. Depth ``L`` blocks with
+independent weights (one key each) run in a ``lax.scan``; the block's numbers may be traced.
+"""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from ..block import LAZY_RNG, check_weights
+
+
+def stack(block, key, x, depth: int, weights: str = "lazy", causal: bool = False):
+    """Tokens after each of ``depth`` random blocks: ``[depth + 1, n, d]`` (index 0: x)."""
+    check_weights(weights)
+    mod = block.module(weights, causal)
+
+    def step(h, k):
+        if weights == "lazy":
+            y = mod.apply({}, h, rngs={LAZY_RNG: k})
+        else:
+            y, _ = mod.init_with_output({"params": k}, h)
+        return y, y
+
+    _, ys = jax.lax.scan(step, x, jax.random.split(key, depth))
+    return jnp.concatenate([x[None], ys])
+
+
+def tokens(key, n: int, d: int, q0, rho0, dtype=jnp.float32):
+    """n tokens with squared norm per component q0 and pairwise cosine rho0 (in
+    expectation): ``sqrt(p) g + sqrt(q - p) e_i``."""
+    kg, ke = jax.random.split(key)
+    g = jax.random.normal(kg, (1, d), dtype)
+    e = jax.random.normal(ke, (n, d), dtype)
+    return jnp.sqrt(q0 * rho0) * g + jnp.sqrt(q0 * (1.0 - rho0)) * e
+
+
+def geometry(x):
+    """(q, p): mean squared norm per component and mean off-diagonal dot product per component."""
+    n, d = x.shape[-2:]
+    gram = jnp.einsum("...id,...jd->...ij", x, x) / d
+    q = jnp.trace(gram, axis1=-2, axis2=-1) / n
+    p = (jnp.sum(gram, (-2, -1)) - q * n) / (n * (n - 1))
+    return q, p
+
+
+def transient(block, key, n, d, depth, q0, rho0, weights="lazy"):
+    """Per-layer (q, p) of one draw from (q0, rho0): arrays ``[depth + 1]``."""
+    kx, kw = jax.random.split(key)
+    xs = stack(block, kw, tokens(kx, n, d, q0, rho0), depth, weights)
+    return geometry(xs)
+
+
+def gradient_energy(block, key, n, d, depth, q0, rho0, weights="lazy"):
+    """|J^T u|^2 / (n d) for u ~ N(0, 1) at the output of ``depth`` blocks (one VJP per draw,
+    the protocol of THEORY.md §7), from tokens at (q0, rho0)."""
+    kx, kw, ku = jax.random.split(key, 3)
+    x = tokens(kx, n, d, q0, rho0)
+    out, vjp = jax.vjp(lambda h: stack(block, kw, h, depth, weights)[-1], x)
+    u = jax.random.normal(ku, out.shape, out.dtype)
+    (g,) = vjp(u)
+    return jnp.sum(jnp.square(g)) / (n * d)
