@@ -21,12 +21,22 @@ def _dgelu(x):
     return 0.5 * (1.0 + _erf(x / math.sqrt(2.0))) + x * jnp.exp(-0.5 * x * x) / math.sqrt(2.0 * math.pi)
 
 
+def _silu(x):   # x sigmoid(x) (swish), the gate of SwiGLU
+    return x * jax.nn.sigmoid(x)
+
+
+def _dsilu(x):
+    s = jax.nn.sigmoid(x)
+    return s * (1.0 + x * (1.0 - s))
+
+
 _PHI = {
     "tanh": jnp.tanh,
     "erf": _erf,
     "relu": jax.nn.relu,
     "gelu": _gelu,
     "linear": lambda x: x,
+    "silu": _silu,
 }
 
 _DPHI = {
@@ -35,6 +45,7 @@ _DPHI = {
     "relu": lambda x: (x > 0).astype(x.dtype),
     "gelu": _dgelu,
     "linear": lambda x: jnp.ones_like(x),
+    "silu": _dsilu,
 }
 
 

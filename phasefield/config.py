@@ -14,7 +14,7 @@ from flax import struct
 
 from .grid import check_values
 
-ACTIVATIONS = ("tanh", "erf", "relu", "gelu", "linear")
+ACTIVATIONS = ("tanh", "erf", "relu", "gelu", "linear", "silu")
 RESIDUALS = ("unit-norm", "identity")
 ATTENTIONS = ("paper", "exact")
 

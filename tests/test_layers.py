@@ -155,3 +155,110 @@ def test_traced_sigma_beyond_the_tables_is_nan_not_silent():
         assert np.isnan(float(jax.jit(f)(15.0)))
         assert _close(jax.jit(f)(5.0), theory.exponents(HParams(sigma_w=5.0))["lambda_a"], 1e-9)
         assert _close(jax.jit(lambda s: f(s, sigma_max=20.0))(15.0), ref, 1e-9)
+
+
+# ---- the standard blocks (presets) -----------------------------------------------------------
+
+@pytest.mark.parametrize("s", [0.55, 2.0])
+def test_silu_tables_within_1e9_of_dense_reference(s):
+    """SwiGLU's gate: the numeric silu tables against the dense NumPy reference."""
+    from phasefield import activations
+    from phasefield.theory import mlp, quadrature
+    rhos = [-0.9, -0.3, 0.0, 0.4, 0.8, 0.99]
+    kern = mlp.kernel(HParams(sigma_w=s, activation="silu"))
+    f = lambda fn: (lambda x: np.asarray(fn(jnp.asarray(x))))
+    g, dg = f(activations.get("silu")), f(activations.derivative("silu"))
+    with jax.enable_x64(True):
+        pp, dd = (np.asarray(v) for v in mlp._pair(kern, 0, jnp.asarray(rhos)))
+    np.testing.assert_allclose(pp, [quadrature.reference_2d(g, g, s, r) for r in rhos], atol=1e-9)
+    np.testing.assert_allclose(dd, [quadrature.reference_2d(dg, dg, s, r) for r in rhos], atol=1e-9)
+
+
+def test_glu_maps_against_monte_carlo():
+    """SwiGLU forward (q', p') and backward (a, b) at a normalized input: the closed maps of
+    layers.GLU against a float64 Monte Carlo of the network itself (dense weights, one draw
+    per sample, d = 128, 300 draws; tolerance 4 standard errors of the draw mean)."""
+    d, n, draws = 128, 2, 300
+    glu = layers.GLU(sigma_g=1.3, sigma_v=0.8, sigma_out=1.1, mult=2.0)
+    rho = 0.35
+    with jax.enable_x64(True):
+        ctx = layers.Context(jnp.asarray(float(n)))
+        prepared = glu.prepare(ctx)
+        k_in = Kernel(jnp.asarray(1.0), jnp.asarray(rho))
+        fwd = prepared.forward(k_in, ctx)
+        bwd = prepared.backward(k_in, Grad(jnp.asarray(1.0), jnp.asarray(0.0)), ctx)
+        mod = glu.module("dense")
+        c = np.linalg.cholesky(np.array([[1.0, rho], [rho, 1.0]]))
+
+        def one(key):
+            kx, kw, ku = jax.random.split(key, 3)
+            x = (c @ jax.random.normal(kx, (n, d), jnp.float64))
+            params = mod.init(kw, x)
+            y, vjp = jax.vjp(lambda z: mod.apply(params, z), x)
+            u = jax.random.normal(ku, y.shape, y.dtype)
+            (gx,) = vjp(u)
+            gram, ggram = y @ y.T / d, gx @ gx.T / d
+            return jnp.array([gram[0, 0], gram[0, 1], ggram[0, 0], ggram[0, 1]])
+
+        vals = np.asarray(jax.jit(jax.vmap(one))(jax.random.split(jax.random.PRNGKey(7), draws)))
+    mean, se = vals.mean(0), vals.std(0, ddof=1) / np.sqrt(draws)
+    want = [float(fwd.q), float(fwd.p), float(bwd.a + bwd.b), float(bwd.b)]
+    # the input's realized cosine fluctuates around rho by O(1/sqrt(d)): part of the draw noise
+    assert np.all(np.abs(mean - want) <= 4 * se), (mean, se, want)
+
+
+def test_angle_rate_is_the_limit_of_nearby_tokens():
+    """finite_depth's angle rate (rho_0 -> 1 along the collapsed trajectory, from the
+    transverse multipliers) equals (1/L) log[(1 - rho_L)/(1 - rho_0)] of the trajectory from
+    rho_0 = 1 - 1e-7, for a block whose norm grows (identity residual: the norm's growth
+    enters, 1 - rho = (q - p)/q)."""
+    block = layers.presets.get("pre-ln", sigma=1.0, alpha=0.7, heads=4)
+    fd = layers.finite_depth(block, q0=1.0, rho0=1.0, n_tokens=16, depth=6)
+    q, p = layers.trajectory(block, 1.0, 1.0 - 1e-7, n_tokens=16, depth=6)
+    rate = np.log((1.0 - float(p[-1] / q[-1])) / 1e-7) / 6
+    assert abs(float(fd["angle_rate"]) - rate) < 1e-5, (float(fd["angle_rate"]), rate)
+    spread = np.sum(np.log(np.asarray(fd["angle_multipliers"]))) / 6
+    assert abs(float(fd["angle_rate"]) - spread) > 0.05     # the norm's growth is not negligible here
+
+
+# pre-LN (LayerNorm, 4 heads with W_O, GELU 4x, identity residual) and rms-swiglu (RMSNorm,
+# the GLU layer): every layer kind of the presets; post-ln and deepscalelm are the same
+# layers composed otherwise, checked at widths 256..4096 by scripts/validate_blocks.py
+@pytest.mark.parametrize("name,kw", [("pre-ln", dict(sigma=1.0, alpha=1.0)),
+                                     ("rms-swiglu", dict(sigma=1.0, alpha=1.0))])
+def test_preset_theory_against_its_own_network(name, kw):
+    """Each preset's maps against random stacks of its own Flax module (lazy weights) at
+    d = 512, 4 heads, 24 draws, 4 blocks: per-layer rho and lambda_g(4) within 4 standard
+    errors plus the O(1/d) bias bound 2/d (scripts/validate_blocks.py extrapolates the
+    same measurements to d -> inf at widths up to 4096: docs/blocks.md)."""
+    from phasefield.layers import measure
+    block = layers.presets.get(name, heads=4, **kw)
+    n, d, depth, draws = 16, 512, 4, 24
+    fd = layers.finite_depth(block, q0=1.0, rho0=0.5, n_tokens=n, depth=depth)
+
+    def one(key):
+        k1, k2 = jax.random.split(key)
+        q, p = measure.transient(block, k1, n, d, depth, 1.0, 0.5)
+        return p / q, measure.gradient_energy(block, k2, n, d, depth, 1.0, 0.5)
+
+    rho, g = jax.jit(jax.vmap(one))(jax.random.split(jax.random.PRNGKey(3), draws))
+    rho, g = np.asarray(rho, float), np.asarray(g, float)
+    se = rho.std(0, ddof=1) / np.sqrt(draws)
+    assert np.all(np.abs(rho.mean(0) - np.asarray(fd["rho"])) <= 4 * se + 2.0 / d), name
+    lg, lg_se = np.log(g.mean()) / depth, g.std(ddof=1) / g.mean() / np.sqrt(draws) / depth
+    assert abs(lg - float(fd["lambda_g"])) <= 4 * lg_se + 2.0 / d, (name, lg, lg_se, float(fd["lambda_g"]))
+
+
+def test_presets_are_pytrees_of_their_numbers():
+    """vmap over a preset's init scale: the same numbers as one point at a time."""
+    sig = [0.5, 1.0, 1.5]
+    with jax.enable_x64(True):
+        blocks = [layers.prepare(layers.presets.pre_ln(sigma=s, alpha=0.5, heads=4), 16)[0] for s in sig]
+        stacked = jax.tree_util.tree_map(lambda *x: jnp.stack(x), *blocks)
+        ctx = layers.Context(jnp.asarray(16.0))
+        k0 = Kernel(jnp.asarray(1.0), jnp.asarray(0.5))
+        lg = jax.jit(jax.vmap(lambda b: layers.depth.gradient_exponent(b, ctx, k0, 5)))(stacked)
+    for s, v in zip(sig, lg):
+        one = layers.gradient_exponent(layers.presets.pre_ln(sigma=s, alpha=0.5, heads=4), 1.0, 0.5,
+                                       n_tokens=16, depth=5)
+        assert _close(v, one, 1e-12)

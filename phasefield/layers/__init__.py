@@ -23,6 +23,7 @@ from ..theory.precision import float64
 from . import depth, presets  # noqa: F401
 from .attention import Attention  # noqa: F401
 from .base import Layer, Serial, check_layer  # noqa: F401
+from .glu import GLU  # noqa: F401
 from .mlp import MLP  # noqa: F401
 from .norm import Norm  # noqa: F401
 from .residual import Residual  # noqa: F401

@@ -19,9 +19,12 @@ leaf); ``block`` must be prepared (:meth:`prepare`, done by the public entry poi
   blocks from ``G = I`` at the output, along the forward trajectory from the input;
   ``lambda_g_inf`` is the log top eigenvalue of the 2x2 backward map at the attractor.
 * **Finite depth** (no finite fixed point): the angle rate of nearby tokens
-  ``(1/L) sum_l log m(q_l)`` along the collapsed trajectory from ``q0`` (the limit
-  ``rho_0 -> 1`` of ``(1/L) log[(1 - rho_L) / (1 - rho_0)]``), and ``lambda_g(L)`` from the
-  input geometry. These are rates at depth L, not exponents: they change with L.
+  ``(1/L) log[(1 - rho_L) / (1 - rho_0)]`` in the limit ``rho_0 -> 1``, which is
+  ``(1/L) [sum_l log m(q_l) - log(q_L / q_0)]`` along the collapsed trajectory from ``q0``
+  (``1 - rho = (q - p) / q``: the spread q - p grows by m per layer, the norm by q_{l+1}/q_l),
+  and ``lambda_g(L)`` from the input geometry. These are rates at depth L, not exponents:
+  they change with L. Where the block has a finite fixed point and ``q0 = q*`` the angle
+  rate is lambda_a and ``lambda_g_collapsed`` is lambda_g(L).
 """
 from __future__ import annotations
 
@@ -195,7 +198,7 @@ def finite_depth(block, ctx, k0: Kernel, depth: int) -> dict:
     qc, _ = trajectory(block, ctx, Kernel(k0.q, k0.q), depth)
     m = jax.vmap(lambda q: transverse_multiplier(block, ctx, q))(qc[:-1])
     return dict(
-        angle_rate=jnp.mean(jnp.log(m)),
+        angle_rate=(jnp.sum(jnp.log(m)) - jnp.log(qc[-1] / qc[0])) / depth,
         lambda_g=gradient_exponent(block, ctx, k0, depth),
         lambda_g_collapsed=gradient_exponent(block, ctx, Kernel(k0.q, k0.q), depth),
         q=qs, rho=ps / qs, q_collapsed=qc, angle_multipliers=m,

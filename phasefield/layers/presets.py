@@ -1,28 +1,44 @@
 """Named blocks: compositions of the layers, config as code.
 
-``paper``   the seed paper's block (THEORY.md §1) from an :class:`phasefield.HParams`
-``pre-ln``  GPT-2 / ViT / timm: LayerNorm before each branch, multi-head attention with an
-            output projection, GELU MLP with 4x expansion, identity residual, branch scale
-``post-ln`` BERT / ``nn.Transformer``: each sublayer ``x -> LN(x + alpha f(x))``
+``paper``       the seed paper's block (THEORY.md §1) from an :class:`phasefield.HParams`
+``pre-ln``      GPT-2 / ViT / timm: LayerNorm before each branch, multi-head attention with
+                an output projection, GELU MLP with 4x expansion, identity residual
+``post-ln``     BERT / ``nn.Transformer``: each sublayer ``x -> LN(x + alpha f(x))``
+``rms-swiglu``  LLaMA: RMSNorm before each branch, multi-head attention with an output
+                projection, SwiGLU MLP with 8/3 expansion, identity residual
+``deepscalelm`` DeepScaleLM (seed 002): pre-LN with ReLU FFN (4x), scaled residuals
+                ``lambda x + beta f(x)``, ``beta^2 = k / N``, ``lambda^2 = 1 - beta^2`` over
+                N = 2 depth sublayers, and its FFN/value init (unit branch variance)
 
-The standard blocks are written with one init scale ``sigma`` = (weight std) x sqrt(fan-in)
-of a d -> d map (GPT-2's std 0.02 at d = 768 is sigma = 0.55), so every d x d weight has
-std ``sigma / sqrt(d)`` and the MLP's 4d -> d output layer std ``sigma / sqrt(d)`` too
-(its fan-in scale is then ``2 sigma``). The branch scale ``alpha`` multiplies each branch
-(GPT-2's 1/sqrt(2L) projection scaling is ``alpha = 1/sqrt(2L)``).
+The standard blocks are written with one init scale ``sigma`` = (weight std) x sqrt(d) for
+every weight that reads the d-dimensional stream or writes it (GPT-2's std 0.02 at d = 768
+is sigma = 0.554): every d x d weight and the MLP's input layer have std ``sigma /
+sqrt(d)``, and so has its output layer whatever its fan-in (its fan-in scale is then
+``sigma sqrt(mult)``). The branch scale ``alpha`` multiplies each branch (GPT-2's
+1/sqrt(2L) projection scaling is ``alpha = 1/sqrt(2L)``). The query/key std ``sigma`` gives
+logits of standard deviation ``sigma^2 q`` (``sigma_A = sigma^2``).
+
+Approximations (static, part of the pytree's structure): ``attention`` "paper" (Eq. 10) or
+"exact" (the exact-softmax map); ``softmax_correction`` (the softmax-derivative path in the
+backward map; on by default for the standard blocks, where it is measured to matter:
+docs/blocks.md). Every number is a leaf: ``jax.vmap`` over ``sigma``, ``alpha`` etc. after
+``block.replace`` or by building the block inside the vmapped function.
 """
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from ..config import HParams
 from .attention import Attention
 from .base import Serial
+from .glu import GLU
 from .mlp import MLP
 from .norm import Norm
 from .residual import Residual
 
-NAMES = ("paper", "pre-ln", "post-ln")
+NAMES = ("paper", "pre-ln", "post-ln", "rms-swiglu", "deepscalelm")
+GPT2_SIGMA = 0.02 * math.sqrt(768)
 
 
 def paper(hp: HParams) -> Serial:
@@ -37,39 +53,79 @@ def paper(hp: HParams) -> Serial:
     ))
 
 
-def _standard_branches(sigma, heads, activation, mult, norm):
-    att = Attention(sigma_a=sigma * sigma, sigma_v=sigma, sigma_o=sigma, heads=heads)
-    mlp = MLP(sigma_w=sigma, activation=activation, layers=1, mult=mult, sigma_out=sigma * mult ** 0.5)
-    return att, mlp
+def _attention(sigma, heads, attention, softmax_correction, sigma_v=None, sigma_o=None):
+    return Attention(sigma_a=sigma * sigma, sigma_v=sigma if sigma_v is None else sigma_v,
+                     sigma_o=sigma if sigma_o is None else sigma_o, heads=heads, map=attention,
+                     softmax_correction=softmax_correction)
 
 
-def pre_ln(sigma: Any = 0.55, alpha: Any = 1.0, heads: int = 12, activation: str = "gelu",
-           mult: float = 4.0) -> Serial:
+def _mlp(sigma, activation, mult, sigma_out=None):
+    return MLP(sigma_w=sigma, activation=activation, layers=1, mult=mult,
+               sigma_out=sigma * mult ** 0.5 if sigma_out is None else sigma_out)
+
+
+def pre_ln(sigma: Any = GPT2_SIGMA, alpha: Any = 1.0, heads: int = 12, activation: str = "gelu",
+           mult: float = 4.0, attention: str = "paper", softmax_correction: bool = True) -> Serial:
     """x -> x + alpha Attn(LN x);  x -> x + alpha MLP(LN x)."""
-    att, mlp = _standard_branches(sigma, heads, activation, mult, "layernorm")
+    att = _attention(sigma, heads, attention, softmax_correction)
     return Serial((
         Residual(Serial((Norm("layernorm"), att)), alpha=alpha, kind="identity"),
-        Residual(Serial((Norm("layernorm"), mlp)), alpha=alpha, kind="identity"),
+        Residual(Serial((Norm("layernorm"), _mlp(sigma, activation, mult))), alpha=alpha, kind="identity"),
     ))
 
 
-def post_ln(sigma: Any = 0.55, alpha: Any = 1.0, heads: int = 12, activation: str = "gelu",
-            mult: float = 4.0) -> Serial:
+def post_ln(sigma: Any = GPT2_SIGMA, alpha: Any = 1.0, heads: int = 12, activation: str = "gelu",
+            mult: float = 4.0, attention: str = "paper", softmax_correction: bool = True) -> Serial:
     """x -> LN(x + alpha Attn(x));  x -> LN(x + alpha MLP(x)). Its input must be normalized
     (BERT normalizes the embeddings): the branches read the previous LayerNorm's output."""
-    att, mlp = _standard_branches(sigma, heads, activation, mult, "layernorm")
+    att = _attention(sigma, heads, attention, softmax_correction)
     return Serial((
         Residual(att, alpha=alpha, kind="identity"), Norm("layernorm"),
-        Residual(mlp, alpha=alpha, kind="identity"), Norm("layernorm"),
+        Residual(_mlp(sigma, activation, mult), alpha=alpha, kind="identity"), Norm("layernorm"),
     ))
+
+
+def rms_swiglu(sigma: Any = GPT2_SIGMA, alpha: Any = 1.0, heads: int = 12, mult: float = 8.0 / 3.0,
+               activation: str = "silu", attention: str = "paper",
+               softmax_correction: bool = True) -> Serial:
+    """x -> x + alpha Attn(RMSNorm x);  x -> x + alpha SwiGLU(RMSNorm x)."""
+    att = _attention(sigma, heads, attention, softmax_correction)
+    glu = GLU(sigma_g=sigma, sigma_v=sigma, sigma_out=sigma * mult ** 0.5, activation=activation, mult=mult)
+    return Serial((
+        Residual(Serial((Norm("rmsnorm"), att)), alpha=alpha, kind="identity"),
+        Residual(Serial((Norm("rmsnorm"), glu)), alpha=alpha, kind="identity"),
+    ))
+
+
+def deepscalelm(depth: int = 16, k: Any = 2.0, heads: int = 12, mult: float = 4.0,
+                attention: str = "paper", softmax_correction: bool = True, sigma_a: Any = 1.0) -> Serial:
+    """DeepScaleLM's pre-LN block for a ``depth``-block model (N = 2 depth sublayers):
+    ``x -> lambda x + beta Attn(LN x)``, ``x -> lambda x + beta FFN(LN x)``, beta^2 = k / N;
+    FFN and value/output weights of variance (1/d) sqrt(2 / mult) per d fan-in (the 'simple'
+    DSLM init, :func:`phasefield.seeds.deepscalelm.moments.dslm_init`), query/key 1/d."""
+    n_sub = 2 * int(depth)
+    beta2 = k / n_sub
+    s2 = math.sqrt(2.0 / mult)                         # sigma^2 of every W_V, W_O, W_1
+    s = s2 ** 0.5
+    att = _attention(1.0, heads, attention, softmax_correction, sigma_v=s, sigma_o=s)
+    att = att.replace(sigma_a=sigma_a)
+    ffn = MLP(sigma_w=s, activation="relu", layers=1, mult=mult, sigma_out=(s2 * mult) ** 0.5)
+    res = dict(alpha=beta2 ** 0.5, beta=(1.0 - beta2) ** 0.5, kind="explicit")
+    return Serial((
+        Residual(Serial((Norm("layernorm"), att)), **res),
+        Residual(Serial((Norm("layernorm"), ffn)), **res),
+    ))
+
+
+_BUILDERS = {"pre-ln": pre_ln, "post-ln": post_ln, "rms-swiglu": rms_swiglu, "deepscalelm": deepscalelm}
 
 
 def get(name: str, hp: HParams | None = None, **kw) -> Serial:
     """The preset ``name`` (``paper`` from ``hp``; the others from keyword numbers)."""
     if name == "paper":
         return paper(hp if hp is not None else HParams())
-    if name == "pre-ln":
-        return pre_ln(**kw)
-    if name == "post-ln":
-        return post_ln(**kw)
-    raise ValueError(f"unknown block {name!r}; choose one of {', '.join(NAMES)}")
+    try:
+        builder = _BUILDERS[name]
+    except KeyError:
+        raise ValueError(f"unknown block {name!r}; choose one of {', '.join(NAMES)}") from None
+    return builder(**kw)

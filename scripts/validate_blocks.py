@@ -1,0 +1,179 @@
+"""Theory vs finite-width simulation for the standard blocks (issue 24), extrapolated to
+infinite width.
+
+For every preset and point (6 per preset, spanning the phases) it simulates random stacks
+of the block's own Flax module (lazy weights, ``phasefield.layers.measure``) at several
+widths and measures, from input tokens at (q0, rho0) = (1, 0.5):
+
+* per-layer cosine rho_l (l = 1..L) and norm q_l,
+* lambda_g(L) = (1/L) log E|J^T u|^2 / (n d) (u ~ N(0, I) at the output),
+* the angle rate of nearby tokens (1/L) log[(1 - rho_L) / (1 - rho_0)] from rho_0 = 1 - EPS
+  (per draw, with the draw's own realized rho_0),
+
+each with its standard error over ``--draws`` independent draws, then fits y = a + b/d by
+weighted least squares over the widths and compares the intercept a with the theory
+(``phasefield.layers``: ``finite_depth`` from (1, 0.5), and the trajectory from
+(1, 1 - EPS) for the angle rate): z = (a - theory) / se(a).
+
+    .venv/bin/python scripts/validate_blocks.py [--widths 256,1024,4096] [--draws 32]
+        [--presets pre-ln,post-ln,rms-swiglu,deepscalelm] [--out docs/data/blocks/rows.jsonl]
+
+Resumable: each (preset, point, width) is one JSON line appended when done; a rerun skips
+the rows present. ``--report`` only prints the table from the rows.
+"""
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import os
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from phasefield import layers
+from phasefield.layers import measure as M
+
+N, L, Q0, RHO0, EPS, HEADS = 16, 8, 1.0, 0.5, 1e-3, 4
+
+POINTS = {
+    "pre-ln": [dict(sigma=s, alpha=a) for s, a in
+               [(0.3, 1.0), (0.55, 0.2), (0.55, 1.0), (1.0, 1.0), (2.0, 0.2), (2.0, 1.0)]],
+    "post-ln": [dict(sigma=s, alpha=a) for s, a in
+                [(0.3, 1.0), (0.55, 1.0), (1.0, 0.5), (1.0, 1.0), (2.0, 0.5), (2.0, 1.0)]],
+    "rms-swiglu": [dict(sigma=s, alpha=a) for s, a in
+                   [(0.3, 1.0), (1.0, 0.2), (1.0, 1.0), (1.5, 0.5), (2.0, 0.2), (2.0, 1.0)]],
+    "deepscalelm": [dict(depth=dd, sigma_a=s) for dd, s in
+                    [(4, 0.5), (4, 1.0), (4, 3.0), (8, 0.5), (8, 1.0), (8, 3.0)]],
+}
+
+
+def block_of(preset, point):
+    return layers.presets.get(preset, heads=HEADS, **point)
+
+
+def theory(preset, point) -> dict:
+    blk = block_of(preset, point)
+    fd = layers.finite_depth(blk, q0=Q0, rho0=RHO0, n_tokens=N, depth=L)
+    q, p = layers.trajectory(blk, Q0, 1.0 - EPS, n_tokens=N, depth=L)
+    rho_near = np.asarray(p) / np.asarray(q)
+    near = layers.finite_depth(blk, q0=Q0, rho0=1.0, n_tokens=N, depth=L)
+    return dict(rho=np.asarray(fd["rho"])[1:].tolist(), q=np.asarray(fd["q"])[1:].tolist(),
+                lambda_g=float(fd["lambda_g"]),
+                angle_rate=float(np.log((1 - rho_near[-1]) / EPS) / L),
+                angle_rate_limit=float(near["angle_rate"]))
+
+
+@functools.lru_cache(maxsize=None)
+def _draw_fn(structure, d):
+    """One draw's measurements, compiled once per block structure and width (the block's
+    numbers are traced arguments)."""
+    def one(blk, k):
+        k1, k2, k3 = jax.random.split(k, 3)
+        q, p = M.transient(blk, k1, N, d, L, Q0, RHO0)
+        g = M.gradient_energy(blk, k2, N, d, L, Q0, RHO0)
+        qn, pn = M.transient(blk, k3, N, d, L, Q0, 1.0 - EPS)
+        rn = pn / qn
+        return q, p / q, g, jnp.log((1 - rn[-1]) / (1 - rn[0])) / L
+
+    return jax.jit(one)
+
+
+def simulate(preset, point, d, draws, seed=0) -> dict:
+    blk = block_of(preset, point)
+    keys = jax.random.split(jax.random.PRNGKey(seed), draws)
+    f = _draw_fn(jax.tree_util.tree_structure(blk), d)
+    out = [f(blk, k) for k in keys]          # one draw at a time (memory at width 4096)
+    q, rho, g, ang = (np.stack([np.asarray(o[i], float) for o in out]) for i in range(4))
+    se = lambda a: a.std(0, ddof=1) / np.sqrt(draws)
+    return dict(rho=rho.mean(0)[1:].tolist(), rho_se=se(rho)[1:].tolist(),
+                q=q.mean(0)[1:].tolist(), q_se=se(q)[1:].tolist(),
+                lambda_g=float(np.log(g.mean()) / L), lambda_g_se=float(se(g) / g.mean() / L),
+                angle_rate=float(ang.mean()), angle_rate_se=float(se(ang)))
+
+
+def extrapolate(ds, y, se):
+    """Weighted least squares y = a + b/d: (a, se(a)); one width: (y, se)."""
+    ds, y, se = np.asarray(ds, float), np.asarray(y, float), np.asarray(se, float)
+    if len(ds) == 1:
+        return float(y[0]), float(se[0])
+    X = np.stack([np.ones_like(ds), 1.0 / ds], 1)
+    W = 1.0 / np.square(se)
+    cov = np.linalg.inv(X.T @ (W[:, None] * X))
+    a = cov @ (X.T @ (W * y))
+    return float(a[0]), float(np.sqrt(cov[0, 0]))
+
+
+def load(path):
+    rows = []
+    if os.path.exists(path):
+        with open(path) as f:
+            rows = [json.loads(line) for line in f if line.strip()]
+    return rows
+
+
+def report(rows, widths):
+    lines = ["| preset | point | quantity | theory | d -> inf | se | z | at d = %d |" % max(widths),
+             "|---|---|---|---|---|---|---|---|"]
+    worst = []
+    keyf = lambda r: (r["preset"], json.dumps(r["point"], sort_keys=True))
+    groups = {}
+    for r in rows:
+        if r["width"] in widths:
+            groups.setdefault(keyf(r), []).append(r)
+    for (preset, pt), rs in groups.items():
+        rs = sorted(rs, key=lambda r: r["width"])
+        th = rs[0]["theory"]
+        ds = [r["width"] for r in rs]
+        pt_s = ",".join(f"{k}={v}" for k, v in json.loads(pt).items())
+        for name in ("lambda_g", "angle_rate"):
+            a, s = extrapolate(ds, [r["sim"][name] for r in rs], [r["sim"][name + "_se"] for r in rs])
+            z = (a - th[name]) / s
+            worst.append((abs(z), preset, pt_s, name))
+            lines.append(f"| {preset} | {pt_s} | {name} | {th[name]:.4f} | {a:.4f} | {s:.4f} | {z:+.1f} | "
+                         f"{rs[-1]['sim'][name]:.4f} |")
+        fits = [extrapolate(ds, [r["sim"]["rho"][layer] for r in rs], [r["sim"]["rho_se"][layer] for r in rs])
+                for layer in range(L)]
+        zs = [(a - th["rho"][layer]) / s for layer, (a, s) in enumerate(fits)]
+        i = int(np.argmax(np.abs(zs)))
+        worst.append((abs(zs[i]), preset, pt_s, f"rho_{i + 1}"))
+        lines.append(f"| {preset} | {pt_s} | rho_l (worst of l = 1..{L}: l = {i + 1}) | {th['rho'][i]:.4f} | "
+                     f"{fits[i][0]:.4f} | {fits[i][1]:.4f} | {zs[i]:+.1f} | {rs[-1]['sim']['rho'][i]:.4f} |")
+    return lines, worst
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--widths", default="256,1024,4096")
+    ap.add_argument("--draws", type=int, default=32)
+    ap.add_argument("--presets", default=",".join(POINTS))
+    ap.add_argument("--out", default="docs/data/blocks/rows.jsonl")
+    ap.add_argument("--report", action="store_true")
+    a = ap.parse_args(argv)
+    widths = [int(w) for w in a.widths.split(",")]
+    rows = load(a.out)
+    done = {(r["preset"], json.dumps(r["point"], sort_keys=True), r["width"], r["draws"]) for r in rows}
+    if not a.report:
+        from tqdm import tqdm
+        todo = [(p, pt, d) for d in widths for p in a.presets.split(",") for pt in POINTS[p]
+                if (p, json.dumps(pt, sort_keys=True), d, a.draws) not in done]
+        for preset, pt, d in tqdm(todo, desc="block checks"):
+            t0 = time.perf_counter()
+            row = dict(preset=preset, point=pt, width=d, draws=a.draws, n_tokens=N, depth=L, heads=HEADS,
+                       sim=simulate(preset, pt, d, a.draws), theory=theory(preset, pt))
+            row["seconds"] = round(time.perf_counter() - t0, 1)
+            with open(a.out, "a") as f:
+                f.write(json.dumps(row) + "\n")
+            rows.append(row)
+    lines, worst = report(rows, widths)
+    print("\n".join(lines))
+    worst.sort(reverse=True)
+    print("largest |z|:", ", ".join(f"{z:.1f} ({p} {pt} {q})" for z, p, pt, q in worst[:6]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
