@@ -35,7 +35,7 @@ NUMBERS = ["nan", "NaN", "inf", "-inf", "-1", "0", "-0", "1e308", "-1e308", "1e4
 PATHS = ["", " ", "/proc/x.nc", "/proc", ".", "/", "exists.txt", "missing/deeper/x.nc", "/dev/null",
          "a\nb.nc"]
 PATH_OPTIONS = {"out", "figure", "runs", "from_path", "sim_path", "fit_path", "points_file", "data_dir",
-                "tfds_dir", "theory_nc", "sim_nc"}
+                "tfds_dir", "theory_nc", "sim_nc", "sim"}
 
 # a cheap valid command line per command (outputs inside the example's folder)
 BASE = {
@@ -58,6 +58,9 @@ BASE = {
     "seeds deepscalelm": ["--layers", "1", "--width", "4", "--seq-len", "2"],
     "seeds sensitivity": ["--depth", "1", "--width", "2", "--draws", "2"],
     "seeds figures": ["--out", "seedfigs", "--quick"],
+    "block exponents": ["--block", "paper", "--depth", "2", "--n-tokens", "4"],
+    "block sweep": ["--block", "pre-ln", "--axis", "sigma=0.5,1", "--axis", "alpha=0.5,1", "--depth", "2",
+                    "--n-tokens", "4", "--out", "b.nc", "--figure", "b.png"],
 }
 STUB_FILES = {"exists.txt": "x\n", "runs.csv": "sigma_w\n1\n", "theory.nc": "not netcdf", "sim.nc": "not netcdf"}
 
@@ -122,6 +125,7 @@ def _stubs():
     import phasefield.figures as figs
     from phasefield import sweep as sweep_mod
     from phasefield.figures import demo
+    from phasefield.layers import sweep as block_sweep
     from phasefield.seeds import figures as seed_figs
     from phasefield.simulate import sweep as simsweep
     from phasefield.vit import recommend as vrec
@@ -136,7 +140,7 @@ def _stubs():
 
     saved = [(vsweep, "run_sweep", vsweep.run_sweep), (figs, "make_figures", figs.make_figures),
              (demo, "run", demo.run), (vrec, "recommend", vrec.recommend), (sweep_mod, "sweep", sweep_mod.sweep),
-             (simsweep, "sweep", simsweep.sweep)]
+             (simsweep, "sweep", simsweep.sweep), (block_sweep, "sweep", block_sweep.sweep)]
     saved += [(seed_figs, n, getattr(seed_figs, n)) for n in
               ("rank_collapse_figure", "deepscalelm_figure", "sensitivity_figure")]
     vsweep.run_sweep = lambda *a, **k: dict(requested=1, already_done=0, trained=1, diverged=0, seconds=0.0)
@@ -144,6 +148,9 @@ def _stubs():
     demo.run = lambda *a, **k: {}
     vrec.recommend = lambda *a, **k: dict(critical=[], critical_found=False)
     sweep_mod.sweep = simsweep.sweep = tiny
+    block_sweep.sweep = lambda *a, **k: xr.Dataset(
+        {v: (("sigma", "alpha"), [[0.1, -0.1], [0.2, -0.2]]) for v in block_sweep.VARIABLES},
+        coords={"sigma": [0.5, 1.0], "alpha": [0.5, 1.0]}, attrs={"block": "pre-ln", "depth": 2})
     for n in ("rank_collapse_figure", "deepscalelm_figure", "sensitivity_figure"):
         setattr(seed_figs, n, png)
     try:

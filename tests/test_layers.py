@@ -253,7 +253,9 @@ def test_presets_are_pytrees_of_their_numbers():
     """vmap over a preset's init scale: the same numbers as one point at a time."""
     sig = [0.5, 1.0, 1.5]
     with jax.enable_x64(True):
-        blocks = [layers.prepare(layers.presets.pre_ln(sigma=s, alpha=0.5, heads=4), 16)[0] for s in sig]
+        raw = [layers.presets.pre_ln(sigma=s, alpha=0.5, heads=4) for s in sig]
+        scales = layers.sweep.block_scales(raw)
+        blocks = [layers.prepare(b, 16, scales=scales)[0] for b in raw]
         stacked = jax.tree_util.tree_map(lambda *x: jnp.stack(x), *blocks)
         ctx = layers.Context(jnp.asarray(16.0))
         k0 = Kernel(jnp.asarray(1.0), jnp.asarray(0.5))

@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 
 from ..theory.precision import float64
-from . import depth, presets  # noqa: F401
+from . import depth, presets, sweep  # noqa: F401
 from .attention import Attention  # noqa: F401
 from .base import Layer, Serial, check_layer  # noqa: F401
 from .glu import GLU  # noqa: F401
@@ -31,16 +31,23 @@ from .state import Context, Grad, Kernel  # noqa: F401
 
 
 @float64
-def prepare(block, n_tokens=32):
-    """(block with its tables built, Context): call outside any trace."""
+def prepare(block, n_tokens=32, scales=None):
+    """(block with its tables built, Context): call outside any trace. Tables are sized for
+    the block's own numbers, or, with ``scales=(att_max, mlp_max)`` (e.g.
+    ``sweep.block_scales(blocks)``), for every block up to those scales, so blocks prepared
+    with the same scales stack into one pytree for ``jax.vmap``."""
     check_layer(block)
-    return block.prepare(Context(n_tokens)), Context(jnp.asarray(n_tokens, jnp.result_type(float)))
+    ctx = Context(jnp.asarray(n_tokens, jnp.result_type(float)))
+    if scales is not None:
+        from .sweep import prepare_traced
+        return prepare_traced(block, Context(n_tokens), *scales), ctx
+    return block.prepare(Context(n_tokens)), ctx
 
 
 @functools.lru_cache(maxsize=None)
 def _jitted(name):
     fn = getattr(depth, name)
-    return jax.jit(fn, static_argnames=("depth",))
+    return jax.jit(fn, static_argnames=("depth",) if name != "norm_fixed_point" else ())
 
 
 def _kernel(q0, rho0):
@@ -54,6 +61,13 @@ def exponents(block, n_tokens=32, depth=16) -> dict:
     """:func:`.depth.exponents` of ``block`` (float64)."""
     block, ctx = prepare(block, n_tokens)
     return _jitted("exponents")(block, ctx, depth=int(depth))
+
+
+@float64
+def q_star(block, n_tokens=32):
+    """The collapsed fixed point's q* (``inf``: the norm grows with depth, no fixed point)."""
+    block, ctx = prepare(block, n_tokens)
+    return _jitted("norm_fixed_point")(block, ctx, jnp.asarray(1.0, jnp.result_type(float)))
 
 
 @float64

@@ -85,11 +85,18 @@ class Attention(Layer):
     def _out_scale(self):
         return 1.0 if self.sigma_o is None else jnp.square(as_float(self.sigma_o))
 
-    def prepare(self, ctx):
-        if self.map != "exact" or self.att is not None:
+    def prepare(self, ctx, sigma_max=None):
+        """Attach the exact-softmax grid sizes (``att``) for the exact map and for the
+        softmax-derivative correction, sized from the concrete logit scale and n (or
+        ``sigma_max``, the largest logit scale a sweep will trace; else the traced
+        defaults, sigma_A <= 4.5 and n <= 4096), with the mesh values for the exact map."""
+        if (self.map != "exact" and not self.softmax_correction) or self.att is not None:
             return self
         hp = _AttHP(self._logit_scale(), 1.0, ctx.n_tokens, "exact", self.softmax_correction)
-        with_values = exact_table.concrete_logits(hp) is not None
+        if sigma_max is not None:
+            n_a, n_z = att_maps.exact.sizes(hp, sigma_max=float(sigma_max))
+            return self.replace(att=exact_table.ExactKernel(None, n_a=n_a, n_z=n_z))
+        with_values = self.map == "exact" and exact_table.concrete_logits(hp) is not None
         return self.replace(att=exact_table.kernel(hp, with_values=with_values))
 
     def _exact_ok(self, q, x):

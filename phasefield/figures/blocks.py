@@ -1,0 +1,59 @@
+"""Phase diagrams of any block (:mod:`phasefield.layers.sweep` datasets): the angle rate
+and the gradient rate over two of its numbers (or one number and depth), each with its
+zero contour, and the simulation's measured signs beside the theory where given.
+
+``sim``: rows of ``scripts/validate_blocks.py`` (``docs/data/blocks/rows.jsonl``); the
+points of this block at the widest width are drawn as markers, filled where the measured
+rate is positive (chaotic / exploding), open where negative.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .style import context, diverging_norm, extend, save
+
+TITLES = {"angle_rate": "angle rate (1/L) log[(1-ρ_L)/(1-ρ_0)]", "lambda_g": "gradient rate λ_g(L)"}
+
+
+def _sim_points(sim, block, x, y):
+    if not sim:
+        return []
+    rows = [r for r in sim if r["preset"] == block and x in r["point"] and y in r["point"]]
+    if not rows:
+        return []
+    wmax = max(r["width"] for r in rows)
+    return [r for r in rows if r["width"] == wmax]
+
+
+def phase_diagram(ds, out_dir: str, name: str, sim=None, formats=("png",)) -> list[str]:
+    """Two panels (angle rate, gradient rate) of the 2-D dataset ``ds``."""
+    dims = list(ds.lambda_g.dims)
+    if len(dims) != 2:
+        raise ValueError(f"a phase diagram needs a 2-D sweep (got axes {', '.join(dims) or 'none'})")
+    y, x = dims
+    block = ds.attrs.get("block", "block")
+    pts = _sim_points(sim, block, x, y)
+    with context() as plt:
+        fig, axes = plt.subplots(1, 2, figsize=(7.0, 3.0), constrained_layout=True)
+        for ax, var in zip(axes, ("angle_rate", "lambda_g")):
+            z = np.asarray(ds[var].transpose(y, x), float)
+            xs, ys = np.asarray(ds[x], float), np.asarray(ds[y], float)
+            norm = diverging_norm(z, clip_percentile=98)
+            im = ax.pcolormesh(xs, ys, z, norm=norm, shading="auto")
+            if np.nanmin(z) < 0 < np.nanmax(z):
+                ax.contour(xs, ys, z, levels=[0.0], colors="k", linewidths=1.0)
+            fig.colorbar(im, ax=ax, extend=extend(norm, z))
+            for r in pts:
+                v = r["sim"][var]
+                ax.plot(r["point"][x], r["point"][y], "o", ms=6, mec="k",
+                        mfc="k" if v > 0 else "white")
+            depth = ds.attrs.get("depth")
+            ax.set_title(TITLES[var] + (f", L = {depth}" if depth is not None and x != "depth" and y != "depth" else ""),
+                         fontsize=8)
+            ax.set_xlabel(x)
+            ax.set_ylabel(y)
+            if y == "depth":
+                ax.set_yscale("log", base=2)
+        fig.suptitle(f"{block}: theory (colour, black line: zero)"
+                     + (f"; simulation at d = {pts[0]['width']} (filled: > 0)" if pts else ""), fontsize=8)
+        return save(fig, out_dir, name, formats)

@@ -1,0 +1,127 @@
+"""A block named on the command line or in a small file: ``NAME``, ``NAME:key=value,...``
+or the path of a JSON file ``{"block": NAME, "key": value, ...}``, checked before any work.
+
+    spec.parse("pre-ln:sigma=0.55,alpha=0.2,heads=12")   -> ("pre-ln", {"sigma": 0.55, ...})
+    spec.build("pre-ln", {"sigma": 0.55})                  -> the preset's Serial
+
+The numbers a preset takes (:data:`NUMBERS`, each with its range) are the ones a block sweep
+can range over by name; :data:`OPTIONS` are the static choices (heads, activation, maps).
+``paper`` takes the :class:`phasefield.HParams` fields.
+"""
+from __future__ import annotations
+
+import json
+import os
+
+from ..config import ACTIVATIONS, HParams
+from ..grid import SIGMA_MAX
+from . import presets
+
+# number -> (low, high, low open); the sweepable leaves of the standard presets
+_STD = dict(sigma=(0.0, SIGMA_MAX, True), alpha=(0.0, 100.0, False))
+NUMBERS = {
+    "pre-ln": _STD, "post-ln": _STD, "rms-swiglu": _STD,
+    "deepscalelm": dict(k=(0.0, 1e6, True), sigma_a=(0.0, SIGMA_MAX, True)),
+    "paper": dict(sigma_w=(0.0, SIGMA_MAX, True), sigma_a=(0.0, SIGMA_MAX, True),
+                  sigma_v=(0.0, SIGMA_MAX, True), alpha_a=(0.0, 1.0, False), alpha_m=(0.0, 1.0, False)),
+}
+_STD_OPTIONS = dict(heads=int, activation=str, mult=float, attention=str, softmax_correction=bool)
+OPTIONS = {
+    "pre-ln": _STD_OPTIONS, "post-ln": _STD_OPTIONS,
+    "rms-swiglu": dict(_STD_OPTIONS, activation=str),
+    "deepscalelm": dict(depth=int, heads=int, mult=float, attention=str, softmax_correction=bool),
+    "paper": dict(activation=str, mlp_layers=int, residual=str, attention=str, softmax_correction=bool),
+}
+HEADS_MAX = 4096
+MULT_MAX = 64.0
+
+
+def _value(name, key, text, kind):
+    if kind is bool:
+        if str(text).lower() in ("1", "true", "yes", "on"):
+            return True
+        if str(text).lower() in ("0", "false", "no", "off"):
+            return False
+        raise ValueError(f"block {name}: {key} must be true or false (got {text!r})")
+    try:
+        if kind is int:
+            v = float(text)
+            if v != int(v):
+                raise ValueError
+            return int(v)
+        return kind(text)
+    except (TypeError, ValueError):
+        raise ValueError(f"block {name}: {key} must be {'an integer' if kind is int else 'a number'} "
+                         f"(got {text!r})") from None
+
+
+def check(name: str, kw: dict) -> dict:
+    """``kw`` with its values converted and range-checked (ValueError: one line)."""
+    if name not in presets.NAMES:
+        raise ValueError(f"unknown block {name!r}; choose one of {', '.join(presets.NAMES)}")
+    nums, opts = NUMBERS[name], OPTIONS[name]
+    out = {}
+    for key, text in kw.items():
+        if key in nums:
+            v = _value(name, key, text, float)
+            lo, hi, lo_open = nums[key]
+            if not (v == v) or v > hi or v < lo or (lo_open and v == lo):
+                raise ValueError(f"block {name}: {key} = {v:g} is outside {'(' if lo_open else '['}{lo:g}, {hi:g}]")
+        elif key in opts:
+            v = _value(name, key, text, opts[key])
+        else:
+            allowed = ", ".join(list(nums) + list(opts))
+            raise ValueError(f"block {name} has no {key!r}; it takes {allowed}")
+        out[key] = v
+    if "heads" in out and not 1 <= out["heads"] <= HEADS_MAX:
+        raise ValueError(f"block {name}: heads must lie in [1, {HEADS_MAX}] (got {out['heads']})")
+    if "mult" in out and not 0 < out["mult"] <= MULT_MAX:
+        raise ValueError(f"block {name}: mult must lie in (0, {MULT_MAX:g}] (got {out['mult']:g})")
+    if "depth" in out and not 1 <= out["depth"] <= 10_000:
+        raise ValueError(f"block {name}: depth must lie in [1, 10000] (got {out['depth']})")
+    if "activation" in out and out["activation"] not in ACTIVATIONS:
+        raise ValueError(f"block {name}: unknown activation {out['activation']!r}; choose one of "
+                         f"{', '.join(ACTIVATIONS)}")
+    if out.get("attention", "paper") not in ("paper", "exact"):
+        raise ValueError(f"block {name}: attention must be paper or exact (got {out['attention']!r})")
+    if name == "deepscalelm":
+        beta2 = out.get("k", 2.0) / (2 * out.get("depth", 16))
+        if not 0 < beta2 <= 1:
+            raise ValueError(f"block deepscalelm: beta^2 = k / (2 depth) = {beta2:g} must lie in (0, 1]")
+    if name == "paper":
+        try:
+            HParams(**out).validate()
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"block paper: {exc}") from None
+    return out
+
+
+def parse(text: str) -> tuple[str, dict]:
+    """``(name, checked keywords)`` from ``NAME[:k=v,...]`` or a JSON file's path."""
+    text = str(text).strip()
+    if text.endswith(".json") or os.path.isfile(text):
+        try:
+            with open(text) as f:
+                doc = json.load(f)
+        except (OSError, json.JSONDecodeError) as exc:
+            raise ValueError(f"cannot read block file {text}: {exc}") from None
+        if not isinstance(doc, dict) or "block" not in doc:
+            raise ValueError(f"block file {text} must hold a JSON object with a 'block' name")
+        doc = dict(doc)
+        name = str(doc.pop("block"))
+        return name, check(name, doc)
+    name, _, rest = text.partition(":")
+    kw = {}
+    for item in filter(None, (s.strip() for s in rest.split(","))):
+        key, eq, val = item.partition("=")
+        if not eq or not key.strip():
+            raise ValueError(f"block {name}: expected key=value, got {item!r}")
+        kw[key.strip().replace("-", "_")] = val.strip()
+    return name, check(name, kw)
+
+
+def build(name: str, kw: dict):
+    """The block (a :class:`.base.Serial`)."""
+    if name == "paper":
+        return presets.paper(HParams(**kw))
+    return presets.get(name, **kw)

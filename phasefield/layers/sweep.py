@@ -1,0 +1,205 @@
+"""Grids over any numbers of a block, by name (``sigma``, ``alpha``, ``k``, ``sigma_w`` ...,
+and ``depth``): the finite-depth rates and, where the block has a finite fixed point, the
+angle exponent, as an ``xarray.Dataset``.
+
+    from phasefield.layers import sweep
+    ds = sweep.sweep("pre-ln", {"sigma": np.linspace(0.1, 2, 64), "alpha": np.linspace(0.05, 1, 64)},
+                     fixed={"heads": 12}, n_tokens=64, depth=16)
+
+The block is built inside ``jax.vmap`` from the traced numbers (its pytree leaves), so one
+compiled program serves a whole chunk of points; ``depth`` is the scan length (static): one
+program per depth value. The tables the maps read (MLP Gaussian integrals, the
+exact-softmax grids of the softmax correction) are sized for the largest scales on the
+grid's corners (:func:`table_scales`), outside the trace.
+"""
+from __future__ import annotations
+
+import functools
+import itertools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ..theory import mlp as mlp_maps
+from ..theory.precision import float64
+from . import depth as depth_fns
+from . import spec
+from .attention import Attention
+from .base import Serial
+from .glu import GLU
+from .mlp import MLP, _MLPHP
+from .residual import Residual
+from .state import Context, Kernel
+
+VARIABLES = {
+    "angle_rate": "angle rate of nearby tokens (1/L) log[(1 - rho_L)/(1 - rho_0)], rho_0 -> 1 (from q0)",
+    "lambda_g": "gradient rate lambda_g(L) = (1/L) log(a + b) from the input geometry (q0, rho0)",
+    "lambda_g_collapsed": "lambda_g(L) from collapsed input tokens (q0, q0)",
+    "lambda_a": "angle exponent at the collapsed fixed point (NaN: no finite fixed point)",
+    "rho_L": "token cosine after L blocks from rho0",
+    "q_L": "token squared norm per component after L blocks from q0",
+}
+CHUNK = 1024
+
+
+def map_leaves(layer, fn):
+    """``layer`` with ``fn`` applied to every leaf layer (through Serial and Residual)."""
+    if isinstance(layer, Serial):
+        return layer.replace(layers=tuple(map_leaves(x, fn) for x in layer.layers))
+    if isinstance(layer, Residual):
+        return layer.replace(branch=map_leaves(layer.branch, fn))
+    return fn(layer)
+
+
+def _leaves(layer):
+    out = []
+    map_leaves(layer, lambda x: out.append(x) or x)
+    return out
+
+
+def block_scales(blocks) -> tuple:
+    """(largest attention logit scale, largest MLP/GLU input scale) over concrete ``blocks``:
+    tables sized for them serve every block of the list, so the prepared blocks share one
+    pytree structure (stackable, vmappable)."""
+    att, mlp = 0.0, 0.0
+    for block in blocks:
+        for leaf in _leaves(block):
+            if isinstance(leaf, Attention):
+                att = max(att, float(leaf._logit_scale()))
+            elif isinstance(leaf, MLP):
+                mlp = max(mlp, float(leaf.sigma_w))
+            elif isinstance(leaf, GLU):
+                mlp = max(mlp, float(leaf.sigma_g))
+    return att, mlp
+
+
+def table_scales(name, fixed, axes) -> tuple:
+    """:func:`block_scales` over the corners of the grid ``axes`` of preset ``name``: the
+    traced tables are sized for them, not for the defaults."""
+    keys = [k for k in axes if k != "depth"]
+    corners = itertools.product(*[(float(np.min(axes[k])), float(np.max(axes[k]))) for k in keys])
+    return block_scales(spec.build(name, dict(fixed, **dict(zip(keys, c)))) for c in corners)
+
+
+def prepare_traced(block, ctx, att_max, mlp_max):
+    """``block`` with tables sized for scales up to (att_max, mlp_max), not for its own
+    numbers: callable under a trace, and every block prepared with the same scales has the
+    same pytree structure."""
+    def prep(leaf):
+        if isinstance(leaf, Attention):
+            return leaf.prepare(ctx, sigma_max=max(att_max, 1e-3))
+        if isinstance(leaf, MLP):
+            return leaf.replace(kern=mlp_maps.kernel(_MLPHP(leaf.sigma_w, leaf.activation, leaf.layers),
+                                                     sigma_max=mlp_max))
+        if isinstance(leaf, GLU):
+            return leaf.replace(kern=mlp_maps.kernel(_MLPHP(leaf.sigma_g, leaf.activation, 1),
+                                                     sigma_max=mlp_max))
+        return leaf.prepare(ctx)
+    return map_leaves(block, prep)
+
+
+def _point(name, fixed, keys, n_tokens, depth, q0, rho0, scales=(None, None)):
+    def f(*values):
+        kw = dict(fixed, **dict(zip(keys, values)))
+        block = spec.build(name, kw)
+        if scales[0] is None:
+            block = block.prepare(Context(n_tokens))
+        else:
+            block = prepare_traced(block, Context(n_tokens), *scales)
+        ctx = Context(jnp.asarray(n_tokens, jnp.result_type(float)))
+        dt = jnp.result_type(float)
+        k0 = Kernel(jnp.asarray(q0, dt), jnp.asarray(q0 * rho0, dt))
+        fd = depth_fns.finite_depth(block, ctx, k0, depth)
+        return dict(angle_rate=fd["angle_rate"], lambda_g=fd["lambda_g"],
+                    lambda_g_collapsed=fd["lambda_g_collapsed"],
+                    lambda_a=depth_fns.angle_exponent(block, ctx),
+                    rho_L=fd["rho"][-1], q_L=fd["q"][-1])
+    return f
+
+
+@functools.lru_cache(maxsize=64)
+def _compiled(name, fixed_items, keys, n_tokens, depth, q0, rho0, scales):
+    return jax.jit(jax.vmap(_point(name, dict(fixed_items), keys, n_tokens, depth, q0, rho0, scales)))
+
+
+def check(name: str, axes: dict, fixed: dict) -> tuple[dict, list]:
+    """(checked fixed keywords, depth values); ValueError (one line) for bad axes."""
+    nums = spec.NUMBERS.get(name)
+    if nums is None:
+        spec.check(name, {})
+    depths = None
+    for key, values in axes.items():
+        values = np.asarray(values, float)
+        if values.ndim != 1 or values.size == 0:
+            raise ValueError(f"axis {key} must be a non-empty list of values")
+        if key == "depth":
+            if name == "deepscalelm":
+                raise ValueError("deepscalelm's depth sets its residual scale: sweep it with 'k' or "
+                                 "run one depth at a time")
+            depths = [int(v) for v in values]
+            if any(v != int(v) or not 1 <= v <= 10_000 for v in values):
+                raise ValueError("axis depth must hold integers in [1, 10000]")
+            continue
+        if key not in nums:
+            raise ValueError(f"block {name} has no number {key!r} to sweep; it has "
+                             f"{', '.join(list(nums) + ['depth'])}")
+        for v in (values.min(), values.max()):
+            spec.check(name, dict(fixed, **{key: v}))
+    fixed = spec.check(name, fixed)
+    for key in axes:
+        if key in fixed:
+            raise ValueError(f"{key} is both an axis and a fixed value")
+    return fixed, depths
+
+
+@float64
+def sweep(name: str, axes: dict, fixed: dict | None = None, n_tokens: int = 32, depth: int = 16,
+          q0: float = 1.0, rho0: float = 0.5, chunk: int = CHUNK, progress: bool = False):
+    """The grid ``axes`` (name -> values; at most one may be ``depth``) of block ``name``."""
+    import xarray as xr
+    from tqdm.auto import tqdm
+
+    fixed, depths = check(name, axes, dict(fixed or {}))
+    num_keys = tuple(k for k in axes if k != "depth")
+    grids = [np.asarray(axes[k], float) for k in num_keys]
+    shape = tuple(len(g) for g in grids)
+    flat = [m.ravel() for m in np.meshgrid(*grids, indexing="ij")] if grids else []
+    npts = int(np.prod(shape)) if grids else 1
+    depth_list = depths if depths is not None else [int(depth)]
+    fixed_items = tuple(sorted(fixed.items()))
+    scales = table_scales(name, fixed, {k: axes[k] for k in num_keys})
+    results = {v: np.empty((len(depth_list), npts)) for v in VARIABLES}
+    steps = [(i, s) for i in range(len(depth_list)) for s in range(0, npts, chunk)]
+    for i, start in tqdm(steps, disable=not progress, desc=f"{name} sweep"):
+        f = _compiled(name, fixed_items, num_keys, int(n_tokens), depth_list[i], float(q0), float(rho0), scales)
+        stop = min(start + chunk, npts)
+        # pad to the chunk size: one program per chunk size
+        idx = np.minimum(np.arange(start, start + chunk if npts > chunk else stop), npts - 1)
+        args = [jnp.asarray(a[idx]) for a in flat] if flat else [jnp.zeros(1)]
+        if not flat:
+            f = jax.jit(lambda _: jax.tree_util.tree_map(
+                lambda x: x[None], _point(name, fixed, (), int(n_tokens), depth_list[i], float(q0), float(rho0))()))
+        out = f(*args)
+        for v in VARIABLES:
+            results[v][i, start:stop] = np.asarray(out[v])[: stop - start]
+    dims = (["depth"] if depths is not None else []) + list(num_keys)
+    coords = dict(zip(num_keys, grids))
+    if depths is not None:
+        coords["depth"] = np.asarray(depths)
+    full_shape = ((len(depth_list),) if depths is not None else ()) + shape
+    data = {v: (dims, results[v].reshape(full_shape), dict(long_name=VARIABLES[v])) for v in VARIABLES}
+    attrs = dict(block=name, n_tokens=int(n_tokens), q0=float(q0), rho0=float(rho0),
+                 **{f"fixed_{k}": (str(v) if isinstance(v, (str, bool)) else v) for k, v in fixed.items()})
+    if depths is None:
+        attrs["depth"] = int(depth)
+    return xr.Dataset(data, coords=coords, attrs=attrs)
+
+
+def phase_labels(angle, grad):
+    """'ordered'/'chaotic' x 'vanishing'/'exploding' words of sign arrays."""
+    a = np.where(np.asarray(angle) > 0, "chaotic", "ordered")
+    g = np.where(np.asarray(grad) > 0, "exploding", "vanishing")
+    return np.char.add(np.char.add(a, "/"), g)
+
+

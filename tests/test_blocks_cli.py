@@ -1,0 +1,103 @@
+"""Blocks named on the command line (``phasefield.layers.spec``), ``phasefield block
+exponents`` and ``phasefield block sweep``: values equal the library's point by point, bad
+input is one line and exit 2 with no file left."""
+import json
+import os
+
+import numpy as np
+import pytest
+
+from phasefield import layers
+from phasefield.cli import main
+from phasefield.layers import spec
+
+
+@pytest.mark.parametrize("text,name,kw", [
+    ("pre-ln", "pre-ln", {}),
+    ("post-ln:sigma=0.55, alpha=0.2,heads=12", "post-ln", dict(sigma=0.55, alpha=0.2, heads=12)),
+    ("rms-swiglu:softmax-correction=false", "rms-swiglu", dict(softmax_correction=False)),
+    ("deepscalelm:depth=8,k=2", "deepscalelm", dict(depth=8, k=2.0)),
+    ("paper:sigma_w=2,alpha_a=0.3,activation=gelu", "paper", dict(sigma_w=2.0, alpha_a=0.3, activation="gelu")),
+])
+def test_spec_parses(text, name, kw):
+    assert spec.parse(text) == (name, kw)
+    spec.build(name, kw)
+
+
+@pytest.mark.parametrize("text,msg", [
+    ("gpt-5", "unknown block"), ("pre-ln:sigma=0", "outside"), ("pre-ln:sigma=nan", "outside"),
+    ("pre-ln:heads=0", "heads"), ("pre-ln:heads=2.5", "integer"), ("pre-ln:depth=3", "has no"),
+    ("pre-ln:sigma", "key=value"), ("pre-ln:activation=swish", "activation"),
+    ("pre-ln:attention=full", "attention"), ("deepscalelm:depth=1,k=3", "beta"),
+    ("paper:alpha_a=2", "outside"), ("paper:residual=half", "paper"), ("pre-ln:mult=1e9", "mult"),
+])
+def test_spec_refuses_in_one_line(text, msg):
+    with pytest.raises(ValueError, match=msg) as exc:
+        spec.parse(text)
+    assert "\n" not in str(exc.value)
+
+
+def test_spec_file(tmp_path):
+    f = tmp_path / "b.json"
+    f.write_text(json.dumps({"block": "post-ln", "sigma": 1.2, "heads": 4}))
+    assert spec.parse(str(f)) == ("post-ln", dict(sigma=1.2, heads=4))
+    f.write_text("[1, 2]")
+    with pytest.raises(ValueError, match="JSON object"):
+        spec.parse(str(f))
+
+
+def _run(capsys, *argv):
+    rc = main(list(argv))
+    out = capsys.readouterr()
+    return rc, out.out, out.err
+
+
+def test_block_exponents_json(capsys):
+    rc, out, _ = _run(capsys, "block", "exponents", "--block", "post-ln:sigma=1,heads=4", "--depth", "3",
+                      "--n-tokens", "8", "--json")
+    assert rc == 0
+    res = json.loads(out)
+    blk = layers.presets.get("post-ln", sigma=1.0, heads=4)
+    fd = layers.finite_depth(blk, q0=1.0, rho0=0.5, n_tokens=8, depth=3)
+    assert res["has_fixed_point"] and res["q_star"] == 1.0
+    assert abs(res["lambda_g"] - float(fd["lambda_g"])) < 1e-14
+    assert abs(res["lambda_a"] - float(layers.exponents(blk, n_tokens=8, depth=3)["lambda_a"])) < 1e-14
+    rc, out, _ = _run(capsys, "block", "exponents", "--block", "pre-ln:heads=4", "--depth", "3", "--n-tokens", "8")
+    assert rc == 0 and "finite-depth rates, not exponents" in out
+
+
+def test_block_sweep_and_figure(capsys, tmp_path):
+    nc, png = tmp_path / "b.nc", tmp_path / "b.png"
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text(json.dumps(dict(preset="pre-ln", point=dict(sigma=1.0, alpha=0.5), width=256,
+                                    sim=dict(angle_rate=-0.1, lambda_g=0.2))) + "\n")
+    rc, out, err = _run(capsys, "block", "sweep", "--block", "pre-ln:heads=4", "--axis", "sigma=0.5,1.5",
+                        "--axis", "alpha=0.2:1:3", "--depth", "2", "--n-tokens", "4", "--out", str(nc),
+                        "--figure", str(png), "--sim", str(rows))
+    assert rc == 0, err
+    import xarray as xr
+    with xr.open_dataset(nc, engine="h5netcdf") as ds:
+        assert ds.lambda_g.dims == ("sigma", "alpha") and ds.attrs["block"] == "pre-ln"
+        blk = layers.presets.get("pre-ln", sigma=1.5, alpha=float(ds.alpha[1]), heads=4)
+        fd = layers.finite_depth(blk, q0=1.0, rho0=0.5, n_tokens=4, depth=2)
+        assert abs(float(ds.lambda_g.isel(sigma=1, alpha=1)) - float(fd["lambda_g"])) < 1e-13
+        assert abs(float(ds.angle_rate.isel(sigma=1, alpha=1)) - float(fd["angle_rate"])) < 1e-13
+    assert os.path.getsize(png) > 1000
+
+
+@pytest.mark.parametrize("args,msg", [
+    (["--axis", "sigma=0:1:3"], "outside"),
+    (["--axis", "heads=1,2"], "no number"),
+    (["--axis", "sigma=1,2", "--axis", "alpha=1", "--axis", "depth=1,2"], "at most two"),
+    (["--axis", "sigma"], "NAME="),
+    (["--axis", "depth=0,2"], "depth"),
+    (["--axis", "sigma=1,2"], "--figure needs two"),
+])
+def test_block_sweep_bad_input(capsys, tmp_path, args, msg):
+    out = tmp_path / "x.nc"
+    argv = ["block", "sweep", "--block", "pre-ln", "--out", str(out)] + args
+    if msg.startswith("--figure"):
+        argv += ["--figure", str(tmp_path / "f.png")]
+    rc, _, err = _run(capsys, *argv)
+    assert rc == 2 and msg in err and len(err.strip().splitlines()) == 1, err
+    assert not os.listdir(tmp_path)
