@@ -78,8 +78,13 @@ class Attention(Layer):
             s = s / jnp.sqrt(jnp.asarray(self.width // self.heads, s.dtype))
         return s
 
+    def logit_std(self, q):
+        """The logits' scale on tokens of squared norm per component ``q`` (the maps'
+        sigma_A): ``sigma_A q`` here; a variant that normalizes queries and keys overrides it."""
+        return self._logit_scale() * q
+
     def _hp(self, ctx, q):
-        return _AttHP(self._logit_scale() * q, as_float(self.sigma_v) * jnp.sqrt(q), ctx.n_tokens,
+        return _AttHP(self.logit_std(q), as_float(self.sigma_v) * jnp.sqrt(q), ctx.n_tokens,
                       self.map, self.softmax_correction)
 
     def _out_scale(self):
@@ -139,7 +144,7 @@ class AttentionModule(nn.Module):
         q, k, v = _linear(self.weights, (d, d, d), (qk_std, qk_std, v_std),
                           ("query", "key", "value"))(x)
         split = lambda t: t.reshape(*batch, n, h, dh)
-        q, k, v = split(q), split(k), split(v)
+        q, k, v = self.queries_keys(split(q), split(k)) + (split(v),)
         div = dh if lay.scale == "inv" else jnp.sqrt(dh)
         logits = jnp.einsum("...ihd,...jhd->...hij", q, k) / jnp.asarray(div, x.dtype)
         if self.causal:
@@ -149,3 +154,8 @@ class AttentionModule(nn.Module):
         if lay.sigma_o is not None:
             (out,) = _linear(self.weights, (d,), (jnp.asarray(lay.sigma_o) / jnp.sqrt(d),), ("out",))(out)
         return out
+
+    def queries_keys(self, q, k):
+        """Per-head queries and keys ``[..., n, heads, d_head]`` as the logits read them (a
+        variant that normalizes them overrides this)."""
+        return q, k
