@@ -16,6 +16,7 @@ from phasefield.layers import spec
     ("pre-ln", "pre-ln", {}),
     ("post-ln:sigma=0.55, alpha=0.2,heads=12", "post-ln", dict(sigma=0.55, alpha=0.2, heads=12)),
     ("rms-swiglu:softmax-correction=false", "rms-swiglu", dict(softmax_correction=False)),
+    ("pre-ln:qk_norm=true", "pre-ln", dict(qk_norm=True)),
     ("deepscalelm:depth=8,k=2", "deepscalelm", dict(depth=8, k=2.0)),
     ("paper:sigma_w=2,alpha_a=0.3,activation=gelu", "paper", dict(sigma_w=2.0, alpha_a=0.3, activation="gelu")),
 ])

@@ -21,7 +21,8 @@ logits of standard deviation ``sigma^2 q`` (``sigma_A = sigma^2``).
 Approximations (static, part of the pytree's structure): ``attention`` "paper" (Eq. 10) or
 "exact" (the exact-softmax map); ``softmax_correction`` (the softmax-derivative path in the
 backward map; on by default for the standard blocks, where it is measured to matter:
-docs/blocks.md). Every number is a leaf: ``jax.vmap`` over ``sigma``, ``alpha`` etc. after
+docs/blocks.md); ``qk_norm`` (RMS-normalized queries and keys per head, gain 1:
+:mod:`.qknorm`). Every number is a leaf: ``jax.vmap`` over ``sigma``, ``alpha`` etc. after
 ``block.replace`` or by building the block inside the vmapped function.
 """
 from __future__ import annotations
@@ -35,6 +36,7 @@ from .base import Serial
 from .glu import GLU
 from .mlp import MLP
 from .norm import Norm
+from .qknorm import QKNormAttention
 from .residual import Residual
 
 NAMES = ("paper", "pre-ln", "post-ln", "rms-swiglu", "deepscalelm")
@@ -53,8 +55,8 @@ def paper(hp: HParams) -> Serial:
     ))
 
 
-def _attention(sigma, heads, attention, softmax_correction, sigma_v=None, sigma_o=None):
-    return Attention(sigma_a=sigma * sigma, sigma_v=sigma if sigma_v is None else sigma_v,
+def _attention(sigma, heads, attention, softmax_correction, sigma_v=None, sigma_o=None, qk_norm=False):
+    return (QKNormAttention if qk_norm else Attention)(sigma_a=sigma * sigma, sigma_v=sigma if sigma_v is None else sigma_v,
                      sigma_o=sigma if sigma_o is None else sigma_o, heads=heads, map=attention,
                      softmax_correction=softmax_correction)
 
@@ -65,9 +67,9 @@ def _mlp(sigma, activation, mult, sigma_out=None):
 
 
 def pre_ln(sigma: Any = GPT2_SIGMA, alpha: Any = 1.0, heads: int = 12, activation: str = "gelu",
-           mult: float = 4.0, attention: str = "paper", softmax_correction: bool = True) -> Serial:
+           mult: float = 4.0, attention: str = "paper", softmax_correction: bool = True, qk_norm: bool = False) -> Serial:
     """x -> x + alpha Attn(LN x);  x -> x + alpha MLP(LN x)."""
-    att = _attention(sigma, heads, attention, softmax_correction)
+    att = _attention(sigma, heads, attention, softmax_correction, qk_norm=qk_norm)
     return Serial((
         Residual(Serial((Norm("layernorm"), att)), alpha=alpha, kind="identity"),
         Residual(Serial((Norm("layernorm"), _mlp(sigma, activation, mult))), alpha=alpha, kind="identity"),
@@ -75,10 +77,10 @@ def pre_ln(sigma: Any = GPT2_SIGMA, alpha: Any = 1.0, heads: int = 12, activatio
 
 
 def post_ln(sigma: Any = GPT2_SIGMA, alpha: Any = 1.0, heads: int = 12, activation: str = "gelu",
-            mult: float = 4.0, attention: str = "paper", softmax_correction: bool = True) -> Serial:
+            mult: float = 4.0, attention: str = "paper", softmax_correction: bool = True, qk_norm: bool = False) -> Serial:
     """x -> LN(x + alpha Attn(x));  x -> LN(x + alpha MLP(x)). Its input must be normalized
     (BERT normalizes the embeddings): the branches read the previous LayerNorm's output."""
-    att = _attention(sigma, heads, attention, softmax_correction)
+    att = _attention(sigma, heads, attention, softmax_correction, qk_norm=qk_norm)
     return Serial((
         Residual(att, alpha=alpha, kind="identity"), Norm("layernorm"),
         Residual(_mlp(sigma, activation, mult), alpha=alpha, kind="identity"), Norm("layernorm"),
@@ -87,9 +89,9 @@ def post_ln(sigma: Any = GPT2_SIGMA, alpha: Any = 1.0, heads: int = 12, activati
 
 def rms_swiglu(sigma: Any = GPT2_SIGMA, alpha: Any = 1.0, heads: int = 12, mult: float = 8.0 / 3.0,
                activation: str = "silu", attention: str = "paper",
-               softmax_correction: bool = True) -> Serial:
+               softmax_correction: bool = True, qk_norm: bool = False) -> Serial:
     """x -> x + alpha Attn(RMSNorm x);  x -> x + alpha SwiGLU(RMSNorm x)."""
-    att = _attention(sigma, heads, attention, softmax_correction)
+    att = _attention(sigma, heads, attention, softmax_correction, qk_norm=qk_norm)
     glu = GLU(sigma_g=sigma, sigma_v=sigma, sigma_out=sigma * mult ** 0.5, activation=activation, mult=mult)
     return Serial((
         Residual(Serial((Norm("rmsnorm"), att)), alpha=alpha, kind="identity"),

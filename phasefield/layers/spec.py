@@ -25,7 +25,7 @@ NUMBERS = {
     "paper": dict(sigma_w=(0.0, SIGMA_MAX, True), sigma_a=(0.0, SIGMA_MAX, True),
                   sigma_v=(0.0, SIGMA_MAX, True), alpha_a=(0.0, 1.0, False), alpha_m=(0.0, 1.0, False)),
 }
-_STD_OPTIONS = dict(heads=int, activation=str, mult=float, attention=str, softmax_correction=bool)
+_STD_OPTIONS = dict(heads=int, activation=str, mult=float, attention=str, softmax_correction=bool, qk_norm=bool)
 OPTIONS = {
     "pre-ln": _STD_OPTIONS, "post-ln": _STD_OPTIONS,
     "rms-swiglu": dict(_STD_OPTIONS, activation=str),
