@@ -221,3 +221,43 @@ def test_chunk_is_sharded_over_devices_and_matches_one_device(tmp_path):
     env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2", JAX_PLATFORMS="cpu")
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0 and "SHARDED-OK" in r.stdout, r.stderr[-2000:]
+
+
+# every layer kind of the presets: pre-LN (LayerNorm, multi-head attention with W_O, GELU)
+# and rms-swiglu (RMSNorm, the GLU layer); post-ln, deepscalelm and QK-norm are the same
+# kinds composed otherwise (one compile each, ~25 s): scripts/train_presets.py trains all five
+@pytest.mark.parametrize("spec_text", ["pre-ln:heads=2", "rms-swiglu:heads=2"])
+def test_the_trainer_trains_every_preset(small, spec_text):
+    """A preset's own Flax module in the ViT (digits, width 16, 2 blocks, 2 epochs, sigma =
+    0.55, alpha = 0.5, Adam 1e-2): the loss is finite and falls below chance."""
+    cfg = dataclasses.replace(TINY, block=spec_text, epochs=2).validate()
+    tr = Trainer(cfg, small)
+    pts = make_points(cfg, [0.55], [1.0], [0.5], [0.5], [1e-2], [0])
+    params, metrics = tr.train_many(pts)
+    assert np.all(np.isfinite(metrics["test_loss"])) and float(metrics["train_loss"][0]) < math.log(10) - 0.15, \
+        (spec_text, metrics["train_loss"])
+    # the layers' module is in the model: the attention of a block with 2 heads has W_O
+    leaves = jax.tree_util.tree_leaves_with_path(params)
+    assert any("out" in jax.tree_util.keystr(p) for p, _ in leaves), spec_text
+
+
+def test_block_sweep_records_the_block_theory():
+    from phasefield import layers
+    cfg = dataclasses.replace(TINY, block="pre-ln:heads=2")
+    runs = [dict(sigma_w=0.55, sigma_a=1.0, alpha_a=0.5, alpha_m=0.5, depth=2),
+            dict(sigma_w=1.0, sigma_a=1.0, alpha_a=1.0, alpha_m=1.0, depth=3)]
+    lam = vsweep.theory_exponents(cfg, runs)
+    for i, r in enumerate(runs):
+        blk = layers.presets.get("pre-ln", heads=2, sigma=r["sigma_w"], alpha=r["alpha_a"])
+        fd = layers.finite_depth(blk, q0=1.0, rho0=1.0, n_tokens=cfg.n_tokens, depth=r["depth"])
+        assert lam["lambda_g"][i] == pytest.approx(float(fd["lambda_g_collapsed"]), abs=1e-12)
+        assert lam["lambda_a"][i] == pytest.approx(float(fd["angle_rate"]), abs=1e-12)   # no fixed point
+        assert np.isnan(lam["lambda_g_inf"][i])
+
+
+@pytest.mark.parametrize("spec_text,msg", [("pre-ln:sigma=1", "come from the runs"),
+                                           ("paper:sigma_w=2", "come from the runs"),
+                                           ("pre-ln:heads=3", "multiple of heads"), ("gpt-9", "unknown block")])
+def test_bad_block_in_a_train_config(spec_text, msg):
+    with pytest.raises(ValueError, match=msg):
+        dataclasses.replace(TINY, block=spec_text).validate()

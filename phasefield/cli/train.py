@@ -96,6 +96,10 @@ def register(cli):
     @click.option("--image-size", type=int, default=None, help="(default 8 for digits, 64 otherwise)")
     @click.option("--patch-size", type=int, default=None, help="(default 2 for digits, 8 otherwise)")
     @click.option("--activation", default="tanh", show_default=True)
+    @click.option("--block", "block_spec", default="paper", show_default=True,
+                  help="the ViT's block: paper, or a layers preset NAME[:k=v,...] (pre-ln, post-ln, rms-swiglu, "
+                       "deepscalelm; --sigma-w is its init scale sigma, --alpha its branch scale, deepscalelm "
+                       "reads --sigma-a); each run's theory point is the block's")
     @click.option("--chunk", type=int, default=12, show_default=True, help="configs trained at once (one compiled program)")
     @click.option("--data-dir", default=None, help="where prepared .npz arrays are cached")
     @click.option("--tfds-dir", default=None, help="tensorflow-datasets data_dir")
@@ -104,7 +108,7 @@ def register(cli):
     @click.option("--quiet", is_flag=True, help="no progress bar")
     @click.option("--json", "as_json", is_flag=True, help="print a JSON summary")
     def train_sweep(dataset, design, design_seed, points_file, sigma_w, alpha, alpha_a, alpha_m, sigma_a, lr, seeds, epochs, batch_size, depth,
-                    width, image_size, patch_size, activation, chunk, data_dir, tfds_dir, download, out, quiet,
+                    width, image_size, patch_size, activation, block_spec, chunk, data_dir, tfds_dir, download, out, quiet,
                     as_json):
         """Train ViTs over an initialization grid or design (the paper's Appendix D model, shared block).
 
@@ -151,8 +155,9 @@ def register(cli):
         from ..vit.train import TrainConfig
 
         cfg = TrainConfig(dataset=dataset, image_size=image_size, patch_size=patch_size, width=width,
-                          depth=depths[0], epochs=epochs, batch_size=batch_size, activation=activation)
-        cfg.validate()
+                          depth=depths[0], epochs=epochs, batch_size=batch_size, activation=activation,
+                          block=block_spec)
+        check(cfg.validate)
         from ..vit import data as vdata
         from ..vit import sweep as vsweep
 

@@ -41,6 +41,8 @@ VARIABLES = {
     "q_L": "token squared norm per component after L blocks from q0",
 }
 CHUNK = 1024
+CHUNK_EXACT = 64    # the exact-softmax map and the softmax correction integrate a logit grid
+                    # per point and layer (~30 MB a point): 1024 points would need ~30 GB
 
 
 def map_leaves(layer, fn):
@@ -155,7 +157,7 @@ def check(name: str, axes: dict, fixed: dict) -> tuple[dict, list]:
 
 @float64
 def sweep(name: str, axes: dict, fixed: dict | None = None, n_tokens: int = 32, depth: int = 16,
-          q0: float = 1.0, rho0: float = 0.5, chunk: int = CHUNK, progress: bool = False):
+          q0: float = 1.0, rho0: float = 0.5, chunk: int | None = None, progress: bool = False):
     """The grid ``axes`` (name -> values; at most one may be ``depth``) of block ``name``."""
     import xarray as xr
     from tqdm.auto import tqdm
@@ -169,6 +171,10 @@ def sweep(name: str, axes: dict, fixed: dict | None = None, n_tokens: int = 32, 
     depth_list = depths if depths is not None else [int(depth)]
     fixed_items = tuple(sorted(fixed.items()))
     scales = table_scales(name, fixed, {k: axes[k] for k in num_keys})
+    if chunk is None:
+        exact = any(isinstance(x, Attention) and (x.map == "exact" or x.softmax_correction)
+                    for x in _leaves(spec.build(name, fixed)))
+        chunk = CHUNK_EXACT if exact else CHUNK
     results = {v: np.empty((len(depth_list), npts)) for v in VARIABLES}
     steps = [(i, s) for i in range(len(depth_list)) for s in range(0, npts, chunk)]
     for i, start in tqdm(steps, disable=not progress, desc=f"{name} sweep"):

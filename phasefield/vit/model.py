@@ -3,7 +3,8 @@
     patches [B, P, patch_dim] --Dense--> tokens [B, P, d] + learned positional embeddings
     prepend the class token (its own learned positional embedding, zero content)
     -> ``depth`` x :class:`phasefield.block.Block` (THEORY.md §1, the same module the
-       simulator uses, initialised from sigma_w, sigma_A, alpha_A, alpha_M of ``hp``)
+       simulator uses, initialised from sigma_w, sigma_A, alpha_A, alpha_M of ``hp``), or
+       ``depth`` x the module of ``block``, any :mod:`phasefield.layers` block
     -> LN(class token) -> Dense -> logits
 
 The blocks are stacked with ``nn.scan`` (one compiled block body, parameters with a leading
@@ -12,6 +13,8 @@ depth axis), so a 16-block model compiles as fast as a 1-block one. Every numeri
 works.
 """
 from __future__ import annotations
+
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -22,13 +25,18 @@ from ..config import HParams
 
 
 class _Layer(nn.Module):
-    """Adapter giving the shared :class:`Block` the ``(carry, out)`` signature of ``nn.scan``."""
+    """Adapter giving the block the ``(carry, out)`` signature of ``nn.scan``: the shared
+    :class:`Block` of ``hp``, or the Flax module of a :mod:`phasefield.layers` block (the
+    module the simulator and the probe use)."""
 
     hp: HParams
     mlp_hidden: int | None = None
+    block: Any = None
 
     @nn.compact
     def __call__(self, x, _):
+        if self.block is not None:
+            return self.block.module("dense")(x), None
         return Block(self.hp, mlp_hidden=self.mlp_hidden, name="block")(x), None
 
 
@@ -41,6 +49,7 @@ class ViT(nn.Module):
     depth: int = 16
     mlp_hidden: int | None = None
     pos_std: float = 1.0  # positional embeddings ~ N(0, pos_std^2): "initialized at random"
+    block: Any = None     # a phasefield.layers block (pre-ln, post-ln, ...): replaces hp's paper block
 
     @nn.compact
     def __call__(self, patches):
@@ -54,7 +63,7 @@ class ViT(nn.Module):
         x = jnp.concatenate([jnp.broadcast_to(cls.astype(x.dtype), (b, 1, d)), x], axis=1)
         scan = nn.scan(_Layer, variable_axes={"params": 0}, split_rngs={"params": True},
                        length=self.depth)
-        x, _ = scan(self.hp, self.mlp_hidden, name="blocks")(x, None)
+        x, _ = scan(self.hp, self.mlp_hidden, self.block, name="blocks")(x, None)
         return nn.Dense(self.num_classes, name="head")(normalize(x[:, 0]))
 
 

@@ -31,6 +31,7 @@ from typing import Callable, Optional
 import numpy as np
 
 from .. import grid, io
+from ..config import HParams
 from .design import run_id
 from .train import TrainConfig, Trainer, chance_loss, diverged, make_points, steps_per_epoch
 
@@ -54,12 +55,41 @@ def theory_exponents(cfg: TrainConfig, runs: list[dict]):
     n = len(runs)
     if n == 0:
         return {k: np.zeros(0) for k in ("lambda_a", "lambda_g", "lambda_g_inf")}
+    if cfg.block_spec()[0] != "paper":
+        return block_theory(cfg, runs)
     col = lambda k: np.array([r.get(k, cfg.depth) if k == "depth" else r[k] for r in runs], float)
     with jax.enable_x64(True):
         hp = cfg.hparams(col("sigma_w"), col("sigma_a"), col("alpha_a"), col("alpha_m"), depth=col("depth"),
                          dtype=jnp.float64)
         ex = jax.device_get(jax.jit(jax.vmap(theory.exponents))(hp))
     return {k: np.asarray(ex[k], float).reshape(n) for k in ("lambda_a", "lambda_g", "lambda_g_inf")}
+
+
+def block_theory(cfg: TrainConfig, runs: list[dict]):
+    """The theory point of each run of a :mod:`phasefield.layers` block (``cfg.block``), at
+    the ViT's n tokens and each run's depth, from collapsed input tokens (the paper's
+    convention): ``lambda_a`` the angle exponent where the block has a finite fixed point,
+    else the finite-depth angle rate (1/L) log[(1 - rho_L)/(1 - rho_0)] (rho_0 -> 1);
+    ``lambda_g`` = lambda_g(L); ``lambda_g_inf`` at the stable fixed point (NaN without one)."""
+    import math
+
+    from .. import layers
+
+    cache, out = {}, {k: np.empty(len(runs)) for k in ("lambda_a", "lambda_g", "lambda_g_inf")}
+    for i, r in enumerate(runs):
+        depth = int(r.get("depth", cfg.depth))
+        key = (float(r["sigma_w"]), float(r["sigma_a"]), float(r["alpha_a"]), depth)
+        if key not in cache:
+            blk = cfg.block_for(HParams(sigma_w=key[0], sigma_a=key[1], alpha_a=key[2], alpha_m=key[2]))
+            fd = layers.finite_depth(blk, q0=1.0, rho0=1.0, n_tokens=cfg.n_tokens, depth=depth)
+            if math.isfinite(float(layers.q_star(blk, n_tokens=cfg.n_tokens))):
+                ex = layers.exponents(blk, n_tokens=cfg.n_tokens, depth=depth)
+                lam_a, lam_inf = float(ex["lambda_a"]), float(ex["lambda_g_inf"])
+            else:
+                lam_a, lam_inf = float(fd["angle_rate"]), float("nan")
+            cache[key] = (lam_a, float(fd["lambda_g_collapsed"]), lam_inf)
+        out["lambda_a"][i], out["lambda_g"][i], out["lambda_g_inf"][i] = cache[key]
+    return out
 
 
 def _clean(v):
@@ -174,6 +204,7 @@ def prepare_dir(out_dir: str, cfg: TrainConfig, num_classes: Optional[int] = Non
         except (OSError, json.JSONDecodeError, UnicodeDecodeError, AttributeError):
             raise SweepError(f"{path} is not a sweep config written by phasefield; use a new --out directory") from None
         old = {k: v for k, v in old.items() if k != "depth"}
+        old.setdefault("block", "paper")          # sweeps written before blocks were configurable
         new = _config_doc(cfg)
         if old != new:
             diff = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))

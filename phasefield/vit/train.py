@@ -44,6 +44,25 @@ class TrainConfig:
     mlp_hidden: Optional[int] = None
     sigma_v: float = 1.0
     pos_std: float = 1.0
+    block: str = "paper"      # a layers block spec (NAME[:k=v,...]); its init numbers come from the runs
+
+    def block_spec(self) -> tuple:
+        """(preset name, fixed keywords) of ``block``."""
+        from ..layers import spec
+        return spec.parse(self.block)
+
+    def block_for(self, hp: HParams):
+        """The :mod:`phasefield.layers` block of one run (``None``: the paper's ``Block(hp)``).
+        A run's numbers map onto the preset's: the standard blocks take ``sigma = sigma_w``
+        and ``alpha = alpha_A`` (both branches), deepscalelm ``sigma_a`` (its depth is the
+        model's unless given)."""
+        name, kw = self.block_spec()
+        if name == "paper":
+            return None
+        from ..layers import spec
+        if name == "deepscalelm":
+            return spec.build(name, dict(dict(depth=self.depth), **kw, sigma_a=hp.sigma_a))
+        return spec.build(name, dict(kw, sigma=hp.sigma_w, alpha=hp.alpha_a))
 
     @property
     def n_tokens(self) -> int:
@@ -69,6 +88,14 @@ class TrainConfig:
         if self.mlp_hidden is not None and self.mlp_hidden < 1:
             raise ValueError(f"mlp-hidden must be >= 1 (got {self.mlp_hidden})")
         HParams(activation=self.activation, mlp_layers=self.mlp_layers).validate()
+        name, kw = self.block_spec()
+        taken = {"sigma", "alpha"} if name in ("pre-ln", "post-ln", "rms-swiglu") else {"sigma_a"}
+        if name == "paper" and kw or taken & set(kw):
+            raise ValueError(f"block {name}: {', '.join(sorted(kw if name == 'paper' else taken & set(kw)))} "
+                             "come from the runs (--sigma-w, --alpha, --sigma-a), not the block spec")
+        heads = kw.get("heads", 1 if name == "paper" else 12)
+        if self.width % heads:
+            raise ValueError(f"block {name}: width {self.width} is not a multiple of heads {heads}")
         return self
 
     def hparams(self, sigma_w=1.0, sigma_a=1.0, alpha_a=0.5, alpha_m=0.5, depth=None, dtype=jnp.float32) -> HParams:
@@ -99,7 +126,7 @@ def make_points(cfg: TrainConfig, sigma_w, sigma_a, alpha_a, alpha_m, lr, seed) 
 
 def model_for(cfg: TrainConfig, hp: HParams, num_classes: int) -> ViT:
     return ViT(hp=hp, num_classes=num_classes, width=cfg.width, depth=cfg.depth,
-               mlp_hidden=cfg.mlp_hidden, pos_std=cfg.pos_std)
+               mlp_hidden=cfg.mlp_hidden, pos_std=cfg.pos_std, block=cfg.block_for(hp))
 
 
 def steps_per_epoch(cfg: TrainConfig, n_train: int) -> int:
