@@ -185,3 +185,29 @@ def test_recommend_finds_the_point_nearest_to_criticality():
     la, lg = R._exponents(pts, 17, 16, "tanh")
     assert math.hypot(c["lambda_a"], c["lambda_g"]) < np.hypot(la, lg).min()
     assert math.hypot(c["lambda_a"], c["lambda_g"]) < 0.01
+
+
+def test_predict_computes_the_models_features_as_the_full_route_does():
+    """predict computes only the features its model uses (the collapsed exponents alone, in
+    closed form in L); they and the predictions equal those of the full feature route
+    (theory.exponents with its fixed-point searches, inside features.features) to rounding."""
+    from phasefield.vit import features as F
+    from phasefield.vit import predict as P
+    from phasefield.vit.train import TrainConfig
+
+    doc = P.load_model()
+    cfg = TrainConfig.from_dict(doc["train_config"])
+    sw, sa, aa, am = np.array([0.4, 2.7]), np.array([3.5, 0.6]), np.array([0.9, 0.1]), np.array([0.2, 0.8])
+    res = P.predict(sw, sa, aa, am, 16, doc)
+    configs = [dict(sigma_w=a, sigma_a=b, alpha_a=c, alpha_m=d, depth=16) for a, b, c, d in zip(sw, sa, aa, am)]
+    ref = F.features(cfg, configs, doc["input_geometry"]["q0"], doc["input_geometry"]["rho0"], maps=("paper",))
+    ref.update({k: np.array([c[k] for c in configs], float) for k in ("sigma_w", "sigma_a", "alpha_a", "alpha_m", "depth")})
+    ref.update(L_lambda_a=16 * ref["lambda_a"], L_lambda_g=16 * ref["lambda_g"])
+    for i, r in enumerate(res):
+        assert r["lambda_a"] == pytest.approx(ref["lambda_a"][i], abs=1e-12)
+        assert r["lambda_g"] == pytest.approx(ref["lambda_g"][i], abs=1e-12)
+    y = M.from_json(doc["model"]).predict(np.stack([ref[f] for f in doc["features"]], 1))
+    np.testing.assert_allclose([r["predicted_loss"] for r in res], y, rtol=0, atol=1e-12)
+    # any depth the grid allows, one compiled program: finite exponents at depth 4096
+    deep = P.predict(1.2, 1.0, 0.4, 0.6, 4096, doc)
+    assert math.isfinite(deep["lambda_g"]) and any("depth" in w for w in deep["warnings"])

@@ -277,12 +277,23 @@ def register(cli):
         else:
             lo, hi = res["interval"]
             click.echo(f"predicted test loss = {res['predicted_loss']:.4f}  ({100 * res['interval_level']:.0f} % "
-                       f"interval {lo:.3f} - {hi:.3f}; chance {res['chance_loss']:.4f}; model {res['model']})")
+                       f"interval {lo:.3f} - {hi:.3f}; chance {res['chance_loss']:.4f})")
+            r2 = res.get("cv_r2")
+            click.echo(f"model {res['model']} (family: {res.get('family') or 'exponents'}; cross-validated R2 "
+                       + ("not measured" if r2 is None else f"{r2:.2f}") + f"; fitted for {_fitted_for(doc)})")
             click.echo(f"lambda_a = {res['lambda_a']:+.4f}   lambda_g(L={depth}) = {res['lambda_g']:+.4f}")
             for w in res["warnings"]:
                 click.echo(f"warning: {w}")
 
     register_recommend(cli)
+
+
+def _fitted_for(doc: dict) -> str:
+    """'digits, Adam lr 0.001, 15 epochs' from a model document."""
+    tc = doc.get("train_config", {})
+    opt = {"adam": "Adam", "sgd_momentum": "SGD + momentum 0.9"}.get(tc.get("optimizer", "adam"), tc.get("optimizer"))
+    lr = doc.get("lr")
+    return f"{tc.get('dataset', '?')}, {opt} lr {lr:g}, {tc.get('epochs', '?')} epochs" if lr else str(tc.get("dataset"))
 
 
 def _alphas(alpha, alpha_a, alpha_m):

@@ -16,6 +16,7 @@ outside the fitted region.
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 from importlib import resources
@@ -164,37 +165,103 @@ def load_model(path: str | None = None) -> dict:
     return doc
 
 
+# ---------------------------------------------------------------------------- features
+COLLAPSED = ("lambda_a", "lambda_g", "L_lambda_a", "L_lambda_g")
+
+
+@functools.lru_cache(maxsize=None)
+def _compiled_collapsed():
+    """jit(vmap) of the two collapsed-point exponents alone: lambda_a and the closed form
+    lambda_g(L) (depth is a traced leaf: one program serves every depth)."""
+    import jax
+
+    from .. import theory
+
+    def one(hp):
+        la = theory.angle_exponent(hp)
+        return la, theory.gradient_exponent_collapsed(hp, lambda_a=la)
+
+    return jax.jit(jax.vmap(one))
+
+
+def collapsed_exponents(cfg, sigma_w, sigma_a, alpha_a, alpha_m, depth) -> tuple[np.ndarray, np.ndarray]:
+    """(lambda_a, lambda_g(L)) at the collapsed point, as :func:`phasefield.theory.exponents`
+    gives them, without its fixed-point and multistability searches (1-d arrays; points are
+    padded to a power of two so that few batch sizes are ever compiled)."""
+    import jax
+    import jax.numpy as jnp
+
+    vals = np.broadcast_arrays(*(np.atleast_1d(np.asarray(v, float)) for v in (sigma_w, sigma_a, alpha_a, alpha_m, depth)))
+    n = len(vals[0])
+    m = 1 << max(0, (n - 1).bit_length())
+    vals = [np.pad(v, (0, m - n), mode="edge") for v in vals]
+    with jax.enable_x64(True):
+        hp = cfg.hparams(*vals[:4], depth=vals[4], dtype=jnp.float64)
+        la, lg = jax.device_get(_compiled_collapsed()(hp))
+    return np.asarray(la, float)[:n], np.asarray(lg, float)[:n]
+
+
+def model_features(doc: dict, configs: list[dict], cfg=None) -> dict:
+    """The columns a model needs at ``configs`` ({name: array}), plus lambda_a and lambda_g:
+    raw hyperparameters as given, collapsed exponents (and L * lambda) from
+    :func:`collapsed_exponents`, and only when the model asks for them the input-geometry
+    features of :func:`phasefield.vit.features.features` (a trajectory of L blocks per point)."""
+    from .train import TrainConfig
+
+    cfg = TrainConfig.from_dict(doc["train_config"]) if cfg is None else cfg
+    col = lambda k: np.array([float(c[k]) for c in configs])
+    out = {k: col(k) for k in RAW_RANGES}
+    L = out["depth"]
+    la, lg = collapsed_exponents(cfg, out["sigma_w"], out["sigma_a"], out["alpha_a"], out["alpha_m"], L)
+    out.update(lambda_a=la, lambda_g=lg, L_lambda_a=L * la, L_lambda_g=L * lg)
+    rest = [f for f in doc["features"] if f not in out]
+    if rest:
+        base = {f[2:] if f.startswith("L_") else f for f in rest}
+        maps = tuple(m for m in F.MAPS if any(f.endswith(m) or f"_{m}_" in f for f in base)) or ("paper",)
+        feats = F.features(cfg, configs, doc["input_geometry"]["q0"], doc["input_geometry"]["rho0"], maps=maps)
+        for f in rest:
+            out[f] = L * feats[f[2:]] if f.startswith("L_") and f not in feats else feats[f]
+    return out
+
+
 def predict(sigma_w, sigma_a, alpha_a, alpha_m, depth, doc: dict | None = None) -> dict:
     """Predicted final test loss (with the model's interval), both exponents and any warning,
     at arrays (or numbers) of initialization hyperparameters; ``doc`` defaults to the
-    packaged model."""
-    from .train import TrainConfig
-
+    packaged model. Only the features the model uses are computed."""
     doc = load_model() if doc is None else doc
-    cfg = TrainConfig.from_dict(doc["train_config"])
     vals = np.broadcast_arrays(*(np.atleast_1d(np.asarray(v, float)) for v in (sigma_w, sigma_a, alpha_a, alpha_m, depth)))
     configs = [dict(sigma_w=a, sigma_a=b, alpha_a=c, alpha_m=d, depth=int(e)) for a, b, c, d, e in zip(*vals)]
-    need = set(doc["features"])
-    maps = tuple(m for m in F.MAPS if any(f.endswith(m) or f"_{m}_" in f for f in need)) or ("paper",)
-    feats = F.features(cfg, configs, doc["input_geometry"]["q0"], doc["input_geometry"]["rho0"], maps=maps)
-    L = vals[4]
-    for k in list(feats):
-        if k.startswith("lambda_"):
-            feats["L_" + k] = L * feats[k]
+    feats = model_features(doc, configs)
     model = M.from_json(doc["model"])
     X = np.stack([feats[f] for f in doc["features"]], 1)
     y = model.predict(X)
+    lo, hi = interval_bounds(doc, y)
     out = []
     for i, c in enumerate(configs):
         warn = []
-        for k, (lo, hi) in doc["region"].items():
+        for k, (a, b) in doc["region"].items():
             v = c[k] if k in c else float(feats[k][i])
-            if not lo - 1e-12 <= v <= hi + 1e-12:
-                warn.append(f"{k} = {v:.4g} lies outside the fitted range [{lo:.4g}, {hi:.4g}]")
-        out.append(dict(c, predicted_loss=float(y[i]),
-                        interval=[float(max(0.0, y[i] + doc["interval"]["lo"])), float(y[i] + doc["interval"]["hi"])],
+            if not a - 1e-12 <= v <= b + 1e-12:
+                warn.append(f"{k} = {v:.4g} lies outside the fitted range [{a:.4g}, {b:.4g}]")
+        out.append(dict(c, predicted_loss=float(y[i]), interval=[float(lo[i]), float(hi[i])],
                         interval_level=doc["interval"]["level"], chance_loss=doc["L_sat"],
                         lambda_a=float(feats["lambda_a"][i]), lambda_g=float(feats["lambda_g"][i]),
                         features={f: float(feats[f][i]) for f in doc["features"]}, model=doc.get("name"),
+                        family=doc.get("family"), cv_r2=doc.get("cv", {}).get("r2"),
                         n_tokens=doc["n_tokens"], warnings=warn))
     return out[0] if np.ndim(sigma_w) == 0 and len(out) == 1 else out
+
+
+def interval_bounds(doc: dict, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The model's interval at predictions ``y``: y + the residual quantiles (of the bin of
+    predictions ``y`` falls in, when the interval is binned), the lower end clipped at 0."""
+    iv = doc["interval"]
+    y = np.asarray(y, float)
+    if "bins" in iv:
+        edges = np.asarray(iv["edges"], float)
+        b = np.clip(np.searchsorted(edges, y, side="right"), 0, len(iv["bins"]) - 1)
+        lo = y + np.array([iv["bins"][j]["lo"] for j in b])
+        hi = y + np.array([iv["bins"][j]["hi"] for j in b])
+    else:
+        lo, hi = y + iv["lo"], y + iv["hi"]
+    return np.maximum(0.0, lo), hi

@@ -27,6 +27,14 @@ from ..config import HParams
 from .model import ViT, n_tokens, preprocess
 
 
+def sgd_momentum(learning_rate, momentum=0.9):
+    """SGD with heavy-ball momentum 0.9 (optax.sgd; PyTorch's SGD(momentum=0.9) without dampening)."""
+    return optax.sgd(learning_rate, momentum=momentum)
+
+
+OPTIMIZERS = {"adam": optax.adam, "sgd_momentum": sgd_momentum}
+
+
 @dataclasses.dataclass(frozen=True)
 class TrainConfig:
     """Everything static about a sweep (one compiled program per chunk size)."""
@@ -44,13 +52,17 @@ class TrainConfig:
     mlp_hidden: Optional[int] = None
     sigma_v: float = 1.0
     pos_std: float = 1.0
+    optimizer: str = "adam"
 
     @property
     def n_tokens(self) -> int:
         return n_tokens(self.image_size, self.patch_size)
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        d = dataclasses.asdict(self)
+        if d["optimizer"] == "adam":  # the default is left out: configs written before the option match
+            d.pop("optimizer")
+        return d
 
     @classmethod
     def from_dict(cls, d: dict) -> "TrainConfig":
@@ -69,6 +81,8 @@ class TrainConfig:
         if self.mlp_hidden is not None and self.mlp_hidden < 1:
             raise ValueError(f"mlp-hidden must be >= 1 (got {self.mlp_hidden})")
         HParams(activation=self.activation, mlp_layers=self.mlp_layers).validate()
+        if self.optimizer not in OPTIMIZERS:
+            raise ValueError(f"unknown optimizer {self.optimizer!r}; choose one of {', '.join(OPTIMIZERS)}")
         return self
 
     def hparams(self, sigma_w=1.0, sigma_a=1.0, alpha_a=0.5, alpha_m=0.5, depth=None, dtype=jnp.float32) -> HParams:
@@ -145,7 +159,7 @@ def make_train_parts(cfg: TrainConfig, num_classes: int, scale: float, eval_batc
 
     def parts(point):
         model = model_for(cfg, point.hp, num_classes)
-        tx = optax.inject_hyperparams(optax.adam)(learning_rate=point.lr)
+        tx = optax.inject_hyperparams(OPTIMIZERS[cfg.optimizer])(learning_rate=point.lr)
         return model, tx
 
     def init(point: Point, x_train):
