@@ -245,28 +245,50 @@ def cmd_features(args):
 
 
 def cmd_analyze(args):
-    """Cross-validated analysis of whatever the study has trained so far; writes
-    OUT/analysis.json, docs/images/trainability_*.png and the packaged model."""
+    """Cross-validated analysis of whatever the study has trained so far. main: writes
+    OUT/analysis.json, docs/images/trainability_*.png and (--ship) the packaged model, and
+    scores the shipping procedure on the configurations beyond the default plan (held out:
+    trained after the model families were chosen). lr: the analysis per optimizer and
+    learning rate, written to OUT/analysis.json."""
+    if args.study == "lr":
+        return analyze_lr(args)
     import json
 
-    from phasefield.vit import features, figure, predict
+    import numpy as np
+
+    from phasefield.vit import analysis, features, figure, predict
     from phasefield.vit import sweep as vsweep
+    from phasefield.vit.design import config_id
     from phasefield.vit.train import TrainConfig
 
-    cfg = TrainConfig.from_dict(vsweep.read_sweep(args.out)["config"])
-    rows = vsweep.read_results(args.out)
-    geometry, feats, order = features.read_cache(args.out, cfg)
-    have = set(order or [])
-    from phasefield.vit.design import config_id
-
-    missing = {config_id(r) for r in rows} - have
+    out = _study(args)["out"]
+    cfg = TrainConfig.from_dict(vsweep.read_sweep(out)["config"])
+    rows = vsweep.read_results(out)
+    geometry, feats, order = features.read_cache(out, cfg)
+    missing = {config_id(r) for r in rows} - set(order or [])
     if missing:
         print(f"{len(missing)} configurations have no features yet (run 'features' first); left out")
-        rows = [r for r in rows if config_id(r) in have]
+        rows = [r for r in rows if config_id(r) not in missing]
     doc = predict.fit_sweep(rows, 10, cfg, geometry, feats, order, k=args.folds, repeats=args.repeats)
     rep = doc["report"]
-    with open(os.path.join(args.out, "analysis.json"), "w") as f:
-        json.dump(rep, f, indent=1)
+    planned = {config_id(dict(c, lr=1e-3)) for d, lo, hi in blocks(parse_plan(DEFAULT_PLAN))
+               for c in configs(d, hi)[lo:hi]}
+    tab = {k: (np.asarray(v) if isinstance(v, list) and k not in analysis.LISTS else v)
+           for k, v in rep["table"].items()}
+    extra = np.array([c not in planned for c in tab["config"]])
+    if extra.any() and (~extra).sum() >= 10:
+        specs = analysis.model_specs(tab)
+        h = analysis.evaluate_split(tab, ~extra, extra, analysis.shippable(specs), specs, args.folds)
+        y, p = np.asarray(h["loss"]), np.asarray(h["pred"])
+        rep["holdout"] = dict(n_train=int((~extra).sum()), n_test=int(extra.sum()), chosen=h["chosen"],
+                              r2=float(1 - np.sum((y - p) ** 2) / np.sum((y - y.mean()) ** 2)),
+                              rmse=float(np.sqrt(np.mean((y - p) ** 2))), coverage=h["coverage"],
+                              configs=[c for c, e in zip(tab["config"], extra) if e], pred=h["pred"], loss=h["loss"])
+        doc["model"]["holdout"] = {k: v for k, v in rep["holdout"].items() if k not in ("configs", "pred", "loss")}
+    from phasefield import io
+
+    with open(os.path.join(out, "analysis.json"), "w") as f:
+        f.write(io.dumps(rep, indent=1))
     img = os.path.join(ROOT, "docs", "images")
     figure.fig7(rep, os.path.join(img, "trainability_fig7.png"))
     figure.plane(rep, os.path.join(img, "trainability_plane.png"))
@@ -274,11 +296,83 @@ def cmd_analyze(args):
     if args.ship:
         path = os.path.join(ROOT, "phasefield", "vit", predict.RESOURCE)
         with open(path, "w") as f:
-            json.dump(doc["model"], f, indent=1)
+            f.write(io.dumps(doc["model"], indent=1))
         print(f"packaged model: {path}")
     from phasefield.cli.train import _print_report
 
     _print_report(rep)
+    if "holdout" in rep:
+        h = rep["holdout"]
+        print(f"held out ({h['n_test']} configurations trained after the families were fixed; fitted on "
+              f"{h['n_train']}): chose {h['chosen']}, R2 {h['r2']:.3f}, RMSE {h['rmse']:.4f}, coverage "
+              f"{100 * h['coverage']['runs']:.0f} % of runs, {100 * h['coverage']['means']:.0f} % of seed means")
+
+
+def analyze_lr(args):
+    """The learning-rate axis: per (optimizer, lr), the cross-validated families on the same
+    L = 16 configurations (Adam 1e-3: the main study's runs, seed 0 alone to match the one
+    seed of the others, and all three seeds), and the exponents' share of the explained
+    variance, max(0, R2_CV(best exponent model)) / R2_CV(best model)."""
+    import json
+    import math
+
+    import numpy as np
+
+    from phasefield import io
+    from phasefield.vit import analysis
+    from phasefield.vit import sweep as vsweep
+    from phasefield.vit.design import config_id
+
+    st = _study(args)
+    main_feats = _read_feature_rows(feature_path(DEFAULT_OUT))
+    fe = {_hp_key(cid): r for cid, r in main_feats.items()}
+    names = [k for k in next(iter(main_feats.values())) if k != "config"]
+    main_rows = vsweep.read_results(DEFAULT_OUT)
+    design_ids = {_hp_key(config_id(dict(c, lr=1e-3))) for c in configs(16, 24)}
+    sets = {}
+    for opt, out in sweep_dirs(st).items():
+        for r in vsweep.read_results(out) if os.path.exists(os.path.join(out, "results.jsonl")) else []:
+            sets.setdefault((opt, float(r["lr"])), []).append(r)
+    ids_done = {k: {_hp_key(config_id(r)) for r in v} for k, v in sets.items()}
+    common = set.intersection(*ids_done.values()) if ids_done else set()
+    base = [r for r in main_rows if _hp_key(config_id(r)) in design_ids]
+    sets[("adam", 1e-3)] = [r for r in base if int(r["seed"]) == 0]
+    sets[("adam (3 seeds)", 1e-3)] = base
+    width = _train_config().width
+    res = {}
+    for (opt, lr), rows in sorted(sets.items(), key=lambda kv: (kv[0][0].startswith("sgd"), kv[0][1], kv[0][0])):
+        rows = [r for r in rows if _hp_key(config_id(r)) in common] if common else rows
+        order = sorted({config_id(r) for r in rows})
+        feats = {k: np.array([float(fe[_hp_key(c)][k]) for c in order]) for k in names}
+        rep = analysis.analyze(rows, 10, feats, order, k=args.folds, repeats=args.repeats, nested_cv=False)
+        if not rep["cross_validated"]:
+            print(f"{opt:15s} lr {lr:<7g}: {rep['message']}")
+            continue
+        m = rep["models"]
+        r2 = lambda nm: m[nm]["cv_r2"]
+        be, br, bh = rep["best_exponent_model"], rep["best_raw_model"], rep["best_hybrid_model"]
+        best = max((be, br, bh), key=r2)
+        tab = rep["table"]
+        sw = np.asarray(tab["sigma_w"])
+        res[f"{opt} {lr:g}"] = dict(
+            optimizer=opt, lr=lr, n_configs=rep["n_configs"], n_runs=rep["n_runs"],
+            relative_update=float(np.median(lr * math.sqrt(width) / sw)) if not opt.startswith("sgd") else None,
+            mean_loss=float(np.mean(tab["loss"])), at_chance=int(np.sum(np.asarray(tab["loss"]) > 0.5 * math.log(10))),
+            loss_sd=float(np.std(tab["loss"])), best_exponent=be, best_exponent_r2=r2(be),
+            best_exponent_rmse=m[be]["cv_rmse"], best_raw=br, best_raw_r2=r2(br), best_raw_rmse=m[br]["cv_rmse"],
+            best_hybrid=bh, best_hybrid_r2=r2(bh), constant_rmse=m["constant"]["cv_rmse"],
+            exponent_share=float(max(0.0, r2(be)) / r2(best)) if r2(best) > 0 else None,
+            exponent_vs_raw=rep["best_vs_raw_cv"].get(br), noise_floor=rep["noise_floor"].get("rmse"),
+            r2={nm: v["cv_r2"] for nm, v in m.items()})
+        e = res[f"{opt} {lr:g}"]
+        print(f"{opt:15s} lr {lr:<7g} {e['n_configs']:3d} configs  mean loss {e['mean_loss']:.3f} (sd {e['loss_sd']:.3f}, "
+              f"{e['at_chance']} at chance)  CV R2: exponents {e['best_exponent_r2']:+.3f} ({be}), raw "
+              f"{e['best_raw_r2']:+.3f} ({br}), hybrid {e['best_hybrid_r2']:+.3f} ({bh}); exponents' share "
+              + ("-" if e["exponent_share"] is None else f"{e['exponent_share']:.2f}")
+              + f"; paired sq. err. exp - raw {e['exponent_vs_raw']['mean']:+.4f} +- {e['exponent_vs_raw']['se']:.4f}",
+              flush=True)
+    with open(os.path.join(st["out"], "analysis.json"), "w") as f:
+        f.write(io.dumps(res, indent=1))
 
 
 def main(argv=None):

@@ -1,18 +1,24 @@
-"""The loss predictor: fit a sweep, ship the best exponent model, predict at any point.
+"""The loss predictor: fit a sweep, ship the best honest model, predict at any point.
 
 ``fit_sweep(rows, ...)`` runs the cross-validated analysis of :mod:`phasefield.vit.analysis`
 on a training sweep and returns a *fit document*: the report (every model's CV scores, the
-noise floor, the transfer tests) plus the best model on exponents alone, refitted on all
+noise floor, the transfer tests, the nested CV of the shipping procedure) plus the best model
+by cross-validated RMSE among every family (exponents, raw hyperparameters, hybrids,
+two-part P(trains) x loss) whose features predict computes cheaply, refitted on all
 configurations, with
 
-* its form, features, parameters (:mod:`phasefield.vit.models`, JSON-serializable),
+* its family, form, features, parameters (:mod:`phasefield.vit.models`, JSON-serializable),
 * the training config and the measured input geometry it was fitted for,
-* a prediction interval: the 10th and 90th percentiles of its cross-validated residuals,
+* a prediction interval for one run's loss: split-conformal quantiles of the out-of-fold
+  residuals of single runs, per bin of the predicted loss (:func:`analysis.conformal`), and
+  its coverage under nested cross-validation over configurations,
 * the region it was fitted on (ranges of the raw hyperparameters and of its features).
 
-The study's document ships inside the package (``trainability_model.json``);
-:func:`predict` uses it unless given another, and adds a ``warnings`` list when the point lies
-outside the fitted region.
+With fewer than 10 configurations nothing can be cross-validated: a fixed model is fitted
+and the document says so. The study's document ships inside the package
+(``trainability_model.json``); :func:`predict` uses it unless given another, computes only
+the features the model uses, and adds a ``warnings`` list when the point lies outside the
+fitted region.
 """
 from __future__ import annotations
 
@@ -93,7 +99,8 @@ def _configs_of(rows: list[dict]) -> tuple[list[str], list[dict]]:
 
 
 def fit_sweep(rows: list[dict], num_classes: int, cfg, geometry: dict, feats: dict | None = None,
-              order: list[str] | None = None, k: int = 5, repeats: int = 5, progress: bool = False) -> dict:
+              order: list[str] | None = None, k: int = 5, repeats: int = 5, progress: bool = False,
+              nested_cv: bool = True) -> dict:
     """The fit document of a sweep (see the module doc). ``feats``/``order``: precomputed
     theory features aligned with config ids (else computed here, one compiled program per
     depth). ``geometry``: the input geometry (q0, rho0) the features start from."""
@@ -109,32 +116,42 @@ def fit_sweep(rows: list[dict], num_classes: int, cfg, geometry: dict, feats: di
         order, configs = _configs_of(rows)
         feats = F.features(cfg, configs, geometry["q0"], geometry["rho0"])
     try:
-        report = analysis.analyze(rows, num_classes, feats, order, k=k, repeats=repeats)
+        report = analysis.analyze(rows, num_classes, feats, order, k=k, repeats=repeats, nested_cv=nested_cv)
     except analysis.AnalysisError as exc:
         raise FitError(str(exc)) from None
     return dict(report=report, model=best_model(report, cfg, geometry))
 
 
 def best_model(report: dict, cfg, geometry: dict, name: str | None = None) -> dict:
-    """The model document of ``name`` (default: the best exponent model by CV RMSE),
-    refitted on every configuration of the report's table."""
-    name = name or report["best_exponent_model"]
-    tab = {k: (np.asarray(v) if isinstance(v, list) and k not in ("config", "lrs") else v)
+    """The model document of ``name`` (default: the report's best model by CV RMSE among the
+    models predict computes cheaply, whatever its family), refitted on every configuration of
+    the report's table, with its conformal interval."""
+    name = name or report.get("best_model") or report["best_exponent_model"]
+    tab = {k: (np.asarray(v) if isinstance(v, list) and k not in analysis.LISTS else v)
            for k, v in report["table"].items()}
-    spec = analysis.model_specs(tab)[name]
+    spec = analysis.model_specs(tab)[name] if report.get("cross_validated", True) else \
+        analysis.model_specs(tab)[name]
     model = analysis.fit_model(spec, tab)
-    res = np.asarray(report["models"][name]["oof"]) - tab["loss"]
-    X = np.stack([tab[f] for f in spec[1]], 1)
+    m = report["models"][name]
+    if name == report.get("best_model") and "interval" in report:
+        interval = report["interval"]
+    else:
+        interval = analysis.conformal(np.asarray(m["oof"]), tab["run_losses"])
+    X = np.stack([tab[f] for f in spec[1]], 1) if spec[1] else np.zeros((len(tab["loss"]), 0))
     region = {k: [float(np.min(tab[k])), float(np.max(tab[k]))] for k in RAW_RANGES}
     region.update({f: [float(np.min(X[:, i])), float(np.max(X[:, i]))] for i, f in enumerate(spec[1])})
-    m = report["models"][name]
-    return dict(name=name, model=model.to_json(), features=list(spec[1]), target="test_loss",
-                L_sat=report["L_sat"], lr=report["lr"], train_config=cfg.to_dict(), n_tokens=cfg.n_tokens,
-                input_geometry=geometry, region=region,
-                interval=dict(level=0.8, lo=float(np.quantile(res, 0.1)), hi=float(np.quantile(res, 0.9))),
+    nest = report.get("nested") or {}
+    return dict(name=name, family=m["group"], kind=m["kind"], model=model.to_json(), features=list(spec[1]),
+                target="test_loss", L_sat=report["L_sat"], lr=report["lr"], train_config=cfg.to_dict(),
+                n_tokens=cfg.n_tokens, input_geometry=geometry, region=region, interval=interval,
                 cv=dict(rmse=m["cv_rmse"], rmse_sd=m["cv_rmse_sd"], r2=m["cv_r2"], k_folds=report["k_folds"],
-                        repeats=report["repeats"]),
-                noise_floor=report["noise_floor"]["rmse"], n_configs=report["n_configs"], n_runs=report["n_runs"])
+                        repeats=report["repeats"], cross_validated=report.get("cross_validated", True),
+                        nested_r2=nest.get("r2"), nested_coverage_runs=nest.get("coverage_runs"),
+                        nested_coverage_means=nest.get("coverage_means")),
+                noise_floor=report["noise_floor"]["rmse"], n_configs=report["n_configs"], n_runs=report["n_runs"],
+                message=report.get("message"), candidates=list(report.get("shippable") or [name]),
+                candidate_cv_rmse={c: report["models"][c]["cv_rmse"] for c in report.get("shippable") or []
+                                   if c in report["models"]})
 
 
 def load_model(path: str | None = None) -> dict:
@@ -233,9 +250,9 @@ def predict(sigma_w, sigma_a, alpha_a, alpha_m, depth, doc: dict | None = None) 
     configs = [dict(sigma_w=a, sigma_a=b, alpha_a=c, alpha_m=d, depth=int(e)) for a, b, c, d, e in zip(*vals)]
     feats = model_features(doc, configs)
     model = M.from_json(doc["model"])
-    X = np.stack([feats[f] for f in doc["features"]], 1)
+    X = np.stack([feats[f] for f in doc["features"]], 1) if doc["features"] else np.zeros((len(configs), 0))
     y = model.predict(X)
-    lo, hi = interval_bounds(doc, y)
+    lo, hi = analysis.interval_bounds(doc["interval"], y)
     out = []
     for i, c in enumerate(configs):
         warn = []
@@ -250,18 +267,3 @@ def predict(sigma_w, sigma_a, alpha_a, alpha_m, depth, doc: dict | None = None) 
                         family=doc.get("family"), cv_r2=doc.get("cv", {}).get("r2"),
                         n_tokens=doc["n_tokens"], warnings=warn))
     return out[0] if np.ndim(sigma_w) == 0 and len(out) == 1 else out
-
-
-def interval_bounds(doc: dict, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The model's interval at predictions ``y``: y + the residual quantiles (of the bin of
-    predictions ``y`` falls in, when the interval is binned), the lower end clipped at 0."""
-    iv = doc["interval"]
-    y = np.asarray(y, float)
-    if "bins" in iv:
-        edges = np.asarray(iv["edges"], float)
-        b = np.clip(np.searchsorted(edges, y, side="right"), 0, len(iv["bins"]) - 1)
-        lo = y + np.array([iv["bins"][j]["lo"] for j in b])
-        hi = y + np.array([iv["bins"][j]["hi"] for j in b])
-    else:
-        lo, hi = y + iv["lo"], y + iv["hi"]
-    return np.maximum(0.0, lo), hi
