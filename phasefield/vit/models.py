@@ -297,7 +297,9 @@ class TwoPart(Model):
             return np.full(len(X), self.clf["constant"])
         Z = _monomials((X - np.asarray(self.clf["mean"])) / np.asarray(self.clf["std"]), 2)[:, 1:]
         s = Z @ np.asarray(self.clf["coef"]) + self.clf["intercept"]
-        return 1.0 / (1.0 + np.exp(-s))
+        from scipy.special import expit
+
+        return expit(s)
 
     def predict(self, X):
         p = self.p_train(X)
