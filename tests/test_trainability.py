@@ -305,3 +305,27 @@ def test_fit_cli_on_few_configurations_fits_and_says_it_cannot_cross_validate(ca
     stdout, err = capsys.readouterr()
     assert code == 0, err
     assert "R2 not measured" in stdout
+
+
+def test_train_config_optimizer_option():
+    """The optimizer is part of a sweep's config; Adam (the default) is left out of to_dict so
+    that sweep directories and fit files written before the option still match."""
+    import optax
+
+    from phasefield.vit import train as T
+
+    assert "optimizer" not in T.TrainConfig().to_dict()
+    cfg = T.TrainConfig(optimizer="sgd_momentum")
+    assert cfg.to_dict()["optimizer"] == "sgd_momentum"
+    assert T.TrainConfig.from_dict(cfg.to_dict()) == cfg.validate()
+    with pytest.raises(ValueError, match="unknown optimizer"):
+        T.TrainConfig(optimizer="lion").validate()
+    # heavy-ball momentum 0.9: the second step moves by lr * (g + 0.9 g)
+    tx = optax.inject_hyperparams(T.OPTIMIZERS["sgd_momentum"])(learning_rate=0.1)
+    p = np.zeros(2)
+    st = tx.init(p)
+    g = np.array([1.0, -2.0])
+    u1, st = tx.update(g, st, p)
+    u2, st = tx.update(g, st, p)
+    np.testing.assert_allclose(u1, -0.1 * g, rtol=1e-6)
+    np.testing.assert_allclose(u2, -0.1 * 1.9 * g, rtol=1e-6)
