@@ -35,6 +35,21 @@ BLOCK = 8
 DEFAULT_PLAN = "16:24,8:16,32:8"
 SEC_PER_RUN_PER_BLOCK = 31.0 / 16  # measured, see above
 
+# The studies (issue 27). Each is a set of sweep directories (one training config each:
+# the optimizer is part of it, the learning rate is a per-run number) over Sobol designs.
+#   main   the original study: Adam 1e-3, depths 16 / 8 / 32, Sobol seed 1000 + L
+#   lr     the learning-rate axis on the main study's L = 16 design (the same configurations):
+#          Adam at 1e-4 and 3e-4 and SGD with momentum 0.9 at one rate, one seed per
+#          configuration (the CPU allows ~50 runs per session); Adam 1e-3 is the main study
+#   depth  depth transfer: fresh Sobol designs (seed 2000 + L) at L = 4, 8, 16, 32, Adam 1e-3
+STUDIES = {
+    "main": dict(plan=DEFAULT_PLAN, seed0=1000, settings="adam:1e-3", out=DEFAULT_OUT, seeds=SEEDS),
+    "lr": dict(plan="16:24", seed0=1000, settings="adam:1e-4,adam:3e-4,sgd_momentum:0.01",
+               out=os.path.join(DEFAULT_OUT, "lr"), seeds=1),
+    "depth": dict(plan="4:32,8:32,16:32,32:32", seed0=2000, settings="adam:1e-3",
+                  out=os.path.join(DEFAULT_OUT, "depth"), seeds=SEEDS),
+}
+
 
 def parse_plan(text: str) -> dict:
     plan = {}
@@ -42,6 +57,15 @@ def parse_plan(text: str) -> dict:
         d, _, n = part.partition(":")
         plan[int(d)] = int(n)
     return plan
+
+
+def parse_settings(text: str) -> dict:
+    """'adam:1e-4,adam:1e-3,sgd_momentum:0.1' -> {optimizer: [learning rates]}."""
+    out = {}
+    for part in text.split(","):
+        opt, _, lr = part.partition(":")
+        out.setdefault(opt, []).append(float(lr))
+    return out
 
 
 def blocks(plan: dict):
@@ -55,20 +79,44 @@ def blocks(plan: dict):
                 done[d] = hi
 
 
-def configs(depth: int, n: int) -> list:
+def configs(depth: int, n: int, seed0: int = 1000) -> list:
     from phasefield.vit import design
 
-    return [dict(c, depth=depth) for c in design.sobol(n, BOUNDS, seed=1000 + depth)]
+    return [dict(c, depth=depth) for c in design.sobol(n, BOUNDS, seed=seed0 + depth)]
+
+
+def _study(args) -> dict:
+    st = dict(STUDIES[args.study])
+    for k in ("plan", "settings", "out", "seeds"):
+        if getattr(args, k, None):
+            st[k] = getattr(args, k)
+    return st
+
+
+def sweep_dirs(st: dict) -> dict:
+    """{optimizer: sweep directory} of a study (the main and depth studies: one Adam directory)."""
+    opts = parse_settings(st["settings"])
+    if len(opts) == 1 and "adam" in opts:
+        return {"adam": st["out"]}
+    return {opt: os.path.join(st["out"], opt) for opt in opts}
 
 
 def cmd_plan(args):
-    plan = parse_plan(args.plan)
+    st = _study(args)
+    plan, settings = parse_plan(st["plan"]), parse_settings(st["settings"])
+    n_set = sum(len(v) for v in settings.values())
     total = 0.0
     for d, lo, hi in blocks(plan):
-        cost = (hi - lo) * SEEDS * SEC_PER_RUN_PER_BLOCK * d
+        cost = (hi - lo) * st["seeds"] * n_set * SEC_PER_RUN_PER_BLOCK * d
         total += cost
-        print(f"depth {d:3d}  configurations {lo:3d}-{hi:3d}  {(hi - lo) * SEEDS:3d} runs  ~{cost / 60:5.1f} min "
+        print(f"depth {d:3d}  configurations {lo:3d}-{hi:3d}  {(hi - lo) * st['seeds'] * n_set:3d} runs  ~{cost / 60:5.1f} min "
               f"(cumulative {total / 60:5.1f} min)")
+
+
+def _train_config(optimizer: str = "adam"):
+    from phasefield.vit.train import TrainConfig
+
+    return TrainConfig(dataset="digits", image_size=8, patch_size=2, batch_size=64, depth=16, optimizer=optimizer)
 
 
 def cmd_run(args):
@@ -78,41 +126,70 @@ def cmd_run(args):
     from phasefield.vit import data as vdata
     from phasefield.vit import design
     from phasefield.vit import sweep as vsweep
-    from phasefield.vit.train import TrainConfig
 
-    plan = parse_plan(args.plan)
-    cfg = TrainConfig(dataset="digits", image_size=8, patch_size=2, batch_size=64, depth=16)
+    st = _study(args)
+    plan, settings = parse_plan(st["plan"]), parse_settings(st["settings"])
+    dirs = sweep_dirs(st)
     data = vdata.load("digits", 8)
-    trainers = {}
+    trainers = {opt: {} for opt in settings}
     t0 = time.time()
     for d, lo, hi in blocks(plan):
-        runs = design.expand(configs(d, hi)[lo:hi], seeds=SEEDS)
-        print(f"[{time.time() - t0:7.0f} s] depth {d}, configurations {lo}-{hi}", flush=True)
-        s = vsweep.run_sweep(cfg, runs, args.out, data, chunk=12, progress=not args.quiet, metrics=False,
-                             checkpoints=False, trainers=trainers)
-        print(f"   trained {s['trained']} ({s['already_done']} done before, {s['diverged']} diverged) "
-              f"in {s['seconds']:.0f} s", flush=True)
-    print(f"study complete: {len(vsweep.read_results(args.out))} runs in {args.out}")
+        for opt, lrs in settings.items():
+            if args.until and time.time() - t0 > args.until:
+                print(f"stopping: --until {args.until:.0f} s reached (resume by rerunning)", flush=True)
+                return
+            runs = design.expand(configs(d, hi, st["seed0"])[lo:hi], lrs=lrs, seeds=st["seeds"])
+            print(f"[{time.time() - t0:7.0f} s] depth {d}, configurations {lo}-{hi}, {opt} lr "
+                  f"{', '.join(f'{v:g}' for v in lrs)}", flush=True)
+            s = vsweep.run_sweep(_train_config(opt), runs, dirs[opt], data, chunk=args.chunk, progress=not args.quiet,
+                                 metrics=False, checkpoints=False, trainers=trainers[opt])
+            print(f"   trained {s['trained']} ({s['already_done']} done before, {s['diverged']} diverged) "
+                  f"in {s['seconds']:.0f} s", flush=True)
+    for opt, out in dirs.items():
+        print(f"{opt}: {len(vsweep.read_results(out))} runs in {out}")
 
 
 def feature_path(out):
     return os.path.join(out, "features.csv")
 
 
+def _hp_key(cid: str) -> str:
+    """A configuration's name without its learning rate (the features do not depend on it)."""
+    import re
+
+    return re.sub(r"_lr[^_]+", "", cid)
+
+
+def _read_feature_rows(path: str) -> dict:
+    import csv
+
+    if not os.path.exists(path):
+        return {}
+    with open(path) as f:
+        return {r["config"]: r for r in csv.DictReader(f)}
+
+
 def cmd_features(args):
     """Measure the input geometry once and compute the theory features of every planned
-    configuration not yet in OUT/features.csv (appended: resumable)."""
+    configuration not yet in the study's features.csv (appended: resumable). Rows of the
+    same hyperparameters in the main study's features.csv are reused (features do not
+    depend on the learning rate)."""
     import csv
     import json
+    import shutil
 
     import phasefield  # noqa: F401
     from phasefield.vit import data as vdata
     from phasefield.vit import design, features
-    from phasefield.vit.train import TrainConfig
 
-    cfg = TrainConfig(dataset="digits", image_size=8, patch_size=2, batch_size=64, depth=16)
-    os.makedirs(args.out, exist_ok=True)
-    gpath = os.path.join(args.out, "input_geometry.json")
+    st = _study(args)
+    cfg = _train_config()
+    out = st["out"]
+    os.makedirs(out, exist_ok=True)
+    gpath = os.path.join(out, "input_geometry.json")
+    main_g = os.path.join(DEFAULT_OUT, "input_geometry.json")
+    if not os.path.exists(gpath) and os.path.exists(main_g) and out != DEFAULT_OUT:
+        shutil.copy(main_g, gpath)  # the same trainer config, data and embedding: the same geometry
     if not os.path.exists(gpath):
         geo = features.input_geometry(cfg, vdata.load("digits", 8), inits=16, images=512)
         with open(gpath + ".part", "w") as f:
@@ -121,58 +198,97 @@ def cmd_features(args):
     with open(gpath) as f:
         geo = json.load(f)
     print(f"input geometry: q0 = {geo['q0']:.4f} +- {geo['q0_se']:.4f}, rho0 = {geo['rho0']:.4f} +- {geo['rho0_se']:.4f}")
-    fpath = feature_path(args.out)
-    have = set()
-    if os.path.exists(fpath):
-        with open(fpath) as f:
-            have = {r["config"] for r in csv.DictReader(f)}
-    plan = parse_plan(args.plan)
-    todo = []
+    fpath = feature_path(out)
+    have = _read_feature_rows(fpath)
+    known = {_hp_key(cid): r for cid, r in _read_feature_rows(feature_path(DEFAULT_OUT)).items()}
+    plan, settings = parse_plan(st["plan"]), parse_settings(st["settings"])
+    lrs = sorted({v for vals in settings.values() for v in vals})
+    todo, reuse = [], []
     for d, lo, hi in blocks(plan):
-        for c in configs(d, hi)[lo:hi]:
-            c = dict(c, lr=1e-3)
-            cid = design.config_id(c)
-            if cid not in have:
-                todo.append((cid, c))
-                have.add(cid)
+        for c in configs(d, hi, st["seed0"])[lo:hi]:
+            for lr in lrs:
+                c2 = dict(c, lr=lr)
+                cid = design.config_id(c2)
+                if cid in have:
+                    continue
+                src = known.get(_hp_key(cid))
+                (reuse if src is not None else todo).append((cid, c2, src))
+                have[cid] = True
+    names = None
+    if reuse:
+        names = sorted(k for k in reuse[0][2] if k != "config")
+        new = not os.path.exists(fpath)
+        with open(fpath, "a", newline="") as f:
+            w = csv.writer(f)
+            if new:
+                w.writerow(["config"] + names)
+            for cid, _, src in reuse:
+                w.writerow([cid] + [src[k] for k in names])
+        print(f"reused the features of {len(reuse)} configurations from {feature_path(DEFAULT_OUT)}")
+    t00 = time.time()
     for i in range(0, len(todo), 8):
+        if args.until and time.time() - t00 > args.until:
+            print(f"stopping: --until {args.until:.0f} s reached (resume by rerunning)", flush=True)
+            return
         part = todo[i:i + 8]
         t0 = time.time()
-        feats = features.features(cfg, [c for _, c in part], geo["q0"], geo["rho0"])
+        feats = features.features(cfg, [c for _, c, _ in part], geo["q0"], geo["rho0"])
         names = sorted(feats)
         new = not os.path.exists(fpath)
         with open(fpath, "a", newline="") as f:
             w = csv.writer(f)
             if new:
                 w.writerow(["config"] + names)
-            for j, (cid, _) in enumerate(part):
+            for j, (cid, _, _) in enumerate(part):
                 w.writerow([cid] + [repr(float(feats[k][j])) for k in names])
         print(f"features of {i + len(part)}/{len(todo)} configurations ({time.time() - t0:.0f} s)", flush=True)
 
 
 def cmd_analyze(args):
-    """Cross-validated analysis of whatever the study has trained so far; writes
-    OUT/analysis.json, docs/images/trainability_*.png and the packaged model."""
+    """Cross-validated analysis of whatever the study has trained so far. main: writes
+    OUT/analysis.json, docs/images/trainability_*.png and (--ship) the packaged model, and
+    scores the shipping procedure on the configurations beyond the default plan (held out:
+    trained after the model families were chosen). lr: the analysis per optimizer and
+    learning rate, written to OUT/analysis.json."""
+    if args.study == "lr":
+        return analyze_lr(args)
     import json
 
-    from phasefield.vit import features, figure, predict
+    import numpy as np
+
+    from phasefield.vit import analysis, features, figure, predict
     from phasefield.vit import sweep as vsweep
+    from phasefield.vit.design import config_id
     from phasefield.vit.train import TrainConfig
 
-    cfg = TrainConfig.from_dict(vsweep.read_sweep(args.out)["config"])
-    rows = vsweep.read_results(args.out)
-    geometry, feats, order = features.read_cache(args.out, cfg)
-    have = set(order or [])
-    from phasefield.vit.design import config_id
-
-    missing = {config_id(r) for r in rows} - have
+    out = _study(args)["out"]
+    cfg = TrainConfig.from_dict(vsweep.read_sweep(out)["config"])
+    rows = vsweep.read_results(out)
+    geometry, feats, order = features.read_cache(out, cfg)
+    missing = {config_id(r) for r in rows} - set(order or [])
     if missing:
         print(f"{len(missing)} configurations have no features yet (run 'features' first); left out")
-        rows = [r for r in rows if config_id(r) in have]
+        rows = [r for r in rows if config_id(r) not in missing]
     doc = predict.fit_sweep(rows, 10, cfg, geometry, feats, order, k=args.folds, repeats=args.repeats)
     rep = doc["report"]
-    with open(os.path.join(args.out, "analysis.json"), "w") as f:
-        json.dump(rep, f, indent=1)
+    planned = {config_id(dict(c, lr=1e-3)) for d, lo, hi in blocks(parse_plan(DEFAULT_PLAN))
+               for c in configs(d, hi)[lo:hi]}
+    tab = {k: (np.asarray(v) if isinstance(v, list) and k not in analysis.LISTS else v)
+           for k, v in rep["table"].items()}
+    extra = np.array([c not in planned for c in tab["config"]])
+    if extra.any() and (~extra).sum() >= 10:
+        specs = analysis.model_specs(tab)
+        h = analysis.evaluate_split(tab, ~extra, extra, analysis.shippable(specs), specs, args.folds)
+        y, p = np.asarray(h["loss"]), np.asarray(h["pred"])
+        rep["holdout"] = dict(n_train=int((~extra).sum()), n_test=int(extra.sum()), chosen=h["chosen"],
+                              r2=float(1 - np.sum((y - p) ** 2) / np.sum((y - y.mean()) ** 2)),
+                              rmse=float(np.sqrt(np.mean((y - p) ** 2))), coverage=h["coverage"],
+                              configs=[c for c, e in zip(tab["config"], extra) if e], pred=h["pred"], loss=h["loss"])
+        doc["model"]["holdout"] = {k: v for k, v in rep["holdout"].items() if k not in ("configs", "pred", "loss")}
+    from phasefield import io
+
+    with open(os.path.join(out, "analysis.json"), "w") as f:
+        f.write(io.dumps(rep, indent=1))
     img = os.path.join(ROOT, "docs", "images")
     figure.fig7(rep, os.path.join(img, "trainability_fig7.png"))
     figure.plane(rep, os.path.join(img, "trainability_plane.png"))
@@ -180,11 +296,83 @@ def cmd_analyze(args):
     if args.ship:
         path = os.path.join(ROOT, "phasefield", "vit", predict.RESOURCE)
         with open(path, "w") as f:
-            json.dump(doc["model"], f, indent=1)
+            f.write(io.dumps(doc["model"], indent=1))
         print(f"packaged model: {path}")
     from phasefield.cli.train import _print_report
 
     _print_report(rep)
+    if "holdout" in rep:
+        h = rep["holdout"]
+        print(f"held out ({h['n_test']} configurations trained after the families were fixed; fitted on "
+              f"{h['n_train']}): chose {h['chosen']}, R2 {h['r2']:.3f}, RMSE {h['rmse']:.4f}, coverage "
+              f"{100 * h['coverage']['runs']:.0f} % of runs, {100 * h['coverage']['means']:.0f} % of seed means")
+
+
+def analyze_lr(args):
+    """The learning-rate axis: per (optimizer, lr), the cross-validated families on the same
+    L = 16 configurations (Adam 1e-3: the main study's runs, seed 0 alone to match the one
+    seed of the others, and all three seeds), and the exponents' share of the explained
+    variance, max(0, R2_CV(best exponent model)) / R2_CV(best model)."""
+    import json
+    import math
+
+    import numpy as np
+
+    from phasefield import io
+    from phasefield.vit import analysis
+    from phasefield.vit import sweep as vsweep
+    from phasefield.vit.design import config_id
+
+    st = _study(args)
+    main_feats = _read_feature_rows(feature_path(DEFAULT_OUT))
+    fe = {_hp_key(cid): r for cid, r in main_feats.items()}
+    names = [k for k in next(iter(main_feats.values())) if k != "config"]
+    main_rows = vsweep.read_results(DEFAULT_OUT)
+    design_ids = {_hp_key(config_id(dict(c, lr=1e-3))) for c in configs(16, 24)}
+    sets = {}
+    for opt, out in sweep_dirs(st).items():
+        for r in vsweep.read_results(out) if os.path.exists(os.path.join(out, "results.jsonl")) else []:
+            sets.setdefault((opt, float(r["lr"])), []).append(r)
+    ids_done = {k: {_hp_key(config_id(r)) for r in v} for k, v in sets.items()}
+    common = set.intersection(*ids_done.values()) if ids_done else set()
+    base = [r for r in main_rows if _hp_key(config_id(r)) in design_ids]
+    sets[("adam", 1e-3)] = [r for r in base if int(r["seed"]) == 0]
+    sets[("adam (3 seeds)", 1e-3)] = base
+    width = _train_config().width
+    res = {}
+    for (opt, lr), rows in sorted(sets.items(), key=lambda kv: (kv[0][0].startswith("sgd"), kv[0][1], kv[0][0])):
+        rows = [r for r in rows if _hp_key(config_id(r)) in common] if common else rows
+        order = sorted({config_id(r) for r in rows})
+        feats = {k: np.array([float(fe[_hp_key(c)][k]) for c in order]) for k in names}
+        rep = analysis.analyze(rows, 10, feats, order, k=args.folds, repeats=args.repeats, nested_cv=False)
+        if not rep["cross_validated"]:
+            print(f"{opt:15s} lr {lr:<7g}: {rep['message']}")
+            continue
+        m = rep["models"]
+        r2 = lambda nm: m[nm]["cv_r2"]
+        be, br, bh = rep["best_exponent_model"], rep["best_raw_model"], rep["best_hybrid_model"]
+        best = max((be, br, bh), key=r2)
+        tab = rep["table"]
+        sw = np.asarray(tab["sigma_w"])
+        res[f"{opt} {lr:g}"] = dict(
+            optimizer=opt, lr=lr, n_configs=rep["n_configs"], n_runs=rep["n_runs"],
+            relative_update=float(np.median(lr * math.sqrt(width) / sw)) if not opt.startswith("sgd") else None,
+            mean_loss=float(np.mean(tab["loss"])), at_chance=int(np.sum(np.asarray(tab["loss"]) > 0.5 * math.log(10))),
+            loss_sd=float(np.std(tab["loss"])), best_exponent=be, best_exponent_r2=r2(be),
+            best_exponent_rmse=m[be]["cv_rmse"], best_raw=br, best_raw_r2=r2(br), best_raw_rmse=m[br]["cv_rmse"],
+            best_hybrid=bh, best_hybrid_r2=r2(bh), constant_rmse=m["constant"]["cv_rmse"],
+            exponent_share=float(max(0.0, r2(be)) / r2(best)) if r2(best) > 0 else None,
+            exponent_vs_raw=rep["best_vs_raw_cv"].get(br), noise_floor=rep["noise_floor"].get("rmse"),
+            r2={nm: v["cv_r2"] for nm, v in m.items()})
+        e = res[f"{opt} {lr:g}"]
+        print(f"{opt:15s} lr {lr:<7g} {e['n_configs']:3d} configs  mean loss {e['mean_loss']:.3f} (sd {e['loss_sd']:.3f}, "
+              f"{e['at_chance']} at chance)  CV R2: exponents {e['best_exponent_r2']:+.3f} ({be}), raw "
+              f"{e['best_raw_r2']:+.3f} ({br}), hybrid {e['best_hybrid_r2']:+.3f} ({bh}); exponents' share "
+              + ("-" if e["exponent_share"] is None else f"{e['exponent_share']:.2f}")
+              + f"; paired sq. err. exp - raw {e['exponent_vs_raw']['mean']:+.4f} +- {e['exponent_vs_raw']['se']:.4f}",
+              flush=True)
+    with open(os.path.join(st["out"], "analysis.json"), "w") as f:
+        f.write(io.dumps(res, indent=1))
 
 
 def main(argv=None):
@@ -192,8 +380,13 @@ def main(argv=None):
     sub = ap.add_subparsers(dest="cmd", required=True)
     for name in ("run", "plan", "features", "analyze"):
         p = sub.add_parser(name)
-        p.add_argument("--plan", default=DEFAULT_PLAN, help="depth:configurations,... (default %(default)s)")
-        p.add_argument("--out", default=DEFAULT_OUT, help="study directory (results tables)")
+        p.add_argument("--study", choices=sorted(STUDIES), default="main", help="which study (default %(default)s)")
+        p.add_argument("--plan", default=None, help="depth:configurations,... (default: the study's)")
+        p.add_argument("--settings", default=None, help="optimizer:lr,... (default: the study's)")
+        p.add_argument("--out", default=None, help="study directory (default: the study's)")
+        p.add_argument("--seeds", type=int, default=None, help="seeds per configuration (default: the study's)")
+        p.add_argument("--chunk", type=int, default=12, help="runs trained at once (one compiled program)")
+        p.add_argument("--until", type=float, default=None, help="start no new block after this many seconds")
         p.add_argument("--quiet", action="store_true")
         p.add_argument("--folds", type=int, default=5)
         p.add_argument("--repeats", type=int, default=5)

@@ -83,6 +83,45 @@ def test_poly_is_exact_on_a_quadratic_and_trees_match_sklearn():
     np.testing.assert_allclose(M.from_json(t.to_json()).predict(Xn), np.clip(ref.predict(Xn), 0, None), atol=1e-9)
 
 
+def test_forest_matches_sklearn_and_ensemble_is_the_mean_of_its_members():
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(50, 3))
+    y = np.abs(X[:, 0]) + 0.5 * X[:, 1] + 2.0
+    from sklearn.ensemble import RandomForestRegressor
+
+    f = M.Forest(["a", "b", "c"], L_SAT).fit(X, y, seed=0)
+    ref = RandomForestRegressor(random_state=0, **M.FOREST_PARAMS).fit(X, y)
+    Xn = rng.normal(size=(30, 3))
+    np.testing.assert_allclose(M.from_json(f.to_json()).predict(Xn), np.clip(ref.predict(Xn), 0, None), atol=1e-9)
+    members = [("poly", ("a", "b"), dict(degree=1)), ("forest", ("c", "a"), {})]
+    e = M.Ensemble(["a", "b", "c"], L_SAT, members=members).fit(X, y, seed=0)
+    lin = M.Poly(["a", "b"], L_SAT, degree=1).fit(X[:, :2], y)
+    fo = M.Forest(["c", "a"], L_SAT).fit(X[:, [2, 0]], y, seed=0)
+    mean = (lin.predict(Xn[:, :2]) + fo.predict(Xn[:, [2, 0]])) / 2
+    np.testing.assert_allclose(e.predict(Xn), mean, atol=1e-12)
+    np.testing.assert_allclose(M.from_json(e.to_json()).predict(Xn), mean, atol=1e-12)
+
+
+def test_conformal_interval_has_the_normal_quantiles_and_covers_new_runs():
+    """Residuals N(0, s^2) around the predictions: the 80 % conformal interval tends to
+    +-1.2816 s (the normal quantiles, an independent route), covers ~80 % of fresh runs, and
+    a bin of noisier predictions gets a wider interval."""
+    rng = np.random.default_rng(4)
+    n = 3000
+    pred = rng.uniform(0, 2, n)
+    sd = np.where(pred > 4 / 3, 0.3, 0.1)  # the top tertile scatters 3x more
+    runs = [[p + s * rng.standard_normal()] for p, s in zip(pred, sd)]
+    iv = analysis.conformal(pred, runs, level=0.8)
+    assert len(iv["bins"]) == 3 and iv["edges"][1] == pytest.approx(4 / 3, abs=0.05)
+    assert iv["bins"][0]["hi"] == pytest.approx(1.2816 * 0.1, rel=0.08)
+    assert iv["bins"][2]["lo"] == pytest.approx(-1.2816 * 0.3, rel=0.08)
+    new = rng.uniform(0, 2, n)
+    fresh = [[p + (0.3 if p > 4 / 3 else 0.1) * rng.standard_normal()] for p in new]
+    assert analysis.coverage(iv, new, fresh)["runs"] == pytest.approx(0.8, abs=0.03)
+    lo, hi = analysis.interval_bounds(iv, np.array([0.0, 1.9]))
+    assert lo[0] == 0.0 and hi[1] - 1.9 > 2 * (hi[0] - 0.0)
+
+
 def test_two_part_model_separates_trained_from_stuck_runs():
     rng = np.random.default_rng(2)
     x = rng.uniform(-1, 1, 120)
@@ -132,12 +171,12 @@ def test_a_diverged_run_counts_as_chance_and_mixed_lrs_are_refused():
     vals = [L_SAT] + [r["test_loss"] for r in rows[1:3]]
     assert tab["loss"][i] == pytest.approx(np.mean(vals))
     with pytest.raises(analysis.AnalysisError, match="learning rates"):
-        analysis.analyze(rows + [dict(rows[1], lr=0.1)], 10, feats, order, repeats=1)
+        analysis.analyze(rows + [dict(rows[1], lr=0.1)], 10, feats, order, repeats=1, nested_cv=False)
 
 
 def test_analysis_finds_the_exponent_model_and_transfers():
     rows, feats, order, truth = _study()
-    rep = analysis.analyze(rows, 10, feats, order, k=4, repeats=1)
+    rep = analysis.analyze(rows, 10, feats, order, k=4, repeats=1, nested_cv=False)
     ms = rep["models"]
     assert rep["n_configs"] == 36 and rep["seeds"] == 3
     assert rep["best_exponent_model"] in ("paper_max", "trees_collapsed", "poly2_collapsed")
@@ -150,6 +189,23 @@ def test_analysis_finds_the_exponent_model_and_transfers():
     assert t["_best_vs_raw"]["linear_hp"]["mean"] < 0
 
 
+def test_nested_cv_of_the_shipping_procedure_and_fit_without_cv():
+    """The whole procedure (selection among the candidates, interval, refit) scored on
+    configurations it never saw: the true exponent form is learnt (R2 high) and the interval
+    covers ~80 % of their runs; fewer than 10 configurations are fitted without CV."""
+    rows, feats, order, truth = _study(n_per_depth=8, seeds=3, noise=0.05)
+    tab = analysis.add_features(analysis.configurations(rows, 10), {k: np.asarray(v) for k, v in feats.items()})
+    specs = analysis.model_specs(tab)
+    names = ["constant", "linear_hp", "depth_max", "paper_max"]
+    nest = analysis.nested(tab, names, specs, k=4, inner_repeats=1)
+    assert nest["r2"] > 0.8 and 0.65 <= nest["coverage_runs"] <= 0.95
+    assert set(nest["chosen"]) <= set(names) and "constant" not in nest["chosen"]
+    few = [r for r in rows if r["depth"] == 8][: 3 * 6]
+    rep = analysis.analyze(few, 10, feats, order, k=5)
+    assert rep["cross_validated"] is False and "cross-validate" in rep["message"]
+    assert rep["best_model"] in ("linear_hp", "constant") and rep["interval"]["hi"] >= rep["interval"]["lo"]
+
+
 # ------------------------------------------------------------------------------ the product
 def test_packaged_model_predicts_with_interval_and_warnings():
     from phasefield.vit import predict as P
@@ -159,6 +215,10 @@ def test_packaged_model_predicts_with_interval_and_warnings():
         assert k in doc, k
     res = P.predict(1.2, 1.0, 0.4, 0.6, 16, doc)
     assert res["interval"][0] <= res["predicted_loss"] <= res["interval"][1]
+    # the shipped model is the best by CV among every family, and says which it is
+    assert res["family"] in ("exponents", "raw", "hybrid") and res["cv_r2"] == doc["cv"]["r2"]
+    assert doc["name"] in doc.get("candidates", [doc["name"]])
+    assert doc["cv"]["nested_coverage_runs"] >= 0.75
     assert res["warnings"] == [] and math.isfinite(res["lambda_a"]) and math.isfinite(res["lambda_g"])
     far = P.predict(1.2, 1.0, 0.4, 0.6, 48, doc)  # the fitted depths are 8-32
     assert any("depth" in w for w in far["warnings"])
@@ -185,3 +245,87 @@ def test_recommend_finds_the_point_nearest_to_criticality():
     la, lg = R._exponents(pts, 17, 16, "tanh")
     assert math.hypot(c["lambda_a"], c["lambda_g"]) < np.hypot(la, lg).min()
     assert math.hypot(c["lambda_a"], c["lambda_g"]) < 0.01
+
+
+def test_predict_computes_the_models_features_as_the_full_route_does():
+    """predict computes only the features its model uses (the collapsed exponents alone, in
+    closed form in L); they and the predictions equal those of the full feature route
+    (theory.exponents with its fixed-point searches, inside features.features) to rounding."""
+    from phasefield.vit import features as F
+    from phasefield.vit import predict as P
+    from phasefield.vit.train import TrainConfig
+
+    doc = P.load_model()
+    cfg = TrainConfig.from_dict(doc["train_config"])
+    sw, sa, aa, am = np.array([0.4, 2.7]), np.array([3.5, 0.6]), np.array([0.9, 0.1]), np.array([0.2, 0.8])
+    res = P.predict(sw, sa, aa, am, 16, doc)
+    configs = [dict(sigma_w=a, sigma_a=b, alpha_a=c, alpha_m=d, depth=16) for a, b, c, d in zip(sw, sa, aa, am)]
+    ref = F.features(cfg, configs, doc["input_geometry"]["q0"], doc["input_geometry"]["rho0"], maps=("paper",))
+    ref.update({k: np.array([c[k] for c in configs], float) for k in ("sigma_w", "sigma_a", "alpha_a", "alpha_m", "depth")})
+    ref.update(L_lambda_a=16 * ref["lambda_a"], L_lambda_g=16 * ref["lambda_g"])
+    for i, r in enumerate(res):
+        assert r["lambda_a"] == pytest.approx(ref["lambda_a"][i], abs=1e-12)
+        assert r["lambda_g"] == pytest.approx(ref["lambda_g"][i], abs=1e-12)
+    y = M.from_json(doc["model"]).predict(np.stack([ref[f] for f in doc["features"]], 1))
+    np.testing.assert_allclose([r["predicted_loss"] for r in res], y, rtol=0, atol=1e-12)
+    # any depth the grid allows, one compiled program: finite exponents at depth 4096
+    deep = P.predict(1.2, 1.0, 0.4, 0.6, 4096, doc)
+    assert math.isfinite(deep["lambda_g"]) and any("depth" in w for w in deep["warnings"])
+
+
+def test_fit_cli_on_few_configurations_fits_and_says_it_cannot_cross_validate(capsys, tmp_path):
+    """phasefield fit on 6 configurations: a model is written (no CV score) and predict uses it;
+    the report says it could not cross-validate."""
+    import json
+
+    import csv
+
+    from phasefield.cli import main
+    from phasefield.vit.train import TrainConfig
+
+    rows, feats, order, _ = _study(n_per_depth=2, seeds=2)
+    out = tmp_path / "study"
+    out.mkdir()
+    (out / "sweep.json").write_text(json.dumps({"config": TrainConfig().to_dict(), "num_classes": 10}))
+    (out / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (out / "input_geometry.json").write_text(json.dumps(dict(q0=1.6, rho0=0.06)))
+    with open(out / "features.csv", "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["config"] + sorted(feats))
+        for i, c in enumerate(order):
+            w.writerow([c] + [feats[k][i] for k in sorted(feats)])
+    fit = tmp_path / "fit.json"
+    code = main(["fit", "--runs", str(out), "--out", str(fit)])
+    stdout, err = capsys.readouterr()
+    assert code == 0, err
+    assert "too few to cross-validate" in stdout and "not cross-validated" in stdout
+    doc = json.loads(fit.read_text())
+    assert doc["model"]["cv"]["cross_validated"] is False and doc["model"]["cv"]["r2"] is None
+    code = main(["predict", "--fit", str(fit), "--sigma-w", "1", "--alpha", ".5", "--depth", "8"])
+    stdout, err = capsys.readouterr()
+    assert code == 0, err
+    assert "R2 not measured" in stdout
+
+
+def test_train_config_optimizer_option():
+    """The optimizer is part of a sweep's config; Adam (the default) is left out of to_dict so
+    that sweep directories and fit files written before the option still match."""
+    import optax
+
+    from phasefield.vit import train as T
+
+    assert "optimizer" not in T.TrainConfig().to_dict()
+    cfg = T.TrainConfig(optimizer="sgd_momentum")
+    assert cfg.to_dict()["optimizer"] == "sgd_momentum"
+    assert T.TrainConfig.from_dict(cfg.to_dict()) == cfg.validate()
+    with pytest.raises(ValueError, match="unknown optimizer"):
+        T.TrainConfig(optimizer="lion").validate()
+    # heavy-ball momentum 0.9: the second step moves by lr * (g + 0.9 g)
+    tx = optax.inject_hyperparams(T.OPTIMIZERS["sgd_momentum"])(learning_rate=0.1)
+    p = np.zeros(2)
+    st = tx.init(p)
+    g = np.array([1.0, -2.0])
+    u1, st = tx.update(g, st, p)
+    u2, st = tx.update(g, st, p)
+    np.testing.assert_allclose(u1, -0.1 * g, rtol=1e-6)
+    np.testing.assert_allclose(u2, -0.1 * 1.9 * g, rtol=1e-6)

@@ -282,12 +282,23 @@ def register(cli):
         else:
             lo, hi = res["interval"]
             click.echo(f"predicted test loss = {res['predicted_loss']:.4f}  ({100 * res['interval_level']:.0f} % "
-                       f"interval {lo:.3f} - {hi:.3f}; chance {res['chance_loss']:.4f}; model {res['model']})")
+                       f"interval {lo:.3f} - {hi:.3f}; chance {res['chance_loss']:.4f})")
+            r2 = res.get("cv_r2")
+            click.echo(f"model {res['model']} (family: {res.get('family') or 'exponents'}; cross-validated R2 "
+                       + ("not measured" if r2 is None else f"{r2:.2f}") + f"; fitted for {_fitted_for(doc)})")
             click.echo(f"lambda_a = {res['lambda_a']:+.4f}   lambda_g(L={depth}) = {res['lambda_g']:+.4f}")
             for w in res["warnings"]:
                 click.echo(f"warning: {w}")
 
     register_recommend(cli)
+
+
+def _fitted_for(doc: dict) -> str:
+    """'digits, Adam lr 0.001, 15 epochs' from a model document."""
+    tc = doc.get("train_config", {})
+    opt = {"adam": "Adam", "sgd_momentum": "SGD + momentum 0.9"}.get(tc.get("optimizer", "adam"), tc.get("optimizer"))
+    lr = doc.get("lr")
+    return f"{tc.get('dataset', '?')}, {opt} lr {lr:g}, {tc.get('epochs', '?')} epochs" if lr else str(tc.get("dataset"))
 
 
 def _alphas(alpha, alpha_a, alpha_m):
@@ -303,19 +314,42 @@ def _alphas(alpha, alpha_a, alpha_m):
 def _print_report(rep: dict) -> None:
     fl = rep["noise_floor"]
     click.echo(f"{rep['n_configs']} configurations, {rep['n_runs']} runs ({rep['seeds']} seeds), depths "
-               f"{', '.join(map(str, rep['depths']))}; {rep['k_folds']}-fold CV over configurations x {rep['repeats']}")
-    click.echo(f"noise floor: RMSE {fl['rmse']:.4f} (best R2 {fl['r2_max']:.3f}; seed sd {fl['seed_sd']:.3f})")
-    click.echo(f"  {'model':24s} {'inputs':9s} {'CV RMSE':>14s} {'CV R2':>7s} {'/floor':>7s}")
-    for name, m in sorted(rep["models"].items(), key=lambda kv: kv[1]["cv_rmse"]):
-        click.echo(f"  {name:24s} {m['group']:9s} {m['cv_rmse']:7.4f}+-{m['cv_rmse_sd']:.4f} {m['cv_r2']:7.3f} "
-                   f"{m['cv_over_floor']:7.2f}")
+               f"{', '.join(map(str, rep['depths']))}; " +
+               (f"{rep['k_folds']}-fold CV over configurations x {rep['repeats']}" if rep.get("cross_validated", True)
+                else "not cross-validated"))
+    if rep.get("message"):
+        click.echo(rep["message"])
+    if fl.get("rmse") == fl.get("rmse"):
+        click.echo(f"noise floor: RMSE {fl['rmse']:.4f} (best R2 {fl['r2_max']:.3f}; seed sd {fl['seed_sd']:.3f})")
+    else:
+        click.echo("noise floor: not measured (one seed per configuration)")
+    if rep.get("cross_validated", True):
+        click.echo(f"  {'model':24s} {'inputs':9s} {'CV RMSE':>14s} {'CV R2':>7s} {'/floor':>7s}")
+        for name, m in sorted(rep["models"].items(), key=lambda kv: kv[1]["cv_rmse"]):
+            click.echo(f"  {name:24s} {m['group']:9s} {m['cv_rmse']:7.4f}+-{m['cv_rmse_sd']:.4f} {m['cv_r2']:7.3f} "
+                       f"{m['cv_over_floor']:7.2f}")
     for split, t in rep["transfer"].items():
         fl_t = t["_noise_floor"]["rmse"]
         best = sorted(((m, d["rmse"]) for m, d in t.items() if not m.startswith("_") and d["rmse"] == d["rmse"]),
                       key=lambda kv: kv[1])
         click.echo(f"transfer {split} (noise floor {fl_t:.4f}): " +
                    ", ".join(f"{m} {v:.4f}" for m, v in best[:6]))
-    click.echo(f"best exponent model: {rep['best_exponent_model']}; best raw: {rep['best_raw_model']}")
+    if rep.get("cross_validated", True):
+        click.echo(f"best exponent model: {rep['best_exponent_model']}; best raw: {rep['best_raw_model']}; "
+                   f"best hybrid: {rep.get('best_hybrid_model')}")
+    best = rep.get("best_model") or rep["best_exponent_model"]
+    iv = rep.get("interval") or {}
+    line = f"shipped model: {best} ({rep['models'][best]['group']})"
+    if iv:
+        cv = iv.get("cv_coverage")
+        line += f"; {100 * iv['level']:.0f} % interval: {iv['method']}" + (
+            f", CV coverage {100 * cv['runs']:.0f} % of runs" if cv else "")
+    click.echo(line)
+    nest = rep.get("nested")
+    if nest:
+        click.echo(f"nested CV of the whole procedure (selection, interval, refit; configurations held out): "
+                   f"R2 {nest['r2']:.3f}, RMSE {nest['rmse']:.4f}, coverage {100 * nest['coverage_runs']:.0f} % of runs, "
+                   f"{100 * nest['coverage_means']:.0f} % of seed means")
 
 
 def register_recommend(cli):

@@ -28,6 +28,10 @@ from .design import config_id
 
 RAW = ("sigma_w", "sigma_a", "alpha_a", "alpha_m", "depth")
 COLLAPSED = ("lambda_a", "lambda_g")
+# features predict computes in about a millisecond at any depth (raw values and the two
+# collapsed-point closed forms): the shipped model is chosen among models on these alone
+CHEAP = frozenset(RAW + COLLAPSED + ("L_lambda_a", "L_lambda_g"))
+LISTS = ("config", "run_losses", "lrs")
 
 
 class AnalysisError(ValueError):
@@ -52,11 +56,12 @@ def configurations(rows: list[dict], num_classes: int, target: str = "test_loss"
         for k in RAW + ("lr",):
             out[k].append(float(rs[0][k]))
         out["loss"].append(float(y.mean()))
+        out["run_losses"].append(y.tolist())
         out["loss_var"].append(float(y.var(ddof=1)) if len(y) > 1 else math.nan)
         out["n_seeds"].append(len(y))
         out["n_diverged"].append(sum(bad))
         out["acc"].append(float(np.mean([float(r.get("test_acc") or 0.0) for r in rs])))
-    tab = {k: (np.array(v) if k != "config" else v) for k, v in out.items()}
+    tab = {k: (np.array(v) if k not in LISTS else v) for k, v in out.items()}
     tab["L_sat"] = l_sat
     tab["lrs"] = sorted(lrs)
     return tab
@@ -95,7 +100,8 @@ def add_features(tab: dict, feats: dict) -> dict:
 
 # ------------------------------------------------------------------------ model specs
 def model_specs(tab: dict) -> dict:
-    """name -> (kind, features, group). Groups: 'exponents' (theory outputs only), 'raw'."""
+    """name -> (kind, features, group, options). Groups: 'exponents' (theory outputs only),
+    'raw' (the hyperparameters alone), 'hybrid' (both)."""
     specs = {
         "paper_max": ("max", ("lambda_a", "lambda_g"), "exponents"),
         "lambda_a_only": ("one", ("lambda_a",), "exponents"),
@@ -117,11 +123,27 @@ def model_specs(tab: dict) -> dict:
         specs["poly2_all_exponents"] = ("poly", ("lambda_a", "lambda_g") + tuple(inputs), "exponents")
         specs["two_part_exponents"] = ("two_part", ("lambda_a", "lambda_g") + tuple(inputs), "exponents")
     specs["poly2_collapsed"] = ("poly", ("lambda_a", "lambda_g", "L_lambda_a", "L_lambda_g"), "exponents")
+    specs["forest_collapsed_L"] = ("forest", ("lambda_a", "lambda_g", "L_lambda_a", "L_lambda_g"), "exponents")
+    specs["two_part_collapsed_L"] = ("two_part", ("lambda_a", "lambda_g", "L_lambda_a", "L_lambda_g"), "exponents",
+                                     dict(reg_kind="forest"))
     raw = tuple(k for k in RAW if np.ptp(tab[k]) > 0)
     specs["linear_hp"] = ("poly", raw, "raw", dict(degree=1))
     specs["quad_hp"] = ("poly", raw, "raw", dict(degree=2))
     specs["trees_hp"] = ("trees", raw, "raw")
+    specs["forest_hp"] = ("forest", raw, "raw")
     specs["two_part_hp"] = ("two_part", raw, "raw")
+    specs["two_part_forest_hp"] = ("two_part", raw, "raw", dict(reg_kind="forest"))
+    # hybrids: the raw values and the collapsed exponents together
+    hyb = raw + ("lambda_a", "lambda_g") + (("L_lambda_a", "L_lambda_g") if "depth" in raw else ())
+    specs["linear_hybrid"] = ("poly", hyb, "hybrid", dict(degree=1))
+    specs["trees_hybrid"] = ("trees", hyb, "hybrid")
+    specs["forest_hybrid"] = ("forest", hyb, "hybrid")
+    specs["two_part_forest_hybrid"] = ("two_part", hyb, "hybrid", dict(reg_kind="forest"))
+    # means of models of different families (lower variance on a small, bimodal table)
+    for name, members, group in (("ensemble_hp", ("two_part_hp", "quad_hp", "linear_hp"), "raw"),
+                                 ("ensemble_hybrid", ("two_part_hp", "linear_hybrid", "depth_max"), "hybrid")):
+        mem = [(specs[m][0], tuple(specs[m][1]), specs[m][3] if len(specs[m]) > 3 else {}) for m in members]
+        specs[name] = ("ensemble", tuple(dict.fromkeys(f for m in mem for f in m[1])), group, dict(members=mem))
     specs["constant"] = ("poly", (), "raw", dict(degree=0))
     return {k: (v[0], tuple(v[1]), v[2], v[3] if len(v) > 3 else {}) for k, v in specs.items()}
 
@@ -179,8 +201,138 @@ def paired(sq_a, sq_b) -> dict:
     return dict(mean=float(d.mean()), se=float(d.std(ddof=1) / np.sqrt(len(d))) if len(d) > 1 else math.nan)
 
 
+# ------------------------------------------------------------------------ intervals
+def subset(tab: dict, mask) -> dict:
+    """The configurations of ``tab`` where ``mask`` holds (every per-configuration column)."""
+    n = len(tab["loss"])
+    idx = np.flatnonzero(mask)
+    out = {}
+    for k, v in tab.items():
+        if isinstance(v, np.ndarray) and v.shape[:1] == (n,):
+            out[k] = v[idx]
+        elif k in ("config", "run_losses"):
+            out[k] = [v[i] for i in idx]
+        else:
+            out[k] = v
+    return out
+
+
+def _quantiles(e: np.ndarray, level: float) -> dict:
+    """Split-conformal two-sided quantiles of residuals ``e``: the floor(a (n+1))-th and
+    ceil((1-a)(n+1))-th smallest, a = (1 - level)/2 (finite-sample coverage >= level for
+    exchangeable residuals, up to the two tails' rounding)."""
+    e = np.sort(np.asarray(e, float))
+    n, a = len(e), (1 - level) / 2
+    klo = min(max(int(np.floor(a * (n + 1))), 1), n)
+    khi = min(max(int(np.ceil((1 - a) * (n + 1))), 1), n)
+    return dict(lo=float(e[klo - 1]), hi=float(e[khi - 1]), n=int(n))
+
+
+def conformal(pred, run_losses, level: float = 0.8, min_bin: int = 30, max_bins: int = 3) -> dict:
+    """An interval for *one run's* final loss from out-of-fold predictions ``pred`` of the
+    configurations' seed means and their runs' losses: residuals (run loss - prediction)
+    pooled over runs, split into up to ``max_bins`` bins of the prediction (tertiles of the
+    predictions; each bin >= ``min_bin`` residuals), with conformal quantiles per bin, since
+    a run predicted near chance or at the edge of trainability scatters more (Mondrian
+    conformal prediction, conditional on the predicted loss)."""
+    pred = np.asarray(pred, float)
+    counts = [len(r) for r in run_losses]
+    p = np.repeat(pred, counts)
+    e = np.concatenate([np.asarray(r, float) for r in run_losses]) - p
+    n_bins = int(max(1, min(max_bins, len(e) // min_bin)))
+    edges = np.quantile(pred, np.arange(1, n_bins) / n_bins) if n_bins > 1 else np.zeros(0)
+    b = np.searchsorted(edges, p, side="right")
+    overall = _quantiles(e, level)
+    bins = [(_quantiles(e[b == j], level) if (b == j).sum() >= 10 else dict(overall)) for j in range(n_bins)]
+    return dict(level=level, lo=overall["lo"], hi=overall["hi"], edges=edges.tolist(), bins=bins,
+                n_residuals=int(len(e)), method="split conformal on out-of-fold residuals of single runs, "
+                f"{n_bins} bin(s) of the predicted loss")
+
+
+def interval_bounds(iv: dict, y) -> tuple[np.ndarray, np.ndarray]:
+    """The interval at predictions ``y``: y + the residual quantiles of the bin ``y`` falls in
+    (or of all residuals), the lower end clipped at 0."""
+    y = np.asarray(y, float)
+    if iv.get("bins"):
+        edges = np.asarray(iv["edges"], float)
+        b = np.clip(np.searchsorted(edges, y, side="right"), 0, len(iv["bins"]) - 1)
+        lo = y + np.array([iv["bins"][j]["lo"] for j in b])
+        hi = y + np.array([iv["bins"][j]["hi"] for j in b])
+    else:
+        lo, hi = y + iv["lo"], y + iv["hi"]
+    return np.maximum(0.0, lo), hi
+
+
+def coverage(iv: dict, pred, run_losses) -> dict:
+    """Fraction of runs (and of seed means) inside the interval at predictions ``pred``."""
+    lo, hi = interval_bounds(iv, pred)
+    runs = [(a <= v <= b) for a, b, r in zip(lo, hi, run_losses) for v in r]
+    means = [(a <= float(np.mean(r)) <= b) for a, b, r in zip(lo, hi, run_losses)]
+    return dict(runs=float(np.mean(runs)), means=float(np.mean(means)), n_runs=len(runs), n_configs=len(means))
+
+
+def select_and_fit(tab: dict, names, specs, k: int = 5, repeats: int = 1, seed: int = 0, level: float = 0.8):
+    """The shipping procedure on a table: the model of ``names`` with the lowest CV RMSE,
+    its conformal interval from its CV residuals, refitted on every configuration."""
+    scores = {nm: cross_validate(specs[nm], tab, k, repeats, seed) for nm in names}
+    best = min(names, key=lambda nm: scores[nm]["cv_rmse"])
+    iv = conformal(scores[best]["oof"], tab["run_losses"], level)
+    return best, fit_model(specs[best], tab, seed=seed), iv
+
+
+def evaluate_split(tab: dict, train, test, names, specs, k: int = 5, seed: int = 0, repeats: int = 2) -> dict:
+    """Run the whole shipping procedure (selection, interval, refit) on the ``train``
+    configurations and score it on the ``test`` ones, which it never saw."""
+    sub = subset(tab, train)
+    kk = min(k, len(sub["loss"]))
+    best, model, iv = select_and_fit(sub, names, specs, kk, repeats, seed)
+    te = subset(tab, test)
+    yhat = model.predict(_X(te, specs[best][1]))
+    return dict(chosen=best, pred=yhat.tolist(), loss=te["loss"].tolist(), run_losses=te["run_losses"], interval=iv,
+                coverage=coverage(iv, yhat, te["run_losses"]))
+
+
+def nested(tab: dict, names, specs, k: int = 5, repeats: int = 1, seed: int = 0, inner_repeats: int = 2) -> dict:
+    """Grouped nested cross-validation of the shipping procedure: each outer fold of
+    configurations is held out, the model is selected, its interval calibrated and the model
+    refitted on the rest (inner k-fold CV), then scored on the held-out fold."""
+    from sklearn.model_selection import KFold
+
+    n = len(tab["loss"])
+    preds, covered, covered_m, chosen = np.zeros((repeats, n)), [], [], []
+    for rep in range(repeats):
+        for tr, te in KFold(n_splits=k, shuffle=True, random_state=seed + 100 + rep).split(np.zeros(n)):
+            m_tr = np.zeros(n, bool)
+            m_tr[tr] = True
+            r = evaluate_split(tab, m_tr, ~m_tr, names, specs, k, seed, inner_repeats)
+            preds[rep, te] = r["pred"]
+            lo, hi = interval_bounds(r["interval"], r["pred"])
+            for a, b, runs in zip(lo, hi, r["run_losses"]):
+                covered += [a <= v <= b for v in runs]
+                covered_m.append(a <= float(np.mean(runs)) <= b)
+            chosen.append(r["chosen"])
+    y = tab["loss"]
+    return dict(r2=M.r2(y, preds.mean(0)), rmse=float(np.mean([M.rmse(y, p) for p in preds])),
+                coverage_runs=float(np.mean(covered)), coverage_means=float(np.mean(covered_m)),
+                n_runs=len(covered), k_folds=k, repeats=repeats,
+                chosen={c: chosen.count(c) for c in sorted(set(chosen))})
+
+
+# the candidates of the shipped model: one or two per family, so that choosing among them
+# by CV does not chase the noise of a 50-configuration table (every other model is scored
+# and reported all the same)
+CANDIDATES = ("constant", "linear_hp", "quad_hp", "two_part_hp", "ensemble_hp", "depth_max", "forest_collapsed_L",
+              "linear_hybrid", "forest_hybrid", "two_part_forest_hybrid", "ensemble_hybrid")
+
+
+def shippable(specs: dict) -> list[str]:
+    """The candidates of the shipped model (:data:`CANDIDATES`) whose features predict
+    computes cheaply (:data:`CHEAP`)."""
+    return [nm for nm in CANDIDATES if nm in specs and set(specs[nm][1]) <= CHEAP]
+
+
 def analyze(rows: list[dict], num_classes: int, feats: dict, configs_order: list[str], k: int = 5,
-            repeats: int = 5, seed: int = 0) -> dict:
+            repeats: int = 5, seed: int = 0, nested_cv: bool = True) -> dict:
     """The whole report. ``feats`` are arrays aligned with ``configs_order`` (config ids)."""
     tab = configurations(rows, num_classes)
     if len(tab["lrs"]) > 1:
@@ -193,7 +345,7 @@ def analyze(rows: list[dict], num_classes: int, feats: dict, configs_order: list
     tab = add_features(tab, {kk: np.asarray(v)[order] for kk, v in feats.items()})
     n = len(tab["loss"])
     if n < max(10, 2 * k):
-        raise AnalysisError(f"need at least {max(10, 2 * k)} configurations to cross-validate (have {n})")
+        return _uncrossvalidated(tab, rows, k)
     specs = model_specs(tab)
     floor = noise_floor(tab)
     res = {}
@@ -212,8 +364,15 @@ def analyze(rows: list[dict], num_classes: int, feats: dict, configs_order: list
         transfers[split]["_noise_floor"] = dict(rmse=float(te_floor))
     expo = [m for m in res if res[m]["group"] == "exponents"]
     raw = [m for m in res if res[m]["group"] == "raw" and m != "constant"]
+    hyb = [m for m in res if res[m]["group"] == "hybrid"]
     best = min(expo, key=lambda m: res[m]["cv_rmse"])
     best_raw = min(raw, key=lambda m: res[m]["cv_rmse"])
+    best_hyb = min(hyb, key=lambda m: res[m]["cv_rmse"])
+    ship = shippable(specs)
+    best_all = min(ship, key=lambda m: res[m]["cv_rmse"])
+    interval = conformal(res[best_all]["oof"], tab["run_losses"])
+    interval["cv_coverage"] = coverage(interval, res[best_all]["oof"], tab["run_losses"])
+    nest = nested(tab, ship, specs, k, 1, seed, inner_repeats=min(2, repeats)) if nested_cv else None
     y = tab["loss"]
     comparisons = {}
     for r in raw:
@@ -224,5 +383,31 @@ def analyze(rows: list[dict], num_classes: int, feats: dict, configs_order: list
     return dict(n_configs=n, n_runs=len(rows), seeds=floor.get("seeds"), L_sat=tab["L_sat"], lr=tab["lrs"][0],
                 depths=sorted({int(v) for v in tab["depth"]}), k_folds=k, repeats=repeats, noise_floor=floor,
                 models=res, transfer=transfers, best_exponent_model=best, best_raw_model=best_raw,
-                best_vs_raw_cv=comparisons, table={kk: (v.tolist() if isinstance(v, np.ndarray) else v)
+                best_hybrid_model=best_hyb, best_model=best_all, shippable=ship, interval=interval, nested=nest,
+                best_vs_raw_cv=comparisons, cross_validated=True, table={kk: (v.tolist() if isinstance(v, np.ndarray) else v)
                                                    for kk, v in tab.items()})
+
+
+def _uncrossvalidated(tab: dict, rows: list[dict], k: int) -> dict:
+    """Fewer configurations than a k-fold CV needs: fit one fixed model on all of them (the
+    linear model on the raw hyperparameters when there are enough configurations for its
+    coefficients, else the constant), with an interval from its in-sample residuals
+    (optimistic: nothing was held out)."""
+    n = len(tab["loss"])
+    specs = model_specs(tab)
+    name = "linear_hp" if n >= len(specs["linear_hp"][1]) + 3 else "constant"
+    model = fit_model(specs[name], tab)
+    yhat = model.predict(_X(tab, specs[name][1]))
+    interval = conformal(yhat, tab["run_losses"], max_bins=1)
+    interval["method"] = "in-sample residuals of single runs (not cross-validated: optimistic)"
+    res = {name: dict(kind=specs[name][0], features=list(specs[name][1]), group=specs[name][2],
+                      r2=M.r2(tab["loss"], yhat), cv_rmse=None, cv_rmse_sd=None, cv_r2=None, cv_over_floor=None,
+                      oof=yhat.tolist())}
+    return dict(n_configs=n, n_runs=len(rows), seeds=int(np.median(tab["n_seeds"])), L_sat=tab["L_sat"],
+                lr=tab["lrs"][0], depths=sorted({int(v) for v in tab["depth"]}), k_folds=k, repeats=0,
+                noise_floor=noise_floor(tab), models=res, transfer={}, best_exponent_model=None,
+                best_raw_model=name, best_hybrid_model=None, best_model=name, shippable=[name], interval=interval,
+                nested=None, best_vs_raw_cv={}, cross_validated=False,
+                message=f"{n} configurations: too few to cross-validate (needs >= {max(10, 2 * k)}); "
+                        f"fitted {name} on all of them, with no CV score",
+                table={kk: (v.tolist() if isinstance(v, np.ndarray) else v) for kk, v in tab.items()})

@@ -8,7 +8,8 @@ resource. ``X`` is a 2-d array whose columns are the model's named features.
     OneForm      min(L_sat, b + w |x - c|)                               one exponent
     Poly         ridge regression on all monomials of degree <= k of the standardized features
     Trees        gradient-boosted regression trees (scikit-learn), serialized tree by tree
-    TwoPart      P(train) (logistic on degree-2 monomials) x loss-if-trained (Poly) +
+    Forest       a random forest (scikit-learn), serialized tree by tree
+    TwoPart      P(train) (logistic on degree-2 monomials) x loss-if-trained (Poly or Forest) +
                  (1 - P(train)) x the mean loss of the runs that did not train
 """
 from __future__ import annotations
@@ -212,6 +213,52 @@ class Trees(Model):
         return dict(init=self.init, rate=self.rate, trees=self.trees, params=TREE_PARAMS)
 
 
+# ------------------------------------------------------------------ random forest
+FOREST_PARAMS = dict(n_estimators=200, min_samples_leaf=3, max_features=0.6)
+
+
+def _tree_doc(t) -> dict:
+    return dict(left=t.children_left.tolist(), right=t.children_right.tolist(), feature=t.feature.tolist(),
+                threshold=t.threshold.tolist(), value=t.value[:, 0, 0].tolist())
+
+
+def _tree_predict(t: dict, X: np.ndarray) -> np.ndarray:
+    left, right = np.asarray(t["left"]), np.asarray(t["right"])
+    feat, thr, val = np.asarray(t["feature"]), np.asarray(t["threshold"]), np.asarray(t["value"])
+    node = np.zeros(len(X), int)
+    while True:
+        leaf = left[node] == -1
+        if leaf.all():
+            return val[node]
+        go_left = X[np.arange(len(X)), np.maximum(feat[node], 0)] <= thr[node]
+        node = np.where(leaf, node, np.where(go_left, left[node], right[node]))
+
+
+class Forest(Model):
+    """scikit-learn RandomForestRegressor (``FOREST_PARAMS``), evaluated from its serialized
+    trees (the mean of the trees' leaf values)."""
+
+    kind = "forest"
+
+    def __init__(self, features, l_sat, trees=None):
+        super().__init__(features, l_sat)
+        self.trees = trees
+
+    def fit(self, X, y, seed=0):
+        from sklearn.ensemble import RandomForestRegressor
+
+        f = RandomForestRegressor(random_state=seed, **FOREST_PARAMS).fit(X, y)
+        self.trees = [_tree_doc(est.tree_) for est in f.estimators_]
+        return self
+
+    def predict(self, X):
+        X = np.asarray(X, float)
+        return self.clip(np.mean([_tree_predict(t, X) for t in self.trees], axis=0))
+
+    def _state(self):
+        return dict(trees=self.trees, params=FOREST_PARAMS)
+
+
 # ------------------------------------------------------------------ two-part model
 class TwoPart(Model):
     """Bimodal outcomes: P(trains) from a logistic regression on degree-2 monomials of the
@@ -222,15 +269,18 @@ class TwoPart(Model):
     kind = "two_part"
     threshold = 0.5
 
-    def __init__(self, features, l_sat, clf=None, reg=None, untrained=None):
+    def __init__(self, features, l_sat, clf=None, reg=None, untrained=None, reg_kind="poly"):
         super().__init__(features, l_sat)
-        self.clf, self.reg, self.untrained = clf, reg, untrained
+        self.clf, self.reg, self.untrained, self.reg_kind = clf, reg, untrained, reg_kind
 
     def fit(self, X, y, seed=0):
         from sklearn.linear_model import LogisticRegression
 
         ok = y < self.threshold * self.l_sat
-        self.reg = Poly(self.features, self.l_sat).fit(X[ok], y[ok]) if ok.sum() > 8 else None
+        self.reg = None
+        if ok.sum() > 8:
+            self.reg = (Forest(self.features, self.l_sat) if self.reg_kind == "forest"
+                        else Poly(self.features, self.l_sat)).fit(X[ok], y[ok], seed=seed)
         self.untrained = float(np.mean(y[~ok])) if (~ok).any() else self.l_sat
         if ok.all() or not ok.any():
             self.clf = dict(constant=float(ok.mean()))
@@ -247,7 +297,9 @@ class TwoPart(Model):
             return np.full(len(X), self.clf["constant"])
         Z = _monomials((X - np.asarray(self.clf["mean"])) / np.asarray(self.clf["std"]), 2)[:, 1:]
         s = Z @ np.asarray(self.clf["coef"]) + self.clf["intercept"]
-        return 1.0 / (1.0 + np.exp(-s))
+        from scipy.special import expit
+
+        return expit(s)
 
     def predict(self, X):
         p = self.p_train(X)
@@ -256,10 +308,40 @@ class TwoPart(Model):
 
     def _state(self):
         return dict(clf=self.clf, reg=None if self.reg is None else self.reg.to_json(), untrained=self.untrained,
-                    threshold=self.threshold)
+                    threshold=self.threshold, reg_kind=self.reg_kind)
 
 
-KINDS = {"max": MaxForm, "one": OneForm, "poly": Poly, "trees": Trees, "two_part": TwoPart}
+# ------------------------------------------------------------------ ensemble
+class Ensemble(Model):
+    """The mean of member models (each on its own subset of the features): averaging models
+    of different families cuts the variance a small, bimodal table gives any single one."""
+
+    kind = "ensemble"
+
+    def __init__(self, features, l_sat, members=None, fitted=None):
+        super().__init__(features, l_sat)
+        self.members = [tuple(m) if not isinstance(m, dict) else m for m in (members or [])]
+        self.fitted = fitted
+
+    def _cols(self, feats):
+        return [self.features.index(f) for f in feats]
+
+    def fit(self, X, y, seed=0):
+        self.fitted = []
+        for kind, feats, kw in self.members:
+            self.fitted.append(make(kind, feats, self.l_sat, **kw).fit(X[:, self._cols(feats)], y, seed=seed))
+        return self
+
+    def predict(self, X):
+        X = np.asarray(X, float)
+        return self.clip(np.mean([m.predict(X[:, self._cols(m.features)]) for m in self.fitted], axis=0))
+
+    def _state(self):
+        return dict(members=[m.to_json() for m in self.fitted])
+
+
+KINDS = {"max": MaxForm, "one": OneForm, "poly": Poly, "trees": Trees, "forest": Forest, "two_part": TwoPart,
+         "ensemble": Ensemble}
 
 
 def make(kind: str, features, l_sat: float, **kw) -> Model:
@@ -275,9 +357,13 @@ def from_json(doc: dict) -> Model:
         return Poly(f, L, doc["degree"], doc["ridge"], doc["mean"], doc["std"], doc["coef"])
     if kind == "trees":
         return Trees(f, L, doc["init"], doc["rate"], doc["trees"])
+    if kind == "forest":
+        return Forest(f, L, doc["trees"])
+    if kind == "ensemble":
+        return Ensemble(f, L, fitted=[from_json(m) for m in doc["members"]])
     if kind == "two_part":
         reg = None if doc["reg"] is None else from_json(doc["reg"])
-        return TwoPart(f, L, doc["clf"], reg, doc["untrained"])
+        return TwoPart(f, L, doc["clf"], reg, doc["untrained"], doc.get("reg_kind", "poly"))
     raise ValueError(f"unknown model kind {kind!r}")
 
 

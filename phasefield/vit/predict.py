@@ -1,21 +1,28 @@
-"""The loss predictor: fit a sweep, ship the best exponent model, predict at any point.
+"""The loss predictor: fit a sweep, ship the best honest model, predict at any point.
 
 ``fit_sweep(rows, ...)`` runs the cross-validated analysis of :mod:`phasefield.vit.analysis`
 on a training sweep and returns a *fit document*: the report (every model's CV scores, the
-noise floor, the transfer tests) plus the best model on exponents alone, refitted on all
+noise floor, the transfer tests, the nested CV of the shipping procedure) plus the best model
+by cross-validated RMSE among every family (exponents, raw hyperparameters, hybrids,
+two-part P(trains) x loss) whose features predict computes cheaply, refitted on all
 configurations, with
 
-* its form, features, parameters (:mod:`phasefield.vit.models`, JSON-serializable),
+* its family, form, features, parameters (:mod:`phasefield.vit.models`, JSON-serializable),
 * the training config and the measured input geometry it was fitted for,
-* a prediction interval: the 10th and 90th percentiles of its cross-validated residuals,
+* a prediction interval for one run's loss: split-conformal quantiles of the out-of-fold
+  residuals of single runs, per bin of the predicted loss (:func:`analysis.conformal`), and
+  its coverage under nested cross-validation over configurations,
 * the region it was fitted on (ranges of the raw hyperparameters and of its features).
 
-The study's document ships inside the package (``trainability_model.json``);
-:func:`predict` uses it unless given another, and adds a ``warnings`` list when the point lies
-outside the fitted region.
+With fewer than 10 configurations nothing can be cross-validated: a fixed model is fitted
+and the document says so. The study's document ships inside the package
+(``trainability_model.json``); :func:`predict` uses it unless given another, computes only
+the features the model uses, and adds a ``warnings`` list when the point lies outside the
+fitted region.
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 from importlib import resources
@@ -92,7 +99,8 @@ def _configs_of(rows: list[dict]) -> tuple[list[str], list[dict]]:
 
 
 def fit_sweep(rows: list[dict], num_classes: int, cfg, geometry: dict, feats: dict | None = None,
-              order: list[str] | None = None, k: int = 5, repeats: int = 5, progress: bool = False) -> dict:
+              order: list[str] | None = None, k: int = 5, repeats: int = 5, progress: bool = False,
+              nested_cv: bool = True) -> dict:
     """The fit document of a sweep (see the module doc). ``feats``/``order``: precomputed
     theory features aligned with config ids (else computed here, one compiled program per
     depth). ``geometry``: the input geometry (q0, rho0) the features start from."""
@@ -108,32 +116,42 @@ def fit_sweep(rows: list[dict], num_classes: int, cfg, geometry: dict, feats: di
         order, configs = _configs_of(rows)
         feats = F.features(cfg, configs, geometry["q0"], geometry["rho0"])
     try:
-        report = analysis.analyze(rows, num_classes, feats, order, k=k, repeats=repeats)
+        report = analysis.analyze(rows, num_classes, feats, order, k=k, repeats=repeats, nested_cv=nested_cv)
     except analysis.AnalysisError as exc:
         raise FitError(str(exc)) from None
     return dict(report=report, model=best_model(report, cfg, geometry))
 
 
 def best_model(report: dict, cfg, geometry: dict, name: str | None = None) -> dict:
-    """The model document of ``name`` (default: the best exponent model by CV RMSE),
-    refitted on every configuration of the report's table."""
-    name = name or report["best_exponent_model"]
-    tab = {k: (np.asarray(v) if isinstance(v, list) and k not in ("config", "lrs") else v)
+    """The model document of ``name`` (default: the report's best model by CV RMSE among the
+    models predict computes cheaply, whatever its family), refitted on every configuration of
+    the report's table, with its conformal interval."""
+    name = name or report.get("best_model") or report["best_exponent_model"]
+    tab = {k: (np.asarray(v) if isinstance(v, list) and k not in analysis.LISTS else v)
            for k, v in report["table"].items()}
-    spec = analysis.model_specs(tab)[name]
+    spec = analysis.model_specs(tab)[name] if report.get("cross_validated", True) else \
+        analysis.model_specs(tab)[name]
     model = analysis.fit_model(spec, tab)
-    res = np.asarray(report["models"][name]["oof"]) - tab["loss"]
-    X = np.stack([tab[f] for f in spec[1]], 1)
+    m = report["models"][name]
+    if name == report.get("best_model") and "interval" in report:
+        interval = report["interval"]
+    else:
+        interval = analysis.conformal(np.asarray(m["oof"]), tab["run_losses"])
+    X = np.stack([tab[f] for f in spec[1]], 1) if spec[1] else np.zeros((len(tab["loss"]), 0))
     region = {k: [float(np.min(tab[k])), float(np.max(tab[k]))] for k in RAW_RANGES}
     region.update({f: [float(np.min(X[:, i])), float(np.max(X[:, i]))] for i, f in enumerate(spec[1])})
-    m = report["models"][name]
-    return dict(name=name, model=model.to_json(), features=list(spec[1]), target="test_loss",
-                L_sat=report["L_sat"], lr=report["lr"], train_config=cfg.to_dict(), n_tokens=cfg.n_tokens,
-                input_geometry=geometry, region=region,
-                interval=dict(level=0.8, lo=float(np.quantile(res, 0.1)), hi=float(np.quantile(res, 0.9))),
+    nest = report.get("nested") or {}
+    return dict(name=name, family=m["group"], kind=m["kind"], model=model.to_json(), features=list(spec[1]),
+                target="test_loss", L_sat=report["L_sat"], lr=report["lr"], train_config=cfg.to_dict(),
+                n_tokens=cfg.n_tokens, input_geometry=geometry, region=region, interval=interval,
                 cv=dict(rmse=m["cv_rmse"], rmse_sd=m["cv_rmse_sd"], r2=m["cv_r2"], k_folds=report["k_folds"],
-                        repeats=report["repeats"]),
-                noise_floor=report["noise_floor"]["rmse"], n_configs=report["n_configs"], n_runs=report["n_runs"])
+                        repeats=report["repeats"], cross_validated=report.get("cross_validated", True),
+                        nested_r2=nest.get("r2"), nested_coverage_runs=nest.get("coverage_runs"),
+                        nested_coverage_means=nest.get("coverage_means")),
+                noise_floor=report["noise_floor"]["rmse"], n_configs=report["n_configs"], n_runs=report["n_runs"],
+                message=report.get("message"), candidates=list(report.get("shippable") or [name]),
+                candidate_cv_rmse={c: report["models"][c]["cv_rmse"] for c in report.get("shippable") or []
+                                   if c in report["models"]})
 
 
 def load_model(path: str | None = None) -> dict:
@@ -164,37 +182,88 @@ def load_model(path: str | None = None) -> dict:
     return doc
 
 
+# ---------------------------------------------------------------------------- features
+COLLAPSED = ("lambda_a", "lambda_g", "L_lambda_a", "L_lambda_g")
+
+
+@functools.lru_cache(maxsize=None)
+def _compiled_collapsed():
+    """jit(vmap) of the two collapsed-point exponents alone: lambda_a and the closed form
+    lambda_g(L) (depth is a traced leaf: one program serves every depth)."""
+    import jax
+
+    from .. import theory
+
+    def one(hp):
+        la = theory.angle_exponent(hp)
+        return la, theory.gradient_exponent_collapsed(hp, lambda_a=la)
+
+    return jax.jit(jax.vmap(one))
+
+
+def collapsed_exponents(cfg, sigma_w, sigma_a, alpha_a, alpha_m, depth) -> tuple[np.ndarray, np.ndarray]:
+    """(lambda_a, lambda_g(L)) at the collapsed point, as :func:`phasefield.theory.exponents`
+    gives them, without its fixed-point and multistability searches (1-d arrays; points are
+    padded to a power of two so that few batch sizes are ever compiled)."""
+    import jax
+    import jax.numpy as jnp
+
+    vals = np.broadcast_arrays(*(np.atleast_1d(np.asarray(v, float)) for v in (sigma_w, sigma_a, alpha_a, alpha_m, depth)))
+    n = len(vals[0])
+    m = 1 << max(0, (n - 1).bit_length())
+    vals = [np.pad(v, (0, m - n), mode="edge") for v in vals]
+    with jax.enable_x64(True):
+        hp = cfg.hparams(*vals[:4], depth=vals[4], dtype=jnp.float64)
+        la, lg = jax.device_get(_compiled_collapsed()(hp))
+    return np.asarray(la, float)[:n], np.asarray(lg, float)[:n]
+
+
+def model_features(doc: dict, configs: list[dict], cfg=None) -> dict:
+    """The columns a model needs at ``configs`` ({name: array}), plus lambda_a and lambda_g:
+    raw hyperparameters as given, collapsed exponents (and L * lambda) from
+    :func:`collapsed_exponents`, and only when the model asks for them the input-geometry
+    features of :func:`phasefield.vit.features.features` (a trajectory of L blocks per point)."""
+    from .train import TrainConfig
+
+    cfg = TrainConfig.from_dict(doc["train_config"]) if cfg is None else cfg
+    col = lambda k: np.array([float(c[k]) for c in configs])
+    out = {k: col(k) for k in RAW_RANGES}
+    L = out["depth"]
+    la, lg = collapsed_exponents(cfg, out["sigma_w"], out["sigma_a"], out["alpha_a"], out["alpha_m"], L)
+    out.update(lambda_a=la, lambda_g=lg, L_lambda_a=L * la, L_lambda_g=L * lg)
+    rest = [f for f in doc["features"] if f not in out]
+    if rest:
+        base = {f[2:] if f.startswith("L_") else f for f in rest}
+        maps = tuple(m for m in F.MAPS if any(f.endswith(m) or f"_{m}_" in f for f in base)) or ("paper",)
+        feats = F.features(cfg, configs, doc["input_geometry"]["q0"], doc["input_geometry"]["rho0"], maps=maps)
+        for f in rest:
+            out[f] = L * feats[f[2:]] if f.startswith("L_") and f not in feats else feats[f]
+    return out
+
+
 def predict(sigma_w, sigma_a, alpha_a, alpha_m, depth, doc: dict | None = None) -> dict:
     """Predicted final test loss (with the model's interval), both exponents and any warning,
     at arrays (or numbers) of initialization hyperparameters; ``doc`` defaults to the
-    packaged model."""
-    from .train import TrainConfig
-
+    packaged model. Only the features the model uses are computed."""
     doc = load_model() if doc is None else doc
-    cfg = TrainConfig.from_dict(doc["train_config"])
     vals = np.broadcast_arrays(*(np.atleast_1d(np.asarray(v, float)) for v in (sigma_w, sigma_a, alpha_a, alpha_m, depth)))
     configs = [dict(sigma_w=a, sigma_a=b, alpha_a=c, alpha_m=d, depth=int(e)) for a, b, c, d, e in zip(*vals)]
-    need = set(doc["features"])
-    maps = tuple(m for m in F.MAPS if any(f.endswith(m) or f"_{m}_" in f for f in need)) or ("paper",)
-    feats = F.features(cfg, configs, doc["input_geometry"]["q0"], doc["input_geometry"]["rho0"], maps=maps)
-    L = vals[4]
-    for k in list(feats):
-        if k.startswith("lambda_"):
-            feats["L_" + k] = L * feats[k]
+    feats = model_features(doc, configs)
     model = M.from_json(doc["model"])
-    X = np.stack([feats[f] for f in doc["features"]], 1)
+    X = np.stack([feats[f] for f in doc["features"]], 1) if doc["features"] else np.zeros((len(configs), 0))
     y = model.predict(X)
+    lo, hi = analysis.interval_bounds(doc["interval"], y)
     out = []
     for i, c in enumerate(configs):
         warn = []
-        for k, (lo, hi) in doc["region"].items():
+        for k, (a, b) in doc["region"].items():
             v = c[k] if k in c else float(feats[k][i])
-            if not lo - 1e-12 <= v <= hi + 1e-12:
-                warn.append(f"{k} = {v:.4g} lies outside the fitted range [{lo:.4g}, {hi:.4g}]")
-        out.append(dict(c, predicted_loss=float(y[i]),
-                        interval=[float(max(0.0, y[i] + doc["interval"]["lo"])), float(y[i] + doc["interval"]["hi"])],
+            if not a - 1e-12 <= v <= b + 1e-12:
+                warn.append(f"{k} = {v:.4g} lies outside the fitted range [{a:.4g}, {b:.4g}]")
+        out.append(dict(c, predicted_loss=float(y[i]), interval=[float(lo[i]), float(hi[i])],
                         interval_level=doc["interval"]["level"], chance_loss=doc["L_sat"],
                         lambda_a=float(feats["lambda_a"][i]), lambda_g=float(feats["lambda_g"][i]),
                         features={f: float(feats[f][i]) for f in doc["features"]}, model=doc.get("name"),
+                        family=doc.get("family"), cv_r2=doc.get("cv", {}).get("r2"),
                         n_tokens=doc["n_tokens"], warnings=warn))
     return out[0] if np.ndim(sigma_w) == 0 and len(out) == 1 else out

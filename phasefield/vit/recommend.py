@@ -14,7 +14,6 @@ at the given number of tokens, depth and activation.
 """
 from __future__ import annotations
 
-import functools
 import math
 
 import numpy as np
@@ -23,30 +22,25 @@ BOX = dict(sigma_w=(0.3, 3.0), sigma_a=(0.3, 4.0), alpha_a=(0.05, 0.95), alpha_m
 NAMES = ("sigma_w", "sigma_a", "alpha_a", "alpha_m")
 
 
-@functools.lru_cache(maxsize=None)
-def _compiled_exponents():
-    import jax
-
-    from .. import theory
-
-    return jax.jit(jax.vmap(theory.exponents))
-
-
 def _exponents(points: np.ndarray, n_tokens: int, depth: int, activation: str):
-    """Collapsed-point (lambda_a, lambda_g(depth)) at points [k, 4] (one compiled program per
-    batch size and activation)."""
+    """Collapsed-point (lambda_a, lambda_g(depth)) at points [k, 4]: the two closed forms alone
+    (:func:`phasefield.vit.predict._compiled_collapsed`; one compiled program per padded
+    batch size and activation, for every depth)."""
     import jax
-    import jax.numpy as jnp
 
     from ..config import HParams
+    from .predict import _compiled_collapsed
 
+    points = np.atleast_2d(np.asarray(points, float))
+    k = len(points)
+    m = 1 << max(0, (k - 1).bit_length())
+    p = np.pad(points, ((0, m - k), (0, 0)), mode="edge")
+    # numpy leaves (no eager jnp ops: least_squares calls this ~2,000 times)
+    hp = HParams(sigma_w=p[:, 0], sigma_a=p[:, 1], alpha_a=p[:, 2], alpha_m=p[:, 3], sigma_v=np.ones(m),
+                 n_tokens=np.full(m, float(n_tokens)), depth=np.full(m, float(depth)), activation=activation)
     with jax.enable_x64(True):
-        p = jnp.asarray(points, jnp.float64)
-        hp = HParams(sigma_w=p[:, 0], sigma_a=p[:, 1], alpha_a=p[:, 2], alpha_m=p[:, 3],
-                     sigma_v=jnp.ones(len(p)), n_tokens=jnp.full(len(p), float(n_tokens)),
-                     depth=jnp.full(len(p), float(depth)), activation=activation)
-        ex = jax.device_get(_compiled_exponents()(hp))
-    return np.asarray(ex["lambda_a"], float), np.asarray(ex["lambda_g"], float)
+        la, lg = jax.device_get(_compiled_collapsed()(hp))
+    return np.asarray(la, float)[:k], np.asarray(lg, float)[:k]
 
 
 def recommend(n_tokens: int = 17, depth: int = 16, activation: str = "tanh", fixed: dict | None = None,

@@ -204,7 +204,6 @@ def prepare_dir(out_dir: str, cfg: TrainConfig, num_classes: Optional[int] = Non
         except (OSError, json.JSONDecodeError, UnicodeDecodeError, AttributeError):
             raise SweepError(f"{path} is not a sweep config written by phasefield; use a new --out directory") from None
         old = {k: v for k, v in old.items() if k != "depth"}
-        old.setdefault("block", "paper")          # sweeps written before blocks were configurable
         new = _config_doc(cfg)
         if old != new:
             diff = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))

@@ -27,6 +27,14 @@ from ..config import HParams
 from .model import ViT, n_tokens, preprocess
 
 
+def sgd_momentum(learning_rate, momentum=0.9):
+    """SGD with heavy-ball momentum 0.9 (optax.sgd; PyTorch's SGD(momentum=0.9) without dampening)."""
+    return optax.sgd(learning_rate, momentum=momentum)
+
+
+OPTIMIZERS = {"adam": optax.adam, "sgd_momentum": sgd_momentum}
+
+
 @dataclasses.dataclass(frozen=True)
 class TrainConfig:
     """Everything static about a sweep (one compiled program per chunk size)."""
@@ -44,6 +52,7 @@ class TrainConfig:
     mlp_hidden: Optional[int] = None
     sigma_v: float = 1.0
     pos_std: float = 1.0
+    optimizer: str = "adam"
     block: str = "paper"      # a layers block spec (NAME[:k=v,...]); its init numbers come from the runs
 
     def block_spec(self) -> tuple:
@@ -69,7 +78,12 @@ class TrainConfig:
         return n_tokens(self.image_size, self.patch_size)
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        d = dataclasses.asdict(self)
+        # the defaults are left out: configs written before the options match
+        for key, default in (("optimizer", "adam"), ("block", "paper")):
+            if d[key] == default:
+                d.pop(key)
+        return d
 
     @classmethod
     def from_dict(cls, d: dict) -> "TrainConfig":
@@ -96,6 +110,8 @@ class TrainConfig:
         heads = kw.get("heads", 1 if name == "paper" else 12)
         if self.width % heads:
             raise ValueError(f"block {name}: width {self.width} is not a multiple of heads {heads}")
+        if self.optimizer not in OPTIMIZERS:
+            raise ValueError(f"unknown optimizer {self.optimizer!r}; choose one of {', '.join(OPTIMIZERS)}")
         return self
 
     def hparams(self, sigma_w=1.0, sigma_a=1.0, alpha_a=0.5, alpha_m=0.5, depth=None, dtype=jnp.float32) -> HParams:
@@ -172,7 +188,7 @@ def make_train_parts(cfg: TrainConfig, num_classes: int, scale: float, eval_batc
 
     def parts(point):
         model = model_for(cfg, point.hp, num_classes)
-        tx = optax.inject_hyperparams(optax.adam)(learning_rate=point.lr)
+        tx = optax.inject_hyperparams(OPTIMIZERS[cfg.optimizer])(learning_rate=point.lr)
         return model, tx
 
     def init(point: Point, x_train):
