@@ -49,7 +49,7 @@ from . import grid, io
 from .config import HParams
 from .theory import mlp
 from .theory.attention import exact, exact_table
-from .theory.lyapunov import exponents as _theory_exponents
+from .theory.lyapunov import _exponents
 from .theory.precision import float64
 
 VARIABLES = ("lambda_a", "lambda_g", "lambda_g_inf", "q_star", "rho_star", "n_stable", "rho_star_min",
@@ -167,8 +167,16 @@ def build_exact_tables(pairs: np.ndarray):
     return (n_a, n_z, exact_table.interpolant_exact(vals)), vals
 
 
+TILE = 256   # points evaluated together (their arrays stay in cache; the root refinement
+             # loops for the most roots of a point in the tile, issue 26)
+
+
 @functools.lru_cache(maxsize=None)
-def _evaluate_fn(activation, mlp_layers, residual, attention, softmax_correction, devices, att_sizes=None):
+def _evaluate_fn(activation, mlp_layers, residual, attention, softmax_correction, devices, att_sizes=None,
+                 thorough=False, tile=TILE):
+    """The compiled chunk evaluator. Each device runs its points tile by tile (``lax.map``
+    over ``tile``-point ``vmap`` batches). ``thorough``: one ``vmap`` over the whole chunk with
+    every root bracket refined at every point (the path before issue 26: same numbers)."""
     hp_static = dict(activation=activation, mlp_layers=int(mlp_layers), residual=residual, attention=attention,
                      softmax_correction=bool(softmax_correction))
 
@@ -177,15 +185,24 @@ def _evaluate_fn(activation, mlp_layers, residual, attention, softmax_correction
         kern = jax.tree.map(lambda x: x[index], kernels)     # gather on device, per point
         if att_sizes is not None:
             kern = kern.replace(att=exact_table.ExactKernel(att_values[att_index], *att_sizes))
-        out = _theory_exponents.raw(hp, kern)
+        out = _exponents(hp, kern, thorough)
         return {k: out[k] for k in VARIABLES}
 
-    fn = jax.vmap(point, in_axes=(0, 0, None, 0, None))
+    vfn = jax.vmap(point, in_axes=(0, 0, None, 0, None))
+    if thorough:
+        fn = vfn
+    else:
+        def fn(fields, index, kernels, att_index, att_values):
+            return jax.lax.map(lambda x: point(x[0], x[1], kernels, x[2], att_values),
+                               (fields, index, att_index), batch_size=min(tile, index.shape[0]))
     if len(devices) > 1:
         from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
         mesh = Mesh(np.array(devices), ("points",))
         sharding = NamedSharding(mesh, P("points"))
         replicated = NamedSharding(mesh, P())
+        if not thorough:   # each device tiles its own points
+            fn = jax.shard_map(fn, mesh=mesh, in_specs=(P("points"), P("points"), P(), P("points"), P()),
+                               out_specs=P("points"))
         return jax.jit(fn, in_shardings=(sharding, sharding, replicated, sharding, replicated),
                        out_shardings=sharding), sharding
     return jax.jit(fn), None
@@ -197,8 +214,10 @@ def sweep(*, sigma_w, sigma_a=1.0, alpha=None, alpha_a=None, alpha_m=None, sigma
           residual: str = "unit-norm", attention: str = "paper", softmax_correction: bool = False,
           out: str | None = None,
           chunk_size: int | None = None, progress: bool = False,
-          devices: Sequence | None = None, wait: float = 24 * 3600.0, log=None):
-    """Evaluate the theory on a grid; see the module docstring. Returns an xarray.Dataset."""
+          devices: Sequence | None = None, wait: float = 24 * 3600.0, log=None, _thorough: bool = False):
+    """Evaluate the theory on a grid; see the module docstring. Returns an xarray.Dataset.
+    (``_thorough``: the untiled evaluation refining every root bracket, the reference of the
+    tiled one in tests/test_sweep.py and scripts/bench_theory.py; same numbers.)"""
     import xarray as xr
     from tqdm.auto import tqdm
 
@@ -244,7 +263,7 @@ def sweep(*, sigma_w, sigma_a=1.0, alpha=None, alpha_a=None, alpha_m=None, sigma
             att_sizes, att_values = build_exact_tables(pairs)
             att_values = jnp.asarray(att_values)
         fn, sharding = _evaluate_fn(activation, mlp_layers, residual, attention, softmax_correction,
-                                    tuple(devices), att_sizes)
+                                    tuple(devices), att_sizes, bool(_thorough), int(TILE))
         pid, pcount = jax.process_index(), jax.process_count()
         if pcount > 1 and store is None:
             raise ValueError("a multi-host sweep needs out= on a filesystem shared by the hosts")

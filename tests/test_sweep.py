@@ -29,6 +29,30 @@ def test_sweep_is_labeled_and_matches_pointwise():
             assert float(pt[k]) == pytest.approx(float(one[k]), abs=1e-10), k
 
 
+def test_tiled_sweep_equals_the_thorough_path_across_bistable_regions(monkeypatch):
+    """Issue 26: the sweep refines, tile by tile, only the root brackets its points have;
+    the thorough path (one vmap, every bracket refined at every point: the evaluation
+    before issue 26) gives the same numbers on a grid with one and two stable points
+    (THEORY.md §6's bistable example, sigma_A = 6.875, n = 128), tiles of 8 points."""
+    monkeypatch.setattr(sweep_mod, "TILE", 8)
+    kw = dict(sigma_w=np.linspace(3.0, 9.0, 7), alpha=np.linspace(0.2, 0.95, 9), sigma_a=6.875, n_tokens=128)
+    fast = phasefield.sweep(**kw)
+    ref = phasefield.sweep(**kw, _thorough=True)
+    counts = set(fast.n_stable.values.ravel().tolist())
+    assert {1.0, 2.0} <= counts, counts                      # single and bistable points
+    for k in sweep_mod.VARIABLES:
+        a, b = fast[k].values, ref[k].values
+        assert np.array_equal(np.isnan(a), np.isnan(b)), k
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-12, err_msg=k)
+    # and one bistable point against the single-point API (its own bracket count)
+    i = np.argwhere(fast.n_stable.values >= 2)[0]
+    pt = fast.isel(sigma_w=int(i[0]), alpha=int(i[1]))
+    a = float(pt.alpha)
+    one = theory.exponents(HParams(sigma_w=float(pt.sigma_w), sigma_a=6.875, alpha_a=a, alpha_m=a, n_tokens=128))
+    for k in sweep_mod.VARIABLES:
+        assert float(pt[k]) == pytest.approx(float(one[k]), abs=1e-12), k
+
+
 def test_separate_alphas_and_depth_axis():
     ds = phasefield.sweep(sigma_w=2.0, alpha_a=[0.2, 0.6], alpha_m=[0.3, 0.7, 0.9], depth=[4, 16])
     assert ds.lambda_a.dims == ("alpha_a", "alpha_m", "depth")

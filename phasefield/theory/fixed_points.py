@@ -175,10 +175,27 @@ def _bisection(fv, lo, hi, pos_lo, steps):
     return jax.lax.fori_loop(0, steps, bisect, (lo, hi))
 
 
-def _refine(f, lo, hi, f_lo):
-    """Roots of f in the brackets [lo, hi] (arrays; f(lo), f(hi) of opposite signs), all
-    brackets at once: bisection, then a Newton polish kept inside each bracket."""
-    fv = jax.vmap(f)
+def _refine(f, lo, hi, f_lo, count=None):
+    """Roots of f in the brackets [lo, hi] (arrays; f(lo), f(hi) of opposite signs):
+    bisection, then a Newton polish kept inside each bracket.
+
+    ``count`` (traced): only the first ``count`` brackets are refined, one after the other
+    (the others keep their midpoints): a point pays for its own roots only, and under
+    ``vmap`` a batch for the most roots any of its points has (a sweep tiles its points so
+    that this maximum is local). ``count=None``: every bracket at once (the thorough path,
+    the reference of tests/test_sweep.py). Each bracket takes the same operations either way.
+    """
+    if count is None:
+        return _refine_brackets(jax.vmap(f), lo, hi, f_lo)
+
+    def one(i, roots):
+        return roots.at[i].set(_refine_brackets(f, lo[i], hi[i], f_lo[i]))
+
+    return jax.lax.fori_loop(0, count, one, 0.5 * (lo + hi))
+
+
+def _refine_brackets(fv, lo, hi, f_lo):
+    """:func:`_refine` of the vectorized ``fv`` on brackets of its shape."""
     lo, hi = _bisection(fv, lo, hi, f_lo > 0, BISECTION_STEPS)
 
     def newton(_, r):
@@ -212,16 +229,16 @@ def _refine_table(f, f_table, lo, hi, f_lo, count):
     return jax.lax.fori_loop(0, count, polish, 0.5 * (lo + hi))
 
 
-def _mesh_search(hp, kern, table: bool):
+def _mesh_search(hp, kern, table: bool, thorough: bool = False):
     """(mesh, g on the mesh, g(RHO0), roots refiner): the exact map with ``table`` reads
     its mesh values from ``kern.att.s`` (computed here when absent) and refines on their
     interpolant (:func:`_refine_table`); otherwise the map is evaluated on the mesh and the
-    roots refined on it (:func:`_refine`)."""
+    roots refined on it (:func:`_refine`; ``thorough``: every bracket, at once)."""
     f = lambda x: _residual(hp, kern, x)
     mesh = _mesh(hp)
     if not table:
         both = jax.vmap(f)(jnp.concatenate([mesh, jnp.asarray([RHO0], mesh.dtype)]))   # one batch
-        return mesh, both[:-1], both[-1], lambda lo, hi, f_lo, count: _refine(f, lo, hi, f_lo)
+        return mesh, both[:-1], both[-1], lambda lo, hi, f_lo, count: _refine(f, lo, hi, f_lo, None if thorough else count)
     att = kern.att if kern.att is not None else exact_table.kernel(hp)
     s = att.s if att.s is not None else exact_table.values(hp, att.n_a, att.n_z)
     pts = exact_table.mesh_points(hp.n_tokens)
@@ -252,11 +269,13 @@ def stable_points(hp, kern=None):
     return _stable_points(hp, kern, hp.attention == "exact")
 
 
-def _stable_points(hp, kern, table: bool):
+def _stable_points(hp, kern, table: bool, thorough: bool = False):
     """:func:`stable_points`; ``table=False`` evaluates the exact map on the mesh and bisects
-    on it (the search before issue 13: the reference of tests/test_exact.py)."""
+    on it (the search before issue 13: the reference of tests/test_exact.py); ``thorough``
+    (direct search only) refines all MAX_ROOTS brackets at once whatever their count (the
+    search before issue 26: the reference of tests/test_sweep.py)."""
     dt = jnp.result_type(float)
-    mesh, g, g0, refine = _mesh_search(hp, kern, table)
+    mesh, g, g0, refine = _mesh_search(hp, kern, table, thorough)
     rho0 = jnp.asarray(RHO0, dt)
     growth = angle_growth(hp, kern)
     tiny = jnp.asarray(1e-300, dt)

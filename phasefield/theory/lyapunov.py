@@ -147,9 +147,15 @@ def exponents(hp, kern=None) -> dict:
     rho_star_min, rho_star_max   the smallest and largest stable cosines (1 if rho = 1 is
                   stable); all of them: :func:`attractors`.
     """
+    return _exponents(hp, kern)
+
+
+def _exponents(hp, kern, thorough: bool = False):
+    """:func:`exponents`; ``thorough``: the stable-point search refines every bracket at once
+    (``fixed_points._stable_points``), the reference of the sweep's tiled path."""
     la = fixed_points.angle_exponent(hp, kern)
     q_star, qz_star = fixed_points.collapsed_fixed_point(hp, kern)
-    fp = fixed_points.stable_points(hp, kern)
+    fp = fixed_points._stable_points(hp, kern, hp.attention == "exact", thorough)
     state = fixed_points.state_at(hp, kern, fp["rho_star"])
     rho_stable = jnp.concatenate([jnp.where(fp["stable"], fp["rho"], jnp.nan),
                                   jnp.where(fp["collapsed_stable"], 1.0, jnp.nan)[None]])
