@@ -47,7 +47,7 @@ import numpy as np
 
 from . import grid, io
 from .config import HParams
-from .theory import mlp
+from .theory import fixed_points, mlp
 from .theory.attention import exact, exact_table
 from .theory.lyapunov import _exponents
 from .theory.precision import float64
@@ -180,21 +180,38 @@ def _evaluate_fn(activation, mlp_layers, residual, attention, softmax_correction
     hp_static = dict(activation=activation, mlp_layers=int(mlp_layers), residual=residual, attention=attention,
                      softmax_correction=bool(softmax_correction))
 
-    def point(fields, index, kernels, att_index, att_values):
+    def setup(fields, index, kernels, att_index, att_values):
         hp = HParams(**fields, **hp_static)
         kern = jax.tree.map(lambda x: x[index], kernels)     # gather on device, per point
         if att_sizes is not None:
             kern = kern.replace(att=exact_table.ExactKernel(att_values[att_index], *att_sizes))
-        out = _exponents(hp, kern, thorough)
+        return hp, kern
+
+    def point(*args, search=True):
+        out = _exponents(*setup(*args), not thorough, search)
         return {k: out[k] for k in VARIABLES}
 
     vfn = jax.vmap(point, in_axes=(0, 0, None, 0, None))
     if thorough:
         fn = vfn
     else:
+        # a tile's points skip the stable-point search when every one of them provably has
+        # no root (fixed_points.no_roots: the search would report the collapsed point alone)
+        certain = jax.vmap(lambda *a: fixed_points.no_roots(*setup(*a)), in_axes=(0, 0, None, 0, None))
+        collapsed = jax.vmap(functools.partial(point, search=False), in_axes=(0, 0, None, 0, None))
+
+        def one_tile(x, kernels, att_values):
+            args = (x[0], x[1], kernels, x[2], att_values)
+            return jax.lax.cond(jnp.all(certain(*args)), collapsed, vfn, *args)
+
         def fn(fields, index, kernels, att_index, att_values):
-            return jax.lax.map(lambda x: point(x[0], x[1], kernels, x[2], att_values),
-                               (fields, index, att_index), batch_size=min(tile, index.shape[0]))
+            n = index.shape[0]
+            t = min(tile, n)
+            if n % t:   # (sweep() gives whole tiles; anything else: one tile)
+                t = n
+            tiles = jax.tree.map(lambda v: v.reshape((n // t, t) + v.shape[1:]), (fields, index, att_index))
+            out = jax.lax.map(lambda x: one_tile(x, kernels, att_values), tiles)
+            return jax.tree.map(lambda v: v.reshape((n,) + v.shape[2:]), out)
     if len(devices) > 1:
         from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
         mesh = Mesh(np.array(devices), ("points",))
@@ -202,7 +219,7 @@ def _evaluate_fn(activation, mlp_layers, residual, attention, softmax_correction
         replicated = NamedSharding(mesh, P())
         if not thorough:   # each device tiles its own points
             fn = jax.shard_map(fn, mesh=mesh, in_specs=(P("points"), P("points"), P(), P("points"), P()),
-                               out_specs=P("points"))
+                               out_specs=P("points"), check_vma=False)
         return jax.jit(fn, in_shardings=(sharding, sharding, replicated, sharding, replicated),
                        out_shardings=sharding), sharding
     return jax.jit(fn), None
@@ -234,6 +251,8 @@ def sweep(*, sigma_w, sigma_a=1.0, alpha=None, alpha_a=None, alpha_m=None, sigma
     chunk = int(chunk_size or (DEFAULT_CHUNK if attention == "paper" else 64))
     chunk = max(ndev, min(chunk, -(-total // ndev) * ndev))
     chunk = -(-chunk // ndev) * ndev
+    if chunk > ndev * TILE:   # whole tiles per device (a partial one would compile a second program)
+        chunk = -(-chunk // (ndev * TILE)) * ndev * TILE
     n_chunks = -(-total // chunk)
     static = dict(activation=activation, mlp_layers=int(mlp_layers), residual=residual,
                   attention=attention, softmax_correction=bool(softmax_correction), chunk=chunk, version=3)

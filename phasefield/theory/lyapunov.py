@@ -150,12 +150,14 @@ def exponents(hp, kern=None) -> dict:
     return _exponents(hp, kern)
 
 
-def _exponents(hp, kern, thorough: bool = False):
-    """:func:`exponents`; ``thorough``: the stable-point search refines every bracket at once
-    (``fixed_points._stable_points``), the reference of the sweep's tiled path."""
+def _exponents(hp, kern, per_root: bool = False, search: bool = True):
+    """:func:`exponents`; ``per_root``: the stable-point search refines only the brackets the
+    point has (``fixed_points._stable_points``; the sweep's tiles); ``search=False``: no
+    search, for points where ``fixed_points.no_roots`` holds (the sweep's tiles)."""
     la = fixed_points.angle_exponent(hp, kern)
     q_star, qz_star = fixed_points.collapsed_fixed_point(hp, kern)
-    fp = fixed_points._stable_points(hp, kern, hp.attention == "exact", thorough)
+    fp = (fixed_points._stable_points(hp, kern, hp.attention == "exact", per_root) if search
+          else fixed_points.collapsed_only(hp, kern))
     state = fixed_points.state_at(hp, kern, fp["rho_star"])
     rho_stable = jnp.concatenate([jnp.where(fp["stable"], fp["rho"], jnp.nan),
                                   jnp.where(fp["collapsed_stable"], 1.0, jnp.nan)[None]])
