@@ -20,7 +20,12 @@ How it runs:
   largest sigma_A and n of the sweep;
 * the flattened grid is cut into fixed-size chunks (one compiled program, bounded memory);
   each chunk is ``jax.vmap`` of :func:`phasefield.theory.exponents`, its leading axis
-  sharded over every local device (``jax.sharding``);
+  sharded over every local device (``jax.sharding``); where a device holds several TILEs
+  of points it runs them one after the other (issue 26): a tile refines only the root
+  brackets its points have, and skips the stable-point search altogether when every point
+  of it provably has none (:func:`phasefield.theory.fixed_points.no_roots`); same numbers;
+  small chunks are evaluated at a power-of-two width and the kernels padded to a
+  power-of-two count, so small sweeps share compiled programs;
 * with ``out=`` every finished chunk is written to ``<out>.chunks/`` at once
   (:class:`phasefield.grid.ChunkStore`), so an
   interrupted sweep resumes where it stopped; the netCDF file appears (atomically) only
@@ -254,6 +259,11 @@ def sweep(*, sigma_w, sigma_a=1.0, alpha=None, alpha_a=None, alpha_m=None, sigma
     if chunk > ndev * TILE:   # whole tiles per device (a partial one would compile a second program)
         chunk = -(-chunk // (ndev * TILE)) * ndev * TILE
     n_chunks = -(-total // chunk)
+    # a small chunk is evaluated at a power-of-two width (>= 8 points a device, wrapping onto
+    # the grid's next points): small sweeps of other sizes share one compiled program
+    width = chunk if chunk >= ndev * TILE else ndev * min(TILE, _pow2(max(chunk // ndev, 8)))
+    # tiles where a device has several (a smaller sweep: one vmap, quicker to compile)
+    thorough = bool(_thorough) or width < ndev * TILE
     static = dict(activation=activation, mlp_layers=int(mlp_layers), residual=residual,
                   attention=attention, softmax_correction=bool(softmax_correction), chunk=chunk, version=3)
 
@@ -275,14 +285,17 @@ def sweep(*, sigma_w, sigma_a=1.0, alpha=None, alpha_a=None, alpha_m=None, sigma
         # 2-D tables for every sigma_w: the stable-point search evaluates p_M(rho) at every
         # point, and a stable rho* < 1 can coexist with a stable rho = 1 (lambda_a < 0), so
         # the sign of lambda_a no longer tells where they can be skipped (issue 13)
-        kernels = jax.tree.map(jnp.asarray, build_kernels(sw_all, activation, mlp_layers, devices))
+        kernels = build_kernels(sw_all, activation, mlp_layers, devices)
+        pad = _pow2(max(sw_all.size, 4)) - sw_all.size     # a power-of-two count (shared programs)
+        kernels = jax.tree.map(lambda x: jnp.asarray(np.pad(x, [(0, pad)] + [(0, 0)] * (x.ndim - 1), mode="edge")),
+                               kernels)
         att_sizes, att_values, pair_index = None, jnp.zeros((1,)), {}
         if pairs is not None:
             pair_index = {tuple(p): i for i, p in enumerate(pairs.tolist())}
             att_sizes, att_values = build_exact_tables(pairs)
             att_values = jnp.asarray(att_values)
         fn, sharding = _evaluate_fn(activation, mlp_layers, residual, attention, softmax_correction,
-                                    tuple(devices), att_sizes, bool(_thorough), int(TILE))
+                                    tuple(devices), att_sizes, thorough, int(TILE))
         pid, pcount = jax.process_index(), jax.process_count()
         if pcount > 1 and store is None:
             raise ValueError("a multi-host sweep needs out= on a filesystem shared by the hosts")
@@ -297,7 +310,7 @@ def sweep(*, sigma_w, sigma_a=1.0, alpha=None, alpha_a=None, alpha_m=None, sigma
         bar = tqdm(todo, desc="sweep", unit="chunk", disable=not progress, leave=False)
         for c in bar:
             lo, hi = c * chunk, min(total, (c + 1) * chunk)
-            index = np.arange(lo, lo + chunk) % total          # pad the last chunk by wrapping
+            index = np.arange(lo, lo + width) % total          # pad (the last chunk) by wrapping
             fields, sw_index = _point_fields(dims, scalars, index)
             att_index = np.zeros(index.shape, np.int64)
             if att_sizes is not None:
@@ -349,6 +362,10 @@ def sweep(*, sigma_w, sigma_a=1.0, alpha=None, alpha_a=None, alpha_m=None, sigma
         if store is not None:
             store.close()  # the chunks stay for a rerun
         raise
+
+
+def _pow2(n: int) -> int:
+    return 1 << (int(n) - 1).bit_length()
 
 
 def _exact_pairs(dims, scalars):
