@@ -172,6 +172,8 @@ def build_exact_tables(pairs: np.ndarray):
     return (n_a, n_z, exact_table.interpolant_exact(vals)), vals
 
 
+SMALL_WIDTH = 128   # points a device at least evaluates (small sweeps share programs)
+SMALL_CHEB = 129    # Chebyshev terms at least, in a small sweep (same)
 TILE = 256   # points evaluated together (their arrays stay in cache; the root refinement
              # loops for the most roots of a point in the tile, issue 26)
 
@@ -259,11 +261,14 @@ def sweep(*, sigma_w, sigma_a=1.0, alpha=None, alpha_a=None, alpha_m=None, sigma
     if chunk > ndev * TILE:   # whole tiles per device (a partial one would compile a second program)
         chunk = -(-chunk // (ndev * TILE)) * ndev * TILE
     n_chunks = -(-total // chunk)
-    # a small chunk is evaluated at a power-of-two width (>= 8 points a device, wrapping onto
-    # the grid's next points): small sweeps of other sizes share one compiled program
-    width = chunk if chunk >= ndev * TILE else ndev * min(TILE, _pow2(max(chunk // ndev, 8)))
+    # a small chunk is evaluated at a power-of-two width (>= SMALL_WIDTH points a device,
+    # wrapping onto the grid's next points): small sweeps of other sizes share one program
+    # (the exact map's points are large: its chunks keep their size)
+    least = SMALL_WIDTH if attention == "paper" else 8
+    width = chunk if chunk >= ndev * TILE else ndev * min(TILE, _pow2(max(chunk // ndev, least)))
     # tiles where a device has several (a smaller sweep: one vmap, quicker to compile)
-    thorough = bool(_thorough) or width < ndev * TILE
+    small = width < ndev * TILE
+    thorough = bool(_thorough) or small
     static = dict(activation=activation, mlp_layers=int(mlp_layers), residual=residual,
                   attention=attention, softmax_correction=bool(softmax_correction), chunk=chunk, version=3)
 
@@ -286,9 +291,15 @@ def sweep(*, sigma_w, sigma_a=1.0, alpha=None, alpha_a=None, alpha_m=None, sigma
         # point, and a stable rho* < 1 can coexist with a stable rho = 1 (lambda_a < 0), so
         # the sign of lambda_a no longer tells where they can be skipped (issue 13)
         kernels = build_kernels(sw_all, activation, mlp_layers, devices)
-        pad = _pow2(max(sw_all.size, 4)) - sw_all.size     # a power-of-two count (shared programs)
-        kernels = jax.tree.map(lambda x: jnp.asarray(np.pad(x, [(0, pad)] + [(0, 0)] * (x.ndim - 1), mode="edge")),
-                               kernels)
+        # shared programs: a power-of-two count of kernels (>= 16); in a small sweep, tables of
+        # at least SMALL_CHEB Chebyshev terms (trailing zeros: the Clenshaw sums are unchanged)
+        pad = _pow2(max(sw_all.size, 16)) - sw_all.size
+        kernels = jax.tree.map(lambda x: np.pad(x, [(0, pad)] + [(0, 0)] * (x.ndim - 1), mode="edge"), kernels)
+        k_pad = max(SMALL_CHEB - kernels.c_pp.shape[-1], 0) if small and kernels.c_pp.shape[-1] else 0
+        if k_pad:
+            kernels = kernels.replace(**{k: np.pad(getattr(kernels, k), [(0, 0)] * (kernels.c_pp.ndim - 1) + [(0, k_pad)])
+                                         for k in ("c_pp", "c_dd")})
+        kernels = jax.tree.map(jnp.asarray, kernels)
         att_sizes, att_values, pair_index = None, jnp.zeros((1,)), {}
         if pairs is not None:
             pair_index = {tuple(p): i for i, p in enumerate(pairs.tolist())}

@@ -4,6 +4,8 @@ from __future__ import annotations
 import json
 import os
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 import xarray as xr
@@ -35,11 +37,23 @@ def test_tiled_sweep_equals_the_thorough_path_across_bistable_regions(monkeypatc
     before issue 26) gives the same numbers on a grid with one and two stable points
     (THEORY.md §6's bistable example, sigma_A = 6.875, n = 128), tiles of 8 points."""
     monkeypatch.setattr(sweep_mod, "TILE", 8)
-    kw = dict(sigma_w=np.linspace(3.0, 9.0, 7), alpha=np.linspace(0.2, 0.95, 9), sigma_a=6.875, n_tokens=128)
+    sw, al = np.array([0.3, 0.5, 3.0, 4.5, 6.0, 7.5, 9.0]), np.linspace(0.2, 0.95, 9)
+    kw = dict(sigma_w=sw, alpha=al, sigma_a=6.875, n_tokens=128)
     fast = phasefield.sweep(**kw)
     ref = phasefield.sweep(**kw, _thorough=True)
     counts = set(fast.n_stable.values.ravel().tolist())
     assert {1.0, 2.0} <= counts, counts                      # single and bistable points
+    # tiles of the first rows skip the search: no_roots holds on whole tiles there, and
+    # wherever it holds the search finds the collapsed point alone
+    from phasefield.theory import fixed_points
+    kern = jax.tree.map(jnp.asarray, sweep_mod.build_kernels(sw))
+    s_i, a_i = np.meshgrid(np.arange(sw.size), np.arange(al.size), indexing="ij")
+    with jax.enable_x64(True):
+        cert = np.asarray(jax.jit(jax.vmap(lambda i, a: fixed_points.no_roots(
+            HParams(sigma_w=kern.sigma_w[i], sigma_a=6.875, alpha_a=a, alpha_m=a, n_tokens=128.0),
+            jax.tree.map(lambda x: x[i], kern))))(jnp.asarray(s_i.ravel()), jnp.asarray(al[a_i.ravel()])))
+    assert cert[:16].all() and not cert.all()
+    assert np.all(ref.n_stable.values.ravel()[cert] == 1) and np.all(ref.rho_star.values.ravel()[cert] == 1)
     for k in sweep_mod.VARIABLES:
         a, b = fast[k].values, ref[k].values
         assert np.array_equal(np.isnan(a), np.isnan(b)), k
