@@ -207,9 +207,22 @@ def _evaluate_fn(activation, mlp_layers, residual, attention, softmax_correction
         certain = jax.vmap(lambda *a: fixed_points.no_roots(*setup(*a)), in_axes=(0, 0, None, 0, None))
         collapsed = jax.vmap(functools.partial(point, search=False), in_axes=(0, 0, None, 0, None))
 
+        def searched(fields, index, kernels, att_index, att_values):
+            k = kernels.c_pp.shape[-1]
+            if k < 129:
+                return vfn(fields, index, kernels, att_index, att_values)
+            # tables of the next smaller size (padded with zeros to this one's) are summed
+            # over their own terms only: trailing zero coefficients leave Clenshaw unchanged
+            half = (k + 1) // 2
+            short = jnp.all(kernels.c_pp[index][..., half:] == 0) & jnp.all(kernels.c_dd[index][..., half:] == 0)
+            cut = kernels.replace(c_pp=kernels.c_pp[..., :half], c_dd=kernels.c_dd[..., :half])
+            return jax.lax.cond(short, lambda *a: vfn(a[0], a[1], cut, a[2], a[3]),
+                                lambda *a: vfn(a[0], a[1], kernels, a[2], a[3]),
+                                fields, index, att_index, att_values)
+
         def one_tile(x, kernels, att_values):
             args = (x[0], x[1], kernels, x[2], att_values)
-            return jax.lax.cond(jnp.all(certain(*args)), collapsed, vfn, *args)
+            return jax.lax.cond(jnp.all(certain(*args)), collapsed, searched, *args)
 
         def fn(fields, index, kernels, att_index, att_values):
             n = index.shape[0]
