@@ -20,7 +20,12 @@ How it runs:
   largest sigma_A and n of the sweep;
 * the flattened grid is cut into fixed-size chunks (one compiled program, bounded memory);
   each chunk is ``jax.vmap`` of :func:`phasefield.theory.exponents`, its leading axis
-  sharded over every local device (``jax.sharding``);
+  sharded over every local device (``jax.sharding``); where a device holds several TILEs
+  of points it runs them one after the other (issue 26): a tile refines only the root
+  brackets its points have, and skips the stable-point search altogether when every point
+  of it provably has none (:func:`phasefield.theory.fixed_points.no_roots`); same numbers;
+  small chunks are evaluated at a power-of-two width and the kernels padded to a
+  power-of-two count, so small sweeps share compiled programs;
 * with ``out=`` every finished chunk is written to ``<out>.chunks/`` at once
   (:class:`phasefield.grid.ChunkStore`), so an
   interrupted sweep resumes where it stopped; the netCDF file appears (atomically) only
@@ -47,9 +52,9 @@ import numpy as np
 
 from . import grid, io
 from .config import HParams
-from .theory import mlp
+from .theory import fixed_points, mlp
 from .theory.attention import exact, exact_table
-from .theory.lyapunov import exponents as _theory_exponents
+from .theory.lyapunov import _exponents
 from .theory.precision import float64
 
 VARIABLES = ("lambda_a", "lambda_g", "lambda_g_inf", "q_star", "rho_star", "n_stable", "rho_star_min",
@@ -167,25 +172,74 @@ def build_exact_tables(pairs: np.ndarray):
     return (n_a, n_z, exact_table.interpolant_exact(vals)), vals
 
 
+SMALL_WIDTH = 128   # points a device at least evaluates (small sweeps share programs)
+SMALL_CHEB = 129    # Chebyshev terms at least, in a small sweep (same)
+TILE = 256   # points evaluated together (their arrays stay in cache; the root refinement
+             # loops for the most roots of a point in the tile, issue 26)
+
+
 @functools.lru_cache(maxsize=None)
-def _evaluate_fn(activation, mlp_layers, residual, attention, softmax_correction, devices, att_sizes=None):
+def _evaluate_fn(activation, mlp_layers, residual, attention, softmax_correction, devices, att_sizes=None,
+                 thorough=False, tile=TILE):
+    """The compiled chunk evaluator. Each device runs its points tile by tile (``lax.map``
+    over ``tile``-point ``vmap`` batches). ``thorough``: one ``vmap`` over the whole chunk with
+    every root bracket refined at every point (the path before issue 26: same numbers)."""
     hp_static = dict(activation=activation, mlp_layers=int(mlp_layers), residual=residual, attention=attention,
                      softmax_correction=bool(softmax_correction))
 
-    def point(fields, index, kernels, att_index, att_values):
+    def setup(fields, index, kernels, att_index, att_values):
         hp = HParams(**fields, **hp_static)
         kern = jax.tree.map(lambda x: x[index], kernels)     # gather on device, per point
         if att_sizes is not None:
             kern = kern.replace(att=exact_table.ExactKernel(att_values[att_index], *att_sizes))
-        out = _theory_exponents.raw(hp, kern)
+        return hp, kern
+
+    def point(*args, search=True):
+        out = _exponents(*setup(*args), not thorough, search)
         return {k: out[k] for k in VARIABLES}
 
-    fn = jax.vmap(point, in_axes=(0, 0, None, 0, None))
+    vfn = jax.vmap(point, in_axes=(0, 0, None, 0, None))
+    if thorough:
+        fn = vfn
+    else:
+        # a tile's points skip the stable-point search when every one of them provably has
+        # no root (fixed_points.no_roots: the search would report the collapsed point alone)
+        certain = jax.vmap(lambda *a: fixed_points.no_roots(*setup(*a)), in_axes=(0, 0, None, 0, None))
+        collapsed = jax.vmap(functools.partial(point, search=False), in_axes=(0, 0, None, 0, None))
+
+        def searched(fields, index, kernels, att_index, att_values):
+            k = kernels.c_pp.shape[-1]
+            if k < 129:
+                return vfn(fields, index, kernels, att_index, att_values)
+            # tables of the next smaller size (padded with zeros to this one's) are summed
+            # over their own terms only: trailing zero coefficients leave Clenshaw unchanged
+            half = (k + 1) // 2
+            short = jnp.all(kernels.c_pp[index][..., half:] == 0) & jnp.all(kernels.c_dd[index][..., half:] == 0)
+            cut = kernels.replace(c_pp=kernels.c_pp[..., :half], c_dd=kernels.c_dd[..., :half])
+            return jax.lax.cond(short, lambda *a: vfn(a[0], a[1], cut, a[2], a[3]),
+                                lambda *a: vfn(a[0], a[1], kernels, a[2], a[3]),
+                                fields, index, att_index, att_values)
+
+        def one_tile(x, kernels, att_values):
+            args = (x[0], x[1], kernels, x[2], att_values)
+            return jax.lax.cond(jnp.all(certain(*args)), collapsed, searched, *args)
+
+        def fn(fields, index, kernels, att_index, att_values):
+            n = index.shape[0]
+            t = min(tile, n)
+            if n % t:   # (sweep() gives whole tiles; anything else: one tile)
+                t = n
+            tiles = jax.tree.map(lambda v: v.reshape((n // t, t) + v.shape[1:]), (fields, index, att_index))
+            out = jax.lax.map(lambda x: one_tile(x, kernels, att_values), tiles)
+            return jax.tree.map(lambda v: v.reshape((n,) + v.shape[2:]), out)
     if len(devices) > 1:
         from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
         mesh = Mesh(np.array(devices), ("points",))
         sharding = NamedSharding(mesh, P("points"))
         replicated = NamedSharding(mesh, P())
+        if not thorough:   # each device tiles its own points
+            fn = jax.shard_map(fn, mesh=mesh, in_specs=(P("points"), P("points"), P(), P("points"), P()),
+                               out_specs=P("points"), check_vma=False)
         return jax.jit(fn, in_shardings=(sharding, sharding, replicated, sharding, replicated),
                        out_shardings=sharding), sharding
     return jax.jit(fn), None
@@ -197,8 +251,10 @@ def sweep(*, sigma_w, sigma_a=1.0, alpha=None, alpha_a=None, alpha_m=None, sigma
           residual: str = "unit-norm", attention: str = "paper", softmax_correction: bool = False,
           out: str | None = None,
           chunk_size: int | None = None, progress: bool = False,
-          devices: Sequence | None = None, wait: float = 24 * 3600.0, log=None):
-    """Evaluate the theory on a grid; see the module docstring. Returns an xarray.Dataset."""
+          devices: Sequence | None = None, wait: float = 24 * 3600.0, log=None, _thorough: bool = False):
+    """Evaluate the theory on a grid; see the module docstring. Returns an xarray.Dataset.
+    (``_thorough``: the untiled evaluation refining every root bracket, the reference of the
+    tiled one in tests/test_sweep.py and scripts/bench_theory.py; same numbers.)"""
     import xarray as xr
     from tqdm.auto import tqdm
 
@@ -215,7 +271,17 @@ def sweep(*, sigma_w, sigma_a=1.0, alpha=None, alpha_a=None, alpha_m=None, sigma
     chunk = int(chunk_size or (DEFAULT_CHUNK if attention == "paper" else 64))
     chunk = max(ndev, min(chunk, -(-total // ndev) * ndev))
     chunk = -(-chunk // ndev) * ndev
+    if chunk > ndev * TILE:   # whole tiles per device (a partial one would compile a second program)
+        chunk = -(-chunk // (ndev * TILE)) * ndev * TILE
     n_chunks = -(-total // chunk)
+    # a small chunk is evaluated at a power-of-two width (>= SMALL_WIDTH points a device,
+    # wrapping onto the grid's next points): small sweeps of other sizes share one program
+    # (the exact map's points are large: its chunks keep their size)
+    least = SMALL_WIDTH if attention == "paper" else 8
+    width = chunk if chunk >= ndev * TILE else ndev * min(TILE, _pow2(max(chunk // ndev, least)))
+    # tiles where a device has several (a smaller sweep: one vmap, quicker to compile)
+    small = width < ndev * TILE
+    thorough = bool(_thorough) or small
     static = dict(activation=activation, mlp_layers=int(mlp_layers), residual=residual,
                   attention=attention, softmax_correction=bool(softmax_correction), chunk=chunk, version=3)
 
@@ -237,14 +303,23 @@ def sweep(*, sigma_w, sigma_a=1.0, alpha=None, alpha_a=None, alpha_m=None, sigma
         # 2-D tables for every sigma_w: the stable-point search evaluates p_M(rho) at every
         # point, and a stable rho* < 1 can coexist with a stable rho = 1 (lambda_a < 0), so
         # the sign of lambda_a no longer tells where they can be skipped (issue 13)
-        kernels = jax.tree.map(jnp.asarray, build_kernels(sw_all, activation, mlp_layers, devices))
+        kernels = build_kernels(sw_all, activation, mlp_layers, devices)
+        # shared programs: a power-of-two count of kernels (>= 16); in a small sweep, tables of
+        # at least SMALL_CHEB Chebyshev terms (trailing zeros: the Clenshaw sums are unchanged)
+        pad = _pow2(max(sw_all.size, 16)) - sw_all.size
+        kernels = jax.tree.map(lambda x: np.pad(x, [(0, pad)] + [(0, 0)] * (x.ndim - 1), mode="edge"), kernels)
+        k_pad = max(SMALL_CHEB - kernels.c_pp.shape[-1], 0) if small and kernels.c_pp.shape[-1] else 0
+        if k_pad:
+            kernels = kernels.replace(**{k: np.pad(getattr(kernels, k), [(0, 0)] * (kernels.c_pp.ndim - 1) + [(0, k_pad)])
+                                         for k in ("c_pp", "c_dd")})
+        kernels = jax.tree.map(jnp.asarray, kernels)
         att_sizes, att_values, pair_index = None, jnp.zeros((1,)), {}
         if pairs is not None:
             pair_index = {tuple(p): i for i, p in enumerate(pairs.tolist())}
             att_sizes, att_values = build_exact_tables(pairs)
             att_values = jnp.asarray(att_values)
         fn, sharding = _evaluate_fn(activation, mlp_layers, residual, attention, softmax_correction,
-                                    tuple(devices), att_sizes)
+                                    tuple(devices), att_sizes, thorough, int(TILE))
         pid, pcount = jax.process_index(), jax.process_count()
         if pcount > 1 and store is None:
             raise ValueError("a multi-host sweep needs out= on a filesystem shared by the hosts")
@@ -259,7 +334,7 @@ def sweep(*, sigma_w, sigma_a=1.0, alpha=None, alpha_a=None, alpha_m=None, sigma
         bar = tqdm(todo, desc="sweep", unit="chunk", disable=not progress, leave=False)
         for c in bar:
             lo, hi = c * chunk, min(total, (c + 1) * chunk)
-            index = np.arange(lo, lo + chunk) % total          # pad the last chunk by wrapping
+            index = np.arange(lo, lo + width) % total          # pad (the last chunk) by wrapping
             fields, sw_index = _point_fields(dims, scalars, index)
             att_index = np.zeros(index.shape, np.int64)
             if att_sizes is not None:
@@ -311,6 +386,10 @@ def sweep(*, sigma_w, sigma_a=1.0, alpha=None, alpha_a=None, alpha_m=None, sigma
         if store is not None:
             store.close()  # the chunks stay for a rerun
         raise
+
+
+def _pow2(n: int) -> int:
+    return 1 << (int(n) - 1).bit_length()
 
 
 def _exact_pairs(dims, scalars):

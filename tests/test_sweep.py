@@ -4,6 +4,8 @@ from __future__ import annotations
 import json
 import os
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 import xarray as xr
@@ -27,6 +29,42 @@ def test_sweep_is_labeled_and_matches_pointwise():
         pt = ds.sel(sigma_w=sw, sigma_a=sa, alpha=a)
         for k in sweep_mod.VARIABLES:
             assert float(pt[k]) == pytest.approx(float(one[k]), abs=1e-10), k
+
+
+def test_tiled_sweep_equals_the_thorough_path_across_bistable_regions(monkeypatch):
+    """Issue 26: the sweep refines, tile by tile, only the root brackets its points have;
+    the thorough path (one vmap, every bracket refined at every point: the evaluation
+    before issue 26) gives the same numbers on a grid with one and two stable points
+    (THEORY.md §6's bistable example, sigma_A = 6.875, n = 128), tiles of 8 points."""
+    monkeypatch.setattr(sweep_mod, "TILE", 8)
+    sw, al = np.array([0.3, 0.5, 3.0, 4.5, 6.0, 7.5, 9.0]), np.linspace(0.2, 0.95, 9)
+    kw = dict(sigma_w=sw, alpha=al, sigma_a=6.875, n_tokens=128)
+    fast = phasefield.sweep(**kw)
+    ref = phasefield.sweep(**kw, _thorough=True)
+    counts = set(fast.n_stable.values.ravel().tolist())
+    assert {1.0, 2.0} <= counts, counts                      # single and bistable points
+    # tiles of the first rows skip the search: no_roots holds on whole tiles there, and
+    # wherever it holds the search finds the collapsed point alone
+    from phasefield.theory import fixed_points
+    kern = jax.tree.map(jnp.asarray, sweep_mod.build_kernels(sw))
+    s_i, a_i = np.meshgrid(np.arange(sw.size), np.arange(al.size), indexing="ij")
+    with jax.enable_x64(True):
+        cert = np.asarray(jax.jit(jax.vmap(lambda i, a: fixed_points.no_roots(
+            HParams(sigma_w=kern.sigma_w[i], sigma_a=6.875, alpha_a=a, alpha_m=a, n_tokens=128.0),
+            jax.tree.map(lambda x: x[i], kern))))(jnp.asarray(s_i.ravel()), jnp.asarray(al[a_i.ravel()])))
+    assert cert[:16].all() and not cert.all()
+    assert np.all(ref.n_stable.values.ravel()[cert] == 1) and np.all(ref.rho_star.values.ravel()[cert] == 1)
+    for k in sweep_mod.VARIABLES:
+        a, b = fast[k].values, ref[k].values
+        assert np.array_equal(np.isnan(a), np.isnan(b)), k
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-12, err_msg=k)
+    # and one bistable point against the single-point API (its own bracket count)
+    i = np.argwhere(fast.n_stable.values >= 2)[0]
+    pt = fast.isel(sigma_w=int(i[0]), alpha=int(i[1]))
+    a = float(pt.alpha)
+    one = theory.exponents(HParams(sigma_w=float(pt.sigma_w), sigma_a=6.875, alpha_a=a, alpha_m=a, n_tokens=128))
+    for k in sweep_mod.VARIABLES:
+        assert float(pt[k]) == pytest.approx(float(one[k]), abs=1e-12), k
 
 
 def test_separate_alphas_and_depth_axis():

@@ -175,10 +175,28 @@ def _bisection(fv, lo, hi, pos_lo, steps):
     return jax.lax.fori_loop(0, steps, bisect, (lo, hi))
 
 
-def _refine(f, lo, hi, f_lo):
-    """Roots of f in the brackets [lo, hi] (arrays; f(lo), f(hi) of opposite signs), all
-    brackets at once: bisection, then a Newton polish kept inside each bracket."""
-    fv = jax.vmap(f)
+def _refine(f, lo, hi, f_lo, count=None):
+    """Roots of f in the brackets [lo, hi] (arrays; f(lo), f(hi) of opposite signs):
+    bisection, then a Newton polish kept inside each bracket.
+
+    ``count`` (traced): only the first ``count`` brackets are refined, one after the other
+    (the others keep their midpoints): a point pays for its own roots only, and under
+    ``vmap`` a batch for the most roots any of its points has (the sweep tiles its points so
+    that this maximum is local; a traced trip count has no reverse-mode derivative).
+    ``count=None``: every bracket at once (the default of the public functions: ``grad``
+    works). Each bracket takes the same operations either way.
+    """
+    if count is None:
+        return _refine_brackets(jax.vmap(f), lo, hi, f_lo)
+
+    def one(i, roots):
+        return roots.at[i].set(_refine_brackets(f, lo[i], hi[i], f_lo[i]))
+
+    return jax.lax.fori_loop(0, count, one, 0.5 * (lo + hi))
+
+
+def _refine_brackets(fv, lo, hi, f_lo):
+    """:func:`_refine` of the vectorized ``fv`` on brackets of its shape."""
     lo, hi = _bisection(fv, lo, hi, f_lo > 0, BISECTION_STEPS)
 
     def newton(_, r):
@@ -212,16 +230,16 @@ def _refine_table(f, f_table, lo, hi, f_lo, count):
     return jax.lax.fori_loop(0, count, polish, 0.5 * (lo + hi))
 
 
-def _mesh_search(hp, kern, table: bool):
+def _mesh_search(hp, kern, table: bool, per_root: bool = False):
     """(mesh, g on the mesh, g(RHO0), roots refiner): the exact map with ``table`` reads
     its mesh values from ``kern.att.s`` (computed here when absent) and refines on their
     interpolant (:func:`_refine_table`); otherwise the map is evaluated on the mesh and the
-    roots refined on it (:func:`_refine`)."""
+    roots refined on it (:func:`_refine`; ``per_root``: only the brackets the point has)."""
     f = lambda x: _residual(hp, kern, x)
     mesh = _mesh(hp)
     if not table:
         both = jax.vmap(f)(jnp.concatenate([mesh, jnp.asarray([RHO0], mesh.dtype)]))   # one batch
-        return mesh, both[:-1], both[-1], lambda lo, hi, f_lo, count: _refine(f, lo, hi, f_lo)
+        return mesh, both[:-1], both[-1], lambda lo, hi, f_lo, count: _refine(f, lo, hi, f_lo, count if per_root else None)
     att = kern.att if kern.att is not None else exact_table.kernel(hp)
     s = att.s if att.s is not None else exact_table.values(hp, att.n_a, att.n_z)
     pts = exact_table.mesh_points(hp.n_tokens)
@@ -231,6 +249,47 @@ def _mesh_search(hp, kern, table: bool):
         return _residual(hp, kern, x, exact.forward_from_s(hp, x, *exact_table.interpolate(hp, s, x)))
 
     return mesh, both[:-1], both[-1], lambda lo, hi, f_lo, count: _refine_table(f, f_table, lo, hi, f_lo, count)
+
+
+NO_ROOT_MARGIN = 1e-9      # lower bound of g needed by :func:`no_roots` (the tables' error: ~1e-12)
+
+
+def no_roots(hp, kern):
+    """True where the stable-point search provably finds no root: rho = 1 attracts and g > 0
+    at every interior mesh point and at RHO0 — so the search's answer is the collapsed point
+    alone (rho_star = 1, n_stable = 1) — decided from q_M and D(1) alone (no tables).
+
+    p_M(x) = sum_k b_k x^k with every b_k >= 0 (Mehler: one hidden layer; compositions keep
+    the signs), so on [0, 1] p_M lies above its tangent at 1, q_M - D(1) (1 - x), and above
+    b_0 + b_1 x = p_M(0) + D(0) x; on [-1, 0] p_M(x) >= x q_M (the chord bounds p_M(|x|)). With that lower bound for p_M the
+    residual's numerator is a lower bound of g's; it must exceed NO_ROOT_MARGIN (far above
+    the tables' error, so the tabulated g is positive too). Paper attention only (False for
+    the exact map). Used by the sweep to skip the search for whole tiles (issue 26)."""
+    if hp.attention != "paper":
+        return jnp.zeros((), bool)
+    ba2, bm2, aa2, am2, wa, wm, r = weights(hp)
+    mesh = _mesh(hp)
+    pts = jnp.concatenate([mesh[1:-1], jnp.asarray([RHO0], mesh.dtype)])
+    zero = jnp.zeros((), mesh.dtype)
+    b0, b1 = mlp.p_m(kern, zero), mlp.d_m(kern, zero)     # p_M(0), p_M'(0) (tables: ~1e-12)
+
+    def lower(rho):
+        inv_q, q_a, p_a = _norm_at(hp, kern, rho)
+        rho_z = (ba2 * rho + aa2 * p_a * inv_q) / (ba2 + aa2 * q_a * inv_q)
+        lb = jnp.where(rho_z >= 0, jnp.maximum(kern.q_m - kern.d_one * (1.0 - rho_z), b0 + b1 * rho_z),
+                       rho_z * kern.q_m)
+        num = bm2 * wa * (p_a - rho * q_a) + wm * (lb - rho * kern.q_m)
+        return num / (bm2 * wa * q_a + wm * kern.q_m)
+
+    return (angle_growth(hp, kern) < 0) & jnp.all(jax.vmap(lower)(pts) > NO_ROOT_MARGIN)
+
+
+def collapsed_only(hp, kern):
+    """:func:`stable_points`' answer where :func:`no_roots` holds (no search)."""
+    dt = jnp.result_type(float)
+    stable, collapsed = jnp.zeros((MAX_ROOTS,), bool), jnp.ones((), bool)
+    return dict(rho=jnp.full((MAX_ROOTS,), jnp.nan, dt), stable=stable, collapsed_stable=collapsed,
+                n_stable=jnp.sum(stable) + collapsed.astype(jnp.int32), rho_star=jnp.ones((), dt))
 
 
 @public()
@@ -252,11 +311,14 @@ def stable_points(hp, kern=None):
     return _stable_points(hp, kern, hp.attention == "exact")
 
 
-def _stable_points(hp, kern, table: bool):
+def _stable_points(hp, kern, table: bool, per_root: bool = False):
     """:func:`stable_points`; ``table=False`` evaluates the exact map on the mesh and bisects
-    on it (the search before issue 13: the reference of tests/test_exact.py)."""
+    on it (the search before issue 13: the reference of tests/test_exact.py); ``per_root``
+    (direct search only) refines only the brackets the point has, in a loop with a traced
+    trip count (the sweep's tiles, issue 26; no reverse-mode derivative), instead of all
+    MAX_ROOTS at once (same numbers)."""
     dt = jnp.result_type(float)
-    mesh, g, g0, refine = _mesh_search(hp, kern, table)
+    mesh, g, g0, refine = _mesh_search(hp, kern, table, per_root)
     rho0 = jnp.asarray(RHO0, dt)
     growth = angle_growth(hp, kern)
     tiny = jnp.asarray(1e-300, dt)

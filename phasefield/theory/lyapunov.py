@@ -147,9 +147,17 @@ def exponents(hp, kern=None) -> dict:
     rho_star_min, rho_star_max   the smallest and largest stable cosines (1 if rho = 1 is
                   stable); all of them: :func:`attractors`.
     """
+    return _exponents(hp, kern)
+
+
+def _exponents(hp, kern, per_root: bool = False, search: bool = True):
+    """:func:`exponents`; ``per_root``: the stable-point search refines only the brackets the
+    point has (``fixed_points._stable_points``; the sweep's tiles); ``search=False``: no
+    search, for points where ``fixed_points.no_roots`` holds (the sweep's tiles)."""
     la = fixed_points.angle_exponent(hp, kern)
     q_star, qz_star = fixed_points.collapsed_fixed_point(hp, kern)
-    fp = fixed_points.stable_points(hp, kern)
+    fp = (fixed_points._stable_points(hp, kern, hp.attention == "exact", per_root) if search
+          else fixed_points.collapsed_only(hp, kern))
     state = fixed_points.state_at(hp, kern, fp["rho_star"])
     rho_stable = jnp.concatenate([jnp.where(fp["stable"], fp["rho"], jnp.nan),
                                   jnp.where(fp["collapsed_stable"], 1.0, jnp.nan)[None]])
