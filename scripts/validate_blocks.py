@@ -150,10 +150,11 @@ def report(rows):
             row(name, a, s, rs[-1]["sim"][name], {m: ths[m][name] for m in MAPS})
         fits = [extrapolate(ds, [r["sim"]["rho"][layer] for r in rs], [r["sim"]["rho_se"][layer] for r in rs])
                 for layer in range(L)]
-        zs = [max(abs(a - ths[m]["rho"][layer]) / s for m in MAPS) for layer, (a, s) in enumerate(fits)]
-        i = int(np.argmax(zs))
-        row(f"rho_{i + 1} (worst of 1..{L})", *fits[i], rs[-1]["sim"]["rho"][i],
-            {m: ths[m]["rho"][i] for m in MAPS})
+        for m in MAPS:     # each map's worst layer (its z is in its own column)
+            zs = [abs(a - ths[m]["rho"][layer]) / s for layer, (a, s) in enumerate(fits)]
+            i = int(np.argmax(zs))
+            row(f"rho_{i + 1} (worst of 1..{L}, {m} map)", *fits[i], rs[-1]["sim"]["rho"][i],
+                {mm: ths[mm]["rho"][i] for mm in MAPS})
     return lines, worst
 
 

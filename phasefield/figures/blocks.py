@@ -45,6 +45,9 @@ def phase_diagram(ds, out_dir: str, name: str, sim=None, formats=("png",)) -> li
             fig.colorbar(im, ax=ax, extend=extend(norm, z))
             for r in pts:
                 v = r["sim"][var]
+                if v is None or not np.isfinite(v):     # not measurable (e.g. below float32 resolution)
+                    ax.plot(r["point"][x], r["point"][y], "x", ms=6, color="k")
+                    continue
                 ax.plot(r["point"][x], r["point"][y], "o", ms=6, mec="k",
                         mfc="k" if v > 0 else "white")
             depth = ds.attrs.get("depth")
@@ -55,5 +58,5 @@ def phase_diagram(ds, out_dir: str, name: str, sim=None, formats=("png",)) -> li
             if y == "depth":
                 ax.set_yscale("log", base=2)
         fig.suptitle(f"{block}: theory (colour, black line: zero)"
-                     + (f"; simulation at d = {pts[0]['width']} (filled: > 0)" if pts else ""), fontsize=8)
+                     + (f"; simulation at d = {pts[0]['width']} (filled: > 0, x: not measurable)" if pts else ""), fontsize=8)
         return save(fig, out_dir, name, formats)
