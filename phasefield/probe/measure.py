@@ -9,11 +9,14 @@ For one draw of the parameters, from the tokens ``x0`` entering the first block:
   geometry (q0, rho0) (default: the input's own, rho0 clipped at 0);
 * ``gap`` [L + 1]: ``1 - rho`` after each block from symmetric tokens at (q0, 1 - eps):
   nearby tokens, whose per-block log ratio is the angle growth lambda_a of that block;
-* ``grad`` [L + 1]: ``|J_l^T u|^2 / |x0|`` (``|x0|`` = number of entries), ``J_l`` the
-  Jacobian of block l's output in the first block's input, ``u ~ N(0, I)``, one
-  vector-Jacobian product per block (vmapped), from the user's inputs (block 0: 1);
+* ``grad`` [L + 1]: ``|d(u . x_L)/d x_l|^2 / |x0|`` (``|x0|`` = number of entries), the
+  gradient at block l's output (l = 0: the first block's input) of a random cotangent
+  ``u ~ N(0, I)`` at the last block's output, from the user's inputs: one vector-Jacobian
+  product, with zero perturbations added to every block's output (Flax blocks; a stack
+  callable gives only l = 0 and L). ``grad[0] = |J^T u|^2 / |x0|`` is the gradient growth
+  of the whole stack, ``grad[L] = |u|^2 / |x0|`` (about 1);
 * ``finite``: i for the first block output ``outs[i]`` that is not finite (L: none), in any
-  of the three forward passes; ``grad_finite`` likewise for the gradients.
+  of the three forward passes; ``grad_finite``: whether the input's gradient is finite.
 """
 from __future__ import annotations
 
@@ -35,7 +38,7 @@ def _first_bad(*arrays):
     return jnp.where(jnp.any(bad), jnp.argmax(bad), bad.shape[0])
 
 
-def one(init_fn, run, key, eps, start=None, gradient=True):
+def one(init_fn, run, key, eps, start=None, gradient=True, with_deltas=True):
     """The measurements (module docstring) of the initialization drawn with ``key``."""
     kp, ks, kn, ku = jax.random.split(key, 4)
     params = init_fn(kp)
@@ -54,19 +57,24 @@ def one(init_fn, run, key, eps, start=None, gradient=True):
     res = dict(q_data=q_d, rho_data=rho_d, q_sym=q_s, rho_sym=rho_s, gap=gap)
     L = outs.shape[0]
     if gradient:
-        out2, vjp = jax.vjp(lambda x: run(params, x)[1], x0)
-        u = jax.random.normal(ku, out2.shape, out2.dtype)
-        mask = jnp.eye(L, dtype=u.dtype).reshape((L, L) + (1,) * (u.ndim - 1))
-        (g,) = jax.vmap(vjp)(mask * u[None])
+        u = jax.random.normal(ku, outs.shape[1:], outs.dtype)
         size = x0.size
-        g2 = jnp.sum(jnp.square(g).reshape(L, -1), axis=1) / size
-        res["grad"] = jnp.concatenate([jnp.ones((1,), g2.dtype), g2])
-        res["grad_finite"] = _first_bad(g)
+        if with_deltas:
+            f = lambda x, dl: run(params, x, dl)[1][-1]
+            _, vjp = jax.vjp(f, x0, jnp.zeros_like(outs))
+            g0, gd = vjp(u)
+            g = jnp.concatenate([g0[None], gd])
+        else:
+            _, vjp = jax.vjp(lambda x: run(params, x)[1][-1], x0)
+            (g0,) = vjp(u)
+            g = jnp.concatenate([g0[None], jnp.full((L - 1,) + u.shape, jnp.nan, u.dtype), u[None]])
+        res["grad"] = jnp.sum(jnp.square(g).reshape(L + 1, -1), axis=1) / size
+        res["grad_finite"] = jnp.all(jnp.isfinite(g0))
     res["finite"] = _first_bad(outs, outs_s, outs_n)
     return res
 
 
-def many(init_fn, run, keys, eps, start=None, gradient=True, chunk=1):
+def many(init_fn, run, keys, eps, start=None, gradient=True, chunk=1, with_deltas=True):
     """:func:`one` for every key: a dict of arrays with a leading init axis."""
-    f = lambda k: one(init_fn, run, k, eps, start, gradient)
+    f = lambda k: one(init_fn, run, k, eps, start, gradient, with_deltas)
     return jax.jit(lambda ks: jax.lax.map(f, ks, batch_size=chunk))(keys)

@@ -5,8 +5,8 @@ Rates (finite-depth, from the measurements):
 
 * ``lambda_a = (1/L) log[(1 - rho_L) / (1 - rho_0)]`` of nearby tokens, i.e. the mean
   over blocks of the per-block angle growth (per init, then mean and standard error);
-* ``lambda_g = (1/L) log E|J_L^T u|^2 / |x0|`` (the mean over inits inside the log; its
-  standard error by the delta method).
+* ``lambda_g = (1/L) log E|J^T u|^2 / |x0|``, J the Jacobian of the whole stack (the mean
+  over inits inside the log; its standard error by the delta method).
 
 Phase: ordered (lambda_a < 0: nearby tokens merge, rank collapse) or chaotic (> 0), and
 vanishing (lambda_g < 0) or exploding (> 0) gradients; within 3 standard errors of 0 it is
@@ -84,7 +84,7 @@ class ProbeResult:
     def lambda_g(self) -> tuple:
         if "grad_init" not in self.ds:
             return float("nan"), float("nan")
-        g = self.ds["grad_init"].values[:, -1]
+        g = self.ds["grad_init"].values[:, 0]
         return float(np.log(g.mean()) / self.depth), float(_se(g) / g.mean() / self.depth)
 
     @property
@@ -98,7 +98,7 @@ class ProbeResult:
         if self.theory is None:
             return {}
         t, L = self.theory, self.depth
-        return dict(lambda_a=float(np.log(t["gap"][-1] / t["gap"][0]) / L), lambda_g=float(t["log_grad"][-1] / L))
+        return dict(lambda_a=float(np.log(t["gap"][-1] / t["gap"][0]) / L), lambda_g=float(t["log_grad"][0] / L))
 
     def verdict(self) -> str:
         la, la_se = self.lambda_a
@@ -113,8 +113,9 @@ class ProbeResult:
                    f"(lambda_a = {la:+.4f} +- {la_se:.4f}); the mean token cosine of your inputs goes "
                    f"from {r0:.3f} to {rl:.3f}" + (" (rank collapse)." if rl > 0.9 and rl > r0 else "."))
         if np.isfinite(lg):
-            out.append(f"The gradient reaching the first block is {math.exp(lg * L):.3g} times the one "
-                       f"leaving block {L} (lambda_g(L) = {lg:+.4f} +- {lg_se:.4f} per block).")
+            out.append(f"A gradient entering at block {L}'s output reaches the first block's input "
+                       f"{math.exp(lg * L):.3g} times as large (squared norm; lambda_g(L) = {lg:+.4f} "
+                       f"+- {lg_se:.4f} per block).")
         advice = {("ordered", "vanishing"): "Deeper, it loses token information and gradient: a larger init "
                                             "std or branch scale moves it toward the edge.",
                   ("chaotic", "exploding"): "Deeper, nearby inputs decorrelate and gradients blow up: a smaller "
@@ -150,8 +151,8 @@ class ProbeResult:
         for name, key in (("q_sym", "q"), ("rho_sym", "rho"), ("angle", "angle")):
             z[name] = (self.ds[name].values[1:] - t[key][1:]) / self.ds[name + "_se"].values[1:]
         if "grad" in self.ds:
-            g, gse = self.ds["grad"].values[1:], self.ds["grad_se"].values[1:]
-            z["log_grad"] = (np.log(g) - t["log_grad"][1:]) / (gse / g)
+            g, gse = self.ds["grad"].values[:-1], self.ds["grad_se"].values[:-1]
+            z["log_grad"] = (np.log(g) - t["log_grad"][:-1]) / (gse / g)
         rates = self.theory_rates()
         la, la_se = self.lambda_a
         lg, lg_se = self.lambda_g

@@ -38,19 +38,21 @@ def input_geometry(cfg, data, inits: int = 8, images: int = 256) -> dict:
     errors over the initialisations."""
     import jax
 
-    from ..probe.capture import runner
+    import jax.numpy as jnp
+
+    from ..probe.capture import first_input
     from ..probe.geometry import gram_qp
     from .model import preprocess
     from .train import model_for
 
     model = model_for(cfg, cfg.hparams(), data.num_classes)
     x = preprocess(data.x_train[:images], data.scale, cfg.patch_size)
-    # the tokens entering the (scanned) blocks, found by the probe: no forward by hand
-    run = runner(lambda p, xx: model.apply({"params": p}, xx), x, blocks="blocks")
+    apply = lambda p, xx: model.apply({"params": p}, xx)
     qs, ps = [], []
     for s in range(inits):
         params = model.init(jax.random.PRNGKey(s), x[:1])["params"]
-        q, p = gram_qp(run(params)[0])
+        # the tokens entering the first (scanned) block, found by the probe: no forward by hand
+        q, p = gram_qp(jnp.asarray(first_input(apply, params, x, "blocks")))
         qs.append(float(q))
         ps.append(float(p))
     qs, ps = np.array(qs), np.array(ps)
