@@ -21,8 +21,8 @@ from phasefield.probe import hf
 # (model, depth, std (None: as shipped), scaled)
 CONFIGS = [("gpt2", 12, None, False), ("gpt2", 12, None, True), ("gpt2", 12, 0.01, False),
            ("gpt2", 12, 0.05, False), ("gpt2", 12, 0.05, True), ("gpt2", 24, None, False), ("gpt2", 24, None, True),
-           ("bert", 12, None, False), ("bert", 12, None, True), ("bert", 12, 0.05, False), ("bert", 24, None, False),
-           ("vit", 12, None, False), ("vit", 12, 0.02, False), ("vit", 12, 0.02, True), ("vit", 12, 0.05, False)]
+           ("bert", 12, None, False), ("bert", 12, None, True), ("bert", 12, 0.05, False),
+           ("vit", 12, None, False), ("vit", 12, 0.02, False), ("vit", 12, 0.02, True)]
 SIZE = dict(gpt2=dict(n_tokens=32, batch=1), bert=dict(n_tokens=32, batch=1), vit=dict(n_tokens=17, batch=2))
 
 

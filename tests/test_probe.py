@@ -306,6 +306,6 @@ def test_hf_gpt2_bert_vit_at_random_init():
     pytest.importorskip("transformers")
     from phasefield.probe import hf
     for factory in (hf.gpt2, hf.bert, hf.vit):
-        m = factory(depth=2, width=32, heads=2, n_tokens=8, batch=1)
+        m = factory(depth=2, width=32, heads=2, n_tokens=5, batch=1)     # ViT: 2 x 2 patches + cls
         res = phasefield.probe(m, inits=2)
         assert res.depth == 2 and np.all(np.isfinite(res.ds["grad"].values))

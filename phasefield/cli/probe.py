@@ -87,7 +87,8 @@ def _model(model, preset, kw):
             hp_keys = [k for k in list(kw) if k not in ("depth", "width", "n_tokens", "batch", "weights", "q0", "rho0",
                                                         "seed")]
             try:
-                kw["hp"] = HParams(**{k: kw.pop(k) for k in hp_keys})
+                # the network has the softmax-derivative path: so has the theory, unless told
+                kw["hp"] = HParams(**{"softmax_correction": True, **{k: kw.pop(k) for k in hp_keys}})
             except TypeError as exc:
                 raise UsageError(f"--set: {exc}") from None
         kw = dict(kw, name=preset)

@@ -33,12 +33,13 @@ def probe_figure(res, path: str) -> None:
             if tkey == "angle":
                 ax.axhline(0.0, color="0.6", lw=0.5)
             if logy:
+                from matplotlib.ticker import NullFormatter
                 ax.set_yscale("log")
+                ax.yaxis.set_minor_formatter(NullFormatter())
             ax.set_title(title)
             ax.set_xlabel("block")
-        axes[0].legend(frameon=False)
-        if th is not None:
-            axes[2].legend(frameon=False)
+        handles, labels = axes[0].get_legend_handles_labels()
+        fig.legend(handles, labels, loc="lower center", ncol=3, frameon=False, bbox_to_anchor=(0.5, -0.08))
         ang, grad = res.phase
         la, lg = res.lambda_a[0], res.lambda_g[0]
         fig.suptitle(f"{res.name}: {ang}/{grad}   λ_a = {la:+.3f}, λ_g(L) = {lg:+.3f}", y=1.04)

@@ -22,6 +22,7 @@ import numpy as np
 import xarray as xr
 
 Z = 3.0
+RESOLUTION = 1e-5    # relative: float32 rounding and the norms' epsilon (1e-6)
 PER_BLOCK = ("q_data", "rho_data", "q_sym", "rho_sym", "gap", "angle", "grad")
 
 
@@ -141,15 +142,21 @@ class ProbeResult:
             out["theory"].update(self.theory_rates())
         return out
 
-    def agreement(self) -> dict:
+    def agreement(self, resolution: float = RESOLUTION) -> dict:
         """z = (measured - theory) / se for every per-block curve and the two rates (theory
-        needed): {name: array of z over blocks 1..L} and {rate: z}."""
+        needed): {name: array of z over blocks 1..L} and {rate: z}. A quantity that the
+        block fixes (q after a LayerNorm is 1 - eps/var, the same in every draw) has a
+        standard error at float32 rounding; its se is floored at ``resolution`` x |theory|
+        (default 1e-5: float32 and the norms' epsilon 1e-6), so such a curve agrees when it
+        is equal to 1e-5 relative."""
         if self.theory is None:
             raise ValueError("no theory for this model (it is not a phasefield block)")
         t = self.theory
         z = {}
-        for name, key in (("q_sym", "q"), ("rho_sym", "rho"), ("angle", "angle")):
-            z[name] = (self.ds[name].values[1:] - t[key][1:]) / self.ds[name + "_se"].values[1:]
+        for name, key in (("q_sym", "q"), ("rho_sym", "rho")):
+            se = np.maximum(self.ds[name + "_se"].values[1:], resolution * np.abs(t[key][1:]))
+            z[name] = (self.ds[name].values[1:] - t[key][1:]) / se
+        z["angle"] = (self.ds["angle"].values[1:] - t["angle"][1:]) / self.ds["angle_se"].values[1:]
         if "grad" in self.ds:
             g, gse = self.ds["grad"].values[:-1], self.ds["grad_se"].values[:-1]
             z["log_grad"] = (np.log(g) - t["log_grad"][:-1]) / (gse / g)
