@@ -114,9 +114,11 @@ class ProbeResult:
                    f"(lambda_a = {la:+.4f} +- {la_se:.4f}); the mean token cosine of your inputs goes "
                    f"from {r0:.3f} to {rl:.3f}" + (" (rank collapse)." if rl > 0.9 and rl > r0 else "."))
         if np.isfinite(lg):
+            q0, qL = float(self.ds["q_data"][0]), float(self.ds["q_data"][-1])
             out.append(f"A gradient entering at block {L}'s output reaches the first block's input "
                        f"{math.exp(lg * L):.3g} times as large (squared norm; lambda_g(L) = {lg:+.4f} "
-                       f"+- {lg_se:.4f} per block).")
+                       f"+- {lg_se:.4f} per block), while the tokens' squared norm grows {qL / q0:.3g} times "
+                       f"(behind normalizations, gradients scale as 1/norm).")
         advice = {("ordered", "vanishing"): "Deeper, it loses token information and gradient: a larger init "
                                             "std or branch scale moves it toward the edge.",
                   ("chaotic", "exploding"): "Deeper, nearby inputs decorrelate and gradients blow up: a smaller "
