@@ -8,7 +8,7 @@ ranges, bad paths) on top of a cheap valid base command line. The CLI runs in-pr
 traceback; with 2 exactly one line on stderr and no file left behind.
 
 The expensive work behind the grid commands (sweep, simulate sweep, train-sweep), figures,
-demo, the seed figures and recommend is replaced by a stub (their validation, output
+demo, the seed figures, recommend and probe's measurement is replaced by a stub (their validation, output
 checks and locks still run; scripts/hostile_probe.py runs them for real); everything else
 runs for real with tiny sizes, so every example is cheap.
 """
@@ -61,6 +61,8 @@ BASE = {
     "block exponents": ["--block", "paper", "--depth", "2", "--n-tokens", "4"],
     "block sweep": ["--block", "pre-ln", "--axis", "sigma=0.5,1", "--axis", "alpha=0.5,1", "--depth", "2",
                     "--n-tokens", "4", "--out", "b.nc", "--figure", "b.png"],
+    "probe": ["--preset", "pre-ln", "--set", "heads=2", "--width", "8", "--depth", "2", "--n-tokens", "2",
+              "--inits", "2", "--figure", "p.png"],
 }
 STUB_FILES = {"exists.txt": "x\n", "runs.csv": "sigma_w\n1\n", "theory.nc": "not netcdf", "sim.nc": "not netcdf"}
 
@@ -124,6 +126,7 @@ def _stubs():
 
     import phasefield.figures as figs
     from phasefield import sweep as sweep_mod
+    from phasefield import probe as probe_mod
     from phasefield.figures import demo
     from phasefield.layers import sweep as block_sweep
     from phasefield.seeds import figures as seed_figs
@@ -143,6 +146,15 @@ def _stubs():
              (simsweep, "sweep", simsweep.sweep), (block_sweep, "sweep", block_sweep.sweep)]
     saved += [(seed_figs, n, getattr(seed_figs, n)) for n in
               ("rank_collapse_figure", "deepscalelm_figure", "sensitivity_figure")]
+    saved.append((probe_mod, "probe", probe_mod.probe))
+
+    def fake_probe(model, inits=2, eps=1e-3, **k):   # the factory and the checks ran; no measuring
+        import numpy as np
+        raw = {n: np.ones((inits, 3)) for n in ("q_data", "rho_data", "q_sym", "rho_sym", "grad")}
+        raw["gap"] = np.full((inits, 3), eps) * np.arange(1, inits + 1)[:, None]
+        return probe_mod.ProbeResult("stub", probe_mod.result.dataset(raw), (1.0, 0.5), eps)
+
+    probe_mod.probe = fake_probe
     vsweep.run_sweep = lambda *a, **k: dict(requested=1, already_done=0, trained=1, diverged=0, seconds=0.0)
     figs.make_figures = lambda *a, **k: dict(paths=[], seconds=0.0)
     demo.run = lambda *a, **k: {}

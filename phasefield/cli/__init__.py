@@ -37,7 +37,7 @@ def cli():
 
 
 # topic modules; each defines ``register(cli)``
-_TOPICS = ("theory", "block", "simulate", "gram", "figures", "train", "seeds")
+_TOPICS = ("theory", "block", "simulate", "gram", "figures", "train", "seeds", "probe")
 
 
 def _register_all():

@@ -37,24 +37,24 @@ def input_geometry(cfg, data, inits: int = 8, images: int = 256) -> dict:
     initialization hyperparameters). Returns q0, p0, rho0 = p0 / q0 and their standard
     errors over the initialisations."""
     import jax
+
     import jax.numpy as jnp
 
+    from ..probe.capture import first_input
+    from ..probe.geometry import gram_qp
     from .model import preprocess
     from .train import model_for
 
     model = model_for(cfg, cfg.hparams(), data.num_classes)
     x = preprocess(data.x_train[:images], data.scale, cfg.patch_size)
+    apply = lambda p, xx: model.apply({"params": p}, xx)
     qs, ps = [], []
     for s in range(inits):
         params = model.init(jax.random.PRNGKey(s), x[:1])["params"]
-        tok = x @ params["embed"]["kernel"] + params["embed"]["bias"] + params["pos_embedding"]
-        cls = jnp.broadcast_to(params["cls_pos_embedding"], (x.shape[0], 1, cfg.width))
-        t = jnp.concatenate([cls, tok], 1)
-        g = jnp.einsum("bid,bjd->bij", t, t) / cfg.width
-        n = g.shape[-1]
-        diag = jnp.trace(g, axis1=1, axis2=2)
-        qs.append(float(jnp.mean(diag) / n))
-        ps.append(float(jnp.mean((jnp.sum(g, (1, 2)) - diag) / (n * (n - 1)))))
+        # the tokens entering the first (scanned) block, found by the probe: no forward by hand
+        q, p = gram_qp(jnp.asarray(first_input(apply, params, x, "blocks")))
+        qs.append(float(q))
+        ps.append(float(p))
     qs, ps = np.array(qs), np.array(ps)
     rho = ps / qs
     se = lambda v: float(np.std(v, ddof=1) / np.sqrt(len(v))) if len(v) > 1 else float("nan")

@@ -1,0 +1,172 @@
+"""``phasefield probe``: measure a model's blocks at initialization (angle and gradient
+growth per block, phase, verdict), with the theory beside it for phasefield's presets.
+
+    phasefield probe --preset pre-ln --set sigma=0.55 --set alpha=0.2 --width 256 --depth 8
+    phasefield probe --model phasefield.probe.hf:gpt2 --set std=0.02 --set scaled=true
+    phasefield probe --model mypkg.models:make_model --json --figure probe.png
+
+``--model module:factory`` (or ``path/to/file.py:factory``) names a function returning a
+:class:`phasefield.probe.Model`; ``--set key=value`` (repeated) are its keyword arguments
+(numbers, true/false or text), and ``--depth/--width/--n-tokens`` are passed to it when
+given. ``--preset NAME`` is the factory :func:`phasefield.probe.models.preset` for that
+phasefield block (its keywords: the preset's numbers, e.g. sigma, alpha, heads; for
+``paper`` the HParams fields).
+"""
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import json
+import os
+
+import click
+
+from .common import UsageError, atomic_path, check, echo_json, option, output
+
+INITS_MAX = 10_000
+SIZE_MAX = {"--depth": 1000, "--width": 65536, "--n-tokens": 4096}
+
+
+def _value(text):
+    low = text.strip().lower()
+    if low in ("true", "false"):
+        return low == "true"
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def _settings(items):
+    out = {}
+    for item in items:
+        key, sep, val = item.partition("=")
+        key = key.strip().replace("-", "_")
+        if not sep or not key.isidentifier():
+            raise UsageError(f"--set takes key=value (got {item!r})")
+        out[key] = _value(val)
+    return out
+
+
+def _factory(spec):
+    mod_name, sep, attr = spec.rpartition(":")
+    if not sep or not mod_name or not attr:
+        raise UsageError(f"--model takes module:factory (got {spec!r})")
+    try:
+        if mod_name.endswith(".py"):
+            if not os.path.isfile(mod_name):
+                raise UsageError(f"--model: no file {mod_name}")
+            loader_spec = importlib.util.spec_from_file_location("_phasefield_probe_model", mod_name)
+            mod = importlib.util.module_from_spec(loader_spec)
+            loader_spec.loader.exec_module(mod)
+        else:
+            mod = importlib.import_module(mod_name)
+    except UsageError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the user's module: one line
+        raise UsageError(f"--model: cannot import {mod_name} ({type(exc).__name__}: {exc})") from None
+    fn = getattr(mod, attr, None)
+    if not callable(fn):
+        raise UsageError(f"--model: {mod_name} has no factory {attr!r}")
+    return fn
+
+
+def _model(model, preset, kw):
+    from ..probe import Model
+
+    if (model is None) == (preset is None):
+        raise UsageError("give --model module:factory or --preset NAME (one of them)")
+    if preset is not None:
+        from ..layers.presets import NAMES
+        if preset not in NAMES:
+            raise UsageError(f"--preset: unknown block {preset!r}; choose one of {', '.join(NAMES)}")
+        from ..probe import models
+        fn = models.preset
+        if preset == "paper":
+            from ..config import HParams
+            hp_keys = [k for k in list(kw) if k not in ("depth", "width", "n_tokens", "batch", "weights", "q0", "rho0",
+                                                        "seed")]
+            try:
+                # the network has the softmax-derivative path: so has the theory, unless told
+                kw["hp"] = HParams(**{"softmax_correction": True, **{k: kw.pop(k) for k in hp_keys}})
+            except TypeError as exc:
+                raise UsageError(f"--set: {exc}") from None
+        kw = dict(kw, name=preset)
+    else:
+        fn = _factory(model)
+    try:
+        m = fn(**kw)
+    except (TypeError, ValueError) as exc:
+        raise UsageError(f"the model factory refused its arguments: {' '.join(str(exc).split())}") from None
+    if not isinstance(m, Model):
+        raise UsageError(f"the factory must return a phasefield.probe.Model, not {type(m).__name__}")
+    return m
+
+
+def _table(res):
+    ds = res.ds
+    lines = ["block        q   rho(data)    rho(sym)       angle    |J^T u|^2"]
+    for b in ds["block"].values:
+        ang = ds["angle"].values[b]
+        g = ds["grad"].values[b] if "grad" in ds else float("nan")
+        lines.append(f"{b:5d} {ds['q_data'].values[b]:10.4g} {ds['rho_data'].values[b]:10.4f} "
+                     f"{ds['rho_sym'].values[b]:10.4f} {ang:+11.4f} {g:12.4g}")
+    return "\n".join(lines)
+
+
+def register(cli):
+    @cli.command("probe")
+    @click.option("--model", default=None, help="module:factory (or file.py:factory) returning a probe.Model")
+    @click.option("--preset", default=None, help="a phasefield block: paper, pre-ln, post-ln, rms-swiglu, deepscalelm")
+    @click.option("--set", "settings", multiple=True, metavar="KEY=VALUE", help="a keyword of the factory (repeat)")
+    @click.option("--depth", type=int, default=None, help="blocks (passed to the factory)")
+    @click.option("--width", type=int, default=None, help="d (passed to the factory)")
+    @click.option("--n-tokens", type=int, default=None, help="tokens per sequence (passed to the factory)")
+    @click.option("--inits", type=int, default=16, show_default=True, help="independent initializations")
+    @click.option("--seed", type=int, default=0, show_default=True)
+    @click.option("--eps", type=float, default=1e-3, show_default=True, help="1 - rho of the nearby tokens")
+    @click.option("--chunk", type=int, default=1, show_default=True, help="initializations vmapped at once")
+    @click.option("--no-gradient", is_flag=True, help="skip the vector-Jacobian products")
+    @click.option("--json", "as_json", is_flag=True, help="one JSON object on stdout")
+    @click.option("--figure", default=None, help="coordinate-check figure (PNG or PDF)")
+    def probe_cmd(model, preset, settings, depth, width, n_tokens, inits, seed, eps, chunk, no_gradient,
+                  as_json, figure):
+        """Measure a model's blocks at initialization over independent inits: per-block q,
+        rho, angle growth of nearby tokens and gradient growth, the phase and a verdict
+        (docs/probe.md)."""
+        option("--inits", inits, 2, INITS_MAX, integer=True)
+        option("--seed", seed, 0, 2**31 - 1, integer=True)
+        option("--eps", eps, 0.0, 0.5, lo_open=True, hi_open=True)
+        option("--chunk", chunk, 1, 1024, integer=True)
+        kw = _settings(settings)
+        for flag, v in (("--depth", depth), ("--width", width), ("--n-tokens", n_tokens)):
+            if v is not None:
+                option(flag, v, 1 if flag == "--depth" else 2, SIZE_MAX[flag], integer=True)
+                kw[flag[2:].replace("-", "_")] = int(v)
+        if figure is not None:
+            output(figure, "--figure", need_bytes=16 << 20)
+        m = _model(model, preset, kw)
+        from .. import probe as P
+        try:
+            res = P.probe(m, inits=inits, seed=seed, eps=eps, chunk=chunk, gradient=not no_gradient)
+        except ValueError:
+            raise
+        except MemoryError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the user's model failed: one line
+            if "RESOURCE_EXHAUSTED" in str(exc):
+                raise
+            raise UsageError(f"probing the model failed: {type(exc).__name__}: {' '.join(str(exc).split())[:300]}") \
+                from None
+        if figure is not None:
+            from ..figures.probe import probe_figure
+            with atomic_path(figure) as tmp:
+                probe_figure(res, tmp)
+        if as_json:
+            echo_json(res.to_dict())
+        else:
+            click.echo(_table(res))
+            if res.theory is not None:
+                t = res.theory_rates()
+                click.echo(f"theory: lambda_a = {t['lambda_a']:+.4f}, lambda_g(L) = {t['lambda_g']:+.4f}")
+            click.echo(res.verdict())

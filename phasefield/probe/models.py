@@ -1,0 +1,82 @@
+"""Ready-made models for the probe: a stack of one of phasefield's blocks (a preset of
+:mod:`phasefield.layers.presets`, or any block), with the theory beside it.
+
+    m = models.preset("pre-ln", depth=8, width=1024, n_tokens=16, sigma=0.55, alpha=0.2)
+    phasefield.probe(m, inits=32)
+
+``weights="dense"`` draws every weight matrix (``init_fn`` = the Flax init);
+``weights="lazy"`` samples the same Gaussian maps lazily (``phasefield.block``: exact in
+distribution, O(n^2 d) per map instead of O(n d^2), the params are a key).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+from flax import linen as nn
+
+from .. import layers
+from ..block import LAZY_RNG, check_weights
+from ..config import HParams
+from . import Model
+from .geometry import symmetric_tokens
+
+Q0, RHO0 = 1.0, 0.5
+
+
+class _Block(nn.Module):
+    layer: Any
+    weights: str = "dense"
+
+    @nn.compact
+    def __call__(self, x):
+        return self.layer.module(self.weights)(x)
+
+
+class Stack(nn.Module):
+    """``depth`` blocks ``block_0 .. block_{L-1}`` of one phasefield block, independent weights."""
+
+    layer: Any
+    depth: int
+    weights: str = "dense"
+
+    @nn.compact
+    def __call__(self, x):
+        for i in range(self.depth):
+            x = _Block(self.layer, self.weights, name=f"block_{i}")(x)
+        return x
+
+
+def stack(block, depth: int = 8, width: int = 256, n_tokens: int = 16, batch: int = 1, weights: str = "dense",
+          q0: float = Q0, rho0: float = RHO0, seed: int = 0, name: str = "phasefield block") -> Model:
+    """A :class:`Model` of ``depth`` copies of ``block`` on ``batch`` sequences of permutation-
+    symmetric tokens at (q0, rho0) (one fixed draw, ``seed``)."""
+    check_weights(weights)
+    for what, v, lo in (("depth", depth, 1), ("width", width, 2), ("n_tokens", n_tokens, 2), ("batch", batch, 1)):
+        if int(v) != v or v < lo:
+            raise ValueError(f"{what} must be an integer >= {lo}, got {v}")
+    layers.check_layer(block)
+    x = symmetric_tokens(jax.random.PRNGKey(seed), (batch, n_tokens, width), q0, rho0)
+    mod = Stack(block, int(depth), weights)
+    if weights == "dense":
+        init_fn = lambda k: mod.init(k, x)
+        apply_fn = lambda p, xx: mod.apply(p, xx)
+    else:
+        init_fn = lambda k: k
+        apply_fn = lambda k, xx: mod.apply({}, xx, rngs={LAZY_RNG: k})
+    return Model(init_fn, apply_fn, x, blocks=r"block_\d+", block=block, name=name)
+
+
+def preset(name: str = "paper", depth: int = 8, width: int = 256, n_tokens: int = 16, batch: int = 1,
+           weights: str = "dense", q0: float = Q0, rho0: float = RHO0, seed: int = 0, hp: HParams | None = None,
+           **numbers) -> Model:
+    """:func:`stack` of the preset ``name`` (``paper`` from ``hp``, the others from keyword
+    numbers such as ``sigma``, ``alpha``, ``heads``; ``deepscalelm`` scales its residuals
+    for this ``depth``)."""
+    if name == "deepscalelm":
+        numbers.setdefault("depth", depth)
+    if name == "paper" and hp is None:
+        hp = HParams(softmax_correction=True)     # the network has the softmax path: so has the theory
+    block = layers.presets.get(name, hp, **numbers)
+    label = name + "".join(f" {k}={v}" for k, v in numbers.items())
+    return stack(block, depth, width, n_tokens, batch, weights, q0, rho0, seed, name=label)

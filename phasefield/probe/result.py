@@ -1,0 +1,170 @@
+"""The probe's answer: per-block measurements with standard errors over initializations
+(an ``xarray.Dataset``), the rates, the phase and a verdict in words.
+
+Rates (finite-depth, from the measurements):
+
+* ``lambda_a = (1/L) log[(1 - rho_L) / (1 - rho_0)]`` of nearby tokens, i.e. the mean
+  over blocks of the per-block angle growth (per init, then mean and standard error);
+* ``lambda_g = (1/L) log E|J^T u|^2 / |x0|``, J the Jacobian of the whole stack (the mean
+  over inits inside the log; its standard error by the delta method).
+
+Phase: ordered (lambda_a < 0: nearby tokens merge, rank collapse) or chaotic (> 0), and
+vanishing (lambda_g < 0) or exploding (> 0) gradients; within 3 standard errors of 0 it is
+"edge" / "stable".
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Optional
+
+import numpy as np
+import xarray as xr
+
+Z = 3.0
+RESOLUTION = 1e-5    # relative: float32 rounding and the norms' epsilon (1e-6)
+PER_BLOCK = ("q_data", "rho_data", "q_sym", "rho_sym", "gap", "angle", "grad")
+
+
+def _se(a, axis=0):
+    a = np.asarray(a, float)
+    n = a.shape[axis]
+    return a.std(axis, ddof=1) / math.sqrt(n) if n > 1 else np.full(np.delete(a.shape, axis), np.nan)
+
+
+def dataset(raw: dict) -> xr.Dataset:
+    """Per-init arrays (dims init, block) -> Dataset with ``<name>`` (mean over inits),
+    ``<name>_se`` and the raw ``<name>_init``."""
+    raw = {k: np.asarray(v, float) for k, v in raw.items() if k not in ("finite", "grad_finite")}
+    gap = raw["gap"]
+    raw["angle"] = np.concatenate([np.full((gap.shape[0], 1), np.nan), np.diff(np.log(gap), axis=1)], 1)
+    inits, nb = gap.shape
+    ds = xr.Dataset(coords=dict(block=np.arange(nb), init=np.arange(inits)))
+    for k in PER_BLOCK:
+        if k in raw:
+            ds[k] = ("block", raw[k].mean(0))
+            ds[k + "_se"] = ("block", _se(raw[k]))
+            ds[k + "_init"] = (("init", "block"), raw[k])
+    return ds
+
+
+def classify(value, se, neg, pos, mid):
+    if not np.isfinite(value):
+        return "undetermined"
+    if np.isfinite(se) and abs(value) <= Z * se:
+        return mid
+    return neg if value < 0 else pos
+
+
+@dataclasses.dataclass
+class ProbeResult:
+    """``ds``: per-block measurements (:func:`dataset`); ``theory``: the theory's curves
+    (:mod:`.theory`) when the model is a phasefield block, else None."""
+
+    name: str
+    ds: xr.Dataset
+    start: tuple
+    eps: float
+    theory: Optional[dict] = None
+
+    @property
+    def depth(self) -> int:
+        return int(self.ds.sizes["block"]) - 1
+
+    @property
+    def inits(self) -> int:
+        return int(self.ds.sizes["init"])
+
+    @property
+    def lambda_a(self) -> tuple:
+        g = self.ds["gap_init"].values
+        per = np.log(g[:, -1] / g[:, 0]) / self.depth
+        return float(per.mean()), float(_se(per))
+
+    @property
+    def lambda_g(self) -> tuple:
+        if "grad_init" not in self.ds:
+            return float("nan"), float("nan")
+        g = self.ds["grad_init"].values[:, 0]
+        return float(np.log(g.mean()) / self.depth), float(_se(g) / g.mean() / self.depth)
+
+    @property
+    def phase(self) -> tuple:
+        la, la_se = self.lambda_a
+        lg, lg_se = self.lambda_g
+        return (classify(la, la_se, "ordered", "chaotic", "edge"),
+                classify(lg, lg_se, "vanishing", "exploding", "stable"))
+
+    def theory_rates(self) -> dict:
+        if self.theory is None:
+            return {}
+        t, L = self.theory, self.depth
+        return dict(lambda_a=float(np.log(t["gap"][-1] / t["gap"][0]) / L), lambda_g=float(t["log_grad"][0] / L))
+
+    def verdict(self) -> str:
+        la, la_se = self.lambda_a
+        lg, lg_se = self.lambda_g
+        ang, grad = self.phase
+        L = self.depth
+        r0, rl = float(self.ds["rho_data"][0]), float(self.ds["rho_data"][-1])
+        words = {"ordered": "ordered (nearby tokens merge)", "chaotic": "chaotic (nearby tokens separate)",
+                 "edge": "at the edge of chaos (nearby tokens keep their angle)", "undetermined": "undetermined"}
+        out = [f"{self.name}: {words[ang]}, {grad} gradients, over {L} blocks and {self.inits} initializations."]
+        out.append(f"The angle between nearby tokens changes by a factor {math.exp(la):.3f} per block "
+                   f"(lambda_a = {la:+.4f} +- {la_se:.4f}); the mean token cosine of your inputs goes "
+                   f"from {r0:.3f} to {rl:.3f}" + (" (rank collapse)." if rl > 0.9 and rl > r0 else "."))
+        if np.isfinite(lg):
+            q0, qL = float(self.ds["q_data"][0]), float(self.ds["q_data"][-1])
+            out.append(f"A gradient entering at block {L}'s output reaches the first block's input "
+                       f"{math.exp(lg * L):.3g} times as large (squared norm; lambda_g(L) = {lg:+.4f} "
+                       f"+- {lg_se:.4f} per block), while the tokens' squared norm grows {qL / q0:.3g} times "
+                       f"(behind normalizations, gradients scale as 1/norm).")
+        advice = {("ordered", "vanishing"): "Deeper, it loses token information and gradient: a larger init "
+                                            "std or branch scale moves it toward the edge.",
+                  ("chaotic", "exploding"): "Deeper, nearby inputs decorrelate and gradients blow up: a smaller "
+                                            "init std or branch scale moves it toward the edge.",
+                  ("ordered", "exploding"): "Tokens merge while gradients grow: check the residual scaling.",
+                  ("chaotic", "vanishing"): "Tokens separate while gradients shrink: check the normalization."}
+        if (ang, grad) in advice:
+            out.append(advice[(ang, grad)])
+        elif ang == "edge" or grad == "stable":
+            out.append("Close to critical at this depth: a good place to start training.")
+        return " ".join(out)
+
+    def to_dict(self) -> dict:
+        la, la_se = self.lambda_a
+        lg, lg_se = self.lambda_g
+        per = {k: self.ds[k].values.tolist() for k in PER_BLOCK if k in self.ds}
+        per.update({k + "_se": self.ds[k + "_se"].values.tolist() for k in PER_BLOCK if k in self.ds})
+        out = dict(model=self.name, depth=self.depth, inits=self.inits, start=list(self.start), eps=self.eps,
+                   lambda_a=la, lambda_a_se=la_se, lambda_g=lg, lambda_g_se=lg_se,
+                   phase=list(self.phase), verdict=self.verdict(), blocks=per)
+        if self.theory is not None:
+            out["theory"] = {k: np.asarray(v, float).tolist() for k, v in self.theory.items()}
+            out["theory"].update(self.theory_rates())
+        return out
+
+    def agreement(self, resolution: float = RESOLUTION) -> dict:
+        """z = (measured - theory) / se for every per-block curve and the two rates (theory
+        needed): {name: array of z over blocks 1..L} and {rate: z}. A quantity that the
+        block fixes (q after a LayerNorm is 1 - eps/var, the same in every draw) has a
+        standard error at float32 rounding; its se is floored at ``resolution`` x |theory|
+        (default 1e-5: float32 and the norms' epsilon 1e-6), so such a curve agrees when it
+        is equal to 1e-5 relative."""
+        if self.theory is None:
+            raise ValueError("no theory for this model (it is not a phasefield block)")
+        t = self.theory
+        z = {}
+        for name, key in (("q_sym", "q"), ("rho_sym", "rho")):
+            se = np.maximum(self.ds[name + "_se"].values[1:], resolution * np.abs(t[key][1:]))
+            z[name] = (self.ds[name].values[1:] - t[key][1:]) / se
+        z["angle"] = (self.ds["angle"].values[1:] - t["angle"][1:]) / self.ds["angle_se"].values[1:]
+        if "grad" in self.ds:
+            g, gse = self.ds["grad"].values[:-1], self.ds["grad_se"].values[:-1]
+            z["log_grad"] = (np.log(g) - t["log_grad"][:-1]) / (gse / g)
+        rates = self.theory_rates()
+        la, la_se = self.lambda_a
+        lg, lg_se = self.lambda_g
+        z["lambda_a"] = (la - rates["lambda_a"]) / la_se
+        z["lambda_g"] = (lg - rates["lambda_g"]) / lg_se
+        return z
