@@ -184,7 +184,7 @@ def main(argv=None):
     lines, worst = report(rows)
     print("\n".join(lines))
     for m in MAPS:
-        w = sorted(worst[m], reverse=True)
+        w = sorted((x for x in worst[m] if np.isfinite(x[0])), reverse=True)   # NaN: not measurable
         print(f"{m} map, largest |z|:", ", ".join(f"{z:.1f} ({p} {pt} {q})" for z, p, pt, q in w[:6]))
     return 0
 

@@ -228,13 +228,14 @@ def test_chunk_is_sharded_over_devices_and_matches_one_device(tmp_path):
 # kinds composed otherwise (one compile each, ~25 s): scripts/train_presets.py trains all five
 @pytest.mark.parametrize("spec_text", ["pre-ln:heads=2", "rms-swiglu:heads=2"])
 def test_the_trainer_trains_every_preset(small, spec_text):
-    """A preset's own Flax module in the ViT (digits, width 16, 2 blocks, 2 epochs, sigma =
-    0.55, alpha = 0.5, Adam 1e-2): the loss is finite and falls below chance."""
-    cfg = dataclasses.replace(TINY, block=spec_text, epochs=2).validate()
+    """A preset's own Flax module in the ViT (digits, width 16, 2 blocks, 5 epochs, sigma =
+    0.55, alpha = 0.5, Adam 1e-2): the loss is finite and falls well below chance (measured
+    1.09 and 0.89 against chance 2.30)."""
+    cfg = dataclasses.replace(TINY, block=spec_text, epochs=5).validate()
     tr = Trainer(cfg, small)
     pts = make_points(cfg, [0.55], [1.0], [0.5], [0.5], [1e-2], [0])
     params, metrics = tr.train_many(pts)
-    assert np.all(np.isfinite(metrics["test_loss"])) and float(metrics["train_loss"][0]) < math.log(10) - 0.15, \
+    assert np.all(np.isfinite(metrics["test_loss"])) and float(metrics["train_loss"][0]) < math.log(10) - 0.5, \
         (spec_text, metrics["train_loss"])
     # the layers' module is in the model: the attention of a block with 2 heads has W_O
     leaves = jax.tree_util.tree_leaves_with_path(params)
