@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 
 import jax
 import numpy as np
 
 from phasefield import layers
+from phasefield.io import read_jsonl
 from phasefield.layers import measure
 
 N, L, Q0, RHO0 = 16, 8, 1.0, 0.5
@@ -75,10 +75,7 @@ def main(argv=None):
     ap.add_argument("--out", default="docs/data/blocks/heads.jsonl")
     ap.add_argument("--report", action="store_true")
     a = ap.parse_args(argv)
-    rows = []
-    if os.path.exists(a.out):
-        with open(a.out) as f:
-            rows = [json.loads(line) for line in f if line.strip()]
+    rows = read_jsonl(a.out)
     if not a.report:
         from tqdm import tqdm
         done = {(json.dumps(r["point"], sort_keys=True), r["heads"], r["width"], r["draws"]) for r in rows}

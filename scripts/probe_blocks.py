@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 
@@ -21,6 +20,7 @@ import numpy as np
 
 from phasefield import HParams, probe
 from phasefield.probe import models
+from phasefield.io import read_jsonl
 
 DEPTH, N, HEADS = 8, 16, 4
 # points where scripts/validate_blocks.py finds the theory and the finite-width simulation
@@ -61,10 +61,8 @@ def measure(preset, point, width, inits, weights) -> dict:
 
 
 def load(path):
-    if not os.path.exists(path):
-        return []
-    with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
+    """The rows written so far (a torn last line, from a kill in mid-write, is skipped)."""
+    return read_jsonl(path)
 
 
 def report(rows):

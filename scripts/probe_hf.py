@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 
 import phasefield
 from phasefield.probe import hf
+from phasefield.io import read_jsonl
 
 # (model, depth, std (None: as shipped), scaled)
 CONFIGS = [("gpt2", 12, None, False), ("gpt2", 12, None, True), ("gpt2", 12, 0.01, False),
@@ -41,10 +41,8 @@ def run(model, depth, std, scaled, inits):
 
 
 def load(path):
-    if not os.path.exists(path):
-        return []
-    with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
+    """The rows written so far (a torn last line, from a kill in mid-write, is skipped)."""
+    return read_jsonl(path)
 
 
 def report(rows):

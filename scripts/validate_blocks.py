@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import functools
 import json
-import os
 import sys
 import time
 
@@ -36,6 +35,7 @@ import numpy as np
 
 from phasefield import layers
 from phasefield.layers import measure as M
+from phasefield.io import read_jsonl
 
 N, L, Q0, RHO0, EPS, HEADS = 16, 8, 1.0, 0.5, 1e-3, 4
 
@@ -110,11 +110,8 @@ def extrapolate(ds, y, se):
 
 
 def load(path):
-    rows = []
-    if os.path.exists(path):
-        with open(path) as f:
-            rows = [json.loads(line) for line in f if line.strip()]
-    return rows
+    """The rows written so far (a torn last line, from a kill in mid-write, is skipped)."""
+    return read_jsonl(path)
 
 
 MAPS = ("paper", "exact")

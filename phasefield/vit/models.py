@@ -197,16 +197,7 @@ class Trees(Model):
         X = np.asarray(X, float)
         out = np.full(len(X), self.init)
         for t in self.trees:
-            left, right = np.asarray(t["left"]), np.asarray(t["right"])
-            feat, thr, val = np.asarray(t["feature"]), np.asarray(t["threshold"]), np.asarray(t["value"])
-            node = np.zeros(len(X), int)
-            while True:
-                leaf = left[node] == -1
-                if leaf.all():
-                    break
-                go_left = X[np.arange(len(X)), np.maximum(feat[node], 0)] <= thr[node]
-                node = np.where(leaf, node, np.where(go_left, left[node], right[node]))
-            out += self.rate * val[node]
+            out += self.rate * _tree_predict(t, X)
         return self.clip(out)
 
     def _state(self):
