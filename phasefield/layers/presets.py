@@ -22,7 +22,9 @@ Approximations (static, part of the pytree's structure): ``attention`` "paper" (
 paper's Assumption 3.2; the default: fast in sweeps, measured within 3 se of the networks
 for sigma <= 1 and off by up to 24 se at sigma = 2, docs/blocks.md) or "exact" (the
 exact-softmax map: valid here at every sigma because the attention of the standard blocks
-reads normalized tokens, q = 1; within 3 se at every validated point, ~30x slower in sweeps);
+reads normalized tokens, q = 1; within 3 se at every validated point but one post-LN angle
+rate (docs/blocks.md), ~4x slower and
+~6x the memory per point in sweeps);
 ``softmax_correction`` (the softmax-derivative path in the
 backward map; on by default for the standard blocks, where it is measured to matter:
 docs/blocks.md); ``qk_norm`` (RMS-normalized queries and keys per head, gain 1:
