@@ -54,7 +54,6 @@ def register(cli):
     def exponents(spec_text, depth, n_tokens, q0, rho0, as_json):
         """Finite-depth rates from the input geometry (q0, rho0) and, where the block has a
         finite fixed point, the exponents lambda_a, lambda_g_inf."""
-        import math
 
         import numpy as np
 
@@ -65,21 +64,13 @@ def register(cli):
         option("--depth", depth, 1, 10_000, integer=True)
         n = _check_geometry(n_tokens, q0, rho0)
         blk = spec.build(name, kw)
-        fd = layers.finite_depth(blk, q0=q0, rho0=rho0, n_tokens=n, depth=int(depth))
-        nan = float("nan")
-        if math.isfinite(float(layers.q_star(blk, n_tokens=n))):
-            ex = layers.exponents(blk, n_tokens=n, depth=int(depth))
-        else:      # no fixed point: skip the (costly) attractor search
-            ex = dict(lambda_a=nan, lambda_g_inf=nan, q_star=float("inf"), rho_star=nan)
+        r = layers.rates(blk, q0=q0, rho0=rho0, n_tokens=n, depth=int(depth))
         res = dict(block=name, **{k: v for k, v in kw.items()}, n_tokens=n, depth=int(depth), q0=q0, rho0=rho0,
-                   angle_rate=float(fd["angle_rate"]), lambda_g=float(fd["lambda_g"]),
-                   lambda_g_collapsed=float(fd["lambda_g_collapsed"]),
-                   rho_L=float(fd["rho"][-1]), q_L=float(fd["q"][-1]),
-                   lambda_a=float(ex["lambda_a"]), lambda_g_inf=float(ex["lambda_g_inf"]),
-                   q_star=float(ex["q_star"]), rho_star=float(ex["rho_star"]),
-                   q=[float(v) for v in np.asarray(fd["q"])], rho=[float(v) for v in np.asarray(fd["rho"])])
-        fixed = math.isfinite(res["q_star"])
-        res["has_fixed_point"] = fixed
+                   **{k: float(r[k]) for k in ("angle_rate", "lambda_g", "lambda_g_collapsed", "lambda_a",
+                                               "lambda_g_inf", "q_star", "rho_star")},
+                   rho_L=float(r["rho"][-1]), q_L=float(r["q"][-1]),
+                   q=[float(v) for v in np.asarray(r["q"])], rho=[float(v) for v in np.asarray(r["rho"])])
+        fixed = res["has_fixed_point"] = r["has_fixed_point"]
         res["phase"] = _phase(res["lambda_a"] if fixed else res["angle_rate"], res["lambda_g"])
         if as_json:
             echo_json(res)

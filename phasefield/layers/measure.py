@@ -28,13 +28,20 @@ def stack(block, key, x, depth: int, weights: str = "lazy", causal: bool = False
     return jnp.concatenate([x[None], ys])
 
 
-def tokens(key, n: int, d: int, q0, rho0, dtype=jnp.float32):
-    """n tokens with squared norm per component q0 and pairwise cosine rho0 (in
-    expectation): ``sqrt(p) g + sqrt(q - p) e_i``."""
+def symmetric_tokens(key, shape, q0, rho0, dtype=jnp.float32):
+    """Tokens ``[..., n, d]`` ``sqrt(q0 rho0) g + sqrt(q0 (1 - rho0)) e_i`` (g, e_i standard
+    normal, g shared by the tokens of a sequence): squared norm q0 per component and
+    pairwise cosine rho0 in expectation, every token alike."""
+    *batch, n, d = shape
     kg, ke = jax.random.split(key)
-    g = jax.random.normal(kg, (1, d), dtype)
-    e = jax.random.normal(ke, (n, d), dtype)
-    return jnp.sqrt(q0 * rho0) * g + jnp.sqrt(q0 * (1.0 - rho0)) * e
+    g = jax.random.normal(kg, (*batch, 1, d), dtype)
+    e = jax.random.normal(ke, (*batch, n, d), dtype)
+    return jnp.sqrt(q0 * rho0).astype(dtype) * g + jnp.sqrt(q0 * (1.0 - rho0)).astype(dtype) * e
+
+
+def tokens(key, n: int, d: int, q0, rho0, dtype=jnp.float32):
+    """n tokens of one sequence at (q0, rho0): :func:`symmetric_tokens` of shape (n, d)."""
+    return symmetric_tokens(key, (n, d), q0, rho0, dtype)
 
 
 def geometry(x):

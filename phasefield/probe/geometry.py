@@ -1,13 +1,14 @@
-"""Token geometry per sequence, averaged over a batch (THEORY.md §2), and the
-permutation-symmetric tokens the theory starts from.
+"""Token geometry per sequence, averaged over a batch (THEORY.md §2); the
+permutation-symmetric tokens the theory starts from are :func:`phasefield.layers.measure.symmetric_tokens`.
 
 Tokens are ``[..., n, d]``: the last two axes are the n tokens of one sequence and their
 d components; leading axes are a batch of sequences, averaged over.
 """
 from __future__ import annotations
 
-import jax
 import jax.numpy as jnp
+
+from ..layers.measure import symmetric_tokens  # noqa: F401  (the probe's symmetric start)
 
 
 def gram_qp(t):
@@ -37,14 +38,3 @@ def q_rho_gap(t):
     q = jnp.mean(jnp.square(t))
     u = spread(t)
     return q, 1.0 - u / q, u / q
-
-
-def symmetric_tokens(key, shape, q0, rho0, dtype=jnp.float32):
-    """Tokens ``sqrt(q0 rho0) g + sqrt(q0 (1 - rho0)) e_i`` (g, e_i standard normal, g
-    shared by the tokens of a sequence): squared norm q0 per component and pairwise cosine
-    rho0 in expectation, every token alike."""
-    *batch, n, d = shape
-    kg, ke = jax.random.split(key)
-    g = jax.random.normal(kg, (*batch, 1, d), dtype)
-    e = jax.random.normal(ke, (*batch, n, d), dtype)
-    return jnp.sqrt(q0 * rho0).astype(dtype) * g + jnp.sqrt(q0 * (1.0 - rho0)).astype(dtype) * e

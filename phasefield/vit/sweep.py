@@ -71,8 +71,6 @@ def block_theory(cfg: TrainConfig, runs: list[dict]):
     convention): ``lambda_a`` the angle exponent where the block has a finite fixed point,
     else the finite-depth angle rate (1/L) log[(1 - rho_L)/(1 - rho_0)] (rho_0 -> 1);
     ``lambda_g`` = lambda_g(L); ``lambda_g_inf`` at the stable fixed point (NaN without one)."""
-    import math
-
     from .. import layers
 
     cache, out = {}, {k: np.empty(len(runs)) for k in ("lambda_a", "lambda_g", "lambda_g_inf")}
@@ -81,13 +79,9 @@ def block_theory(cfg: TrainConfig, runs: list[dict]):
         key = (float(r["sigma_w"]), float(r["sigma_a"]), float(r["alpha_a"]), depth)
         if key not in cache:
             blk = cfg.block_for(HParams(sigma_w=key[0], sigma_a=key[1], alpha_a=key[2], alpha_m=key[2]))
-            fd = layers.finite_depth(blk, q0=1.0, rho0=1.0, n_tokens=cfg.n_tokens, depth=depth)
-            if math.isfinite(float(layers.q_star(blk, n_tokens=cfg.n_tokens))):
-                ex = layers.exponents(blk, n_tokens=cfg.n_tokens, depth=depth)
-                lam_a, lam_inf = float(ex["lambda_a"]), float(ex["lambda_g_inf"])
-            else:
-                lam_a, lam_inf = float(fd["angle_rate"]), float("nan")
-            cache[key] = (lam_a, float(fd["lambda_g_collapsed"]), lam_inf)
+            r = layers.rates(blk, q0=1.0, rho0=1.0, n_tokens=cfg.n_tokens, depth=depth)
+            lam_a = r["lambda_a"] if r["has_fixed_point"] else r["angle_rate"]
+            cache[key] = (float(lam_a), float(r["lambda_g_collapsed"]), float(r["lambda_g_inf"]))
         out["lambda_a"][i], out["lambda_g"][i], out["lambda_g_inf"][i] = cache[key]
     return out
 
