@@ -118,7 +118,7 @@ def test_tanh_one_dimensional_integrals_at_any_scale(s):
     assert float(d2) == pytest.approx(quadrature.reference_1d(lambda x: np_dtanh(x) ** 2, s), abs=1e-13)
 
 
-@pytest.mark.parametrize("s", [4.5, 30.0])
+@pytest.mark.parametrize("s", [1.3, 4.5, 30.0])   # 1.3: the plain rule (grid <= PLAIN_GRID_MAX)
 def test_tanh_split_tables_match_dense_2d_reference(s):
     n_grid, n_cheb = mlp.table_sizes(s)
     e2, d2 = mlp._e_sq("tanh", jnp.asarray(s), jnp.tanh, _dtanh)
@@ -132,11 +132,11 @@ def test_tanh_split_tables_match_dense_2d_reference(s):
         assert got_dd == pytest.approx(quadrature.reference_2d(np_dtanh, np_dtanh, s, r), abs=1e-10)
 
 
-@pytest.mark.parametrize("s", [4.5])
+@pytest.mark.parametrize("s", [1.3, 4.5])
 def test_tanh_split_tables_equal_the_2d_rule(s):
     n_grid, n_cheb = mlp.table_sizes(s)
     e2, d2 = mlp._e_sq("tanh", jnp.asarray(s), jnp.tanh, _dtanh)
-    new = mlp._tables("tanh", jnp.asarray(s), n_grid, n_cheb, e2, d2)
+    new = mlp._tables("tanh", jnp.asarray(s), n_grid, n_cheb, e2, d2, split=True)
     old = mlp._tables("tanh", jnp.asarray(s), n_grid, n_cheb, e2, d2, split=False)
     rho = jnp.linspace(-1.0, 1.0, 41)
     for c_new, c_old in zip(new, old):

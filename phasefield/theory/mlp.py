@@ -41,6 +41,10 @@ from .precision import float64
 CLOSED_FORMS = ("erf", "relu", "linear", "gelu")
 ODD = ("tanh", "erf", "linear")
 DEFAULT_SIGMA_MAX = 10.0   # table resolution used when sigma_w is traced
+# tanh tables take the plain 2-D rule up to this grid size (s <~ 4), the erf split above it:
+# the split's fixed 129-node local rules cost 5-12x the plain rule's at s <= 2 (issue 26),
+# both agree with a dense reference to the same digits (tests/test_cost.py)
+PLAIN_GRID_MAX = 256
 
 
 @struct.dataclass
@@ -215,9 +219,11 @@ def _build(sigma_w, act, k, n_grid, n_cheb):
 def _tables(act, s, n_grid, n_cheb, e_one, d_one, groups: int = 4, split: bool | None = None):
     """Chebyshev coefficients of E[phi phi] and E[phi' phi'] at scale s (vmapped over s).
 
-    tanh splits into a closed-form erf part and a localized remainder whose integrals take
-    a fixed number of nodes at any scale (:mod:`.smoothed`, ``quadrature.N_LOCAL``; the
-    plain 2-D rule's nodes grow like s^2). ``split=False`` forces the plain 2-D rule (tests).
+    tanh, where the plain rule's grid exceeds :data:`PLAIN_GRID_MAX`, splits into a
+    closed-form erf part and a localized remainder whose integrals take a fixed number of
+    nodes at any scale (:mod:`.smoothed`, ``quadrature.N_LOCAL``; the plain 2-D rule's nodes
+    grow like s^2, and are the cheaper rule below that size). ``split=True``/``False``
+    forces one rule (tests).
 
     The nodes are split into ``groups`` contiguous theta ranges; each gets its own static
     v-grid size, proportional to the largest b = sin(theta/2) in it (the v spacing only
@@ -229,7 +235,7 @@ def _tables(act, s, n_grid, n_cheb, e_one, d_one, groups: int = 4, split: bool |
     m = (n_cheb + 1) // 2 if odd else n_cheb
     theta_all = np.pi * np.arange(m) / (n_cheb - 1)
     if split is None:
-        split = act in smoothed.SPLIT
+        split = act in smoothed.SPLIT and n_grid > PLAIN_GRID_MAX
     if split:
         rest = smoothed.tanh_rest
         theta_nodes = jnp.asarray(theta_all)
