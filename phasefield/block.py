@@ -1,7 +1,8 @@
-"""The transformer block of THEORY.md §1, as one Flax module.
-
-This is the single definition used by the finite-width simulator (``phasefield.simulate``)
-and by the ViT trainer (``phasefield.vit``). Its initialisation is driven by the same
+"""The transformer block of THEORY.md §1 as a Flax module: the network of the ``paper``
+preset of :mod:`phasefield.layers` (one definition per layer kind: its network and its
+mean-field maps together, :mod:`phasefield.layers.attention`, :mod:`phasefield.layers.mlp`,
+...). Used by the finite-width simulator (``phasefield.simulate``) and the ViT trainer
+(``phasefield.vit``). Its initialisation is driven by the same
 :class:`phasefield.config.HParams` pytree as the theory, and every numeric field may be a
 traced value (so ``jax.vmap`` over hyperparameter points works through ``init``).
 
@@ -11,234 +12,25 @@ traced value (so ``jax.vmap`` over hyperparameter points works through ``init``)
 with LN(x) = sqrt(d) x / |x| (no parameters, no mean subtraction) and
 Attn(X) = softmax(X W_Q (X W_K)^T / sqrt(d)) X W_V.
 
-Its linear layers are a choice (``weights``):
-
-``"dense"``  trainable ``nn.Dense`` layers (the ViT; the simulator's reference path).
-``"lazy"``   lazily sampled i.i.d. Gaussian maps for simulation (:func:`random_linear`):
-             no parameters; the randomness comes from the ``"lazy"`` rng stream
-             (``Block(hp, weights="lazy").apply({}, x, rngs={"lazy": key})``). Exact in
-             distribution, including one vector-Jacobian product per draw, at O(n^2 d)
-             per block instead of O(n d^2) and n d random numbers per map instead of d^2.
+Its linear layers are a choice (``weights``, :mod:`phasefield.layers.weights`): ``"dense"``
+trainable ``nn.Dense`` layers (the ViT; the simulator's reference path) or ``"lazy"``
+lazily sampled Gaussian maps (``Block(hp, weights="lazy").apply({}, x, rngs={"lazy": key})``).
 """
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence
+from typing import Optional
 
-import jax
-import jax.numpy as jnp
 from flax import linen as nn
 
-from . import activations
 from .config import HParams
-
-
-def normalize(x, eps: float = 0.0):
-    """LN(x) = sqrt(d) x / |x| over the last axis."""
-    d = x.shape[-1]
-    sq = jnp.sum(jnp.square(x), axis=-1, keepdims=True)
-    return x * jax.lax.rsqrt(sq / d + eps)
-
-
-def _normal(std):
-    def init(key, shape, dtype=jnp.float32):
-        return jax.random.normal(key, shape, dtype) * jnp.asarray(std, dtype)
-
-    return init
-
-
-WEIGHTS = ("dense", "lazy")
-LAZY_RNG = "lazy"
-
-
-def check_weights(weights):
-    """ValueError unless ``weights`` is one of :data:`WEIGHTS`."""
-    if weights not in WEIGHTS:
-        raise ValueError(f"unknown weights {weights!r}; choose one of {', '.join(WEIGHTS)}")
-
-
-# ---------------------------------------------------------------- lazily sampled maps
-# A Gaussian map W (d_in x d_out, i.i.d. N(0, s^2)) is used once forward, Y = X W, and
-# once backward, U W^T. With Q (d_in x N) an orthonormal basis of the tokens' span (zero
-# columns allowed, see token_basis):
-#   W = Q S + (I - Q Q^T) W,   S = Q^T W: i.i.d. N(0, s^2), independent of the rest
-#   (rotation invariance, given X), so Y = (X Q) S; and since U depends on W only through
-#   Y, U W^T = U S^T Q^T + [(I - Q Q^T) G B^T]^T with G: d_in x N standard normal and
-#   B B^T = C = s^2 U U^T (cotangent_root) -- an exact draw of the part of W the forward
-#   never touched.
-# Several maps on the same X (W_Q, W_K, W_V) share the basis; their untouched parts are
-# independent, so their summed backward terms are one draw with C = sum_j s_j^2 U_j U_j^T.
-#
-# Q must be a *stable* function of X. An unpivoted Householder QR of rank-deficient X
-# (identical tokens: the lambda_g protocol's collapsed input) completes Q with directions
-# set by rounding noise, and S's rows along them enter the VJP with O(1) weight: the draw
-# then depends on rounding (the same keys gave different numbers in a vmapped sweep and at
-# a single point), and R's rounding-level rows made identical tokens drift apart. token_basis
-# orthogonalizes the tokens in order (classical Gram-Schmidt, twice) and keeps token i's
-# direction only if its residual exceeds RANK_TOL sqrt(d_in) eps |x_i| -- below that the
-# residual's direction is mostly rounding noise (its rounding error is ~ sqrt(d_in) eps
-# |x_i|) --; a dropped direction gets a zero column in Q, its part of W is drawn in the VJP's
-# noise term, and the forward Y = (X Q) S omits X's (rounding-level) component along it.
-# Identical tokens give identical rows of X Q, so a collapsed input stays collapsed.
-RANK_TOL = 32.0
-
-
-def token_basis(x):
-    """Orthonormal-or-zero basis ``Q`` ``[d_in, N]`` of the span of the tokens ``x``
-    (``[N, d_in]``), built in token order: column i is zero when token i lies in the span of
-    tokens < i up to ``RANK_TOL sqrt(d_in)`` machine epsilons (relative to its norm), else the
-    normalized residual. ``Q Q^T`` projects onto the (numerical) span of the tokens."""
-    n, d_in = x.shape
-    tol = RANK_TOL * jnp.sqrt(jnp.asarray(d_in, x.dtype)) * jnp.finfo(x.dtype).eps
-
-    def step(i, q):
-        c0 = x[i]
-        c = c0 - q @ (q.T @ c0)
-        c = c - q @ (q.T @ c)  # second pass: orthogonal to working precision
-        nu = jnp.linalg.norm(c)
-        keep = nu > tol * jnp.linalg.norm(c0)
-        return q.at[:, i].set(jnp.where(keep, c / jnp.where(keep, nu, 1.0), 0.0))
-
-    return jax.lax.fori_loop(0, n, step, jnp.zeros((d_in, n), x.dtype))
-
-
-def cotangent_root(cts, scales):
-    """``B`` ``[N, N]`` with ``B B^T = C = sum_j s_j^2 U_j U_j^T`` (up to rounding), taken
-    as ``V^T``-coordinates of the rows of ``U = [s_1 U_1, ..., s_m U_m]`` in the
-    :func:`token_basis` of those rows: ``B = U V``. Not the symmetric root ``C^{1/2}``,
-    whose eigendecomposition of the squared matrix turns rounding (eps) in C into sqrt(eps)
-    in the root where C is (nearly) singular -- at collapsed tokens the attention maps'
-    cotangents have identical rows -- so the noise would depend on rounding at the 1e-3
-    level in float32; B's rounding error stays at eps, and B is stable at rank deficiency."""
-    u = jnp.concatenate([s * c for s, c in zip(scales, cts)], axis=-1)
-    return u @ token_basis(u)
-
-
-def _project(xq, scales, draws):
-    return tuple(s * (xq @ w) for s, w in zip(scales, draws))
-
-
-@jax.custom_vjp
-def random_linear(x, scales, draws, noise):
-    """``(x W_1, ..., x W_m)`` for independent Gaussian ``W_j`` (d_in x d_out_j, entries
-    N(0, scales[j]^2)), sampled lazily: exact in distribution, together with one VJP.
-
-    x       ``[N, d_in]`` (all N tokens that see the same W)
-    scales  tuple of m scalars (the standard deviations s_j)
-    draws   tuple of m standard-normal arrays ``[N, d_out_j]`` (the slabs S_j; row i is
-            used only where :func:`token_basis` keeps token i's direction)
-    noise   a standard-normal ``[d_in, N]`` array (G; used only by the VJP)
-
-    The VJP with respect to ``x`` is ``sum_j s_j U_j S_j^T Q^T + [(I - QQ^T) G B^T]^T``,
-    ``B B^T = C = sum_j s_j^2 U_j U_j^T`` (:func:`cotangent_root`): a fresh exact draw of the part of the W_j the forward did
-    not touch, so it is *not* linear in the cotangents -- one VJP per draw (as in the
-    lambda_g protocol); full Jacobians (``jacrev``) need ``weights="dense"``. The VJP of
-    ``scales`` is exact (``sum U_j * Y_j / s_j``); ``draws`` and ``noise`` get zero.
-    """
-    return _project(x @ token_basis(x), scales, draws)
-
-
-def _random_linear_fwd(x, scales, draws, noise):
-    q = token_basis(x)  # d_in x N, orthonormal or zero columns
-    xq = x @ q  # N x N, (numerically) upper triangular: R^T of x^T = Q R
-    return _project(xq, scales, draws), (q, xq, scales, draws, noise)
-
-
-def _random_linear_bwd(res, cts):
-    q, xq, scales, draws, noise = res
-    m = sum(s * (u @ w.T) for s, u, w in zip(scales, cts, draws))  # N x N
-    # the untouched part: (I - QQ^T) G B^T (zero when Q spans all d_in directions)
-    pg = noise - q @ (q.T @ noise)  # (I - QQ^T) G
-    dx = m @ q.T + cotangent_root(cts, scales) @ pg.T
-    dscales = tuple(jnp.sum((xq.T @ u) * w).astype(jnp.result_type(s)) for s, u, w in zip(scales, cts, draws))
-    return (dx, dscales, tuple(jnp.zeros_like(w) for w in draws), jnp.zeros_like(noise))
-
-
-random_linear.defvjp(_random_linear_fwd, _random_linear_bwd)
-
-
-class RandomLinear(nn.Module):
-    """Lazily sampled Gaussian linear maps ``x -> (x W_1, ..., x W_m)`` sharing one input
-    (:func:`random_linear`); ``W_j`` has ``features[j]`` columns and entries
-    N(0, ``stds[j]``^2). No parameters: S and G come from the ``"lazy"`` rng stream (standard
-    normals, so points vmapped with the same key share them). All leading axes of ``x``
-    are one token set seeing the same W (as a dense layer would)."""
-
-    features: Sequence[int]
-    stds: Sequence[Any]
-
-    @nn.compact
-    def __call__(self, x):
-        *batch, d_in = x.shape
-        x2 = x.reshape(-1, d_in)
-        n = x2.shape[0]
-        keys = jax.random.split(self.make_rng(LAZY_RNG), len(self.features) + 1)
-        draws = tuple(jax.random.normal(kk, (n, f), x.dtype) for kk, f in zip(keys[1:], self.features))
-        noise = jax.random.normal(keys[0], (d_in, n), x.dtype)
-        scales = tuple(jnp.asarray(s, x.dtype) for s in self.stds)
-        ys = random_linear(x2, scales, draws, noise)
-        return tuple(y.reshape(*batch, f) for y, f in zip(ys, self.features))
-
-
-def _linear(weights, features, stds, names):
-    """The block's linear layers on one input: trainable ``nn.Dense`` (named ``names``,
-    the ViT's parameters) or one lazily sampled :class:`RandomLinear`."""
-    check_weights(weights)
-    if weights == "lazy":
-        return RandomLinear(tuple(features), tuple(stds), name="lazy_" + "_".join(names))
-    layers = [nn.Dense(f, use_bias=False, kernel_init=_normal(s), name=nm)
-              for f, s, nm in zip(features, stds, names)]
-    return lambda x: tuple(layer(x) for layer in layers)
-
-
-class Attention(nn.Module):
-    """Single-head softmax attention on already-normalized tokens."""
-
-    hp: HParams
-    causal: bool = False
-    weights: str = "dense"
-
-    @nn.compact
-    def __call__(self, xh, return_weights: bool = False):
-        d = xh.shape[-1]
-        qk_std = jnp.sqrt(jnp.asarray(self.hp.sigma_a) / d)
-        v_std = jnp.asarray(self.hp.sigma_v) / jnp.sqrt(d)
-        q, k, v = _linear(self.weights, (d, d, d), (qk_std, qk_std, v_std),
-                          ("query", "key", "value"))(xh)
-        logits = jnp.einsum("...id,...jd->...ij", q, k) / jnp.sqrt(d).astype(xh.dtype)
-        if self.causal:
-            n = logits.shape[-1]
-            mask = jnp.tril(jnp.ones((n, n), dtype=bool))
-            logits = jnp.where(mask, logits, -jnp.inf)
-        weights = jax.nn.softmax(logits, axis=-1)
-        out = jnp.einsum("...ij,...jd->...id", weights, v)
-        return (out, weights) if return_weights else out
-
-
-class MLP(nn.Module):
-    """Tokenwise bias-free MLP with ``hp.mlp_layers`` hidden layers."""
-
-    hp: HParams
-    hidden: Optional[int] = None
-    weights: str = "dense"
-
-    @nn.compact
-    def __call__(self, xh):
-        d = xh.shape[-1]
-        hidden = self.hidden or d
-        phi = activations.get(self.hp.activation)
-        h = xh
-        k = self.hp.mlp_layers
-        for layer, (fan_in, fan_out) in enumerate([(d, hidden)] + [(hidden, hidden)] * (k - 1)
-                                                  + [(hidden, d)]):
-            std = jnp.asarray(self.hp.sigma_w) / jnp.sqrt(fan_in)
-            (h,) = _linear(self.weights, (fan_out,), (std,), (f"dense_{layer}",))(h)
-            if layer < k:
-                h = phi(h)  # the last layer acts on phi(h): its (lazy) QR is of phi(h)
-        return h
+from .layers import presets
+from .layers.weights import (LAZY_RNG, RANK_TOL, WEIGHTS, RandomLinear, check_weights,  # noqa: F401
+                             cotangent_root, normalize, random_linear, token_basis)
 
 
 class Block(nn.Module):
-    """One pre-norm block (the paper's Eq. 4). Input and output: ``[..., n, d]``."""
+    """One pre-norm block (the paper's Eq. 4). Input and output: ``[..., n, d]``.
+    ``mlp_hidden``: the MLP's hidden width (default d)."""
 
     hp: HParams
     causal: bool = False
@@ -246,13 +38,7 @@ class Block(nn.Module):
     weights: str = "dense"  # "dense" (nn.Dense, trainable) or "lazy" (sampled, simulation)
 
     @nn.compact
-    def __call__(self, x, return_intermediates: bool = False):
-        hp = self.hp
-        dtype = x.dtype
-        a_a, a_m = jnp.asarray(hp.alpha_a, dtype), jnp.asarray(hp.alpha_m, dtype)
-        b_a, b_m = jnp.asarray(hp.beta_a, dtype), jnp.asarray(hp.beta_m, dtype)
-        z = b_a * x + a_a * Attention(hp, causal=self.causal, weights=self.weights,
-                                      name="attention")(normalize(x))
-        out = b_m * z + a_m * MLP(hp, hidden=self.mlp_hidden, weights=self.weights,
-                                  name="mlp")(normalize(z))
-        return (out, z) if return_intermediates else out
+    def __call__(self, x):
+        check_weights(self.weights)
+        mult = 1.0 if self.mlp_hidden is None else self.mlp_hidden / x.shape[-1]
+        return presets.paper(self.hp, mult=mult).call(x, self.weights, self.causal)

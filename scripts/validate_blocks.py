@@ -8,7 +8,11 @@ widths and measures, from input tokens at (q0, rho0) = (1, 0.5):
 * per-layer cosine rho_l (l = 1..L) and norm q_l,
 * lambda_g(L) = (1/L) log E|J^T u|^2 / (n d) (u ~ N(0, I) at the output),
 * the angle rate of nearby tokens (1/L) log[(1 - rho_L) / (1 - rho_0)] from rho_0 = 1 - EPS
-  (per draw, with the draw's own realized rho_0),
+  (per draw, with the draw's own realized rho_0; 1 - rho from the centred tokens,
+  ``layers.measure.near_gap``, in a float64 network: read as 1 - p/q through the float32
+  Gram matrix it was mostly rounding at d = 4096, where 1 - rho_L ~ 6e-6, and where
+  1 - rho_L ~ 4e-9 (post-LN, sigma = 2) a float32 network merges the tokens; rows measured
+  otherwise are remeasured by ``--remeasure-angle``),
 
 each with its standard error over ``--draws`` independent draws, then fits y = a + b/d by
 weighted least squares over the widths and compares the intercept a with the theory
@@ -26,6 +30,7 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import os
 import sys
 import time
 
@@ -75,11 +80,32 @@ def _draw_fn(structure, d):
         k1, k2, k3 = jax.random.split(k, 3)
         q, p = M.transient(blk, k1, N, d, L, Q0, RHO0)
         g = M.gradient_energy(blk, k2, N, d, L, Q0, RHO0)
-        qn, pn = M.transient(blk, k3, N, d, L, Q0, 1.0 - EPS)
-        rn = pn / qn
-        return q, p / q, g, jnp.log((1 - rn[-1]) / (1 - rn[0])) / L
+        return q, p / q, g
 
     return jax.jit(one)
+
+
+ANGLE_MEASURE = "spread-f64"
+
+
+@functools.lru_cache(maxsize=None)
+def _angle_fn(structure, d):
+    def f(blk, k):
+        gap = M.near_gap(blk, jax.random.split(k, 3)[2], N, d, L, Q0, EPS, dtype=jnp.float64)
+        return jnp.log(gap[-1] / gap[0]) / L
+    return jax.jit(f)
+
+
+def angle_rates(preset, point, d, draws, seed=0) -> dict:
+    """The angle rate of nearby tokens per draw (keys as :func:`simulate`), in a float64
+    network, 1 - rho from the centred tokens: mean and standard error."""
+    blk = block_of(preset, point)
+    keys = jax.random.split(jax.random.PRNGKey(seed), draws)
+    with jax.enable_x64(True):
+        f = _angle_fn(jax.tree_util.tree_structure(blk), d)
+        ang = np.array([float(f(blk, k)) for k in keys])
+    return dict(angle_rate=float(ang.mean()), angle_rate_se=float(ang.std(ddof=1) / np.sqrt(len(ang))),
+                angle_measure=ANGLE_MEASURE)
 
 
 def simulate(preset, point, d, draws, seed=0) -> dict:
@@ -87,12 +113,12 @@ def simulate(preset, point, d, draws, seed=0) -> dict:
     keys = jax.random.split(jax.random.PRNGKey(seed), draws)
     f = _draw_fn(jax.tree_util.tree_structure(blk), d)
     out = [f(blk, k) for k in keys]          # one draw at a time (memory at width 4096)
-    q, rho, g, ang = (np.stack([np.asarray(o[i], float) for o in out]) for i in range(4))
+    q, rho, g = (np.stack([np.asarray(o[i], float) for o in out]) for i in range(3))
     se = lambda a: a.std(0, ddof=1) / np.sqrt(draws)
     return dict(rho=rho.mean(0)[1:].tolist(), rho_se=se(rho)[1:].tolist(),
                 q=q.mean(0)[1:].tolist(), q_se=se(q)[1:].tolist(),
                 lambda_g=float(np.log(g.mean()) / L), lambda_g_se=float(se(g) / g.mean() / L),
-                angle_rate=float(ang.mean()), angle_rate_se=float(se(ang)))
+                **angle_rates(preset, point, d, draws, seed))
 
 
 def extrapolate(ds, y, se):
@@ -129,7 +155,12 @@ def report(rows):
     for r in rows:
         groups.setdefault(keyf(r), []).append(r)
     for (preset, pt), rs in groups.items():
-        rs = sorted(rs, key=lambda r: r["width"])
+        # one row per width, the one with the most draws (rows of one seed share draws)
+        best = {}
+        for r in rs:
+            if r["width"] not in best or r["draws"] > best[r["width"]]["draws"]:
+                best[r["width"]] = r
+        rs = sorted(best.values(), key=lambda r: r["width"])
         ths = {m: theory(preset, json.loads(pt), m) for m in MAPS}
         ds = [r["width"] for r in rs]
         pt_s = ",".join(f"{k}={v}" for k, v in json.loads(pt).items())
@@ -162,9 +193,22 @@ def main(argv=None):
     ap.add_argument("--presets", default=",".join(POINTS))
     ap.add_argument("--out", default="docs/data/blocks/rows.jsonl")
     ap.add_argument("--report", action="store_true")
+    ap.add_argument("--remeasure-angle", action="store_true",
+                    help="recompute the angle rate of rows measured through the Gram matrix")
     a = ap.parse_args(argv)
     widths = [int(w) for w in a.widths.split(",")]
     rows = load(a.out)
+    if a.remeasure_angle:
+        from tqdm import tqdm
+        for i in tqdm([i for i, r in enumerate(rows) if r["sim"].get("angle_measure") != ANGLE_MEASURE],
+                      desc="angle rates"):
+            r = rows[i]
+            r["sim"].update(angle_rates(r["preset"], r["point"], r["width"], r["draws"]))
+            tmp = a.out + ".tmp"          # rewrite whole, then rename: never a torn table
+            with open(tmp, "w") as f:
+                f.writelines(json.dumps(r) + "\n" for r in rows)
+            os.replace(tmp, a.out)
+        a.report = True
     done = {(r["preset"], json.dumps(r["point"], sort_keys=True), r["width"], r["draws"]) for r in rows}
     if not a.report:
         from tqdm import tqdm

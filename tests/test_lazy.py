@@ -1,4 +1,4 @@
-"""The lazy sampler (``Block(weights="lazy")``, :func:`phasefield.block.random_linear`)
+"""The lazy sampler (``Block(weights="lazy")``, :func:`phasefield.layers.weights.random_linear`)
 against dense weights.
 
 Exact, deterministic checks (float64 inside JAX's scoped x64 switch -- the ``float64``
@@ -23,8 +23,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from phasefield import HParams, block
-from phasefield.block import Block, random_linear
+from phasefield import HParams
+from phasefield.block import Block
+from phasefield.layers import weights as block     # the lazy sampler behind every block's network
+from phasefield.layers.weights import random_linear
 from phasefield.simulate import measure, stack
 
 Z_MAX = 4.0

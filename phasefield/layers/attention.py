@@ -30,7 +30,7 @@ import jax.numpy as jnp
 from flax import linen as nn
 from flax import struct
 
-from ..block import _linear, check_weights
+from .weights import check_weights, linear
 from ..theory import attention as att_maps
 from ..theory.attention import exact_table
 from .base import Layer
@@ -60,6 +60,7 @@ class Attention(Layer):
     map: str = struct.field(pytree_node=False, default="paper")
     softmax_correction: bool = struct.field(pytree_node=False, default=False)
     att: Any = None              # the exact map's tables (prepare)
+    name: Optional[str] = struct.field(pytree_node=False, default=None)   # its Flax module's (None: automatic)
 
     def __post_init__(self):
         if self.map not in MAPS:
@@ -121,8 +122,8 @@ class Attention(Layer):
         return Grad.from_diag_off(self._exact_ok(k.q, c * diag), self._exact_ok(k.q, c * off))
 
     # ---- network ------------------------------------------------------------------------
-    def module(self, weights="dense", causal=False):
-        return AttentionModule(self, causal=causal, weights=weights)
+    def module(self, weights="dense", causal=False, name=None):
+        return AttentionModule(self, causal=causal, weights=weights, name=name)
 
 
 class AttentionModule(nn.Module):
@@ -141,18 +142,22 @@ class AttentionModule(nn.Module):
         dh = d // h
         qk_std = jnp.sqrt(jnp.asarray(lay.sigma_a) / d)
         v_std = jnp.asarray(lay.sigma_v) / jnp.sqrt(d)
-        q, k, v = _linear(self.weights, (d, d, d), (qk_std, qk_std, v_std),
+        q, k, v = linear(self.weights, (d, d, d), (qk_std, qk_std, v_std),
                           ("query", "key", "value"))(x)
         split = lambda t: t.reshape(*batch, n, h, dh)
         q, k, v = self.queries_keys(split(q), split(k)) + (split(v),)
         div = dh if lay.scale == "inv" else jnp.sqrt(dh)
-        logits = jnp.einsum("...ihd,...jhd->...hij", q, k) / jnp.asarray(div, x.dtype)
+        # one head: the same sums without a head axis (the paper block's rounding, bitwise)
+        spec = ("...id,...jd->...ij", "...ij,...jd->...id") if h == 1 else ("...ihd,...jhd->...hij", "...hij,...jhd->...ihd")
+        if h == 1:
+            q, k, v = q[..., 0, :], k[..., 0, :], v[..., 0, :]
+        logits = jnp.einsum(spec[0], q, k) / jnp.asarray(div, x.dtype)
         if self.causal:
             logits = jnp.where(jnp.tril(jnp.ones((n, n), dtype=bool)), logits, -jnp.inf)
         a = jax.nn.softmax(logits, axis=-1)
-        out = jnp.einsum("...hij,...jhd->...ihd", a, v).reshape(*batch, n, d)
+        out = jnp.einsum(spec[1], a, v).reshape(*batch, n, d)
         if lay.sigma_o is not None:
-            (out,) = _linear(self.weights, (d,), (jnp.asarray(lay.sigma_o) / jnp.sqrt(d),), ("out",))(out)
+            (out,) = linear(self.weights, (d,), (jnp.asarray(lay.sigma_o) / jnp.sqrt(d),), ("out",))(out)
         return out
 
     def queries_keys(self, q, k):

@@ -10,7 +10,10 @@ Every layer is a ``flax.struct`` dataclass: its sweepable numbers are pytree lea
                                      weights backward, THEORY.md §7)
 ``module(weights, causal) -> nn.Module``  its Flax network: ``weights="dense"`` trainable
                                      (the ViT), ``"lazy"`` sampled for simulation
-                                     (:mod:`phasefield.block`)
+                                     (:mod:`.weights`); a composition's is one
+                                     :class:`BlockModule` whose children are its leaf
+                                     layers' modules (named by a layer's ``name``)
+``call(x, weights, causal)``         the network applied inside the calling compact module
 ``prepare(ctx) -> layer``            the same layer with its tables built outside any trace
                                      (MLP Chebyshev tables, exact-attention grids); a no-op
                                      for layers without tables
@@ -27,6 +30,7 @@ from flax import linen as nn
 from flax import struct
 
 from .state import Context, Grad, Kernel
+from .weights import check_weights
 
 
 class Layer:
@@ -41,8 +45,14 @@ class Layer:
     def backward(self, k: Kernel, g: Grad, ctx: Context) -> Grad:   # pragma: no cover
         raise NotImplementedError
 
-    def module(self, weights: str = "dense", causal: bool = False) -> nn.Module:   # pragma: no cover
+    def module(self, weights: str = "dense", causal: bool = False, name=None) -> nn.Module:   # pragma: no cover
         raise NotImplementedError
+
+    def call(self, x, weights: str, causal: bool):
+        """Its network on ``x`` inside the calling compact module: a leaf layer creates its
+        module there (named by its ``name`` field where it has one); containers compose
+        their layers' calls inline, adding no Flax scope of their own."""
+        return self.module(weights, causal, name=getattr(self, "name", None))(x)
 
     def states(self, k: Kernel, ctx: Context):
         """The input state of every leaf layer and the output: ``(inputs, out)`` (a flat
@@ -73,8 +83,29 @@ class Serial(Layer):
             g = layer.backward(k_in, g, ctx)
         return g
 
-    def module(self, weights="dense", causal=False):
-        return nn.Sequential([layer.module(weights, causal) for layer in self.layers])
+    def call(self, x, weights, causal):
+        for layer in self.layers:
+            x = layer.call(x, weights, causal)
+        return x
+
+    def module(self, weights="dense", causal=False, name=None):
+        return BlockModule(self, causal=causal, weights=weights, name=name)
+
+
+class BlockModule(nn.Module):
+    """The Flax network of a composition of layers (a block): the leaf layers' modules are
+    its children, in call order. One definition for the simulator (``weights="lazy"``), the
+    ViT and the probe (``"dense"``); the paper's :class:`phasefield.block.Block` is this
+    network of the ``paper`` preset."""
+
+    layer: Any
+    causal: bool = False
+    weights: str = "dense"
+
+    @nn.compact
+    def __call__(self, x):
+        check_weights(self.weights)
+        return self.layer.call(x, self.weights, self.causal)
 
 
 def check_layer(layer) -> None:

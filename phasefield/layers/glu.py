@@ -25,7 +25,7 @@ from flax import linen as nn
 from flax import struct
 
 from .. import activations
-from ..block import _linear, check_weights
+from .weights import check_weights, linear
 from ..theory import mlp as mlp_maps
 from .base import Layer
 from .mlp import _MLPHP
@@ -67,8 +67,8 @@ class GLU(Layer):
         c_o = c * (rho * d_rho + mlp_maps.p_m(kern, rho))
         return Grad.from_diag_off(c_d * g.diag, c_o * g.b)
 
-    def module(self, weights="dense", causal=False):
-        return GLUModule(self, weights=weights)
+    def module(self, weights="dense", causal=False, name=None):
+        return GLUModule(self, weights=weights, name=name)
 
 
 class GLUModule(nn.Module):
@@ -82,10 +82,10 @@ class GLUModule(nn.Module):
         d = x.shape[-1]
         hidden = max(1, int(round(lay.mult * d)))
         std = math.sqrt(d)
-        gate, value = _linear(self.weights, (hidden, hidden),
+        gate, value = linear(self.weights, (hidden, hidden),
                               (jnp.asarray(lay.sigma_g) / std, jnp.asarray(lay.sigma_v) / std),
                               ("gate", "value"))(x)
         h = activations.get(lay.activation)(gate) * value
-        (out,) = _linear(self.weights, (d,), (jnp.asarray(lay.sigma_out) / math.sqrt(hidden),),
+        (out,) = linear(self.weights, (d,), (jnp.asarray(lay.sigma_out) / math.sqrt(hidden),),
                          ("out",))(h)
         return out

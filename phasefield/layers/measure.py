@@ -9,7 +9,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from ..block import LAZY_RNG, check_weights
+from .weights import LAZY_RNG, check_weights
 
 
 def stack(block, key, x, depth: int, weights: str = "lazy", causal: bool = False):
@@ -53,11 +53,41 @@ def geometry(x):
     return q, p
 
 
+def spread(t):
+    """u = q - p per sequence, averaged over the batch, from the centred tokens:
+    ``sum_i |x_i - mean|^2 / (d (n - 1))`` (equal to q - p, without the cancellation of
+    q - p near collapse)."""
+    t = t.reshape((-1,) + t.shape[-2:])
+    n, d = t.shape[-2:]
+    c = t - jnp.mean(t, axis=-2, keepdims=True)
+    return jnp.mean(jnp.sum(jnp.square(c), (-2, -1))) / (d * (n - 1))
+
+
+def q_rho_gap(t):
+    """(q, rho, 1 - rho) of tokens ``[..., n, d]``."""
+    t = t.reshape((-1,) + t.shape[-2:])
+    q = jnp.mean(jnp.square(t))
+    u = spread(t)
+    return q, 1.0 - u / q, u / q
+
+
 def transient(block, key, n, d, depth, q0, rho0, weights="lazy"):
     """Per-layer (q, p) of one draw from (q0, rho0): arrays ``[depth + 1]``."""
     kx, kw = jax.random.split(key)
     xs = stack(block, kw, tokens(kx, n, d, q0, rho0), depth, weights)
     return geometry(xs)
+
+
+def near_gap(block, key, n, d, depth, q0, eps, weights="lazy", dtype=jnp.float32):
+    """``1 - rho`` per layer of one draw from nearby tokens at (q0, 1 - eps): ``[depth + 1]``
+    (the same draw as :func:`transient` with this key), for the angle rate
+    ``(1/L) log(gap_L / gap_0)``; from :func:`spread`, free of the cancellation in
+    ``1 - p/q`` (in float32, a cosine within ~1e-5 of 1 read through the Gram matrix is
+    mostly rounding at d = 4096). Where ``1 - rho`` falls below ~1e-8 the float32 network
+    itself cannot keep nearby tokens apart (rounding merges them): pass ``dtype=float64``
+    (inside ``jax.enable_x64``)."""
+    kx, kw = jax.random.split(key)
+    return jax.vmap(q_rho_gap)(stack(block, kw, tokens(kx, n, d, q0, 1.0 - eps, dtype), depth, weights))[2]
 
 
 def gradient_energy(block, key, n, d, depth, q0, rho0, weights="lazy"):

@@ -14,14 +14,14 @@ MLP), every output is NaN rather than the answer for another sigma_w.
 """
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Optional
 
 import jax.numpy as jnp
 from flax import linen as nn
 from flax import struct
 
 from .. import activations
-from ..block import _linear, check_weights
+from .weights import check_weights, linear
 from ..theory import mlp as mlp_maps
 from .base import Layer
 from .state import Grad, Kernel, as_float
@@ -41,6 +41,7 @@ class MLP(Layer):
     mult: float = struct.field(pytree_node=False, default=1.0)
     sigma_out: Any = None        # fan-in scale of the output layer (None: sigma_w)
     kern: Any = None             # MLPKernel (prepare)
+    name: Optional[str] = struct.field(pytree_node=False, default=None)   # its Flax module's (None: automatic)
 
     def __post_init__(self):
         activations.get(self.activation)     # ValueError for an unknown one
@@ -73,8 +74,8 @@ class MLP(Layer):
         d_rho = jnp.where(rho >= 1.0, kern.d_one, mlp_maps.d_m(kern, jnp.minimum(rho, 1.0)))
         return Grad.from_diag_off(self._checked(k, kern.d_one * g.diag), self._checked(k, d_rho * g.b))
 
-    def module(self, weights="dense", causal=False):
-        return MLPModule(self, weights=weights)
+    def module(self, weights="dense", causal=False, name=None):
+        return MLPModule(self, weights=weights, name=name)
 
 
 class MLPModule(nn.Module):
@@ -93,7 +94,7 @@ class MLPModule(nn.Module):
         for i, (fan_in, fan_out) in enumerate([(d, hidden)] + [(hidden, hidden)] * (k - 1) + [(hidden, d)]):
             scale = lay.sigma_w if (i < k or lay.sigma_out is None) else lay.sigma_out
             std = jnp.asarray(scale) / jnp.sqrt(fan_in)
-            (h,) = _linear(self.weights, (fan_out,), (std,), (f"dense_{i}",))(h)
+            (h,) = linear(self.weights, (fan_out,), (std,), (f"dense_{i}",))(h)
             if i < k:
                 h = phi(h)
         return h

@@ -13,7 +13,7 @@ import jax.numpy as jnp
 from flax import linen as nn
 from flax import struct
 
-from ..block import normalize
+from .weights import normalize
 from .base import Layer
 from .state import Grad, Kernel
 
@@ -38,8 +38,8 @@ class Norm(Layer):
     def backward(self, k, g, ctx):
         return g.scale(1.0 / k.q)
 
-    def module(self, weights="dense", causal=False):
-        return NormModule(self.kind, trainable=weights == "dense")
+    def module(self, weights="dense", causal=False, name=None):
+        return NormModule(self.kind, trainable=weights == "dense", name=name)
 
 
 class NormModule(nn.Module):

@@ -22,9 +22,8 @@ Approximations (static, part of the pytree's structure): ``attention`` "paper" (
 paper's Assumption 3.2; the default: fast in sweeps, measured within 3 se of the networks
 for sigma <= 1 and off by up to 24 se at sigma = 2, docs/blocks.md) or "exact" (the
 exact-softmax map: valid here at every sigma because the attention of the standard blocks
-reads normalized tokens, q = 1; within 3 se at every validated point but one post-LN angle
-rate (docs/blocks.md), ~4x slower and
-~6x the memory per point in sweeps);
+reads normalized tokens, q = 1; within 2.5 se at every validated point, docs/blocks.md;
+~4x slower and ~6x the memory per point in sweeps);
 ``softmax_correction`` (the softmax-derivative path in the
 backward map; on by default for the standard blocks, where it is measured to matter:
 docs/blocks.md); ``qk_norm`` (RMS-normalized queries and keys per head, gain 1:
@@ -49,12 +48,13 @@ NAMES = ("paper", "pre-ln", "post-ln", "rms-swiglu", "deepscalelm")
 GPT2_SIGMA = 0.02 * math.sqrt(768)
 
 
-def paper(hp: HParams) -> Serial:
+def paper(hp: HParams, mult: float = 1.0) -> Serial:
     """The paper's block: unit-norm (or identity) residuals around an RMS-normalized single
-    head and a bias-free MLP of width d."""
+    head and a bias-free MLP of width ``mult`` d. Its network is :class:`phasefield.block.Block`
+    (modules named "attention" and "mlp", as the ViT's parameters always were)."""
     att = Attention(sigma_a=hp.sigma_a, sigma_v=hp.sigma_v, map=hp.attention,
-                    softmax_correction=hp.softmax_correction)
-    mlp = MLP(sigma_w=hp.sigma_w, activation=hp.activation, layers=hp.mlp_layers)
+                    softmax_correction=hp.softmax_correction, name="attention")
+    mlp = MLP(sigma_w=hp.sigma_w, activation=hp.activation, layers=hp.mlp_layers, mult=mult, name="mlp")
     return Serial((
         Residual(Serial((Norm("rms"), att)), alpha=hp.alpha_a, kind=hp.residual),
         Residual(Serial((Norm("rms"), mlp)), alpha=hp.alpha_m, kind=hp.residual),

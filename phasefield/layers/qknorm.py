@@ -48,8 +48,8 @@ class QKNormAttention(Attention):
         changes: valid at every q (plain attention's are valid at q = 1 only)."""
         return x
 
-    def module(self, weights="dense", causal=False):
-        return QKNormModule(self, causal=causal, weights=weights)
+    def module(self, weights="dense", causal=False, name=None):
+        return QKNormModule(self, causal=causal, weights=weights, name=name)
 
 
 class QKNormModule(AttentionModule):

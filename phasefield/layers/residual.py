@@ -12,10 +12,9 @@ from __future__ import annotations
 from typing import Any
 
 import jax.numpy as jnp
-from flax import linen as nn
 from flax import struct
 
-from .base import Layer
+from .base import BlockModule, Layer
 from .state import Kernel, as_float
 
 KINDS = ("unit-norm", "identity", "explicit")
@@ -59,15 +58,10 @@ class Residual(Layer):
         f = self.branch.backward(k, g, ctx)
         return g.scale(b2) + f.scale(a2)
 
-    def module(self, weights="dense", causal=False):
-        return ResidualModule(self, self.branch.module(weights, causal))
+    def call(self, x, weights, causal):
+        a = jnp.asarray(self.alpha, x.dtype)
+        b = jnp.asarray(self.beta_value(), x.dtype)
+        return b * x + a * self.branch.call(x, weights, causal)
 
-
-class ResidualModule(nn.Module):
-    layer: Residual
-    branch: nn.Module
-
-    def __call__(self, x):
-        a = jnp.asarray(self.layer.alpha, x.dtype)
-        b = jnp.asarray(self.layer.beta_value(), x.dtype)
-        return b * x + a * self.branch(x)
+    def module(self, weights="dense", causal=False, name=None):
+        return BlockModule(self, causal=causal, weights=weights, name=name)

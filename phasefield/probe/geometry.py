@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
-from ..layers.measure import symmetric_tokens  # noqa: F401  (the probe's symmetric start)
+from ..layers.measure import q_rho_gap, spread, symmetric_tokens  # noqa: F401  (shared with the simulator)
 
 
 def gram_qp(t):
@@ -20,21 +20,3 @@ def gram_qp(t):
     g = jnp.einsum("bid,bjd->bij", t, t) / d
     diag = jnp.trace(g, axis1=1, axis2=2)
     return jnp.mean(diag) / n, jnp.mean((jnp.sum(g, (1, 2)) - diag) / (n * (n - 1)))
-
-
-def spread(t):
-    """u = q - p per sequence, averaged over the batch, from the centred tokens:
-    ``sum_i |x_i - mean|^2 / (d (n - 1))`` (equal to q - p, without the cancellation of
-    q - p near collapse)."""
-    t = t.reshape((-1,) + t.shape[-2:])
-    n, d = t.shape[-2:]
-    c = t - jnp.mean(t, axis=-2, keepdims=True)
-    return jnp.mean(jnp.sum(jnp.square(c), (-2, -1))) / (d * (n - 1))
-
-
-def q_rho_gap(t):
-    """(q, rho, 1 - rho) of tokens ``[..., n, d]``."""
-    t = t.reshape((-1,) + t.shape[-2:])
-    q = jnp.mean(jnp.square(t))
-    u = spread(t)
-    return q, 1.0 - u / q, u / q

@@ -36,7 +36,7 @@ class _Layer(nn.Module):
     @nn.compact
     def __call__(self, x, _):
         if self.block is not None:
-            return self.block.module("dense")(x), None
+            return self.block.module("dense", name="block")(x), None
         return Block(self.hp, mlp_hidden=self.mlp_hidden, name="block")(x), None
 
 
