@@ -260,8 +260,11 @@ def register(cli):
     @click.option("--alpha-m", type=float, default=None)
     @click.option("--sigma-a", type=float, default=1.0, show_default=True)
     @click.option("--depth", type=int, default=16, show_default=True)
+    @click.option("--block", "block_spec", default=None,
+                  help="the block to predict for; must be the one the model was fitted on (a fit of "
+                       "'train-sweep --block NAME' runs predicts for NAME; the packaged model: paper)")
     @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
-    def predict_cmd(fit_path, sigma_w, alpha, alpha_a, alpha_m, sigma_a, depth, as_json):
+    def predict_cmd(fit_path, sigma_w, alpha, alpha_a, alpha_m, sigma_a, depth, block_spec, as_json):
         """Predicted final test loss at one initialization, with an interval from the model's
         cross-validated residuals, both exponents, and warnings outside the fitted region."""
         aa, am = _alphas(alpha, alpha_a, alpha_m)
@@ -276,6 +279,7 @@ def register(cli):
             doc = vpredict.load_model(fit_path)
         except vpredict.FitError as exc:
             raise UsageError(str(exc)) from None
+        _same_block(block_spec, doc, fit_path)
         res = vpredict.predict(sigma_w, sigma_a, aa, am, depth, doc)
         if as_json:
             echo_json(res)
@@ -286,11 +290,29 @@ def register(cli):
             r2 = res.get("cv_r2")
             click.echo(f"model {res['model']} (family: {res.get('family') or 'exponents'}; cross-validated R2 "
                        + ("not measured" if r2 is None else f"{r2:.2f}") + f"; fitted for {_fitted_for(doc)})")
+            if res["block"] != "paper":
+                click.echo(f"block {res['block']} (its sigma = --sigma-w, alpha = --alpha; lambda_a is its "
+                           "finite-depth angle rate where it has no fixed point)")
             click.echo(f"lambda_a = {res['lambda_a']:+.4f}   lambda_g(L={depth}) = {res['lambda_g']:+.4f}")
             for w in res["warnings"]:
                 click.echo(f"warning: {w}")
 
     register_recommend(cli)
+
+
+def _same_block(spec_text, doc, fit_path) -> None:
+    """UsageError unless ``spec_text`` (None: any) names the block ``doc`` was fitted on."""
+    from ..layers import spec
+    from ..vit import predict as vpredict
+
+    fitted = vpredict.block_of(doc)
+    if spec_text is None:
+        return
+    want, fitted_s = check(spec.parse, spec_text), spec.parse(fitted)
+    if want != fitted_s:
+        src = "the packaged model" if fit_path is None else fit_path
+        raise UsageError(f"{src} was fitted on {fitted!r} runs, not {spec_text!r}: train that block "
+                         f"(train-sweep --block {spec_text} ...) and fit it (phasefield fit)")
 
 
 def _fitted_for(doc: dict) -> str:
@@ -392,6 +414,9 @@ def register_recommend(cli):
                 doc = vpredict.load_model(fit_path)
             except vpredict.FitError as exc:
                 raise UsageError(str(exc)) from None
+            if vpredict.block_of(doc) != "paper":
+                raise UsageError(f"recommend searches the paper block's critical set; {fit_path} was fitted "
+                                 f"on {vpredict.block_of(doc)!r} runs (use 'phasefield block sweep' for its phase diagram)")
         res = recommend(n_tokens, depth, activation, fixed, model=doc, predict_loss=not no_loss)
         if as_json:
             echo_json(res)

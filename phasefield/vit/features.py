@@ -22,6 +22,7 @@ float64, one jitted call per point.
 from __future__ import annotations
 
 import functools
+import math
 import os
 
 import numpy as np
@@ -94,12 +95,16 @@ def _compiled(L: int, maps: tuple, batch_size: int):
 
 def features(cfg, configs: list[dict], q0: float, rho0: float, maps=MAPS, batch_size: int = 4) -> dict:
     """Features of many configurations ({name: array over configurations}, float64): one
-    compiled program per depth, points mapped ``batch_size`` at a time (bounded memory)."""
+    compiled program per depth, points mapped ``batch_size`` at a time (bounded memory).
+    A sweep of another block than the paper's (``cfg.block``) gets that block's features
+    (:func:`block_features`)."""
     import jax
 
     n = len(configs)
     if n == 0:
         return {}
+    if cfg.block_spec()[0] != "paper":
+        return block_features(cfg, configs, q0, rho0, maps)
     with jax.enable_x64(True):
         return _features(cfg, configs, q0, rho0, maps, batch_size)
 
@@ -122,6 +127,50 @@ def _features(cfg, configs, q0, rho0, maps, batch_size):
         res = jax.device_get(_compiled(L, tuple(maps), batch_size)(hp, jnp.float64(q0), jnp.float64(rho0)))
         for k, v in res.items():
             out.setdefault(k, np.full(n, np.nan))[idx] = np.asarray(v, float)[:len(idx)]
+    return out
+
+
+def block_features(cfg, configs: list[dict], q0: float, rho0: float, maps=MAPS) -> dict:
+    """The features of :func:`features` for the :mod:`phasefield.layers` block of ``cfg``
+    (``cfg.block_for``: sigma = sigma_w, alpha = alpha_A): at the collapsed point
+    ``lambda_a``, ``lambda_g``, ``lambda_g_inf`` as :func:`phasefield.vit.sweep.block_theory`
+    records them per run (the angle exponent where the block has a finite fixed point, else
+    the finite-depth angle rate) and ``rho_star``; from the input geometry (q0, rho0), per
+    attention map, the trajectory's ``rho_out``, ``lambda_a_in`` and ``lambda_g_in`` without
+    and with (``_corr``) the softmax-derivative term (:func:`phasefield.layers.finite_depth`);
+    a map whose features are not finite at every configuration is left out."""
+    from .. import layers
+    from ..config import HParams
+    from .sweep import block_theory
+
+    n = len(configs)
+    out = {k: np.asarray(v, float) for k, v in block_theory(cfg, configs).items()}
+    out["rho_star"] = np.full(n, np.nan)
+    for m in maps:
+        for k in (f"rho_out_{m}", f"lambda_a_in_{m}", f"lambda_g_in_{m}", f"lambda_g_in_{m}_corr"):
+            out[k] = np.full(n, np.nan)
+    for i, c in enumerate(configs):
+        L = int(c["depth"])
+        hp = HParams(sigma_w=float(c["sigma_w"]), sigma_a=float(c["sigma_a"]),
+                     alpha_a=float(c["alpha_a"]), alpha_m=float(c["alpha_m"]))
+        r = layers.rates(cfg.block_for(hp), q0=1.0, rho0=1.0, n_tokens=cfg.n_tokens, depth=L)
+        out["rho_star"][i] = float(r["rho_star"])
+        for m in maps:
+            for corr in (False, True):
+                blk = cfg.block_for(hp, attention=m, softmax_correction=corr)
+                fd = layers.finite_depth(blk, q0=q0, rho0=rho0, n_tokens=cfg.n_tokens, depth=L)
+                out[f"lambda_g_in_{m}" + ("_corr" if corr else "")][i] = float(fd["lambda_g"])
+                if not corr:
+                    rho_l = float(np.asarray(fd["rho"])[-1])
+                    out[f"rho_out_{m}"][i] = rho_l
+                    out[f"lambda_a_in_{m}"][i] = math.log(max(1.0 - rho_l, 1e-300) / (1.0 - rho0)) / L
+    # a map that does not answer here (the exact map needs normalized tokens at the attention:
+    # post-LN's first attention reads the raw embedding) gives no features: its models are left out
+    for m in maps:
+        cols = [k for k in out if k.endswith(f"_{m}") or f"_{m}_" in k]
+        if not all(np.all(np.isfinite(out[k])) for k in cols):
+            for k in cols:
+                del out[k]
     return out
 
 

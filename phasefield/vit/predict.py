@@ -154,6 +154,11 @@ def best_model(report: dict, cfg, geometry: dict, name: str | None = None) -> di
                                    if c in report["models"]})
 
 
+def block_of(doc: dict) -> str:
+    """The block a model document was fitted on (its training runs' ``block``; "paper")."""
+    return doc.get("train_config", {}).get("block", "paper")
+
+
 def load_model(path: str | None = None) -> dict:
     """A model document: ``path`` (a fit file written by ``phasefield fit``, or its ``model``
     part) or, by default, the one shipped with phasefield."""
@@ -221,7 +226,8 @@ def collapsed_exponents(cfg, sigma_w, sigma_a, alpha_a, alpha_m, depth) -> tuple
 def model_features(doc: dict, configs: list[dict], cfg=None) -> dict:
     """The columns a model needs at ``configs`` ({name: array}), plus lambda_a and lambda_g:
     raw hyperparameters as given, collapsed exponents (and L * lambda) from
-    :func:`collapsed_exponents`, and only when the model asks for them the input-geometry
+    :func:`collapsed_exponents` (for a model fitted on another block's runs, that block's,
+    :func:`phasefield.vit.sweep.block_theory`), and only when the model asks for them the input-geometry
     features of :func:`phasefield.vit.features.features` (a trajectory of L blocks per point)."""
     from .train import TrainConfig
 
@@ -229,7 +235,12 @@ def model_features(doc: dict, configs: list[dict], cfg=None) -> dict:
     col = lambda k: np.array([float(c[k]) for c in configs])
     out = {k: col(k) for k in RAW_RANGES}
     L = out["depth"]
-    la, lg = collapsed_exponents(cfg, out["sigma_w"], out["sigma_a"], out["alpha_a"], out["alpha_m"], L)
+    if cfg.block_spec()[0] == "paper":
+        la, lg = collapsed_exponents(cfg, out["sigma_w"], out["sigma_a"], out["alpha_a"], out["alpha_m"], L)
+    else:      # a model fitted on runs of another block: that block's theory point
+        from .sweep import block_theory
+        th = block_theory(cfg, configs)
+        la, lg = th["lambda_a"], th["lambda_g"]
     out.update(lambda_a=la, lambda_g=lg, L_lambda_a=L * la, L_lambda_g=L * lg)
     rest = [f for f in doc["features"] if f not in out]
     if rest:
@@ -264,6 +275,6 @@ def predict(sigma_w, sigma_a, alpha_a, alpha_m, depth, doc: dict | None = None) 
                         interval_level=doc["interval"]["level"], chance_loss=doc["L_sat"],
                         lambda_a=float(feats["lambda_a"][i]), lambda_g=float(feats["lambda_g"][i]),
                         features={f: float(feats[f][i]) for f in doc["features"]}, model=doc.get("name"),
-                        family=doc.get("family"), cv_r2=doc.get("cv", {}).get("r2"),
+                        family=doc.get("family"), cv_r2=doc.get("cv", {}).get("r2"), block=block_of(doc),
                         n_tokens=doc["n_tokens"], warnings=warn))
     return out[0] if np.ndim(sigma_w) == 0 and len(out) == 1 else out

@@ -60,18 +60,18 @@ class TrainConfig:
         from ..layers import spec
         return spec.parse(self.block)
 
-    def block_for(self, hp: HParams):
+    def block_for(self, hp: HParams, **over):
         """The :mod:`phasefield.layers` block of one run (``None``: the paper's ``Block(hp)``).
         A run's numbers map onto the preset's: the standard blocks take ``sigma = sigma_w``
         and ``alpha = alpha_A`` (both branches), deepscalelm ``sigma_a`` (its depth is the
-        model's unless given)."""
+        model's unless given). ``over``: preset keywords to set (e.g. ``attention="exact"``)."""
         name, kw = self.block_spec()
         if name == "paper":
             return None
         from ..layers import spec
         if name == "deepscalelm":
-            return spec.build(name, dict(dict(depth=self.depth), **kw, sigma_a=hp.sigma_a))
-        return spec.build(name, dict(kw, sigma=hp.sigma_w, alpha=hp.alpha_a))
+            return spec.build(name, dict(dict(depth=self.depth), **kw, sigma_a=hp.sigma_a, **over))
+        return spec.build(name, dict(kw, sigma=hp.sigma_w, alpha=hp.alpha_a, **over))
 
     @property
     def n_tokens(self) -> int:

@@ -1,0 +1,99 @@
+"""fit / predict / recommend on runs of a phasefield.layers block (issue 24): the features
+and the theory point are the block's, the fit records its block, and a model is never
+applied to another block than the one it was fitted on."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from phasefield import layers
+from phasefield.vit import features as F
+from phasefield.vit import predict as vp
+from phasefield.vit.sweep import block_theory
+from phasefield.vit.train import TrainConfig
+
+SPEC = "pre-ln:heads=2"
+Q0, RHO0 = 1.6, 0.07
+
+
+def _configs(n=12):
+    rng = np.random.default_rng(3)
+    return [dict(sigma_w=float(s), sigma_a=1.0, alpha_a=float(a), alpha_m=float(a), lr=1e-3, depth=2)
+            for s, a in zip(rng.uniform(0.3, 1.5, n), rng.uniform(0.2, 1.0, n))]
+
+
+@pytest.fixture(scope="module")
+def block_study():
+    """A synthetic pre-LN study: 10 configurations x 2 seeds, the loss a smooth function of
+    the block's own finite-depth rate (so the block's features, not the paper's, carry it)."""
+    cfg = TrainConfig(block=SPEC, depth=2, width=16)
+    configs = _configs(10)
+    feats = F.block_features(cfg, configs, Q0, RHO0, maps=("paper",))
+    from phasefield.vit.design import config_id
+    order = [config_id(c) for c in configs]
+    rng = np.random.default_rng(0)
+    loss = 0.4 + 3.0 * np.abs(feats["lambda_g"])
+    rows = [dict(c, seed=s, test_loss=float(loss[i] + 0.01 * rng.standard_normal()), test_acc=0.5, diverged=False)
+            for i, c in enumerate(configs) for s in range(2)]
+    return cfg, configs, feats, order, rows
+
+
+def test_block_features_are_the_blocks(block_study):
+    """Collapsed-point features = the per-run theory of train-sweep --block; input-geometry
+    features = layers.finite_depth of the preset built directly (not through TrainConfig)."""
+    cfg, configs, feats, _, _ = block_study
+    th = block_theory(cfg, configs)
+    for k in ("lambda_a", "lambda_g", "lambda_g_inf"):
+        np.testing.assert_array_equal(feats[k], th[k])
+    for i in (0, 5):
+        c = configs[i]
+        for corr, name in ((False, "lambda_g_in_paper"), (True, "lambda_g_in_paper_corr")):
+            blk = layers.presets.get("pre-ln", sigma=c["sigma_w"], alpha=c["alpha_a"], heads=2,
+                                     attention="paper", softmax_correction=corr)
+            fd = layers.finite_depth(blk, q0=Q0, rho0=RHO0, n_tokens=cfg.n_tokens, depth=2)
+            assert feats[name][i] == pytest.approx(float(fd["lambda_g"]), abs=1e-12)
+        rho_l = float(np.asarray(fd["rho"])[-1])
+        assert feats["rho_out_paper"][i] == pytest.approx(rho_l, abs=1e-12)
+        assert feats["lambda_a_in_paper"][i] == pytest.approx(np.log((1 - rho_l) / (1 - RHO0)) / 2, abs=1e-12)
+    # pre-LN has no finite fixed point: lambda_a is the finite-depth angle rate (< 0, ordered)
+    assert np.all(feats["lambda_a"] < 0) and np.all(np.isnan(feats["lambda_g_inf"]))
+
+
+def test_a_map_that_does_not_answer_gives_no_features():
+    """post-LN's first attention reads the raw embedding (q0 != 1), where the exact map's
+    tables do not answer: its features are left out (no NaN column reaches a model)."""
+    cfg = TrainConfig(block="post-ln:heads=2", depth=2, width=16)
+    feats = F.block_features(cfg, _configs(1), Q0, RHO0, maps=("paper", "exact"))
+    assert "lambda_g_in_paper" in feats and not any(k.endswith("exact") or "_exact_" in k for k in feats)
+    assert all(np.all(np.isfinite(v)) for k, v in feats.items() if k not in ("lambda_g_inf", "rho_star"))
+
+
+def test_fit_and_predict_a_block_sweep(block_study, tmp_path, capsys):
+    """The fit document records the block; predict computes that block's theory point; the
+    CLI refuses a model for another block (predict --block, recommend), one line, exit 2."""
+    from phasefield.cli import main
+
+    cfg, configs, feats, order, rows = block_study
+    doc = vp.fit_sweep(rows, 10, cfg, dict(q0=Q0, rho0=RHO0), feats, order, k=4, repeats=1, nested_cv=False)["model"]
+    assert vp.block_of(doc) == SPEC
+    c = configs[3]
+    res = vp.predict(c["sigma_w"], 1.0, c["alpha_a"], c["alpha_a"], 2, doc)
+    th = block_theory(cfg, [c])
+    assert res["block"] == SPEC
+    assert res["lambda_a"] == pytest.approx(th["lambda_a"][0], abs=1e-12)
+    assert res["lambda_g"] == pytest.approx(th["lambda_g"][0], abs=1e-12)
+    assert res["predicted_loss"] == pytest.approx(0.4 + 3.0 * abs(th["lambda_g"][0]), abs=0.15)
+
+    fit = tmp_path / "fit.json"
+    fit.write_text(json.dumps(dict(report={}, model=doc)))
+    args = ["predict", "--fit", str(fit), "--sigma-w", "0.8", "--alpha", "0.5", "--depth", "2"]
+    assert main(args + ["--block", SPEC]) == 0
+    out, _ = capsys.readouterr()
+    assert f"block {SPEC}" in out
+    for bad in (args + ["--block", "post-ln"], ["predict", "--sigma-w", "1", "--alpha", ".5", "--block", SPEC],
+                ["recommend", "--fit", str(fit)]):
+        assert main(bad) == 2
+        _, err = capsys.readouterr()
+        assert len(err.strip().splitlines()) == 1 and "fitted on" in err
