@@ -67,7 +67,8 @@ def register(cli):
         r = layers.rates(blk, q0=q0, rho0=rho0, n_tokens=n, depth=int(depth))
         res = dict(block=name, **{k: v for k, v in kw.items()}, n_tokens=n, depth=int(depth), q0=q0, rho0=rho0,
                    **{k: float(r[k]) for k in ("angle_rate", "lambda_g", "lambda_g_collapsed", "lambda_a",
-                                               "lambda_g_inf", "q_star", "rho_star")},
+                                               "lambda_g_inf", "q_star", "rho_star", "rho_star_min",
+                                               "rho_star_max")}, n_stable=int(r["n_stable"]),
                    rho_L=float(r["rho"][-1]), q_L=float(r["q"][-1]),
                    q=[float(v) for v in np.asarray(r["q"])], rho=[float(v) for v in np.asarray(r["rho"])])
         fixed = res["has_fixed_point"] = r["has_fixed_point"]
@@ -83,6 +84,9 @@ def register(cli):
         if fixed:
             click.echo(f"lambda_a     = {res['lambda_a']:+.6f}   (exponent at the collapsed fixed point, q* = {res['q_star']:.6g})")
             click.echo(f"lambda_g_inf = {res['lambda_g_inf']:+.6f}   (at rho_star = {res['rho_star']:.6g})")
+            if res["n_stable"] > 1:
+                click.echo(f"attractors   = {res['n_stable']} stable cosines in [{res['rho_star_min']:.6g}, "
+                           f"{res['rho_star_max']:.6g}] (multistable: the start geometry picks one)")
         else:
             click.echo("no finite fixed point (the norm grows with depth): the rates above are "
                        "finite-depth rates, not exponents")
