@@ -4,6 +4,7 @@
     python scripts/trainability_study.py run       # train (resumes; ~75 min on 2 CPU cores)
     python scripts/trainability_study.py analyze   # CV analysis, figures, packaged model
     python scripts/trainability_study.py plan      # print the design and its projected cost
+    ... --study lr | depth | mnist1d              # the regime studies of issue 27 (see STUDIES)
 
 Digits ViTs with the trainer's defaults (width 64, 15 epochs, batch 64, Adam 1e-3, tanh),
 scrambled Sobol configurations over sigma_w in [0.3, 3], sigma_A in [0.3, 4], alpha_A and
@@ -42,13 +43,18 @@ SEC_PER_RUN_PER_BLOCK = 31.0 / 16  # measured, see above
 #          Adam at 1e-4 and 3e-4 and SGD with momentum 0.9 at one rate, one seed per
 #          configuration (the CPU allows ~50 runs per session); Adam 1e-3 is the main study
 #   depth  depth transfer: fresh Sobol designs (seed 2000 + L) at L = 4, 8, 16, 32, Adam 1e-3
+#   mnist1d  a harder offline data set: MNIST-1D (the optional mnist1d package), the main
+#          study's L = 16 design at Adam 1e-3, one seed; 1-D patches of 4 samples (n = 11)
 STUDIES = {
     "main": dict(plan=DEFAULT_PLAN, seed0=1000, settings="adam:1e-3", out=DEFAULT_OUT, seeds=SEEDS),
     "lr": dict(plan="16:24", seed0=1000, settings="adam:1e-4,adam:3e-4,sgd_momentum:0.01",
                out=os.path.join(DEFAULT_OUT, "lr"), seeds=1),
     "depth": dict(plan="4:32,8:32,16:32,32:32", seed0=2000, settings="adam:1e-3",
                   out=os.path.join(DEFAULT_OUT, "depth"), seeds=SEEDS),
+    "mnist1d": dict(plan="16:24", seed0=1000, settings="adam:1e-3", out=os.path.join(DEFAULT_OUT, "mnist1d"),
+                    seeds=1, dataset="mnist1d"),
 }
+DATA = {"digits": dict(image_size=8, patch_size=2), "mnist1d": dict(image_size=40, patch_size=4)}
 
 
 def parse_plan(text: str) -> dict:
@@ -113,10 +119,14 @@ def cmd_plan(args):
               f"(cumulative {total / 60:5.1f} min)")
 
 
-def _train_config(optimizer: str = "adam"):
+def _train_config(optimizer: str = "adam", dataset: str = "digits"):
     from phasefield.vit.train import TrainConfig
 
-    return TrainConfig(dataset="digits", image_size=8, patch_size=2, batch_size=64, depth=16, optimizer=optimizer)
+    return TrainConfig(dataset=dataset, **DATA[dataset], batch_size=64, depth=16, optimizer=optimizer)
+
+
+def _dataset(st: dict) -> str:
+    return st.get("dataset", "digits")
 
 
 def cmd_run(args):
@@ -130,7 +140,8 @@ def cmd_run(args):
     st = _study(args)
     plan, settings = parse_plan(st["plan"]), parse_settings(st["settings"])
     dirs = sweep_dirs(st)
-    data = vdata.load("digits", 8)
+    dataset = _dataset(st)
+    data = vdata.load(dataset, DATA[dataset]["image_size"])
     trainers = {opt: {} for opt in settings}
     t0 = time.time()
     for d, lo, hi in blocks(plan):
@@ -141,7 +152,7 @@ def cmd_run(args):
             runs = design.expand(configs(d, hi, st["seed0"])[lo:hi], lrs=lrs, seeds=st["seeds"])
             print(f"[{time.time() - t0:7.0f} s] depth {d}, configurations {lo}-{hi}, {opt} lr "
                   f"{', '.join(f'{v:g}' for v in lrs)}", flush=True)
-            s = vsweep.run_sweep(_train_config(opt), runs, dirs[opt], data, chunk=args.chunk, progress=not args.quiet,
+            s = vsweep.run_sweep(_train_config(opt, dataset), runs, dirs[opt], data, chunk=args.chunk, progress=not args.quiet,
                                  metrics=False, checkpoints=False, trainers=trainers[opt])
             print(f"   trained {s['trained']} ({s['already_done']} done before, {s['diverged']} diverged) "
                   f"in {s['seconds']:.0f} s", flush=True)
@@ -183,15 +194,17 @@ def cmd_features(args):
     from phasefield.vit import design, features
 
     st = _study(args)
-    cfg = _train_config()
+    dataset = _dataset(st)
+    cfg = _train_config(dataset=dataset)
     out = st["out"]
     os.makedirs(out, exist_ok=True)
     gpath = os.path.join(out, "input_geometry.json")
     main_g = os.path.join(DEFAULT_OUT, "input_geometry.json")
-    if not os.path.exists(gpath) and os.path.exists(main_g) and out != DEFAULT_OUT:
+    same_data = dataset == "digits"      # the main study's data, embedding and token count
+    if not os.path.exists(gpath) and os.path.exists(main_g) and out != DEFAULT_OUT and same_data:
         shutil.copy(main_g, gpath)  # the same trainer config, data and embedding: the same geometry
     if not os.path.exists(gpath):
-        geo = features.input_geometry(cfg, vdata.load("digits", 8), inits=16, images=512)
+        geo = features.input_geometry(cfg, vdata.load(dataset, cfg.image_size), inits=16, images=512)
         with open(gpath + ".part", "w") as f:
             json.dump(geo, f, indent=1)
         os.replace(gpath + ".part", gpath)
@@ -200,7 +213,8 @@ def cmd_features(args):
     print(f"input geometry: q0 = {geo['q0']:.4f} +- {geo['q0_se']:.4f}, rho0 = {geo['rho0']:.4f} +- {geo['rho0_se']:.4f}")
     fpath = feature_path(out)
     have = _read_feature_rows(fpath)
-    known = {_hp_key(cid): r for cid, r in _read_feature_rows(feature_path(DEFAULT_OUT)).items()}
+    known = ({_hp_key(cid): r for cid, r in _read_feature_rows(feature_path(DEFAULT_OUT)).items()}
+             if same_data else {})
     plan, settings = parse_plan(st["plan"]), parse_settings(st["settings"])
     lrs = sorted({v for vals in settings.values() for v in vals})
     todo, reuse = [], []
@@ -252,6 +266,8 @@ def cmd_analyze(args):
     learning rate, written to OUT/analysis.json."""
     if args.study == "lr":
         return analyze_lr(args)
+    if args.ship and args.study != "main":
+        raise SystemExit(f"--ship writes the packaged model: only from the main study (not {args.study})")
     import json
 
     import numpy as np
@@ -290,9 +306,10 @@ def cmd_analyze(args):
     with open(os.path.join(out, "analysis.json"), "w") as f:
         f.write(io.dumps(rep, indent=1))
     img = os.path.join(ROOT, "docs", "images")
-    figure.fig7(rep, os.path.join(img, "trainability_fig7.png"))
-    figure.plane(rep, os.path.join(img, "trainability_plane.png"))
-    figure.transfer(rep, os.path.join(img, "trainability_transfer.png"))
+    tag = "" if args.study == "main" else f"_{args.study}"
+    figure.fig7(rep, os.path.join(img, f"trainability{tag}_fig7.png"))
+    figure.plane(rep, os.path.join(img, f"trainability{tag}_plane.png"))
+    figure.transfer(rep, os.path.join(img, f"trainability{tag}_transfer.png"))
     if args.ship:
         path = os.path.join(ROOT, "phasefield", "vit", predict.RESOURCE)
         with open(path, "w") as f:

@@ -75,7 +75,9 @@ def _bounds(text: str, name: str) -> tuple:
 def register(cli):
     @cli.command("train-sweep")
     @click.option("--dataset", default="digits", show_default=True,
-                  help="'digits' (bundled, offline) or a tensorflow-datasets name, e.g. food101")
+                  help="'digits' (bundled, offline), 'mnist1d' (generated offline; the optional "
+                       "mnist1d package; --image-size is its length 40) or a tensorflow-datasets name, "
+                       "e.g. food101")
     @click.option("--design", default="grid", show_default=True,
                   help="'grid' (Cartesian product of the axes) or 'sobol:N' (N scrambled Sobol points in the box "
                        "spanned by the axes' ranges, each given as lo:hi or a number)")
@@ -90,11 +92,11 @@ def register(cli):
     @click.option("--lr", default="1e-3", show_default=True, help="Adam learning rate(s)")
     @click.option("--seeds", type=int, default=1, show_default=True, help="seeds per grid point")
     @click.option("--epochs", type=int, default=15, show_default=True)
-    @click.option("--batch-size", type=int, default=None, help="(default 64 for digits, 256 otherwise)")
+    @click.option("--batch-size", type=int, default=None, help="(default 64 for digits and mnist1d, 256 otherwise)")
     @click.option("--depth", default="16", show_default=True, help="number of blocks; a list (8,16,32) is a design axis")
     @click.option("--width", type=int, default=64, show_default=True, help="embedding width d")
-    @click.option("--image-size", type=int, default=None, help="(default 8 for digits, 64 otherwise)")
-    @click.option("--patch-size", type=int, default=None, help="(default 2 for digits, 8 otherwise)")
+    @click.option("--image-size", type=int, default=None, help="(default 8 for digits, 40 for mnist1d, 64 otherwise)")
+    @click.option("--patch-size", type=int, default=None, help="(default 2 for digits, 4 for mnist1d, 8 otherwise)")
     @click.option("--activation", default="tanh", show_default=True)
     @click.option("--block", "block_spec", default="paper", show_default=True,
                   help="the ViT's block: paper, or a layers preset NAME[:k=v,...] (pre-ln, post-ln, rms-swiglu, "
@@ -119,10 +121,10 @@ def register(cli):
 
         Single process only: train-sweep does not split work across jax.distributed
         processes (run separate sweeps into separate OUT directories instead)."""
-        digits = dataset == "digits"
-        image_size = image_size if image_size is not None else (8 if digits else 64)
-        patch_size = patch_size if patch_size is not None else (2 if digits else 8)
-        batch_size = batch_size if batch_size is not None else (64 if digits else 256)
+        small = {"digits": (8, 2), "mnist1d": (40, 4)}.get(dataset)     # bundled / generated offline
+        image_size = image_size if image_size is not None else (small[0] if small else 64)
+        patch_size = patch_size if patch_size is not None else (small[1] if small else 8)
+        batch_size = batch_size if batch_size is not None else (64 if small else 256)
         for name, v, hi in (("seeds", seeds, SEEDS_MAX), ("epochs", epochs, EPOCHS_MAX),
                             ("batch-size", batch_size, BATCH_MAX), ("image-size", image_size, IMAGE_MAX),
                             ("patch-size", patch_size, IMAGE_MAX), ("chunk", chunk, CHUNK_MAX)):

@@ -10,6 +10,11 @@ preprocess`), so a 75,750-image Food-101 train split at 64x64 is 0.9 GB on disk 
 Sources
   ``digits``       scikit-learn's bundled 8x8 grey digits (1797 images, offline); a fixed
                    stratified 80/20 train/test split (seed 0).
+  ``mnist1d``      MNIST-1D (Greydanus 2020), generated procedurally by the optional
+                   ``mnist1d`` package (``pip install 'phasefield[mnist1d]'``; no download):
+                   its default set, 4000 train / 1000 test signals of 40 samples, 10 classes,
+                   scaled by the train set's range to [0, 1] and stored as [N, 40, 1, 1] (a
+                   1-D signal: the ViT cuts it into patches of ``patch_size`` samples).
   any other name   a tensorflow-datasets image-classification dataset (``food101`` for the
                    paper), read with ``tfds.data_source`` (no TensorFlow needed); the test
                    split is ``test`` when the dataset has one, else ``validation``.
@@ -23,6 +28,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import io
+
+ONE_D = {"mnist1d": 40}   # 1-D data sets and their signal length
 
 DEFAULT_DATA_DIR = os.environ.get("PHASEFIELD_DATA", os.path.join(os.path.expanduser("~"), ".cache", "phasefield", "data"))
 
@@ -77,6 +84,21 @@ def _digits(size: int) -> Data:
     y = d.target.astype(np.int32)
     xtr, xte, ytr, yte = train_test_split(x, y, test_size=0.2, random_state=0, stratify=y)
     return Data(xtr, ytr, xte, yte, 10, 1.0, "digits")
+
+
+def _mnist1d(size: int) -> Data:
+    if size != ONE_D["mnist1d"]:
+        raise DataError(f"mnist1d signals have {ONE_D['mnist1d']} samples: use image size {ONE_D['mnist1d']} "
+                        f"(got {size})")
+    try:
+        from mnist1d.data import get_dataset_args, make_dataset
+    except ImportError:
+        raise DataError("the mnist1d data set needs the optional package: pip install 'phasefield[mnist1d]'") from None
+    d = make_dataset(get_dataset_args())        # the package's default set (its seed 42)
+    lo, hi = float(np.min(d["x"])), float(np.max(d["x"]))
+    scaled = lambda a: ((np.asarray(a, np.float64) - lo) / (hi - lo)).astype(np.float32)[:, :, None, None]
+    return Data(scaled(d["x"]), np.asarray(d["y"], np.int32), scaled(d["x_test"]), np.asarray(d["y_test"], np.int32),
+                10, 1.0, "mnist1d")
 
 
 def _tfds_split(name: str, split: str, size: int, data_dir, download: bool):
@@ -146,7 +168,12 @@ def load(name: str = "digits", image_size: int = 8, data_dir=None, tfds_dir=None
         with np.load(path) as z:
             return Data(z["x_train"], z["y_train"], z["x_test"], z["y_test"], int(z["num_classes"]),
                         float(z["scale"]), name)
-    data = _digits(image_size) if name == "digits" else _tfds(name, image_size, tfds_dir, download)
+    if name == "digits":
+        data = _digits(image_size)
+    elif name == "mnist1d":
+        data = _mnist1d(image_size)
+    else:
+        data = _tfds(name, image_size, tfds_dir, download)
     if cache:
         with io.atomic_path(path) as tmp:
             with open(tmp, "wb") as f:

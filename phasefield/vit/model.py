@@ -68,12 +68,13 @@ class ViT(nn.Module):
 
 
 def patchify(images, patch_size: int):
-    """[B, H, W, C] -> [B, (H/p)(W/p), p*p*C], row-major over patches."""
+    """[B, H, W, C] -> [B, (H/p)(W/p), p*p*C], row-major over patches; a 1-D signal
+    ([B, H, 1, C], e.g. MNIST-1D) -> [B, H/p, p*C]."""
     b, h, w, c = images.shape
-    p = patch_size
-    x = images.reshape(b, h // p, p, w // p, p, c)
+    ph, pw = (patch_size if h > 1 else 1), (patch_size if w > 1 else 1)
+    x = images.reshape(b, h // ph, ph, w // pw, pw, c)
     x = x.transpose(0, 1, 3, 2, 4, 5)
-    return x.reshape(b, (h // p) * (w // p), p * p * c)
+    return x.reshape(b, (h // ph) * (w // pw), ph * pw * c)
 
 
 def unpatchify(patches, image_size: int, patch_size: int, channels: int):
@@ -90,6 +91,7 @@ def preprocess(images, scale, patch_size: int):
     return patchify((x - 0.5) * 2.0, patch_size)
 
 
-def n_tokens(image_size: int, patch_size: int) -> int:
-    """Tokens seen by the blocks: patches + the class token (the theory's n)."""
-    return (image_size // patch_size) ** 2 + 1
+def n_tokens(image_size: int, patch_size: int, dims: int = 2) -> int:
+    """Tokens seen by the blocks: patches + the class token (the theory's n); ``dims`` 1 for
+    a 1-D signal of ``image_size`` samples."""
+    return (image_size // patch_size) ** dims + 1

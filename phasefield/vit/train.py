@@ -75,7 +75,8 @@ class TrainConfig:
 
     @property
     def n_tokens(self) -> int:
-        return n_tokens(self.image_size, self.patch_size)
+        from .data import ONE_D
+        return n_tokens(self.image_size, self.patch_size, 1 if self.dataset in ONE_D else 2)
 
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)
