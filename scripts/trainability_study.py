@@ -307,7 +307,7 @@ def cmd_analyze(args):
         f.write(io.dumps(rep, indent=1))
     img = os.path.join(ROOT, "docs", "images")
     tag = "" if args.study == "main" else f"_{args.study}"
-    figure.fig7(rep, os.path.join(img, f"trainability{tag}_fig7.png"))
+    figure.fig7(rep, os.path.join(img, f"trainability{tag}_fig7.png"), dataset=_dataset(_study(args)))
     figure.plane(rep, os.path.join(img, f"trainability{tag}_plane.png"))
     figure.transfer(rep, os.path.join(img, f"trainability{tag}_transfer.png"))
     if args.ship:

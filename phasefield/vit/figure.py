@@ -26,7 +26,7 @@ def _color(L):
     return DEPTH_COLORS.get(int(L), "tab:gray")
 
 
-def fig7(report: dict, path: str, dpi: int = 150) -> None:
+def fig7(report: dict, path: str, dpi: int = 150, dataset: str = "digits") -> None:
     plt = _plt()
     t = report["table"]
     y = np.asarray(t["loss"])
@@ -57,7 +57,9 @@ def fig7(report: dict, path: str, dpi: int = 150) -> None:
                  f"CV $R^2$ {mm['cv_r2']:.2f}", fontsize=9)
     ax.set_xlabel("measured test loss (seed mean)")
     ax.set_ylabel("cross-validated prediction")
-    fig.suptitle(f"digits ViT, {report['n_configs']} configurations x {report['seeds']} seeds", fontsize=10)
+    seeds = report.get("seeds") or int(np.median(np.asarray(report["table"]["n_seeds"])))
+    fig.suptitle(f"{dataset} ViT, {report['n_configs']} configurations x {seeds} seed{'s' * (seeds != 1)}",
+                 fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=dpi)
     plt.close(fig)
