@@ -51,8 +51,11 @@ class Layer:
     def call(self, x, weights: str, causal: bool):
         """Its network on ``x`` inside the calling compact module: a leaf layer creates its
         module there (named by its ``name`` field where it has one); containers compose
-        their layers' calls inline, adding no Flax scope of their own."""
-        return self.module(weights, causal, name=getattr(self, "name", None))(x)
+        their layers' calls inline, adding no Flax scope of their own. (A layer written
+        against the older protocol, ``module(weights, causal)`` without ``name``, still works
+        unnamed.)"""
+        name = getattr(self, "name", None)
+        return self.module(weights, causal, **({} if name is None else {"name": name}))(x)
 
     def states(self, k: Kernel, ctx: Context):
         """The input state of every leaf layer and the output: ``(inputs, out)`` (a flat
