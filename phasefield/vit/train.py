@@ -70,8 +70,8 @@ class TrainConfig:
             return None
         from ..layers import spec
         if name == "deepscalelm":
-            return spec.build(name, dict(dict(depth=self.depth), **kw, sigma_a=hp.sigma_a, **over))
-        return spec.build(name, dict(kw, sigma=hp.sigma_w, alpha=hp.alpha_a, **over))
+            return spec.build(name, {"depth": self.depth, **kw, "sigma_a": hp.sigma_a, **over})
+        return spec.build(name, {**kw, "sigma": hp.sigma_w, "alpha": hp.alpha_a, **over})
 
     @property
     def n_tokens(self) -> int:
