@@ -121,3 +121,19 @@ def test_block_exponents_reports_the_attractors_of_a_multistable_point(capsys):
     rc, out, _ = _run(capsys, "block", "exponents", "--block",
                       "paper:sigma_w=3,sigma_a=6.875,alpha_a=0.5,alpha_m=0.5", "--depth", "8", "--n-tokens", "128")
     assert rc == 0 and "attractors   = 2 stable cosines" in out
+
+
+def test_block_sweep_from_mesh_values_equals_the_integrated_maps():
+    """The exact map and the softmax term (pre-LN has both) from their values on a 97-point
+    mesh, once per logit scale, equal the maps integrated at every point (to 1e-12), up to
+    logit scale 4."""
+    from phasefield.layers import sweep
+
+    name, fixed = "pre-ln", {"heads": 2, "attention": "exact"}
+    axes = {"sigma": np.array([0.5, 2.0]), "alpha": np.array([0.6])}
+    fast = sweep.sweep(name, axes, fixed=fixed, n_tokens=8, depth=2)
+    slow = sweep.sweep(name, axes, fixed=fixed, n_tokens=8, depth=2, mesh=False)
+    assert sweep.mesh_tables(name, sweep.spec.check(name, fixed), ("sigma", "alpha"),
+                             [axes["sigma"], np.repeat(axes["alpha"], 2)], 8, 4.0) is not None
+    for v in fast.data_vars:
+        np.testing.assert_allclose(fast[v].values, slow[v].values, rtol=0, atol=1e-12, err_msg=v)

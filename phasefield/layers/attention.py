@@ -105,9 +105,11 @@ class Attention(Layer):
         with_values = self.map == "exact" and exact_table.concrete_logits(hp) is not None
         return self.replace(att=exact_table.kernel(hp, with_values=with_values))
 
-    def _exact_ok(self, q, x):
-        """The exact map's tables are built for unit input norm: NaN elsewhere."""
-        return x if self.map == "paper" else jnp.where(q == 1.0, x, jnp.nan)
+    def _exact_ok(self, q, x, backward=False):
+        """The exact map's tables (and, backward, the softmax term's mesh values a block sweep
+        attaches) are built for unit input norm: NaN elsewhere."""
+        tabled = self.map == "exact" or (backward and self.att is not None and self.att.interp_t)
+        return jnp.where(q == 1.0, x, jnp.nan) if tabled else x
 
     def forward(self, k, ctx):
         hp = self._hp(ctx, k.q)
@@ -119,7 +121,7 @@ class Attention(Layer):
         hp = self._hp(ctx, k.q)
         diag, off = att_maps.backward(hp, k.q, k.rho, g.a, g.b, self.att)
         c = self._out_scale()
-        return Grad.from_diag_off(self._exact_ok(k.q, c * diag), self._exact_ok(k.q, c * off))
+        return Grad.from_diag_off(self._exact_ok(k.q, c * diag, True), self._exact_ok(k.q, c * off, True))
 
     # ---- network ------------------------------------------------------------------------
     def module(self, weights="dense", causal=False, name=None):

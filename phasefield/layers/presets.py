@@ -19,11 +19,11 @@ sqrt(d)``, and so has its output layer whatever its fan-in (its fan-in scale is 
 logits of standard deviation ``sigma^2 q`` (``sigma_A = sigma^2``).
 
 Approximations (static, part of the pytree's structure): ``attention`` "paper" (Eq. 10, the
-paper's Assumption 3.2; the default: fast in sweeps, measured within 3 se of the networks
-for sigma <= 1 and off by up to 24 se at sigma = 2, docs/blocks.md) or "exact" (the
-exact-softmax map: valid here at every sigma because the attention of the standard blocks
-reads normalized tokens, q = 1; within 2.5 se at every validated point, docs/blocks.md;
-~4x slower and ~6x the memory per point in sweeps);
+paper's Assumption 3.2; the default, measured within 2.5 se of the networks for sigma <= 1
+and off by up to 44 se at sigma = 2, docs/blocks.md) or "exact" (the exact-softmax map:
+valid here at every sigma because the attention of the standard blocks reads normalized
+tokens, q = 1; within 2.5 se at every validated point, docs/blocks.md; block sweeps read
+it from per-logit-scale mesh values, as fast as Eq. 10);
 ``softmax_correction`` (the softmax-derivative path in the
 backward map; on by default for the standard blocks, where it is measured to matter:
 docs/blocks.md); ``qk_norm`` (RMS-normalized queries and keys per head, gain 1:

@@ -43,7 +43,7 @@ class QKNormAttention(Attention):
     def logit_std(self, q):
         return self._logit_scale() + 0.0 * q
 
-    def _exact_ok(self, q, x):
+    def _exact_ok(self, q, x, backward=False):
         """The exact map's tables are built for the logit scale g^2, which no token norm
         changes: valid at every q (plain attention's are valid at q = 1 only)."""
         return x

@@ -41,6 +41,8 @@ VARIABLES = {
     "q_L": "token squared norm per component after L blocks from q0",
 }
 CHUNK = 1024
+MESH_TABLES = 97   # mesh of the per-logit-scale interpolants (the stable-point search's 33 reach
+                   # rounding only up to sigma_A ~ 1; 97 nodes up to sigma_A = 4, tail <= 1e-13)
 CHUNK_EXACT = 64    # the exact-softmax map and the softmax correction integrate a logit grid
                     # per point and layer (~30 MB a point): 1024 points would need ~30 GB
 
@@ -101,14 +103,59 @@ def prepare_traced(block, ctx, att_max, mlp_max):
     return map_leaves(block, prep)
 
 
-def _point(name, fixed, keys, n_tokens, depth, q0, rho0, scales=(None, None)):
+def mesh_tables(name, fixed, keys, flat, n_tokens, att_max):
+    """The exact map's and the softmax term's values on the stable-point mesh, once per
+    distinct logit scale of the grid (as :func:`phasefield.sweep.build_exact_tables` does
+    for the paper block): ``(index per point, S [U, 2, MESH + 1], T [U, 2, MESH + 1],
+    static)`` with ``static = (n_a, n_z, interp, interp_t)``, or None where they do not
+    serve (no exact map or softmax term, a point with two logit scales, interpolants that
+    are not the maps to rounding). Valid at unit input norm (the attention of every preset
+    reads normalized tokens when q0 = 1); the layer turns other norms into NaN."""
+    from ..theory.attention import exact_table
+
+    npts = len(flat[0]) if flat else 1
+    scale = np.empty(npts)
+    for i in range(npts):
+        atts = [x for x in _leaves(spec.build(name, dict(fixed, **{k: v[i] for k, v in zip(keys, flat)})))
+                if isinstance(x, Attention)]
+        if not atts or not any(a.map == "exact" or a.softmax_correction for a in atts):
+            return None
+        vals = {float(a._logit_scale()) for a in atts}
+        if len(vals) != 1:
+            return None
+        scale[i] = vals.pop()
+    uniq, index = np.unique(scale, return_inverse=True)
+    kern = atts[0].prepare(Context(n_tokens), sigma_max=max(att_max, 1e-3)).att
+    n_a, n_z = kern.n_a, kern.n_z
+    with jax.enable_x64(True):
+        s, t = jax.device_get(exact_table.tables_fn(n_a, n_z, MESH_TABLES)(jnp.asarray(uniq, jnp.float64),
+                                                                jnp.full(len(uniq), float(n_tokens))))
+    interp, interp_t = exact_table.interpolant_exact(s), exact_table.interpolant_exact(t)
+    if not (interp or interp_t):
+        return None
+    return index.astype(np.int32), np.asarray(s), np.asarray(t), (n_a, n_z, interp, interp_t)
+
+
+def _with_tables(block, idx, s, t, static):
+    from ..theory.attention import exact_table
+
+    n_a, n_z, interp, interp_t = static
+    kern = exact_table.ExactKernel(s[idx], n_a=n_a, n_z=n_z, interp=interp, t=t[idx], interp_t=interp_t)
+    return map_leaves(block, lambda x: x.replace(att=kern) if isinstance(x, Attention) else x)
+
+
+def _point(name, fixed, keys, n_tokens, depth, q0, rho0, scales=(None, None), tables=None):
     def f(*values):
+        if tables is not None:
+            *values, idx, s, t = values
         kw = dict(fixed, **dict(zip(keys, values)))
         block = spec.build(name, kw)
         if scales[0] is None:
             block = block.prepare(Context(n_tokens))
         else:
             block = prepare_traced(block, Context(n_tokens), *scales)
+        if tables is not None:
+            block = _with_tables(block, idx, s, t, tables)
         ctx = Context(jnp.asarray(n_tokens, jnp.result_type(float)))
         dt = jnp.result_type(float)
         k0 = Kernel(jnp.asarray(q0, dt), jnp.asarray(q0 * rho0, dt))
@@ -121,8 +168,11 @@ def _point(name, fixed, keys, n_tokens, depth, q0, rho0, scales=(None, None)):
 
 
 @functools.lru_cache(maxsize=64)
-def _compiled(name, fixed_items, keys, n_tokens, depth, q0, rho0, scales):
-    return jax.jit(jax.vmap(_point(name, dict(fixed_items), keys, n_tokens, depth, q0, rho0, scales)))
+def _compiled(name, fixed_items, keys, n_tokens, depth, q0, rho0, scales, tables=None):
+    f = _point(name, dict(fixed_items), keys, n_tokens, depth, q0, rho0, scales, tables)
+    if tables is None:
+        return jax.jit(jax.vmap(f))
+    return jax.jit(jax.vmap(f, in_axes=(0,) * len(keys) + (0, None, None)))
 
 
 def check(name: str, axes: dict, fixed: dict) -> tuple[dict, list]:
@@ -157,8 +207,13 @@ def check(name: str, axes: dict, fixed: dict) -> tuple[dict, list]:
 
 @float64
 def sweep(name: str, axes: dict, fixed: dict | None = None, n_tokens: int = 32, depth: int = 16,
-          q0: float = 1.0, rho0: float = 0.5, chunk: int | None = None, progress: bool = False):
-    """The grid ``axes`` (name -> values; at most one may be ``depth``) of block ``name``."""
+          q0: float = 1.0, rho0: float = 0.5, chunk: int | None = None, progress: bool = False,
+          mesh: bool = True):
+    """The grid ``axes`` (name -> values; at most one may be ``depth``) of block ``name``.
+    With the exact map or the softmax term, ``mesh`` (default) evaluates them from their
+    values on the stable-point mesh, computed once per distinct logit scale
+    (:func:`mesh_tables`; the interpolants equal the maps to rounding, else the grid
+    integrates them per point as ``mesh=False`` does)."""
     import xarray as xr
     from tqdm.auto import tqdm
 
@@ -171,18 +226,23 @@ def sweep(name: str, axes: dict, fixed: dict | None = None, n_tokens: int = 32, 
     depth_list = depths if depths is not None else [int(depth)]
     fixed_items = tuple(sorted(fixed.items()))
     scales = table_scales(name, fixed, {k: axes[k] for k in num_keys})
-    if chunk is None:
-        exact = any(isinstance(x, Attention) and (x.map == "exact" or x.softmax_correction)
-                    for x in _leaves(spec.build(name, fixed)))
-        chunk = CHUNK_EXACT if exact else CHUNK
+    exact = any(isinstance(x, Attention) and (x.map == "exact" or x.softmax_correction)
+                for x in _leaves(spec.build(name, fixed)))
+    tables = mesh_tables(name, fixed, num_keys, flat, n_tokens, scales[0]) if exact and float(q0) == 1.0 and flat \
+        and mesh else None
+    if chunk is None:      # mesh values: the points read interpolants, no logit grid per point
+        chunk = CHUNK_EXACT if exact and tables is None else CHUNK
     results = {v: np.empty((len(depth_list), npts)) for v in VARIABLES}
     steps = [(i, s) for i in range(len(depth_list)) for s in range(0, npts, chunk)]
     for i, start in tqdm(steps, disable=not progress, desc=f"{name} sweep"):
-        f = _compiled(name, fixed_items, num_keys, int(n_tokens), depth_list[i], float(q0), float(rho0), scales)
+        f = _compiled(name, fixed_items, num_keys, int(n_tokens), depth_list[i], float(q0), float(rho0), scales,
+                      None if tables is None else tables[3])
         stop = min(start + chunk, npts)
         # pad to the chunk size: one program per chunk size
         idx = np.minimum(np.arange(start, start + chunk if npts > chunk else stop), npts - 1)
         args = [jnp.asarray(a[idx]) for a in flat] if flat else [jnp.zeros(1)]
+        if tables is not None:
+            args += [jnp.asarray(tables[0][idx]), jnp.asarray(tables[1]), jnp.asarray(tables[2])]
         if not flat:
             f = jax.jit(lambda _: jax.tree_util.tree_map(
                 lambda x: x[None], _point(name, fixed, (), int(n_tokens), depth_list[i], float(q0), float(rho0))()))

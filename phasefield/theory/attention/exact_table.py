@@ -41,6 +41,9 @@ class ExactKernel:
     n_a: int = struct.field(pytree_node=False, default=0)
     n_z: int = struct.field(pytree_node=False, default=0)
     interp: bool = struct.field(pytree_node=False, default=False)   # s's interpolant is exact
+    # the softmax-derivative term's (T_1, T_rho) at mesh_points(n), or None (block sweeps)
+    t: Any = None
+    interp_t: bool = struct.field(pytree_node=False, default=False)  # t's interpolant is exact
 
     def s_at(self, hp, rho):
         """(S_1, S_rho) at rho from the interpolant of ``s`` (use when ``interp``)."""
@@ -56,16 +59,16 @@ def mesh(n, m: int = MESH):
     return lo + (1.0 - lo) * t
 
 
-def mesh_points(n):
+def mesh_points(n, m: int = MESH):
     """The mesh followed by RHO0: where ``ExactKernel.s`` holds (S_1, S_rho)."""
     dt = jnp.result_type(float)
-    return jnp.concatenate([mesh(n), jnp.asarray([RHO0], dt)])
+    return jnp.concatenate([mesh(n, m), jnp.asarray([RHO0], dt)])
 
 
-def values(hp, n_a: int, n_z: int):
-    """(S_1, S_rho) [2, MESH + 1] at :func:`mesh_points` of ``hp.n_tokens``."""
+def values(hp, n_a: int, n_z: int, m: int = MESH):
+    """(S_1, S_rho) [2, m + 1] at :func:`mesh_points` of ``hp.n_tokens``."""
     # lax.map, not vmap: each rho takes only its own branch of the pair rule (exact._pair_tables)
-    s1, sr = jax.lax.map(lambda r: exact.s_values(hp, r, n_a, n_z), mesh_points(hp.n_tokens))
+    s1, sr = jax.lax.map(lambda r: exact.s_values(hp, r, n_a, n_z), mesh_points(hp.n_tokens, m))
     return jnp.stack([s1, sr])
 
 
@@ -81,14 +84,33 @@ def values_fn(n_a: int, n_z: int):
     return jax.jit(lambda sigma_a, n: jax.lax.map(lambda x: values(_Logits(*x), n_a, n_z), (sigma_a, n)))
 
 
+def t_values(hp, n_a: int, n_z: int, m: int = MESH):
+    """(T_1, T_rho) [2, m + 1] of the softmax-derivative term at :func:`mesh_points`."""
+    from . import softmax
+    att = ExactKernel(None, n_a=n_a, n_z=n_z)
+    t1, tr = jax.lax.map(lambda r: softmax.t_values(hp, r, att), mesh_points(hp.n_tokens, m))
+    return jnp.stack([t1, tr])
+
+
+@functools.lru_cache(maxsize=None)
+def tables_fn(n_a: int, n_z: int, m: int = MESH):
+    """Compiled (S, T) values on an ``m``-point mesh of arrays (sigma_A, n), one pair after
+    the other."""
+    def one(x):
+        hp = _Logits(*x)
+        return values(hp, n_a, n_z, m), t_values(hp, n_a, n_z, m)
+    return jax.jit(lambda sigma_a, n: jax.lax.map(one, (sigma_a, n)))
+
+
 def chebyshev_tail(s) -> float:
     """Largest of the last 6 Chebyshev coefficients of the mesh values ``s`` [..., MESH + 1]
     (NumPy; the mesh is Chebyshev-Lobatto in rho): the interpolant's error is about a
     twentieth of it once it reaches rounding (S is analytic in rho)."""
-    v = np.asarray(s, np.float64)[..., :MESH]
-    j = np.arange(MESH)
-    w = np.where((j == 0) | (j == MESH - 1), 0.5, 1.0)
-    c = (2.0 / (MESH - 1)) * (v * w) @ np.cos(np.pi * np.outer(j, j) / (MESH - 1))
+    m = np.shape(s)[-1] - 1                      # the mesh (the last value is at RHO0)
+    v = np.asarray(s, np.float64)[..., :m]
+    j = np.arange(m)
+    w = np.where((j == 0) | (j == m - 1), 0.5, 1.0)
+    c = (2.0 / (m - 1)) * (v * w) @ np.cos(np.pi * np.outer(j, j) / (m - 1))
     return float(np.max(np.abs(c[..., -6:])))
 
 
@@ -133,9 +155,10 @@ def _mesh_values(sigma_a: float, n: float, n_a: int, n_z: int) -> np.ndarray:
 def interpolate(hp, s, rho):
     """(S_1, S_rho) at rho from the mesh values ``s`` [2, MESH + 1] (barycentric formula of
     the Chebyshev–Lobatto nodes; equal to ``s`` at the nodes)."""
-    nodes = mesh(hp.n_tokens)
-    vals = s[:, :MESH]
-    w = jnp.where(jnp.arange(MESH) % 2 == 0, 1.0, -1.0).at[0].mul(0.5).at[-1].mul(0.5)
+    m = s.shape[-1] - 1                           # the mesh size (static)
+    nodes = mesh(hp.n_tokens, m)
+    vals = s[:, :m]
+    w = jnp.where(jnp.arange(m) % 2 == 0, 1.0, -1.0).at[0].mul(0.5).at[-1].mul(0.5)
     d = rho - nodes
     hit = d == 0
     c = w / jnp.where(hit, 1.0, d)

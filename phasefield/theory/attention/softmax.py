@@ -37,6 +37,9 @@ from .full_gram import MC_SAMPLES, mc_attention
 def t_values(hp, rho, att=None):
     """(T_1, T_rho) at token cosine rho (exact softmax expectations; ``att``: grid sizes,
     :func:`.exact.grid_sizes`)."""
+    if att is not None and getattr(att, "interp_t", False):    # mesh values of this (sigma_A, n)
+        from .exact_table import interpolate
+        return interpolate(hp, att.t, rho)
     n = jnp.asarray(hp.n_tokens, jnp.result_type(float))
     n_a, n_z = exact.grid_sizes(hp, att)
     rm = exact.row_moments(hp, rho, n_a, n_z)
