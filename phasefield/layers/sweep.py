@@ -104,10 +104,11 @@ def prepare_traced(block, ctx, att_max, mlp_max):
 
 
 def mesh_tables(name, fixed, keys, flat, n_tokens, att_max):
-    """The exact map's and the softmax term's values on the stable-point mesh, once per
-    distinct logit scale of the grid (as :func:`phasefield.sweep.build_exact_tables` does
-    for the paper block): ``(index per point, S [U, 2, MESH + 1], T [U, 2, MESH + 1],
-    static)`` with ``static = (n_a, n_z, interp, interp_t)``, or None where they do not
+    """The exact map's (S_1, S_rho) and the softmax term's (T_1, T_rho) on a
+    :data:`MESH_TABLES`-point cosine mesh (and at RHO0), once per distinct logit scale of the
+    grid (as :func:`phasefield.sweep.build_exact_tables` does for the paper block):
+    ``(index per point, S [U, 2, M + 1], T [U, 2, M + 1], static)`` with
+    ``static = (n_a, n_z, interp, interp_t)``, or None where they do not
     serve (no exact map or softmax term, a point with two logit scales, interpolants that
     are not the maps to rounding). Valid at unit input norm (the attention of every preset
     reads normalized tokens when q0 = 1); the layer turns other norms into NaN."""
@@ -211,7 +212,7 @@ def sweep(name: str, axes: dict, fixed: dict | None = None, n_tokens: int = 32, 
           mesh: bool = True):
     """The grid ``axes`` (name -> values; at most one may be ``depth``) of block ``name``.
     With the exact map or the softmax term, ``mesh`` (default) evaluates them from their
-    values on the stable-point mesh, computed once per distinct logit scale
+    values on a cosine mesh, computed once per distinct logit scale when q0 = 1
     (:func:`mesh_tables`; the interpolants equal the maps to rounding, else the grid
     integrates them per point as ``mesh=False`` does)."""
     import xarray as xr
