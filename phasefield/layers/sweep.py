@@ -115,17 +115,14 @@ def mesh_tables(name, fixed, keys, flat, n_tokens, att_max):
     from ..theory.attention import exact_table
 
     npts = len(flat[0]) if flat else 1
-    scale = np.empty(npts)
-    for i in range(npts):
-        atts = [x for x in _leaves(spec.build(name, dict(fixed, **{k: v[i] for k, v in zip(keys, flat)})))
-                if isinstance(x, Attention)]
-        if not atts or not any(a.map == "exact" or a.softmax_correction for a in atts):
-            return None
-        vals = {float(a._logit_scale()) for a in atts}
-        if len(vals) != 1:
-            return None
-        scale[i] = vals.pop()
-    uniq, index = np.unique(scale, return_inverse=True)
+    # one block holding every point's numbers (the leaves are arrays): its logit scales at once
+    atts = [x for x in _leaves(spec.build(name, dict(fixed, **dict(zip(keys, flat))))) if isinstance(x, Attention)]
+    if not atts or not any(a.map == "exact" or a.softmax_correction for a in atts):
+        return None
+    scales = [np.broadcast_to(np.asarray(a._logit_scale(), np.float64), (npts,)) for a in atts]
+    if any(not np.array_equal(s_, scales[0]) for s_ in scales[1:]):
+        return None                      # two logit scales at a point: one table each would be needed
+    uniq, index = np.unique(scales[0], return_inverse=True)
     kern = atts[0].prepare(Context(n_tokens), sigma_max=max(att_max, 1e-3)).att
     n_a, n_z = kern.n_a, kern.n_z
     with jax.enable_x64(True):
