@@ -133,9 +133,9 @@ def _features(cfg, configs, q0, rho0, maps, batch_size):
 def block_features(cfg, configs: list[dict], q0: float, rho0: float, maps=MAPS) -> dict:
     """The features of :func:`features` for the :mod:`phasefield.layers` block of ``cfg``
     (``cfg.block_for``: sigma = sigma_w, alpha = alpha_A): at the collapsed point
-    ``lambda_a``, ``lambda_g``, ``lambda_g_inf`` as :func:`phasefield.vit.sweep.block_theory`
-    records them per run (the angle exponent where the block has a finite fixed point, else
-    the finite-depth angle rate) and ``rho_star``; from the input geometry (q0, rho0), per
+    ``lambda_a``, ``lambda_g``, ``lambda_g_inf``, ``rho_star`` as
+    :func:`phasefield.vit.sweep.block_theory` gives them per run (the angle exponent where the
+    block has a finite fixed point, else the finite-depth angle rate); from the input geometry (q0, rho0), per
     attention map, the trajectory's ``rho_out``, ``lambda_a_in`` and ``lambda_g_in`` without
     and with (``_corr``) the softmax-derivative term (:func:`phasefield.layers.finite_depth`);
     a map whose features are not finite at every configuration is left out."""
@@ -145,7 +145,6 @@ def block_features(cfg, configs: list[dict], q0: float, rho0: float, maps=MAPS) 
 
     n = len(configs)
     out = {k: np.asarray(v, float) for k, v in block_theory(cfg, configs).items()}
-    out["rho_star"] = np.full(n, np.nan)
     for m in maps:
         for k in (f"rho_out_{m}", f"lambda_a_in_{m}", f"lambda_g_in_{m}", f"lambda_g_in_{m}_corr"):
             out[k] = np.full(n, np.nan)
@@ -153,8 +152,6 @@ def block_features(cfg, configs: list[dict], q0: float, rho0: float, maps=MAPS) 
         L = int(c["depth"])
         hp = HParams(sigma_w=float(c["sigma_w"]), sigma_a=float(c["sigma_a"]),
                      alpha_a=float(c["alpha_a"]), alpha_m=float(c["alpha_m"]))
-        r = layers.rates(cfg.block_for(hp), q0=1.0, rho0=1.0, n_tokens=cfg.n_tokens, depth=L)
-        out["rho_star"][i] = float(r["rho_star"])
         for m in maps:
             for corr in (False, True):
                 blk = cfg.block_for(hp, attention=m, softmax_correction=corr)

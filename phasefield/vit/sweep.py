@@ -56,7 +56,8 @@ def theory_exponents(cfg: TrainConfig, runs: list[dict]):
     if n == 0:
         return {k: np.zeros(0) for k in ("lambda_a", "lambda_g", "lambda_g_inf")}
     if cfg.block_spec()[0] != "paper":
-        return block_theory(cfg, runs)
+        th = block_theory(cfg, runs)
+        return {k: th[k] for k in ("lambda_a", "lambda_g", "lambda_g_inf")}
     col = lambda k: np.array([r.get(k, cfg.depth) if k == "depth" else r[k] for r in runs], float)
     with jax.enable_x64(True):
         hp = cfg.hparams(col("sigma_w"), col("sigma_a"), col("alpha_a"), col("alpha_m"), depth=col("depth"),
@@ -70,10 +71,12 @@ def block_theory(cfg: TrainConfig, runs: list[dict]):
     the ViT's n tokens and each run's depth, from collapsed input tokens (the paper's
     convention): ``lambda_a`` the angle exponent where the block has a finite fixed point,
     else the finite-depth angle rate (1/L) log[(1 - rho_L)/(1 - rho_0)] (rho_0 -> 1);
-    ``lambda_g`` = lambda_g(L); ``lambda_g_inf`` at the stable fixed point (NaN without one)."""
+    ``lambda_g`` = lambda_g(L); ``lambda_g_inf`` and ``rho_star`` at the stable fixed point
+    (NaN without one)."""
     from .. import layers
 
-    cache, out = {}, {k: np.empty(len(runs)) for k in ("lambda_a", "lambda_g", "lambda_g_inf")}
+    keys = ("lambda_a", "lambda_g", "lambda_g_inf", "rho_star")
+    cache, out = {}, {k: np.empty(len(runs)) for k in keys}
     for i, r in enumerate(runs):
         depth = int(r.get("depth", cfg.depth))
         key = (float(r["sigma_w"]), float(r["sigma_a"]), float(r["alpha_a"]), depth)
@@ -81,8 +84,10 @@ def block_theory(cfg: TrainConfig, runs: list[dict]):
             blk = cfg.block_for(HParams(sigma_w=key[0], sigma_a=key[1], alpha_a=key[2], alpha_m=key[2]))
             r = layers.rates(blk, q0=1.0, rho0=1.0, n_tokens=cfg.n_tokens, depth=depth)
             lam_a = r["lambda_a"] if r["has_fixed_point"] else r["angle_rate"]
-            cache[key] = (float(lam_a), float(r["lambda_g_collapsed"]), float(r["lambda_g_inf"]))
-        out["lambda_a"][i], out["lambda_g"][i], out["lambda_g_inf"][i] = cache[key]
+            cache[key] = (float(lam_a), float(r["lambda_g_collapsed"]), float(r["lambda_g_inf"]),
+                          float(r["rho_star"]))
+        for k, v in zip(keys, cache[key]):
+            out[k][i] = v
     return out
 
 
