@@ -305,6 +305,13 @@ def read_json(path):
         return json.load(f)
 
 
+def append_jsonl(path, record) -> None:
+    """Append one record as a JSON line (``json.dumps``: NaN stays NaN, as :func:`read_jsonl`
+    reads it): a kill in mid-write leaves at most a torn last line, which the reader skips."""
+    with open(path, "a") as f:
+        f.write(json.dumps(record) + "\n")
+
+
 def read_jsonl(path) -> list:
     """The complete records of a JSON-lines file ([] if it does not exist): a torn line,
     left by a kill in mid-write, is skipped."""

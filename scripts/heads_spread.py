@@ -19,7 +19,7 @@ import jax
 import numpy as np
 
 from phasefield import layers
-from phasefield.io import read_jsonl
+from phasefield.io import append_jsonl, read_jsonl
 from phasefield.layers import measure
 
 N, L, Q0, RHO0 = 16, 8, 1.0, 0.5
@@ -84,8 +84,7 @@ def main(argv=None):
         for pt, h in tqdm(todo, desc="heads"):
             row = dict(point=pt, heads=h, width=a.width, draws=a.draws, n_tokens=N, depth=L,
                        **simulate(pt, h, a.width, a.draws), theory=theory(pt))
-            with open(a.out, "a") as f:
-                f.write(json.dumps(row) + "\n")
+            append_jsonl(a.out, row)
             rows.append(row)
     print("\n".join(report(rows)))
     return 0

@@ -20,7 +20,7 @@ import numpy as np
 
 from phasefield import HParams, probe
 from phasefield.probe import models
-from phasefield.io import read_jsonl
+from phasefield.io import append_jsonl, read_jsonl
 
 DEPTH, N, HEADS = 8, 16, 4
 # points where scripts/validate_blocks.py finds the theory and the finite-width simulation
@@ -102,8 +102,7 @@ def main(argv=None):
                        depth=DEPTH, n_tokens=N, heads=HEADS, **measure(preset, pt, a.width, a.inits, a.weights))
             row["seconds"] = round(time.perf_counter() - t0, 1)
             print(preset, pt, f"max |z| = {row['max_abs_z']:.2f}", f"{row['seconds']} s", flush=True)
-            with open(a.out, "a") as f:
-                f.write(json.dumps(row) + "\n")
+            append_jsonl(a.out, row)
             rows.append(row)
     print(report(rows))
     return 0

@@ -16,7 +16,7 @@ import time
 
 import phasefield
 from phasefield.probe import hf
-from phasefield.io import read_jsonl
+from phasefield.io import append_jsonl, read_jsonl
 
 # (model, depth, std (None: as shipped), scaled)
 CONFIGS = [("gpt2", 12, None, False), ("gpt2", 12, None, True), ("gpt2", 12, 0.01, False),
@@ -72,8 +72,7 @@ def main(argv=None):
                 continue
             row = run(model, depth, std, scaled, a.inits)
             print(json.dumps({k: row[k] for k in ("model", "depth", "std", "scaled", "phase", "seconds")}), flush=True)
-            with open(a.out, "a") as f:
-                f.write(json.dumps(row) + "\n")
+            append_jsonl(a.out, row)
             rows.append(row)
     print(report(rows))
     return 0

@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
-import os
 
 import numpy as np
 
+from phasefield.io import append_jsonl, read_jsonl
 from phasefield.vit import data as vdata
 from phasefield.vit.sweep import theory_exponents
 from phasefield.vit.train import TrainConfig, Trainer, make_points
@@ -28,10 +27,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default="docs/data/blocks/train.jsonl")
     a = ap.parse_args(argv)
-    done = set()
-    if os.path.exists(a.out):
-        with open(a.out) as f:
-            done = {json.loads(line)["block"] for line in f if line.strip()}
+    done = {r["block"] for r in read_jsonl(a.out)}     # a torn last line is skipped
     data = vdata.load("digits", 8)
     for spec in BLOCKS:
         if spec in done:
@@ -45,8 +41,7 @@ def main(argv=None):
         rows = [dict(r, train_loss=float(m["train_loss"][i]), test_loss=float(m["test_loss"][i, -1]),
                      test_acc=float(m["test_acc"][i, -1]), **{k: float(v[i]) for k, v in lam.items()})
                 for i, r in enumerate(runs)]
-        with open(a.out, "a") as f:
-            f.write(json.dumps(dict(block=spec, config=cfg.to_dict(), runs=rows)) + "\n")
+        append_jsonl(a.out, dict(block=spec, config=cfg.to_dict(), runs=rows))
         for r in rows:
             print(spec, r)
     return 0

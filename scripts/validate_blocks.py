@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import functools
 import json
-import os
 import sys
 import time
 
@@ -40,7 +39,7 @@ import numpy as np
 
 from phasefield import layers
 from phasefield.layers import measure as M
-from phasefield.io import read_jsonl
+from phasefield.io import append_jsonl, atomic_path, read_jsonl
 
 N, L, Q0, RHO0, EPS, HEADS = 16, 8, 1.0, 0.5, 1e-3, 4
 
@@ -204,10 +203,8 @@ def main(argv=None):
                       desc="angle rates"):
             r = rows[i]
             r["sim"].update(angle_rates(r["preset"], r["point"], r["width"], r["draws"]))
-            tmp = a.out + ".tmp"          # rewrite whole, then rename: never a torn table
-            with open(tmp, "w") as f:
+            with atomic_path(a.out) as tmp, open(tmp, "w") as f:    # rewritten whole: never torn
                 f.writelines(json.dumps(r) + "\n" for r in rows)
-            os.replace(tmp, a.out)
         a.report = True
     done = {(r["preset"], json.dumps(r["point"], sort_keys=True), r["width"], r["draws"]) for r in rows}
     if not a.report:
@@ -219,8 +216,7 @@ def main(argv=None):
             row = dict(preset=preset, point=pt, width=d, draws=a.draws, n_tokens=N, depth=L, heads=HEADS,
                        sim=simulate(preset, pt, d, a.draws), theory=theory(preset, pt))
             row["seconds"] = round(time.perf_counter() - t0, 1)
-            with open(a.out, "a") as f:
-                f.write(json.dumps(row) + "\n")
+            append_jsonl(a.out, row)
             rows.append(row)
     lines, worst = report(rows)
     print("\n".join(lines))

@@ -312,3 +312,20 @@ def test_second_train_sweep_on_one_directory_exits_2(tmp_path, capsys):
                            "--out", out, "--quiet")
     assert one_line_error(code, err) and "another phasefield process" in err
     assert sorted(os.listdir(out)) == [".lock"]
+
+
+def test_json_lines_append_and_read_back_skipping_a_torn_line(tmp_path):
+    """The study scripts' tables: append_jsonl writes one record a line (NaN kept), and
+    read_jsonl returns the complete ones, skipping a last line torn by a kill."""
+    import math
+
+    from phasefield import io
+
+    path = str(tmp_path / "rows.jsonl")
+    assert io.read_jsonl(path) == []
+    io.append_jsonl(path, {"a": float("nan"), "b": [1, 2]})
+    io.append_jsonl(path, {"c": "x"})
+    with open(path, "a") as f:
+        f.write('{"d": 1')                      # killed in mid-write
+    rows = io.read_jsonl(path)
+    assert len(rows) == 2 and math.isnan(rows[0]["a"]) and rows[0]["b"] == [1, 2] and rows[1] == {"c": "x"}
