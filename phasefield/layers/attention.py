@@ -149,10 +149,10 @@ class AttentionModule(nn.Module):
         split = lambda t: t.reshape(*batch, n, h, dh)
         q, k, v = self.queries_keys(split(q), split(k)) + (split(v),)
         div = dh if lay.scale == "inv" else jnp.sqrt(dh)
-        # one head: the same sums without a head axis (the paper block's rounding, bitwise)
-        spec = ("...id,...jd->...ij", "...ij,...jd->...id") if h == 1 else ("...ihd,...jhd->...hij", "...hij,...jhd->...ihd")
-        if h == 1:
+        spec = ("...ihd,...jhd->...hij", "...hij,...jhd->...ihd")
+        if h == 1:   # one head: the same sums without a head axis (the paper block's rounding, bitwise)
             q, k, v = q[..., 0, :], k[..., 0, :], v[..., 0, :]
+            spec = ("...id,...jd->...ij", "...ij,...jd->...id")
         logits = jnp.einsum(spec[0], q, k) / jnp.asarray(div, x.dtype)
         if self.causal:
             logits = jnp.where(jnp.tril(jnp.ones((n, n), dtype=bool)), logits, -jnp.inf)
