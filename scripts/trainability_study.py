@@ -55,6 +55,13 @@ STUDIES = {
                     seeds=1, dataset="mnist1d"),
 }
 DATA = {"digits": dict(image_size=8, patch_size=2), "mnist1d": dict(image_size=40, patch_size=4)}
+# The main analysis (and the shipped model) pools the studies trained with the main study's
+# config (digits, Adam 1e-3, the trainer's defaults): the main design and the depth study.
+POOLED = ("main", "depth")
+# The configurations the shipped model's candidate families were chosen on (2026-11-25: the
+# effective-depth models were added after looking at these 64); every configuration trained
+# later is held out and scores the shipping procedure fitted on these.
+FAMILIES_FIXED_ON = {"main": DEFAULT_PLAN, "depth": "4:8,8:8"}
 
 
 def parse_plan(text: str) -> dict:
@@ -266,6 +273,10 @@ def cmd_analyze(args):
     learning rate, written to OUT/analysis.json."""
     if args.study == "lr":
         return analyze_lr(args)
+    if args.study in POOLED and args.study != "main":
+        print(f"the {args.study} study is analyzed together with the main study (same training config): "
+              "running the main analysis")
+        args.study = "main"
     if args.ship and args.study != "main":
         raise SystemExit(f"--ship writes the packaged model: only from the main study (not {args.study})")
     import json
@@ -279,28 +290,45 @@ def cmd_analyze(args):
 
     out = _study(args)["out"]
     cfg = TrainConfig.from_dict(vsweep.read_sweep(out)["config"])
-    rows = vsweep.read_results(out)
-    geometry, feats, order = features.read_cache(out, cfg)
+    dirs = [out]
+    if args.study == "main":
+        for name in POOLED[1:]:
+            d = STUDIES[name]["out"]
+            if os.path.exists(os.path.join(d, "results.jsonl")):
+                if TrainConfig.from_dict(vsweep.read_sweep(d)["config"]) != cfg:
+                    raise SystemExit(f"{d} was trained with another config than {out}: cannot pool")
+                dirs.append(d)
+    rows = [r for d in dirs for r in vsweep.read_results(d)]
+    geometry, feats, order = features.read_caches(dirs, cfg)
     missing = {config_id(r) for r in rows} - set(order or [])
     if missing:
         print(f"{len(missing)} configurations have no features yet (run 'features' first); left out")
         rows = [r for r in rows if config_id(r) not in missing]
+    print(f"{len({config_id(r) for r in rows})} configurations, {len(rows)} runs from " + ", ".join(
+        os.path.relpath(d, ROOT) for d in dirs), flush=True)
     doc = predict.fit_sweep(rows, 10, cfg, geometry, feats, order, k=args.folds, repeats=args.repeats)
     rep = doc["report"]
-    planned = {config_id(dict(c, lr=1e-3)) for d, lo, hi in blocks(parse_plan(DEFAULT_PLAN))
-               for c in configs(d, hi)[lo:hi]}
+    planned = {config_id(dict(c, lr=1e-3)) for name, plan in FAMILIES_FIXED_ON.items()
+               for d, lo, hi in blocks(parse_plan(plan)) for c in configs(d, hi, STUDIES[name]["seed0"])[lo:hi]}
     tab = {k: (np.asarray(v) if isinstance(v, list) and k not in analysis.LISTS else v)
            for k, v in rep["table"].items()}
     extra = np.array([c not in planned for c in tab["config"]])
     if extra.any() and (~extra).sum() >= 10:
         specs = analysis.model_specs(tab)
-        h = analysis.evaluate_split(tab, ~extra, extra, analysis.shippable(specs), specs, args.folds)
-        y, p = np.asarray(h["loss"]), np.asarray(h["pred"])
-        rep["holdout"] = dict(n_train=int((~extra).sum()), n_test=int(extra.sum()), chosen=h["chosen"],
-                              r2=float(1 - np.sum((y - p) ** 2) / np.sum((y - y.mean()) ** 2)),
-                              rmse=float(np.sqrt(np.mean((y - p) ** 2))), coverage=h["coverage"],
-                              configs=[c for c, e in zip(tab["config"], extra) if e], pred=h["pred"], loss=h["loss"])
-        doc["model"]["holdout"] = {k: v for k, v in rep["holdout"].items() if k not in ("configs", "pred", "loss")}
+        ship = analysis.shippable(specs)
+        rep["holdout"] = {}
+        # the procedure as shipped, and as it was before the effective-depth candidates
+        for variant, names in (("shipped", ship), ("without_effective_depth",
+                                                    [n for n in ship if "effective_depth" not in specs[n][1]])):
+            h = analysis.evaluate_split(tab, ~extra, extra, names, specs, args.folds)
+            y, p = np.asarray(h["loss"]), np.asarray(h["pred"])
+            rep["holdout"][variant] = dict(
+                n_train=int((~extra).sum()), n_test=int(extra.sum()), chosen=h["chosen"],
+                r2=float(1 - np.sum((y - p) ** 2) / np.sum((y - y.mean()) ** 2)),
+                rmse=float(np.sqrt(np.mean((y - p) ** 2))), coverage=h["coverage"],
+                configs=[c for c, e in zip(tab["config"], extra) if e], pred=h["pred"], loss=h["loss"])
+        doc["model"]["holdout"] = {k: v for k, v in rep["holdout"]["shipped"].items()
+                                   if k not in ("configs", "pred", "loss")}
     from phasefield import io
 
     with open(os.path.join(out, "analysis.json"), "w") as f:
@@ -318,9 +346,8 @@ def cmd_analyze(args):
     from phasefield.cli.train import _print_report
 
     _print_report(rep)
-    if "holdout" in rep:
-        h = rep["holdout"]
-        print(f"held out ({h['n_test']} configurations trained after the families were fixed; fitted on "
+    for variant, h in rep.get("holdout", {}).items():
+        print(f"held out, {variant} ({h['n_test']} configurations trained after the families were fixed; fitted on "
               f"{h['n_train']}): chose {h['chosen']}, R2 {h['r2']:.3f}, RMSE {h['rmse']:.4f}, coverage "
               f"{100 * h['coverage']['runs']:.0f} % of runs, {100 * h['coverage']['means']:.0f} % of seed means")
 

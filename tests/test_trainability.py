@@ -183,7 +183,7 @@ def test_analysis_finds_the_exponent_model_and_transfers():
     # the true form is within ~2x the noise floor out of sample; the raw baselines are not
     assert ms["paper_max"]["cv_over_floor"] < 2.0
     assert ms["paper_max"]["cv_rmse"] < ms["linear_hp"]["cv_rmse"]
-    assert set(rep["transfer"]) == {"depth_8_16_to_32", "sigma_a_le2_to_gt2"}
+    assert set(rep["transfer"]) == {"depth_8_16_to_32", "depth_le8_to_ge16", "sigma_a_le2_to_gt2"}
     t = rep["transfer"]["depth_8_16_to_32"]
     assert t["paper_max"]["n_test"] == 12 and t["paper_max"]["rmse"] < t["linear_hp"]["rmse"]
     assert t["_best_vs_raw"]["linear_hp"]["mean"] < 0
@@ -204,6 +204,34 @@ def test_nested_cv_of_the_shipping_procedure_and_fit_without_cv():
     rep = analysis.analyze(few, 10, feats, order, k=5)
     assert rep["cross_validated"] is False and "cross-validate" in rep["message"]
     assert rep["best_model"] in ("linear_hp", "constant") and rep["interval"]["hi"] >= rep["interval"]["lo"]
+
+
+def test_effective_depth_models_learn_a_loss_set_by_the_summed_branch_variance():
+    """A synthetic study whose loss is a saturating function of L (alpha_A^2 + alpha_M^2)
+    (plus a small sigma_A term): the effective-depth candidates find it, the raw-value and
+    exponent models do not, the procedure chooses one of them, and it transfers from L <= 8
+    to L >= 16 (the depth-transfer split) better than the raw values alone."""
+    rng = np.random.default_rng(5)
+    configs = [dict(c, depth=L, lr=1e-3) for L in (4, 8, 16, 32) for c in design.sobol(12, BOX, seed=L)]
+    order = [design.config_id(c) for c in configs]
+    col = lambda k: np.array([float(c[k]) for c in configs])
+    eff = col("depth") * (col("alpha_a") ** 2 + col("alpha_m") ** 2)
+    np.testing.assert_allclose(analysis.effective_depth(col("depth"), col("alpha_a"), col("alpha_m")), eff)
+    truth = 0.1 + 0.08 * eff + 0.05 * col("sigma_a")
+    feats = dict(lambda_a=np.log(col("sigma_w")), lambda_g=col("alpha_a") - 0.5, lambda_g_inf=col("alpha_a"),
+                 rho_star=np.ones(len(configs)))
+    rows = [dict(c, seed=s, test_loss=float(truth[i] + 0.03 * rng.standard_normal()), test_acc=0.9, diverged=False)
+            for i, c in enumerate(configs) for s in range(2)]
+    rep = analysis.analyze(rows, 10, feats, order, k=4, repeats=1, nested_cv=False)
+    ms = rep["models"]
+    tab = rep["table"]
+    np.testing.assert_allclose(tab["effective_depth"], np.asarray(tab["depth"]) * (
+        np.asarray(tab["alpha_a"]) ** 2 + np.asarray(tab["alpha_m"]) ** 2))
+    assert ms["linear_hp_eff"]["cv_rmse"] < 0.5 * min(ms["linear_hp"]["cv_rmse"], ms["depth_max"]["cv_rmse"])
+    assert "effective_depth" in ms[rep["best_model"]]["features"]
+    t = rep["transfer"]["depth_le8_to_ge16"]
+    assert t["linear_hp_eff"]["n_test"] == 24 and t["linear_hp_eff"]["rmse"] < 0.5 * t["linear_hp"]["rmse"]
+    assert set(t["_best_hybrid_vs_raw"]) >= {"linear_hp", "linear_hp_eff"}
 
 
 # ------------------------------------------------------------------------------ the product
@@ -262,7 +290,7 @@ def test_predict_computes_the_models_features_as_the_full_route_does():
     configs = [dict(sigma_w=a, sigma_a=b, alpha_a=c, alpha_m=d, depth=16) for a, b, c, d in zip(sw, sa, aa, am)]
     ref = F.features(cfg, configs, doc["input_geometry"]["q0"], doc["input_geometry"]["rho0"], maps=("paper",))
     ref.update({k: np.array([c[k] for c in configs], float) for k in ("sigma_w", "sigma_a", "alpha_a", "alpha_m", "depth")})
-    ref.update(L_lambda_a=16 * ref["lambda_a"], L_lambda_g=16 * ref["lambda_g"])
+    ref.update(L_lambda_a=16 * ref["lambda_a"], L_lambda_g=16 * ref["lambda_g"], effective_depth=16 * (aa ** 2 + am ** 2))
     for i, r in enumerate(res):
         assert r["lambda_a"] == pytest.approx(ref["lambda_a"][i], abs=1e-12)
         assert r["lambda_g"] == pytest.approx(ref["lambda_g"][i], abs=1e-12)
@@ -273,20 +301,15 @@ def test_predict_computes_the_models_features_as_the_full_route_does():
     assert math.isfinite(deep["lambda_g"]) and any("depth" in w for w in deep["warnings"])
 
 
-def test_fit_cli_on_few_configurations_fits_and_says_it_cannot_cross_validate(capsys, tmp_path):
-    """phasefield fit on 6 configurations: a model is written (no CV score) and predict uses it;
-    the report says it could not cross-validate."""
+def _study_dir(out, rows, feats, order, cfg=None):
+    """A sweep directory as the study script leaves it: sweep.json, results, geometry, features."""
+    import csv
     import json
 
-    import csv
-
-    from phasefield.cli import main
     from phasefield.vit.train import TrainConfig
 
-    rows, feats, order, _ = _study(n_per_depth=2, seeds=2)
-    out = tmp_path / "study"
     out.mkdir()
-    (out / "sweep.json").write_text(json.dumps({"config": TrainConfig().to_dict(), "num_classes": 10}))
+    (out / "sweep.json").write_text(json.dumps({"config": (cfg or TrainConfig()).to_dict(), "num_classes": 10}))
     (out / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     (out / "input_geometry.json").write_text(json.dumps(dict(q0=1.6, rho0=0.06)))
     with open(out / "features.csv", "w", newline="") as f:
@@ -294,6 +317,46 @@ def test_fit_cli_on_few_configurations_fits_and_says_it_cannot_cross_validate(ca
         w.writerow(["config"] + sorted(feats))
         for i, c in enumerate(order):
             w.writerow([c] + [feats[k][i] for k in sorted(feats)])
+    return out
+
+
+def test_fit_cli_pools_sweeps_of_one_training_config(capsys, tmp_path):
+    """fit --runs A --runs B fits the configurations of both sweeps (their feature caches
+    pooled) and refuses, in one line with exit 2, sweeps trained with different configs."""
+    import json
+
+    from phasefield.cli import main
+    from phasefield.vit.train import TrainConfig
+
+    rows, feats, order, _ = _study(n_per_depth=4, seeds=2)
+    half = {c for c in order[::2]}
+    pick = lambda keep: ([r for r in rows if (design.config_id(r) in half) == keep],
+                         {k: np.asarray(v)[[(c in half) == keep for c in order]] for k, v in feats.items()},
+                         [c for c in order if (c in half) == keep])
+    a = _study_dir(tmp_path / "a", *pick(True))
+    b = _study_dir(tmp_path / "b", *pick(False))
+    fit = tmp_path / "fit.json"
+    code = main(["fit", "--runs", str(a), "--runs", str(b), "--out", str(fit), "--repeats", "1"])
+    stdout, err = capsys.readouterr()
+    assert code == 0, err
+    doc = json.loads(fit.read_text())
+    assert doc["report"]["n_configs"] == 12 and doc["report"]["n_runs"] == 24
+    c = _study_dir(tmp_path / "c", *pick(False), cfg=TrainConfig(width=32))
+    code = main(["fit", "--runs", str(a), "--runs", str(c), "--out", str(tmp_path / "no.json")])
+    stdout, err = capsys.readouterr()
+    assert code == 2 and "another config" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "no.json").exists()
+
+
+def test_fit_cli_on_few_configurations_fits_and_says_it_cannot_cross_validate(capsys, tmp_path):
+    """phasefield fit on 6 configurations: a model is written (no CV score) and predict uses it;
+    the report says it could not cross-validate."""
+    import json
+
+    from phasefield.cli import main
+
+    rows, feats, order, _ = _study(n_per_depth=2, seeds=2)
+    out = _study_dir(tmp_path / "study", rows, feats, order)
     fit = tmp_path / "fit.json"
     code = main(["fit", "--runs", str(out), "--out", str(fit)])
     stdout, err = capsys.readouterr()

@@ -182,7 +182,9 @@ def register(cli):
                        f"table: {os.path.join(out, 'results.csv')}")
 
     @cli.command("fit")
-    @click.option("--runs", required=True, help="sweep directory or results table (.jsonl/.json/.csv)")
+    @click.option("--runs", required=True, multiple=True,
+                  help="sweep directory or results table (.jsonl/.json/.csv); repeat it to pool sweeps of one "
+                       "training config")
     @click.option("--out", "-o", default=None, help="fit JSON to write (report + best exponent model)")
     @click.option("--folds", type=int, default=5, show_default=True, help="k of the k-fold CV over configurations")
     @click.option("--repeats", type=int, default=5, show_default=True, help="CV repeats with reshuffled folds")
@@ -207,17 +209,25 @@ def register(cli):
         from ..vit import sweep as vsweep
         from ..vit.train import TrainConfig
 
-        try:
-            rows = vpredict.load_rows(runs)
-        except vpredict.FitError as exc:
-            raise UsageError(str(exc)) from None
-        sweep_dir = runs if os.path.isdir(runs) else os.path.dirname(os.path.abspath(runs))
-        try:
-            meta = vsweep.read_sweep(sweep_dir)
-        except (OSError, ValueError):
-            meta = {}
-        if not meta.get("config"):
-            raise UsageError(f"{sweep_dir} has no sweep.json: fit needs the sweep's training config")
+        rows, metas, dirs = [], [], []
+        for src in runs:
+            try:
+                rows += vpredict.load_rows(src)
+            except vpredict.FitError as exc:
+                raise UsageError(str(exc)) from None
+            sweep_dir = src if os.path.isdir(src) else os.path.dirname(os.path.abspath(src))
+            try:
+                meta = vsweep.read_sweep(sweep_dir)
+            except (OSError, ValueError):
+                meta = {}
+            if not meta.get("config"):
+                raise UsageError(f"{sweep_dir} has no sweep.json: fit needs the sweep's training config")
+            if metas and TrainConfig.from_dict(meta["config"]) != TrainConfig.from_dict(metas[0]["config"]):
+                raise UsageError(f"{sweep_dir} was trained with another config than {dirs[0]}: "
+                                 "only sweeps of one training config can be pooled")
+            metas.append(meta)
+            dirs.append(sweep_dir)
+        meta = metas[0]
         cfg = TrainConfig.from_dict(meta["config"])
         num_classes = num_classes or meta.get("num_classes")
         if not num_classes:
@@ -231,7 +241,7 @@ def register(cli):
                              "pass --per-lr to fit each separately, or --lr to pick one")
         from ..vit import features as vfeatures
 
-        geometry, feats, order = vfeatures.read_cache(sweep_dir, cfg)
+        geometry, feats, order = vfeatures.read_caches(dirs, cfg)
         docs = {}
         for lr_value in lrs:
             part = [r for r in rows if math.isclose(float(r["lr"]), lr_value, rel_tol=1e-9)]

@@ -30,7 +30,7 @@ RAW = ("sigma_w", "sigma_a", "alpha_a", "alpha_m", "depth")
 COLLAPSED = ("lambda_a", "lambda_g")
 # features predict computes in about a millisecond at any depth (raw values and the two
 # collapsed-point closed forms): the shipped model is chosen among models on these alone
-CHEAP = frozenset(RAW + COLLAPSED + ("L_lambda_a", "L_lambda_g"))
+CHEAP = frozenset(RAW + COLLAPSED + ("L_lambda_a", "L_lambda_g", "effective_depth"))
 LISTS = ("config", "run_losses", "lrs")
 
 
@@ -87,14 +87,22 @@ def noise_floor(tab: dict) -> dict:
                 seeds=int(np.median(tab["n_seeds"])))
 
 
+def effective_depth(depth, alpha_a, alpha_m):
+    """L (alpha_A^2 + alpha_M^2): the variance fraction the residual branches write into the
+    stream, summed over the L blocks (a block keeps beta^2 = 1 - alpha^2 of its input and adds
+    alpha^2 of new signal per branch; DeepScaleLM's scalings hold this sum at O(1))."""
+    return np.asarray(depth, float) * (np.asarray(alpha_a, float) ** 2 + np.asarray(alpha_m, float) ** 2)
+
+
 def add_features(tab: dict, feats: dict) -> dict:
-    """Attach theory features (arrays aligned with the table) and the depth-aware products
-    L*lambda."""
+    """Attach theory features (arrays aligned with the table), the depth-aware products
+    L*lambda and the effective depth L (alpha_A^2 + alpha_M^2)."""
     tab = dict(tab, **feats)
     L = tab["depth"]
     for k in list(feats):
         if k.startswith("lambda_"):
             tab["L_" + k] = L * tab[k]
+    tab["effective_depth"] = effective_depth(L, tab["alpha_a"], tab["alpha_m"])
     return tab
 
 
@@ -133,6 +141,14 @@ def model_specs(tab: dict) -> dict:
     specs["forest_hp"] = ("forest", raw, "raw")
     specs["two_part_hp"] = ("two_part", raw, "raw")
     specs["two_part_forest_hp"] = ("two_part", raw, "raw", dict(reg_kind="forest"))
+    # the raw values with the effective depth L (alpha_A^2 + alpha_M^2) (a function of them:
+    # group 'raw'); chosen on 2026-11-25 after the 64 configurations of the main study and the
+    # depth study's first blocks, scored since on configurations trained afterwards
+    if "effective_depth" in tab:
+        eff = raw + ("effective_depth",)
+        specs["linear_hp_eff"] = ("poly", eff, "raw", dict(degree=1))
+        specs["two_part_hp_eff"] = ("two_part", eff, "raw")
+        specs["two_part_eff"] = ("two_part", ("effective_depth", "sigma_a", "sigma_w"), "raw")
     # hybrids: the raw values and the collapsed exponents together
     hyb = raw + ("lambda_a", "lambda_g") + (("L_lambda_a", "L_lambda_g") if "depth" in raw else ())
     specs["linear_hybrid"] = ("poly", hyb, "hybrid", dict(degree=1))
@@ -140,8 +156,13 @@ def model_specs(tab: dict) -> dict:
     specs["forest_hybrid"] = ("forest", hyb, "hybrid")
     specs["two_part_forest_hybrid"] = ("two_part", hyb, "hybrid", dict(reg_kind="forest"))
     # means of models of different families (lower variance on a small, bimodal table)
-    for name, members, group in (("ensemble_hp", ("two_part_hp", "quad_hp", "linear_hp"), "raw"),
-                                 ("ensemble_hybrid", ("two_part_hp", "linear_hybrid", "depth_max"), "hybrid")):
+    if "effective_depth" in tab:
+        specs["linear_hybrid_eff"] = ("poly", hyb + ("effective_depth",), "hybrid", dict(degree=1))
+    ensembles = [("ensemble_hp", ("two_part_hp", "quad_hp", "linear_hp"), "raw"),
+                 ("ensemble_hybrid", ("two_part_hp", "linear_hybrid", "depth_max"), "hybrid")]
+    if "effective_depth" in tab:
+        ensembles.append(("ensemble_hp_eff", ("linear_hp_eff", "two_part_hp_eff"), "raw"))
+    for name, members, group in ensembles:
         mem = [(specs[m][0], tuple(specs[m][1]), specs[m][3] if len(specs[m]) > 3 else {}) for m in members]
         specs[name] = ("ensemble", tuple(dict.fromkeys(f for m in mem for f in m[1])), group, dict(members=mem))
     specs["constant"] = ("poly", (), "raw", dict(degree=0))
@@ -188,8 +209,10 @@ def transfer(spec, tab, train, test, seed=0) -> dict:
 def transfer_splits(tab) -> dict:
     L, sa = tab["depth"], tab["sigma_a"]
     out = {}
-    if (L == 32).any() and (L < 32).any():
-        out["depth_8_16_to_32"] = (L < 32, L == 32)
+    if (L == 32).any() and ((L == 8) | (L == 16)).any():
+        out["depth_8_16_to_32"] = ((L == 8) | (L == 16), L == 32)
+    if (L <= 8).any() and (L >= 16).any():      # issue 27: fit shallow, predict deep
+        out["depth_le8_to_ge16"] = (L <= 8, L >= 16)
     if (sa > 2).any() and (sa <= 2).any():
         out["sigma_a_le2_to_gt2"] = (sa <= 2, sa > 2)
     return out
@@ -321,8 +344,9 @@ def nested(tab: dict, names, specs, k: int = 5, repeats: int = 1, seed: int = 0,
 # the candidates of the shipped model: one or two per family, so that choosing among them
 # by CV does not chase the noise of a 50-configuration table (every other model is scored
 # and reported all the same)
-CANDIDATES = ("constant", "linear_hp", "quad_hp", "two_part_hp", "ensemble_hp", "depth_max", "forest_collapsed_L",
-              "linear_hybrid", "forest_hybrid", "two_part_forest_hybrid", "ensemble_hybrid")
+CANDIDATES = ("constant", "linear_hp", "quad_hp", "two_part_hp", "ensemble_hp", "linear_hp_eff", "two_part_hp_eff",
+              "two_part_eff", "ensemble_hp_eff", "depth_max", "forest_collapsed_L", "linear_hybrid", "forest_hybrid",
+              "two_part_forest_hybrid", "ensemble_hybrid", "linear_hybrid_eff")
 
 
 def shippable(specs: dict) -> list[str]:
@@ -380,6 +404,8 @@ def analyze(rows: list[dict], num_classes: int, feats: dict, configs_order: list
     for split, t in transfers.items():
         t["_best_vs_raw"] = {r: paired(t[best]["sq_err"], t[r]["sq_err"]) for r in raw
                              if "sq_err" in t[best] and "sq_err" in t[r]}
+        t["_best_hybrid_vs_raw"] = {r: paired(t[best_hyb]["sq_err"], t[r]["sq_err"]) for r in raw
+                                    if "sq_err" in t[best_hyb] and "sq_err" in t[r]}
     return dict(n_configs=n, n_runs=len(rows), seeds=floor.get("seeds"), L_sat=tab["L_sat"], lr=tab["lrs"][0],
                 depths=sorted({int(v) for v in tab["depth"]}), k_folds=k, repeats=repeats, noise_floor=floor,
                 models=res, transfer=transfers, best_exponent_model=best, best_raw_model=best_raw,

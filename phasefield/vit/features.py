@@ -194,3 +194,24 @@ def read_cache(sweep_dir: str, cfg):
     order = [r.pop("config") for r in rows]
     feats = {k: np.array([float(r[k]) for r in rows]) for k in rows[0]} if rows else {}
     return geometry, feats, order
+
+
+def read_caches(sweep_dirs, cfg):
+    """:func:`read_cache` of several sweep directories of one training config, pooled: the
+    first directory's input geometry, and the features of every configuration when each
+    directory has its cache with the same columns ((geometry, None, None) otherwise)."""
+    caches = [read_cache(d, cfg) for d in sweep_dirs]
+    geometry = caches[0][0]
+    if any(c[1] is None for c in caches) or len({tuple(sorted(c[1])) for c in caches}) > 1:
+        return geometry, None, None
+    order, seen = [], set()
+    cols = {k: [] for k in caches[0][1]}
+    for _, feats, ids in caches:
+        for i, cid in enumerate(ids):
+            if cid in seen:
+                continue
+            seen.add(cid)
+            order.append(cid)
+            for k in cols:
+                cols[k].append(feats[k][i])
+    return geometry, {k: np.asarray(v) for k, v in cols.items()}, order

@@ -87,6 +87,9 @@ def plane(report: dict, path: str, dpi: int = 150) -> None:
     plt.close(fig)
 
 
+GROUP_COLORS = {"exponents": "tab:blue", "raw": "tab:orange", "hybrid": "tab:green"}
+
+
 def transfer(report: dict, path: str, dpi: int = 150, top: int | None = None) -> None:
     """Held-out RMSE of every model (or the ``top`` best) on each transfer split."""
     plt = _plt()
@@ -103,7 +106,7 @@ def transfer(report: dict, path: str, dpi: int = 150, top: int | None = None) ->
         items = sorted(((m, d["rmse"]) for m, d in t.items() if not m.startswith("_") and np.isfinite(d["rmse"])),
                        key=lambda kv: kv[1])[:top]
         names = [m for m, _ in items]
-        colors = ["tab:blue" if report["models"][m]["group"] == "exponents" else "tab:orange" for m in names]
+        colors = [GROUP_COLORS.get(report["models"][m]["group"], "tab:gray") for m in names]
         vals = np.array([v for _, v in items])
         ax.barh(range(len(items)), vals, color=colors)
         if len(vals) > 1 and vals[-1] > 1.5 * vals[-2]:  # an outlier would squash the rest: clip it
@@ -118,9 +121,9 @@ def transfer(report: dict, path: str, dpi: int = 150, top: int | None = None) ->
         ax.set_title(f"{s}: train {n['n_train']}, test {n['n_test']} configurations", fontsize=9)
         ax.set_xlabel("RMSE on the held-out configurations")
         floor = ax.get_legend_handles_labels()[0]
-        ax.legend(floor + [Patch(color="tab:blue"), Patch(color="tab:orange")],
-                  ["noise floor", "exponents only", "raw hyperparameters"], fontsize=8, frameon=False,
-                  loc="upper right")
+        ax.legend(floor + [Patch(color=c) for c in GROUP_COLORS.values()],
+                  ["noise floor", "exponents only", "raw hyperparameters", "both (hybrid)"], fontsize=8,
+                  frameon=False, loc="upper right")
     fig.tight_layout()
     fig.savefig(path, dpi=dpi)
     plt.close(fig)
