@@ -338,6 +338,9 @@ def cmd_analyze(args):
     figure.fig7(rep, os.path.join(img, f"trainability{tag}_fig7.png"), dataset=_dataset(_study(args)))
     figure.plane(rep, os.path.join(img, f"trainability{tag}_plane.png"))
     figure.transfer(rep, os.path.join(img, f"trainability{tag}_transfer.png"))
+    if "effective_depth" in rep["table"] and args.study == "main":
+        figure.shipped(rep, os.path.join(img, "trainability_shipped.png"),
+                       held_out=rep.get("holdout", {}).get("shipped", {}).get("configs"))
     if args.ship:
         path = os.path.join(ROOT, "phasefield", "vit", predict.RESOURCE)
         with open(path, "w") as f:

@@ -206,7 +206,7 @@ def test_nested_cv_of_the_shipping_procedure_and_fit_without_cv():
     assert rep["best_model"] in ("linear_hp", "constant") and rep["interval"]["hi"] >= rep["interval"]["lo"]
 
 
-def test_effective_depth_models_learn_a_loss_set_by_the_summed_branch_variance():
+def test_effective_depth_models_learn_a_loss_set_by_the_summed_branch_variance(tmp_path):
     """A synthetic study whose loss is a saturating function of L (alpha_A^2 + alpha_M^2)
     (plus a small sigma_A term): the effective-depth candidates find it, the raw-value and
     exponent models do not, the procedure chooses one of them, and it transfers from L <= 8
@@ -232,6 +232,10 @@ def test_effective_depth_models_learn_a_loss_set_by_the_summed_branch_variance()
     t = rep["transfer"]["depth_le8_to_ge16"]
     assert t["linear_hp_eff"]["n_test"] == 24 and t["linear_hp_eff"]["rmse"] < 0.5 * t["linear_hp"]["rmse"]
     assert set(t["_best_hybrid_vs_raw"]) >= {"linear_hp", "linear_hp_eff"}
+    from phasefield.vit import figure
+
+    figure.shipped(rep, str(tmp_path / "shipped.png"), held_out=tab["config"][:5])
+    assert (tmp_path / "shipped.png").read_bytes()[:4] == b"\x89PNG"
 
 
 # ------------------------------------------------------------------------------ the product
@@ -322,7 +326,7 @@ def _study_dir(out, rows, feats, order, cfg=None):
 
 def test_fit_cli_pools_sweeps_of_one_training_config(capsys, tmp_path):
     """fit --runs A --runs B fits the configurations of both sweeps (their feature caches
-    pooled) and refuses, in one line with exit 2, sweeps trained with different configs."""
+    pooled; --figure draws Fig. 7 of the fit) and refuses, in one line with exit 2, sweeps trained with different configs."""
     import json
 
     from phasefield.cli import main
@@ -336,11 +340,13 @@ def test_fit_cli_pools_sweeps_of_one_training_config(capsys, tmp_path):
     a = _study_dir(tmp_path / "a", *pick(True))
     b = _study_dir(tmp_path / "b", *pick(False))
     fit = tmp_path / "fit.json"
-    code = main(["fit", "--runs", str(a), "--runs", str(b), "--out", str(fit), "--repeats", "1"])
+    fig = tmp_path / "fig7.png"
+    code = main(["fit", "--runs", str(a), "--runs", str(b), "--out", str(fit), "--repeats", "1", "--figure", str(fig)])
     stdout, err = capsys.readouterr()
     assert code == 0, err
     doc = json.loads(fit.read_text())
     assert doc["report"]["n_configs"] == 12 and doc["report"]["n_runs"] == 24
+    assert fig.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     c = _study_dir(tmp_path / "c", *pick(False), cfg=TrainConfig(width=32))
     code = main(["fit", "--runs", str(a), "--runs", str(c), "--out", str(tmp_path / "no.json")])
     stdout, err = capsys.readouterr()

@@ -192,13 +192,19 @@ def register(cli):
     @click.option("--lr", "only_lr", type=float, default=None, help="fit only the runs of this learning rate")
     @click.option("--per-lr", is_flag=True, help="fit each learning rate of a mixed table separately (OUT gets _lr<value>)")
     @click.option("--json", "as_json", is_flag=True, help="print the fit document as JSON")
-    def fit_cmd(runs, out, folds, repeats, num_classes, only_lr, per_lr, as_json):
+    @click.option("--figure", default=None,
+                  help="PNG of the paper's Fig. 7: loss against the exponents, and the best exponent model's "
+                       "cross-validated predictions")
+    def fit_cmd(runs, out, folds, repeats, num_classes, only_lr, per_lr, as_json, figure):
         """Does the initialization predict the trained loss? Cross-validated over configurations
         (seed-averaged losses): the noise floor, exponent models (collapsed point, measured input
-        geometry with the paper and exact maps, +- the softmax-derivative term, trees) against
-        raw-hyperparameter baselines, transfer tests; writes the best exponent model."""
-        if out is None and not as_json:
-            raise UsageError("nothing to do: give --out and/or --json")
+        geometry with the paper and exact maps, +- the softmax-derivative term, trees), raw-
+        hyperparameter models (with the effective depth), hybrids, transfer tests; writes the best
+        model of every family by CV, with its interval."""
+        if out is None and not as_json and figure is None:
+            raise UsageError("nothing to do: give --out, --json and/or --figure")
+        if figure is not None:
+            output(figure, "--figure")
         option("--folds", folds, 2, 100, integer=True)
         option("--repeats", repeats, 1, 1000, integer=True)
         option("--num-classes", num_classes, 2, 1_000_000, integer=True)
@@ -259,6 +265,15 @@ def register(cli):
                 with atomic_path(path) as tmp:
                     with open(tmp, "w") as f:
                         f.write(text)
+            if figure is not None:
+                path = figure if len(docs) == 1 else f"{os.path.splitext(figure)[0]}_lr{lr_value:g}.png"
+                if doc["report"].get("cross_validated", True):
+                    from ..vit import figure as vfigure
+
+                    with atomic_path(path) as tmp:
+                        vfigure.fig7(doc["report"], tmp, dataset=cfg.dataset)
+                else:
+                    click.echo(f"no figure {path}: the fit was not cross-validated", err=True)
             if not as_json:
                 _print_report(doc["report"])
         if as_json:
@@ -306,6 +321,8 @@ def register(cli):
                 click.echo(f"block {res['block']} (its sigma = --sigma-w, alpha = --alpha; lambda_a is its "
                            "finite-depth angle rate where it has no fixed point)")
             click.echo(f"lambda_a = {res['lambda_a']:+.4f}   lambda_g(L={depth}) = {res['lambda_g']:+.4f}")
+            if "effective_depth" in res["features"]:
+                click.echo(f"effective depth L (alpha_A^2 + alpha_M^2) = {res['features']['effective_depth']:.4g}")
             for w in res["warnings"]:
                 click.echo(f"warning: {w}")
 

@@ -5,12 +5,14 @@ fig7       the paper's Fig. 7 with seed error bars, colored by depth: seed-mean 
            best exponent model against measurement
 plane      the seed-mean loss over the (lambda_a, lambda_g) plane, one panel per depth
 transfer   the transfer tests: RMSE of every model on the held-out region against its noise floor
+shipped    the seed-mean loss against the effective depth L (alpha_A^2 + alpha_M^2), and the
+           shipped model's cross-validated predictions (configurations held out marked)
 """
 from __future__ import annotations
 
 import numpy as np
 
-DEPTH_COLORS = {8: "tab:green", 16: "tab:blue", 32: "tab:red"}
+DEPTH_COLORS = {4: "tab:purple", 8: "tab:green", 16: "tab:blue", 32: "tab:red"}
 
 
 def _plt():
@@ -124,6 +126,44 @@ def transfer(report: dict, path: str, dpi: int = 150, top: int | None = None) ->
         ax.legend(floor + [Patch(color=c) for c in GROUP_COLORS.values()],
                   ["noise floor", "exponents only", "raw hyperparameters", "both (hybrid)"], fontsize=8,
                   frameon=False, loc="upper right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=dpi)
+    plt.close(fig)
+
+
+def shipped(report: dict, path: str, dpi: int = 150, held_out=None) -> None:
+    """Left: seed-mean loss (± se) against the effective depth, by depth. Right: the shipped
+    model's out-of-fold predictions against measurement; ``held_out`` (config ids) are the
+    configurations trained after the candidate families were fixed (open markers)."""
+    plt = _plt()
+    t = report["table"]
+    y = np.asarray(t["loss"])
+    se = np.sqrt(np.asarray(t["loss_var"]) / np.asarray(t["n_seeds"]))
+    L, eff = np.asarray(t["depth"]), np.asarray(t["effective_depth"])
+    best = report["best_model"]
+    oof = np.asarray(report["models"][best]["oof"])
+    new = np.array([c in set(held_out or ()) for c in t["config"]])
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4.2))
+    for d in sorted(set(L.tolist())):
+        m = L == d
+        for ax, x, xe, yy, ye in ((axes[0], eff, None, y, se), (axes[1], y, se, oof, None)):
+            for sel, face in ((m & ~new, _color(d)), (m & new, "none")):
+                if sel.any():
+                    ax.errorbar(x[sel], yy[sel], xerr=None if xe is None else xe[sel],
+                                yerr=None if ye is None else ye[sel], fmt="o", ms=4, mfc=face, color=_color(d),
+                                elinewidth=0.8, capsize=1.5, label=f"L = {int(d)}" if face != "none" else None)
+    axes[0].axhline(report["L_sat"], color="0.6", lw=0.8, ls=":")
+    axes[0].set_xlabel(r"effective depth $L(\alpha_A^2 + \alpha_M^2)$")
+    axes[0].set_ylabel("test loss (seed mean ± se)")
+    axes[0].legend(fontsize=8, frameon=False)
+    lo, hi = float(min(y.min(), oof.min())), float(max(y.max(), oof.max()))
+    axes[1].plot([lo, hi], [lo, hi], color="0.4", lw=0.8)
+    mm = report["models"][best]
+    axes[1].set_title(f"shipped {best} ({mm['group']}): CV RMSE {mm['cv_rmse']:.3f}, CV $R^2$ {mm['cv_r2']:.2f}"
+                      + (f"\nopen markers: {int(new.sum())} configurations trained after the families were fixed"
+                         if new.any() else ""), fontsize=9)
+    axes[1].set_xlabel("measured test loss (seed mean)")
+    axes[1].set_ylabel("cross-validated prediction")
     fig.tight_layout()
     fig.savefig(path, dpi=dpi)
     plt.close(fig)
