@@ -354,6 +354,31 @@ def test_fit_cli_pools_sweeps_of_one_training_config(capsys, tmp_path):
     assert not (tmp_path / "no.json").exists()
 
 
+def test_fit_sweep_computes_the_features_a_cache_lacks(monkeypatch):
+    """A features cache written before more configurations were trained: fit_sweep computes
+    the missing configurations' features (only those) and fits all of them."""
+    from phasefield.vit import features as F
+    from phasefield.vit import predict as P
+    from phasefield.vit.train import TrainConfig
+
+    rows, feats, order, _ = _study(n_per_depth=4, seeds=2)
+    calls = []
+
+    def fake(cfg, configs, q0, rho0, **kw):
+        calls.append(len(configs))
+        ids = [design.config_id(dict(c, lr=1e-3)) for c in configs]
+        return {k: np.array([feats[k][order.index(i)] for i in ids]) for k in feats}
+
+    monkeypatch.setattr(F, "features", fake)
+    keep = order[:7]
+    doc = P.fit_sweep(rows, 10, TrainConfig(), dict(q0=1.6, rho0=0.06), {k: v[:7] for k, v in feats.items()}, keep,
+                      k=4, repeats=1, nested_cv=False)
+    assert calls == [5] and doc["report"]["n_configs"] == 12
+    tab = doc["report"]["table"]
+    i = tab["config"].index(order[9])
+    assert tab["lambda_a"][i] == pytest.approx(feats["lambda_a"][9])
+
+
 def test_fit_cli_on_few_configurations_fits_and_says_it_cannot_cross_validate(capsys, tmp_path):
     """phasefield fit on 6 configurations: a model is written (no CV score) and predict uses it;
     the report says it could not cross-validate."""

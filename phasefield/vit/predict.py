@@ -112,9 +112,19 @@ def fit_sweep(rows: list[dict], num_classes: int, cfg, geometry: dict, feats: di
     if len(lrs) > 1:
         raise FitError(f"the table mixes learning rates {', '.join(f'{v:g}' for v in lrs)}; "
                        "fit each separately (--per-lr) or select one")
+    ids, configs = _configs_of(rows)
     if feats is None:
-        order, configs = _configs_of(rows)
-        feats = F.features(cfg, configs, geometry["q0"], geometry["rho0"])
+        order, feats = ids, F.features(cfg, configs, geometry["q0"], geometry["rho0"])
+    else:      # a cache (the study's features.csv) that lacks configurations trained since
+        have = set(order)
+        todo = [c for cid, c in zip(ids, configs) if cid not in have]
+        if todo:
+            new = F.features(cfg, todo, geometry["q0"], geometry["rho0"])
+            if set(new) == set(feats):
+                order = list(order) + [cid for cid in ids if cid not in have]
+                feats = {k: np.concatenate([np.asarray(feats[k]), np.asarray(new[k])]) for k in feats}
+            else:  # a cache of other columns: compute every configuration's features afresh
+                order, feats = ids, F.features(cfg, configs, geometry["q0"], geometry["rho0"])
     try:
         report = analysis.analyze(rows, num_classes, feats, order, k=k, repeats=repeats, nested_cv=nested_cv)
     except analysis.AnalysisError as exc:
