@@ -341,7 +341,7 @@ def cmd_analyze(args):
         rep["holdout"] = {}
         # the procedure as shipped, and as it was before the effective-depth candidates
         for variant, names in (("shipped", ship), ("without_effective_depth",
-                                                    [n for n in ship if "effective_depth" not in specs[n][1]])):
+                                                    [n for n in ship if not set(analysis.EFFECTIVE) & set(specs[n][1])])):
             h = analysis.evaluate_split(tab, ~extra, extra, names, specs, args.folds)
             y, p = np.asarray(h["loss"]), np.asarray(h["pred"])
             rep["holdout"][variant] = dict(

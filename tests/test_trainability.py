@@ -227,6 +227,8 @@ def test_effective_depth_models_learn_a_loss_set_by_the_summed_branch_variance(t
     tab = rep["table"]
     np.testing.assert_allclose(tab["effective_depth"], np.asarray(tab["depth"]) * (
         np.asarray(tab["alpha_a"]) ** 2 + np.asarray(tab["alpha_m"]) ** 2))
+    np.testing.assert_allclose(np.asarray(tab["effective_depth_attention"]) + np.asarray(tab["effective_depth_mlp"]),
+                               tab["effective_depth"], rtol=1e-14)
     assert ms["linear_hp_eff"]["cv_rmse"] < 0.5 * min(ms["linear_hp"]["cv_rmse"], ms["depth_max"]["cv_rmse"])
     assert "effective_depth" in ms[rep["best_model"]]["features"]
     t = rep["transfer"]["depth_le8_to_ge16"]
@@ -294,7 +296,8 @@ def test_predict_computes_the_models_features_as_the_full_route_does():
     configs = [dict(sigma_w=a, sigma_a=b, alpha_a=c, alpha_m=d, depth=16) for a, b, c, d in zip(sw, sa, aa, am)]
     ref = F.features(cfg, configs, doc["input_geometry"]["q0"], doc["input_geometry"]["rho0"], maps=("paper",))
     ref.update({k: np.array([c[k] for c in configs], float) for k in ("sigma_w", "sigma_a", "alpha_a", "alpha_m", "depth")})
-    ref.update(L_lambda_a=16 * ref["lambda_a"], L_lambda_g=16 * ref["lambda_g"], effective_depth=16 * (aa ** 2 + am ** 2))
+    ref.update(L_lambda_a=16 * ref["lambda_a"], L_lambda_g=16 * ref["lambda_g"], effective_depth=16 * (aa ** 2 + am ** 2),
+               effective_depth_attention=16 * aa ** 2, effective_depth_mlp=16 * am ** 2)
     for i, r in enumerate(res):
         assert r["lambda_a"] == pytest.approx(ref["lambda_a"][i], abs=1e-12)
         assert r["lambda_g"] == pytest.approx(ref["lambda_g"][i], abs=1e-12)

@@ -321,8 +321,13 @@ def register(cli):
                 click.echo(f"block {res['block']} (its sigma = --sigma-w, alpha = --alpha; lambda_a is its "
                            "finite-depth angle rate where it has no fixed point)")
             click.echo(f"lambda_a = {res['lambda_a']:+.4f}   lambda_g(L={depth}) = {res['lambda_g']:+.4f}")
-            if "effective_depth" in res["features"]:
-                click.echo(f"effective depth L (alpha_A^2 + alpha_M^2) = {res['features']['effective_depth']:.4g}")
+            from ..vit.analysis import EFFECTIVE, effective_depths
+
+            if set(EFFECTIVE) & set(res["features"]):
+                e = effective_depths(depth, res["alpha_a"], res["alpha_m"])
+                click.echo(f"effective depth L (alpha_A^2 + alpha_M^2) = {float(e['effective_depth']):.4g} "
+                           f"(attention {float(e['effective_depth_attention']):.4g}, "
+                           f"MLP {float(e['effective_depth_mlp']):.4g})")
             for w in res["warnings"]:
                 click.echo(f"warning: {w}")
 

@@ -30,7 +30,8 @@ RAW = ("sigma_w", "sigma_a", "alpha_a", "alpha_m", "depth")
 COLLAPSED = ("lambda_a", "lambda_g")
 # features predict computes in about a millisecond at any depth (raw values and the two
 # collapsed-point closed forms): the shipped model is chosen among models on these alone
-CHEAP = frozenset(RAW + COLLAPSED + ("L_lambda_a", "L_lambda_g", "effective_depth"))
+EFFECTIVE = ("effective_depth", "effective_depth_attention", "effective_depth_mlp")
+CHEAP = frozenset(RAW + COLLAPSED + ("L_lambda_a", "L_lambda_g") + EFFECTIVE)
 LISTS = ("config", "run_losses", "lrs")
 
 
@@ -94,15 +95,24 @@ def effective_depth(depth, alpha_a, alpha_m):
     return np.asarray(depth, float) * (np.asarray(alpha_a, float) ** 2 + np.asarray(alpha_m, float) ** 2)
 
 
+def effective_depths(depth, alpha_a, alpha_m) -> dict:
+    """The :data:`EFFECTIVE` columns: the effective depth and its attention (L alpha_A^2) and
+    MLP (L alpha_M^2) parts."""
+    L = np.asarray(depth, float)
+    return dict(effective_depth=effective_depth(L, alpha_a, alpha_m),
+                effective_depth_attention=L * np.asarray(alpha_a, float) ** 2,
+                effective_depth_mlp=L * np.asarray(alpha_m, float) ** 2)
+
+
 def add_features(tab: dict, feats: dict) -> dict:
     """Attach theory features (arrays aligned with the table), the depth-aware products
-    L*lambda and the effective depth L (alpha_A^2 + alpha_M^2)."""
+    L*lambda and the effective depths (:func:`effective_depths`)."""
     tab = dict(tab, **feats)
     L = tab["depth"]
     for k in list(feats):
         if k.startswith("lambda_"):
             tab["L_" + k] = L * tab[k]
-    tab["effective_depth"] = effective_depth(L, tab["alpha_a"], tab["alpha_m"])
+    tab.update(effective_depths(L, tab["alpha_a"], tab["alpha_m"]))
     return tab
 
 
@@ -141,14 +151,18 @@ def model_specs(tab: dict) -> dict:
     specs["forest_hp"] = ("forest", raw, "raw")
     specs["two_part_hp"] = ("two_part", raw, "raw")
     specs["two_part_forest_hp"] = ("two_part", raw, "raw", dict(reg_kind="forest"))
-    # the raw values with the effective depth L (alpha_A^2 + alpha_M^2) (a function of them:
-    # group 'raw'); chosen on 2026-11-25 after the 64 configurations of the main study and the
-    # depth study's first blocks, scored since on configurations trained afterwards
+    # the raw values with the effective depths (functions of them: group 'raw'). Chosen on
+    # 2026-11-25: the linear/two-part/ensemble forms after the 64 configurations of the main
+    # study and the depth study's first blocks; the forest on the branches' effective depths and
+    # its ensemble after the box's corners (97 configurations); scored since on configurations
+    # trained afterwards
     if "effective_depth" in tab:
         eff = raw + ("effective_depth",)
+        branches = raw + ("effective_depth_attention", "effective_depth_mlp")
         specs["linear_hp_eff"] = ("poly", eff, "raw", dict(degree=1))
         specs["two_part_hp_eff"] = ("two_part", eff, "raw")
         specs["two_part_eff"] = ("two_part", ("effective_depth", "sigma_a", "sigma_w"), "raw")
+        specs["forest_hp_eff"] = ("forest", branches, "raw")
     # hybrids: the raw values and the collapsed exponents together
     hyb = raw + ("lambda_a", "lambda_g") + (("L_lambda_a", "L_lambda_g") if "depth" in raw else ())
     specs["linear_hybrid"] = ("poly", hyb, "hybrid", dict(degree=1))
@@ -161,7 +175,8 @@ def model_specs(tab: dict) -> dict:
     ensembles = [("ensemble_hp", ("two_part_hp", "quad_hp", "linear_hp"), "raw"),
                  ("ensemble_hybrid", ("two_part_hp", "linear_hybrid", "depth_max"), "hybrid")]
     if "effective_depth" in tab:
-        ensembles.append(("ensemble_hp_eff", ("linear_hp_eff", "two_part_hp_eff"), "raw"))
+        ensembles += [("ensemble_hp_eff", ("linear_hp_eff", "two_part_hp_eff"), "raw"),
+                      ("ensemble_eff_forest", ("linear_hp_eff", "two_part_eff", "forest_hp_eff"), "raw")]
     for name, members, group in ensembles:
         mem = [(specs[m][0], tuple(specs[m][1]), specs[m][3] if len(specs[m]) > 3 else {}) for m in members]
         specs[name] = ("ensemble", tuple(dict.fromkeys(f for m in mem for f in m[1])), group, dict(members=mem))
@@ -345,7 +360,7 @@ def nested(tab: dict, names, specs, k: int = 5, repeats: int = 1, seed: int = 0,
 # by CV does not chase the noise of a 50-configuration table (every other model is scored
 # and reported all the same)
 CANDIDATES = ("constant", "linear_hp", "quad_hp", "two_part_hp", "ensemble_hp", "linear_hp_eff", "two_part_hp_eff",
-              "two_part_eff", "ensemble_hp_eff", "depth_max", "forest_collapsed_L", "linear_hybrid", "forest_hybrid",
+              "two_part_eff", "ensemble_hp_eff", "forest_hp_eff", "ensemble_eff_forest", "depth_max", "forest_collapsed_L", "linear_hybrid", "forest_hybrid",
               "two_part_forest_hybrid", "ensemble_hybrid", "linear_hybrid_eff")
 
 

@@ -235,7 +235,7 @@ def collapsed_exponents(cfg, sigma_w, sigma_a, alpha_a, alpha_m, depth) -> tuple
 
 def model_features(doc: dict, configs: list[dict], cfg=None) -> dict:
     """The columns a model needs at ``configs`` ({name: array}), plus lambda_a and lambda_g:
-    raw hyperparameters as given, the effective depth L (alpha_A^2 + alpha_M^2), collapsed exponents (and L * lambda) from
+    raw hyperparameters as given, the effective depths (L alpha^2 per branch and their sum), collapsed exponents (and L * lambda) from
     :func:`collapsed_exponents` (for a model fitted on another block's runs, that block's,
     :func:`phasefield.vit.sweep.block_theory`), and only when the model asks for them the input-geometry
     features of :func:`phasefield.vit.features.features` (a trajectory of L blocks per point)."""
@@ -252,7 +252,7 @@ def model_features(doc: dict, configs: list[dict], cfg=None) -> dict:
         th = block_theory(cfg, configs)
         la, lg = th["lambda_a"], th["lambda_g"]
     out.update(lambda_a=la, lambda_g=lg, L_lambda_a=L * la, L_lambda_g=L * lg,
-               effective_depth=analysis.effective_depth(L, out["alpha_a"], out["alpha_m"]))
+               **analysis.effective_depths(L, out["alpha_a"], out["alpha_m"]))
     rest = [f for f in doc["features"] if f not in out]
     if rest:
         base = {f[2:] if f.startswith("L_") else f for f in rest}
