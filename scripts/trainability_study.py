@@ -46,11 +46,10 @@ SEC_PER_RUN_PER_BLOCK = 31.0 / 16  # measured, see above
 #   depth  depth transfer: fresh Sobol designs (seed 2000 + L) at L = 4, 8, 16, 32, Adam 1e-3
 #   mnist1d  a harder offline data set: MNIST-1D (the optional mnist1d package), the main
 #          study's L = 16 design at Adam 1e-3, one seed; 1-D patches of 4 samples (n = 11)
-#   corners  where a user probes first: the box's 16 corners and its centre at L = 16, one
-#          seed; scored ('score') by the model fitted without them, then pooled into the main
-#          analysis (the shipped model's data)
-#   faces  the centres of the box's 8 faces at L = 16, one seed: never used to fit or choose
-#          anything, a held-out test of the shipped model ('score')
+#   corners  where a user probes first: the box's 16 corners and its centre at L = 16; scored
+#          ('score') by the model fitted without them, then pooled into the main analysis
+#   faces  the centres of the box's 8 faces at L = 16: scored ('score') by the model fitted
+#          on everything before them (never used to choose a family), then pooled
 STUDIES = {
     "main": dict(plan=DEFAULT_PLAN, seed0=1000, settings="adam:1e-3", out=DEFAULT_OUT, seeds=SEEDS),
     "lr": dict(plan="16:24", seed0=1000, settings="adam:1e-4,adam:3e-4,sgd_momentum:0.01",
@@ -60,17 +59,19 @@ STUDIES = {
     "mnist1d": dict(plan="16:24", seed0=1000, settings="adam:1e-3", out=os.path.join(DEFAULT_OUT, "mnist1d"),
                     seeds=1, dataset="mnist1d"),
     "corners": dict(plan="16:17", seed0="corners", settings="adam:1e-3", out=os.path.join(DEFAULT_OUT, "corners"),
-                    seeds=1),
-    "faces": dict(plan="16:8", seed0="faces", settings="adam:1e-3", out=os.path.join(DEFAULT_OUT, "faces"), seeds=1),
+                    seeds=SEEDS),
+    "faces": dict(plan="16:8", seed0="faces", settings="adam:1e-3", out=os.path.join(DEFAULT_OUT, "faces"),
+                  seeds=SEEDS),
 }
 DATA = {"digits": dict(image_size=8, patch_size=2), "mnist1d": dict(image_size=40, patch_size=4)}
 # The main analysis (and the shipped model) pools the studies trained with the main study's
-# config (digits, Adam 1e-3, the trainer's defaults): the main design, the depth study and the
-# box's corners (the faces study stays out: a held-out test).
-POOLED = ("main", "depth", "corners")
+# config (digits, Adam 1e-3, the trainer's defaults): the main design, the depth study, the
+# box's corners and its faces (each scored by the model fitted without it first: 'score').
+POOLED = ("main", "depth", "corners", "faces")
 # The configurations the shipped model's candidate families were chosen on (2026-11-25: the
-# effective-depth models were added after looking at these 64); every configuration trained
-# later is held out and scores the shipping procedure fitted on these.
+# effective-depth models were added after looking at these 64; the forest on the branches'
+# effective depths after the corners as well); every configuration trained later is held out
+# and scores the shipping procedure fitted on these 64.
 FAMILIES_FIXED_ON = {"main": DEFAULT_PLAN, "depth": "4:8,8:8"}
 
 
@@ -320,7 +321,11 @@ def cmd_analyze(args):
                 if TrainConfig.from_dict(vsweep.read_sweep(d)["config"]) != cfg:
                     raise SystemExit(f"{d} was trained with another config than {out}: cannot pool")
                 dirs.append(d)
-    rows = [r for d in dirs for r in vsweep.read_results(d)]
+    rows, source = [], {}
+    for d in dirs:
+        for r in vsweep.read_results(d):
+            rows.append(r)
+            source[config_id(r)] = next(n for n in STUDIES if STUDIES[n]["out"] == d)
     geometry, feats, order = features.read_caches(dirs, cfg)
     missing = {config_id(r) for r in rows} - set(order or [])
     if missing:
@@ -344,11 +349,19 @@ def cmd_analyze(args):
                                                     [n for n in ship if not set(analysis.EFFECTIVE) & set(specs[n][1])])):
             h = analysis.evaluate_split(tab, ~extra, extra, names, specs, args.folds)
             y, p = np.asarray(h["loss"]), np.asarray(h["pred"])
+            held = [c for c, e in zip(tab["config"], extra) if e]
+            r2 = lambda a, b: float(1 - np.sum((a - b) ** 2) / np.sum((a - a.mean()) ** 2))
+            by_study = {}
+            for name in dict.fromkeys(source[c] for c in held):
+                m = np.array([source[c] == name for c in held])
+                iv = h["interval"]
+                by_study[name] = dict(n=int(m.sum()), r2=r2(y[m], p[m]) if m.sum() > 1 else None,
+                                      rmse=float(np.sqrt(np.mean((y[m] - p[m]) ** 2))),
+                                      coverage=analysis.coverage(iv, p[m], [h["run_losses"][i] for i in np.flatnonzero(m)]))
             rep["holdout"][variant] = dict(
-                n_train=int((~extra).sum()), n_test=int(extra.sum()), chosen=h["chosen"],
-                r2=float(1 - np.sum((y - p) ** 2) / np.sum((y - y.mean()) ** 2)),
-                rmse=float(np.sqrt(np.mean((y - p) ** 2))), coverage=h["coverage"],
-                configs=[c for c, e in zip(tab["config"], extra) if e], pred=h["pred"], loss=h["loss"])
+                n_train=int((~extra).sum()), n_test=int(extra.sum()), chosen=h["chosen"], r2=r2(y, p),
+                rmse=float(np.sqrt(np.mean((y - p) ** 2))), coverage=h["coverage"], by_study=by_study,
+                configs=held, pred=h["pred"], loss=h["loss"])
         doc["model"]["holdout"] = {k: v for k, v in rep["holdout"]["shipped"].items()
                                    if k not in ("configs", "pred", "loss")}
     from phasefield import io
@@ -374,7 +387,9 @@ def cmd_analyze(args):
     for variant, h in rep.get("holdout", {}).items():
         print(f"held out, {variant} ({h['n_test']} configurations trained after the families were fixed; fitted on "
               f"{h['n_train']}): chose {h['chosen']}, R2 {h['r2']:.3f}, RMSE {h['rmse']:.4f}, coverage "
-              f"{100 * h['coverage']['runs']:.0f} % of runs, {100 * h['coverage']['means']:.0f} % of seed means")
+              f"{100 * h['coverage']['runs']:.0f} % of runs, {100 * h['coverage']['means']:.0f} % of seed means; " +
+              "; ".join(f"{n} ({e['n']}): R2 " + ("-" if e["r2"] is None else f"{e['r2']:.3f}") +
+                        f", coverage {100 * e['coverage']['runs']:.0f} %" for n, e in h["by_study"].items()))
 
 
 def analyze_lr(args):
@@ -467,7 +482,15 @@ def cmd_score(args):
     p = np.array([r["predicted_loss"] for r in res])
     lo, hi = np.array([r["interval"] for r in res]).T
     r2 = lambda a, b: float(1 - np.sum((a - b) ** 2) / np.sum((a - a.mean()) ** 2))
+    from phasefield.vit.design import config_id
+
+    ids = [config_id(r) for r in rows]
+    groups = {c: [i for i, d in enumerate(ids) if d == c] for c in dict.fromkeys(ids)}
+    ym = np.array([y[g].mean() for g in groups.values()])
+    pm = np.array([p[g[0]] for g in groups.values()])
     rep = dict(model=doc.get("name"), family=doc.get("family"), fitted_on=doc.get("n_configs"), n_runs=len(rows),
+               n_configs=len(groups), r2_means=r2(ym, pm) if len(groups) < len(rows) else None,
+               rmse_means=float(np.sqrt(np.mean((ym - pm) ** 2))),
                r2_runs=r2(y, p), rmse_runs=float(np.sqrt(np.mean((y - p) ** 2))),
                coverage_runs=float(np.mean((lo <= y) & (y <= hi))), mean_loss=float(y.mean()),
                at_chance=int(np.sum(y > 0.5 * l_sat)), warned=int(sum(bool(r["warnings"]) for r in res)),
@@ -480,7 +503,9 @@ def cmd_score(args):
               f"{e['interval'][1]:.2f}]" + ("" if e["interval"][0] <= e["loss"] <= e["interval"][1] else "  outside"))
     print(f"{rep['model']} ({rep['family']}, fitted on {rep['fitted_on']} configurations) on {rep['n_runs']} runs it "
           f"never saw: R2 {rep['r2_runs']:.3f}, RMSE {rep['rmse_runs']:.3f}, {100 * rep['coverage_runs']:.0f} % inside "
-          f"its interval; mean loss {rep['mean_loss']:.3f}, {rep['at_chance']} near chance")
+          f"its interval; mean loss {rep['mean_loss']:.3f}, {rep['at_chance']} near chance"
+          + ("" if rep["r2_means"] is None else f"; on the {rep['n_configs']} configurations' seed means: R2 "
+             f"{rep['r2_means']:.3f}, RMSE {rep['rmse_means']:.3f}"))
 
 
 def main(argv=None):
