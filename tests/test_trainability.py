@@ -344,7 +344,8 @@ def test_fit_cli_pools_sweeps_of_one_training_config(capsys, tmp_path):
     b = _study_dir(tmp_path / "b", *pick(False))
     fit = tmp_path / "fit.json"
     fig = tmp_path / "fig7.png"
-    code = main(["fit", "--runs", str(a), "--runs", str(b), "--out", str(fit), "--repeats", "1", "--figure", str(fig)])
+    code = main(["fit", "--runs", str(a), "--runs", str(b), "--out", str(fit), "--folds", "2", "--repeats", "1",
+                 "--figure", str(fig)])
     stdout, err = capsys.readouterr()
     assert code == 0, err
     doc = json.loads(fit.read_text())
