@@ -235,8 +235,8 @@ def collapsed_exponents(cfg, sigma_w, sigma_a, alpha_a, alpha_m, depth) -> tuple
 
 def model_features(doc: dict, configs: list[dict], cfg=None) -> dict:
     """The columns a model needs at ``configs`` ({name: array}), plus lambda_a and lambda_g:
-    raw hyperparameters as given, the effective depths (L alpha^2 per branch and their sum), collapsed exponents (and L * lambda) from
-    :func:`collapsed_exponents` (for a model fitted on another block's runs, that block's,
+    raw hyperparameters as given, the effective depths (L alpha^2 per branch and their sum),
+    collapsed exponents (and L * lambda) from :func:`collapsed_exponents` (for a model fitted on another block's runs, that block's,
     :func:`phasefield.vit.sweep.block_theory`), and only when the model asks for them the input-geometry
     features of :func:`phasefield.vit.features.features` (a trajectory of L blocks per point)."""
     from .train import TrainConfig
