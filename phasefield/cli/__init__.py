@@ -55,12 +55,15 @@ _register_all()
 
 
 def _compilation_cache():
-    """Persist XLA compilations between CLI runs (~/.cache/phasefield/jax)."""
+    """Persist XLA compilations between CLI runs (~/.cache/phasefield/jax; PHASEFIELD_CACHE
+    names another directory, or ``off``)."""
     import os
 
     import jax
 
     path = os.environ.get("PHASEFIELD_CACHE", os.path.join(os.path.expanduser("~"), ".cache", "phasefield", "jax"))
+    if path.strip().lower() in ("", "off", "0", "none"):
+        return
     try:
         os.makedirs(path, exist_ok=True)
         jax.config.update("jax_compilation_cache_dir", path)
