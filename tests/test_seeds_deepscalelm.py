@@ -13,7 +13,7 @@ from phasefield.seeds import deepscalelm as ds
 
 # these tests transform the seed formulas with their own jit/vmap: JAX's scoped x64 switch
 # (the library's functions enter it themselves; tests/test_isolation.py checks that)
-pytestmark = pytest.mark.usefixtures("float64")
+pytestmark = pytest.mark.usefixtures("float64", "no_compilation_cache")
 
 K = jax.random.PRNGKey
 N = 400_000
