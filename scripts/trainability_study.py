@@ -306,7 +306,7 @@ def cmd_analyze(args):
 
     import numpy as np
 
-    from phasefield.vit import analysis, features, figure, predict
+    from phasefield.vit import analysis, features, figure, models, predict
     from phasefield.vit import sweep as vsweep
     from phasefield.vit.design import config_id
     from phasefield.vit.train import TrainConfig
@@ -350,7 +350,7 @@ def cmd_analyze(args):
             h = analysis.evaluate_split(tab, ~extra, extra, names, specs, args.folds)
             y, p = np.asarray(h["loss"]), np.asarray(h["pred"])
             held = [c for c, e in zip(tab["config"], extra) if e]
-            r2 = lambda a, b: float(1 - np.sum((a - b) ** 2) / np.sum((a - a.mean()) ** 2))
+            r2 = models.r2
             by_study = {}
             for name in dict.fromkeys(source[c] for c in held):
                 m = np.array([source[c] == name for c in held])
@@ -466,7 +466,7 @@ def cmd_score(args):
     import numpy as np
 
     from phasefield import io
-    from phasefield.vit import analysis
+    from phasefield.vit import analysis, models
     from phasefield.vit import predict as vpredict
     from phasefield.vit import sweep as vsweep
 
@@ -481,7 +481,7 @@ def cmd_score(args):
     y = np.array([l_sat if analysis._failed(r, "test_loss", l_sat) else float(r["test_loss"]) for r in rows])
     p = np.array([r["predicted_loss"] for r in res])
     lo, hi = np.array([r["interval"] for r in res]).T
-    r2 = lambda a, b: float(1 - np.sum((a - b) ** 2) / np.sum((a - a.mean()) ** 2))
+    r2 = models.r2
     from phasefield.vit.design import config_id
 
     ids = [config_id(r) for r in rows]
@@ -496,8 +496,9 @@ def cmd_score(args):
                at_chance=int(np.sum(y > 0.5 * l_sat)), warned=int(sum(bool(r["warnings"]) for r in res)),
                runs=[dict(run=r["run"], loss=float(a), pred=float(b), interval=[float(c), float(d)])
                      for r, a, b, c, d in zip(rows, y, p, lo, hi)])
-    with open(os.path.join(out, "score.json"), "w") as f:
-        f.write(io.dumps(rep, indent=1))
+    with io.atomic_path(os.path.join(out, "score.json")) as tmp:
+        with open(tmp, "w") as f:
+            f.write(io.dumps(rep, indent=1))
     for e in rep["runs"]:
         print(f"{e['run']:48s} loss {e['loss']:.3f}  predicted {e['pred']:.3f}  [{e['interval'][0]:.2f}, "
               f"{e['interval'][1]:.2f}]" + ("" if e["interval"][0] <= e["loss"] <= e["interval"][1] else "  outside"))
