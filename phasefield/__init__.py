@@ -11,8 +11,11 @@ Importing phasefield changes no global state: the theory computes in float64 ins
 scoped ``jax.enable_x64`` (``phasefield.theory.precision``), and using every CPU core as a
 JAX device is the explicit call :func:`use_all_cpu_cores` (before JAX initialises).
 
-Subpackages: ``theory`` (the mean-field maps), ``simulate`` (finite-width random
-transformers), ``sweep`` (grids), ``figures``, ``vit`` (trainer and loss predictor),
+Subpackages, loaded on first use: ``theory`` (the mean-field maps), ``layers`` (blocks built
+from layers, each with its mean-field maps), ``simulate`` (finite-width random transformers),
+``sweep`` (grids; ``phasefield.sweep(...)`` is :func:`phasefield.sweep.sweep`), ``probe``
+(any JAX model at initialization; ``phasefield.probe(...)`` is
+:func:`phasefield.probe.probe`), ``figures``, ``vit`` (trainer and loss predictor),
 ``seeds`` (the other seed papers' theories), ``cli``.
 """
 from __future__ import annotations
@@ -22,10 +25,10 @@ import importlib
 from ._runtime import use_all_cpu_cores
 from .config import HParams
 
-__all__ = ["HParams", "theory", "sweep", "simulate", "use_all_cpu_cores"]
+__all__ = ["HParams", "theory", "layers", "sweep", "simulate", "probe", "use_all_cpu_cores"]
 __version__ = "0.1.0"
 
-_LAZY = ("theory", "sweep", "simulate", "figures", "vit", "seeds")
+_LAZY = ("theory", "layers", "sweep", "simulate", "probe", "figures", "vit", "seeds")
 
 
 def __getattr__(name):  # lazy subpackages: ``phasefield.sweep(...)`` works without an import
