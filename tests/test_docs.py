@@ -43,6 +43,8 @@ def test_mkdocs_build_strict(tmp_path):
         assert (tmp_path / "site" / page).is_file(), page
     api = (tmp_path / "site" / "api" / "theory" / "index.html").read_text()
     assert "phasefield.theory.lyapunov.exponents" in api      # docstrings were rendered
+    changelog = (tmp_path / "site" / "changelog" / "index.html").read_text()
+    assert "--8&lt;--" not in changelog and "2026-11-23" in changelog   # CHANGELOG.md included
 
 
 # -- links ----------------------------------------------------------------------------------
