@@ -6,18 +6,34 @@ transform theory functions with their own ``jit``/``vmap``/``grad`` use :func:`f
 (``pytestmark = pytest.mark.usefixtures("float64")``), JAX's scoped x64 switch.
 
 The test process owns its configuration like the ``phasefield`` command: every CPU core is a
-JAX device (as before issue 12), set here before JAX initialises. The in-process CLI tests
-turn on the command's persistent compilation cache for the rest of the session; the
-:func:`no_compilation_cache` fixture keeps it away from tests whose executables crash XLA:CPU
-when serialized into it or read back (the DeepScaleLM moments: segmentation fault / abort in
-``put_executable_and_time`` / ``get_executable_and_time``, seen twice on 2026-11-25).
+JAX device (as before issue 12), and **one persistent compilation cache serves the whole
+run** (issue 34), both set here before JAX initialises: ``PHASEFIELD_CACHE`` (the CLI's
+cache; default ``~/.cache/phasefield/jax``; ``off`` disables it) is switched on from the
+start and exported, so the two xdist workers and every subprocess the tests start (CLI runs,
+the notebook, the two-process sweep, the wheel) compile each program once. The cache has a
+size limit, which makes JAX lock it: no process reads an entry another is still writing.
+The :func:`no_compilation_cache` fixture keeps it away from tests whose executables crashed
+XLA:CPU when serialized into it or read back (the DeepScaleLM moments: segmentation fault /
+abort in ``put_executable_and_time`` / ``get_executable_and_time``, seen twice on
+2026-11-25, before the cache was locked).
 """
+import os
+
 import jax
 import pytest
 
 import phasefield
 
 phasefield.use_all_cpu_cores()
+
+_CACHE = os.environ.get("PHASEFIELD_CACHE",
+                        os.path.join(os.path.expanduser("~"), ".cache", "phasefield", "jax"))
+if _CACHE.strip().lower() not in ("", "off", "0", "none"):
+    os.makedirs(_CACHE, exist_ok=True)
+    os.environ["PHASEFIELD_CACHE"] = _CACHE   # the subprocesses' CLI uses the same folder
+    jax.config.update("jax_compilation_cache_dir", _CACHE)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.2)
+    jax.config.update("jax_compilation_cache_max_size", 8 << 30)   # locked reads and writes
 
 
 @pytest.fixture

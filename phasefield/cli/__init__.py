@@ -56,7 +56,9 @@ _register_all()
 
 def _compilation_cache():
     """Persist XLA compilations between CLI runs (~/.cache/phasefield/jax; PHASEFIELD_CACHE
-    names another directory, or ``off``)."""
+    names another directory, or ``off``). The cache is size-limited (8 GiB, least recently
+    used entries go first), which also makes JAX lock it: commands running side by side (a
+    multi-process sweep, the test suite's workers) never read an entry another is writing."""
     import os
 
     import jax
@@ -68,6 +70,7 @@ def _compilation_cache():
         os.makedirs(path, exist_ok=True)
         jax.config.update("jax_compilation_cache_dir", path)
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+        jax.config.update("jax_compilation_cache_max_size", 8 << 30)
     except Exception:  # a read-only home: just compile
         pass
 
