@@ -86,9 +86,7 @@ def values_fn(n_a: int, n_z: int):
 
 def t_values(hp, n_a: int, n_z: int, m: int = MESH):
     """(T_1, T_rho) [2, m + 1] of the softmax-derivative term at :func:`mesh_points`."""
-    from . import softmax
-    att = ExactKernel(None, n_a=n_a, n_z=n_z)
-    t1, tr = jax.lax.map(lambda r: softmax.t_values(hp, r, att), mesh_points(hp.n_tokens, m))
+    t1, tr = jax.lax.map(lambda r: exact.t_values(hp, r, n_a, n_z), mesh_points(hp.n_tokens, m))
     return jnp.stack([t1, tr])
 
 
