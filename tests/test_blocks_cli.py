@@ -107,14 +107,15 @@ def test_block_sweep_bad_input(capsys, tmp_path, args, msg):
 def test_block_exponents_reports_the_attractors_of_a_multistable_point(capsys):
     """The paper block at a bistable point (sigma_w = 3, sigma_A = 6.875, n = 128): two stable
     cosines, as phasefield.theory finds them (an independent route: the paper's own maps)."""
-    from phasefield import HParams, theory
+    from phasefield import HParams
+    from phasefield.layers import paper
 
     rc, out, _ = _run(capsys, "block", "exponents", "--block",
                       "paper:sigma_w=3,sigma_a=6.875,alpha_a=0.5,alpha_m=0.5", "--depth", "8", "--n-tokens", "128",
                       "--json")
     assert rc == 0
     res = json.loads(out)
-    ex = theory.exponents(HParams(sigma_w=3.0, sigma_a=6.875, alpha_a=0.5, alpha_m=0.5, n_tokens=128, depth=8))
+    ex = paper.exponents(HParams(sigma_w=3.0, sigma_a=6.875, alpha_a=0.5, alpha_m=0.5, n_tokens=128, depth=8))
     assert res["n_stable"] == int(ex["n_stable"]) == 2
     for k in ("rho_star_min", "rho_star_max", "rho_star"):
         assert abs(res[k] - float(ex[k])) < 1e-9, k

@@ -284,7 +284,7 @@ def test_recommend_finds_the_point_nearest_to_criticality():
 def test_predict_computes_the_models_features_as_the_full_route_does():
     """predict computes only the features its model uses (the collapsed exponents alone, in
     closed form in L); they and the predictions equal those of the full feature route
-    (theory.exponents with its fixed-point searches, inside features.features) to rounding."""
+    (paper.exponents with its fixed-point searches, inside features.features) to rounding."""
     from phasefield.vit import features as F
     from phasefield.vit import predict as P
     from phasefield.vit.train import TrainConfig

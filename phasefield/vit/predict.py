@@ -207,17 +207,17 @@ def _compiled_collapsed():
     lambda_g(L) (depth is a traced leaf: one program serves every depth)."""
     import jax
 
-    from .. import theory
+    from ..layers import paper
 
     def one(hp):
-        la = theory.angle_exponent(hp)
-        return la, theory.gradient_exponent_collapsed(hp, lambda_a=la)
+        la = paper.angle_exponent(hp)
+        return la, paper.gradient_exponent_collapsed(hp, lambda_a=la)
 
     return jax.jit(jax.vmap(one))
 
 
 def collapsed_exponents(cfg, sigma_w, sigma_a, alpha_a, alpha_m, depth) -> tuple[np.ndarray, np.ndarray]:
-    """(lambda_a, lambda_g(L)) at the collapsed point, as :func:`phasefield.theory.exponents`
+    """(lambda_a, lambda_g(L)) at the collapsed point, as :func:`phasefield.layers.paper.exponents`
     gives them, without its fixed-point and multistability searches (1-d arrays; points are
     padded to a power of two so that few batch sizes are ever compiled)."""
     import jax

@@ -9,7 +9,7 @@ for
 * the point of **lowest predicted loss** under a loss model (the packaged one by default),
   evaluated on the candidates nearest to criticality and on a Sobol subset of the box.
 
-Exponents are the collapsed-point lambda_a and lambda_g(L) of :func:`phasefield.theory.exponents`
+Exponents are the collapsed-point lambda_a and lambda_g(L) of :func:`phasefield.layers.paper.exponents`
 at the given number of tokens, depth and activation.
 """
 from __future__ import annotations

@@ -50,7 +50,7 @@ def theory_exponents(cfg: TrainConfig, runs: list[dict]):
     import jax
     import jax.numpy as jnp
 
-    from .. import theory
+    from ..layers import paper
 
     n = len(runs)
     if n == 0:
@@ -62,7 +62,7 @@ def theory_exponents(cfg: TrainConfig, runs: list[dict]):
     with jax.enable_x64(True):
         hp = cfg.hparams(col("sigma_w"), col("sigma_a"), col("alpha_a"), col("alpha_m"), depth=col("depth"),
                          dtype=jnp.float64)
-        ex = jax.device_get(jax.jit(jax.vmap(theory.exponents))(hp))
+        ex = jax.device_get(jax.jit(jax.vmap(paper.exponents))(hp))
     return {k: np.asarray(ex[k], float).reshape(n) for k in ("lambda_a", "lambda_g", "lambda_g_inf")}
 
 

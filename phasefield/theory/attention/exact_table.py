@@ -8,7 +8,7 @@ outside the trace like the MLP kernel (:func:`phasefield.theory._api.public`, th
 they are static fields, so ``jit`` keys on them through the pytree structure.
 
 It may also carry ``s``: (S_1, S_rho) at the stable-point mesh of
-:mod:`phasefield.theory.fixed_points` (:data:`MESH` cosine-spaced nodes on
+:mod:`phasefield.layers.paper.fixed_points` (:data:`MESH` cosine-spaced nodes on
 [-1/(n-1), 1], the Chebyshev–Lobatto points) and at :data:`RHO0`. Those depend on
 (sigma_A, n) alone, so a sweep computes them once per (sigma_A, n) and every point reuses
 them; :func:`interpolate` is their barycentric (Chebyshev) interpolant, which the root
