@@ -132,7 +132,7 @@ def _features(cfg, configs, q0, rho0, maps, batch_size):
 
 def block_features(cfg, configs: list[dict], q0: float, rho0: float, maps=MAPS) -> dict:
     """The features of :func:`features` for the :mod:`phasefield.layers` block of ``cfg``
-    (``cfg.block_for``: sigma = sigma_w, alpha = alpha_A): at the collapsed point
+    (``cfg.block_for``: sigma = sigma_w, alpha_attn = alpha_A, alpha_mlp = alpha_M): at the collapsed point
     ``lambda_a``, ``lambda_g``, ``lambda_g_inf``, ``rho_star`` as
     :func:`phasefield.vit.sweep.block_theory` gives them per run (the angle exponent where the
     block has a finite fixed point, else the finite-depth angle rate); from the input geometry (q0, rho0), per
