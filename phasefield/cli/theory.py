@@ -47,7 +47,10 @@ def exponents_result(hp, kw=None) -> dict:
     residual: the power law of 1 - rho; alpha = 0: the block is the identity, "edge");
     gradient exploding (lambda_g > 0), vanishing (< 0) or edge (= 0).
     ``attractors``: every stable cosine, ascending (1 = the collapsed point);
-    ``bistable``: more than one; ``rho_star``: the one reached from ``rho_0``."""
+    ``bistable``: more than one; ``rho_star``: the one reached from ``rho_0``.
+    ``lambda_g_collapse``: lambda_g(L) from the collapsed fixed point; ``lambda_g`` is the
+    same number under its earlier name (kept for the records and scripts that read it; not
+    the ``lambda_g_input`` of ``phasefield block exponents``, which starts from (q0, rho0))."""
     import numpy as np
 
     from ..layers import paper
@@ -74,6 +77,7 @@ def exponents_result(hp, kw=None) -> dict:
     else:
         angle = _sign_word(la, "chaotic", "ordered")
     res["phase"] = angle + "/" + _sign_word(res["lambda_g"], "exploding", "vanishing")
+    res["lambda_g_collapse"] = res["lambda_g"]
     return res
 
 
