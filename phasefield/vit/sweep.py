@@ -46,7 +46,7 @@ class SweepError(ValueError):
 
 def theory_exponents(cfg: TrainConfig, runs: list[dict]):
     """lambda_a, lambda_g (finite depth: each run's depth), lambda_g_inf at the collapsed /
-    stable fixed points, from ``phasefield.theory`` vmapped in float64."""
+    stable fixed points, from :mod:`phasefield.layers.paper` vmapped in float64."""
     import jax
     import jax.numpy as jnp
 
