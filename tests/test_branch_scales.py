@@ -126,6 +126,18 @@ def test_a_number_the_block_does_not_have_is_refused(capsys, tmp_path, args, nee
     assert not out.exists()
 
 
+def test_a_points_file_that_varies_a_number_the_block_does_not_have_is_refused(capsys, tmp_path):
+    pts = tmp_path / "points.csv"
+    pts.write_text("sigma_w,sigma_a,alpha,depth\n1.0,1.0,0.5,1\n1.0,2.0,0.5,1\n")
+    out = tmp_path / "runs"
+    code = main(["train-sweep", "--block", SPEC, "--points", str(pts), *TINY_ARGS, "--out", str(out),
+                 "--data-dir", str(tmp_path)])
+    stdout, err = capsys.readouterr()
+    assert code == 2 and stdout == "" and err.count("\n") == 1
+    assert "block pre-ln has no number for the points file's sigma_a (2 values)" in err
+    assert not out.exists()
+
+
 def test_help_documents_the_mapping(capsys):
     assert main(["train-sweep", "--help"]) == 0
     text = " ".join(capsys.readouterr()[0].split())

@@ -166,6 +166,8 @@ def register(cli):
                           block=block_spec)
         check(cfg.validate)
         _refuse_numbers(cfg.block_spec()[0], ("sigma_w", "sigma_a", "alpha", "alpha_a", "alpha_m"))
+        if points_file is not None:
+            _refuse_varying(cfg.block_spec()[0], configs)
         from ..vit import data as vdata
         from ..vit import sweep as vsweep
 
@@ -371,6 +373,19 @@ def _refuse_numbers(name: str, options) -> None:
         if not all(n in takes for n in needs):
             raise UsageError(f"block {name} has no number for --{opt.replace('_', '-')}; "
                              f"it takes {run_mapping(name)}")
+
+
+def _refuse_varying(name: str, configs) -> None:
+    """UsageError (one line) when a points file's column for a number block ``name`` does not
+    have holds several values (the file format asks for the column; its values would be
+    silently dropped)."""
+    from ..vit.train import RUN_NUMBERS, run_mapping
+
+    for col in ("sigma_w", "sigma_a", "alpha_a", "alpha_m"):
+        values = {float(c[col]) for c in configs if col in c}
+        if col not in RUN_NUMBERS[name] and len(values) > 1:
+            raise UsageError(f"block {name} has no number for the points file's {col} ({len(values)} "
+                             f"values); it takes {run_mapping(name)}")
 
 
 def _same_block(spec_text, doc, fit_path) -> None:
