@@ -12,11 +12,14 @@ Importing phasefield changes no global state: the theory computes in float64 ins
 scoped ``jax.enable_x64`` (``phasefield.theory.precision``), and using every CPU core as a
 JAX device is the explicit call :func:`use_all_cpu_cores` (before JAX initialises).
 
-Subpackages: ``theory`` (the mean-field kernels), ``layers`` (blocks as compositions of
-layers with their mean-field maps; the paper's block in ``layers.paper``), ``simulate``
-(finite-width random transformers), ``sweep`` (grids), ``figures``, ``vit`` (trainer and
-loss predictor), ``seeds`` (the other seed papers' theories), ``cli``. Imports point one
-way: cli -> vit, figures, sweep, ... -> layers -> theory (``tests/test_imports.py``).
+Subpackages, loaded on first use: ``theory`` (the mean-field kernels: MLP tables, attention
+maps, quadrature, the reference oracle), ``layers`` (blocks built from layers, each with its
+mean-field maps; the paper's block in ``layers.paper``), ``simulate`` (finite-width random
+transformers), ``sweep`` (grids; ``phasefield.sweep(...)`` is :func:`phasefield.sweep.sweep`),
+``probe`` (any JAX model at initialization; ``phasefield.probe(...)`` is
+:func:`phasefield.probe.probe`), ``figures``, ``vit`` (trainer and loss predictor), ``seeds``
+(the other seed papers' theories), ``cli``. Imports point one way: cli -> vit, figures,
+sweep, ... -> layers -> theory (``tests/test_imports.py``).
 """
 from __future__ import annotations
 
@@ -25,10 +28,10 @@ import importlib
 from ._runtime import use_all_cpu_cores
 from .config import HParams
 
-__all__ = ["HParams", "theory", "sweep", "simulate", "use_all_cpu_cores"]
+__all__ = ["HParams", "theory", "layers", "sweep", "simulate", "probe", "use_all_cpu_cores"]
 __version__ = "0.1.0"
 
-_LAZY = ("theory", "sweep", "simulate", "figures", "vit", "seeds")
+_LAZY = ("theory", "layers", "sweep", "simulate", "probe", "figures", "vit", "seeds")
 
 
 def __getattr__(name):  # lazy subpackages: ``phasefield.sweep(...)`` works without an import

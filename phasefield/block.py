@@ -1,4 +1,4 @@
-"""The transformer block of THEORY.md §1 as a Flax module: the network of the ``paper``
+"""The transformer block of docs/theory.md §1 as a Flax module: the network of the ``paper``
 preset of :mod:`phasefield.layers` (one definition per layer kind: its network and its
 mean-field maps together, :mod:`phasefield.layers.attention`, :mod:`phasefield.layers.mlp`,
 ...). Used by the finite-width simulator (``phasefield.simulate``) and the ViT trainer

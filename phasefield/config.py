@@ -21,7 +21,7 @@ ATTENTIONS = ("paper", "exact")
 
 @struct.dataclass
 class HParams:
-    """Hyperparameters of the random transformer of THEORY.md §1.
+    """Hyperparameters of the random transformer of docs/theory.md §1.
 
     sigma_w   MLP weight scale, W ~ N(0, sigma_w^2 / fan_in)
     sigma_a   attention logit scale, W_Q, W_K ~ N(0, sigma_a / d) (logit variance sigma_a^2)

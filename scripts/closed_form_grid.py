@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Closed-form lambda_a and lambda_g(L) at the collapsed point (THEORY.md §6-7; tanh, one
+"""Closed-form lambda_a and lambda_g(L) at the collapsed point (docs/theory.md §6-7; tanh, one
 hidden layer) on the agreement report's grid, written as a theory-format netCDF. An
 independent stand-in for ``phasefield.sweep.sweep`` when checking the simulator:
 

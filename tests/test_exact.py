@@ -1,5 +1,5 @@
 """Exact-softmax attention map (phasefield.theory.attention.exact): against brute-force Monte-Carlo of
-the n x n Gaussian logit field, its limits, lambda_a, and the THEORY.md §3 case."""
+the n x n Gaussian logit field, its limits, lambda_a, and the docs/theory.md §3 case."""
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -72,7 +72,7 @@ def test_lambda_a_exact_equals_paper_and_jit_vmap():
 
 
 def test_theory_md_case_and_simulation():
-    """THEORY.md §3: n=32, sigma_w=2, sigma_A=3, alpha_A=.5, alpha_M=.7, rho0=.3, 16 blocks:
+    """docs/theory.md §3: n=32, sigma_w=2, sigma_A=3, alpha_A=.5, alpha_M=.7, rho0=.3, 16 blocks:
     paper 0.19, exact 0.30, d=512 simulation 0.27."""
     hp = HParams(sigma_w=2.0, sigma_a=3.0, alpha_a=0.5, alpha_m=0.7, n_tokens=32, depth=16)
     qs, ps = block.trajectory(hp, 1.0, 0.3, 16)

@@ -1,5 +1,5 @@
 """Finite-width simulator: construction from the shared Block, token statistics, and the
-exponents against closed forms (THEORY.md §6-7) with tolerances from standard errors.
+exponents against closed forms (docs/theory.md §6-7) with tolerances from standard errors.
 These use the dense reference weights (``weights="dense"``, the numbers measured before the
 lazy sampler); tests/test_lazy.py shows the lazy default is the same distribution."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The (q, p) mean-field engine (THEORY.md §2–7) against closed forms, limits, autodiff and
+"""The (q, p) mean-field engine (docs/theory.md §2–7) against closed forms, limits, autodiff and
 the independent dense reference of ``phasefield.theory.reference``."""
 from __future__ import annotations
 

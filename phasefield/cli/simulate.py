@@ -64,7 +64,7 @@ def _check_memory(width, n_tokens, depth, mlp_hidden, dtype, points, weights):
 def register(cli):
     @cli.group("simulate")
     def simulate():
-        """Finite-width simulations of random transformers (THEORY.md §1, §6, §7)."""
+        """Finite-width simulations of random transformers (docs/theory.md §1, §6, §7)."""
 
     @simulate.command("exponents")
     @point_options()

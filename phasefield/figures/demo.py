@@ -63,7 +63,7 @@ def format_summary(summary: dict) -> str:
         cp = summary.get("critical_point") or {}
         if cp.get("kind") == "closest":
             lines.append("  (on lambda_a = 0, lambda_g(L) > 0 for every alpha > 0: the mean-token "
-                         "gradient mode grows, THEORY.md §7)")
+                         "gradient mode grows, docs/theory.md §7)")
         for e in summary.get("edge_of_chaos", []):
             lines.append(f"  on lambda_a = 0 at alpha = {e['alpha']:.2f}: sigma_w = {e['sigma_w']:.3f}, "
                          f"lambda_g(L) = {e['lambda_g']:+.4f}")

@@ -12,7 +12,7 @@
   cross inside the grid it returns the point of the λ_a = 0 contour with the smallest
   |λ_g| instead (``kind='closest'``) — for the default transformer (σ_A = 1, n = 32,
   L = 16) that is what happens: on λ_a = 0, λ_g(L) = (1/L) log[(1 − 1/n) + μ^L / n] with the
-  mean-mode eigenvalue μ = 1 + α_A² σ_V² / (β_A² q*) > 1 (THEORY.md §7), so λ_g(L) > 0 for
+  mean-mode eigenvalue μ = 1 + α_A² σ_V² / (β_A² q*) > 1 (docs/theory.md §7), so λ_g(L) > 0 for
   every α > 0 and the two contours meet only in the limit α → 0.
 """
 from __future__ import annotations
@@ -47,7 +47,7 @@ def classify(ds, angle: str = "lambda_a", gradient: str = "lambda_g"):
 
 
 def bistable(ds, x: str, y: str):
-    """The (y, x) slice of ``n_stable >= 2`` (points with two or more attractors; THEORY.md
+    """The (y, x) slice of ``n_stable >= 2`` (points with two or more attractors; docs/theory.md
     §6 "Several attractors"), or None when the grid has no ``n_stable`` variable (sweeps
     written before issue 13) or no such point."""
     if "n_stable" not in getattr(ds, "data_vars", {}):

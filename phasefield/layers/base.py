@@ -7,7 +7,7 @@ Every layer is a ``flax.struct`` dataclass: its sweepable numbers are pytree lea
 ``forward(k, ctx) -> Kernel``        the mean-field map of the token geometry (q, p)
 ``backward(k, g, ctx) -> Grad``      the gradient Gram at its output -> at its input, for
                                      input geometry ``k`` (gradient independence: fresh
-                                     weights backward, THEORY.md §7)
+                                     weights backward, docs/theory.md §7)
 ``module(weights, causal) -> nn.Module``  its Flax network: ``weights="dense"`` trainable
                                      (the ViT), ``"lazy"`` sampled for simulation
                                      (:mod:`.weights`); a composition's is one

@@ -4,7 +4,7 @@ exponent, multistability, and the finite-depth rates of blocks without a fixed p
 
 The functions below are pure in ``(block, ctx)`` (pytrees: vmap/jit/grad apply to every
 leaf); ``block`` must be prepared (:meth:`prepare`, done by the public entry points in
-:mod:`phasefield.layers`). Definitions (THEORY.md §6, §7):
+:mod:`phasefield.layers`). Definitions (docs/theory.md §6, §7):
 
 * **Norm fixed point at a cosine.** ``q*(rho)`` solves ``q = F(q, rho q).q``, by Newton's
   method from q = 1 (exact in one step when the norm map is affine in q, as for every

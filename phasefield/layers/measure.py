@@ -1,5 +1,5 @@
 """Finite-width random stacks of any block (its Flax module, lazily sampled or dense
-weights) and the measurements that the mean-field maps predict (THEORY.md §6, §7).
+weights) and the measurements that the mean-field maps predict (docs/theory.md §6, §7).
 
 Pure in ``(block, key, ...)``: ``jit``/``vmap`` over draws. Depth ``L`` blocks with
 independent weights (one key each) run in a ``lax.scan``; the block's numbers may be traced.
@@ -92,7 +92,7 @@ def near_gap(block, key, n, d, depth, q0, eps, weights="lazy", dtype=jnp.float32
 
 def gradient_energy(block, key, n, d, depth, q0, rho0, weights="lazy"):
     """|J^T u|^2 / (n d) for u ~ N(0, 1) at the output of ``depth`` blocks (one VJP per draw,
-    the protocol of THEORY.md §7), from tokens at (q0, rho0)."""
+    the protocol of docs/theory.md §7), from tokens at (q0, rho0)."""
     kx, kw, ku = jax.random.split(key, 3)
     x = tokens(kx, n, d, q0, rho0)
     out, vjp = jax.vjp(lambda h: stack(block, kw, h, depth, weights)[-1], x)

@@ -1,7 +1,7 @@
 """The tokenwise MLP as a layer: ``W_{k+1} phi(W_k ... phi(W_1 x))``, weights
 ``N(0, sigma_w^2 / fan_in)``, bias-free, hidden width ``mult * d``.
 
-Mean field (THEORY.md §4, :mod:`phasefield.theory.mlp`): on a normalized input ``(1, rho)``
+Mean field (docs/theory.md §4, :mod:`phasefield.theory.mlp`): on a normalized input ``(1, rho)``
 the output is ``(q_M, p_M(rho))`` and the backward map is ``diag -> D(1) diag``,
 ``off -> D(rho) off`` (Price's theorem, :func:`phasefield.theory.mlp.d_m`). The hidden width
 does not enter the infinite-width map.

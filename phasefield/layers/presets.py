@@ -1,6 +1,6 @@
 """Named blocks: compositions of the layers, config as code.
 
-``paper``       the seed paper's block (THEORY.md §1) from an :class:`phasefield.HParams`
+``paper``       the seed paper's block (docs/theory.md §1) from an :class:`phasefield.HParams`
 ``pre-ln``      GPT-2 / ViT / timm: LayerNorm before each branch, multi-head attention with
                 an output projection, GELU MLP with 4x expansion, identity residual
 ``post-ln``     BERT / ``nn.Transformer``: each sublayer ``x -> LN(x + alpha f(x))``

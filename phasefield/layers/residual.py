@@ -1,4 +1,4 @@
-"""Residual connections ``x -> beta x + alpha f(x)`` (THEORY.md §5).
+"""Residual connections ``x -> beta x + alpha f(x)`` (docs/theory.md §5).
 
 ``kind``: ``"unit-norm"`` (beta = sqrt(1 - alpha^2), the paper's), ``"identity"`` (beta = 1:
 GPT-2, BERT, most trained transformers), ``"explicit"`` (beta a number of its own, e.g.

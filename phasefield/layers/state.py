@@ -1,5 +1,5 @@
 """The permutation-symmetric state a layer maps: token geometry forward, gradient Gram
-backward (THEORY.md §2, §7).
+backward (docs/theory.md §2, §7).
 
 ``Kernel(q, p)``  tokens' squared norm per component ``q = |x_i|^2 / d`` and dot product
                   ``p = x_i . x_j / d`` (i != j): the Gram ``C = (q - p) I + p 11^T``.

@@ -1,4 +1,4 @@
-"""Token geometry per sequence, averaged over a batch (THEORY.md §2); the
+"""Token geometry per sequence, averaged over a batch (docs/theory.md §2); the
 permutation-symmetric tokens the theory starts from are :func:`phasefield.layers.measure.symmetric_tokens`.
 
 Tokens are ``[..., n, d]``: the last two axes are the n tokens of one sequence and their

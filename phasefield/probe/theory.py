@@ -6,7 +6,7 @@ of :mod:`phasefield.layers`, e.g. a preset), in float64:
   ``angle_l = log(gap_l / gap_{l-1})`` is the angle growth of nearby tokens per block;
 * ``log_grad`` [L + 1]: ``log(a + b)`` of the gradient Gram at block l's output (l = 0:
   the input) after the backward maps of blocks L..l+1 from ``G = I`` at the last block's
-  output (THEORY.md §7), along the trajectory from the gradient's start (the user's input
+  output (docs/theory.md §7), along the trajectory from the gradient's start (the user's input
   geometry): ``log_grad[0] = L lambda_g(L)``, ``log_grad[L] = 0``.
 
 The backward curve is one jitted backward map applied along the trajectory (the tests

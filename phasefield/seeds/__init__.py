@@ -1,4 +1,4 @@
-"""The other seed theories (THEORY.md §9; docs/seeds.md).
+"""The other seed theories (docs/theory.md §9; docs/seeds.md).
 
 * :mod:`.rank_collapse` — Noci et al. 2022: query/key/value gradient norms, Eq. 8 (corrected),
   forward recursions and the softmax temperature, with autodiff checks.

@@ -1,4 +1,4 @@
-"""Finite-width simulations of random transformers (THEORY.md §1) and their agreement
+"""Finite-width simulations of random transformers (docs/theory.md §1) and their agreement
 with the mean-field theory.
 
     stack    random stacks built from the shared :class:`phasefield.block.Block`

@@ -129,7 +129,7 @@ def group_draws(hp, keys, q0, p_intra, p_inter, *, n, d, depth, causal=False,
 def angle_draws(hp, keys, q_star, *, n, d, eps=DEFAULT_EPS, causal=False, mlp_hidden=None,
                 dtype=jnp.float32, weights=DEFAULT_WEIGHTS):
     """Per draw ``log[(1 - rho') / (1 - rho)]`` for one random block, input tokens at
-    ``q = q*``, ``rho = 1 - eps`` (THEORY.md §6, paper App. A). rho is the draw's
+    ``q = q*``, ``rho = 1 - eps`` (docs/theory.md §6, paper App. A). rho is the draw's
     realised cosine (``p/q`` averaged over token pairs), before and after the block."""
     hp = hp.astype(dtype)
 
@@ -149,7 +149,7 @@ def gradient_draws(hp, keys, q_star, *, n, d, depth, causal=False, mlp_hidden=No
                    dtype=jnp.float32, draw_batch=None, weights=DEFAULT_WEIGHTS):
     """Per draw ``(|J^T u|^2, |u|^2)`` with ``J = dX_L/dX_0`` of a depth-``depth`` random
     stack, X_0 = n identical tokens of squared norm ``q* d`` (the collapsed fixed point),
-    ``u ~ N(0, I)`` shaped like X_L (THEORY.md §7). Draws run ``draw_batch`` at a time
+    ``u ~ N(0, I)`` shaped like X_L (docs/theory.md §7). Draws run ``draw_batch`` at a time
     (vmapped) to bound memory; each block is recomputed in the backward pass (its
     parameters are redrawn from the same key) instead of storing every layer's weights."""
     hp = hp.astype(dtype)
@@ -236,7 +236,7 @@ def _check(hp, width):
 
 
 def collapsed_q_star(hp: HParams) -> float:
-    """q* of the collapsed fixed point from the theory engine (THEORY.md §6)."""
+    """q* of the collapsed fixed point from the theory engine (docs/theory.md §6)."""
     return float(paper.collapsed_fixed_point(hp)[0])
 
 
@@ -319,7 +319,7 @@ def group_cosines(hp: HParams, q0, p_intra, p_inter, *, width=512, seeds=16, dep
 def angle_exponent(hp: HParams, *, width=512, seeds=16, eps=DEFAULT_EPS, q_star=None,
                    causal=False, mlp_hidden=None, dtype=jnp.float32, seed=0,
                    weights=DEFAULT_WEIGHTS):
-    """Numerical lambda_a and its standard error over draws (THEORY.md §6)."""
+    """Numerical lambda_a and its standard error over draws (docs/theory.md §6)."""
     n, d = _check(hp, width)
     q_star = collapsed_q_star(hp) if q_star is None else float(q_star)
     vals = _angle_jit(hp, exponent_keys(seed, seeds)[0], q_star, n=n, d=d, eps=eps, causal=causal,
@@ -331,7 +331,7 @@ def angle_exponent(hp: HParams, *, width=512, seeds=16, eps=DEFAULT_EPS, q_star=
 def gradient_exponent(hp: HParams, *, width=512, seeds=16, depth=None, q_star=None,
                       causal=False, mlp_hidden=None, dtype=jnp.float32, seed=0,
                       draw_batch=None, weights=DEFAULT_WEIGHTS):
-    """Numerical lambda_g(L) and its delta-method standard error (THEORY.md §7)."""
+    """Numerical lambda_g(L) and its delta-method standard error (docs/theory.md §7)."""
     n, d = _check(hp, width)
     depth = int(np.asarray(hp.depth)) if depth is None else int(depth)
     q_star = collapsed_q_star(hp) if q_star is None else float(q_star)

@@ -1,4 +1,4 @@
-"""Random transformer stacks of THEORY.md §1, built from the shared Flax :class:`Block`.
+"""Random transformer stacks of docs/theory.md §1, built from the shared Flax :class:`Block`.
 
 A stack is L blocks with independent Gaussian weights, drawn one of two ways
 (``weights=``):
@@ -100,7 +100,7 @@ def _orthonormal_rows(key, m: int, d: int, dtype):
 
 def simplex_tokens(key, n: int, d: int, q, p, dtype=jnp.float32, exact: bool = False):
     """Tokens ``x_i = sqrt(p) g + sqrt(q - p) e_i`` (g, e_i ~ N(0, I_d)): in expectation
-    squared norm ``q d`` and pairwise dot product ``p d`` (THEORY.md §6, paper App. A).
+    squared norm ``q d`` and pairwise dot product ``p d`` (docs/theory.md §6, paper App. A).
 
     ``exact=True``: g and the e_i are random orthogonal vectors of squared norm exactly d,
     so the input Gram matrix is exactly ``d((q - p) I + p 11^T)`` (removes the input's

@@ -1,4 +1,4 @@
-"""Mean-field kernels of signal propagation in the transformer of THEORY.md (float64).
+"""Mean-field kernels of signal propagation in the transformer of docs/theory.md (float64).
 
 Every function is a pure function of one :class:`phasefield.HParams` pytree (plus, for
 speed, an optional precomputed :class:`MLPKernel`), so ``jax.jit``/``jax.vmap``/``grad``

@@ -1,4 +1,4 @@
-"""The MLP branch map of THEORY.md §4 (Poole et al. 2016, behind the normalization).
+"""The MLP branch map of docs/theory.md §4 (Poole et al. 2016, behind the normalization).
 
 The MLP sees normalized tokens, so its first pre-activations have variance ``sigma_w**2``
 whatever the block input: for one grid point every MLP quantity is a function of the

@@ -1,4 +1,4 @@
-"""Gaussian expectations of an activation, by dense trapezoid rules (THEORY.md §4).
+"""Gaussian expectations of an activation, by dense trapezoid rules (docs/theory.md §4).
 
 Everything here concerns pre-activations with variance ``s**2`` and correlation ``rho``:
 
@@ -8,7 +8,7 @@ Everything here concerns pre-activations with variance ``s**2`` and correlation 
 Why a trapezoid rule: for analytic integrands with Gaussian decay the trapezoid rule
 converges geometrically, ``err ~ exp(-2 pi d / h)`` with ``d`` the distance of the nearest
 complex singularity. ``tanh(s z)`` has poles at ``z = i pi / (2 s)``, so the spacing must
-shrink like ``1/s``; Gauss–Hermite cannot do that and fails at large ``s`` (THEORY.md §4).
+shrink like ``1/s``; Gauss–Hermite cannot do that and fails at large ``s`` (docs/theory.md §4).
 The 2-D rule works in rotated coordinates ``h1 = s (a u + b v)``, ``h2 = s (a u - b v)``
 with ``a = cos(theta/2)``, ``b = sin(theta/2)``, ``rho = cos(theta)`` and independent
 ``u, v``; each direction gets its own spacing ``min(h_max, c / (s a|b))``, so the rule stays

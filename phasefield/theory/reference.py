@@ -145,7 +145,7 @@ _W /= _W.sum()
 
 def closed_form_exponents(hp, depth: int = 16):
     """(q*, lambda_a, lambda_g(depth)) at the collapsed point for tanh, one hidden layer
-    (THEORY.md §6-7), from concrete ``hp`` fields:
+    (docs/theory.md §6-7), from concrete ``hp`` fields:
     e^{lambda_a} = beta_A^2 m, mean mode (beta_A^2 + alpha_A^2 sigma_V^2/q*) m, with
     m = beta_M^2 + alpha_M^2 sigma_w^2 chi_1 / q_z*; G = I seeds the mean mode with 1/n."""
     sw, aa, am, sv = (float(getattr(hp, k)) for k in ("sigma_w", "alpha_a", "alpha_m", "sigma_v"))

@@ -2,7 +2,7 @@
 
     patches [B, P, patch_dim] --Dense--> tokens [B, P, d] + learned positional embeddings
     prepend the class token (its own learned positional embedding, zero content)
-    -> ``depth`` x :class:`phasefield.block.Block` (THEORY.md §1, the same module the
+    -> ``depth`` x :class:`phasefield.block.Block` (docs/theory.md §1, the same module the
        simulator uses, initialised from sigma_w, sigma_A, alpha_A, alpha_M of ``hp``), or
        ``depth`` x the module of ``block``, any :mod:`phasefield.layers` block
     -> LN(class token) -> Dense -> logits

@@ -1,4 +1,4 @@
-"""The paper's block (THEORY.md §1, the ``paper`` preset) analysed in (q, p): its block map,
+"""The paper's block (docs/theory.md §1, the ``paper`` preset) analysed in (q, p): its block map,
 fixed points and exponents, and its full-Gram mean field, as pure functions of one
 :class:`phasefield.HParams` pytree (float64, jit-compiled once per static configuration,
 :func:`phasefield.theory._api.public`).

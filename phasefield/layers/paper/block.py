@@ -1,4 +1,4 @@
-"""The block map of THEORY.md §5, forward (q, p) -> (q', p') and backward (the gradient
+"""The block map of docs/theory.md §5, forward (q, p) -> (q', p') and backward (the gradient
 Gram at a block's output -> at its input, §7), and the forward iteration over depth.
 
 Forward::

@@ -1,10 +1,10 @@
-"""Fixed points of the block map and the angle exponent lambda_a (THEORY.md §6).
+"""Fixed points of the block map and the angle exponent lambda_a (docs/theory.md §6).
 
 * Collapsed point (rho = 1, invariant): q* solves the linear equation
   q* = beta_M^2 (beta_A^2 q* + alpha_A^2 sigma_V^2) + alpha_M^2 q_M, and
   q_z* = beta_A^2 q* + alpha_A^2 sigma_V^2.
 * Stable points: rho = 1 when lambda_a < 0, and every root of the reduced residual
-  g(rho) (below) where g crosses from + to - (THEORY.md §6 "Several attractors"). The
+  g(rho) (below) where g crosses from + to - (docs/theory.md §6 "Several attractors"). The
   roots are found on a fixed mesh of rho (sign changes of g, refined by bisection and a
   Newton polish), so everything stays jit- and vmap-able with static shapes.
 * lambda_a, the log transverse eigenvalue at the collapsed point, in closed form (or by

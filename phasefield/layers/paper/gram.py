@@ -1,4 +1,4 @@
-"""Full-Gram mean field (THEORY.md §8): propagate the whole n x n token Gram ``C`` forward
+"""Full-Gram mean field (docs/theory.md §8): propagate the whole n x n token Gram ``C`` forward
 and the gradient Gram ``G`` backward, with an optional causal mask and any initial Gram.
 
 Forward, one block (``R`` = cosine matrix of ``C``, ``q_i = C_ii``)::
@@ -139,7 +139,7 @@ def backward_block(hp, kern, c, cz, g, mask):
 @float64
 def gradient_exponent(hp, c0, num_layers: int | None = None, causal: bool = False, kern=None,
                       return_grams: bool = False):
-    """lambda_g(L) = (1/L) log(tr G_0 / n) with G_L = I, from input Gram c0 (THEORY.md §7)."""
+    """lambda_g(L) = (1/L) log(tr G_0 / n) with G_L = I, from input Gram c0 (docs/theory.md §7)."""
     kern = _kern(hp, kern)
     num_layers = int(hp.depth) if num_layers is None else int(num_layers)
     cs, czs = trajectory(hp, c0, num_layers, causal, kern, return_z=True)
@@ -209,7 +209,7 @@ def _u_over_q(c):
 
 @float64
 def angle_exponent(hp, causal: bool = True, kern=None):
-    """lambda_a by the simulator's protocol (THEORY.md §6): tokens at q*, cosine 1 - eps,
+    """lambda_a by the simulator's protocol (docs/theory.md §6): tokens at q*, cosine 1 - eps,
     one block, ``log[(u'/q') / (u/q)]`` in the limit eps -> 0 (u = mean squared distance
     to the token mean, as in ``simulate.measure.token_stats``). At the collapsed point, so
     in the paper mode (:func:`_at_collapse`)."""

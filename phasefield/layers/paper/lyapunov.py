@@ -1,4 +1,4 @@
-"""The gradient exponent lambda_g (THEORY.md §7) and everything at one point
+"""The gradient exponent lambda_g (docs/theory.md §7) and everything at one point
 (:func:`exponents`). lambda_a and the fixed points are in :mod:`.fixed_points`, the
 backward map of one block in :mod:`.block`.
 

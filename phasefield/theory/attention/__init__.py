@@ -3,7 +3,7 @@
 ``hp.attention`` picks the mode from :data:`MODES`, ``hp.softmax_correction`` adds the
 softmax-derivative (query/key) path to the backward maps. Each mode gives four maps:
 
-    forward(hp, rho)                 -> (q_A, p_A)   permutation-symmetric, THEORY.md §3
+    forward(hp, rho)                 -> (q_A, p_A)   permutation-symmetric, docs/theory.md §3
     backward(hp, q, rho, a, b)       -> (diag, off)  values path, §7
     (both take ``att``: the exact map's grid sizes and tables, :mod:`.exact_table`)
     gram_forward(hp, r, mask)        -> C^A          full Gram, §8

@@ -1,4 +1,4 @@
-"""Exact-softmax attention map (THEORY.md §3, §8): no Assumption 3.2.
+"""Exact-softmax attention map (docs/theory.md §3, §8): no Assumption 3.2.
 
 At d -> infinity the logits of normalized tokens with cosine matrix R are Gaussian with
 ``E[M_ij M_kl] = sigma_A^2 R_ik R_jl``. Under permutation symmetry
@@ -294,7 +294,7 @@ def grid_sizes(hp, att=None) -> tuple[int, int]:
 
 
 def forward_from_s(hp, rho, s1, sr):
-    """(q_A, p_A) from (S_1, S_rho) at cosine rho (THEORY.md §3)."""
+    """(q_A, p_A) from (S_1, S_rho) at cosine rho (docs/theory.md §3)."""
     sv2 = jnp.square(hp.sigma_v)
     return sv2 * (rho + (1.0 - rho) * s1), sv2 * (rho + (1.0 - rho) * sr)
 

@@ -1,4 +1,4 @@
-"""The attention branch on a full token Gram (THEORY.md §8): ``E[A_ij A_kl]`` for a cosine
+"""The attention branch on a full token Gram (docs/theory.md §8): ``E[A_ij A_kl]`` for a cosine
 matrix ``R`` and an allowed-(query, key) mask, in both modes.
 
 * paper — ratio of expectations (Assumption 3.2) over the allowed keys

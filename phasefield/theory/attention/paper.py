@@ -1,4 +1,4 @@
-"""The paper's attention map (THEORY.md §3, paper Eq. 10, Assumption 3.2), forward and backward.
+"""The paper's attention map (docs/theory.md §3, paper Eq. 10, Assumption 3.2), forward and backward.
 
 Under permutation symmetry with token cosine ``rho`` the softmax averages reduce to two
 weights, written as logistic functions so nothing overflows for large sigma_A or
