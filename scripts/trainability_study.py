@@ -5,6 +5,8 @@
     python scripts/trainability_study.py analyze   # CV analysis, figures, packaged model
     python scripts/trainability_study.py plan      # print the design and its projected cost
     python scripts/trainability_study.py score --study corners   # the packaged model on unseen runs
+    python scripts/trainability_study.py failure [--ship]        # P(fails to train): grouped CV (issue 35)
+    python scripts/trainability_study.py failure --study edges   # ... scored on the boundary runs
     ... --study lr | depth | mnist1d              # the regime studies of issue 27 (see STUDIES)
 
 Digits ViTs with the trainer's defaults (width 64, 15 epochs, batch 64, Adam 1e-3, tanh),
@@ -529,10 +531,147 @@ def cmd_score(args):
              f"{rep['r2_means']:.3f}, RMSE {rep['rmse_means']:.3f}"))
 
 
+def _pooled_table():
+    """The configuration table of the pooled studies (POOLED; the shipped model's data) with
+    their cached theory features attached, its run table, and the training config."""
+    import numpy as np
+
+    from phasefield.vit import analysis, features, failure
+    from phasefield.vit import sweep as vsweep
+    from phasefield.vit.design import config_id
+    from phasefield.vit.train import TrainConfig
+
+    dirs = [STUDIES[n]["out"] for n in POOLED if os.path.exists(os.path.join(STUDIES[n]["out"], "results.jsonl"))]
+    cfg = TrainConfig.from_dict(vsweep.read_sweep(dirs[0])["config"])
+    rows = [r for d in dirs for r in vsweep.read_results(d)]
+    geometry, feats, order = features.read_caches(dirs, cfg)
+    idx = {c: i for i, c in enumerate(order)}
+    rows = [r for r in rows if config_id(r) in idx]
+    tab = analysis.configurations(rows, 10)
+    o = np.array([idx[c] for c in tab["config"]])
+    tab = analysis.add_features(tab, {k: np.asarray(v)[o] for k, v in feats.items()})
+    return tab, failure.run_table(tab), cfg
+
+
+def _slim(res: dict) -> dict:
+    return {k: v for k, v in res.items() if k != "oof"}
+
+
+def cmd_failure(args):
+    """P(fails to train) (issue 35). main: grouped CV (configurations whole) of the failure
+    model candidates and of the shipped stacked model on the pooled studies, written to
+    OUT/failure.json; --ship also puts the failure model (Platt scaling of the shipped loss
+    model's out-of-fold predictions in analysis.json) into the packaged model, and draws
+    docs/images/trainability_failure.png. Another study (edges): the packaged model and the
+    candidates fitted on the pooled studies scored on its runs, which none of them saw
+    (OUT/failure_score.json)."""
+    import datetime
+    import json
+
+    import numpy as np
+
+    from phasefield import io
+    from phasefield.vit import analysis, failure
+    from phasefield.vit import predict as vpredict
+
+    t0 = time.time()
+    tab, T, cfg = _pooled_table()
+    if args.study == "main":
+        specs = analysis.model_specs(tab)
+        rep = dict(date=datetime.date.today().isoformat(), criterion="diverged, or test loss >= 0.95 log C",
+                   n_configs=int(len(tab["loss"])), n_runs=int(len(T["failed"])), n_failed=int(T["failed"].sum()),
+                   seeds=int(np.median(tab["n_seeds"])), k_folds=args.folds, repeats=args.repeats,
+                   shipped=failure.SHIPPED, candidates={})
+        st = failure.cross_validate_stacked(tab, T, specs[failure.STACK_LOSS_MODEL], args.folds, args.repeats)
+        rep["candidates"]["platt_loss"] = _slim(st)
+        main_rep = json.load(open(os.path.join(DEFAULT_OUT, "analysis.json")))
+        oof = dict(zip(main_rep["table"]["config"], main_rep["models"][main_rep["best_model"]]["oof"]))
+        # the loss model's own out-of-fold ranking (what a user of 'predict' had before)
+        rank = np.array([oof[c] for c in T["config"]])
+        rep["loss_ranking"] = dict(auc=failure.auc(T["failed"], rank), model=main_rep["best_model"],
+                                   note="AUC of ranking runs by the loss model's out-of-fold predicted loss")
+        for name in failure.CANDIDATES:
+            rep["candidates"][name] = _slim(failure.cross_validate(name, T, args.folds, args.repeats))
+            print(f"{name:26s} AUC {rep['candidates'][name]['auc']:.3f}  Brier {rep['candidates'][name]['brier']:.4f}",
+                  flush=True)
+        rep["oof_shipped"] = dict(config=T["config"], failed=T["failed"].tolist(), p=st["oof"])
+        with io.atomic_path(os.path.join(DEFAULT_OUT, "failure.json")) as tmp:
+            with open(tmp, "w") as f:
+                f.write(io.dumps(rep, indent=1))
+        _print_failure(rep["candidates"]["platt_loss"], f"platt_loss (shipped), grouped {args.folds}-fold CV x "
+                       f"{args.repeats}, {rep['n_configs']} configurations x {rep['seeds']} seeds")
+        if args.ship:
+            path = os.path.join(ROOT, "phasefield", "vit", vpredict.RESOURCE)
+            with open(path) as f:
+                doc = json.load(f)
+            order = main_rep["table"]["config"]
+            run_failed = dict(zip(tab["config"], tab["run_failed"]))
+            doc["failure"] = vpredict.failure_doc([oof[c] for c in order], [run_failed[c] for c in order],
+                                                  doc["L_sat"], main_rep["best_model"])
+            doc["failure"]["cv"] = {k: v for k, v in rep["candidates"]["platt_loss"].items()
+                                    if k in ("auc", "brier", "log_loss", "brier_base", "n_runs", "n_failed",
+                                             "k_folds", "repeats", "reliability")}
+            doc["failure"]["cv"]["n_configs"] = rep["n_configs"]
+            with io.atomic_path(path) as tmp:
+                with open(tmp, "w") as f:
+                    f.write(io.dumps(doc, indent=1))
+            print(f"packaged failure model: {path}")
+            from phasefield.vit import figure
+
+            figure.failure_slice(vpredict.load_model(path), tab,
+                                 os.path.join(ROOT, "docs", "images", "trainability_failure.png"))
+    else:
+        from phasefield.vit import sweep as vsweep
+
+        out = _study(args)["out"]
+        rows = vsweep.read_results(out)
+        doc = vpredict.load_model(args.fit)
+        l_sat = doc["L_sat"]
+        col = lambda k: np.array([float(r[k]) for r in rows])
+        res = vpredict.predict(col("sigma_w"), col("sigma_a"), col("alpha_a"), col("alpha_m"), col("depth"), doc)
+        y = np.array([int(analysis.at_chance(r, l_sat)) for r in rows])
+        p = np.array([r["p_fail"] for r in res])
+        from phasefield.vit.design import config_id
+
+        rep = dict(date=datetime.date.today().isoformat(), study=args.study, n_runs=len(rows),
+                   n_configs=len({config_id(r) for r in rows}), model=doc["failure"]["name"],
+                   fitted_on=doc["failure"]["n_configs"])
+        rep["shipped"] = failure.scores(y, p)
+        # the candidates, fitted on the pooled studies (chosen before: the shipped one is fixed)
+        tab_new = analysis.add_features(analysis.configurations(rows, 10), {})
+        T_new = failure.run_table(tab_new)
+        rep["candidates"] = {}
+        for name in failure.CANDIDATES:
+            m = failure.fit(name, T)
+            if not set(m.features) <= set(T_new):
+                continue
+            rep["candidates"][name] = {k: v for k, v in failure.scores(T_new["failed"], m.predict_proba(
+                failure.X_of(T_new, m.features))).items() if k != "reliability"}
+        rep["runs"] = [dict(run=r["run"], failed=int(a), p_fail=float(b), loss=float(r["test_loss"]),
+                            predicted_loss=float(q["predicted_loss"])) for r, a, b, q in zip(rows, y, p, res)]
+        with io.atomic_path(os.path.join(out, "failure_score.json")) as tmp:
+            with open(tmp, "w") as f:
+                f.write(io.dumps(rep, indent=1))
+        for name, c in rep["candidates"].items():
+            print(f"  candidate {name:26s} AUC {c['auc']:.3f}  Brier {c['brier']:.4f}")
+        _print_failure(rep["shipped"], f"{rep['model']} (packaged) on the {rep['n_configs']} configurations x 3 seeds "
+                       f"of '{args.study}' it never saw")
+    print(f"({time.time() - t0:.0f} s)")
+
+
+def _print_failure(s: dict, title: str) -> None:
+    print(f"{title}: AUC {s['auc']:.3f}, Brier {s['brier']:.4f} (base rate {s['base_rate']:.3f}: "
+          f"{s['brier_base']:.4f}), log loss {s['log_loss']:.3f}; {s['n_failed']} of {s['n_runs']} runs failed")
+    print(f"  {'P(fail) bin':14s} {'runs':>5s} {'mean P':>7s} {'observed':>8s}")
+    for b in s["reliability"]:
+        if b["n"]:
+            print(f"  [{b['lo']:.2f}, {b['hi']:.2f})  {b['n']:5d} {b['mean_pred']:7.3f} {b['observed']:8.3f}")
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
-    for name in ("run", "plan", "features", "analyze", "score"):
+    for name in ("run", "plan", "features", "analyze", "score", "failure"):
         p = sub.add_parser(name)
         p.add_argument("--study", choices=sorted(STUDIES), default="main", help="which study (default %(default)s)")
         p.add_argument("--plan", default=None, help="depth:configurations,... (default: the study's)")
@@ -555,6 +694,8 @@ def main(argv=None):
         cmd_features(args)
     elif args.cmd == "score":
         cmd_score(args)
+    elif args.cmd == "failure":
+        cmd_failure(args)
     else:
         cmd_analyze(args)
 
