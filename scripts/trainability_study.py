@@ -463,7 +463,7 @@ def analyze_lr(args):
         res[f"{opt} {lr:g}"] = dict(
             optimizer=opt, lr=lr, n_configs=rep["n_configs"], n_runs=rep["n_runs"],
             relative_update=float(np.median(lr * math.sqrt(width) / sw)) if not opt.startswith("sgd") else None,
-            mean_loss=float(np.mean(tab["loss"])), at_chance=int(np.sum(np.asarray(tab["loss"]) > 0.5 * math.log(10))),
+            mean_loss=float(np.mean(tab["loss"])), at_chance=int(np.sum(tab["n_failed"])),
             loss_sd=float(np.std(tab["loss"])), best_exponent=be, best_exponent_r2=r2(be),
             best_exponent_rmse=m[be]["cv_rmse"], best_raw=br, best_raw_r2=r2(br), best_raw_rmse=m[br]["cv_rmse"],
             best_hybrid=bh, best_hybrid_r2=r2(bh), constant_rmse=m["constant"]["cv_rmse"],
@@ -515,7 +515,8 @@ def cmd_score(args):
                rmse_means=float(np.sqrt(np.mean((ym - pm) ** 2))),
                r2_runs=r2(y, p), rmse_runs=float(np.sqrt(np.mean((y - p) ** 2))),
                coverage_runs=float(np.mean((lo <= y) & (y <= hi))), mean_loss=float(y.mean()),
-               at_chance=int(np.sum(y > 0.5 * l_sat)), warned=int(sum(bool(r["warnings"]) for r in res)),
+               at_chance=int(sum(analysis.at_chance(r, l_sat) for r in rows)),  # the shared criterion (issue 35)
+               warned=int(sum(bool(r["warnings"]) for r in res)),
                runs=[dict(run=r["run"], loss=float(a), pred=float(b), interval=[float(c), float(d)])
                      for r, a, b, c, d in zip(rows, y, p, lo, hi)])
     with io.atomic_path(os.path.join(out, "score.json")) as tmp:
