@@ -655,6 +655,16 @@ def cmd_failure(args):
                 f.write(io.dumps(rep, indent=1))
         for name, c in rep["candidates"].items():
             print(f"  candidate {name:26s} AUC {c['auc']:.3f}  Brier {c['brier']:.4f}")
+        if args.ship:     # the figure with the held-out configurations marked
+            from phasefield.vit import figure
+
+            ids = [config_id(r) for r in rows]
+            cs = {c: [i for i, d in enumerate(ids) if d == c] for c in dict.fromkeys(ids)}
+            held = dict(sigma_w=[float(rows[g[0]]["sigma_w"]) for g in cs.values()],
+                        alpha_m=[float(rows[g[0]]["alpha_m"]) for g in cs.values()],
+                        frac=[float(np.mean(y[g])) for g in cs.values()])
+            figure.failure_slice(doc, tab, os.path.join(ROOT, "docs", "images", "trainability_failure.png"),
+                                 held_out=held)
         _print_failure(rep["shipped"], f"{rep['model']} (packaged) on the {rep['n_configs']} configurations x 3 seeds "
                        f"of '{args.study}' it never saw")
     print(f"({time.time() - t0:.0f} s)")
