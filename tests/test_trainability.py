@@ -350,6 +350,9 @@ def test_fit_cli_pools_sweeps_of_one_training_config(capsys, tmp_path):
     assert code == 0, err
     doc = json.loads(fit.read_text())
     assert doc["report"]["n_configs"] == 12 and doc["report"]["n_runs"] == 24
+    # the fit file carries its failure model (issue 35), calibrated on the CV predictions
+    f = doc["model"]["failure"]
+    assert f["n_runs"] == 24 and f["calibrated_on"] == "out-of-fold predictions" and f["model"]["kind"] == "logistic"
     assert fig.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     c = _study_dir(tmp_path / "c", *pick(False), cfg=TrainConfig(width=32))
     code = main(["fit", "--runs", str(a), "--runs", str(c), "--out", str(tmp_path / "no.json")])

@@ -326,6 +326,11 @@ def register(cli):
             lo, hi = res["interval"]
             click.echo(f"predicted test loss = {res['predicted_loss']:.4f}  ({100 * res['interval_level']:.0f} % "
                        f"interval {lo:.3f} - {hi:.3f}; chance {res['chance_loss']:.4f})")
+            if res.get("p_fail") is not None:
+                click.echo(f"P(fails to train) = {res['p_fail']:.3f}  (a run fails: {res['fail_criterion']}; "
+                           "the loss above is the expected loss, failures included)")
+            else:
+                click.echo("P(fails to train): not available (this fit file has no failure model; refit it)")
             r2 = res.get("cv_r2")
             click.echo(f"model {res['model']} (family: {res.get('family') or 'exponents'}; cross-validated R2 "
                        + ("not measured" if r2 is None else f"{r2:.2f}") + f"; fitted for {_fitted_for(doc)})")
@@ -474,11 +479,15 @@ def register_recommend(cli):
     @click.option("--alpha-m", type=float, default=None, help="fix alpha_M (default: free in [0.05, 0.95])")
     @click.option("--fit", "fit_path", default=None, help="loss model (default: the packaged one)")
     @click.option("--no-loss", is_flag=True, help="only the critical set (no loss model)")
+    @click.option("--max-fail-prob", type=float, default=None,
+                  help="propose no point whose predicted P(fails to train) exceeds this (default 0.1; "
+                       "needs the loss model's failure model)")
     @click.option("--json", "as_json", is_flag=True)
     def recommend_cmd(n_tokens, depth, activation, sigma_w, sigma_a, alpha, alpha_a, alpha_m, fit_path, no_loss,
-                      as_json):
+                      max_fail_prob, as_json):
         """Initializations the theory recommends: where lambda_a = lambda_g = 0 inside the box of
-        the free hyperparameters (or the nearest points), and the lowest predicted loss."""
+        the free hyperparameters (or the nearest points), and the lowest predicted loss; no
+        point whose P(fails to train) exceeds --max-fail-prob is proposed."""
         if alpha is not None and (alpha_a is not None or alpha_m is not None):
             raise UsageError("give either --alpha or --alpha-a/--alpha-m, not both")
         fixed = dict(sigma_w=sigma_w, sigma_a=sigma_a, alpha_a=alpha if alpha is not None else alpha_a,
@@ -489,12 +498,16 @@ def register_recommend(cli):
         check_hparams_values({k: [v] for k, v in fixed.items() if v is not None})
         option("--n-tokens", n_tokens, 2, 100_000, integer=True)
         option("--depth", depth, 1, MAX_DEPTH, integer=True)
+        if max_fail_prob is not None:
+            if no_loss:
+                raise UsageError("--max-fail-prob needs the loss model's failure model: drop --no-loss")
+            option("--max-fail-prob", max_fail_prob, 0.0, 1.0)
         from ..config import ACTIVATIONS
 
         if activation not in ACTIVATIONS:
             raise UsageError(f"unknown activation {activation!r}; choose one of {', '.join(ACTIVATIONS)}")
         from ..vit import predict as vpredict
-        from ..vit.recommend import recommend
+        from ..vit.recommend import MAX_FAIL_PROB, RecommendError, recommend
 
         doc = None
         if not no_loss:
@@ -505,7 +518,11 @@ def register_recommend(cli):
             if vpredict.block_of(doc) != "paper":
                 raise UsageError(f"recommend searches the paper block's critical set; {fit_path} was fitted "
                                  f"on {vpredict.block_of(doc)!r} runs (use 'phasefield block sweep' for its phase diagram)")
-        res = recommend(n_tokens, depth, activation, fixed, model=doc, predict_loss=not no_loss)
+        try:
+            res = recommend(n_tokens, depth, activation, fixed, model=doc, predict_loss=not no_loss,
+                            max_fail_prob=MAX_FAIL_PROB if max_fail_prob is None else max_fail_prob)
+        except RecommendError as exc:
+            raise UsageError(str(exc)) from None
         if as_json:
             echo_json(res)
             return
@@ -515,10 +532,16 @@ def register_recommend(cli):
         for c in res["critical"]:
             click.echo("  " + "  ".join(f"{k} {c[k]:.4f}" for k in names) +
                        f"  lambda_a {c['lambda_a']:+.2e}  lambda_g {c['lambda_g']:+.2e}" +
-                       (f"  predicted loss {c['predicted_loss']:.3f}" if "predicted_loss" in c else ""))
+                       (f"  predicted loss {c['predicted_loss']:.3f}" if "predicted_loss" in c else "") +
+                       (f"  P(fail) {c['p_fail']:.3f}" if c.get("p_fail") is not None else ""))
+        ex = res.get("excluded") or {}
+        if ex.get("critical"):
+            click.echo(f"  ({ex['critical']} critical point(s) dropped: P(fail) > {res['max_fail_prob']:g})")
         if "lowest_predicted_loss" in res:
             b = res["lowest_predicted_loss"]
             click.echo("lowest predicted loss: " + "  ".join(f"{k} {b[k]:.4f}" for k in names) +
-                       f"  loss {b['predicted_loss']:.3f} [{b['interval'][0]:.3f}, {b['interval'][1]:.3f}]")
+                       f"  loss {b['predicted_loss']:.3f} [{b['interval'][0]:.3f}, {b['interval'][1]:.3f}]" +
+                       (f"  P(fail) {b['p_fail']:.3f} (<= {res['max_fail_prob']:g})" if b.get("p_fail") is not None
+                        else ""))
             for w in b["warnings"]:
                 click.echo(f"warning: {w}")
