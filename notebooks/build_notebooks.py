@@ -40,7 +40,8 @@ matplotlib.use("Agg")              # remove this line for inline plots in Jupyte
 import matplotlib.pyplot as plt
 
 import phasefield                  # the theory computes in float64 by itself
-from phasefield import HParams, theory
+from phasefield import HParams
+from phasefield.layers import paper
 
 SMALL = os.environ.get("PHASEFIELD_NOTEBOOK_SMALL") == "1"
 GRID = 16 if SMALL else 128        # theory grid points per axis
@@ -52,16 +53,16 @@ os.makedirs(OUT, exist_ok=True)"""),
 ## 1. One hyperparameter point
 
 `HParams` holds σ_w (MLP weights), σ_A (attention logits), α_A, α_M (branch weights; the
-residual weight is β = sqrt(1 − α²)), n tokens and depth L. `theory.exponents` returns
+residual weight is β = sqrt(1 − α²)), n tokens and depth L. `paper.exponents` returns
 λ_a, λ_g (depth L, input at the collapsed fixed point), λ_g^∞, q*, and ρ* of the stable
 fixed point."""),
     ("code", """\
 hp = HParams(sigma_w=2.5, sigma_a=1.0, alpha_a=0.5, alpha_m=0.5, n_tokens=N, depth=L)
-ex = {k: float(v) for k, v in theory.exponents(hp).items()}
+ex = {k: float(v) for k, v in paper.exponents(hp).items()}
 ex"""),
     ("md", "The (q, ρ) map iterated from a given input geometry — the transient the paper's Fig. 2 shows:"),
     ("code", """\
-q, p = theory.trajectory(hp, 1.0, 0.7, L)
+q, p = paper.trajectory(hp, 1.0, 0.7, L)
 rho = np.asarray(p / q)
 print("layer   q       rho")
 for l in range(0, L + 1, max(1, L // 4)):
@@ -131,9 +132,9 @@ The phase diagram (the same function `phasefield figures` uses), written as PNG 
 saves the datasets so that `phasefield figures --from DIR/sweep.nc --out NEW` redraws them
 without recomputing; `phasefield demo` adds a summary."""),
     ("code", """\
-from phasefield.figures import paper
+from phasefield.figures import paper as paper_figures
 
-paths = paper.phase_diagram(ds, OUT)
+paths = paper_figures.phase_diagram(ds, OUT)
 paths"""),
 ]
 

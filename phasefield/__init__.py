@@ -1,22 +1,25 @@
 """phasefield: mean-field signal propagation in deep transformers (JAX/Flax).
 
     import phasefield
-    from phasefield import HParams, theory
+    from phasefield import HParams
+    from phasefield.layers import paper
 
     hp = HParams(sigma_w=2.0, sigma_a=1.0, alpha_a=0.5, alpha_m=0.5, n_tokens=32, depth=16)
-    theory.exponents(hp)                    # lambda_a, lambda_g, lambda_g_inf, q_star, rho_star
+    paper.exponents(hp)                     # lambda_a, lambda_g, lambda_g_inf, q_star, rho_star
     ds = phasefield.sweep(sigma_w=[...], alpha=[...], sigma_a=1.0)   # xarray.Dataset
 
 Importing phasefield changes no global state: the theory computes in float64 inside JAX's
 scoped ``jax.enable_x64`` (``phasefield.theory.precision``), and using every CPU core as a
 JAX device is the explicit call :func:`use_all_cpu_cores` (before JAX initialises).
 
-Subpackages, loaded on first use: ``theory`` (the mean-field maps), ``layers`` (blocks built
-from layers, each with its mean-field maps), ``simulate`` (finite-width random transformers),
-``sweep`` (grids; ``phasefield.sweep(...)`` is :func:`phasefield.sweep.sweep`), ``probe``
-(any JAX model at initialization; ``phasefield.probe(...)`` is
-:func:`phasefield.probe.probe`), ``figures``, ``vit`` (trainer and loss predictor),
-``seeds`` (the other seed papers' theories), ``cli``.
+Subpackages, loaded on first use: ``theory`` (the mean-field kernels: MLP tables, attention
+maps, quadrature, the reference oracle), ``layers`` (blocks built from layers, each with its
+mean-field maps; the paper's block in ``layers.paper``), ``simulate`` (finite-width random
+transformers), ``sweep`` (grids; ``phasefield.sweep(...)`` is :func:`phasefield.sweep.sweep`),
+``probe`` (any JAX model at initialization; ``phasefield.probe(...)`` is
+:func:`phasefield.probe.probe`), ``figures``, ``vit`` (trainer and loss predictor), ``seeds``
+(the other seed papers' theories), ``cli``. Imports point one way: cli -> vit, figures,
+sweep, ... -> layers -> theory (``tests/test_imports.py``).
 """
 from __future__ import annotations
 

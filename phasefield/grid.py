@@ -35,6 +35,7 @@ import shutil
 import numpy as np
 
 from . import io
+from .io import StoreLocked  # noqa: F401  (defined with the lock, io.dir_lock)
 
 AXES = ("sigma_w", "sigma_a", "alpha", "alpha_a", "alpha_m", "sigma_v", "n_tokens", "depth")
 DEFAULT_BRANCH_WEIGHT = 0.5
@@ -234,10 +235,6 @@ def spec_key(spec: dict) -> str:
     """A short hash of a JSON-able description (arrays as float64 lists)."""
     text = json.dumps(spec, sort_keys=True, default=io.json_default)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
-class StoreLocked(ValueError):
-    """Another process is writing the same store (one-line message)."""
 
 
 CHECKSUM_KEY = "__sha256__"

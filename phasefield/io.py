@@ -243,15 +243,18 @@ def remove_empty_dirs(folder) -> None:
             pass
 
 
+class StoreLocked(ValueError):
+    """Another process is writing the same store (one-line message); also
+    ``phasefield.grid.StoreLocked``."""
+
+
 @contextmanager
 def dir_lock(folder, name: str = ".lock"):
     """Hold an exclusive, non-blocking lock on ``folder/<name>`` (``fcntl.flock``) while the
-    block runs; a second holder gets ``phasefield.grid.StoreLocked`` at once (it does not
+    block runs; a second holder gets :class:`StoreLocked` at once (it does not
     wait). The folder is created if needed; if it was, and the block fails, it is removed
     again when nothing but empty folders is left in it."""
     import fcntl
-
-    from .grid import StoreLocked
 
     folder = os.fspath(folder)
     created = not os.path.exists(folder)

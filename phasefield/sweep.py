@@ -19,11 +19,11 @@ How it runs:
   computed once per unique pair (:func:`build_exact_tables`), on grids sized to the
   largest sigma_A and n of the sweep;
 * the flattened grid is cut into fixed-size chunks (one compiled program, bounded memory);
-  each chunk is ``jax.vmap`` of :func:`phasefield.theory.exponents`, its leading axis
+  each chunk is ``jax.vmap`` of :func:`phasefield.layers.paper.exponents`, its leading axis
   sharded over every local device (``jax.sharding``); where a device holds several TILEs
   of points it runs them one after the other (issue 26): a tile refines only the root
   brackets its points have, and skips the stable-point search altogether when every point
-  of it provably has none (:func:`phasefield.theory.fixed_points.no_roots`); same numbers;
+  of it provably has none (:func:`phasefield.layers.paper.fixed_points.no_roots`); same numbers;
   small chunks are evaluated at a power-of-two width and the kernels padded to a
   power-of-two count, so small sweeps share compiled programs;
 * with ``out=`` every finished chunk is written to ``<out>.chunks/`` at once
@@ -52,9 +52,10 @@ import numpy as np
 
 from . import grid, io
 from .config import HParams
-from .theory import fixed_points, mlp
+from .layers.paper import fixed_points
+from .layers.paper.lyapunov import _exponents
+from .theory import mlp
 from .theory.attention import exact, exact_table
-from .theory.lyapunov import _exponents
 from .theory.precision import float64
 
 VARIABLES = ("lambda_a", "lambda_g", "lambda_g_inf", "q_star", "rho_star", "n_stable", "rho_star_min",

@@ -5,7 +5,7 @@
    width 512, n = 32, 16 draws (``phasefield.simulate.sweep``), against the theory sweep
    (``phasefield.sweep.sweep``): median / 90th percentile / max |error| by phase.
 2. transients: per-layer q and rho over 16 blocks from a simplex input (q0 = 1, rho0 = .5),
-   simulated vs ``theory.trajectory`` over sigma_w x sigma_A, to show where the paper's
+   simulated vs ``paper.trajectory`` over sigma_w x sigma_A, to show where the paper's
    attention map (Assumption 3.2) breaks (large sigma_A), and the exact-softmax map
    (hp.attention = 'exact').
 
@@ -59,7 +59,7 @@ def stage_theory(out):
 
 def transient_table(out, attention="paper", sigma_ws=(1.0, 2.0, 3.0),
                     sigma_as=(0.5, 1.0, 1.5, 2.0, 3.0, 4.0), width=WIDTH, seeds=8):
-    from phasefield import theory
+    from phasefield.layers import paper
 
     rows = []
     for sa in sigma_as:
@@ -67,7 +67,7 @@ def transient_table(out, attention="paper", sigma_ws=(1.0, 2.0, 3.0),
         for sw in sigma_ws:
             hp = HParams(sigma_w=sw, sigma_a=sa, alpha_a=0.5, alpha_m=0.5, attention=attention)
             sim = measure.transients(hp, 1.0, 0.5, width=width, seeds=seeds, seed=7)
-            q_th, p_th = (np.asarray(v, float) for v in theory.trajectory(hp, 1.0, 0.5, 16))
+            q_th, p_th = (np.asarray(v, float) for v in paper.trajectory(hp, 1.0, 0.5, 16))
             dq.append(np.max(np.abs(sim["q"] - q_th) / q_th))
             drho.append(np.max(np.abs(sim["rho"] - p_th / q_th)))
         rows.append((sa, np.median(dq), np.max(dq), np.median(drho), np.max(drho)))

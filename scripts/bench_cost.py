@@ -2,7 +2,7 @@
 
 For each configuration, warm (after a first call that compiles):
 
-* ``point``: one ``theory.exponents`` call from scratch at one point, MLP kernel included
+* ``point``: one ``paper.exponents`` call from scratch at one point, MLP kernel included
   (what ``phasefield exponents`` pays after start-up), median of 3 (``--quick``) or 5;
 * ``sweep``: ``phasefield.sweep`` over an alpha axis at fixed sigma_w, wall time per grid
   point (the MLP kernel is built once per sigma_w and shared; with exact attention the
@@ -31,7 +31,8 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import phasefield  # noqa: E402
-from phasefield import HParams, theory  # noqa: E402
+from phasefield import HParams  # noqa: E402
+from phasefield.layers import paper  # noqa: E402
 
 CONFIGS = [  # (label, HParams fields, sweep points)
     ("tanh  sw=5", dict(sigma_w=5.0), 64),
@@ -53,13 +54,13 @@ def _block(tree):
 def time_point(fields, reps):
     """Warm seconds per point, median of ``reps``: kernel + exponents at a sigma_w and
     sigma_A not seen before (same grid sizes; the exact map's mesh values are recomputed)."""
-    _block(theory.exponents(HParams(**fields)))           # compile
+    _block(paper.exponents(HParams(**fields)))           # compile
     sw, sa = fields["sigma_w"], fields.get("sigma_a", 1.0)
     times = []
     for k in range(reps):
         hp = HParams(**dict(fields, sigma_w=sw * (1 - 1e-7 * (k + 1)), sigma_a=sa * (1 - 1e-7 * (k + 1))))
         t0 = time.perf_counter()
-        _block(theory.exponents(hp))
+        _block(paper.exponents(hp))
         times.append(time.perf_counter() - t0)
     return float(np.median(times))
 

@@ -11,7 +11,7 @@ reported apart. Goals: predict <= 2 s and recommend <= 10 s at any depth the gri
 once the cache is warm.
 
 ``--old D,...`` also times, in this process, the route predict took before: every theory
-feature of :func:`phasefield.vit.features.features` (the full ``theory.exponents`` with
+feature of :func:`phasefield.vit.features.features` (the full ``paper.exponents`` with
 its multistability search, and a forward/backward trajectory of L blocks) for one point,
 against :func:`phasefield.vit.predict.predict`, which computes only what its model uses;
 both compiled first, so the ratio is of run time alone.

@@ -149,7 +149,7 @@ def _flops_per_point(n_cheb, brackets):
     attention and norm algebra; the slope D(rho) another Clenshaw sum. Per point: the mesh
     (MESH + 1 values of g), per root bracket BISECTION_STEPS values and NEWTON_STEPS value +
     slope pairs, then lambda_g_inf (one slope, ~60 flops) and the closed forms (~100 flops)."""
-    from phasefield.theory import fixed_points as fp
+    from phasefield.layers.paper import fixed_points as fp
 
     g = 4 * (n_cheb - 1) + 40
     d = 4 * (n_cheb - 1) + 10
@@ -202,7 +202,8 @@ def main():
 
     import phasefield
     from phasefield import sweep as sweep_mod
-    from phasefield.theory import attention, fixed_points
+    from phasefield.layers.paper import fixed_points
+    from phasefield.theory import attention
     from phasefield.theory.reference import ReferencePoint
 
     # this script owns its process: every core a device, float64 also for the baseline's own

@@ -27,10 +27,12 @@ import numpy as np
 import xarray as xr
 
 import phasefield
-from phasefield import HParams, theory
+from phasefield import HParams
+from phasefield.layers import paper
 from phasefield.simulate import compare, measure
 from phasefield.simulate.stack import simplex_tokens, stack_forward
-from phasefield.theory import block, gram, mlp
+from phasefield.layers.paper import block, gram
+from phasefield.theory import mlp
 
 # this script owns its process: every core a device, float64 for its own jit of the theory
 phasefield.use_all_cpu_cores()
@@ -58,11 +60,11 @@ def _grad_draws(hp, keys, *, n, d, depth):
 def theory_point(hp, kern, depth, corrected):
     qs, ps = block.trajectory(hp, Q0, RHO0 * Q0, depth, kern)
     out = dict(rho_L=ps[-1] / qs[-1], q_L=qs[-1],
-               lambda_a=theory.angle_exponent(hp, kern),
-               lambda_g=theory.gradient_exponent(hp, None, None, depth, kern),
-               lambda_g_rho0=theory.gradient_exponent(hp, Q0, RHO0 * Q0, depth, kern))
+               lambda_a=paper.angle_exponent(hp, kern),
+               lambda_g=paper.gradient_exponent(hp, None, None, depth, kern),
+               lambda_g_rho0=paper.gradient_exponent(hp, Q0, RHO0 * Q0, depth, kern))
     if corrected:
-        out["lambda_g_corr"] = theory.gradient_exponent(hp.replace(softmax_correction=True),
+        out["lambda_g_corr"] = paper.gradient_exponent(hp.replace(softmax_correction=True),
                                                         Q0, RHO0 * Q0, depth, kern)
     return out
 
@@ -180,8 +182,8 @@ def causal(args):
                        lambda_a_sim=se["lambda_a"], lambda_a_se=se["lambda_a_se"],
                        lambda_g_theory=float(th["lambda_g"]), lambda_g_sim=se["lambda_g"],
                        lambda_g_se=se["lambda_g_se"],
-                       lambda_a_noncausal=float(theory.angle_exponent(hpe)),
-                       lambda_g_noncausal=float(theory.gradient_exponent(hpe, num_layers=16)))
+                       lambda_a_noncausal=float(paper.angle_exponent(hpe)),
+                       lambda_g_noncausal=float(paper.gradient_exponent(hpe, num_layers=16)))
             print(json.dumps(row), flush=True)
             res.append(row)
     with open(os.path.join(args.out, "causal.json"), "w") as f:

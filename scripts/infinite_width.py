@@ -93,12 +93,12 @@ def draws_at(d, top, cap):
 
 
 def run(args):
-    from phasefield import theory
+    from phasefield.layers import paper
 
     parts = os.path.join(args.out, "parts")
     os.makedirs(parts, exist_ok=True)
     hp = hparams()
-    q_star = np.array([float(theory.collapsed_fixed_point(point(i))[0]) for i in range(len(POINTS))])
+    q_star = np.array([float(paper.collapsed_fixed_point(point(i))[0]) for i in range(len(POINTS))])
     for d in (int(w) for w in args.widths.split(",")):
         path = os.path.join(parts, f"w{d:06d}.npz")
         if os.path.exists(path):
@@ -147,15 +147,15 @@ def load(out):
 
 
 def theory_values():
-    from phasefield import theory
+    from phasefield.layers import paper
 
     out = {}
     for att in ("paper", "exact"):
         vals = []
         for i in range(len(POINTS)):
             hp = point(i).replace(attention=att)
-            ex = theory.exponents(hp)
-            q, p = (np.asarray(v, float) for v in theory.trajectory(hp, Q0, Q0 * RHO0, DEPTH))
+            ex = paper.exponents(hp)
+            q, p = (np.asarray(v, float) for v in paper.trajectory(hp, Q0, Q0 * RHO0, DEPTH))
             vals.append((float(ex["lambda_a"]), float(ex["lambda_g"]), p / q))
         out[att] = vals
     return out

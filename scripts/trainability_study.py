@@ -5,6 +5,8 @@
     python scripts/trainability_study.py analyze   # CV analysis, figures, packaged model
     python scripts/trainability_study.py plan      # print the design and its projected cost
     python scripts/trainability_study.py score --study corners   # the packaged model on unseen runs
+    python scripts/trainability_study.py failure [--ship]        # P(fails to train): grouped CV (issue 35)
+    python scripts/trainability_study.py failure --study edges   # ... scored on the boundary runs
     ... --study lr | depth | mnist1d              # the regime studies of issue 27 (see STUDIES)
 
 Digits ViTs with the trainer's defaults (width 64, 15 epochs, batch 64, Adam 1e-3, tanh),
@@ -62,7 +64,15 @@ STUDIES = {
                     seeds=SEEDS),
     "faces": dict(plan="16:8", seed0="faces", settings="adam:1e-3", out=os.path.join(DEFAULT_OUT, "faces"),
                   seeds=SEEDS),
+    "edges": dict(plan="16:20", seed0="edges", settings="adam:1e-3", out=os.path.join(DEFAULT_OUT, "edges"),
+                  seeds=SEEDS),
 }
+# issue 35: the failure boundary (alpha_M large; sigma_w small). 'edges' is the 12 midpoints of
+# the edges of the box's alpha_M = 0.95 facet (one of sigma_w, sigma_A, alpha_A at its middle, the
+# other two at their ends), then 8 scrambled Sobol points of BOUNDARY_BOX. Trained on 2026-11-25
+# after the failure model (phasefield.vit.failure.SHIPPED) was fixed on the pooled studies, and
+# scored by it ('failure --study edges'); not pooled into the shipped model.
+BOUNDARY_BOX = dict(sigma_w=(0.3, 1.2), sigma_a=(0.3, 4.0), alpha_a=(0.05, 0.95), alpha_m=(0.6, 0.95))
 DATA = {"digits": dict(image_size=8, patch_size=2), "mnist1d": dict(image_size=40, patch_size=4)}
 # The main analysis (and the shipped model) pools the studies trained with the main study's
 # config (digits, Adam 1e-3, the trainer's defaults): the main design, the depth study, the
@@ -106,7 +116,9 @@ def blocks(plan: dict):
 def configs(depth: int, n: int, seed0: int | str = 1000) -> list:
     """The first ``n`` configurations of a study at ``depth``: its Sobol sequence (scrambling
     seed seed0 + depth); seed0 "corners": the box's 16 corners, then its centre; "faces": the
-    centres of its 8 faces (one number at an end of its range, the others at their middles)."""
+    centres of its 8 faces (one number at an end of its range, the others at their middles);
+    "edges": the 12 edge midpoints of the alpha_M = 0.95 facet, then Sobol points of
+    BOUNDARY_BOX (seed 3000 + depth)."""
     from phasefield.vit import design
 
     mid = {k: (lo + hi) / 2 for k, (lo, hi) in BOUNDS.items()}
@@ -116,6 +128,16 @@ def configs(depth: int, n: int, seed0: int | str = 1000) -> list:
         pts = [dict(zip(BOUNDS, v)) for v in itertools.product(*BOUNDS.values())] + [mid]
     elif seed0 == "faces":
         pts = [dict(mid, **{k: end}) for k in BOUNDS for end in BOUNDS[k]]
+    elif seed0 == "edges":
+        import itertools
+
+        pts = []
+        for free in ("sigma_w", "sigma_a", "alpha_a"):
+            ends = [k for k in ("sigma_w", "sigma_a", "alpha_a") if k != free]
+            for v in itertools.product(*(BOUNDS[k] for k in ends)):
+                pts.append(dict(mid, **dict(zip(ends, v)), alpha_m=BOUNDS["alpha_m"][1]))
+        if n > len(pts):
+            pts += design.sobol(n - len(pts), BOUNDARY_BOX, seed=3000 + depth)
     else:
         pts = design.sobol(n, BOUNDS, seed=seed0 + depth)
     return [dict(c, depth=depth) for c in pts[:n]]
@@ -441,7 +463,7 @@ def analyze_lr(args):
         res[f"{opt} {lr:g}"] = dict(
             optimizer=opt, lr=lr, n_configs=rep["n_configs"], n_runs=rep["n_runs"],
             relative_update=float(np.median(lr * math.sqrt(width) / sw)) if not opt.startswith("sgd") else None,
-            mean_loss=float(np.mean(tab["loss"])), at_chance=int(np.sum(np.asarray(tab["loss"]) > 0.5 * math.log(10))),
+            mean_loss=float(np.mean(tab["loss"])), at_chance=int(np.sum(tab["n_failed"])),
             loss_sd=float(np.std(tab["loss"])), best_exponent=be, best_exponent_r2=r2(be),
             best_exponent_rmse=m[be]["cv_rmse"], best_raw=br, best_raw_r2=r2(br), best_raw_rmse=m[br]["cv_rmse"],
             best_hybrid=bh, best_hybrid_r2=r2(bh), constant_rmse=m["constant"]["cv_rmse"],
@@ -493,7 +515,8 @@ def cmd_score(args):
                rmse_means=float(np.sqrt(np.mean((ym - pm) ** 2))),
                r2_runs=r2(y, p), rmse_runs=float(np.sqrt(np.mean((y - p) ** 2))),
                coverage_runs=float(np.mean((lo <= y) & (y <= hi))), mean_loss=float(y.mean()),
-               at_chance=int(np.sum(y > 0.5 * l_sat)), warned=int(sum(bool(r["warnings"]) for r in res)),
+               at_chance=int(sum(analysis.at_chance(r, l_sat) for r in rows)),  # the shared criterion (issue 35)
+               warned=int(sum(bool(r["warnings"]) for r in res)),
                runs=[dict(run=r["run"], loss=float(a), pred=float(b), interval=[float(c), float(d)])
                      for r, a, b, c, d in zip(rows, y, p, lo, hi)])
     with io.atomic_path(os.path.join(out, "score.json")) as tmp:
@@ -509,10 +532,157 @@ def cmd_score(args):
              f"{rep['r2_means']:.3f}, RMSE {rep['rmse_means']:.3f}"))
 
 
+def _pooled_table():
+    """The configuration table of the pooled studies (POOLED; the shipped model's data) with
+    their cached theory features attached, its run table, and the training config."""
+    import numpy as np
+
+    from phasefield.vit import analysis, features, failure
+    from phasefield.vit import sweep as vsweep
+    from phasefield.vit.design import config_id
+    from phasefield.vit.train import TrainConfig
+
+    dirs = [STUDIES[n]["out"] for n in POOLED if os.path.exists(os.path.join(STUDIES[n]["out"], "results.jsonl"))]
+    cfg = TrainConfig.from_dict(vsweep.read_sweep(dirs[0])["config"])
+    rows = [r for d in dirs for r in vsweep.read_results(d)]
+    geometry, feats, order = features.read_caches(dirs, cfg)
+    idx = {c: i for i, c in enumerate(order)}
+    rows = [r for r in rows if config_id(r) in idx]
+    tab = analysis.configurations(rows, 10)
+    o = np.array([idx[c] for c in tab["config"]])
+    tab = analysis.add_features(tab, {k: np.asarray(v)[o] for k, v in feats.items()})
+    return tab, failure.run_table(tab), cfg
+
+
+def _slim(res: dict) -> dict:
+    return {k: v for k, v in res.items() if k != "oof"}
+
+
+def cmd_failure(args):
+    """P(fails to train) (issue 35). main: grouped CV (configurations whole) of the failure
+    model candidates and of the shipped stacked model on the pooled studies, written to
+    OUT/failure.json; --ship also puts the failure model (Platt scaling of the shipped loss
+    model's out-of-fold predictions in analysis.json) into the packaged model, and draws
+    docs/images/trainability_failure.png. Another study (edges): the packaged model and the
+    candidates fitted on the pooled studies scored on its runs, which none of them saw
+    (OUT/failure_score.json)."""
+    import datetime
+    import json
+
+    import numpy as np
+
+    from phasefield import io
+    from phasefield.vit import analysis, failure
+    from phasefield.vit import predict as vpredict
+
+    t0 = time.time()
+    tab, T, cfg = _pooled_table()
+    if args.study == "main":
+        specs = analysis.model_specs(tab)
+        rep = dict(date=datetime.date.today().isoformat(), criterion="diverged, or test loss >= 0.95 log C",
+                   n_configs=int(len(tab["loss"])), n_runs=int(len(T["failed"])), n_failed=int(T["failed"].sum()),
+                   seeds=int(np.median(tab["n_seeds"])), k_folds=args.folds, repeats=args.repeats,
+                   shipped=failure.SHIPPED, candidates={})
+        st = failure.cross_validate_stacked(tab, T, specs[failure.STACK_LOSS_MODEL], args.folds, args.repeats)
+        rep["candidates"]["platt_loss"] = _slim(st)
+        main_rep = json.load(open(os.path.join(DEFAULT_OUT, "analysis.json")))
+        oof = dict(zip(main_rep["table"]["config"], main_rep["models"][main_rep["best_model"]]["oof"]))
+        # the loss model's own out-of-fold ranking (what a user of 'predict' had before)
+        rank = np.array([oof[c] for c in T["config"]])
+        rep["loss_ranking"] = dict(auc=failure.auc(T["failed"], rank), model=main_rep["best_model"],
+                                   note="AUC of ranking runs by the loss model's out-of-fold predicted loss")
+        for name in failure.CANDIDATES:
+            rep["candidates"][name] = _slim(failure.cross_validate(name, T, args.folds, args.repeats))
+            print(f"{name:26s} AUC {rep['candidates'][name]['auc']:.3f}  Brier {rep['candidates'][name]['brier']:.4f}",
+                  flush=True)
+        rep["oof_shipped"] = dict(config=T["config"], failed=T["failed"].tolist(), p=st["oof"])
+        with io.atomic_path(os.path.join(DEFAULT_OUT, "failure.json")) as tmp:
+            with open(tmp, "w") as f:
+                f.write(io.dumps(rep, indent=1))
+        _print_failure(rep["candidates"]["platt_loss"], f"platt_loss (shipped), grouped {args.folds}-fold CV x "
+                       f"{args.repeats}, {rep['n_configs']} configurations x {rep['seeds']} seeds")
+        if args.ship:
+            path = os.path.join(ROOT, "phasefield", "vit", vpredict.RESOURCE)
+            with open(path) as f:
+                doc = json.load(f)
+            order = main_rep["table"]["config"]
+            run_failed = dict(zip(tab["config"], tab["run_failed"]))
+            doc["failure"] = vpredict.failure_doc([oof[c] for c in order], [run_failed[c] for c in order],
+                                                  doc["L_sat"], main_rep["best_model"])
+            doc["failure"]["cv"] = {k: v for k, v in rep["candidates"]["platt_loss"].items()
+                                    if k in ("auc", "brier", "log_loss", "brier_base", "n_runs", "n_failed",
+                                             "k_folds", "repeats", "reliability")}
+            doc["failure"]["cv"]["n_configs"] = rep["n_configs"]
+            with io.atomic_path(path) as tmp:
+                with open(tmp, "w") as f:
+                    f.write(io.dumps(doc, indent=1))
+            print(f"packaged failure model: {path}")
+            from phasefield.vit import figure
+
+            figure.failure_slice(vpredict.load_model(path), tab,
+                                 os.path.join(ROOT, "docs", "images", "trainability_failure.png"))
+    else:
+        from phasefield.vit import sweep as vsweep
+
+        out = _study(args)["out"]
+        rows = vsweep.read_results(out)
+        doc = vpredict.load_model(args.fit)
+        l_sat = doc["L_sat"]
+        col = lambda k: np.array([float(r[k]) for r in rows])
+        res = vpredict.predict(col("sigma_w"), col("sigma_a"), col("alpha_a"), col("alpha_m"), col("depth"), doc)
+        y = np.array([int(analysis.at_chance(r, l_sat)) for r in rows])
+        p = np.array([r["p_fail"] for r in res])
+        from phasefield.vit.design import config_id
+
+        rep = dict(date=datetime.date.today().isoformat(), study=args.study, n_runs=len(rows),
+                   n_configs=len({config_id(r) for r in rows}), model=doc["failure"]["name"],
+                   fitted_on=doc["failure"]["n_configs"])
+        rep["shipped"] = failure.scores(y, p)
+        # the candidates, fitted on the pooled studies (chosen before: the shipped one is fixed)
+        tab_new = analysis.add_features(analysis.configurations(rows, 10), {})
+        T_new = failure.run_table(tab_new)
+        rep["candidates"] = {}
+        for name in failure.CANDIDATES:
+            m = failure.fit(name, T)
+            if not set(m.features) <= set(T_new):
+                continue
+            rep["candidates"][name] = {k: v for k, v in failure.scores(T_new["failed"], m.predict_proba(
+                failure.X_of(T_new, m.features))).items() if k != "reliability"}
+        rep["runs"] = [dict(run=r["run"], failed=int(a), p_fail=float(b), loss=float(r["test_loss"]),
+                            predicted_loss=float(q["predicted_loss"])) for r, a, b, q in zip(rows, y, p, res)]
+        with io.atomic_path(os.path.join(out, "failure_score.json")) as tmp:
+            with open(tmp, "w") as f:
+                f.write(io.dumps(rep, indent=1))
+        for name, c in rep["candidates"].items():
+            print(f"  candidate {name:26s} AUC {c['auc']:.3f}  Brier {c['brier']:.4f}")
+        if args.ship:     # the figure with the held-out configurations marked
+            from phasefield.vit import figure
+
+            ids = [config_id(r) for r in rows]
+            cs = {c: [i for i, d in enumerate(ids) if d == c] for c in dict.fromkeys(ids)}
+            held = dict(sigma_w=[float(rows[g[0]]["sigma_w"]) for g in cs.values()],
+                        alpha_m=[float(rows[g[0]]["alpha_m"]) for g in cs.values()],
+                        frac=[float(np.mean(y[g])) for g in cs.values()])
+            figure.failure_slice(doc, tab, os.path.join(ROOT, "docs", "images", "trainability_failure.png"),
+                                 held_out=held)
+        _print_failure(rep["shipped"], f"{rep['model']} (packaged) on the {rep['n_configs']} configurations x 3 seeds "
+                       f"of '{args.study}' it never saw")
+    print(f"({time.time() - t0:.0f} s)")
+
+
+def _print_failure(s: dict, title: str) -> None:
+    print(f"{title}: AUC {s['auc']:.3f}, Brier {s['brier']:.4f} (base rate {s['base_rate']:.3f}: "
+          f"{s['brier_base']:.4f}), log loss {s['log_loss']:.3f}; {s['n_failed']} of {s['n_runs']} runs failed")
+    print(f"  {'P(fail) bin':14s} {'runs':>5s} {'mean P':>7s} {'observed':>8s}")
+    for b in s["reliability"]:
+        if b["n"]:
+            print(f"  [{b['lo']:.2f}, {b['hi']:.2f})  {b['n']:5d} {b['mean_pred']:7.3f} {b['observed']:8.3f}")
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
-    for name in ("run", "plan", "features", "analyze", "score"):
+    for name in ("run", "plan", "features", "analyze", "score", "failure"):
         p = sub.add_parser(name)
         p.add_argument("--study", choices=sorted(STUDIES), default="main", help="which study (default %(default)s)")
         p.add_argument("--plan", default=None, help="depth:configurations,... (default: the study's)")
@@ -535,6 +705,8 @@ def main(argv=None):
         cmd_features(args)
     elif args.cmd == "score":
         cmd_score(args)
+    elif args.cmd == "failure":
+        cmd_failure(args)
     else:
         cmd_analyze(args)
 

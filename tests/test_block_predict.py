@@ -97,3 +97,7 @@ def test_fit_and_predict_a_block_sweep(block_study, tmp_path, capsys):
         assert main(bad) == 2
         _, err = capsys.readouterr()
         assert len(err.strip().splitlines()) == 1 and "fitted on" in err
+    # a number the block does not have is refused, never dropped (pre-LN's sigma_A is sigma^2)
+    assert main(args + ["--sigma-a", "2"]) == 2
+    _, err = capsys.readouterr()
+    assert len(err.strip().splitlines()) == 1 and "block pre-ln has no number for --sigma-a" in err

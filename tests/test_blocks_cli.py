@@ -61,10 +61,30 @@ def test_block_exponents_json(capsys):
     blk = layers.presets.get("post-ln", sigma=1.0, heads=4)
     fd = layers.finite_depth(blk, q0=1.0, rho0=0.5, n_tokens=8, depth=3)
     assert res["has_fixed_point"] and res["q_star"] == 1.0
-    assert abs(res["lambda_g"] - float(fd["lambda_g"])) < 1e-14
+    assert abs(res["lambda_g_input"] - float(fd["lambda_g"])) < 1e-14 and "lambda_g" not in res
     assert abs(res["lambda_a"] - float(layers.exponents(blk, n_tokens=8, depth=3)["lambda_a"])) < 1e-14
     rc, out, _ = _run(capsys, "block", "exponents", "--block", "pre-ln:heads=4", "--depth", "3", "--n-tokens", "8")
     assert rc == 0 and "finite-depth rates, not exponents" in out
+
+
+def test_a_lambda_g_from_collapse_and_one_from_the_input_do_not_share_a_name(capsys):
+    """`phasefield exponents` (the paper block, from its collapsed fixed point) and `block
+    exponents --block paper` (from the input geometry q0, rho0) give different numbers under
+    different names; the paper record keeps `lambda_g` as the alias of `lambda_g_collapse`."""
+    point = ["--sigma-w", "2", "--sigma-a", "1", "--alpha", "0.5", "--n-tokens", "8", "--depth", "3"]
+    rc, out, _ = _run(capsys, "exponents", *point, "--json")
+    assert rc == 0
+    paper = json.loads(out)
+    assert paper["lambda_g_collapse"] == paper["lambda_g"] and "lambda_g_input" not in paper
+    rc, out, _ = _run(capsys, "block", "exponents", "--block", "paper:sigma_w=2,sigma_a=1,alpha_a=0.5,alpha_m=0.5",
+                      "--depth", "3", "--n-tokens", "8", "--json")
+    assert rc == 0
+    blk = json.loads(out)
+    assert "lambda_g" not in blk and "lambda_g_collapse" not in blk
+    assert abs(blk["lambda_g_input"] - paper["lambda_g_collapse"]) > 1e-3      # rho0 = 0.5, q0 = 1 vs q*
+    rc, out, _ = _run(capsys, "block", "exponents", "--block", "paper:sigma_w=2,sigma_a=1,alpha_a=0.5,alpha_m=0.5",
+                      "--depth", "3", "--n-tokens", "8")
+    assert rc == 0 and "lambda_g_input = " in out and "lambda_g     =" not in out
 
 
 def test_block_sweep_and_figure(capsys, tmp_path):
@@ -107,14 +127,15 @@ def test_block_sweep_bad_input(capsys, tmp_path, args, msg):
 def test_block_exponents_reports_the_attractors_of_a_multistable_point(capsys):
     """The paper block at a bistable point (sigma_w = 3, sigma_A = 6.875, n = 128): two stable
     cosines, as phasefield.theory finds them (an independent route: the paper's own maps)."""
-    from phasefield import HParams, theory
+    from phasefield import HParams
+    from phasefield.layers import paper
 
     rc, out, _ = _run(capsys, "block", "exponents", "--block",
                       "paper:sigma_w=3,sigma_a=6.875,alpha_a=0.5,alpha_m=0.5", "--depth", "8", "--n-tokens", "128",
                       "--json")
     assert rc == 0
     res = json.loads(out)
-    ex = theory.exponents(HParams(sigma_w=3.0, sigma_a=6.875, alpha_a=0.5, alpha_m=0.5, n_tokens=128, depth=8))
+    ex = paper.exponents(HParams(sigma_w=3.0, sigma_a=6.875, alpha_a=0.5, alpha_m=0.5, n_tokens=128, depth=8))
     assert res["n_stable"] == int(ex["n_stable"]) == 2
     for k in ("rho_star_min", "rho_star_max", "rho_star"):
         assert abs(res[k] - float(ex[k])) < 1e-9, k

@@ -5,8 +5,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from phasefield import HParams, theory
-from phasefield.theory import attention, gram
+from phasefield import HParams
+from phasefield.layers import paper
+from phasefield.layers.paper import gram
+from phasefield.theory import attention
 from phasefield.theory.attention import softmax
 
 pytestmark = pytest.mark.usefixtures("float64")
@@ -65,5 +67,5 @@ def test_correction_vanishes_at_collapse():
     hp = HParams(sigma_w=2.0, sigma_a=2.0, alpha_a=0.6, alpha_m=0.7, n_tokens=8, depth=4)
     d, o = softmax.softmax_term(hp, 1.0, 1.0, 1.0, 0.3)
     assert float(d) == 0.0 and float(o) == 0.0
-    lg = theory.gradient_exponent(hp.replace(softmax_correction=True), num_layers=4)
-    assert abs(float(lg) - float(theory.gradient_exponent(hp, num_layers=4))) < 1e-12
+    lg = paper.gradient_exponent(hp.replace(softmax_correction=True), num_layers=4)
+    assert abs(float(lg) - float(paper.gradient_exponent(hp, num_layers=4))) < 1e-12

@@ -42,7 +42,9 @@ def test_mkdocs_build_strict(tmp_path):
                  "api/theory/index.html", "api/probe/index.html"):
         assert (tmp_path / "site" / page).is_file(), page
     api = (tmp_path / "site" / "api" / "theory" / "index.html").read_text()
-    assert "phasefield.theory.lyapunov.exponents" in api      # docstrings were rendered
+    assert "phasefield.theory.mlp" in api                            # docstrings were rendered
+    api = (tmp_path / "site" / "api" / "layers" / "index.html").read_text()
+    assert "phasefield.layers.paper.lyapunov.exponents" in api
     changelog = (tmp_path / "site" / "changelog" / "index.html").read_text()
     assert "--8&lt;--" not in changelog and "2026-11-23" in changelog   # CHANGELOG.md included
 

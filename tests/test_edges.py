@@ -10,9 +10,11 @@ import math
 import numpy as np
 import pytest
 
-from phasefield import HParams, theory
+from phasefield import HParams
+from phasefield.layers import paper
 from phasefield.cli import main
-from phasefield.theory import fixed_points, mlp
+from phasefield.layers.paper import fixed_points
+from phasefield.theory import mlp
 
 pytestmark = pytest.mark.usefixtures("float64")
 
@@ -21,7 +23,7 @@ BISTABLE = dict(sigma_w=8.175, sigma_a=6.875, alpha_a=.705, alpha_m=.41, n_token
 
 
 def _ex(hp, kern=None):
-    return {k: float(v) for k, v in theory.exponents(hp, kern).items() if np.ndim(v) == 0}
+    return {k: float(v) for k, v in paper.exponents(hp, kern).items() if np.ndim(v) == 0}
 
 
 # ---- alpha -> 0 and alpha -> 1: the limits of interior sequences ------------------------------
@@ -42,7 +44,7 @@ def test_alpha_zero_is_the_limit_of_small_alpha(sw):
             assert err < prev                         # and a converging sequence
         prev = err
         # lambda_a / alpha^2 converges too (sign and rate, not only the value 0)
-        assert math.copysign(1, e["lambda_a"]) == math.copysign(1, float(theory.angle_growth(
+        assert math.copysign(1, e["lambda_a"]) == math.copysign(1, float(paper.angle_growth(
             HParams(sigma_w=sw, alpha_a=0.0, alpha_m=0.0), kern)))
 
 
@@ -76,8 +78,8 @@ def test_identity_lambda_g_closed_form_equals_recursion(alpha, depth):
     """The log-Gamma closed form against the block-by-block backward recursion (the generic
     finite-depth code path) and a direct sum of the per-block logs."""
     hp = HParams(sigma_w=1.0, residual="identity", alpha_a=alpha, alpha_m=alpha, depth=depth)
-    closed = float(theory.gradient_exponent_collapsed(hp))
-    recursion = float(theory.gradient_exponent(hp))
+    closed = float(paper.gradient_exponent_collapsed(hp))
+    recursion = float(paper.gradient_exponent(hp))
     assert closed == pytest.approx(recursion, rel=1e-11, abs=1e-15)
     # direct: q_l = 1 + l c, modes t_l and (1 + aa2 sv2 / q_l) t_l, mixed 1 - 1/n : 1/n
     k = mlp.kernel(hp)
@@ -95,12 +97,12 @@ def test_identity_residual_values_and_power_law():
     hp = HParams(sigma_w=1.0, residual="identity")
     e = _ex(hp)
     assert e["q_star"] == math.inf and e["lambda_a"] == 0.0 and e["lambda_g_inf"] == 0.0
-    assert float(theory.angle_exponent(hp, method="autodiff")) == 0.0
+    assert float(paper.angle_exponent(hp, method="autodiff")) == 0.0
     # 1 - rho ~ depth^p with p = s angle_growth / c: measured on the map itself
     k = mlp.kernel(hp)
     c = 0.25 + 0.25 * float(k.q_m)
-    p = 0.5 * float(theory.angle_growth(hp)) / c
-    qs, ps = theory.trajectory(hp, 1.0, 0.999, 20000)
+    p = 0.5 * float(paper.angle_growth(hp)) / c
+    qs, ps = paper.trajectory(hp, 1.0, 0.999, 20000)
     u = 1.0 - np.asarray(ps / qs)
     slope = math.log(u[20000] / u[2000]) / math.log(10.0)
     assert p < 0 and e["rho_star"] == 1.0                      # ordered: rho -> 1
@@ -111,15 +113,15 @@ def test_identity_residual_chaotic_attractor():
     hp = HParams(sigma_w=3.0, residual="identity")
     e = _ex(hp)
     rho = e["rho_star"]
-    assert float(theory.angle_growth(hp)) > 0 and 0 < rho < 1
+    assert float(paper.angle_growth(hp)) > 0 and 0 < rho < 1
     # rho_star is a fixed point of the map in the limit q -> inf: at q = 1e6 its step
     # (p' - rho q') is O(1/q) of the step at rho = 1/2
     def step(r, q=1e6):
-        q1, p1 = theory.block_map(hp, q, r * q)
+        q1, p1 = paper.block_map(hp, q, r * q)
         return float(p1 - r * q1)
     assert abs(step(rho)) < 1e-5 * abs(step(0.5))
     # and the finite-depth iteration approaches it (slowly: steps shrink like 1/depth)
-    qs, ps = theory.trajectory(hp, 1.0, 0.5, 10000)
+    qs, ps = paper.trajectory(hp, 1.0, 0.5, 10000)
     d = np.asarray(ps / qs)[[100, 1000, 10000]] - rho
     assert np.all(d > 0) and np.all(np.diff(d) < 0)
 
@@ -131,14 +133,14 @@ def test_relu_autodiff_lambda_a_against_finite_differences(layers):
     """The relu arc-cosine kernel has a (1 - rho)^{3/2} term, so the one-sided difference
     quotient of u = q - p converges like h^{1/2}: extrapolate in powers of h^{1/2}."""
     hp = HParams(sigma_w=1.5, activation="relu", mlp_layers=layers, alpha_a=.5, alpha_m=.7)
-    closed = float(theory.angle_exponent(hp, method="closed"))
-    auto = float(theory.angle_exponent(hp, method="autodiff"))
+    closed = float(paper.angle_exponent(hp, method="closed"))
+    auto = float(paper.angle_exponent(hp, method="autodiff"))
     assert auto == pytest.approx(closed, abs=1e-14)
-    q = float(theory.collapsed_fixed_point(hp)[0])
+    q = float(paper.collapsed_fixed_point(hp)[0])
     hs = 1e-3 * 4.0 ** -np.arange(6)
     quot = []
     for h in hs:
-        q1, p1 = theory.block_map(hp, q, q - h * q)
+        q1, p1 = paper.block_map(hp, q, q - h * q)
         quot.append(float(q1 - p1) / (h * q))
     A = np.stack([np.ones_like(hs)] + [hs ** (j / 2) for j in (1, 2, 3)], 1)
     fd = math.log(np.linalg.lstsq(A, np.asarray(quot), rcond=None)[0][0])
@@ -150,18 +152,18 @@ def test_relu_autodiff_lambda_a_against_finite_differences(layers):
 
 def test_bistable_point_reports_both_attractors():
     hp = HParams(**BISTABLE)
-    fp = theory.stable_points(hp)
+    fp = paper.stable_points(hp)
     roots = np.asarray(fp["rho"])[np.asarray(fp["stable"])]
     assert int(fp["n_stable"]) == 2 and not bool(fp["collapsed_stable"])
     np.testing.assert_allclose(roots, [0.00218188474577, 0.193628635459], rtol=1e-9)
     unstable = np.asarray(fp["rho"])[~np.asarray(fp["stable"]) & np.isfinite(np.asarray(fp["rho"]))]
     assert unstable.size == 1 and roots[0] < unstable[0] < roots[1]
-    e = theory.exponents(hp)
+    e = paper.exponents(hp)
     assert float(e["rho_star_min"]) == pytest.approx(roots[0]) and float(e["rho_star_max"]) == pytest.approx(roots[1])
     # each is a fixed point of the full map, and iterating from rho_0 = 1/2 (the reported
     # rho_star) and from rho_0 = 0 reaches the two different ones
     for rho0, target in ((0.5, roots[1]), (0.0, roots[0])):
-        qs, ps = theory.trajectory(hp, 1.0, rho0, 400)
+        qs, ps = paper.trajectory(hp, 1.0, rho0, 400)
         assert float(ps[-1] / qs[-1]) == pytest.approx(target, rel=1e-9)
     assert float(e["rho_star"]) == pytest.approx(roots[1], rel=1e-12)
 
@@ -169,13 +171,13 @@ def test_bistable_point_reports_both_attractors():
 def test_monostable_point_reports_one_attractor():
     for pt, expect in (((1.0, 1.0, .5, .5), 1.0), ((3.0, 1.0, .5, .5), None)):
         hp = HParams(sigma_w=pt[0], sigma_a=pt[1], alpha_a=pt[2], alpha_m=pt[3])
-        e = theory.exponents(hp)
+        e = paper.exponents(hp)
         assert int(e["n_stable"]) == 1
         rho = float(e["rho_star"])
         assert float(e["rho_star_min"]) == float(e["rho_star_max"]) == rho
         if expect is not None:
             assert rho == expect
-        qs, ps = theory.trajectory(hp, 1.0, 0.5, 400)
+        qs, ps = paper.trajectory(hp, 1.0, 0.5, 400)
         assert float(ps[-1] / qs[-1]) == pytest.approx(rho, abs=2e-3)
 
 

@@ -6,8 +6,11 @@ import numpy as np
 import pytest
 
 from phasefield import HParams, theory
-from phasefield.theory import attention, block
-from phasefield.theory.attention import exact, paper
+from phasefield.layers import paper
+from phasefield.layers.paper import block
+from phasefield.theory import attention
+from phasefield.theory.attention import exact
+from phasefield.theory.attention import paper as paper_map   # Eq. 10 (the block: paper)
 
 pytestmark = pytest.mark.usefixtures("float64")
 
@@ -25,7 +28,7 @@ def test_s_values_match_brute_force(sigma_a, rho, n):
 def test_paper_map_is_wrong_at_large_sigma_a():
     # the brute-force value differs from the paper's 1 - w by many standard errors
     hp = HParams(sigma_a=3.0, n_tokens=8)
-    w1, wr = paper.weights(hp, 0.3)
+    w1, wr = paper_map.weights(hp, 0.3)
     m1, e1, mr, er = exact.monte_carlo_s(3.0, 0.3, 8, samples=60_000, seed=3)
     assert abs((1 - float(w1)) - m1) > 50 * e1
     assert abs((1 - float(wr)) - mr) > 50 * er
@@ -59,8 +62,8 @@ def test_backward_consistent_with_forward_identities():
 def test_lambda_a_exact_equals_paper_and_jit_vmap():
     for sa in (2.0,):
         hp = HParams(sigma_w=2.0, sigma_a=sa, alpha_a=0.5, alpha_m=0.7)
-        la_p = float(theory.angle_exponent(hp))
-        la_e = float(theory.angle_exponent(hp.replace(attention="exact"), method="autodiff"))
+        la_p = float(paper.angle_exponent(hp))
+        la_e = float(paper.angle_exponent(hp.replace(attention="exact"), method="autodiff"))
         assert abs(la_p - la_e) < 1e-9
     hp = HParams(n_tokens=32, attention="exact")
     f = jax.jit(jax.vmap(lambda s: attention.forward(hp.replace(sigma_a=s), 0.3)[0]))
@@ -110,7 +113,7 @@ def test_public_functions_key_on_concrete_sizes():
     np.testing.assert_allclose([float(q_a), float(p_a)], [float(ref[0]), float(ref[1])], rtol=1e-14)
     # a traced hp inside the user's own jit gets the default sizes (and still works)
     with jax.enable_x64(True):
-        f = jax.jit(lambda s: theory.exponents(hp.replace(sigma_a=s), kern)["rho_star"])
+        f = jax.jit(lambda s: paper.exponents(hp.replace(sigma_a=s), kern)["rho_star"])
         assert np.isfinite(float(f(1.0)))
 
 
@@ -119,7 +122,8 @@ def test_table_search_equals_direct_search(sigma_a, n, corr):
     """Stable points from the shared mesh values (bisection on their interpolant, Newton
     polish on the exact map) against the search before issue 13 (the exact map on the mesh,
     bisection and Newton on it), same grid sizes, at a (sigma_w, alpha) point."""
-    from phasefield.theory import fixed_points, mlp
+    from phasefield.layers.paper import fixed_points
+    from phasefield.theory import mlp
     from phasefield.theory.attention import exact_table
     base = HParams(sigma_a=sigma_a, n_tokens=n, attention="exact", softmax_correction=corr)
     att = exact_table.kernel(base, with_values=True)
@@ -139,7 +143,7 @@ def test_gradient_matrix_columns_in_one_call_equal_two_calls():
     hp = HParams(sigma_w=2.0, sigma_a=2.0, n_tokens=16, attention="exact", softmax_correction=True)
     kern = theory.kernel(hp)
     x = (1.3, 0.4, 1.1, 0.5)
-    m = np.asarray(theory.gradient_matrix(hp, kern, *x))
+    m = np.asarray(paper.gradient_matrix(hp, kern, *x))
     cols = [block.backward_block(hp, kern, *x, 1.0, 0.0), block.backward_block(hp, kern, *x, 0.0, 1.0)]
     np.testing.assert_allclose(m, np.array([[float(cols[0][0]), float(cols[1][0])],
                                             [float(cols[0][1]), float(cols[1][1])]]), rtol=1e-14)
@@ -150,7 +154,7 @@ def test_exact_sweep_shares_mesh_values_and_matches_points():
     ds = phasefield.sweep(sigma_w=[5.0], sigma_a=[0.5, 1.0], alpha=0.5, n_tokens=8, attention="exact")
     for sw in (5.0,):
         for sa in (0.5, 1.0):
-            e = theory.exponents(HParams(sigma_w=sw, sigma_a=sa, n_tokens=8, attention="exact"))
+            e = paper.exponents(HParams(sigma_w=sw, sigma_a=sa, n_tokens=8, attention="exact"))
             for k in ("lambda_a", "lambda_g", "lambda_g_inf", "q_star", "rho_star"):
                 assert float(ds[k].sel(sigma_w=sw, sigma_a=sa)) == pytest.approx(float(e[k]), rel=0, abs=1e-11)
 

@@ -1,12 +1,14 @@
-"""Full-Gram mean field (phasefield.theory.gram): reduction to the (q, p) engine, causal
+"""Full-Gram mean field (phasefield.layers.paper.gram): reduction to the (q, p) engine, causal
 structure, and agreement with the causal finite-width simulator."""
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from phasefield import HParams, theory
-from phasefield.theory import attention, block, fixed_points, gram, mlp
+from phasefield import HParams
+from phasefield.layers import paper
+from phasefield.layers.paper import block, fixed_points, gram
+from phasefield.theory import attention, mlp
 from phasefield.theory.attention import exact
 
 pytestmark = pytest.mark.usefixtures("float64")
@@ -22,12 +24,12 @@ def test_symmetric_start_reproduces_qp_engine():
     off = ~np.eye(8, dtype=bool)
     np.testing.assert_allclose(np.asarray(cs)[:, off], np.repeat(ps[:, None], 56, 1), atol=1e-10)
     for q0, p0 in ((1.3, 0.4), (None, None)):
-        lg = theory.gradient_exponent(HP, q0, p0, 10, kern)
+        lg = paper.gradient_exponent(HP, q0, p0, 10, kern)
         if q0 is None:
             q0 = p0 = fixed_points.collapsed_fixed_point(HP, kern)[0]
         lg2 = gram.gradient_exponent(HP, gram.symmetric_gram(8, q0, p0), 10, kern=kern)
         assert abs(float(lg) - float(lg2)) < 1e-10
-    la = float(theory.angle_exponent(HP, kern))
+    la = float(paper.angle_exponent(HP, kern))
     assert abs(float(gram.angle_exponent(HP, causal=False, kern=kern)) - la) < 1e-10
     assert abs(float(gram.angle_exponent_spectral(HP, causal=False, kern=kern)) - la) < 1e-9
 
@@ -135,7 +137,7 @@ def test_causal_exponents_against_simulator():
     assert abs(sim["lambda_a"] - float(th["lambda_a"])) < 0.03 + 3 * sim["lambda_a_se"]
     assert abs(sim["lambda_g"] - float(th["lambda_g"])) < 0.03 + 3 * sim["lambda_g_se"]
     # the causal mask changes the exponents (the non-causal theory differs)
-    assert abs(float(th["lambda_a"]) - float(theory.angle_exponent(hp))) > 0.02
+    assert abs(float(th["lambda_a"]) - float(paper.angle_exponent(hp))) > 0.02
 
 
 def test_cli_gram_commands():

@@ -9,7 +9,7 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-# theory.exponents(hp) at this point, computed with global x64 on before issue 12
+# paper.exponents(hp) at this point, computed with global x64 on before issue 12
 # Pinned in float64 (a regression pin, not the accuracy check: tests/test_exact.py and
 # scripts/bench_theory.py hold the engine to the dense reference). Issue 13's tanh split
 # (erf closed forms + a fixed-rule remainder) moved lambda_g_inf by +2.3e-11 and rho_star by
@@ -29,12 +29,13 @@ flags = os.environ.get("XLA_FLAGS")
 import jax.numpy as jnp
 import phasefield
 from phasefield import HParams, theory
+from phasefield.layers import paper
 import phasefield.sweep, phasefield.simulate, phasefield.figures, phasefield.cli  # noqa: E401
 from phasefield.seeds import deepscalelm, rank_collapse, sensitivity
 ex, seeds = {}, []
 if sys.argv[1] != "flags-only":
     hp = HParams(sigma_w=2.0, sigma_a=1.0, alpha_a=0.5, alpha_m=0.5, n_tokens=32, depth=16)
-    ex = theory.exponents(hp)
+    ex = paper.exponents(hp)
     seeds = [rank_collapse.query_grad_gaussian(1.3, 0.3, 4, 8),
              rank_collapse.gaussian_tokens(jax.random.PRNGKey(0), 4, 8),
              deepscalelm.sha(deepscalelm.Fwd(0.0, 1.0, 0.5), 16, var_logit=0.1),

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from phasefield import HParams, layers, theory
+from phasefield.layers import paper
 from phasefield.layers import Grad, Kernel
 
 TOL = 1e-12
@@ -40,7 +41,7 @@ def _close(a, b, tol=TOL):
 def test_generic_exponents_of_the_paper_preset_equal_the_closed_forms(pt):
     hp = HParams(depth=16, **pt)
     got = layers.exponents(layers.presets.paper(hp), n_tokens=hp.n_tokens, depth=16)
-    ref = theory.exponents(hp)
+    ref = paper.exponents(hp)
     for k in KEYS:
         assert _close(got[k], ref[k]), (k, float(got[k]), float(ref[k]))
 
@@ -51,10 +52,10 @@ def test_paper_preset_trajectory_and_lambda_g_from_any_input(pt):
     block = layers.presets.paper(hp)
     for q0, rho0 in [(1.0, 0.3), (2.5, -0.02), (0.4, 0.97)]:
         q, p = layers.trajectory(block, q0, rho0, n_tokens=hp.n_tokens, depth=12)
-        q_ref, p_ref = theory.trajectory(hp, q0, rho0 * q0)
+        q_ref, p_ref = paper.trajectory(hp, q0, rho0 * q0)
         assert _close(q, q_ref) and _close(p, p_ref)
         lg = layers.gradient_exponent(block, q0, rho0, n_tokens=hp.n_tokens, depth=12)
-        assert _close(lg, theory.gradient_exponent(hp, q0, rho0 * q0))
+        assert _close(lg, paper.gradient_exponent(hp, q0, rho0 * q0))
 
 
 def test_lambda_a_three_ways():
@@ -65,10 +66,10 @@ def test_lambda_a_three_ways():
         q_star = layers.depth.norm_fixed_point(block, ctx, 1.0)
         fwd = jnp.log(layers.depth.transverse_multiplier(block, ctx, q_star))
         m = layers.depth.gradient_matrix(block, ctx, Kernel(q_star, q_star))
-    ref = theory.exponents(hp)["lambda_a"]
+    ref = paper.exponents(hp)["lambda_a"]
     assert _close(fwd, ref) and _close(jnp.log(m[0, 0]), ref)
     assert abs(float(m[0, 1])) < 1e-15          # triangular at collapse: a' ignores b
-    assert _close(m[1, 1], theory.mean_mode(hp))
+    assert _close(m[1, 1], paper.mean_mode(hp))
 
 
 def test_block_pytree_vmaps_over_every_leaf():
@@ -79,7 +80,7 @@ def test_block_pytree_vmaps_over_every_leaf():
         ctx = prepared[0][1]
         lam = jax.jit(jax.vmap(lambda b: layers.depth.angle_exponent(b, ctx)))(stacked)
     for hp, val in zip(hps, lam):
-        assert _close(val, theory.exponents(hp)["lambda_a"])
+        assert _close(val, paper.exponents(hp)["lambda_a"])
 
 
 def test_stale_mlp_table_gives_nan_not_another_answer():
@@ -129,31 +130,31 @@ def test_bad_layer_options_raise_one_line(bad):
 # ---- the two hazards of issue 24 -----------------------------------------------------------
 
 def test_stale_kernel_is_refused():
-    """theory.exponents(hp, kernel built for another sigma_w) raises (concrete) or is NaN
+    """paper.exponents(hp, kernel built for another sigma_w) raises (concrete) or is NaN
     (traced), instead of answering for the other sigma_w."""
     hp = HParams(sigma_w=2.0)
     stale = theory.kernel(HParams(sigma_w=3.0))
     with pytest.raises(ValueError, match="built for sigma_w"):
-        theory.exponents(hp, stale)
+        paper.exponents(hp, stale)
     with pytest.raises(ValueError, match="activation"):
-        theory.exponents(hp, theory.kernel(HParams(sigma_w=2.0, activation="erf")))
-    assert _close(theory.exponents(hp, theory.kernel(hp))["lambda_a"], theory.exponents(hp)["lambda_a"])
+        paper.exponents(hp, theory.kernel(HParams(sigma_w=2.0, activation="erf")))
+    assert _close(paper.exponents(hp, theory.kernel(hp))["lambda_a"], paper.exponents(hp)["lambda_a"])
     with jax.enable_x64(True):
         sw = jnp.asarray([2.0, 3.0])
-        lam = jax.vmap(lambda s: theory.exponents(hp.replace(sigma_w=s), stale)["lambda_a"])(sw)
-    assert np.isnan(float(lam[0])) and _close(lam[1], theory.exponents(HParams(sigma_w=3.0))["lambda_a"])
+        lam = jax.vmap(lambda s: paper.exponents(hp.replace(sigma_w=s), stale)["lambda_a"])(sw)
+    assert np.isnan(float(lam[0])) and _close(lam[1], paper.exponents(HParams(sigma_w=3.0))["lambda_a"])
 
 
 def test_traced_sigma_beyond_the_tables_is_nan_not_silent():
     """A traced sigma_w gets tables for sigma <= 10 by default: beyond, NaN; with
     sigma_max=20 the value of the concrete (exactly sized) kernel."""
     hp = HParams(sigma_w=15.0)
-    ref = float(theory.exponents(hp)["lambda_a"])
+    ref = float(paper.exponents(hp)["lambda_a"])
     with jax.enable_x64(True):
-        f = lambda s, **kw: theory.exponents(hp.replace(sigma_w=s),
+        f = lambda s, **kw: paper.exponents(hp.replace(sigma_w=s),
                                              theory.kernel(hp.replace(sigma_w=s), **kw))["lambda_a"]
         assert np.isnan(float(jax.jit(f)(15.0)))
-        assert _close(jax.jit(f)(5.0), theory.exponents(HParams(sigma_w=5.0))["lambda_a"], 1e-9)
+        assert _close(jax.jit(f)(5.0), paper.exponents(HParams(sigma_w=5.0))["lambda_a"], 1e-9)
         assert _close(jax.jit(lambda s: f(s, sigma_max=20.0))(15.0), ref, 1e-9)
 
 

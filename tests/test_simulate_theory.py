@@ -16,7 +16,7 @@ import phasefield  # noqa: F401
 from phasefield import HParams
 from phasefield.simulate import measure
 
-from phasefield import theory  # noqa: E402  (the lead's theory engine; no skip)
+from phasefield.layers import paper  # noqa: E402  (the lead's theory engine; no skip)
 
 # (sigma_w, sigma_A, alpha): ordered/vanishing, ordered/vanishing near the lambda_g
 # boundary, chaotic/exploding near the lambda_a boundary, deep chaotic/exploding
@@ -27,7 +27,7 @@ POINTS = [(1.0, 1.0, 0.5), (1.5, 1.5, 0.5), (2.0, 0.5, 0.5), (3.0, 1.0, 0.5)]
 def test_transients_match_theory(sigma_w, sigma_a, alpha):
     hp = HParams(sigma_w=sigma_w, sigma_a=sigma_a, alpha_a=alpha, alpha_m=alpha, depth=16)
     sim = measure.transients(hp, 1.0, 0.5, width=512, seeds=64, seed=21, weights="lazy")
-    q, p = (np.asarray(v, float) for v in theory.trajectory(hp, 1.0, 0.5, 16))
+    q, p = (np.asarray(v, float) for v in paper.trajectory(hp, 1.0, 0.5, 16))
     z = np.abs(sim["q"] - q)[1:] / sim["q_se"][1:]
     print(f"max |z| of q over the layers: {z.max():.2f}, max |rho - theory| "
           f"{np.abs(sim['rho'] - p / q).max():.4f}")
@@ -46,8 +46,8 @@ def test_transients_match_theory(sigma_w, sigma_a, alpha):
 @pytest.mark.parametrize("sigma_w,sigma_a,alpha", POINTS)
 def test_exponents_match_theory(sigma_w, sigma_a, alpha):
     hp = HParams(sigma_w=sigma_w, sigma_a=sigma_a, alpha_a=alpha, alpha_m=alpha, depth=16)
-    th = theory.exponents(hp)
-    q_star = float(theory.collapsed_fixed_point(hp)[0])
+    th = paper.exponents(hp)
+    q_star = float(paper.collapsed_fixed_point(hp)[0])
     assert measure.q_star_reference(hp) == pytest.approx(q_star, rel=1e-6)
     la, la_se = measure.angle_exponent(hp, width=256, seeds=16, q_star=q_star, seed=11,
                                        weights="lazy")
@@ -63,7 +63,7 @@ def test_phase_signs_on_both_sides():
     exercise both phases of each exponent)."""
     signs = []
     for sw, sa, a in POINTS:
-        th = theory.exponents(HParams(sigma_w=sw, sigma_a=sa, alpha_a=a, alpha_m=a, depth=16))
+        th = paper.exponents(HParams(sigma_w=sw, sigma_a=sa, alpha_a=a, alpha_m=a, depth=16))
         signs.append((np.sign(float(th["lambda_a"])), np.sign(float(th["lambda_g"]))))
     assert {s[0] for s in signs} == {-1.0, 1.0}
     assert {s[1] for s in signs} == {-1.0, 1.0}

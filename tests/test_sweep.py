@@ -11,7 +11,8 @@ import pytest
 import xarray as xr
 
 import phasefield
-from phasefield import HParams, grid, theory
+from phasefield import HParams, grid
+from phasefield.layers import paper
 from phasefield import sweep as sweep_mod
 from phasefield.cli import main
 
@@ -25,7 +26,7 @@ def test_sweep_is_labeled_and_matches_pointwise():
     assert set(sweep_mod.VARIABLES) <= set(ds.data_vars)
     assert float(ds.n_tokens) == 16 and float(ds.depth) == 8
     for sw, sa, a in [(0.7, 0.5, 0.1), (3.2, 2.0, 0.9), (1.9, 0.5, 0.5)]:
-        one = theory.exponents(HParams(sigma_w=sw, sigma_a=sa, alpha_a=a, alpha_m=a, n_tokens=16, depth=8))
+        one = paper.exponents(HParams(sigma_w=sw, sigma_a=sa, alpha_a=a, alpha_m=a, n_tokens=16, depth=8))
         pt = ds.sel(sigma_w=sw, sigma_a=sa, alpha=a)
         for k in sweep_mod.VARIABLES:
             assert float(pt[k]) == pytest.approx(float(one[k]), abs=1e-10), k
@@ -45,7 +46,7 @@ def test_tiled_sweep_equals_the_thorough_path_across_bistable_regions(monkeypatc
     assert {1.0, 2.0} <= counts, counts                      # single and bistable points
     # tiles of the first rows skip the search: no_roots holds on whole tiles there, and
     # wherever it holds the search finds the collapsed point alone
-    from phasefield.theory import fixed_points
+    from phasefield.layers.paper import fixed_points
     kern = jax.tree.map(jnp.asarray, sweep_mod.build_kernels(sw))
     s_i, a_i = np.meshgrid(np.arange(sw.size), np.arange(al.size), indexing="ij")
     with jax.enable_x64(True):
@@ -62,7 +63,7 @@ def test_tiled_sweep_equals_the_thorough_path_across_bistable_regions(monkeypatc
     i = np.argwhere(fast.n_stable.values >= 2)[0]
     pt = fast.isel(sigma_w=int(i[0]), alpha=int(i[1]))
     a = float(pt.alpha)
-    one = theory.exponents(HParams(sigma_w=float(pt.sigma_w), sigma_a=6.875, alpha_a=a, alpha_m=a, n_tokens=128))
+    one = paper.exponents(HParams(sigma_w=float(pt.sigma_w), sigma_a=6.875, alpha_a=a, alpha_m=a, n_tokens=128))
     for k in sweep_mod.VARIABLES:
         assert float(pt[k]) == pytest.approx(float(one[k]), abs=1e-12), k
 
@@ -70,7 +71,7 @@ def test_tiled_sweep_equals_the_thorough_path_across_bistable_regions(monkeypatc
 def test_separate_alphas_and_depth_axis():
     ds = phasefield.sweep(sigma_w=2.0, alpha_a=[0.2, 0.6], alpha_m=[0.3, 0.7, 0.9], depth=[4, 16])
     assert ds.lambda_a.dims == ("alpha_a", "alpha_m", "depth")
-    one = theory.exponents(HParams(sigma_w=2.0, alpha_a=0.6, alpha_m=0.3, depth=4))
+    one = paper.exponents(HParams(sigma_w=2.0, alpha_a=0.6, alpha_m=0.3, depth=4))
     assert float(ds.lambda_g.sel(alpha_a=0.6, alpha_m=0.3, depth=4)) == pytest.approx(float(one["lambda_g"]), abs=1e-10)
     with pytest.raises(ValueError, match="not both"):
         phasefield.sweep(sigma_w=1.0, alpha=0.5, alpha_a=0.5)
@@ -147,7 +148,7 @@ def test_cli_trajectory_json(capsys):
     code, out, _ = run(capsys, "trajectory", "--sigma-w", "2", "--depth", "5", "--q0", "1", "--rho0", ".3", "--json")
     assert code == 0
     res = json.loads(out)
-    q, p = theory.trajectory(HParams(sigma_w=2.0, depth=5), 1.0, 0.3, 5)
+    q, p = paper.trajectory(HParams(sigma_w=2.0, depth=5), 1.0, 0.3, 5)
     np.testing.assert_allclose(res["q"], np.asarray(q), rtol=1e-12)
     np.testing.assert_allclose(res["p"], np.asarray(p), rtol=1e-12)
 

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 import phasefield
-from phasefield import HParams, theory
+from phasefield import HParams
+from phasefield.layers import paper
 from phasefield.theory import attention, mlp, quadrature
 from phasefield.theory.reference import ReferencePoint
 
@@ -150,23 +151,23 @@ def test_two_layer_mlp_composes_poole_maps():
 @pytest.mark.parametrize("pt", POINTS)
 def test_rho_one_is_invariant_and_collapsed_point_is_fixed(pt):
     hp = hp_of(pt)
-    q1, p1 = theory.block_map(hp, 2.7, 2.7)
+    q1, p1 = paper.block_map(hp, 2.7, 2.7)
     assert float(p1) == pytest.approx(float(q1), rel=1e-12)
-    q_star, qz_star = theory.collapsed_fixed_point(hp)
-    q1, p1 = theory.block_map(hp, q_star, q_star)
+    q_star, qz_star = paper.collapsed_fixed_point(hp)
+    q1, p1 = paper.block_map(hp, q_star, q_star)
     assert float(q1) == pytest.approx(float(q_star), rel=1e-12)
     assert float(p1) == pytest.approx(float(q_star), rel=1e-12)
-    assert float(qz_star) == pytest.approx(float(theory.attention_step(hp, q_star, q_star)[0]), rel=1e-12)
+    assert float(qz_star) == pytest.approx(float(paper.attention_step(hp, q_star, q_star)[0]), rel=1e-12)
 
 
 @pytest.mark.parametrize("pt", POINTS)
 def test_stable_fixed_point_is_fixed_and_attracting(pt):
     hp = hp_of(pt)
-    q, rho, _, _ = theory.stable_fixed_point(hp)
-    q1, p1 = theory.block_map(hp, q, rho * q)
+    q, rho, _, _ = paper.stable_fixed_point(hp)
+    q1, p1 = paper.block_map(hp, q, rho * q)
     assert float(q1) == pytest.approx(float(q), rel=1e-10)
     assert float(p1 / q1) == pytest.approx(float(rho), abs=1e-10)
-    qs, ps = theory.trajectory(hp, 1.0, 0.5, 400)
+    qs, ps = paper.trajectory(hp, 1.0, 0.5, 400)
     assert float(ps[-1] / qs[-1]) == pytest.approx(float(rho), abs=2e-3)
 
 
@@ -174,9 +175,9 @@ def test_identity_residual_collapsed_point_is_at_infinity():
     """beta = 1: the norm grows by a constant per block, so the collapsed point is q* = +inf
     (issue 13; was NaN). The closed forms and their checks are in tests/test_edges.py."""
     hp = HParams(sigma_w=1.0, residual="identity")
-    q_star, qz_star = theory.collapsed_fixed_point(hp)
+    q_star, qz_star = paper.collapsed_fixed_point(hp)
     assert float(q_star) == math.inf and float(qz_star) == math.inf
-    qs, ps = theory.trajectory(hp, 1.0, 0.5, 8)  # the map itself is fine (norm grows)
+    qs, ps = paper.trajectory(hp, 1.0, 0.5, 8)  # the map itself is fine (norm grows)
     assert np.all(np.diff(np.asarray(qs)) > 0)
 
 
@@ -186,43 +187,43 @@ def test_identity_residual_collapsed_point_is_at_infinity():
 @pytest.mark.parametrize("kw", [{}, {"activation": "erf"}, {"mlp_layers": 2}])
 def test_closed_form_lambda_a_equals_autodiff(pt, kw):
     hp = hp_of(pt, **kw)
-    closed = float(theory.angle_exponent(hp, method="closed"))
-    auto = float(theory.angle_exponent(hp, method="autodiff"))
+    closed = float(paper.angle_exponent(hp, method="closed"))
+    auto = float(paper.angle_exponent(hp, method="autodiff"))
     assert auto == pytest.approx(closed, abs=1e-8)
 
 
 @pytest.mark.parametrize("pt", POINTS)
 def test_gradient_modes_at_collapse(pt):
     hp = hp_of(pt)
-    q_star, qz_star = theory.collapsed_fixed_point(hp)
-    m = np.asarray(theory.gradient_matrix(hp, mlp.kernel(hp), q_star, 1.0, qz_star, 1.0))
+    q_star, qz_star = paper.collapsed_fixed_point(hp)
+    m = np.asarray(paper.gradient_matrix(hp, mlp.kernel(hp), q_star, 1.0, qz_star, 1.0))
     eig = np.sort(np.linalg.eigvals(m).real)
-    expect = np.sort([math.exp(float(theory.angle_exponent(hp))), float(theory.mean_mode(hp))])
+    expect = np.sort([math.exp(float(paper.angle_exponent(hp))), float(paper.mean_mode(hp))])
     np.testing.assert_allclose(eig, expect, rtol=1e-10)
 
 
 @pytest.mark.parametrize("pt", POINTS)
 def test_against_the_dense_reference(pt):
     hp = hp_of(pt)
-    got = {k: float(v) for k, v in theory.exponents(hp).items()}
+    got = {k: float(v) for k, v in paper.exponents(hp).items()}
     ref = ReferencePoint(*pt).exponents()
     for k, v in ref.items():
         assert got[k] == pytest.approx(v, abs=1e-8), k
     # finite depth from a general input geometry: scan vs explicit loops
-    lg = float(theory.gradient_exponent(hp, 1.3, 0.4, 16))
+    lg = float(paper.gradient_exponent(hp, 1.3, 0.4, 16))
     assert lg == pytest.approx(ReferencePoint(*pt).lambda_g(1.3, 0.4, 16), abs=1e-8)
 
 
 def test_collapsed_lambda_g_closed_form_equals_the_scan():
     for pt in POINTS:
         hp = hp_of(pt, depth=16)
-        assert float(theory.gradient_exponent(hp)) == pytest.approx(float(theory.exponents(hp)["lambda_g"]), abs=1e-10)
+        assert float(paper.gradient_exponent(hp)) == pytest.approx(float(paper.exponents(hp)["lambda_g"]), abs=1e-10)
 
 
 def test_theory_md_check_values():
-    la = float(theory.angle_exponent(HParams(sigma_w=3.0, sigma_a=1.0, alpha_a=0.5, alpha_m=0.5)))
+    la = float(paper.angle_exponent(HParams(sigma_w=3.0, sigma_a=1.0, alpha_a=0.5, alpha_m=0.5)))
     assert la == pytest.approx(0.2855, abs=5e-5)
-    lg = float(theory.exponents(HParams(sigma_w=1.0, sigma_a=1.0, alpha_a=0.5, alpha_m=0.5, n_tokens=32,
+    lg = float(paper.exponents(HParams(sigma_w=1.0, sigma_a=1.0, alpha_a=0.5, alpha_m=0.5, n_tokens=32,
                                         depth=16))["lambda_g"])
     assert lg == pytest.approx(-0.188, abs=5e-4)
 
@@ -233,10 +234,10 @@ def test_scalar_vmap_jit_agree():
     hps = HParams(**{k: jnp.asarray(v) for k, v in kw.items()}, n_tokens=jnp.full(len(pts), 32.0),
                   depth=jnp.full(len(pts), 16.0), sigma_v=jnp.ones(len(pts)))
     kern = jax.vmap(lambda s: mlp.kernel(HParams(sigma_w=s), 768, 257))(hps.sigma_w)
-    vm = jax.vmap(theory.exponents)(hps, kern)
-    jt = jax.jit(jax.vmap(theory.exponents))(hps, kern)
+    vm = jax.vmap(paper.exponents)(hps, kern)
+    jt = jax.jit(jax.vmap(paper.exponents))(hps, kern)
     for i, pt in enumerate(POINTS):
-        one = theory.exponents(hp_of(pt))
+        one = paper.exponents(hp_of(pt))
         for k in one:
             assert float(vm[k][i]) == pytest.approx(float(one[k]), abs=1e-9), k
             assert float(jt[k][i]) == pytest.approx(float(vm[k][i]), abs=1e-12), k
@@ -244,7 +245,7 @@ def test_scalar_vmap_jit_agree():
 
 def test_grad_in_every_numeric_field():
     hp = HParams(sigma_w=2.4, sigma_a=1.3, alpha_a=0.6, alpha_m=0.4, n_tokens=32.0, depth=16.0)
-    f = jax.jit(lambda h: theory.exponents(h, mlp.kernel(h, 192, 65))["lambda_g"])
+    f = jax.jit(lambda h: paper.exponents(h, mlp.kernel(h, 192, 65))["lambda_g"])
     g = jax.jit(jax.grad(f))(hp)
     for name in ("sigma_w", "alpha_a", "alpha_m", "sigma_v", "n_tokens", "depth"):
         eps = 1e-5
@@ -252,7 +253,7 @@ def test_grad_in_every_numeric_field():
         assert float(getattr(g, name)) == pytest.approx(float(fd), rel=1e-5, abs=1e-9), name
     # lambda_g_inf's gradient (through the root search) on smaller MLP tables: its compile
     # time grows with the table sizes (60 s at 192 x 65, 20 s at 32 x 17 on 2 cores)
-    gi = jax.jit(jax.grad(lambda h: theory.exponents(h, mlp.kernel(h, 32, 17))["lambda_g_inf"]))(hp)
+    gi = jax.jit(jax.grad(lambda h: paper.exponents(h, mlp.kernel(h, 32, 17))["lambda_g_inf"]))(hp)
     assert all(bool(jnp.isfinite(x)) for x in jax.tree.leaves(gi))
 
 

@@ -284,7 +284,7 @@ def test_recommend_finds_the_point_nearest_to_criticality():
 def test_predict_computes_the_models_features_as_the_full_route_does():
     """predict computes only the features its model uses (the collapsed exponents alone, in
     closed form in L); they and the predictions equal those of the full feature route
-    (theory.exponents with its fixed-point searches, inside features.features) to rounding."""
+    (paper.exponents with its fixed-point searches, inside features.features) to rounding."""
     from phasefield.vit import features as F
     from phasefield.vit import predict as P
     from phasefield.vit.train import TrainConfig
@@ -350,6 +350,9 @@ def test_fit_cli_pools_sweeps_of_one_training_config(capsys, tmp_path):
     assert code == 0, err
     doc = json.loads(fit.read_text())
     assert doc["report"]["n_configs"] == 12 and doc["report"]["n_runs"] == 24
+    # the fit file carries its failure model (issue 35), calibrated on the CV predictions
+    f = doc["model"]["failure"]
+    assert f["n_runs"] == 24 and f["calibrated_on"] == "out-of-fold predictions" and f["model"]["kind"] == "logistic"
     assert fig.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     c = _study_dir(tmp_path / "c", *pick(False), cfg=TrainConfig(width=32))
     code = main(["fit", "--runs", str(a), "--runs", str(c), "--out", str(tmp_path / "no.json")])

@@ -178,13 +178,13 @@ def test_sweep_records_theory_exponents():
     # one point per phase at least: the grid spans ordered and chaotic initializations
     assert lam["lambda_a"].min() < 0 < lam["lambda_a"].max()
     # lambda_g is the finite-depth exponent at each run's own depth
-    from phasefield import theory
+    from phasefield.layers import paper
 
     for i in (0, 1):
         with jax.enable_x64(True):
             hp = cfg.hparams(runs[i]["sigma_w"], runs[i]["sigma_a"], runs[i]["alpha_a"], runs[i]["alpha_m"],
                              depth=runs[i]["depth"], dtype=jnp.float64)
-        assert lam["lambda_g"][i] == pytest.approx(float(theory.exponents(hp)["lambda_g"]), abs=1e-10)
+        assert lam["lambda_g"][i] == pytest.approx(float(paper.exponents(hp)["lambda_g"]), abs=1e-10)
     assert runs[0]["depth"] == 8 and runs[1]["depth"] == 16
 
 

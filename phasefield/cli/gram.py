@@ -56,7 +56,7 @@ def register(cli):
         _check_input(q0, rho0, n_tokens)
         import numpy as np
 
-        from ..theory import gram
+        from ..layers.paper import gram
 
         if rho_inter is not None:
             option("--rho-inter", rho_inter)
@@ -96,7 +96,7 @@ def register(cli):
         """lambda_a and lambda_g(depth) of the full-Gram map (causal with --causal)."""
         hp = _hp(sigma_w, sigma_a, alpha, alpha_a, alpha_m, sigma_v, n_tokens, depth, activation, attention)
         _check_input(q0, rho0, n_tokens)
-        from ..theory import gram
+        from ..layers.paper import gram
 
         res = {k: float(v) for k, v in gram.causal_exponents(hp, causal=causal).items()}
         c0 = gram.symmetric_gram(n_tokens, q0, rho0 * q0)

@@ -43,26 +43,30 @@ def exponents_result(hp, kw=None) -> dict:
     """The ``phasefield exponents`` record of one point (plain Python numbers).
 
     ``phase`` is "<angle>/<gradient>": angle chaotic (lambda_a > 0), ordered (< 0) or, where
-    lambda_a = 0 exactly, decided by :func:`phasefield.theory.angle_growth` (identity
+    lambda_a = 0 exactly, decided by :func:`phasefield.layers.paper.angle_growth` (identity
     residual: the power law of 1 - rho; alpha = 0: the block is the identity, "edge");
     gradient exploding (lambda_g > 0), vanishing (< 0) or edge (= 0).
     ``attractors``: every stable cosine, ascending (1 = the collapsed point);
-    ``bistable``: more than one; ``rho_star``: the one reached from ``rho_0``."""
+    ``bistable``: more than one; ``rho_star``: the one reached from ``rho_0``.
+    ``lambda_g_collapse``: lambda_g(L) from the collapsed fixed point; ``lambda_g`` is the
+    same number under its earlier name (kept for the records and scripts that read it; not
+    the ``lambda_g_input`` of ``phasefield block exponents``, which starts from (q0, rho0))."""
     import numpy as np
 
-    from .. import theory
-    from ..theory import fixed_points, mlp
+    from ..layers import paper
+    from ..layers.paper import fixed_points
+    from ..theory import mlp
 
     kern = mlp.kernel(hp)
-    out = theory.exponents(hp, kern)
+    out = paper.exponents(hp, kern)
     res = {k: float(out[k]) for k in ("lambda_a", "lambda_g", "lambda_g_inf", "q_star", "q_z_star",
                                        "rho_star", "rho_star_min", "rho_star_max")}
-    stable = np.asarray(theory.attractors(hp, kern), float)
+    stable = np.asarray(paper.attractors(hp, kern), float)
     res["attractors"] = sorted(float(r) for r in stable[np.isfinite(stable)])
     res["n_stable"] = int(out["n_stable"])
     res["bistable"] = res["n_stable"] > 1
     res["rho_0"] = float(fixed_points.RHO0)
-    growth = float(theory.angle_growth(hp, kern))
+    growth = float(paper.angle_growth(hp, kern))
     res["angle_growth"] = growth
     kw = kw or {}
     res.update({k: kw[k] for k in ("sigma_w", "sigma_a", "n_tokens", "depth") if k in kw},
@@ -73,6 +77,7 @@ def exponents_result(hp, kw=None) -> dict:
     else:
         angle = _sign_word(la, "chaotic", "ordered")
     res["phase"] = angle + "/" + _sign_word(res["lambda_g"], "exploding", "vanishing")
+    res["lambda_g_collapse"] = res["lambda_g"]
     return res
 
 
@@ -139,9 +144,9 @@ def register(cli):
             raise UsageError(f"input cosine must lie in [-1/(n-1), 1] (got {p0 / q0:g})")
         import numpy as np
 
-        from .. import theory
+        from ..layers import paper
 
-        q, p = (np.asarray(v, float) for v in theory.trajectory(hp, q0, p0, int(hp.depth)))
+        q, p = (np.asarray(v, float) for v in paper.trajectory(hp, q0, p0, int(hp.depth)))
         res = dict(layer=list(range(len(q))), q=q.tolist(), p=p.tolist(), rho=(p / q).tolist())
         if as_json:
             echo_json(res)

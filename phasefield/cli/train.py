@@ -84,11 +84,13 @@ def register(cli):
     @click.option("--design-seed", type=int, default=0, show_default=True, help="scrambling seed of a Sobol design")
     @click.option("--points", "points_file", default=None,
                   help="CSV of configurations (columns sigma_w, sigma_a, alpha_a, alpha_m or alpha; optional depth, lr)")
-    @click.option("--sigma-w", default="0.3:3:6", show_default=True, help="start:stop:count, a,b,c or x")
+    @click.option("--sigma-w", default="0.3:3:6", show_default=True,
+                  help="start:stop:count, a,b,c or x (the block's sigma_w, or its sigma: see --block)")
     @click.option("--alpha", default=None, help="alpha_A = alpha_M (default 0.1:0.95:6)")
-    @click.option("--alpha-a", default=None, help="alpha_A axis (then --alpha-m is its own axis)")
-    @click.option("--alpha-m", default=None, help="alpha_M axis")
-    @click.option("--sigma-a", default="1", show_default=True)
+    @click.option("--alpha-a", default=None,
+                  help="alpha_A axis, the attention branch's scale (then --alpha-m is its own axis)")
+    @click.option("--alpha-m", default=None, help="alpha_M axis, the MLP branch's scale (default 0.5 with --alpha-a)")
+    @click.option("--sigma-a", default="1", show_default=True, help="sigma_A (the paper block, deepscalelm)")
     @click.option("--lr", default="1e-3", show_default=True, help="Adam learning rate(s)")
     @click.option("--seeds", type=int, default=1, show_default=True, help="seeds per grid point")
     @click.option("--epochs", type=int, default=15, show_default=True)
@@ -100,8 +102,11 @@ def register(cli):
     @click.option("--activation", default="tanh", show_default=True)
     @click.option("--block", "block_spec", default="paper", show_default=True,
                   help="the ViT's block: paper, or a layers preset NAME[:k=v,...] (pre-ln, post-ln, rms-swiglu, "
-                       "deepscalelm; --sigma-w is its init scale sigma, --alpha its branch scale, deepscalelm "
-                       "reads --sigma-a); each run's theory point is the block's")
+                       "deepscalelm). The runs' numbers set the block's: paper: --sigma-w, --sigma-a, --alpha-a, "
+                       "--alpha-m are its sigma_w, sigma_a, alpha_a, alpha_m; pre-ln, post-ln, rms-swiglu: "
+                       "--sigma-w -> sigma (every weight's init scale, sigma_A = sigma^2), --alpha-a -> alpha_attn, "
+                       "--alpha-m -> alpha_mlp (--alpha: both); deepscalelm: --sigma-a -> sigma_a. An option "
+                       "the block has no number for is refused. Each run's theory point is the block's")
     @click.option("--chunk", type=int, default=12, show_default=True, help="configs trained at once (one compiled program)")
     @click.option("--data-dir", default=None, help="where prepared .npz arrays are cached")
     @click.option("--tfds-dir", default=None, help="tensorflow-datasets data_dir")
@@ -160,6 +165,9 @@ def register(cli):
                           depth=depths[0], epochs=epochs, batch_size=batch_size, activation=activation,
                           block=block_spec)
         check(cfg.validate)
+        _refuse_numbers(cfg.block_spec()[0], ("sigma_w", "sigma_a", "alpha", "alpha_a", "alpha_m"))
+        if points_file is not None:
+            _refuse_varying(cfg.block_spec()[0], configs)
         from ..vit import data as vdata
         from ..vit import sweep as vsweep
 
@@ -281,11 +289,13 @@ def register(cli):
 
     @cli.command("predict")
     @click.option("--fit", "fit_path", default=None, help="fit JSON from 'phasefield fit' (default: the packaged model)")
-    @click.option("--sigma-w", type=float, required=True)
+    @click.option("--sigma-w", type=float, required=True,
+                  help="sigma_w (the paper block) or sigma (pre-ln, post-ln, rms-swiglu): as in train-sweep --block")
     @click.option("--alpha", type=float, default=None, help="alpha_A = alpha_M")
-    @click.option("--alpha-a", type=float, default=None)
-    @click.option("--alpha-m", type=float, default=None)
-    @click.option("--sigma-a", type=float, default=1.0, show_default=True)
+    @click.option("--alpha-a", type=float, default=None, help="alpha_A (a preset's alpha_attn)")
+    @click.option("--alpha-m", type=float, default=None, help="alpha_M (a preset's alpha_mlp; default --alpha-a)")
+    @click.option("--sigma-a", type=float, default=1.0, show_default=True,
+                  help="sigma_A (the paper block, deepscalelm)")
     @click.option("--depth", type=int, default=16, show_default=True)
     @click.option("--block", "block_spec", default=None,
                   help="the block to predict for; must be the one the model was fitted on (a fit of "
@@ -307,6 +317,8 @@ def register(cli):
         except vpredict.FitError as exc:
             raise UsageError(str(exc)) from None
         _same_block(block_spec, doc, fit_path)
+        # predict always reads --sigma-w and an alpha (model inputs); the optional numbers must be the block's
+        _refuse_numbers(spec_name(vpredict.block_of(doc)), ("sigma_a", "alpha_a", "alpha_m"))
         res = vpredict.predict(sigma_w, sigma_a, aa, am, depth, doc)
         if as_json:
             echo_json(res)
@@ -314,11 +326,17 @@ def register(cli):
             lo, hi = res["interval"]
             click.echo(f"predicted test loss = {res['predicted_loss']:.4f}  ({100 * res['interval_level']:.0f} % "
                        f"interval {lo:.3f} - {hi:.3f}; chance {res['chance_loss']:.4f})")
+            if res.get("p_fail") is not None:
+                click.echo(f"P(fails to train) = {res['p_fail']:.3f}  (a run fails: {res['fail_criterion']}; "
+                           "the loss above is the expected loss, failures included)")
+            else:
+                click.echo("P(fails to train): not available (this fit file has no failure model; refit it)")
             r2 = res.get("cv_r2")
             click.echo(f"model {res['model']} (family: {res.get('family') or 'exponents'}; cross-validated R2 "
                        + ("not measured" if r2 is None else f"{r2:.2f}") + f"; fitted for {_fitted_for(doc)})")
             if res["block"] != "paper":
-                click.echo(f"block {res['block']} (its sigma = --sigma-w, alpha = --alpha; lambda_a is its "
+                from ..vit.train import run_mapping
+                click.echo(f"block {res['block']} ({run_mapping(spec_name(res['block']))}; lambda_a is its "
                            "finite-depth angle rate where it has no fixed point)")
             click.echo(f"lambda_a = {res['lambda_a']:+.4f}   lambda_g(L={depth}) = {res['lambda_g']:+.4f}")
             from ..vit.analysis import EFFECTIVE, effective_depths
@@ -332,6 +350,47 @@ def register(cli):
                 click.echo(f"warning: {w}")
 
     register_recommend(cli)
+
+
+def spec_name(spec_text: str) -> str:
+    """The preset name of a block spec (``NAME[:k=v,...]`` or a JSON file)."""
+    from ..layers import spec
+    return check(spec.parse, spec_text)[0]
+
+
+def _given(*names) -> list:
+    """Those of the current command's parameters ``names`` set on the command line (or in the
+    environment), not left at their defaults."""
+    ctx = click.get_current_context()
+    return [n for n in names if ctx.get_parameter_source(n) not in (None, click.core.ParameterSource.DEFAULT,
+                                                                     click.core.ParameterSource.DEFAULT_MAP)]
+
+
+def _refuse_numbers(name: str, options) -> None:
+    """UsageError (one line) for a run number given on the command line (of ``options``:
+    sigma_w, sigma_a, alpha, alpha_a, alpha_m) that block ``name`` has no number for: it is
+    never silently dropped."""
+    from ..vit.train import RUN_NUMBERS, run_mapping
+
+    takes = RUN_NUMBERS[name]
+    for opt in _given(*options):
+        needs = ("alpha_a", "alpha_m") if opt == "alpha" else (opt,)
+        if not all(n in takes for n in needs):
+            raise UsageError(f"block {name} has no number for --{opt.replace('_', '-')}; "
+                             f"it takes {run_mapping(name)}")
+
+
+def _refuse_varying(name: str, configs) -> None:
+    """UsageError (one line) when a points file's column for a number block ``name`` does not
+    have holds several values (the file format asks for the column; its values would be
+    silently dropped)."""
+    from ..vit.train import RUN_NUMBERS, run_mapping
+
+    for col in ("sigma_w", "sigma_a", "alpha_a", "alpha_m"):
+        values = {float(c[col]) for c in configs if col in c}
+        if col not in RUN_NUMBERS[name] and len(values) > 1:
+            raise UsageError(f"block {name} has no number for the points file's {col} ({len(values)} "
+                             f"values); it takes {run_mapping(name)}")
 
 
 def _same_block(spec_text, doc, fit_path) -> None:
@@ -420,11 +479,15 @@ def register_recommend(cli):
     @click.option("--alpha-m", type=float, default=None, help="fix alpha_M (default: free in [0.05, 0.95])")
     @click.option("--fit", "fit_path", default=None, help="loss model (default: the packaged one)")
     @click.option("--no-loss", is_flag=True, help="only the critical set (no loss model)")
+    @click.option("--max-fail-prob", type=float, default=None,
+                  help="propose no point whose predicted P(fails to train) exceeds this (default 0.1; "
+                       "needs the loss model's failure model)")
     @click.option("--json", "as_json", is_flag=True)
     def recommend_cmd(n_tokens, depth, activation, sigma_w, sigma_a, alpha, alpha_a, alpha_m, fit_path, no_loss,
-                      as_json):
+                      max_fail_prob, as_json):
         """Initializations the theory recommends: where lambda_a = lambda_g = 0 inside the box of
-        the free hyperparameters (or the nearest points), and the lowest predicted loss."""
+        the free hyperparameters (or the nearest points), and the lowest predicted loss; no
+        point whose P(fails to train) exceeds --max-fail-prob is proposed."""
         if alpha is not None and (alpha_a is not None or alpha_m is not None):
             raise UsageError("give either --alpha or --alpha-a/--alpha-m, not both")
         fixed = dict(sigma_w=sigma_w, sigma_a=sigma_a, alpha_a=alpha if alpha is not None else alpha_a,
@@ -435,12 +498,16 @@ def register_recommend(cli):
         check_hparams_values({k: [v] for k, v in fixed.items() if v is not None})
         option("--n-tokens", n_tokens, 2, 100_000, integer=True)
         option("--depth", depth, 1, MAX_DEPTH, integer=True)
+        if max_fail_prob is not None:
+            if no_loss:
+                raise UsageError("--max-fail-prob needs the loss model's failure model: drop --no-loss")
+            option("--max-fail-prob", max_fail_prob, 0.0, 1.0)
         from ..config import ACTIVATIONS
 
         if activation not in ACTIVATIONS:
             raise UsageError(f"unknown activation {activation!r}; choose one of {', '.join(ACTIVATIONS)}")
         from ..vit import predict as vpredict
-        from ..vit.recommend import recommend
+        from ..vit.recommend import MAX_FAIL_PROB, RecommendError, recommend
 
         doc = None
         if not no_loss:
@@ -451,7 +518,11 @@ def register_recommend(cli):
             if vpredict.block_of(doc) != "paper":
                 raise UsageError(f"recommend searches the paper block's critical set; {fit_path} was fitted "
                                  f"on {vpredict.block_of(doc)!r} runs (use 'phasefield block sweep' for its phase diagram)")
-        res = recommend(n_tokens, depth, activation, fixed, model=doc, predict_loss=not no_loss)
+        try:
+            res = recommend(n_tokens, depth, activation, fixed, model=doc, predict_loss=not no_loss,
+                            max_fail_prob=MAX_FAIL_PROB if max_fail_prob is None else max_fail_prob)
+        except RecommendError as exc:
+            raise UsageError(str(exc)) from None
         if as_json:
             echo_json(res)
             return
@@ -461,10 +532,16 @@ def register_recommend(cli):
         for c in res["critical"]:
             click.echo("  " + "  ".join(f"{k} {c[k]:.4f}" for k in names) +
                        f"  lambda_a {c['lambda_a']:+.2e}  lambda_g {c['lambda_g']:+.2e}" +
-                       (f"  predicted loss {c['predicted_loss']:.3f}" if "predicted_loss" in c else ""))
+                       (f"  predicted loss {c['predicted_loss']:.3f}" if "predicted_loss" in c else "") +
+                       (f"  P(fail) {c['p_fail']:.3f}" if c.get("p_fail") is not None else ""))
+        ex = res.get("excluded") or {}
+        if ex.get("critical"):
+            click.echo(f"  ({ex['critical']} critical point(s) dropped: P(fail) > {res['max_fail_prob']:g})")
         if "lowest_predicted_loss" in res:
             b = res["lowest_predicted_loss"]
             click.echo("lowest predicted loss: " + "  ".join(f"{k} {b[k]:.4f}" for k in names) +
-                       f"  loss {b['predicted_loss']:.3f} [{b['interval'][0]:.3f}, {b['interval'][1]:.3f}]")
+                       f"  loss {b['predicted_loss']:.3f} [{b['interval'][0]:.3f}, {b['interval'][1]:.3f}]" +
+                       (f"  P(fail) {b['p_fail']:.3f} (<= {res['max_fail_prob']:g})" if b.get("p_fail") is not None
+                        else ""))
             for w in b["warnings"]:
                 click.echo(f"warning: {w}")

@@ -51,7 +51,7 @@ def causal_theory(s: Settings) -> "object":
     import xarray as xr
 
     from ..config import HParams
-    from ..theory import gram
+    from ..layers.paper import gram
 
     sw, al = lin(s.sim_sigma_w), lin(s.sim_alpha)
     SW, AL = np.meshgrid(sw, al, indexing="ij")
@@ -67,7 +67,7 @@ def causal_theory(s: Settings) -> "object":
     ds = xr.Dataset({"lambda_a": (("sigma_w", "alpha"), la.reshape(SW.shape)),
                      "lambda_g": (("sigma_w", "alpha"), lg.reshape(SW.shape))},
                     coords={"sigma_w": sw, "alpha": al})
-    ds.attrs.update(source="phasefield.theory.gram.causal_exponents", causal=1,
+    ds.attrs.update(source="phasefield.layers.paper.gram.causal_exponents", causal=1,
                     sigma_a=s.sigma_a, n_tokens=s.n_tokens, depth=s.depth)
     return ds
 
@@ -109,7 +109,7 @@ def fig2_data(s: Settings):
     """Token norm / cosine samples per layer (simulation) and the theory curves for Fig. 2."""
     import xarray as xr
 
-    from .. import theory
+    from ..layers import paper
     from ..simulate import measure
 
     L = s.depth
@@ -118,14 +118,14 @@ def fig2_data(s: Settings):
         hp = _hp(s, sw)
         geo = measure.token_geometry(hp, s.q0, s.q0 * s.rho0, width=s.geometry_width,
                                      seeds=s.geometry_seeds, seed=s.seed)
-        q, p = (np.asarray(v, float) for v in theory.trajectory(hp, s.q0, s.q0 * s.rho0, L))
+        q, p = (np.asarray(v, float) for v in paper.trajectory(hp, s.q0, s.q0 * s.rho0, L))
         mq, mr = [], []
         for q0, r0 in MAP_STARTS:
-            tq, tp = (np.asarray(v, float) for v in theory.trajectory(hp, q0, q0 * r0, L))
+            tq, tp = (np.asarray(v, float) for v in paper.trajectory(hp, q0, q0 * r0, L))
             mq.append(tq)
             mr.append(tp / tq)
-        fq, frho, _, _ = (float(v) for v in theory.stable_fixed_point(hp))
-        la = float(theory.angle_exponent(hp))
+        fq, frho, _, _ = (float(v) for v in paper.stable_fixed_point(hp))
+        la = float(paper.angle_exponent(hp))
         parts.append(xr.Dataset(
             {"norms": (("layer", "token"), geo["norms"].astype(np.float32)),
              "cosines": (("layer", "pair"), geo["cosines"].astype(np.float32)),
@@ -150,10 +150,10 @@ def fig3_data(s: Settings):
     import xarray as xr
 
     from ..simulate import measure
-    from ..theory import gram
+    from ..layers.paper import gram
 
     L = s.depth
-    parts, note = [], "full-Gram mean field (phasefield.theory.gram)"
+    parts, note = [], "full-Gram mean field (phasefield.layers.paper.gram)"
     for sw in s.fig_sigma_w:
         hp = _hp(s, sw)
         g = measure.group_cosines(hp, s.q0, s.q0 * s.rho_intra, s.q0 * s.rho_inter,

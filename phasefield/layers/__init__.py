@@ -11,6 +11,12 @@ mean-field maps (forward (q, p), backward gradient Gram): :mod:`.norm`, :mod:`.a
 Every public function here runs in float64 (JAX's scoped switch) and is jit-compiled once
 per block structure and depth; the block's numbers are pytree leaves (vmap over them with
 :mod:`.depth`'s functions inside ``jax.enable_x64(True)``, after :func:`prepare`).
+
+The paper's block from an :class:`phasefield.HParams` (its block map, fixed points,
+exponents and full-Gram mean field, jit-compiled per static configuration) is
+:mod:`phasefield.layers.paper` (``from phasefield.layers import paper; paper.exponents(hp)``).
+The layer kinds' maps call the Gaussian-integral kernels of :mod:`phasefield.theory`, which
+imports nothing from here.
 """
 from __future__ import annotations
 

@@ -107,7 +107,7 @@ def _residual(block, ctx, rho):
 
 def stable_points(block, ctx):
     """dict(rho [MAX_ROOTS], stable [MAX_ROOTS], collapsed_stable, n_stable, rho_star), as
-    :func:`phasefield.theory.stable_points` (roots NaN-padded, smallest first)."""
+    :func:`phasefield.layers.paper.stable_points` (roots NaN-padded, smallest first)."""
     dt = jnp.result_type(float)
     mesh = exact_table.mesh(ctx.n_tokens, MESH)
     g_fn = jax.vmap(lambda r: _residual(block, ctx, r))
@@ -157,7 +157,7 @@ def top_eigenvalue(m):
 
 
 def exponents(block, ctx, depth: int) -> dict:
-    """Everything at one point, the keys of :func:`phasefield.theory.exponents` (same
+    """Everything at one point, the keys of :func:`phasefield.layers.paper.exponents` (same
     states): lambda_a (collapsed point), lambda_g (depth L from the collapsed fixed point),
     lambda_g_inf (at rho_star), q_star, rho_star, n_stable, rho_star_min, rho_star_max.
     Blocks without a finite fixed point give NaN for the fixed-point quantities: use

@@ -15,7 +15,9 @@ every weight that reads the d-dimensional stream or writes it (GPT-2's std 0.02 
 is sigma = 0.554): every d x d weight and the MLP's input layer have std ``sigma /
 sqrt(d)``, and so has its output layer whatever its fan-in (its fan-in scale is then
 ``sigma sqrt(mult)``). The branch scale ``alpha`` multiplies each branch (GPT-2's
-1/sqrt(2L) projection scaling is ``alpha = 1/sqrt(2L)``). The query/key std ``sigma`` gives
+1/sqrt(2L) projection scaling is ``alpha = 1/sqrt(2L)``); ``alpha_attn`` and ``alpha_mlp``
+set the attention and the MLP branch's own scale (each defaults to ``alpha``: the paper's
+alpha_A and alpha_M). The query/key std ``sigma`` gives
 logits of standard deviation ``sigma^2 q`` (``sigma_A = sigma^2``).
 
 Approximations (static, part of the pytree's structure): ``attention`` "paper" (Eq. 10, the
@@ -67,41 +69,54 @@ def _attention(sigma, heads, attention, softmax_correction, sigma_v=None, sigma_
                      softmax_correction=softmax_correction)
 
 
+def _branch_scales(alpha, alpha_attn, alpha_mlp):
+    """(attention, MLP) branch scales: each its own number when given, else ``alpha``."""
+    return (alpha if alpha_attn is None else alpha_attn), (alpha if alpha_mlp is None else alpha_mlp)
+
+
 def _mlp(sigma, activation, mult, sigma_out=None):
     return MLP(sigma_w=sigma, activation=activation, layers=1, mult=mult,
                sigma_out=sigma * mult ** 0.5 if sigma_out is None else sigma_out)
 
 
 def pre_ln(sigma: Any = GPT2_SIGMA, alpha: Any = 1.0, heads: int = 12, activation: str = "gelu",
-           mult: float = 4.0, attention: str = "paper", softmax_correction: bool = True, qk_norm: bool = False) -> Serial:
-    """x -> x + alpha Attn(LN x);  x -> x + alpha MLP(LN x)."""
+           mult: float = 4.0, attention: str = "paper", softmax_correction: bool = True, qk_norm: bool = False,
+           alpha_attn: Any = None, alpha_mlp: Any = None) -> Serial:
+    """x -> x + alpha_attn Attn(LN x);  x -> x + alpha_mlp MLP(LN x) (both default to alpha)."""
+    a_att, a_mlp = _branch_scales(alpha, alpha_attn, alpha_mlp)
     att = _attention(sigma, heads, attention, softmax_correction, qk_norm=qk_norm)
     return Serial((
-        Residual(Serial((Norm("layernorm"), att)), alpha=alpha, kind="identity"),
-        Residual(Serial((Norm("layernorm"), _mlp(sigma, activation, mult))), alpha=alpha, kind="identity"),
+        Residual(Serial((Norm("layernorm"), att)), alpha=a_att, kind="identity"),
+        Residual(Serial((Norm("layernorm"), _mlp(sigma, activation, mult))), alpha=a_mlp, kind="identity"),
     ))
 
 
 def post_ln(sigma: Any = GPT2_SIGMA, alpha: Any = 1.0, heads: int = 12, activation: str = "gelu",
-            mult: float = 4.0, attention: str = "paper", softmax_correction: bool = True, qk_norm: bool = False) -> Serial:
-    """x -> LN(x + alpha Attn(x));  x -> LN(x + alpha MLP(x)). Its input must be normalized
-    (BERT normalizes the embeddings): the branches read the previous LayerNorm's output."""
+            mult: float = 4.0, attention: str = "paper", softmax_correction: bool = True, qk_norm: bool = False,
+            alpha_attn: Any = None, alpha_mlp: Any = None) -> Serial:
+    """x -> LN(x + alpha_attn Attn(x));  x -> LN(x + alpha_mlp MLP(x)) (both default to alpha).
+    Its input must be normalized (BERT normalizes the embeddings): the branches read the
+    previous LayerNorm's output."""
+    a_att, a_mlp = _branch_scales(alpha, alpha_attn, alpha_mlp)
     att = _attention(sigma, heads, attention, softmax_correction, qk_norm=qk_norm)
     return Serial((
-        Residual(att, alpha=alpha, kind="identity"), Norm("layernorm"),
-        Residual(_mlp(sigma, activation, mult), alpha=alpha, kind="identity"), Norm("layernorm"),
+        Residual(att, alpha=a_att, kind="identity"), Norm("layernorm"),
+        Residual(_mlp(sigma, activation, mult), alpha=a_mlp, kind="identity"), Norm("layernorm"),
     ))
 
 
 def rms_swiglu(sigma: Any = GPT2_SIGMA, alpha: Any = 1.0, heads: int = 12, mult: float = 8.0 / 3.0,
                activation: str = "silu", attention: str = "paper",
-               softmax_correction: bool = True, qk_norm: bool = False) -> Serial:
-    """x -> x + alpha Attn(RMSNorm x);  x -> x + alpha SwiGLU(RMSNorm x)."""
+               softmax_correction: bool = True, qk_norm: bool = False,
+               alpha_attn: Any = None, alpha_mlp: Any = None) -> Serial:
+    """x -> x + alpha_attn Attn(RMSNorm x);  x -> x + alpha_mlp SwiGLU(RMSNorm x) (both
+    default to alpha)."""
+    a_att, a_mlp = _branch_scales(alpha, alpha_attn, alpha_mlp)
     att = _attention(sigma, heads, attention, softmax_correction, qk_norm=qk_norm)
     glu = GLU(sigma_g=sigma, sigma_v=sigma, sigma_out=sigma * mult ** 0.5, activation=activation, mult=mult)
     return Serial((
-        Residual(Serial((Norm("rmsnorm"), att)), alpha=alpha, kind="identity"),
-        Residual(Serial((Norm("rmsnorm"), glu)), alpha=alpha, kind="identity"),
+        Residual(Serial((Norm("rmsnorm"), att)), alpha=a_att, kind="identity"),
+        Residual(Serial((Norm("rmsnorm"), glu)), alpha=a_mlp, kind="identity"),
     ))
 
 

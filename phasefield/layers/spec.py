@@ -6,7 +6,9 @@ or the path of a JSON file ``{"block": NAME, "key": value, ...}``, checked befor
 
 The numbers a preset takes (:data:`NUMBERS`, each with its range) are the ones a block sweep
 can range over by name; :data:`OPTIONS` are the static choices (heads, activation, maps).
-``paper`` takes the :class:`phasefield.HParams` fields.
+``paper`` takes the :class:`phasefield.HParams` fields (``sigma_w``, ``sigma_a``, ``sigma_v``,
+``alpha_a``, ``alpha_m``, ...); the standard presets ``sigma``, ``alpha`` (both branches) and
+``alpha_attn``, ``alpha_mlp`` (one branch each, overriding ``alpha``).
 """
 from __future__ import annotations
 
@@ -18,7 +20,8 @@ from ..grid import SIGMA_MAX
 from . import presets
 
 # number -> (low, high, low open); the sweepable leaves of the standard presets
-_STD = dict(sigma=(0.0, SIGMA_MAX, True), alpha=(0.0, 100.0, False))
+_STD = dict(sigma=(0.0, SIGMA_MAX, True), alpha=(0.0, 100.0, False),
+            alpha_attn=(0.0, 100.0, False), alpha_mlp=(0.0, 100.0, False))
 NUMBERS = {
     "pre-ln": _STD, "post-ln": _STD, "rms-swiglu": _STD,
     "deepscalelm": dict(k=(0.0, 1e6, True), sigma_a=(0.0, SIGMA_MAX, True)),

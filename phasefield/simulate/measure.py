@@ -25,7 +25,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import grid, theory
+from .. import grid
+from ..layers import paper
 from ..config import HParams
 from ..theory.precision import float64
 from .stack import (DEFAULT_WEIGHTS, block_forward, collapsed_tokens, simplex_tokens,
@@ -236,7 +237,7 @@ def _check(hp, width):
 
 def collapsed_q_star(hp: HParams) -> float:
     """q* of the collapsed fixed point from the theory engine (docs/theory.md §6)."""
-    return float(theory.collapsed_fixed_point(hp)[0])
+    return float(paper.collapsed_fixed_point(hp)[0])
 
 
 @float64

@@ -23,7 +23,8 @@ import jax.numpy as jnp
 import numpy as np
 import xarray as xr
 
-from .. import grid, theory
+from .. import grid
+from ..layers import paper
 from ..config import HParams, NUMERIC_FIELDS
 from ..block import check_weights
 from ..theory.precision import float64
@@ -46,7 +47,7 @@ def _chunk_kernel(hp, keys_a, keys_g, q_star, *, n, d, depth, eps, causal, mlp_h
 
 # one compiled program per batch shape (run eagerly, the vmap dispatched and compiled every
 # primitive on its own: ~10 s per chunk of a small sweep)
-_q_star_jit = jax.jit(jax.vmap(lambda h: theory.collapsed_fixed_point(h)[0]))
+_q_star_jit = jax.jit(jax.vmap(lambda h: paper.collapsed_fixed_point(h)[0]))
 
 
 @float64

@@ -6,7 +6,7 @@ decorates a function with it, and :func:`phasefield.theory._api.public` applies 
 jit-compiled (q, p) API. Values come back as float64 arrays whatever the global setting.
 
 Inside your *own* ``jit``/``vmap``/``grad`` of a theory function, enter the scope yourself,
-``with jax.enable_x64(True): jax.vmap(theory.exponents)(hps)``, so the traced inputs are
+``with jax.enable_x64(True): jax.vmap(paper.exponents)(hps)`` (:mod:`phasefield.layers.paper`), so the traced inputs are
 float64 as well (the scope cannot change the dtype of tracers created outside it).
 """
 from __future__ import annotations

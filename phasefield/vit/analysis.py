@@ -32,7 +32,9 @@ COLLAPSED = ("lambda_a", "lambda_g")
 # collapsed-point closed forms): the shipped model is chosen among models on these alone
 EFFECTIVE = ("effective_depth", "effective_depth_attention", "effective_depth_mlp")
 CHEAP = frozenset(RAW + COLLAPSED + ("L_lambda_a", "L_lambda_g") + EFFECTIVE)
-LISTS = ("config", "run_losses", "lrs")
+LISTS = ("config", "run_losses", "run_failed", "lrs")
+# a run "fails to train" when it diverged or ended within 5 % of chance (test loss >= 0.95 log C)
+CHANCE_FRACTION = 0.95
 
 
 class AnalysisError(ValueError):
@@ -61,6 +63,9 @@ def configurations(rows: list[dict], num_classes: int, target: str = "test_loss"
         out["loss_var"].append(float(y.var(ddof=1)) if len(y) > 1 else math.nan)
         out["n_seeds"].append(len(y))
         out["n_diverged"].append(sum(bad))
+        failed = [at_chance(r, l_sat, target) for r in rs]
+        out["run_failed"].append([int(f) for f in failed])
+        out["n_failed"].append(sum(failed))
         out["acc"].append(float(np.mean([float(r.get("test_acc") or 0.0) for r in rs])))
     tab = {k: (np.array(v) if k not in LISTS else v) for k, v in out.items()}
     tab["L_sat"] = l_sat
@@ -73,6 +78,13 @@ def _failed(r: dict, target: str, l_sat: float) -> bool:
     above chance (> 2 log C; tables of older sweeps flagged only NaN)."""
     v = r.get(target)
     return bool(r.get("diverged")) or v is None or not math.isfinite(float(v)) or float(v) > 2 * l_sat
+
+
+def at_chance(r: dict, l_sat: float, target: str = "test_loss") -> bool:
+    """The run failed to train: it diverged (:func:`_failed`) or its final ``target`` loss is
+    within 5 % of chance, >= ``CHANCE_FRACTION`` x log C (the criterion of
+    :mod:`phasefield.vit.failure`; the study's losses leave a gap below it)."""
+    return _failed(r, target, l_sat) or float(r[target]) >= CHANCE_FRACTION * l_sat
 
 
 def noise_floor(tab: dict) -> dict:
@@ -248,7 +260,7 @@ def subset(tab: dict, mask) -> dict:
     for k, v in tab.items():
         if isinstance(v, np.ndarray) and v.shape[:1] == (n,):
             out[k] = v[idx]
-        elif k in ("config", "run_losses"):
+        elif k in ("config", "run_losses", "run_failed"):
             out[k] = [v[i] for i in idx]
         else:
             out[k] = v

@@ -67,20 +67,20 @@ def _traced_features(hp, q0, rho0, L: int, maps) -> dict:
     """The features of one point (traceable; ``L`` static)."""
     import jax.numpy as jnp
 
-    from .. import theory
+    from ..layers import paper
 
-    ex = theory.exponents(hp)
+    ex = paper.exponents(hp)
     out = dict(lambda_a=ex["lambda_a"], lambda_g=ex["lambda_g"], lambda_g_inf=ex["lambda_g_inf"],
                rho_star=ex["rho_star"])
     p0 = rho0 * q0
     for m in maps:
         hpm = hp.replace(attention=m)
-        qs, ps = theory.trajectory(hpm, q0, p0, num_layers=L)
+        qs, ps = paper.trajectory(hpm, q0, p0, num_layers=L)
         rho_l = ps[-1] / qs[-1]
         out[f"rho_out_{m}"] = rho_l
         out[f"lambda_a_in_{m}"] = jnp.log(jnp.maximum(1.0 - rho_l, 1e-300) / (1.0 - rho0)) / L
         for corr in (False, True):
-            out[f"lambda_g_in_{m}" + ("_corr" if corr else "")] = theory.gradient_exponent(
+            out[f"lambda_g_in_{m}" + ("_corr" if corr else "")] = paper.gradient_exponent(
                 hpm.replace(softmax_correction=corr), q0, p0, num_layers=L)
     return out
 
@@ -132,7 +132,7 @@ def _features(cfg, configs, q0, rho0, maps, batch_size):
 
 def block_features(cfg, configs: list[dict], q0: float, rho0: float, maps=MAPS) -> dict:
     """The features of :func:`features` for the :mod:`phasefield.layers` block of ``cfg``
-    (``cfg.block_for``: sigma = sigma_w, alpha = alpha_A): at the collapsed point
+    (``cfg.block_for``: sigma = sigma_w, alpha_attn = alpha_A, alpha_mlp = alpha_M): at the collapsed point
     ``lambda_a``, ``lambda_g``, ``lambda_g_inf``, ``rho_star`` as
     :func:`phasefield.vit.sweep.block_theory` gives them per run (the angle exponent where the
     block has a finite fixed point, else the finite-depth angle rate); from the input geometry (q0, rho0), per

@@ -7,6 +7,9 @@ plane      the seed-mean loss over the (lambda_a, lambda_g) plane, one panel per
 transfer   the transfer tests: RMSE of every model on the held-out region against its noise floor
 shipped    the seed-mean loss against the effective depth L (alpha_A^2 + alpha_M^2), and the
            shipped model's cross-validated predictions (configurations held out marked)
+failure_slice  P(fails to train) of a model document over (sigma_w, alpha_M) at L = 16, the
+           other two at mid-box and at the corner alpha_A = 0.95, sigma_A = 4, with the
+           measured failure fraction of every L = 16 configuration marked
 """
 from __future__ import annotations
 
@@ -165,5 +168,38 @@ def shipped(report: dict, path: str, dpi: int = 150, held_out=None) -> None:
     axes[1].set_xlabel("measured test loss (seed mean)")
     axes[1].set_ylabel("cross-validated prediction")
     fig.tight_layout()
+    fig.savefig(path, dpi=dpi)
+    plt.close(fig)
+
+
+def failure_slice(doc: dict, tab: dict, path: str, dpi: int = 150, held_out: dict | None = None) -> None:
+    """P(fail) of ``doc`` over sigma_w x alpha_M at L = 16 in two panels (sigma_A, alpha_A at
+    the box's middle; at sigma_A = 4, alpha_A = 0.95), contours at 0.1 and 0.5; the measured
+    failure fraction of the L = 16 configurations of ``tab`` (all sigma_A, alpha_A: a
+    projection) as circles, and of ``held_out`` ({sigma_w, alpha_m, frac} arrays) as squares."""
+    from .predict import predict
+
+    plt = _plt()
+    sw, am = np.meshgrid(np.linspace(0.3, 3.0, 46), np.linspace(0.05, 0.95, 46))
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.3), sharey=True)
+    L = np.asarray(tab["depth"])
+    m = L == 16
+    frac = np.array([np.mean(r) for r in tab["run_failed"]])
+    for ax, (sa, aa) in zip(axes, ((2.15, 0.5), (4.0, 0.95))):
+        res = predict(sw.ravel(), sa, aa, am.ravel(), 16, doc)
+        p = np.array([r["p_fail"] for r in res]).reshape(sw.shape)
+        im = ax.pcolormesh(sw, am, p, vmin=0, vmax=1, cmap="magma_r", shading="auto")
+        cs = ax.contour(sw, am, p, levels=[0.1, 0.5], colors=["tab:cyan", "white"], linewidths=1.2)
+        ax.clabel(cs, fmt="%.1f", fontsize=8)
+        ax.scatter(np.asarray(tab["sigma_w"])[m], np.asarray(tab["alpha_m"])[m], c=frac[m], vmin=0, vmax=1,
+                   cmap="magma_r", edgecolors="tab:green", s=36, linewidths=1.0, label="trained (L = 16; fraction failed)")
+        if held_out is not None:
+            ax.scatter(held_out["sigma_w"], held_out["alpha_m"], c=held_out["frac"], vmin=0, vmax=1, cmap="magma_r",
+                       marker="s", edgecolors="tab:blue", s=40, linewidths=1.0, label="held out (edges)")
+        ax.set_xlabel(r"$\sigma_w$")
+        ax.set_title(rf"P(fail), L = 16, $\sigma_A$ = {sa:g}, $\alpha_A$ = {aa:g}", fontsize=10)
+    axes[0].set_ylabel(r"$\alpha_M$")
+    axes[0].legend(fontsize=7, loc="lower left")
+    fig.colorbar(im, ax=axes, label="P(fails to train)")
     fig.savefig(path, dpi=dpi)
     plt.close(fig)

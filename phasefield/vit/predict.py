@@ -12,7 +12,12 @@ configurations, with
 * a prediction interval for one run's loss: split-conformal quantiles of the out-of-fold
   residuals of single runs, per bin of the predicted loss (:func:`analysis.conformal`), and
   its coverage under nested cross-validation over configurations,
-* the region it was fitted on (ranges of the raw hyperparameters and of its features).
+* the region it was fitted on (ranges of the raw hyperparameters and of its features),
+* its failure model (``failure``, :mod:`phasefield.vit.failure`): P(one run fails to train,
+  i.e. diverges or ends within 5 % of chance), Platt scaling of the loss model's
+  out-of-fold predictions. ``predict`` reports it beside the loss: the loss is the expected
+  loss of one run (failures included at their loss), P(fail) the chance that the run is one
+  of those failures.
 
 With fewer than 10 configurations nothing can be cross-validated: a fixed model is fitted
 and the document says so. The study's document ships inside the package
@@ -151,6 +156,8 @@ def best_model(report: dict, cfg, geometry: dict, name: str | None = None) -> di
     region = {k: [float(np.min(tab[k])), float(np.max(tab[k]))] for k in RAW_RANGES}
     region.update({f: [float(np.min(X[:, i])), float(np.max(X[:, i]))] for i, f in enumerate(spec[1])})
     nest = report.get("nested") or {}
+    fail = failure_doc(np.asarray(m["oof"]), tab["run_failed"], report["L_sat"], name,
+                       cross_validated=report.get("cross_validated", True)) if "run_failed" in tab else None
     return dict(name=name, family=m["group"], kind=m["kind"], model=model.to_json(), features=list(spec[1]),
                 target="test_loss", L_sat=report["L_sat"], lr=report["lr"], train_config=cfg.to_dict(),
                 n_tokens=cfg.n_tokens, input_geometry=geometry, region=region, interval=interval,
@@ -161,7 +168,35 @@ def best_model(report: dict, cfg, geometry: dict, name: str | None = None) -> di
                 noise_floor=report["noise_floor"]["rmse"], n_configs=report["n_configs"], n_runs=report["n_runs"],
                 message=report.get("message"), candidates=list(report.get("shippable") or [name]),
                 candidate_cv_rmse={c: report["models"][c]["cv_rmse"] for c in report.get("shippable") or []
-                                   if c in report["models"]})
+                                   if c in report["models"]}, failure=fail)
+
+
+def failure_doc(oof, run_failed, l_sat: float, loss_model: str, cross_validated: bool = True) -> dict:
+    """The failure part of a model document: :func:`phasefield.vit.failure.fit_platt` on the
+    loss model's out-of-fold predictions ``oof`` (one per configuration) and the runs'
+    outcomes ``run_failed`` (the criterion of :func:`analysis.at_chance`)."""
+    from . import failure
+
+    platt = failure.fit_platt(oof, run_failed)
+    n_runs = int(sum(len(r) for r in run_failed))
+    return dict(name=failure.SHIPPED, model=platt.to_json(), loss_model=loss_model,
+                criterion=f"diverged, or final test loss >= {analysis.CHANCE_FRACTION:g} log C "
+                          f"(= {analysis.CHANCE_FRACTION * l_sat:.4f})",
+                chance_fraction=analysis.CHANCE_FRACTION, threshold_loss=analysis.CHANCE_FRACTION * l_sat,
+                n_configs=len(run_failed), n_runs=n_runs, n_failed=int(sum(sum(r) for r in run_failed)),
+                calibrated_on="out-of-fold predictions" if cross_validated else "in-sample predictions (optimistic)")
+
+
+def p_fail(doc: dict, predicted_loss) -> np.ndarray | None:
+    """P(fails to train) at predicted losses (None when ``doc`` has no failure model: a fit
+    file written before it existed)."""
+    fail = doc.get("failure")
+    if not fail:
+        return None
+    from . import failure
+
+    m = failure.from_json(fail["model"])
+    return m.predict_proba(np.asarray(predicted_loss, float).reshape(-1, 1))
 
 
 def block_of(doc: dict) -> str:
@@ -192,6 +227,10 @@ def load_model(path: str | None = None) -> dict:
         raise FitError(f"{where} is not a fit file written by 'phasefield fit'")
     try:
         M.from_json(doc["model"])
+        if doc.get("failure"):
+            from . import failure
+
+            failure.from_json(doc["failure"]["model"])
     except (KeyError, TypeError, ValueError):
         raise FitError(f"{where}: malformed model parameters") from None
     return doc
@@ -207,17 +246,17 @@ def _compiled_collapsed():
     lambda_g(L) (depth is a traced leaf: one program serves every depth)."""
     import jax
 
-    from .. import theory
+    from ..layers import paper
 
     def one(hp):
-        la = theory.angle_exponent(hp)
-        return la, theory.gradient_exponent_collapsed(hp, lambda_a=la)
+        la = paper.angle_exponent(hp)
+        return la, paper.gradient_exponent_collapsed(hp, lambda_a=la)
 
     return jax.jit(jax.vmap(one))
 
 
 def collapsed_exponents(cfg, sigma_w, sigma_a, alpha_a, alpha_m, depth) -> tuple[np.ndarray, np.ndarray]:
-    """(lambda_a, lambda_g(L)) at the collapsed point, as :func:`phasefield.theory.exponents`
+    """(lambda_a, lambda_g(L)) at the collapsed point, as :func:`phasefield.layers.paper.exponents`
     gives them, without its fixed-point and multistability searches (1-d arrays; points are
     padded to a power of two so that few batch sizes are ever compiled)."""
     import jax
@@ -264,7 +303,8 @@ def model_features(doc: dict, configs: list[dict], cfg=None) -> dict:
 
 
 def predict(sigma_w, sigma_a, alpha_a, alpha_m, depth, doc: dict | None = None) -> dict:
-    """Predicted final test loss (with the model's interval), both exponents and any warning,
+    """Predicted final test loss (with the model's interval), P(fails to train) (``p_fail``;
+    None for a fit file without a failure model), both exponents and any warning,
     at arrays (or numbers) of initialization hyperparameters; ``doc`` defaults to the
     packaged model. Only the features the model uses are computed."""
     doc = load_model() if doc is None else doc
@@ -274,6 +314,7 @@ def predict(sigma_w, sigma_a, alpha_a, alpha_m, depth, doc: dict | None = None) 
     model = M.from_json(doc["model"])
     X = np.stack([feats[f] for f in doc["features"]], 1) if doc["features"] else np.zeros((len(configs), 0))
     y = model.predict(X)
+    pf = p_fail(doc, y)
     lo, hi = analysis.interval_bounds(doc["interval"], y)
     out = []
     for i, c in enumerate(configs):
@@ -284,6 +325,8 @@ def predict(sigma_w, sigma_a, alpha_a, alpha_m, depth, doc: dict | None = None) 
                 warn.append(f"{k} = {v:.4g} lies outside the fitted range [{a:.4g}, {b:.4g}]")
         out.append(dict(c, predicted_loss=float(y[i]), interval=[float(lo[i]), float(hi[i])],
                         interval_level=doc["interval"]["level"], chance_loss=doc["L_sat"],
+                        p_fail=None if pf is None else float(pf[i]),
+                        fail_criterion=(doc.get("failure") or {}).get("criterion"),
                         lambda_a=float(feats["lambda_a"][i]), lambda_g=float(feats["lambda_g"][i]),
                         features={f: float(feats[f][i]) for f in doc["features"]}, model=doc.get("name"),
                         family=doc.get("family"), cv_r2=doc.get("cv", {}).get("r2"), block=block_of(doc),

@@ -9,7 +9,13 @@ for
 * the point of **lowest predicted loss** under a loss model (the packaged one by default),
   evaluated on the candidates nearest to criticality and on a Sobol subset of the box.
 
-Exponents are the collapsed-point lambda_a and lambda_g(L) of :func:`phasefield.theory.exponents`
+Every point proposed (critical or lowest-loss) has P(fails to train) <= ``max_fail_prob``
+(default :data:`MAX_FAIL_PROB` = 0.1) under the model's failure model
+(:mod:`phasefield.vit.failure`); points above it are dropped (``excluded`` counts them) and
+:class:`RecommendError` is raised when no evaluated point qualifies. A model without a failure
+model (an older fit file) cannot be filtered: the result then says so in its warnings.
+
+Exponents are the collapsed-point lambda_a and lambda_g(L) of :func:`phasefield.layers.paper.exponents`
 at the given number of tokens, depth and activation.
 """
 from __future__ import annotations
@@ -20,6 +26,11 @@ import numpy as np
 
 BOX = dict(sigma_w=(0.3, 3.0), sigma_a=(0.3, 4.0), alpha_a=(0.05, 0.95), alpha_m=(0.05, 0.95))
 NAMES = ("sigma_w", "sigma_a", "alpha_a", "alpha_m")
+MAX_FAIL_PROB = 0.1
+
+
+class RecommendError(ValueError):
+    """No point satisfies the constraints (one-line message)."""
 
 
 def _exponents(points: np.ndarray, n_tokens: int, depth: int, activation: str):
@@ -45,7 +56,7 @@ def _exponents(points: np.ndarray, n_tokens: int, depth: int, activation: str):
 
 def recommend(n_tokens: int = 17, depth: int = 16, activation: str = "tanh", fixed: dict | None = None,
               box: dict | None = None, candidates: int = 1024, top: int = 5, model: dict | None = None,
-              predict_loss: bool = True, seed: int = 0) -> dict:
+              predict_loss: bool = True, seed: int = 0, max_fail_prob: float = MAX_FAIL_PROB) -> dict:
     """Recommended initializations (see the module doc). ``fixed``: {name: value} for any of
     sigma_w, sigma_a, alpha_a, alpha_m; ``box``: {name: (lo, hi)} for the free ones."""
     from scipy.optimize import least_squares
@@ -109,14 +120,28 @@ def recommend(n_tokens: int = 17, depth: int = 16, activation: str = "tanh", fix
         preds = preds if isinstance(preds, list) else [preds]
         for c, pr in zip(critical, preds[len(sub):]):
             c["predicted_loss"] = pr["predicted_loss"]
-        best = min(preds, key=lambda r: r["predicted_loss"])
+            c["p_fail"] = pr["p_fail"]
+        filtered = preds[0]["p_fail"] is not None
+        ok = lambda r: not filtered or r["p_fail"] <= max_fail_prob
+        allowed = [r for r in preds if ok(r)]
+        n_crit = len(critical)
+        critical[:] = [c for c in critical if ok(c)]
+        out["max_fail_prob"] = max_fail_prob if filtered else None
+        out["excluded"] = dict(critical=n_crit - len(critical), evaluated=len(preds) - len(allowed))
+        if not allowed:
+            lowest = min(r["p_fail"] for r in preds)
+            raise RecommendError(f"no point of the {len(preds)} evaluated has P(fail) <= {max_fail_prob:g} "
+                                 f"(the lowest is {lowest:.3g}): raise --max-fail-prob or widen the box")
+        best = min(allowed, key=lambda r: r["predicted_loss"])
         warn = list(best["warnings"])
+        if not filtered:
+            warn.append("the loss model has no failure model (a fit file older than it): P(fail) not filtered")
         if n_tokens != doc["n_tokens"]:
             warn.append(f"the loss model was fitted at n_tokens = {doc['n_tokens']}, not {n_tokens}")
         if activation != doc["train_config"].get("activation", "tanh"):
             warn.append(f"the loss model was fitted with {doc['train_config'].get('activation')}, not {activation}")
         out["lowest_predicted_loss"] = dict({k: best[k] for k in NAMES}, predicted_loss=best["predicted_loss"],
-                                            interval=best["interval"], lambda_a=best["lambda_a"],
+                                            interval=best["interval"], p_fail=best["p_fail"], lambda_a=best["lambda_a"],
                                             lambda_g=best["lambda_g"], model=best["model"], warnings=warn,
                                             evaluated=int(len(eval_pts)))
     return out

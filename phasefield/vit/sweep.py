@@ -46,11 +46,11 @@ class SweepError(ValueError):
 
 def theory_exponents(cfg: TrainConfig, runs: list[dict]):
     """lambda_a, lambda_g (finite depth: each run's depth), lambda_g_inf at the collapsed /
-    stable fixed points, from ``phasefield.theory`` vmapped in float64."""
+    stable fixed points, from :mod:`phasefield.layers.paper` vmapped in float64."""
     import jax
     import jax.numpy as jnp
 
-    from .. import theory
+    from ..layers import paper
 
     n = len(runs)
     if n == 0:
@@ -62,7 +62,7 @@ def theory_exponents(cfg: TrainConfig, runs: list[dict]):
     with jax.enable_x64(True):
         hp = cfg.hparams(col("sigma_w"), col("sigma_a"), col("alpha_a"), col("alpha_m"), depth=col("depth"),
                          dtype=jnp.float64)
-        ex = jax.device_get(jax.jit(jax.vmap(theory.exponents))(hp))
+        ex = jax.device_get(jax.jit(jax.vmap(paper.exponents))(hp))
     return {k: np.asarray(ex[k], float).reshape(n) for k in ("lambda_a", "lambda_g", "lambda_g_inf")}
 
 
@@ -79,9 +79,9 @@ def block_theory(cfg: TrainConfig, runs: list[dict]):
     cache, out = {}, {k: np.empty(len(runs)) for k in keys}
     for i, r in enumerate(runs):
         depth = int(r.get("depth", cfg.depth))
-        key = (float(r["sigma_w"]), float(r["sigma_a"]), float(r["alpha_a"]), depth)
+        key = (float(r["sigma_w"]), float(r["sigma_a"]), float(r["alpha_a"]), float(r["alpha_m"]), depth)
         if key not in cache:
-            blk = cfg.block_for(HParams(sigma_w=key[0], sigma_a=key[1], alpha_a=key[2], alpha_m=key[2]))
+            blk = cfg.block_for(HParams(sigma_w=key[0], sigma_a=key[1], alpha_a=key[2], alpha_m=key[3]))
             r = layers.rates(blk, q0=1.0, rho0=1.0, n_tokens=cfg.n_tokens, depth=depth)
             lam_a = r["lambda_a"] if r["has_fixed_point"] else r["angle_rate"]
             cache[key] = (float(lam_a), float(r["lambda_g_collapsed"]), float(r["lambda_g_inf"]),

@@ -34,6 +34,22 @@ def sgd_momentum(learning_rate, momentum=0.9):
 
 OPTIMIZERS = {"adam": optax.adam, "sgd_momentum": sgd_momentum}
 
+# A run's numbers (train-sweep's --sigma-w, --sigma-a, --alpha-a, --alpha-m; --alpha sets both
+# branch scales) and the number of each block they set: a block takes these and no others
+_STD_RUN = dict(sigma_w="sigma", alpha_a="alpha_attn", alpha_m="alpha_mlp")
+RUN_NUMBERS = {
+    "paper": dict(sigma_w="sigma_w", sigma_a="sigma_a", alpha_a="alpha_a", alpha_m="alpha_m"),
+    "pre-ln": _STD_RUN, "post-ln": _STD_RUN, "rms-swiglu": _STD_RUN,
+    "deepscalelm": dict(sigma_a="sigma_a"),
+}
+
+
+def run_mapping(name: str) -> str:
+    """'--sigma-w -> sigma, --alpha-a -> alpha_attn, ...': how a run's numbers set block ``name``'s."""
+    m = RUN_NUMBERS[name]
+    text = ", ".join(f"--{run.replace('_', '-')} -> {number}" for run, number in m.items())
+    return text + (" (--alpha sets both branch scales)" if {"alpha_a", "alpha_m"} <= set(m) else "")
+
 
 @dataclasses.dataclass(frozen=True)
 class TrainConfig:
@@ -62,16 +78,18 @@ class TrainConfig:
 
     def block_for(self, hp: HParams, **over):
         """The :mod:`phasefield.layers` block of one run (``None``: the paper's ``Block(hp)``).
-        A run's numbers map onto the preset's: the standard blocks take ``sigma = sigma_w``
-        and ``alpha = alpha_A`` (both branches), deepscalelm ``sigma_a`` (its depth is the
-        model's unless given). ``over``: preset keywords to set (e.g. ``attention="exact"``)."""
+        A run's numbers map onto the preset's (:data:`RUN_NUMBERS`): the standard blocks take
+        ``sigma = sigma_w``, ``alpha_attn = alpha_A`` and ``alpha_mlp = alpha_M``, deepscalelm
+        ``sigma_a`` (its depth is the model's unless given). ``over``: preset keywords to set
+        (e.g. ``attention="exact"``)."""
         name, kw = self.block_spec()
         if name == "paper":
             return None
         from ..layers import spec
+        numbers = {number: getattr(hp, run) for run, number in RUN_NUMBERS[name].items()}
         if name == "deepscalelm":
-            return spec.build(name, {"depth": self.depth, **kw, "sigma_a": hp.sigma_a, **over})
-        return spec.build(name, {**kw, "sigma": hp.sigma_w, "alpha": hp.alpha_a, **over})
+            return spec.build(name, {"depth": self.depth, **kw, **numbers, **over})
+        return spec.build(name, {**kw, **numbers, **over})
 
     @property
     def n_tokens(self) -> int:
@@ -104,10 +122,10 @@ class TrainConfig:
             raise ValueError(f"mlp-hidden must be >= 1 (got {self.mlp_hidden})")
         HParams(activation=self.activation, mlp_layers=self.mlp_layers).validate()
         name, kw = self.block_spec()
-        taken = {"sigma", "alpha"} if name in ("pre-ln", "post-ln", "rms-swiglu") else {"sigma_a"}
+        taken = set(RUN_NUMBERS[name].values()) | ({"alpha"} if "alpha_attn" in RUN_NUMBERS[name].values() else set())
         if name == "paper" and kw or taken & set(kw):
             raise ValueError(f"block {name}: {', '.join(sorted(kw if name == 'paper' else taken & set(kw)))} "
-                             "come from the runs (--sigma-w, --alpha, --sigma-a), not the block spec")
+                             f"come from the runs ({run_mapping(name)}), not the block spec")
         heads = kw.get("heads", 1 if name == "paper" else 12)
         if self.width % heads:
             raise ValueError(f"block {name}: width {self.width} is not a multiple of heads {heads}")

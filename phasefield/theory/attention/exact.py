@@ -273,6 +273,20 @@ def s_values(hp, rho, n_a=None, n_z=None):
     return s1, sr
 
 
+def t_values(hp, rho, n_a=None, n_z=None):
+    """(T_1, T_rho) of the softmax-derivative term (:mod:`.softmax`) at token cosine rho::
+
+        T_1   = E[ sum_l A_l^2 (1 - 2 A_l) + (sum_l A_l^2)^2 ]       (one row A)
+        T_rho = E[ sum_l A_l B_l (1 - A_l - B_l) + (A . B)^2 ]      (rows A, B, i != k)
+    """
+    n = jnp.asarray(hp.n_tokens, jnp.result_type(float))
+    rm = row_moments(hp, rho, n_a, n_z)
+    pm = pair_moments(hp, rho, n_a, n_z, higher=True)
+    t1 = n * rm["a2"] - 2.0 * n * rm["a3"] + n * rm["a4"] + n * (n - 1.0) * rm["a2a2"]
+    tr = n * pm["ab"] - 2.0 * n * pm["a2b"] + n * pm["a2b2"] + n * (n - 1.0) * pm["abab"]
+    return t1, tr
+
+
 def grid_sizes(hp, att=None) -> tuple[int, int]:
     """Static (n_a, n_z): those of ``att`` (an :class:`.exact_table.ExactKernel`, sized to
     a concrete sigma_A and n outside the trace), else :func:`sizes` (defaults when traced)."""

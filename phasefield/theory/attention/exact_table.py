@@ -8,7 +8,7 @@ outside the trace like the MLP kernel (:func:`phasefield.theory._api.public`, th
 they are static fields, so ``jit`` keys on them through the pytree structure.
 
 It may also carry ``s``: (S_1, S_rho) at the stable-point mesh of
-:mod:`phasefield.theory.fixed_points` (:data:`MESH` cosine-spaced nodes on
+:mod:`phasefield.layers.paper.fixed_points` (:data:`MESH` cosine-spaced nodes on
 [-1/(n-1), 1], the Chebyshev–Lobatto points) and at :data:`RHO0`. Those depend on
 (sigma_A, n) alone, so a sweep computes them once per (sigma_A, n) and every point reuses
 them; :func:`interpolate` is their barycentric (Chebyshev) interpolant, which the root
@@ -86,9 +86,7 @@ def values_fn(n_a: int, n_z: int):
 
 def t_values(hp, n_a: int, n_z: int, m: int = MESH):
     """(T_1, T_rho) [2, m + 1] of the softmax-derivative term at :func:`mesh_points`."""
-    from . import softmax
-    att = ExactKernel(None, n_a=n_a, n_z=n_z)
-    t1, tr = jax.lax.map(lambda r: softmax.t_values(hp, r, att), mesh_points(hp.n_tokens, m))
+    t1, tr = jax.lax.map(lambda r: exact.t_values(hp, r, n_a, n_z), mesh_points(hp.n_tokens, m))
     return jnp.stack([t1, tr])
 
 

@@ -17,7 +17,7 @@ It vanishes at the collapsed point (R = 11^T => Rt = 0). Under permutation symme
     T_1   = E[ sum_l A_l^2 (1 - 2 A_l) + (sum_l A_l^2)^2 ]                  (one row A)
     T_rho = E[ sum_l A_l B_l (1 - A_l - B_l) + (A . B)^2 ]                 (rows A, B, i != k)
 
-computed without Assumption 3.2 by :mod:`.exact`, and adds::
+computed without Assumption 3.2 by :func:`.exact.t_values`, and adds::
 
     diag += k [ (2 - rho)(a + b) T_1 + b rho (n - 1) T_rho ]
     off  += k [ (1 - 2 rho) b T_rho - (a + b) T_1 / (n - 1) ],   k = sigma_A^2 sigma_V^2 (1 - rho) / q
@@ -30,23 +30,16 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
-from . import exact
+from . import exact, exact_table
 from .full_gram import MC_SAMPLES, mc_attention
 
 
 def t_values(hp, rho, att=None):
-    """(T_1, T_rho) at token cosine rho (exact softmax expectations; ``att``: grid sizes,
-    :func:`.exact.grid_sizes`)."""
+    """(T_1, T_rho) at token cosine rho (exact softmax expectations, :func:`.exact.t_values`;
+    ``att``: grid sizes, :func:`.exact.grid_sizes`, and possibly the mesh values ``att.t``)."""
     if att is not None and getattr(att, "interp_t", False):    # mesh values of this (sigma_A, n)
-        from .exact_table import interpolate
-        return interpolate(hp, att.t, rho)
-    n = jnp.asarray(hp.n_tokens, jnp.result_type(float))
-    n_a, n_z = exact.grid_sizes(hp, att)
-    rm = exact.row_moments(hp, rho, n_a, n_z)
-    pm = exact.pair_moments(hp, rho, n_a, n_z, higher=True)
-    t1 = n * rm["a2"] - 2.0 * n * rm["a3"] + n * rm["a4"] + n * (n - 1.0) * rm["a2a2"]
-    tr = n * pm["ab"] - 2.0 * n * pm["a2b"] + n * pm["a2b2"] + n * (n - 1.0) * pm["abab"]
-    return t1, tr
+        return exact_table.interpolate(hp, att.t, rho)
+    return exact.t_values(hp, rho, *exact.grid_sizes(hp, att))
 
 
 def softmax_term(hp, q, rho, a, b, att=None):

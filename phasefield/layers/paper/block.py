@@ -20,9 +20,9 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from ..layers import presets
-from ..layers.state import Context, Grad, Kernel
-from ._api import public
+from ...theory._api import public
+from .. import presets
+from ..state import Context, Grad, Kernel
 
 
 # The paper's block is one composition of phasefield.layers (presets.paper): its two

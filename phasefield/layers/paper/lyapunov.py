@@ -15,8 +15,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from ...theory._api import public
 from . import block, fixed_points
-from ._api import public
 
 IDENTITY_Q0 = 1.0
 

@@ -44,9 +44,10 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from . import attention, block, mlp
-from ._api import public
-from .attention import exact, exact_table
+from ...theory import attention, mlp
+from ...theory._api import public
+from ...theory.attention import exact, exact_table
+from . import block
 
 BISECTION_STEPS = 10       # per bracket (a mesh cell: width <= 0.03 -> 3e-5), then Newton
 NEWTON_STEPS = 3           # quadratic from 3e-5: machine precision

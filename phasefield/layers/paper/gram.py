@@ -26,8 +26,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import attention, fixed_points, mlp
-from .precision import float64
+from ...theory import attention, mlp
+from ...theory.precision import float64
+from . import fixed_points
 
 
 def _kern(hp, kern):

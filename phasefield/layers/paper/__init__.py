@@ -1,0 +1,28 @@
+"""The paper's block (docs/theory.md §1, the ``paper`` preset) analysed in (q, p): its block map,
+fixed points and exponents, and its full-Gram mean field, as pure functions of one
+:class:`phasefield.HParams` pytree (float64, jit-compiled once per static configuration,
+:func:`phasefield.theory._api.public`).
+
+    from phasefield import HParams
+    from phasefield.layers import paper
+
+    hp = HParams(sigma_w=2.0, sigma_a=1.0, alpha_a=0.5, alpha_m=0.5, n_tokens=32, depth=16)
+    paper.exponents(hp)             # lambda_a, lambda_g, lambda_g_inf, q_star, rho_star, ...
+
+The block map is the composition of the ``paper`` preset's layers
+(:func:`phasefield.layers.presets.paper`), so the layer kinds' mean-field maps are the only
+copy; the Gaussian-integral kernels they use (the MLP tables, the attention maps) are in
+:mod:`phasefield.theory`, which imports nothing from here.
+
+Modules (imports point down)::
+
+    block          the block map, forward (q, p) -> (q', p') and backward (§5, §7)
+    fixed_points   collapsed and stable fixed points, lambda_a (§6)
+    lyapunov       lambda_g and :func:`exponents`, everything at one point (§7)
+    gram           full-Gram / causal mean field and its figure helpers (§8)
+"""
+from .block import attention_step, backward_block, block_map, gradient_matrix, trajectory  # noqa: F401
+from .fixed_points import (angle_exponent, angle_growth, collapsed_fixed_point,  # noqa: F401
+                           simplex_fixed_point, stable_fixed_point, stable_points)
+from .lyapunov import (attractors, exponents, gradient_exponent, gradient_exponent_collapsed,  # noqa: F401
+                       gradient_exponent_inf, mean_mode)
