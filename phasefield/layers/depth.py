@@ -132,13 +132,20 @@ def stable_points(block, ctx):
 
     (lo, hi), _ = jax.lax.scan(bisect, (lo, hi), None, length=BISECTION_STEPS)
     roots = jnp.where(valid, 0.5 * (lo + hi), jnp.nan)
-    stable = valid & down[idx]
-    collapsed_stable = la < 0
-    above = jnp.where(stable & (roots >= RHO0), roots, jnp.inf).min()
-    below = jnp.where(stable & (roots <= RHO0), roots, -jnp.inf).max()
+    return attractors_of(roots, valid & down[idx], la < 0, g0, RHO0)
+
+
+def attractors_of(roots, stable, collapsed_stable, g0, rho0) -> dict:
+    """The attractors' summary from the roots of the reduced cosine flow g(rho) = rho' - rho:
+    ``stable`` marks the stable roots, ``collapsed_stable`` whether rho = 1 attracts, and the
+    attractor reached from ``rho0`` follows the sign of ``g0 = g(rho0)`` (the nearest stable
+    root above it, or rho = 1, when g0 > 0; the nearest below when g0 < 0). One definition for
+    every block (the paper block's :func:`phasefield.layers.paper.stable_points` too)."""
+    above = jnp.where(stable & (roots >= rho0), roots, jnp.inf).min()
+    below = jnp.where(stable & (roots <= rho0), roots, -jnp.inf).max()
     up = jnp.where(jnp.isfinite(above), above, 1.0)
     dn = jnp.where(jnp.isfinite(below), below, jnp.nan)
-    rho_star = jnp.where(g0 > 0, up, jnp.where(g0 < 0, dn, RHO0))
+    rho_star = jnp.where(g0 > 0, up, jnp.where(g0 < 0, dn, rho0))
     return dict(rho=roots, stable=stable, collapsed_stable=collapsed_stable,
                 n_stable=jnp.sum(stable) + collapsed_stable.astype(jnp.int32), rho_star=rho_star)
 

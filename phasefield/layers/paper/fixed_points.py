@@ -47,6 +47,7 @@ import jax.numpy as jnp
 from ...theory import attention, mlp
 from ...theory._api import public
 from ...theory.attention import exact, exact_table
+from ..depth import attractors_of
 from . import block
 
 BISECTION_STEPS = 10       # per bracket (a mesh cell: width <= 0.03 -> 3e-5), then Newton
@@ -334,17 +335,8 @@ def _stable_points(hp, kern, table: bool, per_root: bool = False):
     valid = jnp.arange(MAX_ROOTS) < jnp.sum(change)
     roots = refine(mesh[idx], mesh[idx + 1], g[idx], jnp.minimum(jnp.sum(change), MAX_ROOTS))
     roots = jnp.where(valid, roots, jnp.nan)
-    stable = valid & down[idx]
-    collapsed_stable = growth < 0
-    n_stable = jnp.sum(stable) + collapsed_stable.astype(jnp.int32)
     # the attractor reached from rho_0: reduced flow, sign of g(rho_0)
-    above = jnp.where(stable & (roots >= rho0), roots, jnp.inf).min()
-    below = jnp.where(stable & (roots <= rho0), roots, -jnp.inf).max()
-    up_target = jnp.where(jnp.isfinite(above), above, 1.0)
-    down_target = jnp.where(jnp.isfinite(below), below, jnp.nan)
-    rho_star = jnp.where(g0 > 0, up_target, jnp.where(g0 < 0, down_target, rho0))
-    return dict(rho=roots, stable=stable, collapsed_stable=collapsed_stable,
-                n_stable=n_stable, rho_star=rho_star)
+    return attractors_of(roots, valid & down[idx], growth < 0, g0, rho0)
 
 
 @public()
