@@ -66,7 +66,17 @@ STUDIES = {
                   seeds=SEEDS),
     "edges": dict(plan="16:20", seed0="edges", settings="adam:1e-3", out=os.path.join(DEFAULT_OUT, "edges"),
                   seeds=SEEDS),
+    # issue 35: the blocks people train (pre-LN, post-LN ViTs, 4 heads, GELU MLP 4x), Sobol over
+    # their init numbers (sigma: every weight's scale, sigma_A = sigma^2; alpha_attn, alpha_mlp:
+    # the branch scales) and depth, 3 seeds; the run's sigma_w / alpha_a / alpha_m set sigma /
+    # alpha_attn / alpha_mlp (phasefield.vit.train.RUN_NUMBERS)
+    "pre-ln": dict(plan="16:32,8:16,32:16", seed0=4000, settings="adam:1e-3", seeds=SEEDS,
+                   out=os.path.join(DEFAULT_OUT, "blocks", "pre-ln"), block="pre-ln:heads=4", bounds="block"),
+    "post-ln": dict(plan="16:32,8:16,32:16", seed0=5000, settings="adam:1e-3", seeds=SEEDS,
+                    out=os.path.join(DEFAULT_OUT, "blocks", "post-ln"), block="post-ln:heads=4", bounds="block"),
 }
+# the standard blocks' box (run names; sigma_a is not a number of theirs: held at 1)
+BLOCK_BOUNDS = dict(sigma_w=(0.2, 2.5), sigma_a=(1.0, 1.0), alpha_a=(0.05, 1.0), alpha_m=(0.05, 1.0))
 # issue 35: the failure boundary (alpha_M large; sigma_w small). 'edges' is the 12 midpoints of
 # the edges of the box's alpha_M = 0.95 facet (one of sigma_w, sigma_A, alpha_A at its middle, the
 # other two at their ends), then 8 scrambled Sobol points of BOUNDARY_BOX. Trained on 2026-11-25
@@ -113,7 +123,7 @@ def blocks(plan: dict):
                 done[d] = hi
 
 
-def configs(depth: int, n: int, seed0: int | str = 1000) -> list:
+def configs(depth: int, n: int, seed0: int | str = 1000, bounds: dict | None = None) -> list:
     """The first ``n`` configurations of a study at ``depth``: its Sobol sequence (scrambling
     seed seed0 + depth); seed0 "corners": the box's 16 corners, then its centre; "faces": the
     centres of its 8 faces (one number at an end of its range, the others at their middles);
@@ -139,8 +149,13 @@ def configs(depth: int, n: int, seed0: int | str = 1000) -> list:
         if n > len(pts):
             pts += design.sobol(n - len(pts), BOUNDARY_BOX, seed=3000 + depth)
     else:
-        pts = design.sobol(n, BOUNDS, seed=seed0 + depth)
+        pts = design.sobol(n, bounds or BOUNDS, seed=seed0 + depth)
     return [dict(c, depth=depth) for c in pts[:n]]
+
+
+def study_configs(st: dict, depth: int, n: int) -> list:
+    """:func:`configs` in the study's box (the standard blocks': :data:`BLOCK_BOUNDS`)."""
+    return configs(depth, n, st["seed0"], BLOCK_BOUNDS if st.get("bounds") == "block" else None)
 
 
 def _study(args) -> dict:
@@ -171,10 +186,10 @@ def cmd_plan(args):
               f"(cumulative {total / 60:5.1f} min)")
 
 
-def _train_config(optimizer: str = "adam", dataset: str = "digits"):
+def _train_config(optimizer: str = "adam", dataset: str = "digits", block: str = "paper"):
     from phasefield.vit.train import TrainConfig
 
-    return TrainConfig(dataset=dataset, **DATA[dataset], batch_size=64, depth=16, optimizer=optimizer)
+    return TrainConfig(dataset=dataset, **DATA[dataset], batch_size=64, depth=16, optimizer=optimizer, block=block)
 
 
 def _dataset(st: dict) -> str:
@@ -201,10 +216,10 @@ def cmd_run(args):
             if args.until and time.time() - t0 > args.until:
                 print(f"stopping: --until {args.until:.0f} s reached (resume by rerunning)", flush=True)
                 return
-            runs = design.expand(configs(d, hi, st["seed0"])[lo:hi], lrs=lrs, seeds=st["seeds"])
+            runs = design.expand(study_configs(st, d, hi)[lo:hi], lrs=lrs, seeds=st["seeds"])
             print(f"[{time.time() - t0:7.0f} s] depth {d}, configurations {lo}-{hi}, {opt} lr "
                   f"{', '.join(f'{v:g}' for v in lrs)}", flush=True)
-            s = vsweep.run_sweep(_train_config(opt, dataset), runs, dirs[opt], data, chunk=args.chunk, progress=not args.quiet,
+            s = vsweep.run_sweep(_train_config(opt, dataset, st.get("block", "paper")), runs, dirs[opt], data, chunk=args.chunk, progress=not args.quiet,
                                  metrics=False, checkpoints=False, trainers=trainers[opt])
             print(f"   trained {s['trained']} ({s['already_done']} done before, {s['diverged']} diverged) "
                   f"in {s['seconds']:.0f} s", flush=True)
