@@ -70,9 +70,9 @@ STUDIES = {
     # their init numbers (sigma: every weight's scale, sigma_A = sigma^2; alpha_attn, alpha_mlp:
     # the branch scales) and depth, 3 seeds; the run's sigma_w / alpha_a / alpha_m set sigma /
     # alpha_attn / alpha_mlp (phasefield.vit.train.RUN_NUMBERS)
-    "pre-ln": dict(plan="16:32,8:16,32:16", seed0=4000, settings="adam:1e-3", seeds=SEEDS,
+    "pre-ln": dict(plan="16:48,8:24,32:24", seed0=4000, settings="adam:1e-3", seeds=SEEDS,
                    out=os.path.join(DEFAULT_OUT, "blocks", "pre-ln"), block="pre-ln:heads=4", bounds="block"),
-    "post-ln": dict(plan="16:32,8:16,32:16", seed0=5000, settings="adam:1e-3", seeds=SEEDS,
+    "post-ln": dict(plan="16:48,8:24,32:24", seed0=5000, settings="adam:1e-3", seeds=SEEDS,
                     out=os.path.join(DEFAULT_OUT, "blocks", "post-ln"), block="post-ln:heads=4", bounds="block"),
 }
 # the standard blocks' box (run names; sigma_a is not a number of theirs: held at 1)
@@ -220,7 +220,8 @@ def cmd_run(args):
             print(f"[{time.time() - t0:7.0f} s] depth {d}, configurations {lo}-{hi}, {opt} lr "
                   f"{', '.join(f'{v:g}' for v in lrs)}", flush=True)
             s = vsweep.run_sweep(_train_config(opt, dataset, st.get("block", "paper")), runs, dirs[opt], data, chunk=args.chunk, progress=not args.quiet,
-                                 metrics=False, checkpoints=False, trainers=trainers[opt])
+                                 metrics=False, checkpoints=False, trainers=trainers[opt],
+                                 theory=not args.no_theory)
             print(f"   trained {s['trained']} ({s['already_done']} done before, {s['diverged']} diverged) "
                   f"in {s['seconds']:.0f} s", flush=True)
     for opt, out in dirs.items():
@@ -707,6 +708,8 @@ def main(argv=None):
         p.add_argument("--chunk", type=int, default=12, help="runs trained at once (one compiled program)")
         p.add_argument("--until", type=float, default=None, help="start no new block after this many seconds")
         p.add_argument("--quiet", action="store_true")
+        p.add_argument("--no-theory", action="store_true",
+                       help="run: leave the rows' lambda columns empty (the features hold the theory)")
         p.add_argument("--folds", type=int, default=5)
         p.add_argument("--repeats", type=int, default=5)
         p.add_argument("--ship", action="store_true", help="analyze: write the packaged model")

@@ -248,8 +248,11 @@ def check_size(cfg: TrainConfig, runs: list[dict], chunk: int) -> None:
 
 def run_sweep(cfg: TrainConfig, runs: list[dict], out_dir: str, data, chunk: int = 12,
               progress: bool = True, log: Callable[[str], None] = print, trainer: Optional[Trainer] = None,
-              metrics: bool = True, checkpoints: bool = True, trainers: Optional[dict] = None) -> dict:
+              metrics: bool = True, checkpoints: bool = True, trainers: Optional[dict] = None,
+              theory: bool = True) -> dict:
     """Train every run of ``runs`` not yet finished in ``out_dir``; returns a summary dict.
+    ``theory=False`` leaves the rows' lambda columns empty (computed later, e.g. on another
+    machine: the training is then all the work).
 
     Runs without a ``depth`` get ``cfg.depth``. ``trainer`` serves runs of cfg.depth;
     ``trainers`` ({depth: Trainer}) is a cache of compiled trainers that a caller may keep
@@ -268,7 +271,8 @@ def run_sweep(cfg: TrainConfig, runs: list[dict], out_dir: str, data, chunk: int
     if not todo:
         write_tables(out_dir, read_results(out_dir))
         return summary
-    lam = theory_exponents(cfg, todo)
+    lam = (theory_exponents(cfg, todo) if theory
+           else {k: np.full(len(todo), np.nan) for k in ("lambda_a", "lambda_g", "lambda_g_inf")})
     for i, r in enumerate(todo):
         r.update({k: _clean(v[i]) for k, v in lam.items()})
     trainers = {} if trainers is None else trainers
