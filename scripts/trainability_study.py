@@ -66,6 +66,13 @@ STUDIES = {
                   seeds=SEEDS),
     "edges": dict(plan="16:20", seed0="edges", settings="adam:1e-3", out=os.path.join(DEFAULT_OUT, "edges"),
                   seeds=SEEDS),
+    # issue 35: configurations trained after the shipped models (loss + failure, fitted on the
+    # pooled studies with the edges) were fixed on 2026-11-26: 32 fresh Sobol points of the
+    # whole box and 16 of the boundary box (BOUNDARY_BOX), L = 16, 3 seeds; never pooled
+    "holdout": dict(plan="16:32", seed0=6000, settings="adam:1e-3", out=os.path.join(DEFAULT_OUT, "holdout"),
+                    seeds=SEEDS),
+    "holdout-boundary": dict(plan="16:16", seed0=7000, settings="adam:1e-3", seeds=SEEDS, bounds="boundary",
+                             out=os.path.join(DEFAULT_OUT, "holdout-boundary")),
     # issue 35: the blocks people train (pre-LN, post-LN ViTs, 4 heads, GELU MLP 4x), Sobol over
     # their init numbers (sigma: every weight's scale, sigma_A = sigma^2; alpha_attn, alpha_mlp:
     # the branch scales) and depth, 3 seeds; the run's sigma_w / alpha_a / alpha_m set sigma /
@@ -81,13 +88,13 @@ BLOCK_BOUNDS = dict(sigma_w=(0.2, 2.5), sigma_a=(1.0, 1.0), alpha_a=(0.05, 1.0),
 # the edges of the box's alpha_M = 0.95 facet (one of sigma_w, sigma_A, alpha_A at its middle, the
 # other two at their ends), then 8 scrambled Sobol points of BOUNDARY_BOX. Trained on 2026-11-25
 # after the failure model (phasefield.vit.failure.SHIPPED) was fixed on the pooled studies, and
-# scored by it ('failure --study edges'); not pooled into the shipped model.
+# scored by it ('failure --study edges'), then (2026-11-26) pooled into the shipped models.
 BOUNDARY_BOX = dict(sigma_w=(0.3, 1.2), sigma_a=(0.3, 4.0), alpha_a=(0.05, 0.95), alpha_m=(0.6, 0.95))
 DATA = {"digits": dict(image_size=8, patch_size=2), "mnist1d": dict(image_size=40, patch_size=4)}
 # The main analysis (and the shipped model) pools the studies trained with the main study's
 # config (digits, Adam 1e-3, the trainer's defaults): the main design, the depth study, the
 # box's corners and its faces (each scored by the model fitted without it first: 'score').
-POOLED = ("main", "depth", "corners", "faces")
+POOLED = ("main", "depth", "corners", "faces", "edges")
 # The configurations the shipped model's candidate families were chosen on (2026-11-25: the
 # effective-depth models were added after looking at these 64; the forest on the branches'
 # effective depths after the corners as well); every configuration trained later is held out
@@ -155,7 +162,8 @@ def configs(depth: int, n: int, seed0: int | str = 1000, bounds: dict | None = N
 
 def study_configs(st: dict, depth: int, n: int) -> list:
     """:func:`configs` in the study's box (the standard blocks': :data:`BLOCK_BOUNDS`)."""
-    return configs(depth, n, st["seed0"], BLOCK_BOUNDS if st.get("bounds") == "block" else None)
+    bounds = {"block": BLOCK_BOUNDS, "boundary": BOUNDARY_BOX}.get(st.get("bounds"))
+    return configs(depth, n, st["seed0"], bounds)
 
 
 def _study(args) -> dict:
@@ -287,7 +295,7 @@ def cmd_features(args):
     lrs = sorted({v for vals in settings.values() for v in vals})
     todo, reuse = [], []
     for d, lo, hi in blocks(plan):
-        for c in configs(d, hi, st["seed0"])[lo:hi]:
+        for c in study_configs(st, d, hi)[lo:hi]:
             for lr in lrs:
                 c2 = dict(c, lr=lr)
                 cid = design.config_id(c2)
