@@ -84,6 +84,20 @@ STUDIES = {
 }
 # the standard blocks' box (run names; sigma_a is not a number of theirs: held at 1)
 BLOCK_BOUNDS = dict(sigma_w=(0.2, 2.5), sigma_a=(1.0, 1.0), alpha_a=(0.05, 1.0), alpha_m=(0.05, 1.0))
+# ---- issue 35, the standard blocks' loss predictors (engineer "blockpred"; see block_* below) ----
+# Held-out sets, trained after the families and the shipping procedure were fixed (commit of
+# 2026-11-26, before 04:00 UTC): 16 fresh Sobol configurations per block (8 at L = 16, 4 at L = 8,
+# 4 at L = 32; new scrambling seeds 6000 / 7000 + L) x 3 seeds, scored by 'score --study <block>-holdout'
+BLOCK_HOLDOUT_PLAN = "16:8,8:4,32:4"
+STUDIES.update({
+    "pre-ln-holdout": dict(plan=BLOCK_HOLDOUT_PLAN, seed0=6000, settings="adam:1e-3", seeds=SEEDS,
+                           out=os.path.join(DEFAULT_OUT, "blocks", "pre-ln-holdout"), block="pre-ln:heads=4",
+                           bounds="block", holdout_of="pre-ln"),
+    "post-ln-holdout": dict(plan=BLOCK_HOLDOUT_PLAN, seed0=7000, settings="adam:1e-3", seeds=SEEDS,
+                            out=os.path.join(DEFAULT_OUT, "blocks", "post-ln-holdout"), block="post-ln:heads=4",
+                            bounds="block", holdout_of="post-ln"),
+})
+# ---- end of the standard blocks' study entries ----
 # issue 35: the failure boundary (alpha_M large; sigma_w small). 'edges' is the 12 midpoints of
 # the edges of the box's alpha_M = 0.95 facet (one of sigma_w, sigma_A, alpha_A at its middle, the
 # other two at their ends), then 8 scrambled Sobol points of BOUNDARY_BOX. Trained on 2026-11-25
