@@ -258,7 +258,7 @@ def test_corrupt_chunk_is_detected_and_reported(tmp_path, damage):
 
 
 CORRUPT = {"paper": ["--sigma-w", "0.5:3:6", "--alpha", "0.3"],
-           "pre-ln": ["--block", "pre-ln:heads=2", "--axis", "sigma=0.5:2:6", "--axis", "alpha=0.3",
+           "pre-ln": ["--block", "pre-ln:heads=2", "--axis", "sigma=0.4,1.1,1.7", "--axis", "alpha=0.3,0.8",
                       "--depth", "2", "--n-tokens", "4"]}
 
 

@@ -15,7 +15,7 @@ import pytest
 from phasefield import io
 
 ARGS = {"paper": ["sweep", "--sigma-w", "0.5:3:5", "--alpha", "0.2,0.6", "--chunk", "2", "--quiet"],
-        "pre-ln": ["sweep", "--block", "pre-ln:heads=2", "--axis", "sigma=0.5:2:5", "--axis", "alpha=0.2,0.6",
+        "pre-ln": ["sweep", "--block", "pre-ln:heads=2", "--axis", "sigma=0.4,1.1,1.7", "--axis", "alpha=0.3,0.8",
                    "--depth", "2", "--n-tokens", "4", "--chunk", "2", "--quiet"]}
 
 WORKER = textwrap.dedent("""

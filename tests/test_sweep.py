@@ -81,7 +81,8 @@ def test_separate_alphas_and_depth_axis():
 
 # the paper block (closed form) and a standard block (the layers evaluator): one chunk driver
 RESUME = {"paper": dict(sigma_w=SW, alpha=ALPHA),
-          "pre-ln": dict(block="pre-ln:heads=2", axes={"sigma": SW, "alpha": ALPHA}, n_tokens=4, depth=2)}
+          "pre-ln": dict(block="pre-ln:heads=2", axes={"sigma": [0.4, 1.1, 1.7], "alpha": ALPHA}, n_tokens=4,
+                         depth=2)}   # (the grid of tests/test_sweep_blocks.py: its compiled programs)
 
 
 @pytest.mark.parametrize("block", sorted(RESUME))

@@ -18,18 +18,34 @@ from phasefield.cli import main
 from phasefield.layers import spec
 from phasefield.layers import sweep as layers_sweep
 
-CASES = {   # tiny grids: 3 x 2 points, 4 tokens, 2 blocks
-    "pre-ln": ({"heads": 2}, {"sigma": [0.4, 1.1, 1.7], "alpha": [0.3, 0.8]}),
-    "rms-swiglu": ({"heads": 2, "alpha_attn": 0.5}, {"sigma": [0.6, 1.3, 2.0], "alpha_mlp": [0.2, 0.7]}),
-}
+# tiny grids: 3 x 2 points, 4 tokens, 2 blocks; pre-ln's grid (sigma <= 1.7, chunks of 2) is the one
+# of the resume, corrupt-chunk and two-process tests (tests/test_sweep.py, test_hardening.py,
+# test_multiprocess.py): they share its compiled programs
+PRE_LN = ({"heads": 2}, {"sigma": [0.4, 1.1, 1.7], "alpha": [0.3, 0.8]})
+CASES = {"pre-ln": PRE_LN,      # no finite fixed point: lambda_a NaN
+         "post-ln": ({"heads": 2, "alpha_attn": 0.5}, {"sigma": [0.6, 1.3, 1.7], "alpha_mlp": [0.2, 0.7]})}
 
 
 @pytest.fixture(scope="module", params=sorted(CASES))
 def block_grid(request):
     name = request.param
     fixed, axes = CASES[name]
-    ds = phasefield.sweep(block=(name, fixed), axes=axes, n_tokens=4, depth=2)
+    ds = phasefield.sweep(block=(name, fixed), axes=axes, n_tokens=4, depth=2, chunk_size=2)
     return name, fixed, axes, ds
+
+
+def _library(name, kw, n_tokens, depth):
+    """The point's variables from phasefield.layers (finite_depth; lambda_a from exponents
+    where the block has a finite fixed point, else NaN where q_star is infinite)."""
+    blk = spec.build(name, spec.check(name, kw))
+    fd = layers.finite_depth(blk, q0=1.0, rho0=0.5, n_tokens=n_tokens, depth=depth)
+    if np.isfinite(float(layers.q_star(blk, n_tokens=n_tokens))):
+        la = layers.exponents(blk, n_tokens=n_tokens, depth=depth)["lambda_a"]
+    else:
+        la = np.nan
+    return dict(angle_rate=fd["angle_rate"], lambda_g_input=fd["lambda_g"],
+                lambda_g_collapse=fd["lambda_g_collapsed"], lambda_a=la,
+                rho_L=np.asarray(fd["rho"])[-1], q_L=np.asarray(fd["q"])[-1])
 
 
 def test_a_standard_block_sweep_equals_the_layers_library_point_by_point(block_grid):
@@ -40,27 +56,27 @@ def test_a_standard_block_sweep_equals_the_layers_library_point_by_point(block_g
     assert "lambda_g" not in ds and "lambda_g_collapsed" not in ds
     for v in ds.data_vars:
         assert ds[v].attrs["long_name"] and ds[v].attrs["symbol"], v
+    assert np.isnan(ds.lambda_a.values).all() == (name == "pre-ln")
     rng = np.random.default_rng(0)
-    for _ in range(2):
-        i, j = rng.integers(len(axes[keys[0]])), rng.integers(len(axes[keys[1]]))
-        kw = dict(fixed, **{keys[0]: axes[keys[0]][i], keys[1]: axes[keys[1]][j]})
-        blk = spec.build(name, spec.check(name, kw))
-        fd = layers.finite_depth(blk, q0=1.0, rho0=0.5, n_tokens=4, depth=2)
-        ex = layers.exponents(blk, n_tokens=4, depth=2)
-        pt = ds.isel({keys[0]: i, keys[1]: j})
-        want = dict(angle_rate=fd["angle_rate"], lambda_g_input=fd["lambda_g"],
-                    lambda_g_collapse=fd["lambda_g_collapsed"], lambda_a=ex["lambda_a"],
-                    rho_L=np.asarray(fd["rho"])[-1], q_L=np.asarray(fd["q"])[-1])
-        for k, w in want.items():
-            np.testing.assert_allclose(float(pt[k]), float(w), rtol=0, atol=1e-9, err_msg=f"{name} {k}")
+    i, j = rng.integers(len(axes[keys[0]])), rng.integers(len(axes[keys[1]]))
+    want = _library(name, dict(fixed, **{keys[0]: axes[keys[0]][i], keys[1]: axes[keys[1]][j]}), 4, 2)
+    pt = ds.isel({keys[0]: i, keys[1]: j})
+    for k, w in want.items():
+        np.testing.assert_allclose(float(pt[k]), float(w), rtol=0, atol=1e-9, err_msg=f"{name} {k}")
 
 
-def test_depth_and_n_tokens_are_axes_of_a_standard_block():
-    ds = phasefield.sweep(block="pre-ln:heads=2,sigma=0.8", axes={"alpha": [0.5]}, n_tokens=[4, 6], depth=[1, 2])
-    assert ds.lambda_a.dims == ("n_tokens", "depth", "alpha")
-    blk = spec.build("pre-ln", dict(heads=2, sigma=0.8, alpha=0.5))
-    fd = layers.finite_depth(blk, q0=1.0, rho0=0.5, n_tokens=6, depth=1)
-    assert abs(float(ds.lambda_g_input.sel(n_tokens=6, depth=1, alpha=0.5)) - float(fd["lambda_g"])) < 1e-9
+def test_depth_and_n_tokens_are_axes_of_a_standard_block(block_grid):
+    name, fixed, axes, ref = block_grid
+    if name != "pre-ln":
+        pytest.skip("one block")
+    ds = phasefield.sweep(block=(name, fixed), axes=dict(axes, depth=[2]), n_tokens=[4, 6], chunk_size=2)
+    assert ds.lambda_a.dims == ("n_tokens", "depth") + tuple(axes)
+    for v in ref.data_vars:      # n = 4: the fixture's grid
+        assert np.array_equal(ds[v].sel(n_tokens=4, depth=2).values, ref[v].values, equal_nan=True), v
+    want = _library(name, dict(fixed, sigma=1.1, alpha=0.8), 6, 2)
+    pt = ds.sel(n_tokens=6, depth=2, sigma=1.1, alpha=0.8)
+    for k in ("angle_rate", "lambda_g_input", "q_L"):
+        np.testing.assert_allclose(float(pt[k]), float(want[k]), rtol=0, atol=1e-9, err_msg=k)
 
 
 def test_the_paper_block_spellings_give_bit_identical_numbers():
