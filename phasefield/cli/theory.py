@@ -155,12 +155,3 @@ def register(cli):
 
     from .sweep import sweep_command
     cli.add_command(sweep_command, "sweep")   # every block (phasefield.cli.sweep)
-
-
-def _static_decorator():
-    def deco(f):
-        for o in reversed(_static_options()):
-            f = o(f)
-        return f
-
-    return deco

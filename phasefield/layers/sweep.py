@@ -9,8 +9,8 @@ angle exponent, as an ``xarray.Dataset``.
 :func:`sweep` runs through the chunk driver of every sweep (:mod:`phasefield.chunks`: chunk
 store, resume, lock, sharding, multi-host, progress; ``phasefield.sweep(block=...)`` calls it
 for every block but the paper's); a chunk is :func:`evaluate_chunk` of the sweep's
-:func:`plan`. The block is built inside ``jax.vmap`` from the traced numbers (its pytree leaves), so one
-compiled program serves a whole chunk of points; ``depth`` is the scan length (static): one
+:func:`plan`. The block is built inside ``jax.vmap`` from the traced numbers (its pytree
+leaves), so one compiled program serves a whole chunk of points; ``depth`` is the scan length (static): one
 program per depth value. The tables the maps read (MLP Gaussian integrals, the
 exact-softmax grids of the softmax correction) are sized for the largest scales on the
 grid's corners (:func:`table_scales`), outside the trace.
@@ -261,8 +261,7 @@ def plan(name: str, fixed: dict, axes: dict, n_tokens: int, depth_values: list,
         and mesh else None
     uniq = None
     if tables is not None:
-        uniq = np.unique(_logit_scales(name, fixed, keys, flat))
-        assert len(uniq) == len(tables[1])
+        uniq = np.unique(_logit_scales(name, fixed, keys, flat))   # mesh_tables' order of scales
     chunk = CHUNK_EXACT if exact and tables is None else CHUNK   # mesh values: no logit grid per point
     return Plan(name, dict(fixed), keys, int(n_tokens), tuple(int(d) for d in depth_values), float(q0),
                 float(rho0), scales, tables, uniq, chunk)
@@ -288,7 +287,9 @@ def evaluate_chunk(plan: Plan, values: dict, depth: int) -> dict:
     args = [values[k] for k in p.keys]
     if p.tables is not None:
         scale = _logit_scales(p.name, p.fixed, p.keys, [np.asarray(a, np.float64) for a in args])
-        idx = np.searchsorted(p.uniq, scale)
+        idx = np.minimum(np.searchsorted(p.uniq, scale), len(p.uniq) - 1)
+        if not np.array_equal(p.uniq[idx], scale):     # (the grid's own points: never)
+            raise ValueError("a point's logit scale is not one of the plan's (values outside the planned grid)")
         args += [jnp.asarray(idx.astype(np.int32)), jnp.asarray(p.tables[1]), jnp.asarray(p.tables[2])]
     out = f(*args)
     return {v: np.asarray(out[k], np.float64) for v, k in _NAMES.items()}
