@@ -1,15 +1,26 @@
-"""Grid sweeps of the theory: ``phasefield.sweep(...)`` -> labeled ``xarray.Dataset``.
+"""Grid sweeps of the theory of any block: ``phasefield.sweep(...)`` -> labeled ``xarray.Dataset``.
 
     ds = phasefield.sweep(sigma_w=np.linspace(.5, 4, 256), alpha=np.linspace(.01, .99, 256),
-                          sigma_a=1.0, n_tokens=32, depth=16)
+                          sigma_a=1.0, n_tokens=32, depth=16)          # the paper block
+    ds = phasefield.sweep(block="pre-ln:heads=12", axes={"sigma": np.linspace(.1, 2, 64),
+                          "alpha": np.linspace(.05, 1, 64)}, n_tokens=64, depth=24)
     ds.lambda_a.sel(sigma_w=2.0, method="nearest")
 
-Every hyperparameter given as a 1-D sequence becomes a dimension (in the order sigma_w,
-sigma_a, alpha | alpha_a, alpha_m, sigma_v, n_tokens, depth); scalars become scalar
-coordinates. ``alpha`` ties alpha_A = alpha_M. Variables: lambda_a, lambda_g (finite depth,
-input at the collapsed fixed point), lambda_g_inf, q_star, rho_star (the attractor reached
-from rho_0 = 1/2), n_stable (the number of stable fixed points: >= 2 marks a bistable
-point), rho_star_min, rho_star_max (the smallest and largest stable cosines) — float64.
+``block``: None or ``"paper"`` (the paper block), any preset as ``NAME[:k=v,...]``, a JSON
+file or ``(name, dict)``; ``axes``: ``{number name: values}`` (and ``depth``, ``n_tokens``).
+Every block runs through one chunk driver (:mod:`phasefield.chunks`); the paper block with
+its closed-form evaluator (below), every other block with the layers evaluator
+(:func:`phasefield.layers.sweep.sweep`, its variables angle_rate, lambda_g_input,
+lambda_g_collapse, lambda_a, rho_L, q_L).
+
+The paper block: every hyperparameter given as a 1-D sequence becomes a dimension (in the
+order sigma_w, sigma_a, alpha | alpha_a, alpha_m, sigma_v, n_tokens, depth); scalars become
+scalar coordinates. ``alpha`` ties alpha_A = alpha_M. Variables: lambda_a, lambda_g_collapse
+(finite depth, input at the collapsed fixed point; ``lambda_g``: the same numbers under their
+earlier name, kept for the files and figures that read it), lambda_g_inf, q_star, rho_star
+(the attractor reached from rho_0 = 1/2), n_stable (the number of stable fixed points: >= 2
+marks a bistable point), rho_star_min, rho_star_max (the smallest and largest stable
+cosines) — float64, each with ``long_name`` and ``symbol`` attributes.
 
 How it runs:
 
@@ -18,7 +29,8 @@ How it runs:
   exact map's values on the stable-point mesh depend on (sigma_A, n) alone, so they are
   computed once per unique pair (:func:`build_exact_tables`), on grids sized to the
   largest sigma_A and n of the sweep;
-* the flattened grid is cut into fixed-size chunks (one compiled program, bounded memory);
+* the flattened grid is cut into fixed-size chunks (one compiled program, bounded memory;
+  the chunk driver :mod:`phasefield.chunks` runs them);
   each chunk is ``jax.vmap`` of :func:`phasefield.layers.paper.exponents`, its leading axis
   sharded over every local device (``jax.sharding``); where a device holds several TILEs
   of points it runs them one after the other (issue 26): a tile refines only the root
@@ -62,7 +74,9 @@ VARIABLES = ("lambda_a", "lambda_g", "lambda_g_inf", "q_star", "rho_star", "n_st
              "rho_star_max")
 ATTRS = {
     "lambda_a": dict(long_name="angle exponent", symbol="λ_a"),
-    "lambda_g": dict(long_name="gradient exponent at finite depth (collapsed input)", symbol="λ_g(L)"),
+    "lambda_g": dict(long_name="gradient exponent at finite depth (collapsed input; the earlier name of "
+                     "lambda_g_collapse, kept for the files and scripts that read it)", symbol="λ_g(L)"),
+    "lambda_g_collapse": dict(long_name="gradient exponent at finite depth (collapsed input)", symbol="λ_g(L)"),
     "lambda_g_inf": dict(long_name="gradient exponent at infinite depth (stable fixed point)",
                          symbol="λ_g^∞"),
     "q_star": dict(long_name="squared norm per component at the collapsed fixed point", symbol="q*"),
@@ -72,6 +86,7 @@ ATTRS = {
     "rho_star_min": dict(long_name="smallest stable token cosine", symbol="ρ*_min"),
     "rho_star_max": dict(long_name="largest stable token cosine (1: the collapsed point)", symbol="ρ*_max"),
 }
+ALIASES = {"lambda_g_collapse": "lambda_g"}   # dataset variable -> the evaluator's (chunk) variable
 DEFAULT_CHUNK = 1 << 16
 
 
@@ -246,18 +261,105 @@ def _evaluate_fn(activation, mlp_layers, residual, attention, softmax_correction
     return jax.jit(fn), None
 
 
-@float64
-def sweep(*, sigma_w, sigma_a=1.0, alpha=None, alpha_a=None, alpha_m=None, sigma_v=1.0,
-          n_tokens=32, depth=16, activation: str = "tanh", mlp_layers: int = 1,
-          residual: str = "unit-norm", attention: str = "paper", softmax_correction: bool = False,
-          out: str | None = None,
-          chunk_size: int | None = None, progress: bool = False,
+PAPER_NUMBERS = ("sigma_w", "sigma_a", "alpha", "alpha_a", "alpha_m", "sigma_v")
+PAPER_OPTIONS = dict(activation="tanh", mlp_layers=1, residual="unit-norm", attention="paper",
+                     softmax_correction=False)
+
+
+def block_of(block) -> tuple[str, dict]:
+    """``(name, checked keywords)`` of a block given as a spec string ``NAME[:k=v,...]``, the
+    path of a JSON file or a ``(name, dict)`` pair (:mod:`phasefield.layers.spec`)."""
+    from .layers import spec
+
+    if isinstance(block, (tuple, list)) and len(block) == 2:
+        name, kw = block
+        return str(name), spec.check(str(name), dict(kw or {}))
+    if isinstance(block, (str, os.PathLike)):
+        return spec.parse(os.fspath(block))
+    raise ValueError(f"block must be a spec string NAME[:k=v,...], a JSON file or (name, dict) (got {block!r})")
+
+
+def sweep(*, block=None, axes: dict | None = None, sigma_w=None, sigma_a=None, alpha=None, alpha_a=None,
+          alpha_m=None, sigma_v=None, n_tokens=None, depth=None, activation: str | None = None,
+          mlp_layers: int | None = None, residual: str | None = None, attention: str | None = None,
+          softmax_correction: bool | None = None, q0: float | None = None, rho0: float | None = None,
+          mesh: bool = True, out: str | None = None, chunk_size: int | None = None, progress: bool = False,
           devices: Sequence | None = None, wait: float = 24 * 3600.0, log=None, _thorough: bool = False):
-    """Evaluate the theory on a grid; see the module docstring. Returns an xarray.Dataset.
-    (``_thorough``: the untiled evaluation refining every root bracket, the reference of the
-    tiled one in tests/test_sweep.py and scripts/bench_theory.py; same numbers.)"""
+    """The theory of any block on a grid -> ``xarray.Dataset`` (see the module docstring).
+
+    ``block``: None or ``"paper"`` (the paper block, also spelled by the keywords ``sigma_w=``,
+    ``alpha=`` ... ``activation=``), or any preset as a spec string ``NAME[:k=v,...]``, a JSON
+    file or ``(name, dict)``. ``axes``: ``{number name: values}`` over any numbers of the block
+    (``phasefield.layers.spec.NUMBERS``), ``depth`` and ``n_tokens``; ``n_tokens=``/``depth=``
+    given as sequences are axes too. The paper block runs its closed-form evaluator, every
+    other block :func:`phasefield.layers.sweep.evaluate_chunk` (``q0``, ``rho0``: its input
+    geometry, default 1 and 1/2; ``mesh``: see :func:`phasefield.layers.sweep.sweep`); both
+    through the chunk driver :mod:`phasefield.chunks`. Returns None on a multi-host process
+    other than 0. (``_thorough``: the untiled paper evaluation refining every root bracket,
+    the reference of the tiled one in tests/test_sweep.py and scripts/bench_theory.py.)"""
+    paper_kw = dict(sigma_w=sigma_w, sigma_a=sigma_a, alpha=alpha, alpha_a=alpha_a, alpha_m=alpha_m,
+                    sigma_v=sigma_v, activation=activation, mlp_layers=mlp_layers, residual=residual,
+                    attention=attention, softmax_correction=softmax_correction)
+    given = {k: v for k, v in paper_kw.items() if v is not None}
+    name, fixed = ("paper", {}) if block is None else block_of(block)
+    axes = dict(axes or {})
+    for k, v in (("n_tokens", n_tokens), ("depth", depth)):
+        if v is not None and k in axes:
+            raise ValueError(f"{k} is both an axis and {k}=")
+    run = dict(out=out, progress=progress, devices=devices, wait=wait, log=log)
+    if name != "paper":
+        if given:
+            raise ValueError(f"{', '.join(k + '=' for k in given)}: numbers of the paper block; block {name} "
+                             f"takes its own numbers in axes= or the spec ({', '.join(_numbers(name))})")
+        from .layers import sweep as layers_sweep
+
+        for k, v in (("n_tokens", n_tokens), ("depth", depth)):
+            if v is not None and np.ndim(v) == 1:
+                axes[k] = v
+        n = n_tokens if n_tokens is not None and np.ndim(n_tokens) == 0 else 32
+        d = depth if depth is not None and np.ndim(depth) == 0 else 16
+        return layers_sweep.sweep(name, axes, fixed, n_tokens=n, depth=d, q0=1.0 if q0 is None else q0,
+                                  rho0=0.5 if rho0 is None else rho0, chunk=chunk_size, mesh=mesh, **run)
+    if q0 is not None or rho0 is not None:
+        raise ValueError("q0=/rho0= set the input of the layers evaluator; the paper block's sweep starts "
+                         "from its collapsed fixed point (lambda_g_collapse)")
+    kw = dict(fixed)
+    for source in (axes, given):
+        for k, v in source.items():
+            if k in ("n_tokens", "depth"):
+                continue
+            if k not in PAPER_NUMBERS and (source is axes or k not in PAPER_OPTIONS):
+                raise ValueError(f"block paper has no number {k!r} to sweep; it has "
+                                 f"{', '.join(PAPER_NUMBERS + ('n_tokens', 'depth'))}")
+            if k in kw:     # (alpha with alpha_a or alpha_m: grid.branch_weights says "not both")
+                raise ValueError(f"{k} is given twice (the block spec, axes= or {k}=)")
+            kw[k] = v
+    kw.setdefault("sigma_w", 1.0)
+    kw.setdefault("sigma_a", 1.0)
+    kw.setdefault("sigma_v", 1.0)
+    for k, v in PAPER_OPTIONS.items():
+        kw.setdefault(k, v)
+    kw["n_tokens"] = axes.get("n_tokens", 32 if n_tokens is None else n_tokens)
+    kw["depth"] = axes.get("depth", 16 if depth is None else depth)
+    return _paper_sweep(**kw, **run, chunk_size=chunk_size, _thorough=_thorough)
+
+
+def _numbers(name):
+    from .layers import spec
+
+    return list(spec.NUMBERS.get(name, ())) + ["depth", "n_tokens"]
+
+
+@float64
+def _paper_sweep(*, sigma_w, sigma_a=1.0, alpha=None, alpha_a=None, alpha_m=None, sigma_v=1.0,
+                 n_tokens=32, depth=16, activation: str = "tanh", mlp_layers: int = 1,
+                 residual: str = "unit-norm", attention: str = "paper", softmax_correction: bool = False,
+                 out: str | None = None, chunk_size: int | None = None, progress: bool = False,
+                 devices: Sequence | None = None, wait: float = 24 * 3600.0, log=None, _thorough: bool = False):
+    """The paper block's sweep (its closed-form evaluator) through the chunk driver."""
     import xarray as xr
-    from tqdm.auto import tqdm
+
+    from . import chunks
 
     HParams(activation=activation, mlp_layers=mlp_layers, residual=residual, attention=attention,
             softmax_correction=bool(softmax_correction)).validate()
@@ -291,14 +393,9 @@ def sweep(*, sigma_w, sigma_a=1.0, alpha=None, alpha_a=None, alpha_m=None, sigma
         pairs = _exact_pairs(dims, scalars)
         exact.sizes(None, sigma_max=float(pairs[:, 0].max()), n_max=float(pairs[:, 1].max()))
 
-    store = None
-    if out is not None:
-        spec = dict(source="phasefield.sweep", dims={k: v.tolist() for k, v in dims.items()},
-                    scalars={k: float(v) for k, v in scalars.items()}, n_chunks=n_chunks, **static)
-        store = grid.ChunkStore(os.fspath(out) + ".chunks", spec, log=log,
-                                process_index=jax.process_index())
-
-    try:
+    spec = dict(source="phasefield.sweep", dims={k: v.tolist() for k, v in dims.items()},
+                scalars={k: float(v) for k, v in scalars.items()}, n_chunks=n_chunks, **static)
+    with chunks.Driver(out, spec, log=log) as drv:
         sw_values = dims.get("sigma_w", scalars.get("sigma_w"))
         sw_all = np.atleast_1d(sw_values)
         # 2-D tables for every sigma_w: the stable-point search evaluates p_M(rho) at every
@@ -321,20 +418,12 @@ def sweep(*, sigma_w, sigma_a=1.0, alpha=None, alpha_a=None, alpha_m=None, sigma
             att_values = jnp.asarray(att_values)
         fn, sharding = _evaluate_fn(activation, mlp_layers, residual, attention, softmax_correction,
                                     tuple(devices), att_sizes, thorough, int(TILE))
-        pid, pcount = jax.process_index(), jax.process_count()
-        if pcount > 1 and store is None:
-            raise ValueError("a multi-host sweep needs out= on a filesystem shared by the hosts")
 
-        results = {k: np.full(total, np.nan) for k in VARIABLES}
-        todo = []
-        for c in range(n_chunks):
-            if store is not None and store.has(c):
-                _fill(results, c * chunk, store.load(c))
-            elif c % pcount == pid:
-                todo.append(c)
-        bar = tqdm(todo, desc="sweep", unit="chunk", disable=not progress, leave=False)
-        for c in bar:
-            lo, hi = c * chunk, min(total, (c + 1) * chunk)
+        def span(c):
+            return c * chunk, min(total, (c + 1) * chunk)
+
+        def evaluate(c):
+            lo = c * chunk
             index = np.arange(lo, lo + width) % total          # pad (the last chunk) by wrapping
             fields, sw_index = _point_fields(dims, scalars, index)
             att_index = np.zeros(index.shape, np.int64)
@@ -344,49 +433,23 @@ def sweep(*, sigma_w, sigma_a=1.0, alpha=None, alpha_a=None, alpha_m=None, sigma
             sw_index, att_index = jnp.asarray(sw_index), jnp.asarray(att_index)
             if sharding is not None:
                 fields, sw_index, att_index = jax.device_put((fields, sw_index, att_index), sharding)
-            vals = {k: np.asarray(v)[: hi - lo]
-                    for k, v in fn(fields, sw_index, kernels, att_index, att_values).items()}
-            for k in VARIABLES:
-                results[k][lo:hi] = vals[k]
-            if store is not None:
-                store.save(c, vals)
-        bar.close()
+            return fn(fields, sw_index, kernels, att_index, att_values)
 
-        if pcount > 1 and store is not None:
-            if pid != 0:
-                store.close()
-                return None  # process 0 assembles
-            import time
-
-            deadline = time.monotonic() + wait
-            while store.missing(n_chunks):
-                if time.monotonic() > deadline:
-                    store.close()
-                    raise ValueError(f"{len(store.missing(n_chunks))} chunks of {out} still missing after "
-                                     f"{wait:.0f} s; rerun on process 0 once the other processes finish")
-                time.sleep(0.2)
-            for c in range(n_chunks):
-                _fill(results, c * chunk, store.load(c))
-
+        results = drv.run(evaluate, n_chunks, span, total, VARIABLES, progress=progress, wait=wait)
+        if results is None:
+            return None   # process 0 assembles
         coords = {name: (name, v) for name, v in dims.items()}
         coords.update({name: float(v) for name, v in scalars.items()})
         data = {k: (tuple(dims), results[k].reshape(shape), ATTRS[k]) for k in VARIABLES}
+        for alias, k in ALIASES.items():
+            data[alias] = (tuple(dims), results[k].reshape(shape), ATTRS[alias])
         ds = xr.Dataset(data, coords=coords, attrs=dict(
-            title="phasefield theory sweep", activation=activation, mlp_layers=int(mlp_layers),
+            title="phasefield theory sweep", block="paper", activation=activation, mlp_layers=int(mlp_layers),
             residual=residual, attention=attention, softmax_correction=int(bool(softmax_correction)),
-            note="lambda_g: depth-L exponent from the collapsed fixed point; lambda_g_inf: stable fixed point"))
-        if out is not None:
-            try:
-                io.write_netcdf(ds, out)
-            except BaseException:
-                store.close()
-                raise
-            store.remove()
+            note="lambda_g_collapse: depth-L exponent from the collapsed fixed point (lambda_g: the same "
+                 "numbers under their earlier name); lambda_g_inf: stable fixed point"))
+        drv.write(ds)
         return ds
-    except BaseException:
-        if store is not None:
-            store.close()  # the chunks stay for a rerun
-        raise
 
 
 def _pow2(n: int) -> int:
@@ -398,11 +461,6 @@ def _exact_pairs(dims, scalars):
     sa = np.atleast_1d(dims.get("sigma_a", scalars.get("sigma_a")))
     n = np.atleast_1d(dims.get("n_tokens", scalars.get("n_tokens")))
     return np.unique(np.stack(np.meshgrid(sa, n, indexing="ij"), -1).reshape(-1, 2), axis=0)
-
-
-def _fill(results, lo, vals):
-    for k in VARIABLES:
-        results[k][lo:lo + vals[k].size] = vals[k]
 
 
 def save(ds, path) -> None:

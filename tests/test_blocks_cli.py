@@ -98,10 +98,12 @@ def test_block_sweep_and_figure(capsys, tmp_path):
     assert rc == 0, err
     import xarray as xr
     with xr.open_dataset(nc, engine="h5netcdf") as ds:
-        assert ds.lambda_g.dims == ("sigma", "alpha") and ds.attrs["block"] == "pre-ln"
+        assert ds.lambda_g_input.dims == ("sigma", "alpha") and ds.attrs["block"] == "pre-ln"
         blk = layers.presets.get("pre-ln", sigma=1.5, alpha=float(ds.alpha[1]), heads=4)
         fd = layers.finite_depth(blk, q0=1.0, rho0=0.5, n_tokens=4, depth=2)
-        assert abs(float(ds.lambda_g.isel(sigma=1, alpha=1)) - float(fd["lambda_g"])) < 1e-13
+        assert abs(float(ds.lambda_g_input.isel(sigma=1, alpha=1)) - float(fd["lambda_g"])) < 1e-13
+        assert abs(float(ds.lambda_g_collapse.isel(sigma=1, alpha=1)) - float(fd["lambda_g_collapsed"])) < 1e-13
+        assert "lambda_g" not in ds
         assert abs(float(ds.angle_rate.isel(sigma=1, alpha=1)) - float(fd["angle_rate"])) < 1e-13
     assert os.path.getsize(png) > 1000
 
@@ -109,7 +111,7 @@ def test_block_sweep_and_figure(capsys, tmp_path):
 @pytest.mark.parametrize("args,msg", [
     (["--axis", "sigma=0:1:3"], "outside"),
     (["--axis", "heads=1,2"], "no number"),
-    (["--axis", "sigma=1,2", "--axis", "alpha=1", "--axis", "depth=1,2"], "at most two"),
+    (["--axis", "sigma=1,2", "--sigma-w", "1"], "options of the paper block"),
     (["--axis", "sigma"], "NAME="),
     (["--axis", "depth=0,2"], "depth"),
     (["--axis", "sigma=1,2"], "--figure needs two"),

@@ -135,6 +135,8 @@ def _stubs():
     from phasefield.vit import sweep as vsweep
 
     def tiny(*a, **k):
+        if k.get("block") is not None:     # phasefield sweep --block: a block's 2-D grid (its figure draws)
+            return block_sweep.sweep()
         return xr.Dataset({"lambda_a": ("sigma_w", [0.0])}, coords={"sigma_w": [1.0]})
 
     def png(path, **k):

@@ -257,9 +257,15 @@ def test_corrupt_chunk_is_detected_and_reported(tmp_path, damage):
     assert store.has(0) and np.array_equal(store.load(0)["a"], vals["a"])
 
 
-def test_sweep_recomputes_a_corrupt_chunk_and_says_so(tmp_path, capsys, monkeypatch):
+CORRUPT = {"paper": ["--sigma-w", "0.5:3:6", "--alpha", "0.3"],
+           "pre-ln": ["--block", "pre-ln:heads=2", "--axis", "sigma=0.4,1.1,1.7", "--axis", "alpha=0.3,0.8",
+                      "--depth", "2", "--n-tokens", "4"]}
+
+
+@pytest.mark.parametrize("block", sorted(CORRUPT))
+def test_sweep_recomputes_a_corrupt_chunk_and_says_so(tmp_path, capsys, monkeypatch, block):
     out = tmp_path / "g.nc"
-    args = ["sweep", "--sigma-w", "0.5:3:6", "--alpha", "0.3", "--chunk", "2", "--out", out, "--quiet"]
+    args = ["sweep", *CORRUPT[block], "--chunk", "2", "--out", out, "--quiet"]
     code, _, err = run(capsys, *args)
     assert code == 0, err
     clean = io.read_netcdf(out)
@@ -281,7 +287,8 @@ def test_sweep_recomputes_a_corrupt_chunk_and_says_so(tmp_path, capsys, monkeypa
     assert code == 0, err
     assert "chunk 0" in err and "corrupt" in err
     again = io.read_netcdf(out)
-    np.testing.assert_array_equal(again.lambda_a.values, clean.lambda_a.values)
+    for v in clean.data_vars:
+        np.testing.assert_array_equal(again[v].values, clean[v].values)
 
 
 # ---------------------------------------------------------------- locks

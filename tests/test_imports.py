@@ -21,7 +21,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # within its own unit), never up
 RANKS = {
     "phasefield._runtime": 0, "phasefield.io": 0, "phasefield.grid": 0, "phasefield.config": 0,
-    "phasefield.activations": 0,
+    "phasefield.activations": 0, "phasefield.chunks": 0,
     "phasefield.theory": 1,
     "phasefield.layers": 2,
     "phasefield.block": 3,

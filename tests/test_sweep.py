@@ -79,7 +79,16 @@ def test_separate_alphas_and_depth_axis():
         phasefield.sweep(sigma_w=1.0, alpha=[0.5, 1.5])
 
 
-def test_chunked_sweep_resumes_without_recomputing(tmp_path, monkeypatch):
+# the paper block (closed form) and a standard block (the layers evaluator): one chunk driver
+RESUME = {"paper": dict(sigma_w=SW, alpha=ALPHA),
+          "pre-ln": dict(block="pre-ln:heads=2", axes={"sigma": [0.4, 1.1, 1.7], "alpha": ALPHA}, n_tokens=4,
+                         depth=2)}   # (the grid of tests/test_sweep_blocks.py: its compiled programs)
+
+
+@pytest.mark.parametrize("block", sorted(RESUME))
+def test_chunked_sweep_resumes_without_recomputing(tmp_path, monkeypatch, block):
+    kw = RESUME[block]
+    one = [__import__("jax").devices()[0]]
     out = tmp_path / "grid.nc"
     calls = []
     real = grid.ChunkStore.save
@@ -92,16 +101,15 @@ def test_chunked_sweep_resumes_without_recomputing(tmp_path, monkeypatch):
 
     monkeypatch.setattr(grid.ChunkStore, "save", failing)
     with pytest.raises(KeyboardInterrupt):
-        sweep_mod.sweep(sigma_w=SW, alpha=ALPHA, out=str(out), chunk_size=2, devices=[__import__("jax").devices()[0]])
+        sweep_mod.sweep(**kw, out=str(out), chunk_size=2, devices=one)
     assert not out.exists()                                  # no complete-looking file
     assert len(list((tmp_path / "grid.nc.chunks").glob("chunk_*.npz"))) == 2
     calls.clear()
     monkeypatch.setattr(grid.ChunkStore, "save", lambda st, i, v: (calls.append(i), real(st, i, v)))
-    ds = sweep_mod.sweep(sigma_w=SW, alpha=ALPHA, out=str(out), chunk_size=2,
-                         devices=[__import__("jax").devices()[0]])
+    ds = sweep_mod.sweep(**kw, out=str(out), chunk_size=2, devices=one)
     assert len(calls) == 5 - 2                               # 9 points / 2 = 5 chunks, 2 reused
     assert out.exists() and not (tmp_path / "grid.nc.chunks").exists()
-    full = phasefield.sweep(sigma_w=SW, alpha=ALPHA)
+    full = phasefield.sweep(**kw) if block == "paper" else phasefield.sweep(**kw, chunk_size=2, devices=one)
     xr.testing.assert_allclose(ds, full)
     back = xr.open_dataset(out, engine="h5netcdf")
     xr.testing.assert_allclose(back.load(), full)

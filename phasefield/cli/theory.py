@@ -1,12 +1,10 @@
-"""``phasefield exponents``, ``phasefield trajectory`` and ``phasefield sweep`` (the theory)."""
+"""``phasefield exponents``, ``phasefield trajectory`` and ``phasefield sweep`` (the theory; the sweep
+command itself is :mod:`phasefield.cli.sweep`)."""
 from __future__ import annotations
-
-import os
 
 import click
 
-from .common import (UsageError, check, echo_json, grid_options, grid_values, option, output,
-                     point_hparams, point_options)
+from .common import UsageError, echo_json, option, point_hparams, point_options
 
 Q0_MAX = 1e6  # input squared norm per component (trajectory)
 
@@ -155,62 +153,5 @@ def register(cli):
         for i, (a, b) in enumerate(zip(q, p)):
             click.echo(f"{i:5d} {a:12.6g} {b:12.6g} {b / a:9.5f}")
 
-    @cli.command("sweep")
-    @grid_options
-    @_static_decorator()
-    @click.option("--chunk", type=int, default=None, help="points per compiled chunk [65536]")
-    @click.option("--out", "-o", required=True, help="output netCDF file (.nc)")
-    @click.option("--quiet", is_flag=True, help="no progress bar")
-    def sweep_cmd(sigma_w, sigma_a, alpha, alpha_a, alpha_m, sigma_v, n_tokens, depth, activation,
-                  mlp_layers, residual, attention, softmax_correction, chunk, out, quiet):
-        """Theory on a grid -> netCDF (xarray). Interrupted sweeps resume from OUT.chunks/."""
-        vals = grid_values(sigma_w, sigma_a, alpha, alpha_a, alpha_m, sigma_v, n_tokens, depth)
-        from .. import grid
-        from ..config import HParams
-
-        option("--chunk", chunk, 1, grid.CHUNK_MAX, integer=True)
-        option("--mlp-layers", mlp_layers, 1, 16, integer=True)
-        HParams(activation=activation, mlp_layers=mlp_layers, residual=residual,
-                attention=attention, softmax_correction=softmax_correction).validate()
-        sizes = [v.size for v in vals.values()]
-        total = check(grid.check_grid, sizes, 8 * 8, "grid")
-        if attention == "exact":  # the exact-softmax map integrates a logit grid per point
-            per_chunk = min(total, chunk or 64)
-            check(grid.check_memory, per_chunk * (25 << 20), f"a chunk of {per_chunk} points with --attention exact",
-                  "use a smaller --chunk")
-        d = os.path.dirname(os.path.abspath(out))
-        if not os.path.isdir(d):
-            raise UsageError(f"directory of --out does not exist: {d}")
-        # the file and, while it runs, the chunks: about 2 x 8 float64 per point
-        from ..sweep import VARIABLES
-        output(out, need_bytes=2 * len(VARIABLES) * 8 * total)
-        # multi-valued axes are dimensions, single values scalar coordinates
-        axes = {k: (v if v.size > 1 else float(v[0])) for k, v in vals.items()}
-        if all(v.size == 1 for v in vals.values()):
-            axes["sigma_w"] = vals["sigma_w"]
-        import time
-
-        from .. import sweep as sweep_mod
-
-        t0 = time.perf_counter()
-        ds = sweep_mod.sweep(**axes, activation=activation, mlp_layers=mlp_layers, residual=residual,
-                             attention=attention, softmax_correction=softmax_correction, out=out,
-                             chunk_size=chunk, progress=not quiet)
-        dt = time.perf_counter() - t0
-        if ds is None:  # a multi-process sweep: another process assembles the file
-            import jax
-
-            click.echo(f"process {jax.process_index()}: chunks done; process 0 writes {out}")
-            return
-        n = int(ds.lambda_a.size)
-        click.echo(f"wrote {out}: {' x '.join(f'{k}={ds.sizes[k]}' for k in ds.dims)} "
-                   f"({n} points, {dt:.1f} s, {n / dt:,.0f} points/s)")
-
-
-def _static_decorator():
-    def deco(f):
-        for o in reversed(_static_options()):
-            f = o(f)
-        return f
-
-    return deco
+    from .sweep import sweep_command
+    cli.add_command(sweep_command, "sweep")   # every block (phasefield.cli.sweep)

@@ -6,14 +6,18 @@ angle exponent, as an ``xarray.Dataset``.
     ds = sweep.sweep("pre-ln", {"sigma": np.linspace(0.1, 2, 64), "alpha": np.linspace(0.05, 1, 64)},
                      fixed={"heads": 12}, n_tokens=64, depth=16)
 
-The block is built inside ``jax.vmap`` from the traced numbers (its pytree leaves), so one
-compiled program serves a whole chunk of points; ``depth`` is the scan length (static): one
+:func:`sweep` runs through the chunk driver of every sweep (:mod:`phasefield.chunks`: chunk
+store, resume, lock, sharding, multi-host, progress; ``phasefield.sweep(block=...)`` calls it
+for every block but the paper's); a chunk is :func:`evaluate_chunk` of the sweep's
+:func:`plan`. The block is built inside ``jax.vmap`` from the traced numbers (its pytree
+leaves), so one compiled program serves a whole chunk of points; ``depth`` is the scan length (static): one
 program per depth value. The tables the maps read (MLP Gaussian integrals, the
 exact-softmax grids of the softmax correction) are sized for the largest scales on the
 grid's corners (:func:`table_scales`), outside the trace.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import itertools
 
@@ -34,12 +38,14 @@ from .state import Context, Kernel
 
 VARIABLES = {
     "angle_rate": "angle rate of nearby tokens (1/L) log[(1 - rho_L)/(1 - rho_0)], rho_0 -> 1 (from q0)",
-    "lambda_g": "gradient rate lambda_g(L) = (1/L) log(a + b) from the input geometry (q0, rho0)",
-    "lambda_g_collapsed": "lambda_g(L) from collapsed input tokens (q0, q0)",
+    "lambda_g_input": "gradient rate lambda_g(L) = (1/L) log(a + b) from the input geometry (q0, rho0)",
+    "lambda_g_collapse": "lambda_g(L) from collapsed input tokens (q0, q0)",
     "lambda_a": "angle exponent at the collapsed fixed point (NaN: no finite fixed point)",
     "rho_L": "token cosine after L blocks from rho0",
     "q_L": "token squared norm per component after L blocks from q0",
 }
+SYMBOLS = dict(angle_rate="(1/L) log[(1-ρ_L)/(1-ρ_0)]", lambda_g_input="λ_g(L; q0, ρ0)",
+               lambda_g_collapse="λ_g(L)", lambda_a="λ_a", rho_L="ρ_L", q_L="q_L")
 CHUNK = 1024
 MESH_TABLES = 97   # mesh of the per-logit-scale interpolants (the stable-point search's 33 reach
                    # rounding only up to sigma_A ~ 1; 97 nodes up to sigma_A = 4, tail <= 1e-13)
@@ -173,8 +179,14 @@ def _compiled(name, fixed_items, keys, n_tokens, depth, q0, rho0, scales, tables
     return jax.jit(jax.vmap(f, in_axes=(0,) * len(keys) + (0, None, None)))
 
 
+@functools.lru_cache(maxsize=16)
+def _compiled_point(name, fixed_items, n_tokens, depth, q0, rho0):
+    return jax.jit(_point(name, dict(fixed_items), (), n_tokens, depth, q0, rho0))
+
+
 def check(name: str, axes: dict, fixed: dict) -> tuple[dict, list]:
-    """(checked fixed keywords, depth values); ValueError (one line) for bad axes."""
+    """(checked fixed keywords, depth values); ValueError (one line) for bad axes (``depth``
+    and ``n_tokens`` may be axes too)."""
     nums = spec.NUMBERS.get(name)
     if nums is None:
         spec.check(name, {})
@@ -191,9 +203,13 @@ def check(name: str, axes: dict, fixed: dict) -> tuple[dict, list]:
             if any(v != int(v) or not 1 <= v <= 10_000 for v in values):
                 raise ValueError("axis depth must hold integers in [1, 10000]")
             continue
+        if key == "n_tokens":
+            if any(v != int(v) or not 2 <= v <= 1_000_000 for v in values):
+                raise ValueError("axis n_tokens must hold integers in [2, 1000000]")
+            continue
         if key not in nums:
             raise ValueError(f"block {name} has no number {key!r} to sweep; it has "
-                             f"{', '.join(list(nums) + ['depth'])}")
+                             f"{', '.join(list(nums) + ['depth', 'n_tokens'])}")
         for v in (values.min(), values.max()):
             spec.check(name, dict(fixed, **{key: v}))
     fixed = spec.check(name, fixed)
@@ -203,61 +219,160 @@ def check(name: str, axes: dict, fixed: dict) -> tuple[dict, list]:
     return fixed, depths
 
 
+@dataclasses.dataclass(frozen=True, eq=False)
+class Plan:
+    """What a sweep computes once (per ``n_tokens``): the block, its static numbers, the
+    table scales and mesh tables; ``chunk``: the preferred chunk size (points)."""
+    name: str
+    fixed: dict
+    keys: tuple
+    n_tokens: int
+    depth_values: tuple
+    q0: float
+    rho0: float
+    scales: tuple
+    tables: tuple | None
+    uniq: np.ndarray | None
+    chunk: int
+
+
+def _logit_scales(name, fixed, keys, flat):
+    """The (one) attention logit scale at each point of ``flat`` (the order of
+    :func:`mesh_tables`' distinct scales)."""
+    npts = len(flat[0])
+    atts = [x for x in _leaves(spec.build(name, dict(fixed, **dict(zip(keys, flat))))) if isinstance(x, Attention)]
+    return np.broadcast_to(np.asarray(atts[0]._logit_scale(), np.float64), (npts,))
+
+
+@float64
+def plan(name: str, fixed: dict, axes: dict, n_tokens: int, depth_values: list,
+         q0: float = 1.0, rho0: float = 0.5, mesh: bool = True) -> Plan:
+    """Everything computed once per sweep (tables per distinct scale); ``axes``: number name
+    -> 1-D values of the grid (no ``depth``, no ``n_tokens``). With the exact map or the
+    softmax term and ``mesh``, their values on a cosine mesh once per distinct logit scale
+    when q0 = 1 (:func:`mesh_tables`)."""
+    keys = tuple(axes)
+    grids = [np.asarray(axes[k], float) for k in keys]
+    flat = [m.ravel() for m in np.meshgrid(*grids, indexing="ij")] if grids else []
+    scales = table_scales(name, fixed, dict(axes))
+    exact = any(isinstance(x, Attention) and (x.map == "exact" or x.softmax_correction)
+                for x in _leaves(spec.build(name, fixed)))
+    tables = mesh_tables(name, fixed, keys, flat, n_tokens, scales[0]) if exact and float(q0) == 1.0 and flat \
+        and mesh else None
+    uniq = None
+    if tables is not None:
+        uniq = np.unique(_logit_scales(name, fixed, keys, flat))   # mesh_tables' order of scales
+    chunk = CHUNK_EXACT if exact and tables is None else CHUNK   # mesh values: no logit grid per point
+    return Plan(name, dict(fixed), keys, int(n_tokens), tuple(int(d) for d in depth_values), float(q0),
+                float(rho0), scales, tables, uniq, chunk)
+
+
+_NAMES = dict(angle_rate="angle_rate", lambda_g_input="lambda_g", lambda_g_collapse="lambda_g_collapsed",
+              lambda_a="lambda_a", rho_L="rho_L", q_L="q_L")   # VARIABLES -> the point function's keys
+
+
+@float64
+def evaluate_chunk(plan: Plan, values: dict, depth: int) -> dict:
+    """``values``: number name -> flat per-point values (any length up to ``plan.chunk``; the
+    driver pads the last chunk); returns :data:`VARIABLES` name -> float64 array of the same
+    length. No numbers (a grid of depth or n_tokens alone): one point."""
+    p = plan
+    fixed_items = tuple(sorted(p.fixed.items()))
+    if not p.keys:
+        out = jax.tree_util.tree_map(lambda x: x[None], _compiled_point(p.name, fixed_items, p.n_tokens, int(depth),
+                                                                        p.q0, p.rho0)())
+        return {v: np.asarray(out[k], np.float64) for v, k in _NAMES.items()}
+    f = _compiled(p.name, fixed_items, p.keys, p.n_tokens, int(depth), p.q0, p.rho0, p.scales,
+                  None if p.tables is None else p.tables[3])
+    args = [values[k] for k in p.keys]
+    if p.tables is not None:
+        scale = _logit_scales(p.name, p.fixed, p.keys, [np.asarray(a, np.float64) for a in args])
+        idx = np.minimum(np.searchsorted(p.uniq, scale), len(p.uniq) - 1)
+        if not np.array_equal(p.uniq[idx], scale):     # (the grid's own points: never)
+            raise ValueError("a point's logit scale is not one of the plan's (values outside the planned grid)")
+        args += [jnp.asarray(idx.astype(np.int32)), jnp.asarray(p.tables[1]), jnp.asarray(p.tables[2])]
+    out = f(*args)
+    return {v: np.asarray(out[k], np.float64) for v, k in _NAMES.items()}
+
+
 @float64
 def sweep(name: str, axes: dict, fixed: dict | None = None, n_tokens: int = 32, depth: int = 16,
           q0: float = 1.0, rho0: float = 0.5, chunk: int | None = None, progress: bool = False,
-          mesh: bool = True):
-    """The grid ``axes`` (name -> values; at most one may be ``depth``) of block ``name``.
-    With the exact map or the softmax term, ``mesh`` (default) evaluates them from their
-    values on a cosine mesh, computed once per distinct logit scale when q0 = 1
-    (:func:`mesh_tables`; the interpolants equal the maps to rounding, else the grid
-    integrates them per point as ``mesh=False`` does)."""
+          mesh: bool = True, out=None, devices=None, wait: float = 24 * 3600.0, log=None):
+    """The grid ``axes`` (name -> values; ``depth`` and ``n_tokens`` may be axes) of block
+    ``name`` through the chunk driver (:mod:`phasefield.chunks`: ``out`` -> chunk store,
+    resume, lock, multi-host, atomic netCDF write; the chunk's points split over ``devices``,
+    default every local device). Each chunk is :func:`evaluate_chunk` of the sweep's
+    :func:`plan` (one per ``n_tokens``). With the exact map or the softmax term, ``mesh``
+    (default) evaluates them from their values on a cosine mesh, computed once per distinct
+    logit scale when q0 = 1 (:func:`mesh_tables`; the interpolants equal the maps to
+    rounding, else the grid integrates them per point as ``mesh=False`` does).
+    ``phasefield.sweep(block=...)`` calls this for every block but the paper's."""
     import xarray as xr
-    from tqdm.auto import tqdm
+
+    from .. import chunks as driver
+    from .. import grid
 
     fixed, depths = check(name, axes, dict(fixed or {}))
-    num_keys = tuple(k for k in axes if k != "depth")
+    grid.check_values({"n_tokens": n_tokens, "depth": depth})
+    num_keys = tuple(k for k in axes if k not in ("depth", "n_tokens"))
     grids = [np.asarray(axes[k], float) for k in num_keys]
     shape = tuple(len(g) for g in grids)
-    flat = [m.ravel() for m in np.meshgrid(*grids, indexing="ij")] if grids else []
-    npts = int(np.prod(shape)) if grids else 1
+    n_axis = "n_tokens" in axes
+    n_list = [int(v) for v in np.asarray(axes["n_tokens"], float)] if n_axis else [int(n_tokens)]
     depth_list = depths if depths is not None else [int(depth)]
-    fixed_items = tuple(sorted(fixed.items()))
-    scales = table_scales(name, fixed, {k: axes[k] for k in num_keys})
-    exact = any(isinstance(x, Attention) and (x.map == "exact" or x.softmax_correction)
-                for x in _leaves(spec.build(name, fixed)))
-    tables = mesh_tables(name, fixed, num_keys, flat, n_tokens, scales[0]) if exact and float(q0) == 1.0 and flat \
-        and mesh else None
-    if chunk is None:      # mesh values: the points read interpolants, no logit grid per point
-        chunk = CHUNK_EXACT if exact and tables is None else CHUNK
-    results = {v: np.empty((len(depth_list), npts)) for v in VARIABLES}
-    steps = [(i, s) for i in range(len(depth_list)) for s in range(0, npts, chunk)]
-    for i, start in tqdm(steps, disable=not progress, desc=f"{name} sweep"):
-        f = _compiled(name, fixed_items, num_keys, int(n_tokens), depth_list[i], float(q0), float(rho0), scales,
-                      None if tables is None else tables[3])
-        stop = min(start + chunk, npts)
-        # pad to the chunk size: one program per chunk size
-        idx = np.minimum(np.arange(start, start + chunk if npts > chunk else stop), npts - 1)
-        args = [jnp.asarray(a[idx]) for a in flat] if flat else [jnp.zeros(1)]
-        if tables is not None:
-            args += [jnp.asarray(tables[0][idx]), jnp.asarray(tables[1]), jnp.asarray(tables[2])]
-        if not flat:
-            f = jax.jit(lambda _: jax.tree_util.tree_map(
-                lambda x: x[None], _point(name, fixed, (), int(n_tokens), depth_list[i], float(q0), float(rho0))()))
-        out = f(*args)
-        for v in VARIABLES:
-            results[v][i, start:stop] = np.asarray(out[v])[: stop - start]
-    dims = (["depth"] if depths is not None else []) + list(num_keys)
-    coords = dict(zip(num_keys, grids))
-    if depths is not None:
-        coords["depth"] = np.asarray(depths)
-    full_shape = ((len(depth_list),) if depths is not None else ()) + shape
-    data = {v: (dims, results[v].reshape(full_shape), dict(long_name=VARIABLES[v])) for v in VARIABLES}
-    attrs = dict(block=name, n_tokens=int(n_tokens), q0=float(q0), rho0=float(rho0),
-                 **{f"fixed_{k}": (str(v) if isinstance(v, (str, bool)) else v) for k, v in fixed.items()})
-    if depths is None:
-        attrs["depth"] = int(depth)
-    return xr.Dataset(data, coords=coords, attrs=attrs)
+    lead = ((len(n_list),) if n_axis else ()) + ((len(depth_list),) if depths is not None else ())
+    grid.check_grid(lead + shape, 8 * len(VARIABLES), "grid")
+    if chunk is not None and not 1 <= int(chunk) <= grid.CHUNK_MAX:
+        raise ValueError(f"chunk must lie in [1, {grid.CHUNK_MAX:,}] (got {chunk})")
+    npts = int(np.prod(shape)) if grids else 1
+    flat = [m.ravel() for m in np.meshgrid(*grids, indexing="ij")] if grids else []
+    plans = [plan(name, fixed, dict(zip(num_keys, grids)), n, depth_list, q0, rho0, mesh) for n in n_list]
+    devices = list(devices) if devices is not None else jax.local_devices()
+    ndev = len(devices) if flat else 1
+    size = int(chunk or plans[0].chunk)
+    size = -(-min(size, npts) // ndev) * ndev            # whole points per device
+    per_slab = -(-npts // size)
+    slabs = [(i, j) for i in range(len(n_list)) for j in range(len(depth_list))]
+    total = len(slabs) * npts
+
+    def span(c):
+        s, off = divmod(c, per_slab)
+        return s * npts + off * size, s * npts + min((off + 1) * size, npts)
+
+    def evaluate(c):
+        s, off = divmod(c, per_slab)
+        i, j = slabs[s]
+        idx = np.arange(off * size, (off + 1) * size) % npts     # the last chunk padded by wrapping
+        values = driver.shard({k: jnp.asarray(a[idx]) for k, a in zip(num_keys, flat)}, devices[:ndev])
+        return evaluate_chunk(plans[i], values, depth_list[j])
+
+    store_spec = dict(source="phasefield.layers.sweep", block=name,
+                      fixed={k: (v if isinstance(v, (bool, int, float)) else str(v)) for k, v in fixed.items()},
+                      axes={k: g.tolist() for k, g in zip(num_keys, grids)}, n_tokens=n_list, depth=depth_list,
+                      q0=float(q0), rho0=float(rho0), mesh=bool(mesh), chunk=size, version=1)
+    with driver.Driver(out, store_spec, log=log) as drv:
+        results = drv.run(evaluate, len(slabs) * per_slab, span, total, tuple(VARIABLES), progress=progress,
+                          desc=f"{name} sweep", wait=wait)
+        if results is None:
+            return None
+        dims = (["n_tokens"] if n_axis else []) + (["depth"] if depths is not None else []) + list(num_keys)
+        coords = dict(zip(num_keys, grids))
+        if n_axis:
+            coords["n_tokens"] = np.asarray(n_list)
+        if depths is not None:
+            coords["depth"] = np.asarray(depths)
+        data = {v: (dims, results[v].reshape(lead + shape), dict(long_name=VARIABLES[v], symbol=SYMBOLS[v]))
+                for v in VARIABLES}
+        attrs = dict(block=name, q0=float(q0), rho0=float(rho0),
+                     **{f"fixed_{k}": (str(v) if isinstance(v, (str, bool)) else v) for k, v in fixed.items()})
+        if not n_axis:
+            attrs["n_tokens"] = int(n_tokens)
+        if depths is None:
+            attrs["depth"] = int(depth)
+        ds = xr.Dataset(data, coords=coords, attrs=attrs)
+        drv.write(ds)
+        return ds
 
 
 def phase_labels(angle, grad):
