@@ -16,9 +16,12 @@ the network does not depend on the map. n = 16 tokens, L = 8 blocks, 4 heads, fr
 
 Writes ``OUT.json`` (one object per (preset, point, width, draws, seed)) and ``OUT.csv``
 (one line per quantity) after every point; a rerun skips the rows already there
-(resumable). Needs only jax, flax, numpy (no netCDF). Cost: 9 points; on one GPU the
-compilation dominates (three block structures x two kernels, and the theory's exact map);
-on this 2-core CPU a point at width 256 with 8 draws takes ~1 minute cold, mostly compiling.
+(resumable; the XLA compilations are kept in ``--cache``, so a rerun does not compile
+again). Needs only jax, flax, numpy (no netCDF). Cost: 9 points; compilation dominates
+(three block structures x two kernels, and the theory with the exact map); at width 256
+with 8 draws the whole run took 170 CPU s on the 2-core CPU (2026-11-26). Where one call
+has a time limit, run it per preset (``--presets pre-ln`` ...): each call prints every
+finished point and keeps it.
 """
 from __future__ import annotations
 
@@ -115,6 +118,16 @@ def table(rows) -> str:
     return "\n".join(out)
 
 
+def compilation_cache(path):
+    """Keep XLA's compilations in ``path`` (as the CLI does): a rerun (a resumed run, another
+    --presets slice on the same machine) does not compile the kernels again."""
+    if path and path.lower() not in ("off", "none", "0"):
+        import jax
+        os.makedirs(path, exist_ok=True)
+        jax.config.update("jax_compilation_cache_dir", path)
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--width", type=int, default=4096)
@@ -123,7 +136,11 @@ def main(argv=None) -> int:
     ap.add_argument("--presets", default=",".join(POINTS))
     ap.add_argument("--out", default="docs/data/blocks/simulate_validation",
                     help="writes OUT.json and OUT.csv")
+    ap.add_argument("--cache", default=os.environ.get(
+        "PHASEFIELD_CACHE", os.path.join(os.path.expanduser("~"), ".cache", "phasefield", "jax")),
+        help="XLA compilation cache folder ('off': none)")
     a = ap.parse_args(argv)
+    compilation_cache(a.cache)
     presets = [p.strip() for p in a.presets.split(",") if p.strip()]
     bad = [p for p in presets if p not in POINTS]
     if bad or a.width < 2 or a.draws < 2:
