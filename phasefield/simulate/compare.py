@@ -87,8 +87,9 @@ def align(theory: xr.Dataset, sim: xr.Dataset):
 
 def phases(theory: xr.Dataset) -> dict:
     """Boolean masks of the theory's phases (module docstring)."""
-    first = next(iter(theory.data_vars))
-    out = {"all": xr.ones_like(theory[first], dtype=bool)}
+    shape_of = next((k for k in ("lambda_a", "angle_rate", "lambda_g", "lambda_g_input") if k in theory),
+                    next(iter(theory.data_vars)))
+    out = {"all": xr.ones_like(theory[shape_of], dtype=bool)}
     angle = theory["lambda_a"] if "lambda_a" in theory else None
     if "angle_rate" in theory:
         angle = theory["angle_rate"] if angle is None else angle.where(np.isfinite(angle), theory["angle_rate"])
