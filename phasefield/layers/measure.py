@@ -71,10 +71,10 @@ def q_rho_gap(t):
     return q, 1.0 - u / q, u / q
 
 
-def transient(block, key, n, d, depth, q0, rho0, weights="lazy"):
+def transient(block, key, n, d, depth, q0, rho0, weights="lazy", dtype=jnp.float32):
     """Per-layer (q, p) of one draw from (q0, rho0): arrays ``[depth + 1]``."""
     kx, kw = jax.random.split(key)
-    xs = stack(block, kw, tokens(kx, n, d, q0, rho0), depth, weights)
+    xs = stack(block, kw, tokens(kx, n, d, q0, rho0, dtype), depth, weights)
     return geometry(xs)
 
 
@@ -90,12 +90,25 @@ def near_gap(block, key, n, d, depth, q0, eps, weights="lazy", dtype=jnp.float32
     return jax.vmap(q_rho_gap)(stack(block, kw, tokens(kx, n, d, q0, 1.0 - eps, dtype), depth, weights))[2]
 
 
-def gradient_energy(block, key, n, d, depth, q0, rho0, weights="lazy"):
-    """|J^T u|^2 / (n d) for u ~ N(0, 1) at the output of ``depth`` blocks (one VJP per draw,
-    the protocol of docs/theory.md §7), from tokens at (q0, rho0)."""
+def gradient_draw(block, key, n, d, depth, q0, rho0, weights="lazy", dtype=jnp.float32) -> dict:
+    """One draw from tokens at (q0, rho0) (``rho0 = 1``: n identical tokens) through ``depth``
+    blocks: the per-layer geometry ``q, p`` (``[depth + 1]``, as :func:`transient`) and, for
+    u ~ N(0, 1) at the output, ``g = |J^T u|^2 / (n d)`` and ``u = |u|^2 / (n d)`` (one VJP
+    per draw, the protocol of docs/theory.md §7). The ratio of the means of g and u over
+    draws estimates exp(L lambda_g(L)) with less noise than g's alone (E u = 1)."""
     kx, kw, ku = jax.random.split(key, 3)
-    x = tokens(kx, n, d, q0, rho0)
-    out, vjp = jax.vjp(lambda h: stack(block, kw, h, depth, weights)[-1], x)
+    x = tokens(kx, n, d, q0, rho0, dtype)
+
+    def f(h):
+        xs = stack(block, kw, h, depth, weights)
+        return xs[-1], geometry(xs)
+
+    out, vjp, (q, p) = jax.vjp(f, x, has_aux=True)
     u = jax.random.normal(ku, out.shape, out.dtype)
     (g,) = vjp(u)
-    return jnp.sum(jnp.square(g)) / (n * d)
+    return dict(q=q, p=p, g=jnp.sum(jnp.square(g)) / (n * d), u=jnp.sum(jnp.square(u)) / (n * d))
+
+
+def gradient_energy(block, key, n, d, depth, q0, rho0, weights="lazy", dtype=jnp.float32):
+    """|J^T u|^2 / (n d) of :func:`gradient_draw` (the same draw)."""
+    return gradient_draw(block, key, n, d, depth, q0, rho0, weights, dtype)["g"]

@@ -1,11 +1,19 @@
 """Theory-vs-simulation agreement tables from two grid datasets (netCDF).
 
 Both datasets are aligned on their common coordinates (inner join); each grid point is
-classified by the theory's exponents: ordered/chaotic by the sign of ``lambda_a``,
-vanishing/exploding by the sign of ``lambda_g``. For every quantity present in both,
-the table gives the median, 90th percentile and maximum absolute error (and, where the
-simulation carries ``<name>_se``, the same statistics of |error| / se), overall and by
-phase.
+classified by the theory: ordered/chaotic by the sign of ``lambda_a`` (``angle_rate`` where
+the block has no finite fixed point), vanishing/exploding by the sign of ``lambda_g`` (the
+paper grid) or ``lambda_g_input`` (a block grid). Quantities are matched by name: every
+variable present in both grids that the simulation measures with a standard error
+(``<name>_se``), or one of :data:`QUANTITIES`. A block theory grid
+(:func:`phasefield.layers.sweep.sweep`) is read under the simulator's names first
+(:func:`theory_names`: its ``lambda_g`` is ``lambda_g_input``, ``lambda_g_collapsed`` is
+``lambda_g_collapse``). The table gives the median, 90th percentile and maximum absolute
+error and, where the simulation carries ``<name>_se``, the same statistics of
+|z| = |error| / se and the mean signed z, overall and by phase. The se is floored at
+:data:`RESOLUTION` times max(1, |theory|): below that the network and the theory differ by
+design (a LayerNorm's epsilon moves q after the norm by up to 1e-6, which the theory leaves
+out), not by noise.
 """
 from __future__ import annotations
 
@@ -13,8 +21,37 @@ import numpy as np
 import xarray as xr
 
 from .. import grid
+from .blocks import RESOLUTION, THEORY_NAMES
 
 QUANTITIES = ("lambda_a", "lambda_g", "lambda_g_inf", "rho_star")  # q_star: an input of the simulation
+INPUTS = ("q_star",)
+# a block theory grid's names -> the simulator's
+BLOCK_NAMES = THEORY_NAMES
+
+
+def theory_names(ds: xr.Dataset) -> xr.Dataset:
+    """A block theory grid (attribute ``block``, from the block sweep) with its variables
+    under the simulator's names (:data:`BLOCK_NAMES`, where the new name is not already
+    there); any other grid unchanged."""
+    if "block" not in ds.attrs:
+        return ds
+    ren = {k: v for k, v in BLOCK_NAMES.items() if k in ds.data_vars and v not in ds.data_vars}
+    return ds.rename(ren) if ren else ds
+
+
+def common_quantities(theory: xr.Dataset, sim: xr.Dataset, quantities=None) -> list:
+    """The quantities compared: ``quantities`` if given, else every variable of both grids
+    that the simulation gives with ``<name>_se`` or that is one of :data:`QUANTITIES`
+    (inputs such as ``q_star`` and the ``_se`` variables themselves excluded)."""
+    if quantities is not None:
+        return [q for q in quantities if q in theory and q in sim]
+    out = []
+    for q in sim.data_vars:
+        if q.endswith("_se") or q in INPUTS or q not in theory.data_vars:
+            continue
+        if q + "_se" in sim or q in QUANTITIES:
+            out.append(q)
+    return out
 
 
 def open_grid(path) -> xr.Dataset:
@@ -49,37 +86,54 @@ def align(theory: xr.Dataset, sim: xr.Dataset):
 
 
 def phases(theory: xr.Dataset) -> dict:
-    """Boolean masks of the theory's phases."""
-    out = {"all": xr.ones_like(theory["lambda_a"], dtype=bool)}
-    if "lambda_a" in theory:
-        out["ordered"] = theory["lambda_a"] < 0
-        out["chaotic"] = theory["lambda_a"] >= 0
-    if "lambda_g" in theory:
-        out["vanishing"] = theory["lambda_g"] < 0
-        out["exploding"] = theory["lambda_g"] >= 0
+    """Boolean masks of the theory's phases (module docstring)."""
+    shape_of = next((k for k in ("lambda_a", "angle_rate", "lambda_g", "lambda_g_input") if k in theory),
+                    next(iter(theory.data_vars)))
+    out = {"all": xr.ones_like(theory[shape_of], dtype=bool)}
+    angle = theory["lambda_a"] if "lambda_a" in theory else None
+    if "angle_rate" in theory:
+        angle = theory["angle_rate"] if angle is None else angle.where(np.isfinite(angle), theory["angle_rate"])
+    if angle is not None:
+        out["ordered"] = angle < 0
+        out["chaotic"] = angle >= 0
+    grad = next((theory[k] for k in ("lambda_g", "lambda_g_input") if k in theory), None)
+    if grad is not None:
+        out["vanishing"] = grad < 0
+        out["exploding"] = grad >= 0
     return out
 
 
 def agreement(theory: xr.Dataset, sim: xr.Dataset, quantities=None) -> list[dict]:
-    """Rows ``{quantity, phase, points, median, p90, max, median_z, p90_z, max_z}`` of
-    absolute errors |sim - theory| (``*_z``: in units of the simulation's standard error)."""
-    th, si = align(theory, sim)
-    quantities = [q for q in (quantities or QUANTITIES) if q in th and q in si]
+    """Rows ``{quantity, phase, points, median, p90, max, median_z, p90_z, max_z, mean_z}``
+    of absolute errors |sim - theory| (quantities finite nowhere on the common grid, such as
+    ``lambda_a`` of a block without a fixed point, are left out) (``*_z``: |error| in units of the simulation's
+    standard error, floored at :data:`RESOLUTION`; ``mean_z`` the signed mean of
+    (sim - theory)/se)."""
+    th, si = align(theory_names(theory), sim)
+    quantities = common_quantities(th, si, quantities)
     if not quantities:
         raise ValueError("the two grids have no quantity in common "
                          f"(theory: {sorted(theory.data_vars)}, simulation: {sorted(sim.data_vars)})")
     rows = []
     masks = phases(th)
     for q in quantities:
-        err = np.abs(si[q] - th[q])
-        z = err / si[q + "_se"] if q + "_se" in si else None
+        diff = si[q] - th[q]
+        err = np.abs(diff)
+        if not np.any(np.isfinite(np.asarray(err.values))):
+            continue     # nothing to compare (e.g. lambda_a of a block without a fixed point)
+        z = None
+        if q + "_se" in si:
+            floor = RESOLUTION * np.maximum(1.0, np.abs(th[q]))
+            z = diff / np.maximum(si[q + "_se"], floor)
         for phase, mask in masks.items():
             m = np.asarray(mask.values, bool) & np.isfinite(np.asarray(err.values))
             e = np.asarray(err.values)[m]
             row = {"quantity": q, "phase": phase, "points": int(e.size)}
             row.update(_stats(e, ""))
             if z is not None:
-                row.update(_stats(np.asarray(z.values)[m], "_z"))
+                zs = np.asarray(z.values)[m]
+                row.update(_stats(np.abs(zs), "_z"))
+                row["mean_z"] = float(np.mean(zs)) if zs.size else float("nan")
             rows.append(row)
     return rows
 
@@ -94,15 +148,15 @@ def _stats(e, suffix):
 def format_table(rows: list[dict]) -> str:
     """A fixed-width text table of :func:`agreement` rows."""
     has_z = any("median_z" in r for r in rows)
-    head = f"{'quantity':<12} {'phase':<10} {'points':>6} {'median':>9} {'p90':>9} {'max':>9}"
+    head = f"{'quantity':<17} {'phase':<10} {'points':>6} {'median':>9} {'p90':>9} {'max':>9}"
     if has_z:
-        head += f" {'med/se':>7} {'p90/se':>7} {'max/se':>7}"
+        head += f" {'med/se':>7} {'p90/se':>7} {'max/se':>7} {'mean z':>7}"
     lines = [head, "-" * len(head)]
     for r in rows:
-        line = (f"{r['quantity']:<12} {r['phase']:<10} {r['points']:>6d} {r['median']:>9.4f} "
+        line = (f"{r['quantity']:<17} {r['phase']:<10} {r['points']:>6d} {r['median']:>9.4f} "
                 f"{r['p90']:>9.4f} {r['max']:>9.4f}")
         if has_z:
-            line += "".join(f" {r.get(k, float('nan')):>7.2f}" for k in ("median_z", "p90_z", "max_z"))
+            line += "".join(f" {r.get(k, float('nan')):>7.2f}" for k in ("median_z", "p90_z", "max_z", "mean_z"))
         lines.append(line)
     return "\n".join(lines)
 
@@ -111,8 +165,8 @@ def format_markdown(rows: list[dict]) -> str:
     """The same table in Markdown."""
     has_z = any("median_z" in r for r in rows)
     cols = ["quantity", "phase", "points", "median", "p90", "max"] + (
-        ["median_z", "p90_z", "max_z"] if has_z else [])
-    names = {"median_z": "median/se", "p90_z": "p90/se", "max_z": "max/se"}
+        ["median_z", "p90_z", "max_z", "mean_z"] if has_z else [])
+    names = {"median_z": "median/se", "p90_z": "p90/se", "max_z": "max/se", "mean_z": "mean z"}
     out = ["| " + " | ".join(names.get(c, c) for c in cols) + " |",
            "|" + "|".join("---" for _ in cols) + "|"]
     for r in rows:
