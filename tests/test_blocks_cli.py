@@ -191,3 +191,33 @@ def test_block_sweep_from_mesh_values_equals_the_integrated_maps():
                              [axes["sigma"], np.repeat(axes["alpha"], 2)], 8, 4.0) is not None
     for v in fast.data_vars:
         np.testing.assert_allclose(fast[v].values, slow[v].values, rtol=0, atol=1e-12, err_msg=v)
+
+
+def test_figures_draws_any_blocks_phase_diagram(capsys, tmp_path):
+    """`figures --block NAME --axis A --axis B`: the block sweep's values and its diagram."""
+    out = tmp_path / "figs"
+    rc, _, err = _run(capsys, "figures", "--block", "post-ln:heads=2", "--axis", "sigma=0.5,1.5", "--axis",
+                      "alpha=0.2,1", "--depth", "2", "--n-tokens", "4", "--out", str(out))
+    assert rc == 0, err
+    import xarray as xr
+    with xr.open_dataset(out / "phase_post-ln.nc", engine="h5netcdf") as ds:
+        fd = layers.finite_depth(layers.presets.get("post-ln", sigma=1.5, alpha=1.0, heads=2), q0=1.0, rho0=0.5,
+                                 n_tokens=4, depth=2)
+        grad = ds["lambda_g_input"] if "lambda_g_input" in ds else ds["lambda_g"]
+        assert abs(float(grad.isel(sigma=1, alpha=1)) - float(fd["lambda_g"])) < 1e-13
+    assert (out / "phase_post-ln.png").stat().st_size > 1000
+
+
+@pytest.mark.parametrize("args,msg", [
+    (["--block", "pre-ln", "--axis", "sigma=1,2"], "needs two --axis"),
+    (["--block", "pre-ln", "--axis", "sigma=1,2", "--axis", "heads=1,2"], "not a number of the block"),
+    (["--block", "pre-ln:sigma=1", "--axis", "sigma=1,2", "--axis", "alpha=1,2"], "both in --block"),
+    (["--block", "pre-ln", "--axis", "sigma=1,2", "--axis", "alpha=1,2", "--quick"], "--quick is for the paper"),
+    (["--depth", "3"], "--depth sets a --block diagram"),
+    (["--block", "nope", "--axis", "sigma=1,2", "--axis", "alpha=1,2"], "unknown block"),
+])
+def test_figures_block_bad_input(capsys, tmp_path, args, msg):
+    out = tmp_path / "figs"
+    rc, stdout, err = _run(capsys, "figures", "--out", str(out), *args)
+    assert rc == 2 and msg in err and len(err.strip().splitlines()) == 1 and not stdout, err
+    assert not out.exists()

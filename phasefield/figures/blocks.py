@@ -12,7 +12,13 @@ import numpy as np
 
 from .style import context, diverging_norm, extend, save
 
-TITLES = {"angle_rate": "angle rate (1/L) log[(1-ρ_L)/(1-ρ_0)]", "lambda_g": "gradient rate λ_g(L)"}
+TITLES = {"angle_rate": "angle rate (1/L) log[(1-ρ_L)/(1-ρ_0)]", "lambda_g": "gradient rate λ_g(L)",
+          "lambda_g_input": "gradient rate λ_g(L)"}
+
+
+def _gradient_name(ds) -> str:
+    """The gradient rate from the input geometry: ``lambda_g_input`` (or its earlier name)."""
+    return "lambda_g_input" if "lambda_g_input" in ds else "lambda_g"
 
 
 def _sim_points(sim, block, x, y):
@@ -27,7 +33,8 @@ def _sim_points(sim, block, x, y):
 
 def phase_diagram(ds, out_dir: str, name: str, sim=None, formats=("png",)) -> list[str]:
     """Two panels (angle rate, gradient rate) of the 2-D dataset ``ds``."""
-    dims = list(ds.lambda_g.dims)
+    grad = _gradient_name(ds)
+    dims = list(ds[grad].dims)
     if len(dims) != 2:
         raise ValueError(f"a phase diagram needs a 2-D sweep (got axes {', '.join(dims) or 'none'})")
     y, x = dims
@@ -35,7 +42,7 @@ def phase_diagram(ds, out_dir: str, name: str, sim=None, formats=("png",)) -> li
     pts = _sim_points(sim, block, x, y)
     with context() as plt:
         fig, axes = plt.subplots(1, 2, figsize=(7.0, 3.0), constrained_layout=True)
-        for ax, var in zip(axes, ("angle_rate", "lambda_g")):
+        for ax, var in zip(axes, ("angle_rate", grad)):
             z = np.asarray(ds[var].transpose(y, x), float)
             xs, ys = np.asarray(ds[x], float), np.asarray(ds[y], float)
             norm = diverging_norm(z, clip_percentile=98)
@@ -44,7 +51,7 @@ def phase_diagram(ds, out_dir: str, name: str, sim=None, formats=("png",)) -> li
                 ax.contour(xs, ys, z, levels=[0.0], colors="k", linewidths=1.0)
             fig.colorbar(im, ax=ax, extend=extend(norm, z))
             for r in pts:
-                v = r["sim"][var]
+                v = r["sim"].get(var, r["sim"].get("lambda_g")) if var == grad else r["sim"][var]
                 if v is None or not np.isfinite(v):     # not measurable (e.g. below float32 resolution)
                     ax.plot(r["point"][x], r["point"][y], "x", ms=6, color="k")
                     continue
