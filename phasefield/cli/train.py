@@ -266,7 +266,10 @@ def register(cli):
     @click.option("--figure", default=None,
                   help="PNG of the paper's Fig. 7: loss against the exponents, and the best exponent model's "
                        "cross-validated predictions")
-    def fit_cmd(runs, out, folds, repeats, num_classes, only_lr, per_lr, as_json, figure):
+    @click.option("--block", "block_spec", default=None,
+                  help="the block the runs must have been trained with (default: theirs, from sweep.json; the "
+                       "model records it)")
+    def fit_cmd(runs, out, folds, repeats, num_classes, only_lr, per_lr, as_json, figure, block_spec):
         """Does the initialization predict the trained loss? Cross-validated over configurations
         (seed-averaged losses): the noise floor, exponent models (collapsed point, measured input
         geometry with the paper and exact maps, +- the softmax-derivative term, trees), raw-
@@ -306,6 +309,13 @@ def register(cli):
             dirs.append(sweep_dir)
         meta = metas[0]
         cfg = TrainConfig.from_dict(meta["config"])
+        if block_spec is not None:
+            from .blockopt import resolve
+            name, fixed, _ = resolve(block_spec)
+            if fixed and set(fixed) & set(_spec_numbers(name)):
+                raise UsageError("fit --block names the block, not its numbers (those come from the runs)")
+            if check(spec_parse_checked, cfg.block) != (name, fixed):
+                raise UsageError(f"the runs in {dirs[0]} were trained with block {cfg.block}, not {block_spec}")
         num_classes = num_classes or meta.get("num_classes")
         if not num_classes:
             raise UsageError("cannot tell the number of classes: pass --num-classes")
@@ -464,6 +474,16 @@ def _same_block(name, fixed, fitted, fit_path) -> None:
         given = name + "".join(f"{':' if i == 0 else ','}{k}={v}" for i, (k, v) in enumerate(mine.items()))
         raise UsageError(f"model fitted on block {fitted}; {src} cannot predict for {given}: train that block "
                          f"(train-sweep --block {given} ...) and fit it (phasefield fit)")
+
+
+def spec_parse_checked(text):
+    from ..layers import spec
+    return spec.parse(text)
+
+
+def _spec_numbers(name):
+    from ..layers import spec
+    return spec.NUMBERS[name]
 
 
 def _run_numbers(name, fixed) -> tuple:

@@ -20,12 +20,12 @@ set the attention and the MLP branch's own scale (each defaults to ``alpha``: th
 alpha_A and alpha_M). The query/key std ``sigma`` gives
 logits of standard deviation ``sigma^2 q`` (``sigma_A = sigma^2``).
 
-Approximations (static, part of the pytree's structure): ``attention`` "paper" (Eq. 10, the
-paper's Assumption 3.2; the default, measured within 2.5 se of the networks for sigma <= 1
-and off by up to 44 se at sigma = 2, docs/blocks.md) or "exact" (the exact-softmax map:
-valid here at every sigma because the attention of the standard blocks reads normalized
-tokens, q = 1; within 2.5 se at every validated point, docs/blocks.md; block sweeps read
-it from per-logit-scale mesh values, as fast as Eq. 10);
+Approximations (static, part of the pytree's structure): ``attention`` "exact" (the
+exact-softmax map, the default of the standard blocks: valid here at every sigma because
+their attention reads normalized tokens, q = 1; within 2.5 se of the networks at every
+validated point, docs/blocks.md; block sweeps read it from per-logit-scale mesh values, as
+fast as Eq. 10) or "paper" (Eq. 10, the paper's Assumption 3.2: within 2.5 se for sigma <= 1,
+off by up to 44 se at sigma = 2; the ``paper`` preset keeps it, it is the paper's block);
 ``softmax_correction`` (the softmax-derivative path in the
 backward map; on by default for the standard blocks, where it is measured to matter:
 docs/blocks.md); ``qk_norm`` (RMS-normalized queries and keys per head, gain 1:
