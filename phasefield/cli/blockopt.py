@@ -80,7 +80,8 @@ def parse_axes(texts, allowed=None) -> dict:
 def resolve(spec_text: str, axis_texts=(), flags: dict | None = None, extra_axes=(),
             grid: bool = False) -> tuple[str, dict, dict]:
     """``(name, fixed, axes)`` of a command's block: ``fixed`` the block's checked keywords
-    (the paper flags in ``flags`` folded in as the paper block's numbers), ``axes`` name ->
+    (the paper flags in ``flags`` folded in as the paper block's numbers, unchecked: the
+    command checks them with its flags' messages), ``axes`` name ->
     values (numbers of the block, or one of ``extra_axes`` such as ``depth``); ``grid``: the
     command takes ``--axis`` (its messages say so)."""
     from ..layers import spec
@@ -99,8 +100,7 @@ def resolve(spec_text: str, axis_texts=(), flags: dict | None = None, extra_axes
             if number in kw:
                 raise UsageError(f"{number} given twice: in --block and as {flag(f)}")
             kw[number] = v
-    if name == "paper" and flags:
-        kw = check(spec.check, name, kw)
+    # the flags' values are checked by the command (its messages name the flag), not here
     allowed = list(spec.NUMBERS[name]) + list(extra_axes)
     axes = parse_axes(axis_texts, allowed)
     both = sorted(set(axes) & set(kw))
