@@ -151,3 +151,30 @@ def test_help_documents_the_spelling(capsys):
     text = " ".join(capsys.readouterr()[0].split())
     assert "A paper flag with another block is refused" in text and "--axis NAME=RANGE" in text
     assert "sigma_w -> sigma" in text and "alpha_a -> alpha_attn" in text and "alpha_m -> alpha_mlp" in text
+
+
+@pytest.mark.parametrize("args, columns", [
+    (("--block", "pre-ln:heads=2,alpha_mlp=0.7", "--axis", "sigma=0.5,1", "--axis", "alpha_attn=0.2"),
+     {(0.5, 0.2, 0.7, 1.0), (1.0, 0.2, 0.7, 1.0)}),
+    (("--axis", "sigma_w=0.5,1", "--axis", "alpha=0.3"), {(0.5, 0.3, 0.3, 1.0), (1.0, 0.3, 0.3, 1.0)}),
+    (("--sigma-w", "0.5,1", "--alpha-a", "0.3"), {(0.5, 0.3, 0.5, 1.0), (1.0, 0.3, 0.5, 1.0)}),
+    (("--block", "deepscalelm:heads=2", "--axis", "sigma_a=1,2"), {(1.0, 0.5, 0.5, 1.0), (1.0, 0.5, 0.5, 2.0)}),
+])
+def test_train_sweep_axes_are_the_blocks_numbers(capsys, tmp_path, monkeypatch, args, columns):
+    """--axis NAME=RANGE over the block's own numbers (or fixed in --block) sets the runs'
+    (sigma_w, alpha_a, alpha_m, sigma_a) columns; the paper flags still set the paper block's.
+    The training itself is stubbed: the runs it is handed are the check."""
+    from phasefield.vit import sweep as vsweep
+
+    seen = {}
+
+    def fake(cfg, runs, out, ds, **kw):
+        seen.update(block=cfg.block, cols={(r["sigma_w"], r["alpha_a"], r["alpha_m"], r["sigma_a"]) for r in runs})
+        return dict(trained=0, already_done=0, diverged=0, seconds=0.0)
+
+    monkeypatch.setattr(vsweep, "run_sweep", fake)
+    code = main(["train-sweep", *args, *TINY_ARGS, "--out", str(tmp_path / "runs"), "--data-dir", str(tmp_path)])
+    _, err = capsys.readouterr()
+    assert code == 0, err
+    assert seen["cols"] == columns
+    assert seen["block"] in ("pre-ln:heads=2", "paper", "deepscalelm:heads=2")   # numbers are the runs', not the spec's

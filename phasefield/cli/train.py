@@ -76,7 +76,7 @@ def _axis_text(values, design) -> str:
     """A parsed axis as the range text of the design options (Sobol: its bounds)."""
     v = np.unique(np.asarray(values, float))
     if design != "grid" and v.size > 1:
-        return f"{v.min()!r}:{v.max()!r}"
+        return f"{float(v.min())!r}:{float(v.max())!r}"
     return ",".join(repr(float(x)) for x in v)
 
 
