@@ -88,16 +88,24 @@ def test_fit_and_predict_a_block_sweep(block_study, tmp_path, capsys):
 
     fit = tmp_path / "fit.json"
     fit.write_text(json.dumps(dict(report={}, model=doc)))
-    args = ["predict", "--fit", str(fit), "--sigma-w", "0.8", "--alpha", "0.5", "--depth", "2"]
-    assert main(args + ["--block", SPEC]) == 0
+    args = ["predict", "--fit", str(fit), "--depth", "2"]
+    assert main(args + ["--block", SPEC + ",sigma=0.8,alpha=0.5", "--json"]) == 0
     out, _ = capsys.readouterr()
-    assert f"block {SPEC}" in out
-    for bad in (args + ["--block", "post-ln"], ["predict", "--sigma-w", "1", "--alpha", ".5", "--block", SPEC],
-                ["recommend", "--fit", str(fit)]):
+    got = json.loads(out)
+    ref = vp.predict(0.8, 1.0, 0.5, 0.5, 2, doc)
+    assert got["block"] == SPEC and got["predicted_loss"] == pytest.approx(ref["predicted_loss"], abs=1e-12)
+    assert main(args + ["--block", SPEC + ",sigma=0.8,alpha=0.5"]) == 0
+    out, _ = capsys.readouterr()
+    assert f"block {SPEC} at sigma=0.8, alpha=0.5" in out
+    for bad in (args + ["--block", "post-ln:sigma=1,alpha=.5"], ["recommend", "--fit", str(fit)]):
         assert main(bad) == 2
         _, err = capsys.readouterr()
         assert len(err.strip().splitlines()) == 1 and "fitted on" in err
-    # a number the block does not have is refused, never dropped (pre-LN's sigma_A is sigma^2)
-    assert main(args + ["--sigma-a", "2"]) == 2
+    # the shipped model is the paper block's: another block has no shipped model yet
+    assert main(["predict", "--block", SPEC + ",sigma=1,alpha=.5"]) == 2
+    _, err = capsys.readouterr()
+    assert len(err.strip().splitlines()) == 1 and "no shipped model for block pre-ln yet" in err
+    # a paper number with another block is refused, never mapped (pre-LN's sigma_A is sigma^2)
+    assert main(args + ["--block", SPEC + ",sigma=1,alpha=.5", "--sigma-a", "2"]) == 2
     _, err = capsys.readouterr()
     assert len(err.strip().splitlines()) == 1 and "block pre-ln has no number for --sigma-a" in err

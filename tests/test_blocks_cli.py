@@ -68,9 +68,10 @@ def test_block_exponents_json(capsys):
 
 
 def test_a_lambda_g_from_collapse_and_one_from_the_input_do_not_share_a_name(capsys):
-    """`phasefield exponents` (the paper block, from its collapsed fixed point) and `block
-    exponents --block paper` (from the input geometry q0, rho0) give different numbers under
-    different names; the paper record keeps `lambda_g` as the alias of `lambda_g_collapse`."""
+    """`phasefield exponents` and its alias `block exponents --block paper` print the same
+    record (the paper block, lambda_g(L) from its collapsed fixed point: `lambda_g_collapse`,
+    with `lambda_g` its earlier name); --rho0 adds `lambda_g_input` (from q0, rho0), another
+    number under another name, equal to the generic block's (an independent route)."""
     point = ["--sigma-w", "2", "--sigma-a", "1", "--alpha", "0.5", "--n-tokens", "8", "--depth", "3"]
     rc, out, _ = _run(capsys, "exponents", *point, "--json")
     assert rc == 0
@@ -78,13 +79,44 @@ def test_a_lambda_g_from_collapse_and_one_from_the_input_do_not_share_a_name(cap
     assert paper["lambda_g_collapse"] == paper["lambda_g"] and "lambda_g_input" not in paper
     rc, out, _ = _run(capsys, "block", "exponents", "--block", "paper:sigma_w=2,sigma_a=1,alpha_a=0.5,alpha_m=0.5",
                       "--depth", "3", "--n-tokens", "8", "--json")
-    assert rc == 0
+    assert rc == 0 and json.loads(out) == paper
+    rc, out, _ = _run(capsys, "exponents", "--block", "paper:sigma_w=2,sigma_a=1", "--alpha", "0.5", "--depth", "3",
+                      "--n-tokens", "8", "--rho0", "0.5", "--json")
     blk = json.loads(out)
-    assert "lambda_g" not in blk and "lambda_g_collapse" not in blk
+    assert rc == 0 and blk["lambda_g_collapse"] == paper["lambda_g_collapse"]
+    from phasefield import HParams
+    fd = layers.finite_depth(layers.presets.paper(HParams(sigma_w=2.0, sigma_a=1.0)), q0=1.0, rho0=0.5,
+                             n_tokens=8, depth=3)
+    assert abs(blk["lambda_g_input"] - float(fd["lambda_g"])) < 1e-14
     assert abs(blk["lambda_g_input"] - paper["lambda_g_collapse"]) > 1e-3      # rho0 = 0.5, q0 = 1 vs q*
-    rc, out, _ = _run(capsys, "block", "exponents", "--block", "paper:sigma_w=2,sigma_a=1,alpha_a=0.5,alpha_m=0.5",
-                      "--depth", "3", "--n-tokens", "8")
-    assert rc == 0 and "lambda_g_input = " in out and "lambda_g     =" not in out
+    rc, out, _ = _run(capsys, "block", "exponents", "--block", "pre-ln:heads=2", "--depth", "3", "--n-tokens", "8")
+    assert rc == 0 and "lambda_g_input    = " in out and "lambda_g_collapse = " in out
+
+
+@pytest.mark.parametrize("argv,msg", [
+    (["exponents", "--block", "pre-ln", "--sigma-w", "2"], "block pre-ln has no number for --sigma-w"),
+    (["exponents", "--block", "post-ln", "--attention", "exact"], "has no number for --attention"),
+    (["exponents", "--block", "paper:sigma_w=2", "--sigma-w", "2"], "sigma_w given twice"),
+    (["exponents", "--block", "paper:alpha_a=0.3", "--alpha", "0.2"], "alpha_a given twice"),
+    (["exponents", "--block", "pre-ln", "--rho0", "2"], "--rho0"),
+    (["exponents", "--block", "pre-ln", "--depth", "0"], "--depth"),
+    (["block", "exponents", "--block", "gpt-5"], "unknown block"),
+    (["trajectory", "--block", "rms-swiglu", "--alpha-a", "0.3"], "has no number for --alpha-a"),
+    (["trajectory", "--block", "pre-ln:sigma=-1"], "outside"),
+])
+def test_block_options_refuse_in_one_line(capsys, argv, msg):
+    rc, out, err = _run(capsys, *argv)
+    assert rc == 2 and msg in err and len(err.strip().splitlines()) == 1 and not out, err
+
+
+def test_trajectory_of_a_standard_block_equals_the_library(capsys):
+    rc, out, _ = _run(capsys, "trajectory", "--block", "post-ln:sigma=1.2,heads=2", "--depth", "3", "--n-tokens", "8",
+                      "--rho0", "0.4", "--json")
+    assert rc == 0
+    res = json.loads(out)
+    q, p = layers.trajectory(layers.presets.post_ln(sigma=1.2, heads=2), q0=1.0, rho0=0.4, n_tokens=8, depth=3)
+    assert np.allclose(res["q"], np.asarray(q), rtol=0, atol=1e-14)
+    assert np.allclose(res["p"], np.asarray(p), rtol=0, atol=1e-14) and res["block"] == "post-ln"
 
 
 def test_block_sweep_and_figure(capsys, tmp_path):
@@ -128,22 +160,23 @@ def test_block_sweep_bad_input(capsys, tmp_path, args, msg):
 
 def test_block_exponents_reports_the_attractors_of_a_multistable_point(capsys):
     """The paper block at a bistable point (sigma_w = 3, sigma_A = 6.875, n = 128): two stable
-    cosines, as phasefield.theory finds them (an independent route: the paper's own maps)."""
+    cosines, as the generic block engine finds them (an independent route: the paper preset
+    through phasefield.layers.exponents)."""
     from phasefield import HParams
-    from phasefield.layers import paper
 
     rc, out, _ = _run(capsys, "block", "exponents", "--block",
                       "paper:sigma_w=3,sigma_a=6.875,alpha_a=0.5,alpha_m=0.5", "--depth", "8", "--n-tokens", "128",
                       "--json")
     assert rc == 0
     res = json.loads(out)
-    ex = paper.exponents(HParams(sigma_w=3.0, sigma_a=6.875, alpha_a=0.5, alpha_m=0.5, n_tokens=128, depth=8))
+    ex = layers.exponents(layers.presets.paper(HParams(sigma_w=3.0, sigma_a=6.875, alpha_a=0.5, alpha_m=0.5)),
+                          n_tokens=128, depth=8)
     assert res["n_stable"] == int(ex["n_stable"]) == 2
     for k in ("rho_star_min", "rho_star_max", "rho_star"):
         assert abs(res[k] - float(ex[k])) < 1e-9, k
     rc, out, _ = _run(capsys, "block", "exponents", "--block",
                       "paper:sigma_w=3,sigma_a=6.875,alpha_a=0.5,alpha_m=0.5", "--depth", "8", "--n-tokens", "128")
-    assert rc == 0 and "attractors   = 2 stable cosines" in out
+    assert rc == 0 and "(2 stable fixed points: BISTABLE" in out
 
 
 def test_block_sweep_from_mesh_values_equals_the_integrated_maps():
@@ -160,3 +193,33 @@ def test_block_sweep_from_mesh_values_equals_the_integrated_maps():
                              [axes["sigma"], np.repeat(axes["alpha"], 2)], 8, 4.0) is not None
     for v in fast.data_vars:
         np.testing.assert_allclose(fast[v].values, slow[v].values, rtol=0, atol=1e-12, err_msg=v)
+
+
+def test_figures_draws_any_blocks_phase_diagram(capsys, tmp_path):
+    """`figures --block NAME --axis A --axis B`: the block sweep's values and its diagram."""
+    out = tmp_path / "figs"
+    rc, _, err = _run(capsys, "figures", "--block", "post-ln:heads=2", "--axis", "sigma=0.5,1.5", "--axis",
+                      "alpha=0.2,1", "--depth", "2", "--n-tokens", "4", "--out", str(out))
+    assert rc == 0, err
+    import xarray as xr
+    with xr.open_dataset(out / "phase_post-ln.nc", engine="h5netcdf") as ds:
+        fd = layers.finite_depth(layers.presets.get("post-ln", sigma=1.5, alpha=1.0, heads=2), q0=1.0, rho0=0.5,
+                                 n_tokens=4, depth=2)
+        grad = ds["lambda_g_input"] if "lambda_g_input" in ds else ds["lambda_g"]
+        assert abs(float(grad.isel(sigma=1, alpha=1)) - float(fd["lambda_g"])) < 1e-13
+    assert (out / "phase_post-ln.png").stat().st_size > 1000
+
+
+@pytest.mark.parametrize("args,msg", [
+    (["--block", "pre-ln", "--axis", "sigma=1,2"], "needs two --axis"),
+    (["--block", "pre-ln", "--axis", "sigma=1,2", "--axis", "heads=1,2"], "not a number of the block"),
+    (["--block", "pre-ln:sigma=1", "--axis", "sigma=1,2", "--axis", "alpha=1,2"], "both in --block"),
+    (["--block", "pre-ln", "--axis", "sigma=1,2", "--axis", "alpha=1,2", "--quick"], "--quick is for the paper"),
+    (["--depth", "3"], "--depth sets a --block diagram"),
+    (["--block", "nope", "--axis", "sigma=1,2", "--axis", "alpha=1,2"], "unknown block"),
+])
+def test_figures_block_bad_input(capsys, tmp_path, args, msg):
+    out = tmp_path / "figs"
+    rc, stdout, err = _run(capsys, "figures", "--out", str(out), *args)
+    assert rc == 2 and msg in err and len(err.strip().splitlines()) == 1 and not stdout, err
+    assert not out.exists()

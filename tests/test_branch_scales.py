@@ -95,7 +95,7 @@ def test_theory_features_follow_alpha_m():
 
 def test_train_sweep_trains_and_records_both_scales(capsys, tmp_path):
     out = tmp_path / "runs"
-    code = main(["train-sweep", "--block", SPEC, "--sigma-w", "0.5", "--alpha-a", ".3", "--alpha-m", ".9",
+    code = main(["train-sweep", "--block", SPEC, "--axis", "sigma=0.5", "--axis", "alpha_attn=.3", "--axis", "alpha_mlp=.9",
                  *TINY_ARGS, "--json", "--out", str(out), "--data-dir", str(tmp_path)])
     _, err = capsys.readouterr()
     assert code == 0, err
@@ -115,7 +115,13 @@ def test_train_sweep_trains_and_records_both_scales(capsys, tmp_path):
     (("--block", "deepscalelm:heads=2", "--sigma-w", "1"), "block deepscalelm has no number for --sigma-w"),
     (("--block", "pre-ln:heads=2", "--sigma-a", "2"), "block pre-ln has no number for --sigma-a"),
     (("--block", "pre-ln:foo=1",), "block pre-ln has no 'foo'"),
-    (("--block", "pre-ln:alpha_mlp=0.5",), "come from the runs"),
+    (("--block", "pre-ln:heads=2", "--sigma-w", "1"), "block pre-ln has no number for --sigma-w"),
+    (("--block", "pre-ln:alpha_mlp=0.5", "--axis", "alpha_mlp=.2,.4"), "both in --block"),
+    (("--block", "pre-ln", "--axis", "heads=2,4"), "not a number of the block"),
+    (("--block", "pre-ln", "--axis", "sigma=0:1:3"), "outside"),
+    (("--block", "deepscalelm", "--axis", "k=1,2"), "not a number a run sets"),
+    (("--block", "paper", "--axis", "sigma_w=1,2", "--sigma-w", "1"), "given twice"),
+    (("--block", "pre-ln", "--axis", "sigma"), "NAME="),
 ])
 def test_a_number_the_block_does_not_have_is_refused(capsys, tmp_path, args, needle):
     out = tmp_path / "runs"
@@ -138,7 +144,37 @@ def test_a_points_file_that_varies_a_number_the_block_does_not_have_is_refused(c
     assert not out.exists()
 
 
-def test_help_documents_the_mapping(capsys):
+def test_help_documents_the_spelling(capsys):
+    """A block's numbers are its own names (--axis or --block), never a paper flag mapped onto
+    them; a points file's columns still map (sigma_w -> sigma, ...) and the help says how."""
     assert main(["train-sweep", "--help"]) == 0
     text = " ".join(capsys.readouterr()[0].split())
-    assert "--sigma-w -> sigma" in text and "--alpha-a -> alpha_attn" in text and "--alpha-m -> alpha_mlp" in text
+    assert "A paper flag with another block is refused" in text and "--axis NAME=RANGE" in text
+    assert "sigma_w -> sigma" in text and "alpha_a -> alpha_attn" in text and "alpha_m -> alpha_mlp" in text
+
+
+@pytest.mark.parametrize("args, columns", [
+    (("--block", "pre-ln:heads=2,alpha_mlp=0.7", "--axis", "sigma=0.5,1", "--axis", "alpha_attn=0.2"),
+     {(0.5, 0.2, 0.7, 1.0), (1.0, 0.2, 0.7, 1.0)}),
+    (("--axis", "sigma_w=0.5,1", "--axis", "alpha=0.3"), {(0.5, 0.3, 0.3, 1.0), (1.0, 0.3, 0.3, 1.0)}),
+    (("--sigma-w", "0.5,1", "--alpha-a", "0.3"), {(0.5, 0.3, 0.5, 1.0), (1.0, 0.3, 0.5, 1.0)}),
+    (("--block", "deepscalelm:heads=2", "--axis", "sigma_a=1,2"), {(1.0, 0.5, 0.5, 1.0), (1.0, 0.5, 0.5, 2.0)}),
+])
+def test_train_sweep_axes_are_the_blocks_numbers(capsys, tmp_path, monkeypatch, args, columns):
+    """--axis NAME=RANGE over the block's own numbers (or fixed in --block) sets the runs'
+    (sigma_w, alpha_a, alpha_m, sigma_a) columns; the paper flags still set the paper block's.
+    The training itself is stubbed: the runs it is handed are the check."""
+    from phasefield.vit import sweep as vsweep
+
+    seen = {}
+
+    def fake(cfg, runs, out, ds, **kw):
+        seen.update(block=cfg.block, cols={(r["sigma_w"], r["alpha_a"], r["alpha_m"], r["sigma_a"]) for r in runs})
+        return dict(trained=0, already_done=0, diverged=0, seconds=0.0)
+
+    monkeypatch.setattr(vsweep, "run_sweep", fake)
+    code = main(["train-sweep", *args, *TINY_ARGS, "--out", str(tmp_path / "runs"), "--data-dir", str(tmp_path)])
+    _, err = capsys.readouterr()
+    assert code == 0, err
+    assert seen["cols"] == columns
+    assert seen["block"] in ("pre-ln:heads=2", "paper", "deepscalelm:heads=2")   # numbers are the runs', not the spec's

@@ -204,7 +204,7 @@ def _cli(argv, tmp_path, monkeypatch):
 
 
 def test_cli_json_and_figure(tmp_path, monkeypatch, capsys):
-    code = _cli(["probe", "--preset", "pre-ln", "--set", "heads=2", "--width", "32", "--depth", "2",
+    code = _cli(["probe", "--block", "pre-ln:heads=2", "--width", "32", "--depth", "2",
                  "--n-tokens", "4", "--inits", "3", "--json", "--figure", "f.png"], tmp_path, monkeypatch)
     out = capsys.readouterr().out
     assert code == 0
@@ -249,6 +249,9 @@ def not_a_model():
     (["--model", "nan.py:make"], "not finite"),
     (["--preset", "nope"], "unknown block"),
     (["--model", "m.py:make", "--preset", "paper"], "one of them"),
+    (["--block", "pre-ln:sigma=0"], "outside"),
+    (["--block", "pre-ln", "--preset", "paper"], "one of --block"),
+    (["--block", "pre-ln:heads=2", "--set", "heads=3"], "given twice"),
 ])
 def test_cli_bad_input_is_one_line_and_exit_2(argv, needle, tmp_path, monkeypatch, capsys):
     (tmp_path / "m.py").write_text(MODEL_FILE.format(scale="0.5"))

@@ -396,7 +396,13 @@ def test_fit_cli_on_few_configurations_fits_and_says_it_cannot_cross_validate(ca
     rows, feats, order, _ = _study(n_per_depth=2, seeds=2)
     out = _study_dir(tmp_path / "study", rows, feats, order)
     fit = tmp_path / "fit.json"
-    code = main(["fit", "--runs", str(out), "--out", str(fit)])
+    # fit --block checks the block the runs were trained with (one line, exit 2, no file)
+    for block, msg in (("pre-ln", "were trained with block paper, not pre-ln"),
+                       ("paper:sigma_w=1", "names the block, not its numbers")):
+        assert main(["fit", "--runs", str(out), "--out", str(fit), "--block", block]) == 2
+        _, err = capsys.readouterr()
+        assert msg in err and len(err.strip().splitlines()) == 1 and not fit.exists(), err
+    code = main(["fit", "--runs", str(out), "--out", str(fit), "--block", "paper"])
     stdout, err = capsys.readouterr()
     assert code == 0, err
     assert "too few to cross-validate" in stdout and "not cross-validated" in stdout

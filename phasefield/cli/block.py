@@ -44,55 +44,12 @@ def register(cli):
     def block():
         """Any block: its rates at one point (exponents) and phase diagrams (sweep)."""
 
-    @block.command("exponents")
-    @click.option("--block", "spec_text", required=True, help=BLOCK_HELP)
-    @click.option("--depth", type=float, default=16, show_default=True, help="blocks L, [1, 10000]")
-    @_geometry_options
-    @click.option("--json", "as_json", is_flag=True, help="one JSON object (NaN as null)")
-    def exponents(spec_text, depth, n_tokens, q0, rho0, as_json):
-        """Finite-depth rates from the input geometry (q0, rho0) and, where the block has a
-        finite fixed point, the exponents lambda_a, lambda_g_inf. ``lambda_g_input`` is
-        lambda_g(L) from (q0, rho0), ``lambda_g_collapsed`` from collapsed tokens of norm q0;
-        ``phasefield exponents`` reports the paper block's lambda_g(L) from its collapsed
-        fixed point (``lambda_g_collapse``), another quantity."""
+    from .theory import exponents_options, run_exponents, EXPONENTS_HELP
 
-        import numpy as np
-
-        from .. import layers
-        from ..layers import spec
-
-        name, kw = _spec(spec_text)
-        option("--depth", depth, 1, 10_000, integer=True)
-        n = _check_geometry(n_tokens, q0, rho0)
-        blk = spec.build(name, kw)
-        r = layers.rates(blk, q0=q0, rho0=rho0, n_tokens=n, depth=int(depth))
-        res = dict(block=name, **{k: v for k, v in kw.items()}, n_tokens=n, depth=int(depth), q0=q0, rho0=rho0,
-                   lambda_g_input=float(r["lambda_g"]),
-                   **{k: float(r[k]) for k in ("angle_rate", "lambda_g_collapsed", "lambda_a",
-                                               "lambda_g_inf", "q_star", "rho_star", "rho_star_min",
-                                               "rho_star_max")}, n_stable=int(r["n_stable"]),
-                   rho_L=float(r["rho"][-1]), q_L=float(r["q"][-1]),
-                   q=[float(v) for v in np.asarray(r["q"])], rho=[float(v) for v in np.asarray(r["rho"])])
-        fixed = res["has_fixed_point"] = r["has_fixed_point"]
-        res["phase"] = _phase(res["lambda_a"] if fixed else res["angle_rate"], res["lambda_g_input"])
-        if as_json:
-            echo_json(res)
-            return
-        L = int(depth)
-        click.echo(f"block        = {name} {', '.join(f'{k}={v}' for k, v in kw.items())}")
-        click.echo(f"angle_rate   = {res['angle_rate']:+.6f}   ((1/L) log[(1-rho_L)/(1-rho_0)], rho_0 -> 1, L = {L})")
-        click.echo(f"lambda_g_input = {res['lambda_g_input']:+.6f}   (L = {L}, from q0 = {q0:g}, rho0 = {rho0:g})")
-        click.echo(f"rho_L, q_L   = {res['rho_L']:.6g}, {res['q_L']:.6g}")
-        if fixed:
-            click.echo(f"lambda_a     = {res['lambda_a']:+.6f}   (exponent at the collapsed fixed point, q* = {res['q_star']:.6g})")
-            click.echo(f"lambda_g_inf = {res['lambda_g_inf']:+.6f}   (at rho_star = {res['rho_star']:.6g})")
-            if res["n_stable"] > 1:
-                click.echo(f"attractors   = {res['n_stable']} stable cosines in [{res['rho_star_min']:.6g}, "
-                           f"{res['rho_star_max']:.6g}] (multistable: the start geometry picks one)")
-        else:
-            click.echo("no finite fixed point (the norm grows with depth): the rates above are "
-                       "finite-depth rates, not exponents")
-        click.echo(f"phase        = {res['phase']}")
+    @block.command("exponents", help="The same command as `phasefield exponents` (an alias). " + EXPONENTS_HELP)
+    @exponents_options
+    def exponents(block_spec, q0, rho0, as_json, **kw):
+        run_exponents(block_spec, q0, rho0, as_json, kw)
 
     from .sweep import sweep_command
     block.add_command(sweep_command, "sweep")   # the alias of ``phasefield sweep`` (same command)

@@ -1,14 +1,16 @@
 """``phasefield probe``: measure a model's blocks at initialization (angle and gradient
 growth per block, phase, verdict), with the theory beside it for phasefield's presets.
 
-    phasefield probe --preset pre-ln --set sigma=0.55 --set alpha=0.2 --width 256 --depth 8
+    phasefield probe --block pre-ln:sigma=0.55,alpha=0.2 --width 256 --depth 8
+    phasefield probe --preset pre-ln --set sigma=0.55 --set alpha=0.2 --width 256 --depth 8   (the same)
     phasefield probe --model phasefield.probe.hf:gpt2 --set std=0.02 --set scaled=true
     phasefield probe --model mypkg.models:make_model --json --figure probe.png
 
 ``--model module:factory`` (or ``path/to/file.py:factory``) names a function returning a
 :class:`phasefield.probe.Model`; ``--set key=value`` (repeated) are its keyword arguments
 (numbers, true/false or text), and ``--depth/--width/--n-tokens`` are passed to it when
-given. ``--preset NAME`` is the factory :func:`phasefield.probe.models.preset` for that
+given. ``--block NAME:k=v,...`` (the spelling of every command; ``--preset NAME --set k=v``
+is its alias) is the factory :func:`phasefield.probe.models.preset` for that
 phasefield block (its keywords: the preset's numbers, e.g. sigma, alpha, heads; for
 ``paper`` the HParams fields).
 """
@@ -117,6 +119,9 @@ def _table(res):
 def register(cli):
     @cli.command("probe")
     @click.option("--model", default=None, help="module:factory (or file.py:factory) returning a probe.Model")
+    @click.option("--block", "block_spec", default=None,
+                  help="a phasefield block and its numbers: NAME[:k=v,...] or a JSON file (as on every command; "
+                       "--preset NAME --set k=v is the same)")
     @click.option("--preset", default=None, help="a phasefield block: paper, pre-ln, post-ln, rms-swiglu, deepscalelm")
     @click.option("--set", "settings", multiple=True, metavar="KEY=VALUE", help="a keyword of the factory (repeat)")
     @click.option("--depth", type=int, default=None, help="blocks (passed to the factory)")
@@ -129,7 +134,7 @@ def register(cli):
     @click.option("--no-gradient", is_flag=True, help="skip the vector-Jacobian products")
     @click.option("--json", "as_json", is_flag=True, help="one JSON object on stdout")
     @click.option("--figure", default=None, help="coordinate-check figure (PNG or PDF)")
-    def probe_cmd(model, preset, settings, depth, width, n_tokens, inits, seed, eps, chunk, no_gradient,
+    def probe_cmd(model, block_spec, preset, settings, depth, width, n_tokens, inits, seed, eps, chunk, no_gradient,
                   as_json, figure):
         """Measure a model's blocks at initialization over independent inits: per-block q,
         rho, angle growth of nearby tokens and gradient growth, the phase and a verdict
@@ -139,6 +144,15 @@ def register(cli):
         option("--eps", eps, 0.0, 0.5, lo_open=True, hi_open=True)
         option("--chunk", chunk, 1, 1024, integer=True)
         kw = _settings(settings)
+        if block_spec is not None:
+            if preset is not None or model is not None:
+                raise UsageError("give one of --block, --preset or --model")
+            from ..layers import spec
+            preset, numbers = check(spec.parse, block_spec)
+            both = sorted(set(numbers) & set(kw))
+            if both:
+                raise UsageError(f"{both[0]} given twice: in --block and by --set")
+            kw.update(numbers)
         for flag, v in (("--depth", depth), ("--width", width), ("--n-tokens", n_tokens)):
             if v is not None:
                 option(flag, v, 1 if flag == "--depth" else 2, SIZE_MAX[flag], integer=True)

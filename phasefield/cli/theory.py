@@ -96,39 +96,186 @@ def _json_number(v):
     return v
 
 
-def register(cli):
-    @cli.command("exponents")
-    @_point_options
-    @click.option("--json", "as_json", is_flag=True,
-                  help="print one JSON object (RFC 8259: ±inf as the strings \"inf\"/\"-inf\", NaN as null)")
-    def exponents(as_json, **kw):
-        """λ_a, λ_g (depth L, input at the collapsed fixed point), λ_g^∞, q*, ρ* at one point,
-        and every stable fixed point (more than one: bistable)."""
-        hp = _hp(**kw)
-        res = exponents_result(hp, kw)
+def _geometry(hp_n, q0, rho0):
+    """(q0, rho0) of the finite-depth rates, checked (defaults 1, 0.5)."""
+    q0 = 1.0 if q0 is None else q0
+    rho0 = 0.5 if rho0 is None else rho0
+    option("--q0", q0, 0.0, Q0_MAX, lo_open=True)
+    option("--rho0", rho0, -1.0 / (hp_n - 1), 1.0)
+    return q0, rho0
+
+
+def block_exponents_result(name, fixed, n_tokens, depth, q0=1.0, rho0=0.5) -> dict:
+    """The ``phasefield exponents --block NAME`` record of a standard block (plain numbers):
+    the finite-depth rates from (q0, rho0) and, where the block has a finite collapsed fixed
+    point, the exponents. ``lambda_g_input``: lambda_g(L) from (q0, rho0);
+    ``lambda_g_collapse``: from collapsed tokens of norm q0; ``angle_rate``: the angle rate
+    of nearby tokens; ``lambda_a``: the angle exponent at the fixed point (NaN without one)."""
+    import numpy as np
+
+    from .. import layers
+    from ..layers import spec
+    from .blockopt import pick
+
+    r = layers.rates(spec.build(name, fixed), q0=q0, rho0=rho0, n_tokens=n_tokens, depth=depth)
+    res = dict(block=name, **fixed, n_tokens=n_tokens, depth=depth, q0=q0, rho0=rho0,
+               lambda_g_input=float(pick(r, "lambda_g_input", "lambda_g")),
+               lambda_g_collapse=float(pick(r, "lambda_g_collapse", "lambda_g_collapsed")),
+               **{k: float(r[k]) for k in ("angle_rate", "lambda_a", "lambda_g_inf", "q_star", "rho_star",
+                                           "rho_star_min", "rho_star_max")}, n_stable=int(r["n_stable"]),
+               rho_L=float(r["rho"][-1]), q_L=float(r["q"][-1]),
+               q=[float(v) for v in np.asarray(r["q"])], rho=[float(v) for v in np.asarray(r["rho"])])
+    fixed_pt = res["has_fixed_point"] = bool(r["has_fixed_point"])
+    res["phase"] = (_sign_word(res["lambda_a"] if fixed_pt else res["angle_rate"], "chaotic", "ordered") + "/"
+                    + _sign_word(res["lambda_g_input"], "exploding", "vanishing"))
+    return res
+
+
+def _print_block(res):
+    L, name = res["depth"], res["block"]
+    kw = {k: v for k, v in res.items() if k not in _BLOCK_KEYS}
+    click.echo(f"block             = {name} {', '.join(f'{k}={v}' for k, v in kw.items())}")
+    click.echo(f"angle_rate        = {res['angle_rate']:+.6f}   ((1/L) log[(1-rho_L)/(1-rho_0)], rho_0 -> 1, "
+               f"L = {L})")
+    click.echo(f"lambda_g_input    = {res['lambda_g_input']:+.6f}   (L = {L}, from q0 = {res['q0']:g}, "
+               f"rho0 = {res['rho0']:g})")
+    click.echo(f"lambda_g_collapse = {res['lambda_g_collapse']:+.6f}   (L = {L}, from collapsed tokens, "
+               f"q0 = {res['q0']:g})")
+    click.echo(f"rho_L, q_L        = {res['rho_L']:.6g}, {res['q_L']:.6g}")
+    if res["has_fixed_point"]:
+        click.echo(f"lambda_a          = {res['lambda_a']:+.6f}   (exponent at the collapsed fixed point, "
+                   f"q* = {res['q_star']:.6g})")
+        click.echo(f"lambda_g_inf      = {res['lambda_g_inf']:+.6f}   (at rho_star = {res['rho_star']:.6g})")
+        if res["n_stable"] > 1:
+            click.echo(f"attractors        = {res['n_stable']} stable cosines in [{res['rho_star_min']:.6g}, "
+                       f"{res['rho_star_max']:.6g}] (multistable: the start geometry picks one)")
+    else:
+        click.echo("no finite fixed point (the norm grows with depth): the rates above are "
+                   "finite-depth rates, not exponents")
+    click.echo(f"phase             = {res['phase']}")
+
+
+_BLOCK_KEYS = {"block", "n_tokens", "depth", "q0", "rho0", "lambda_g_input", "lambda_g_collapse", "angle_rate",
+               "lambda_a", "lambda_g_inf", "q_star", "rho_star", "rho_star_min", "rho_star_max", "n_stable",
+               "rho_L", "q_L", "q", "rho", "has_fixed_point", "phase"}
+
+
+def _paper_kw(fixed, kw):
+    """The point options ``kw`` with the paper block's numbers of ``--block paper:...`` folded in."""
+    kw = dict(kw)
+    for k, v in fixed.items():
+        if k in ("alpha_a", "alpha_m"):
+            kw["alpha"] = None
+        kw[k] = v
+    return kw
+
+
+def _block_point(block_spec, kw):
+    """(name, fixed) of a point command's block; the paper flags fold into the paper block."""
+    from .blockopt import paper_flags, resolve
+
+    name, fixed, _ = resolve(block_spec, (), paper_flags(kw))
+    return name, fixed
+
+
+def _std_size(n_tokens, depth):
+    option("--n-tokens", n_tokens, 2, 1_000_000, integer=True)
+    option("--depth", depth, 1, 10_000, integer=True)
+    return int(n_tokens), int(depth)
+
+
+def run_exponents(block_spec, q0, rho0, as_json, kw):
+    """``phasefield exponents`` and its alias ``phasefield block exponents`` (one code path)."""
+    name, fixed = _block_point(block_spec, kw)
+    if name != "paper":
+        n, L = _std_size(kw["n_tokens"], kw["depth"])
+        q0, rho0 = _geometry(n, q0, rho0)
+        res = block_exponents_result(name, fixed, n, L, q0, rho0)
         if as_json:
-            echo_json({k: _json_number(v) for k, v in res.items()})
-            return
-        angle = res["phase"].split("/")[0]
-        click.echo(f"lambda_a     = {res['lambda_a']:+.6f}   ({angle}{_note(res)})")
-        click.echo(f"lambda_g     = {res['lambda_g']:+.6f}   (L = {hp.depth}, from the collapsed point)")
-        click.echo(f"lambda_g_inf = {res['lambda_g_inf']:+.6f}   (at rho_star)")
-        click.echo(f"q_star       = {res['q_star']:.6g}")
-        click.echo(f"rho_star     = {res['rho_star']:.6g}   (the attractor reached from rho_0 = {res['rho_0']:g})")
-        att = ", ".join(f"{r:.6g}" for r in res["attractors"]) or "none found"
-        n = res["n_stable"]
-        click.echo(f"attractors   = {att}   ({n} stable fixed point{'' if n == 1 else 's'}"
-                   f"{': BISTABLE, rho_star depends on the input geometry' if res['bistable'] else ''})")
+            echo_json(res)
+        else:
+            _print_block(res)
+        return
+    kw = _paper_kw(fixed, kw)
+    hp = _hp(**kw)
+    res = exponents_result(hp, kw)
+    if q0 is not None or rho0 is not None:   # the paper block's finite-depth rates from (q0, rho0)
+        q0, rho0 = _geometry(int(hp.n_tokens), q0, rho0)
+        fd = block_exponents_result("paper", _hp_fixed(hp), int(hp.n_tokens), int(hp.depth), q0, rho0)
+        res.update({k: fd[k] for k in ("q0", "rho0", "lambda_g_input", "angle_rate", "rho_L", "q_L")})
+    if as_json:
+        echo_json({k: _json_number(v) for k, v in res.items()})
+        return
+    angle = res["phase"].split("/")[0]
+    click.echo(f"lambda_a          = {res['lambda_a']:+.6f}   ({angle}{_note(res)})")
+    click.echo(f"lambda_g_collapse = {res['lambda_g']:+.6f}   (L = {hp.depth}, from the collapsed point; "
+               "JSON: also 'lambda_g')")
+    if "lambda_g_input" in res:
+        click.echo(f"lambda_g_input    = {res['lambda_g_input']:+.6f}   (L = {hp.depth}, from q0 = {res['q0']:g}, "
+                   f"rho0 = {res['rho0']:g})")
+        click.echo(f"angle_rate        = {res['angle_rate']:+.6f}   (nearby tokens, from q0)")
+        click.echo(f"rho_L, q_L        = {res['rho_L']:.6g}, {res['q_L']:.6g}")
+    click.echo(f"lambda_g_inf      = {res['lambda_g_inf']:+.6f}   (at rho_star)")
+    click.echo(f"q_star            = {res['q_star']:.6g}")
+    click.echo(f"rho_star          = {res['rho_star']:.6g}   (the attractor reached from rho_0 = {res['rho_0']:g})")
+    att = ", ".join(f"{r:.6g}" for r in res["attractors"]) or "none found"
+    n = res["n_stable"]
+    click.echo(f"attractors        = {att}   ({n} stable fixed point{'' if n == 1 else 's'}"
+               f"{': BISTABLE, rho_star depends on the input geometry' if res['bistable'] else ''})")
+
+
+def _hp_fixed(hp):
+    return dict(sigma_w=float(hp.sigma_w), sigma_a=float(hp.sigma_a), sigma_v=float(hp.sigma_v),
+                alpha_a=float(hp.alpha_a), alpha_m=float(hp.alpha_m), activation=hp.activation,
+                mlp_layers=int(hp.mlp_layers), residual=hp.residual, attention=hp.attention,
+                softmax_correction=bool(hp.softmax_correction))
+
+
+def exponents_options(f):
+    """The options of ``phasefield exponents`` (shared by its alias ``block exponents``)."""
+    from .blockopt import block_option
+
+    f = click.option("--json", "as_json", is_flag=True,
+                     help="print one JSON object (RFC 8259: ±inf as the strings \"inf\"/\"-inf\", NaN as null)")(f)
+    f = click.option("--rho0", type=float, default=None,
+                     help="input token cosine of the finite-depth rates [0.5] (the paper block: adds them)")(f)
+    f = click.option("--q0", type=float, default=None, help="input squared norm per component [1]")(f)
+    f = _point_options(f)
+    return block_option()(f)
+
+
+EXPONENTS_HELP = """λ_a, λ_g and the attractors of a block at one point.
+
+    The paper block (default; --sigma-w, --alpha ... are its numbers): λ_a, λ_g(L) from the
+    collapsed fixed point (lambda_g_collapse, also 'lambda_g'), λ_g^∞, q*, ρ* and every stable
+    fixed point (more than one: bistable); --q0/--rho0 add its finite-depth rates. Another block
+    (--block pre-ln:sigma=0.55,alpha=0.2): lambda_g_input (from q0, rho0), lambda_g_collapse
+    (from collapsed tokens), angle_rate, rho_L, q_L and, where it has a finite fixed point,
+    lambda_a and λ_g^∞."""
+
+
+def register(cli):
+    @cli.command("exponents", help=EXPONENTS_HELP)
+    @exponents_options
+    def exponents(block_spec, q0, rho0, as_json, **kw):
+        run_exponents(block_spec, q0, rho0, as_json, kw)
 
     @cli.command("trajectory")
+    @block_option_lazy()
     @_point_options
     @click.option("--q0", type=float, default=1.0, show_default=True, help="input squared norm per component")
     @click.option("--rho0", type=float, default=None, help="input cosine (or give --p0)")
     @click.option("--p0", type=float, default=None, help="input dot product per component")
     @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
-    def trajectory(q0, rho0, p0, as_json, **kw):
-        """q and p per layer of the mean-field map from input (q0, p0 = rho0 q0)."""
-        hp = _hp(**kw)
+    def trajectory(block_spec, q0, rho0, p0, as_json, **kw):
+        """q and p per layer of the mean-field map of a block (default: the paper's) from input
+        (q0, p0 = rho0 q0)."""
+        name, fixed = _block_point(block_spec, kw)
+        if name == "paper":
+            hp = _hp(**_paper_kw(fixed, kw))
+            n, L = int(hp.n_tokens), int(hp.depth)
+        else:
+            n, L = _std_size(kw["n_tokens"], kw["depth"])
         option("--q0", q0, 0.0, Q0_MAX, lo_open=True)
         option("--rho0", rho0, -1.0, 1.0)
         option("--p0", p0, -Q0_MAX, Q0_MAX)
@@ -137,15 +284,23 @@ def register(cli):
         if p0 is None:
             rho0 = 0.3 if rho0 is None else rho0
             p0 = rho0 * q0
-        n = hp.n_tokens
         if not (-q0 / (n - 1) - 1e-12 <= p0 <= q0):
             raise UsageError(f"input cosine must lie in [-1/(n-1), 1] (got {p0 / q0:g})")
         import numpy as np
 
-        from ..layers import paper
+        if name == "paper":
+            from ..layers import paper
 
-        q, p = (np.asarray(v, float) for v in paper.trajectory(hp, q0, p0, int(hp.depth)))
+            q, p = (np.asarray(v, float) for v in paper.trajectory(hp, q0, p0, L))
+        else:
+            from .. import layers
+            from ..layers import spec
+
+            q, p = (np.asarray(v, float) for v in layers.trajectory(spec.build(name, fixed), q0=q0, rho0=p0 / q0,
+                                                                     n_tokens=n, depth=L))
         res = dict(layer=list(range(len(q))), q=q.tolist(), p=p.tolist(), rho=(p / q).tolist())
+        if name != "paper":
+            res = dict(block=name, **fixed, **res)
         if as_json:
             echo_json(res)
             return
@@ -155,3 +310,9 @@ def register(cli):
 
     from .sweep import sweep_command
     cli.add_command(sweep_command, "sweep")   # every block (phasefield.cli.sweep)
+
+
+def block_option_lazy():
+    from .blockopt import block_option
+    return block_option()
+

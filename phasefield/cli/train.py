@@ -72,6 +72,63 @@ def _bounds(text: str, name: str) -> tuple:
     return lo, hi
 
 
+def _axis_text(values, design) -> str:
+    """A parsed axis as the range text of the design options (Sobol: its bounds)."""
+    v = np.unique(np.asarray(values, float))
+    if design != "grid" and v.size > 1:
+        return f"{float(v.min())!r}:{float(v.max())!r}"
+    return ",".join(repr(float(x)) for x in v)
+
+
+def _block_axes(block_spec, axis_texts, flags) -> tuple:
+    """(block spec without numbers, run axis texts (sigma_w, alpha, alpha_a, alpha_m, sigma_a)):
+    the block's numbers, from ``--axis`` or fixed in ``--block``, as the runs' columns
+    (:data:`phasefield.vit.train.RUN_NUMBERS`); the paper flags are the paper block's only."""
+    from ..layers import spec
+    from ..vit.train import RUN_NUMBERS
+    from .blockopt import flag, paper_flags, resolve
+
+    name = spec_name(block_spec)
+    given = paper_flags(flags)
+    if name == "paper":
+        name, fixed, axes = resolve(block_spec, axis_texts, {}, extra_axes=("alpha",))
+        for k in list(fixed) + list(axes):
+            clash = [f for f in given if f == k or (f == "alpha" and k in ("alpha_a", "alpha_m"))
+                     or (k == "alpha" and f in ("alpha_a", "alpha_m"))]
+            if clash:
+                raise UsageError(f"{k} given twice: in --block or --axis and as {flag(clash[0])}")
+        inv = {"sigma_w": "sigma_w", "sigma_a": "sigma_a", "alpha_a": "alpha_a", "alpha_m": "alpha_m", "alpha": "alpha"}
+    else:
+        name, fixed, axes = resolve(block_spec, axis_texts, given, grid=True)
+        inv = {number: run for run, number in RUN_NUMBERS[name].items()}
+        if "alpha_attn" in inv:
+            inv["alpha"] = "alpha"
+        if name == "deepscalelm":
+            flags = dict(flags, sigma_w="1", alpha="0.5", alpha_a=None, alpha_m=None)
+    numbers = {k: np.asarray([float(v)]) for k, v in fixed.items() if k in spec.NUMBERS[name]}
+    bad = sorted(k for k in list(axes) + list(numbers) if k not in inv)
+    if bad:
+        raise UsageError(f"block {name}: {bad[0]} is not a number a run sets; the runs set "
+                         f"{', '.join(sorted(inv))}")
+    rest = {k: v for k, v in fixed.items() if k not in numbers}
+    spec_text = name + "".join(f"{':' if i == 0 else ','}{k}={str(v).lower() if isinstance(v, bool) else v}"
+                               for i, (k, v) in enumerate(rest.items()))
+    runs = dict(flags)
+    for k, v in {**numbers, **axes}.items():
+        col = inv[k]
+        if col == "alpha" or col in ("alpha_a", "alpha_m"):
+            if col == "alpha":
+                runs["alpha_a"] = runs["alpha_m"] = None
+            else:
+                runs["alpha"] = None
+        runs[col] = v
+    if runs.get("alpha") is None and runs.get("alpha_a") is None and runs.get("alpha_m") is not None:
+        runs["alpha_a"] = "0.5"
+    design = click.get_current_context().params.get("design", "grid")
+    texts = {k: (_axis_text(v, design) if isinstance(v, np.ndarray) else v) for k, v in runs.items()}
+    return spec_text, tuple(texts[k] for k in ("sigma_w", "alpha", "alpha_a", "alpha_m", "sigma_a"))
+
+
 def register(cli):
     @cli.command("train-sweep")
     @click.option("--dataset", default="digits", show_default=True,
@@ -102,11 +159,14 @@ def register(cli):
     @click.option("--activation", default="tanh", show_default=True)
     @click.option("--block", "block_spec", default="paper", show_default=True,
                   help="the ViT's block: paper, or a layers preset NAME[:k=v,...] (pre-ln, post-ln, rms-swiglu, "
-                       "deepscalelm). The runs' numbers set the block's: paper: --sigma-w, --sigma-a, --alpha-a, "
-                       "--alpha-m are its sigma_w, sigma_a, alpha_a, alpha_m; pre-ln, post-ln, rms-swiglu: "
-                       "--sigma-w -> sigma (every weight's init scale, sigma_A = sigma^2), --alpha-a -> alpha_attn, "
-                       "--alpha-m -> alpha_mlp (--alpha: both); deepscalelm: --sigma-a -> sigma_a. An option "
-                       "the block has no number for is refused. Each run's theory point is the block's")
+                       "deepscalelm). The paper block's numbers are --sigma-w, --sigma-a, --alpha, --alpha-a, "
+                       "--alpha-m (or --axis sigma_w=... etc.); another block's are its own, by --axis NAME=RANGE "
+                       "(pre-ln, post-ln, rms-swiglu: sigma, alpha, alpha_attn, alpha_mlp; deepscalelm: sigma_a) or "
+                       "fixed in --block (pre-ln:heads=2,alpha=0.5). A paper flag with another block is refused. "
+                       "A --points file's columns set the block's numbers: sigma_w -> sigma, alpha_a -> alpha_attn, "
+                       "alpha_m -> alpha_mlp (deepscalelm: sigma_a). Each run's theory point is the block's")
+    @click.option("--axis", "axis_texts", multiple=True, metavar="NAME=RANGE",
+                  help="NAME=start:stop:count or NAME=a,b,c: a grid axis (or Sobol bounds) over a number of the block")
     @click.option("--chunk", type=int, default=12, show_default=True, help="configs trained at once (one compiled program)")
     @click.option("--data-dir", default=None, help="where prepared .npz arrays are cached")
     @click.option("--tfds-dir", default=None, help="tensorflow-datasets data_dir")
@@ -115,8 +175,8 @@ def register(cli):
     @click.option("--quiet", is_flag=True, help="no progress bar")
     @click.option("--json", "as_json", is_flag=True, help="print a JSON summary")
     def train_sweep(dataset, design, design_seed, points_file, sigma_w, alpha, alpha_a, alpha_m, sigma_a, lr, seeds, epochs, batch_size, depth,
-                    width, image_size, patch_size, activation, block_spec, chunk, data_dir, tfds_dir, download, out, quiet,
-                    as_json):
+                    width, image_size, patch_size, activation, block_spec, axis_texts, chunk, data_dir, tfds_dir, download,
+                    out, quiet, as_json):
         """Train ViTs over an initialization grid or design (the paper's Appendix D model, shared block).
 
         Every chunk of grid points is trained by one vmapped, compiled program; results go to
@@ -146,6 +206,10 @@ def register(cli):
         check_hparams_values(dict(lr=lrs))
         if not np.all(lrs <= LR_MAX):
             raise UsageError(f"--lr must be <= {LR_MAX:g} (got {lrs.max():g})")
+        block_spec, (sigma_w, alpha, alpha_a, alpha_m, sigma_a) = _block_axes(
+            block_spec, axis_texts, dict(sigma_w=sigma_w, alpha=alpha, alpha_a=alpha_a, alpha_m=alpha_m, sigma_a=sigma_a))
+        if points_file is not None and axis_texts:
+            raise UsageError("give either --points or --axis, not both")
         from ..vit import design as vdesign
 
         try:
@@ -165,7 +229,6 @@ def register(cli):
                           depth=depths[0], epochs=epochs, batch_size=batch_size, activation=activation,
                           block=block_spec)
         check(cfg.validate)
-        _refuse_numbers(cfg.block_spec()[0], ("sigma_w", "sigma_a", "alpha", "alpha_a", "alpha_m"))
         if points_file is not None:
             _refuse_varying(cfg.block_spec()[0], configs)
         from ..vit import data as vdata
@@ -203,7 +266,10 @@ def register(cli):
     @click.option("--figure", default=None,
                   help="PNG of the paper's Fig. 7: loss against the exponents, and the best exponent model's "
                        "cross-validated predictions")
-    def fit_cmd(runs, out, folds, repeats, num_classes, only_lr, per_lr, as_json, figure):
+    @click.option("--block", "block_spec", default=None,
+                  help="the block the runs must have been trained with (default: theirs, from sweep.json; the "
+                       "model records it)")
+    def fit_cmd(runs, out, folds, repeats, num_classes, only_lr, per_lr, as_json, figure, block_spec):
         """Does the initialization predict the trained loss? Cross-validated over configurations
         (seed-averaged losses): the noise floor, exponent models (collapsed point, measured input
         geometry with the paper and exact maps, +- the softmax-derivative term, trees), raw-
@@ -243,6 +309,13 @@ def register(cli):
             dirs.append(sweep_dir)
         meta = metas[0]
         cfg = TrainConfig.from_dict(meta["config"])
+        if block_spec is not None:
+            from .blockopt import resolve
+            name, fixed, _ = resolve(block_spec)
+            if fixed and set(fixed) & set(_spec_numbers(name)):
+                raise UsageError("fit --block names the block, not its numbers (those come from the runs)")
+            if check(spec_parse_checked, cfg.block) != (name, fixed):
+                raise UsageError(f"the runs in {dirs[0]} were trained with block {cfg.block}, not {block_spec}")
         num_classes = num_classes or meta.get("num_classes")
         if not num_classes:
             raise UsageError("cannot tell the number of classes: pass --num-classes")
@@ -289,36 +362,45 @@ def register(cli):
 
     @cli.command("predict")
     @click.option("--fit", "fit_path", default=None, help="fit JSON from 'phasefield fit' (default: the packaged model)")
-    @click.option("--sigma-w", type=float, required=True,
-                  help="sigma_w (the paper block) or sigma (pre-ln, post-ln, rms-swiglu): as in train-sweep --block")
-    @click.option("--alpha", type=float, default=None, help="alpha_A = alpha_M")
-    @click.option("--alpha-a", type=float, default=None, help="alpha_A (a preset's alpha_attn)")
-    @click.option("--alpha-m", type=float, default=None, help="alpha_M (a preset's alpha_mlp; default --alpha-a)")
-    @click.option("--sigma-a", type=float, default=1.0, show_default=True,
-                  help="sigma_A (the paper block, deepscalelm)")
+    @click.option("--sigma-w", type=float, default=None, help="the paper block's sigma_w")
+    @click.option("--alpha", type=float, default=None, help="the paper block's alpha_A = alpha_M")
+    @click.option("--alpha-a", type=float, default=None, help="the paper block's alpha_A")
+    @click.option("--alpha-m", type=float, default=None, help="the paper block's alpha_M (default --alpha-a)")
+    @click.option("--sigma-a", type=float, default=None, help="the paper block's sigma_A [1]")
     @click.option("--depth", type=int, default=16, show_default=True)
     @click.option("--block", "block_spec", default=None,
-                  help="the block to predict for; must be the one the model was fitted on (a fit of "
-                       "'train-sweep --block NAME' runs predicts for NAME; the packaged model: paper)")
+                  help="the block and its numbers (default: the model's block), e.g. pre-ln:heads=2,sigma=0.8,"
+                       "alpha=0.5; it must be the block the model was fitted on (the packaged model: paper, "
+                       "whose numbers are --sigma-w, --alpha ...)")
     @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
     def predict_cmd(fit_path, sigma_w, alpha, alpha_a, alpha_m, sigma_a, depth, block_spec, as_json):
         """Predicted final test loss at one initialization, with an interval from the model's
         cross-validated residuals, both exponents, and warnings outside the fitted region."""
-        aa, am = _alphas(alpha, alpha_a, alpha_m)
-        for name, v in (("sigma_w", sigma_w), ("sigma_a", sigma_a), ("alpha_a", aa), ("alpha_m", am)):
-            if not math.isfinite(v):
-                raise UsageError(f"--{name.replace('_', '-')} must be finite (got {v})")
-        check_hparams_values(dict(sigma_w=[sigma_w], sigma_a=[sigma_a], alpha_a=[aa], alpha_m=[am], depth=[depth]))
+        from .blockopt import paper_flags, resolve
+
+        kw = dict(sigma_w=sigma_w, sigma_a=sigma_a, alpha=alpha, alpha_a=alpha_a, alpha_m=alpha_m)
+        for k, v in kw.items():
+            if v is not None and not math.isfinite(v):
+                raise UsageError(f"--{k.replace('_', '-')} must be finite (got {v})")
         option("--depth", depth, 1, MAX_DEPTH, integer=True)
+        if block_spec is not None and fit_path is None and spec_name(block_spec) != "paper":
+            name = spec_name(block_spec)
+            raise UsageError(f"no shipped model for block {name} yet (the packaged model is the paper block's): "
+                             f"train runs (phasefield train-sweep --block {name} --axis sigma=LO:HI:N --out DIR), fit "
+                             "them (phasefield fit --runs DIR --out model.json) and pass --fit model.json")
         from ..vit import predict as vpredict
 
         try:
             doc = vpredict.load_model(fit_path)
         except vpredict.FitError as exc:
             raise UsageError(str(exc)) from None
-        _same_block(block_spec, doc, fit_path)
-        # predict always reads --sigma-w and an alpha (model inputs); the optional numbers must be the block's
-        _refuse_numbers(spec_name(vpredict.block_of(doc)), ("sigma_a", "alpha_a", "alpha_m"))
+        fitted = vpredict.block_of(doc)
+        name, fixed, _ = resolve(block_spec if block_spec is not None else fitted, (), paper_flags(kw))
+        _same_block(name, fixed, fitted, fit_path)
+        sigma_w, sigma_a, aa, am = _run_numbers(name, fixed)
+        from ..layers import spec as _spec
+        numbers = _spec.NUMBERS[name]
+        check_hparams_values(dict(sigma_w=[sigma_w], sigma_a=[sigma_a], alpha_a=[aa], alpha_m=[am], depth=[depth]))
         res = vpredict.predict(sigma_w, sigma_a, aa, am, depth, doc)
         if as_json:
             echo_json(res)
@@ -335,9 +417,8 @@ def register(cli):
             click.echo(f"model {res['model']} (family: {res.get('family') or 'exponents'}; cross-validated R2 "
                        + ("not measured" if r2 is None else f"{r2:.2f}") + f"; fitted for {_fitted_for(doc)})")
             if res["block"] != "paper":
-                from ..vit.train import run_mapping
-                click.echo(f"block {res['block']} ({run_mapping(spec_name(res['block']))}; lambda_a is its "
-                           "finite-depth angle rate where it has no fixed point)")
+                click.echo(f"block {res['block']} at {', '.join(f'{k}={v:g}' for k, v in fixed.items() if k in numbers)}"
+                           " (lambda_a is its finite-depth angle rate where it has no fixed point)")
             click.echo(f"lambda_a = {res['lambda_a']:+.4f}   lambda_g(L={depth}) = {res['lambda_g']:+.4f}")
             from ..vit.analysis import EFFECTIVE, effective_depths
 
@@ -366,20 +447,6 @@ def _given(*names) -> list:
                                                                      click.core.ParameterSource.DEFAULT_MAP)]
 
 
-def _refuse_numbers(name: str, options) -> None:
-    """UsageError (one line) for a run number given on the command line (of ``options``:
-    sigma_w, sigma_a, alpha, alpha_a, alpha_m) that block ``name`` has no number for: it is
-    never silently dropped."""
-    from ..vit.train import RUN_NUMBERS, run_mapping
-
-    takes = RUN_NUMBERS[name]
-    for opt in _given(*options):
-        needs = ("alpha_a", "alpha_m") if opt == "alpha" else (opt,)
-        if not all(n in takes for n in needs):
-            raise UsageError(f"block {name} has no number for --{opt.replace('_', '-')}; "
-                             f"it takes {run_mapping(name)}")
-
-
 def _refuse_varying(name: str, configs) -> None:
     """UsageError (one line) when a points file's column for a number block ``name`` does not
     have holds several values (the file format asks for the column; its values would be
@@ -393,19 +460,56 @@ def _refuse_varying(name: str, configs) -> None:
                              f"values); it takes {run_mapping(name)}")
 
 
-def _same_block(spec_text, doc, fit_path) -> None:
-    """UsageError unless ``spec_text`` (None: any) names the block ``doc`` was fitted on."""
+def _same_block(name, fixed, fitted, fit_path) -> None:
+    """UsageError unless block ``name`` with keywords ``fixed`` (its numbers aside) is the
+    block ``fitted`` (a spec) the model was fitted on."""
     from ..layers import spec
-    from ..vit import predict as vpredict
 
-    fitted = vpredict.block_of(doc)
-    if spec_text is None:
-        return
-    want, fitted_s = check(spec.parse, spec_text), spec.parse(fitted)
-    if want != fitted_s:
-        src = "the packaged model" if fit_path is None else fit_path
-        raise UsageError(f"{src} was fitted on {fitted!r} runs, not {spec_text!r}: train that block "
-                         f"(train-sweep --block {spec_text} ...) and fit it (phasefield fit)")
+    f_name, f_kw = spec.parse(fitted)
+    numbers = set(spec.NUMBERS[name])
+    mine = {k: v for k, v in fixed.items() if k not in numbers}
+    theirs = {k: v for k, v in f_kw.items() if k not in numbers}
+    if (name, mine) != (f_name, theirs):
+        src = "the packaged model" if fit_path is None else f"the model {fit_path}"
+        given = name + "".join(f"{':' if i == 0 else ','}{k}={v}" for i, (k, v) in enumerate(mine.items()))
+        raise UsageError(f"model fitted on block {fitted}; {src} cannot predict for {given}: train that block "
+                         f"(train-sweep --block {given} ...) and fit it (phasefield fit)")
+
+
+def spec_parse_checked(text):
+    from ..layers import spec
+    return spec.parse(text)
+
+
+def _spec_numbers(name):
+    from ..layers import spec
+    return spec.NUMBERS[name]
+
+
+def _run_numbers(name, fixed) -> tuple:
+    """(sigma_w, sigma_a, alpha_a, alpha_m) of a run from the block's numbers (the paper block's
+    own; the standard blocks' sigma, alpha_attn, alpha_mlp through :data:`RUN_NUMBERS`)."""
+    from ..vit.train import RUN_NUMBERS
+
+    if name == "deepscalelm":
+        raise UsageError("predict --block deepscalelm: its runs' sigma_w and alpha are not block numbers; "
+                         "predict it with the library (phasefield.vit.predict.predict)")
+    if name == "paper":
+        w, a, aa, am = (fixed.get(k) for k in ("sigma_w", "sigma_a", "alpha_a", "alpha_m"))
+        flags = ("--sigma-w", "--alpha (or --alpha-a)")
+    else:
+        inv = {number: run for run, number in RUN_NUMBERS[name].items()}
+        alpha = fixed.get("alpha")
+        w = fixed.get("sigma")
+        aa, am = fixed.get("alpha_attn", alpha), fixed.get("alpha_mlp", alpha)
+        a = None
+        flags = (f"--block {name}:sigma=...", f"--block {name}:alpha=... (or alpha_attn)")
+        assert inv["sigma"] == "sigma_w"
+    if w is None:
+        raise UsageError(f"give {flags[0]}")
+    if aa is None:
+        raise UsageError(f"give {flags[1]}")
+    return float(w), float(1.0 if a is None else a), float(aa), float(am if am is not None else aa)
 
 
 def _fitted_for(doc: dict) -> str:
@@ -414,16 +518,6 @@ def _fitted_for(doc: dict) -> str:
     opt = {"adam": "Adam", "sgd_momentum": "SGD + momentum 0.9"}.get(tc.get("optimizer", "adam"), tc.get("optimizer"))
     lr = doc.get("lr")
     return f"{tc.get('dataset', '?')}, {opt} lr {lr:g}, {tc.get('epochs', '?')} epochs" if lr else str(tc.get("dataset"))
-
-
-def _alphas(alpha, alpha_a, alpha_m):
-    if alpha is not None and (alpha_a is not None or alpha_m is not None):
-        raise UsageError("give either --alpha or --alpha-a/--alpha-m, not both")
-    if alpha is None and alpha_a is None:
-        raise UsageError("give --alpha (or --alpha-a and --alpha-m)")
-    aa = alpha if alpha is not None else alpha_a
-    am = alpha if alpha is not None else (alpha_m if alpha_m is not None else alpha_a)
-    return aa, am
 
 
 def _print_report(rep: dict) -> None:
@@ -467,7 +561,62 @@ def _print_report(rep: dict) -> None:
                    f"{100 * nest['coverage_means']:.0f} % of seed means")
 
 
+def _recommend_block(name, fixed, axes, n_tokens, depth, max_factor, max_rate, as_json):
+    """``recommend --block NAME`` for a standard block (:mod:`phasefield.vit.recommend_block`)."""
+    from ..vit import recommend_block as rb
+
+    if name not in rb.BLOCKS:
+        raise UsageError(f"recommend --block takes paper, {', '.join(rb.BLOCKS)} (got {name})")
+    for opt in _given("fit_path", "no_loss", "max_fail_prob", "activation"):
+        flag = {"fit_path": "--fit"}.get(opt, "--" + opt.replace("_", "-"))
+        raise UsageError(f"{flag} is for the paper block's recommendation (no loss model exists for block {name}; "
+                         f"give its activation as --block {name}:activation=NAME)")
+    option("--n-tokens", n_tokens, 2, 100_000, integer=True)
+    option("--depth", depth, 1, MAX_DEPTH, integer=True)
+    option("--max-gradient-factor", max_factor, 1.0, 1e300, lo_open=True)
+    option("--max-angle-rate", max_rate, 0.0, 100.0, lo_open=True)
+    bad = sorted(set(axes) - set(rb.KEYS))
+    if bad:
+        raise UsageError(f"--axis {bad[0]}: recommend ranges over {', '.join(rb.KEYS)} (alpha sets both: give "
+                         "alpha_attn and alpha_mlp)")
+    for k, v in axes.items():
+        if len(v) > 16:
+            raise UsageError(f"--axis {k}: at most 16 values (a coarse grid; the best point is refined)")
+        axes[k] = np.unique(v)
+    fixed = dict(fixed)
+    alpha = fixed.pop("alpha", None)
+    for k in rb.KEYS:
+        v = fixed.pop(k, alpha if k != "sigma" else None)
+        if v is not None:
+            axes[k] = np.asarray([float(v)])
+    try:
+        res = rb.recommend(name, depth=int(depth), n_tokens=int(n_tokens), max_factor=max_factor,
+                           max_angle_rate=max_rate, axes=axes, fixed=fixed)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    if as_json:
+        echo_json(res)
+        return
+    click.echo(f"{name}, depth {depth}, n = {n_tokens}: gradient factor within {max_factor:g} over the stack, "
+               f"|angle rate| <= {max_rate:g} per block (box " +
+               ", ".join(f"{k} {lo:g}-{hi:g}" for k, (lo, hi) in res["box"].items()) + f"; {res['evaluated']} points)")
+    if not res["found"]:
+        click.echo(res["message"])
+        click.echo("nearest points (distance > 1: a criterion is missed):")
+    click.echo(f"  {'sigma':>7} {'alpha_attn':>10} {'alpha_mlp':>9} {'lambda_g':>10} {'grad factor':>11} "
+               f"{'angle_rate':>10} {'distance':>8}")
+    for p in res["points"]:
+        click.echo(f"  {p['sigma']:7.4f} {p['alpha_attn']:10.4f} {p['alpha_mlp']:9.4f} {p['lambda_g']:+10.5f} "
+                   f"{p['gradient_factor']:11.4g} {p['angle_rate']:+10.5f} {p['distance']:8.3f}")
+    if res["found"] and res["at_lower_edge"]:
+        click.echo(f"note: the best point sits at the box's lowest {', '.join(res['at_lower_edge'])}: smaller "
+                   "scales bring the blocks nearer the identity (trivially critical, and doing less); raise the "
+                   "box's lower bounds (--axis NAME=LO:HI:N) to ask for blocks that do more")
+
+
 def register_recommend(cli):
+    from .blockopt import block_option
+
     @cli.command("recommend")
     @click.option("--n-tokens", type=int, default=17, show_default=True)
     @click.option("--depth", type=int, default=16, show_default=True)
@@ -482,12 +631,46 @@ def register_recommend(cli):
     @click.option("--max-fail-prob", type=float, default=None,
                   help="propose no point whose predicted P(fails to train) exceeds this (default 0.1; "
                        "needs the loss model's failure model)")
+    @block_option(axes=True, help="the block: paper (default; its critical set and the loss model) or pre-ln, "
+                                  "post-ln, rms-swiglu[:k=v,...] (the (sigma, alpha_attn, alpha_mlp) closest to "
+                                  "critical at --depth and --n-tokens)")
+    @click.option("--max-gradient-factor", type=float, default=10.0, show_default=True,
+                  help="(a standard block) the gradient may grow or shrink by at most this factor over the stack")
+    @click.option("--max-angle-rate", type=float, default=0.05, show_default=True,
+                  help="(a standard block) nearby tokens may merge or separate at most this fast per block")
     @click.option("--json", "as_json", is_flag=True)
     def recommend_cmd(n_tokens, depth, activation, sigma_w, sigma_a, alpha, alpha_a, alpha_m, fit_path, no_loss,
-                      max_fail_prob, as_json):
-        """Initializations the theory recommends: where lambda_a = lambda_g = 0 inside the box of
-        the free hyperparameters (or the nearest points), and the lowest predicted loss; no
-        point whose P(fails to train) exceeds --max-fail-prob is proposed."""
+                      max_fail_prob, block_spec, axis_texts, max_gradient_factor, max_angle_rate, as_json):
+        """Initializations the theory recommends. The paper block: where lambda_a = lambda_g = 0
+        inside the box of the free hyperparameters (or the nearest points), and the lowest
+        predicted loss; no point whose P(fails to train) exceeds --max-fail-prob is proposed.
+        A standard block (--block pre-ln|post-ln|rms-swiglu): the (sigma, alpha_attn, alpha_mlp)
+        whose stack keeps the gradient within --max-gradient-factor and the angle rate of nearby
+        tokens within --max-angle-rate (box: --axis sigma=LO:HI:N ...), ranked by the distance
+        max(|lambda_g| L / log F, |angle_rate| / r); where no point meets both, a paragraph on the
+        trade-off."""
+        from .blockopt import paper_flags, resolve
+
+        kw = dict(sigma_w=sigma_w, sigma_a=sigma_a, alpha=alpha, alpha_a=alpha_a, alpha_m=alpha_m,
+                  activation=activation)
+        name, spec_fixed, axes = resolve(block_spec, axis_texts, paper_flags(kw), grid=True)
+        if name != "paper":
+            return _recommend_block(name, spec_fixed, axes, n_tokens, depth, max_gradient_factor, max_angle_rate,
+                                    as_json)
+        if axis_texts:
+            raise UsageError("--axis sets the box of a standard block (--block pre-ln ...); the paper block's "
+                             "numbers are fixed with --sigma-w, --sigma-a, --alpha, --alpha-a, --alpha-m")
+        for opt in _given("max_gradient_factor", "max_angle_rate"):
+            raise UsageError(f"--{opt.replace('_', '-')} is for a standard block (--block pre-ln ...); the paper "
+                             "block's recommendation is its critical set lambda_a = lambda_g = 0")
+        other = sorted(set(spec_fixed) - {"sigma_w", "sigma_a", "alpha_a", "alpha_m", "activation"})
+        if other:
+            raise UsageError(f"recommend searches the paper block over sigma_w, sigma_a, alpha_a, alpha_m with the "
+                             f"rest at its defaults; it cannot fix {', '.join(other)}")
+        if set(spec_fixed) & {"sigma_w", "sigma_a", "alpha_a", "alpha_m", "activation"}:
+            sigma_w, sigma_a = spec_fixed.get("sigma_w"), spec_fixed.get("sigma_a")
+            alpha, alpha_a, alpha_m = None, spec_fixed.get("alpha_a"), spec_fixed.get("alpha_m")
+            activation = spec_fixed.get("activation", activation)
         if alpha is not None and (alpha_a is not None or alpha_m is not None):
             raise UsageError("give either --alpha or --alpha-a/--alpha-m, not both")
         fixed = dict(sigma_w=sigma_w, sigma_a=sigma_a, alpha_a=alpha if alpha is not None else alpha_a,

@@ -1,7 +1,6 @@
 """Phase diagrams of any block (:mod:`phasefield.layers.sweep` datasets): the angle rate
-and the gradient rate from the input geometry (``lambda_g_input``) over two of its numbers
-(or one number and depth), each with its zero contour, and the simulation's measured signs
-beside the theory where given.
+and the gradient rate over two of its numbers (or one number and depth), each with its
+zero contour, and the simulation's measured signs beside the theory where given.
 
 ``sim``: rows of ``scripts/validate_blocks.py`` (``docs/data/blocks/rows.jsonl``); the
 points of this block at the widest width are drawn as markers, filled where the measured
@@ -13,8 +12,13 @@ import numpy as np
 
 from .style import context, diverging_norm, extend, save
 
-TITLES = {"angle_rate": "angle rate (1/L) log[(1-ρ_L)/(1-ρ_0)]", "lambda_g_input": "gradient rate λ_g(L)"}
-SIM_KEYS = {"angle_rate": "angle_rate", "lambda_g_input": "lambda_g"}   # the rows' names (from the input too)
+TITLES = {"angle_rate": "angle rate (1/L) log[(1-ρ_L)/(1-ρ_0)]", "lambda_g": "gradient rate λ_g(L)",
+          "lambda_g_input": "gradient rate λ_g(L)"}
+
+
+def _gradient_name(ds) -> str:
+    """The gradient rate from the input geometry: ``lambda_g_input`` (or its earlier name)."""
+    return "lambda_g_input" if "lambda_g_input" in ds else "lambda_g"
 
 
 def _sim_points(sim, block, x, y):
@@ -29,7 +33,8 @@ def _sim_points(sim, block, x, y):
 
 def phase_diagram(ds, out_dir: str, name: str, sim=None, formats=("png",)) -> list[str]:
     """Two panels (angle rate, gradient rate) of the 2-D dataset ``ds``."""
-    dims = list(ds.lambda_g_input.dims)
+    grad = _gradient_name(ds)
+    dims = list(ds[grad].dims)
     if len(dims) != 2:
         raise ValueError(f"a phase diagram needs a 2-D sweep (got axes {', '.join(dims) or 'none'})")
     y, x = dims
@@ -37,7 +42,7 @@ def phase_diagram(ds, out_dir: str, name: str, sim=None, formats=("png",)) -> li
     pts = _sim_points(sim, block, x, y)
     with context() as plt:
         fig, axes = plt.subplots(1, 2, figsize=(7.0, 3.0), constrained_layout=True)
-        for ax, var in zip(axes, ("angle_rate", "lambda_g_input")):
+        for ax, var in zip(axes, ("angle_rate", grad)):
             z = np.asarray(ds[var].transpose(y, x), float)
             xs, ys = np.asarray(ds[x], float), np.asarray(ds[y], float)
             norm = diverging_norm(z, clip_percentile=98)
@@ -46,7 +51,7 @@ def phase_diagram(ds, out_dir: str, name: str, sim=None, formats=("png",)) -> li
                 ax.contour(xs, ys, z, levels=[0.0], colors="k", linewidths=1.0)
             fig.colorbar(im, ax=ax, extend=extend(norm, z))
             for r in pts:
-                v = r["sim"][SIM_KEYS[var]]
+                v = r["sim"].get(var, r["sim"].get("lambda_g")) if var == grad else r["sim"][var]
                 if v is None or not np.isfinite(v):     # not measurable (e.g. below float32 resolution)
                     ax.plot(r["point"][x], r["point"][y], "x", ms=6, color="k")
                     continue

@@ -20,12 +20,12 @@ set the attention and the MLP branch's own scale (each defaults to ``alpha``: th
 alpha_A and alpha_M). The query/key std ``sigma`` gives
 logits of standard deviation ``sigma^2 q`` (``sigma_A = sigma^2``).
 
-Approximations (static, part of the pytree's structure): ``attention`` "paper" (Eq. 10, the
-paper's Assumption 3.2; the default, measured within 2.5 se of the networks for sigma <= 1
-and off by up to 44 se at sigma = 2, docs/blocks.md) or "exact" (the exact-softmax map:
-valid here at every sigma because the attention of the standard blocks reads normalized
-tokens, q = 1; within 2.5 se at every validated point, docs/blocks.md; block sweeps read
-it from per-logit-scale mesh values, as fast as Eq. 10);
+Approximations (static, part of the pytree's structure): ``attention`` "exact" (the
+exact-softmax map, the default of the standard blocks: valid here at every sigma because
+their attention reads normalized tokens, q = 1; within 2.5 se of the networks at every
+validated point, docs/blocks.md; block sweeps read it from per-logit-scale mesh values, as
+fast as Eq. 10) or "paper" (Eq. 10, the paper's Assumption 3.2: within 2.5 se for sigma <= 1,
+off by up to 44 se at sigma = 2; the ``paper`` preset keeps it, it is the paper's block);
 ``softmax_correction`` (the softmax-derivative path in the
 backward map; on by default for the standard blocks, where it is measured to matter:
 docs/blocks.md); ``qk_norm`` (RMS-normalized queries and keys per head, gain 1:
@@ -80,7 +80,7 @@ def _mlp(sigma, activation, mult, sigma_out=None):
 
 
 def pre_ln(sigma: Any = GPT2_SIGMA, alpha: Any = 1.0, heads: int = 12, activation: str = "gelu",
-           mult: float = 4.0, attention: str = "paper", softmax_correction: bool = True, qk_norm: bool = False,
+           mult: float = 4.0, attention: str = "exact", softmax_correction: bool = True, qk_norm: bool = False,
            alpha_attn: Any = None, alpha_mlp: Any = None) -> Serial:
     """x -> x + alpha_attn Attn(LN x);  x -> x + alpha_mlp MLP(LN x) (both default to alpha)."""
     a_att, a_mlp = _branch_scales(alpha, alpha_attn, alpha_mlp)
@@ -92,7 +92,7 @@ def pre_ln(sigma: Any = GPT2_SIGMA, alpha: Any = 1.0, heads: int = 12, activatio
 
 
 def post_ln(sigma: Any = GPT2_SIGMA, alpha: Any = 1.0, heads: int = 12, activation: str = "gelu",
-            mult: float = 4.0, attention: str = "paper", softmax_correction: bool = True, qk_norm: bool = False,
+            mult: float = 4.0, attention: str = "exact", softmax_correction: bool = True, qk_norm: bool = False,
             alpha_attn: Any = None, alpha_mlp: Any = None) -> Serial:
     """x -> LN(x + alpha_attn Attn(x));  x -> LN(x + alpha_mlp MLP(x)) (both default to alpha).
     Its input must be normalized (BERT normalizes the embeddings): the branches read the
@@ -106,7 +106,7 @@ def post_ln(sigma: Any = GPT2_SIGMA, alpha: Any = 1.0, heads: int = 12, activati
 
 
 def rms_swiglu(sigma: Any = GPT2_SIGMA, alpha: Any = 1.0, heads: int = 12, mult: float = 8.0 / 3.0,
-               activation: str = "silu", attention: str = "paper",
+               activation: str = "silu", attention: str = "exact",
                softmax_correction: bool = True, qk_norm: bool = False,
                alpha_attn: Any = None, alpha_mlp: Any = None) -> Serial:
     """x -> x + alpha_attn Attn(RMSNorm x);  x -> x + alpha_mlp SwiGLU(RMSNorm x) (both
@@ -121,7 +121,7 @@ def rms_swiglu(sigma: Any = GPT2_SIGMA, alpha: Any = 1.0, heads: int = 12, mult:
 
 
 def deepscalelm(depth: int = 16, k: Any = 2.0, heads: int = 12, mult: float = 4.0,
-                attention: str = "paper", softmax_correction: bool = True, sigma_a: Any = 1.0) -> Serial:
+                attention: str = "exact", softmax_correction: bool = True, sigma_a: Any = 1.0) -> Serial:
     """DeepScaleLM's pre-LN block for a ``depth``-block model (N = 2 depth sublayers):
     ``x -> lambda x + beta Attn(LN x)``, ``x -> lambda x + beta FFN(LN x)``, beta^2 = k / N;
     FFN and value/output weights of variance (1/d) sqrt(2 / mult) per d fan-in (the 'simple'

@@ -1,0 +1,123 @@
+"""One spelling of a block on every command: ``--block SPEC`` (a preset, ``NAME:key=value,...``
+or a JSON file, parsed by :func:`phasefield.layers.spec.parse`), the paper flags
+(``--sigma-w``, ``--alpha``, ``--alpha-a`` ...) as spellings of the paper block's numbers, and
+grid axes ``--axis NAME=start:stop:count`` (or ``NAME=a,b,c``) over the block's numbers.
+
+    @block_option(axes=True)          # adds --block (default paper) and --axis
+    def cmd(block_spec, axis_texts, **kw):
+        name, fixed, axes = resolve(block_spec, axis_texts, paper_flags(kw))
+
+A paper flag given with another block, a number given twice (in ``--block`` and by its flag
+or an ``--axis``), or an axis the block has no number for: one line (:class:`UsageError`).
+"""
+from __future__ import annotations
+
+import click
+
+from .common import UsageError, check, parse_range
+
+BLOCK_HELP = ("the block: a preset (paper, pre-ln, post-ln, rms-swiglu, deepscalelm), NAME:key=value,... "
+              "(e.g. pre-ln:sigma=0.55,alpha=0.2,heads=12) or a JSON file {\"block\": NAME, ...}")
+AXIS_HELP = "NAME=start:stop:count or NAME=a,b,c: an axis over a number of the block (repeat it)"
+
+# the paper flags (click parameter names) -> the paper block's numbers they set
+PAPER_FLAGS = dict(sigma_w=("sigma_w",), sigma_a=("sigma_a",), sigma_v=("sigma_v",),
+                   alpha=("alpha_a", "alpha_m"), alpha_a=("alpha_a",), alpha_m=("alpha_m",),
+                   activation=("activation",), mlp_layers=("mlp_layers",), residual=("residual",),
+                   attention=("attention",), softmax_correction=("softmax_correction",))
+
+
+def block_option(default: str | None = "paper", axes: bool = False, help: str = BLOCK_HELP):
+    """Decorator: ``--block`` (parameter ``block_spec``) and, with ``axes``, ``--axis``
+    (parameter ``axis_texts``, repeatable)."""
+    opts = [click.option("--block", "block_spec", default=default, show_default=default is not None, help=help)]
+    if axes:
+        opts.append(click.option("--axis", "axis_texts", multiple=True, metavar="NAME=RANGE", help=AXIS_HELP))
+
+    def deco(f):
+        for o in reversed(opts):
+            f = o(f)
+        return f
+
+    return deco
+
+
+def given(*names) -> list:
+    """Those of the current command's parameters ``names`` set on the command line (not left
+    at their defaults). Outside a click command: none."""
+    ctx = click.get_current_context(silent=True)
+    if ctx is None:
+        return []
+    src = click.core.ParameterSource
+    return [n for n in names if ctx.get_parameter_source(n) not in (None, src.DEFAULT, src.DEFAULT_MAP)]
+
+
+def paper_flags(kw: dict) -> dict:
+    """The paper flags of a command's parameters ``kw`` that were given on the command line."""
+    return {k: kw[k] for k in given(*[k for k in PAPER_FLAGS if k in kw])}
+
+
+def flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def parse_axes(texts, allowed=None) -> dict:
+    """``{name: values}`` from ``NAME=range`` texts (``-`` in a name reads as ``_``)."""
+    out = {}
+    for text in texts or ():
+        key, eq, rng = str(text).partition("=")
+        key = key.strip().replace("-", "_")
+        if not eq or not key:
+            raise UsageError(f"--axis expects NAME=start:stop:count or NAME=a,b,c, got {text!r}")
+        if key in out:
+            raise UsageError(f"--axis {key} given twice")
+        if allowed is not None and key not in allowed:
+            raise UsageError(f"--axis {key}: not a number of the block; it has {', '.join(allowed)}")
+        out[key] = parse_range(rng, f"axis {key}")
+    return out
+
+
+def resolve(spec_text: str, axis_texts=(), flags: dict | None = None, extra_axes=(),
+            grid: bool = False) -> tuple[str, dict, dict]:
+    """``(name, fixed, axes)`` of a command's block: ``fixed`` the block's checked keywords
+    (the paper flags in ``flags`` folded in as the paper block's numbers, unchecked: the
+    command checks them with its flags' messages), ``axes`` name ->
+    values (numbers of the block, or one of ``extra_axes`` such as ``depth``); ``grid``: the
+    command takes ``--axis`` (its messages say so)."""
+    from ..layers import spec
+
+    name, kw = check(spec.parse, spec_text)
+    flags = dict(flags or {})
+    if flags and name != "paper":
+        f = next(iter(flags))
+        numbers = ", ".join(spec.NUMBERS[name])
+        raise UsageError(f"block {name} has no number for {flag(f)} (a number of the paper block); it takes "
+                         f"{numbers}: give them as --block {name}:KEY=VALUE" + (" or --axis KEY=RANGE" if grid else ""))
+    if "alpha" in flags and ("alpha_a" in flags or "alpha_m" in flags):
+        raise UsageError("give --alpha (ties alpha_a = alpha_m) or --alpha-a/--alpha-m, not both")
+    for f, v in flags.items():
+        for number in PAPER_FLAGS[f]:
+            if number in kw:
+                raise UsageError(f"{number} given twice: in --block and as {flag(f)}")
+            kw[number] = v
+    # the flags' values are checked by the command (its messages name the flag), not here
+    allowed = list(spec.NUMBERS[name]) + list(extra_axes)
+    axes = parse_axes(axis_texts, allowed)
+    both = sorted(set(axes) & set(kw))
+    if both:
+        raise UsageError(f"{', '.join(both)}: both in --block (or a flag) and an --axis")
+    for key, values in axes.items():
+        if key in spec.NUMBERS[name]:
+            for v in (values.min(), values.max()):
+                check(spec.check, name, dict(kw, **{key: float(v)}))
+    return name, kw, axes
+
+
+def pick(res, *names):
+    """The first of ``names`` that ``res`` (a dict or a Dataset) has: reads a variable under
+    its current or its earlier name (``lambda_g_input``/``lambda_g``,
+    ``lambda_g_collapse``/``lambda_g_collapsed``)."""
+    for n in names:
+        if n in res:
+            return res[n]
+    raise KeyError(names[0])

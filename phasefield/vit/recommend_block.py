@@ -1,0 +1,130 @@
+"""``phasefield recommend --block NAME``: the (sigma, alpha_attn, alpha_mlp) of a standard block
+(pre-ln, post-ln, rms-swiglu) that keep a stack of ``depth`` blocks closest to critical.
+
+Criteria (both over the whole stack, from the input geometry (q0, rho0) = (1, 0.5)):
+
+* **gradient**: the gradient grows or shrinks by at most a factor ``F`` over the stack,
+  ``|lambda_g(L)| L <= log F`` (``lambda_g(L)`` the block's gradient rate from the input);
+* **angles**: nearby tokens neither merge nor separate faster than ``r`` per block,
+  ``|angle_rate| <= r``.
+
+Distance to criticality: ``d = max(|lambda_g(L)| L / log F, |angle_rate| / r)`` (d <= 1: both
+criteria met). The block's theory is evaluated on a coarse grid of the box
+(:func:`phasefield.layers.sweep.sweep`), then on a finer grid around the best coarse point
+(same size and largest sigma, so the compiled program is reused); the points are ranked by d.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+BLOCKS = ("pre-ln", "post-ln", "rms-swiglu")
+BOX = dict(sigma=(0.3, 2.0), alpha_attn=(0.2, 1.0), alpha_mlp=(0.2, 1.0))
+COARSE = dict(sigma=4, alpha_attn=6, alpha_mlp=6)   # the exact map's tables cost ~1 CPU s per distinct sigma
+KEYS = ("sigma", "alpha_attn", "alpha_mlp")
+
+
+def _read(ds, *names):
+    for n in names:
+        if n in ds:
+            return np.asarray(ds[n].values, float)
+    raise KeyError(names[0])
+
+
+def _points(ds, depth, log_f, rate):
+    lg = _read(ds, "lambda_g_input", "lambda_g")
+    ar = np.asarray(ds.angle_rate.values, float)
+    grids = np.meshgrid(*[np.asarray(ds[k].values, float) for k in KEYS], indexing="ij")
+    d = np.maximum(np.abs(lg) * depth / log_f, np.abs(ar) / rate)
+    d = np.where(np.isfinite(d), d, np.inf)
+    return [dict(sigma=float(s), alpha_attn=float(a), alpha_mlp=float(m), lambda_g=float(g),
+                 gradient_factor=float(math.exp(g * depth)) if abs(g * depth) < 700 else float("inf"),
+                 angle_rate=float(r), distance=float(x))
+            for s, a, m, g, r, x in zip(*(v.ravel() for v in (*grids, lg, ar, d)))]
+
+
+def _local(values, best, lo, hi, n):
+    """n values around ``best`` (one coarse step either side), inside [lo, hi]."""
+    step = (values[-1] - values[0]) / max(len(values) - 1, 1)
+    return np.linspace(max(lo, best - step), min(hi, best + step), n)
+
+
+def default_axes() -> dict:
+    """The coarse grid of :data:`BOX` (:data:`COARSE` values per number)."""
+    return {k: np.linspace(*BOX[k], COARSE[k]) for k in KEYS}
+
+
+def _refined(coarse: dict, best: dict) -> dict:
+    """A grid of the coarse grid's size around ``best``; the largest sigma stays on it (the
+    same table scales and point count: the compiled program is reused)."""
+    fine = {}
+    for k, v in coarse.items():
+        if len(v) == 1:
+            fine[k] = v
+            continue
+        lo, hi = float(v[0]), float(v[-1])
+        if k == "sigma":
+            loc = _local(v, best[k], lo, hi, len(v) - 1)
+            fine[k] = np.r_[loc, hi] if loc[-1] < hi else _local(v, best[k], lo, hi, len(v))
+        else:
+            fine[k] = _local(v, best[k], lo, hi, len(v))
+    return fine
+
+
+def recommend(name: str, depth: int = 16, n_tokens: int = 32, max_factor: float = 10.0,
+              max_angle_rate: float = 0.05, axes: dict | None = None, fixed: dict | None = None,
+              top: int = 5) -> dict:
+    """The ``top`` points nearest to criticality (module docstring) of the grid ``axes``
+    (sigma, alpha_attn, alpha_mlp -> ascending values; default :func:`default_axes`; one value
+    fixes a number) and a refined grid around the best; ``fixed`` the block's other keywords
+    (heads, ...)."""
+    from ..layers import sweep
+
+    coarse = dict(default_axes(), **{k: np.asarray(v, float) for k, v in (axes or {}).items()})
+    fixed = dict(fixed or {})
+    log_f = math.log(max_factor)
+    ds = sweep.sweep(name, coarse, fixed, n_tokens=n_tokens, depth=depth)
+    pts = _points(ds, depth, log_f, max_angle_rate)
+    best = min(pts, key=lambda p: p["distance"])
+    if any(len(v) > 1 for v in coarse.values()) and math.isfinite(best["distance"]):
+        ds = sweep.sweep(name, _refined(coarse, best), fixed, n_tokens=n_tokens, depth=depth)
+        pts += _points(ds, depth, log_f, max_angle_rate)
+    seen, finite = set(), []
+    for p in pts:
+        key = tuple(round(p[k], 12) for k in KEYS)
+        if math.isfinite(p["distance"]) and key not in seen:
+            seen.add(key)
+            finite.append(p)
+    if not finite:
+        raise ValueError(f"block {name}: the theory gives no finite rate on the grid")
+    ranked = sorted(finite, key=lambda p: p["distance"])
+    met = [p for p in ranked if p["distance"] <= 1.0]
+    res = dict(block=name, depth=int(depth), n_tokens=int(n_tokens), max_gradient_factor=float(max_factor),
+               max_angle_rate=float(max_angle_rate),
+               box={k: [float(v.min()), float(v.max())] for k, v in coarse.items()},
+               fixed=fixed, found=bool(met), points=(met or ranked)[:top], evaluated=len(pts))
+    lows = [k for k, v in coarse.items() if len(v) > 1 and all(p[k] == v.min() for p in res["points"][:1])]
+    res["at_lower_edge"] = lows
+    if not met:
+        res["best_gradient"] = min(finite, key=lambda p: abs(p["lambda_g"]))
+        res["best_angle"] = min(finite, key=lambda p: abs(p["angle_rate"]))
+        res["message"] = no_point_message(res)
+    return res
+
+
+def _at(p):
+    return f"sigma {p['sigma']:.3g}, alpha_attn {p['alpha_attn']:.3g}, alpha_mlp {p['alpha_mlp']:.3g}"
+
+
+def no_point_message(res) -> str:
+    """One paragraph: no point meets both criteria, and the trade-off the user faces."""
+    g, a, L = res["best_gradient"], res["best_angle"], res["depth"]
+    f = res["max_gradient_factor"]
+    return (f"No point of the box keeps the gradient within a factor {f:g} over {L} blocks and the angle rate "
+            f"within +-{res['max_angle_rate']:g} per block at once ({res['block']}, n = {res['n_tokens']}). "
+            f"The trade-off: the gradient factor closest to 1 is {g['gradient_factor']:.3g} ({_at(g)}), where "
+            f"nearby tokens change their distance at {g['angle_rate']:+.3g} per block; the smallest angle rate is "
+            f"{a['angle_rate']:+.3g} ({_at(a)}), where the gradient changes by a factor "
+            f"{a['gradient_factor']:.3g}. Choose which to keep, or relax --max-gradient-factor / "
+            f"--max-angle-rate, widen the box (--axis sigma=LO:HI:N ...) or use fewer blocks.")
