@@ -8,9 +8,17 @@ angle exponent, as an ``xarray.Dataset``.
 
 The block is built inside ``jax.vmap`` from the traced numbers (its pytree leaves), so one
 compiled program serves a whole chunk of points; ``depth`` is the scan length (static): one
-program per depth value. The tables the maps read (MLP Gaussian integrals, the
-exact-softmax grids of the softmax correction) are sized for the largest scales on the
-grid's corners (:func:`table_scales`), outside the trace.
+program per depth value. The tables the maps read are built once per sweep, outside the
+trace (:func:`plan`), and each point reads its own by an index (:func:`evaluate_chunk`), as
+the paper engine does: the standard blocks' branches read normalized tokens, so the MLP/GLU
+Gaussian-integral kernels depend on the input scale sigma alone (one per distinct sigma)
+and the exact map's and the softmax term's values on a cosine mesh on the logit scale and n
+alone (one per distinct logit scale, :func:`mesh_tables`). ``mesh=False`` builds them per
+point inside the trace (sized for the grid's corners, :func:`table_scales`) and integrates
+the exact map per point: the reference path, the same numbers to ~1e-13.
+
+    p = sweep.plan("pre-ln", {"attention": "exact"}, {"sigma": s, "alpha": a}, 16, [16])
+    out = sweep.evaluate_chunk(p, {"sigma": flat_s, "alpha": flat_a}, 16)   # OUTPUTS -> arrays
 """
 from __future__ import annotations
 

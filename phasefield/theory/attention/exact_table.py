@@ -212,6 +212,16 @@ def st_fn(n_a: int, n_z: int, m: int):
     return jax.jit(one)
 
 
+@functools.lru_cache(maxsize=4096)
+def _st_values(sigma_a: float, n: float, n_a: int, n_z: int, m: int):
+    """(S, T) of one concrete (sigma_A, n) on grid (n_a, n_z) and mesh m, computed once per
+    process (3 kB each: a second sweep over the same scales reads them)."""
+    s, t = st_fn(n_a, n_z, m)(jnp.asarray(sigma_a), jnp.asarray(n))
+    s, t = np.asarray(s), np.asarray(t)
+    s.flags.writeable = t.flags.writeable = False
+    return s, t
+
+
 def resample(vals, n, m_to: int = MESH_FULL) -> np.ndarray:
     """Mesh values ``vals`` [..., m + 1] (an ``m``-point mesh and RHO0) as values on the
     ``m_to``-point mesh (and RHO0): their Chebyshev interpolant evaluated at its nodes (the
@@ -251,9 +261,8 @@ def scale_tables(sigma_a, n: float):
 
     def run(sel, cap, m):
         n_a, n_z = exact.sizes(None, sigma_max=float(cap), n_max=float(n))
-        fn = st_fn(n_a, n_z, m)
-        out = [fn(jnp.asarray(x), jnp.asarray(float(n))) for x in sa[sel]]
-        return np.stack([np.asarray(s) for s, _ in out]), np.stack([np.asarray(t) for _, t in out])
+        out = [_st_values(float(x), float(n), n_a, n_z, m) for x in sa[sel]]
+        return np.stack([s for s, _ in out]), np.stack([t for _, t in out])
 
     for cap in np.unique(caps):
         sel = np.flatnonzero(caps == cap)
