@@ -6,14 +6,22 @@ angle exponent, as an ``xarray.Dataset``.
     ds = sweep.sweep("pre-ln", {"sigma": np.linspace(0.1, 2, 64), "alpha": np.linspace(0.05, 1, 64)},
                      fixed={"heads": 12}, n_tokens=64, depth=16)
 
-:func:`sweep` runs through the chunk driver of every sweep (:mod:`phasefield.chunks`: chunk
+A sweep runs through the chunk driver of every sweep (:mod:`phasefield.chunks`: chunk
 store, resume, lock, sharding, multi-host, progress; ``phasefield.sweep(block=...)`` calls it
 for every block but the paper's); a chunk is :func:`evaluate_chunk` of the sweep's
-:func:`plan`. The block is built inside ``jax.vmap`` from the traced numbers (its pytree
-leaves), so one compiled program serves a whole chunk of points; ``depth`` is the scan length (static): one
-program per depth value. The tables the maps read (MLP Gaussian integrals, the
-exact-softmax grids of the softmax correction) are sized for the largest scales on the
-grid's corners (:func:`table_scales`), outside the trace.
+:func:`plan`. The block is built inside ``jax.vmap`` from the traced numbers (its pytree leaves), so one
+compiled program serves a whole chunk of points; ``depth`` is the scan length (static): one
+program per depth value. The tables the maps read are built once per sweep, outside the
+trace (:func:`plan`), and each point reads its own by an index (:func:`evaluate_chunk`), as
+the paper engine does: the standard blocks' branches read normalized tokens, so the MLP/GLU
+Gaussian-integral kernels depend on the input scale sigma alone (one per distinct sigma)
+and the exact map's and the softmax term's values on a cosine mesh on the logit scale and n
+alone (one per distinct logit scale, :func:`mesh_tables`). ``mesh=False`` builds them per
+point inside the trace (sized for the grid's corners, :func:`table_scales`) and integrates
+the exact map per point: the reference path, the same numbers to ~1e-13.
+
+    p = sweep.plan("pre-ln", {"attention": "exact"}, {"sigma": s, "alpha": a}, 16, [16])
+    out = sweep.evaluate_chunk(p, {"sigma": flat_s, "alpha": flat_a}, 16)   # OUTPUTS -> arrays
 """
 from __future__ import annotations
 
@@ -92,13 +100,20 @@ def table_scales(name, fixed, axes) -> tuple:
     return block_scales(spec.build(name, dict(fixed, **dict(zip(keys, c)))) for c in corners)
 
 
-def prepare_traced(block, ctx, att_max, mlp_max):
+def prepare_traced(block, ctx, att_max, mlp_max, kernels=None):
     """``block`` with tables sized for scales up to (att_max, mlp_max), not for its own
     numbers: callable under a trace, and every block prepared with the same scales has the
-    same pytree structure."""
+    same pytree structure. ``kernels``: leaf position (:func:`_leaves` order) -> the MLP/GLU
+    kernel to attach there (gathered from a plan's per-scale tables) instead of building it."""
+    kernels = kernels or {}
+    pos = iter(range(1 << 30))
+
     def prep(leaf):
+        i = next(pos)
         if isinstance(leaf, Attention):
             return leaf.prepare(ctx, sigma_max=max(att_max, 1e-3))
+        if isinstance(leaf, (MLP, GLU)) and i in kernels:
+            return leaf.replace(kern=kernels[i])
         if isinstance(leaf, MLP):
             return leaf.replace(kern=mlp_maps.kernel(_MLPHP(leaf.sigma_w, leaf.activation, leaf.layers),
                                                      sigma_max=mlp_max))
@@ -109,10 +124,30 @@ def prepare_traced(block, ctx, att_max, mlp_max):
     return map_leaves(block, prep)
 
 
+def _logit_scales(block, npts):
+    """The attention leaves' logit scales at each of ``npts`` points (a block built from
+    per-point arrays): ``[n_attention, npts]``."""
+    return [np.broadcast_to(np.asarray(a._logit_scale(), np.float64), (npts,))
+            for a in _leaves(block) if isinstance(a, Attention)]
+
+
+def _mlp_scales(block, npts):
+    """(leaf position, MLPHP-like (sigma per point, activation, layers)) of each MLP/GLU leaf:
+    the numbers its tables depend on (the input scale; the output scale is a factor)."""
+    out = []
+    for i, leaf in enumerate(_leaves(block)):
+        if isinstance(leaf, MLP):
+            out.append((i, np.broadcast_to(np.asarray(leaf.sigma_w, np.float64), (npts,)), leaf.activation, leaf.layers))
+        elif isinstance(leaf, GLU):
+            out.append((i, np.broadcast_to(np.asarray(leaf.sigma_g, np.float64), (npts,)), leaf.activation, 1))
+    return out
+
+
 def mesh_tables(name, fixed, keys, flat, n_tokens, att_max):
     """The exact map's (S_1, S_rho) and the softmax term's (T_1, T_rho) on a
     :data:`MESH_TABLES`-point cosine mesh (and at RHO0), once per distinct logit scale of the
-    grid (as :func:`phasefield.sweep.build_exact_tables` does for the paper block):
+    grid (as :func:`phasefield.sweep.build_exact_tables` does for the paper block; each
+    scale on a grid sized for it, :func:`phasefield.theory.attention.exact_table.scale_tables`):
     ``(index per point, S [U, 2, M + 1], T [U, 2, M + 1], static)`` with
     ``static = (n_a, n_z, interp, interp_t)``, or None where they do not
     serve (no exact map or softmax term, a point with two logit scales, interpolants that
@@ -122,22 +157,19 @@ def mesh_tables(name, fixed, keys, flat, n_tokens, att_max):
 
     npts = len(flat[0]) if flat else 1
     # one block holding every point's numbers (the leaves are arrays): its logit scales at once
-    atts = [x for x in _leaves(spec.build(name, dict(fixed, **dict(zip(keys, flat))))) if isinstance(x, Attention)]
+    block = spec.build(name, dict(fixed, **dict(zip(keys, flat))))
+    atts = [x for x in _leaves(block) if isinstance(x, Attention)]
     if not atts or not any(a.map == "exact" or a.softmax_correction for a in atts):
         return None
-    scales = [np.broadcast_to(np.asarray(a._logit_scale(), np.float64), (npts,)) for a in atts]
+    scales = _logit_scales(block, npts)
     if any(not np.array_equal(s_, scales[0]) for s_ in scales[1:]):
         return None                      # two logit scales at a point: one table each would be needed
     uniq, index = np.unique(scales[0], return_inverse=True)
     kern = atts[0].prepare(Context(n_tokens), sigma_max=max(att_max, 1e-3)).att
-    n_a, n_z = kern.n_a, kern.n_z
-    with jax.enable_x64(True):
-        s, t = jax.device_get(exact_table.tables_fn(n_a, n_z, MESH_TABLES)(jnp.asarray(uniq, jnp.float64),
-                                                                jnp.full(len(uniq), float(n_tokens))))
-    interp, interp_t = exact_table.interpolant_exact(s), exact_table.interpolant_exact(t)
+    s, t, interp, interp_t = exact_table.scale_tables(uniq, float(n_tokens))
     if not (interp or interp_t):
         return None
-    return index.astype(np.int32), np.asarray(s), np.asarray(t), (n_a, n_z, interp, interp_t)
+    return index.astype(np.int32), s, t, (kern.n_a, kern.n_z, interp, interp_t)
 
 
 def _with_tables(block, idx, s, t, static):
@@ -148,8 +180,16 @@ def _with_tables(block, idx, s, t, static):
     return map_leaves(block, lambda x: x.replace(att=kern) if isinstance(x, Attention) else x)
 
 
-def _point(name, fixed, keys, n_tokens, depth, q0, rho0, scales=(None, None), tables=None):
+def _point(name, fixed, keys, n_tokens, depth, q0, rho0, scales=(None, None), tables=None, mlp=()):
+    """The point function of values ``keys`` (then, with ``tables``, the attention mesh
+    tables' index and (S, T); then, per MLP/GLU leaf position of ``mlp``, its kernel index
+    and stacked kernels)."""
     def f(*values):
+        values = list(values)
+        kernels = {}
+        for pos in reversed(mlp):
+            kidx, kerns = values.pop(-2), values.pop(-1)
+            kernels[pos] = jax.tree_util.tree_map(lambda x: x[kidx], kerns)   # gathered per point
         if tables is not None:
             *values, idx, s, t = values
         kw = dict(fixed, **dict(zip(keys, values)))
@@ -157,7 +197,7 @@ def _point(name, fixed, keys, n_tokens, depth, q0, rho0, scales=(None, None), ta
         if scales[0] is None:
             block = block.prepare(Context(n_tokens))
         else:
-            block = prepare_traced(block, Context(n_tokens), *scales)
+            block = prepare_traced(block, Context(n_tokens), *scales, kernels=kernels)
         if tables is not None:
             block = _with_tables(block, idx, s, t, tables)
         ctx = Context(jnp.asarray(n_tokens, jnp.result_type(float)))
@@ -172,11 +212,131 @@ def _point(name, fixed, keys, n_tokens, depth, q0, rho0, scales=(None, None), ta
 
 
 @functools.lru_cache(maxsize=64)
-def _compiled(name, fixed_items, keys, n_tokens, depth, q0, rho0, scales, tables=None):
-    f = _point(name, dict(fixed_items), keys, n_tokens, depth, q0, rho0, scales, tables)
-    if tables is None:
-        return jax.jit(jax.vmap(f))
-    return jax.jit(jax.vmap(f, in_axes=(0,) * len(keys) + (0, None, None)))
+def _compiled(name, fixed_items, keys, n_tokens, depth, q0, rho0, scales, tables=None, mlp=()):
+    f = _point(name, dict(fixed_items), keys, n_tokens, depth, q0, rho0, scales, tables, mlp)
+    axes = (0,) * len(keys) + ((0, None, None) if tables is not None else ()) + (0, None) * len(mlp)
+    return jax.jit(jax.vmap(f, in_axes=axes))
+
+
+@functools.lru_cache(maxsize=None)
+def _mlp_kernels_fn(activation, layers, mlp_max):
+    """Compiled MLP kernels of a vector of input scales, as the per-point path builds them
+    under the trace (tables sized for ``mlp_max``): the same numbers, built once per scale."""
+    return jax.jit(jax.vmap(lambda s: mlp_maps.kernel(_MLPHP(s, activation, layers), sigma_max=mlp_max)))
+
+
+def _padded(x, size):
+    """``x`` with its last entry repeated to ``size`` entries (one program per padded size)."""
+    return np.concatenate([x, np.repeat(x[-1:], size - len(x), axis=0)])
+
+
+def _pow2(n, least=8):
+    return max(least, 1 << (int(n) - 1).bit_length())
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Plan:
+    """What a sweep computes once: the block's static numbers, the table scales, the attention
+    mesh tables per distinct logit scale (``att``: distinct scales, S, T as device arrays,
+    static) and the MLP/GLU kernels per distinct input scale (``mlp``: per leaf position,
+    (distinct scales, stacked kernels)); ``chunk``: the preferred chunk size (points)."""
+    name: str
+    fixed: dict
+    keys: tuple
+    n_tokens: int
+    depth_values: tuple
+    q0: float
+    rho0: float
+    scales: tuple
+    att: tuple | None
+    mlp: tuple
+    mesh: bool
+    chunk: int
+
+
+@float64
+def plan(name: str, fixed: dict, axes: dict, n_tokens: int, depth_values: list,
+         q0: float = 1.0, rho0: float = 0.5, mesh: bool = True) -> Plan:
+    """Everything computed once per sweep; ``axes``: number name -> 1-D values of the grid (no
+    ``depth``). With ``mesh`` (default), the tables the points read are built here, once per
+    distinct scale, outside any trace, and gathered per point by an index
+    (:func:`evaluate_chunk`), as :func:`phasefield.sweep` does for the paper block: the MLP/GLU
+    kernels once per distinct input scale, and, with the exact map or the softmax term and
+    q0 = 1, their values on a cosine mesh once per distinct logit scale (:func:`mesh_tables`).
+    ``mesh=False``: every point builds its tables inside the trace and integrates the exact
+    map (the reference path; same numbers to ~1e-13)."""
+    keys = tuple(k for k in axes if k != "depth")
+    grids = [np.asarray(axes[k], float) for k in keys]
+    flat = [m.ravel() for m in np.meshgrid(*grids, indexing="ij")] if grids else []
+    scales = table_scales(name, fixed, {k: axes[k] for k in keys})
+    exact = any(isinstance(x, Attention) and (x.map == "exact" or x.softmax_correction)
+                for x in _leaves(spec.build(name, fixed)))
+    att, mlp = None, ()
+    if flat and mesh:
+        # distinct values per axis suffice: every table scale is a function of the numbers
+        uniq_flat = [np.unique(g) for g in grids]
+        ug = [m.ravel() for m in np.meshgrid(*uniq_flat, indexing="ij")]
+        if exact and float(q0) == 1.0:
+            tab = mesh_tables(name, fixed, keys, ug, n_tokens, scales[0])
+            if tab is not None:
+                uniq = np.unique(_logit_scales(spec.build(name, dict(fixed, **dict(zip(keys, ug)))), len(ug[0]))[0])
+                size = _pow2(len(uniq))
+                att = (uniq, jnp.asarray(_padded(tab[1], size)), jnp.asarray(_padded(tab[2], size)), tab[3])
+        out = []
+        for pos, sig, act, layers in _mlp_scales(spec.build(name, dict(fixed, **dict(zip(keys, ug)))), len(ug[0])):
+            uniq = np.unique(sig)
+            kern = _mlp_kernels_fn(act, int(layers), float(scales[1]))(jnp.asarray(_padded(uniq, _pow2(len(uniq)))))
+            out.append((pos, uniq, kern))
+        mlp = tuple(out)
+    chunk = CHUNK_EXACT if exact and att is None else CHUNK   # mesh values: no logit grid per point
+    return Plan(name, dict(fixed), keys, int(n_tokens), tuple(int(d) for d in depth_values), float(q0),
+                float(rho0), scales, att, mlp, bool(mesh), chunk)
+
+
+OUTPUTS = dict(angle_rate="angle_rate", lambda_g_input="lambda_g", lambda_g_collapse="lambda_g_collapsed",
+               lambda_a="lambda_a", rho_L="rho_L", q_L="q_L")   # evaluate_chunk's names -> the point's
+
+
+def _index(uniq, x):
+    """Positions of ``x`` in the sorted ``uniq`` (ValueError for a value off the plan's grid)."""
+    idx = np.minimum(np.searchsorted(uniq, x), len(uniq) - 1)
+    if not np.array_equal(uniq[idx], x):
+        raise ValueError("evaluate_chunk: a value that is not on the plan's grid")
+    return idx.astype(np.int32)
+
+
+def _like(x, ref):
+    """``x`` as a device array placed as ``ref`` is (sharded chunks stay sharded)."""
+    sharding = getattr(ref, "sharding", None)
+    return jax.device_put(x, sharding) if sharding is not None else jnp.asarray(x)
+
+
+@float64
+def evaluate_chunk(plan: Plan, values: dict, depth: int) -> dict:
+    """``values``: number name -> flat per-point values (the driver pads the last chunk);
+    returns :data:`OUTPUTS` name -> float64 array of the same length. The points read the
+    plan's tables through per-point indices (computed here, on the host). No numbers (a grid
+    of depth alone): one point."""
+    p = plan
+    fixed_items = tuple(sorted(p.fixed.items()))
+    if not p.keys:
+        out = _compiled_point(p.name, fixed_items, p.n_tokens, int(depth), p.q0, p.rho0)()
+        return {v: np.asarray(out[k], np.float64)[None] for v, k in OUTPUTS.items()}
+    args = [values[k] if hasattr(values[k], "sharding") else jnp.asarray(values[k], jnp.float64) for k in p.keys]
+    if p.att is not None or p.mlp:
+        host = [np.asarray(a, np.float64) for a in args]
+        block = spec.build(p.name, dict(p.fixed, **dict(zip(p.keys, host))))
+        npts = len(host[0])
+    if p.att is not None:
+        uniq, s, t, _ = p.att
+        args += [_like(_index(uniq, _logit_scales(block, npts)[0]), args[0]), s, t]
+    by_pos = {pos: sig for pos, sig, _, _ in _mlp_scales(block, npts)} if p.mlp else {}
+    for pos, uniq, kern in p.mlp:
+        args += [_like(_index(uniq, by_pos[pos]), args[0]), kern]
+    f = _compiled(p.name, fixed_items, p.keys, p.n_tokens, int(depth), p.q0, p.rho0, p.scales,
+                  None if p.att is None else p.att[3], tuple(pos for pos, _, _ in p.mlp))
+    out = f(*args)
+    return {v: np.asarray(out[k], np.float64) for v, k in OUTPUTS.items()}
 
 
 @functools.lru_cache(maxsize=16)
@@ -217,82 +377,6 @@ def check(name: str, axes: dict, fixed: dict) -> tuple[dict, list]:
         if key in fixed:
             raise ValueError(f"{key} is both an axis and a fixed value")
     return fixed, depths
-
-
-@dataclasses.dataclass(frozen=True, eq=False)
-class Plan:
-    """What a sweep computes once (per ``n_tokens``): the block, its static numbers, the
-    table scales and mesh tables; ``chunk``: the preferred chunk size (points)."""
-    name: str
-    fixed: dict
-    keys: tuple
-    n_tokens: int
-    depth_values: tuple
-    q0: float
-    rho0: float
-    scales: tuple
-    tables: tuple | None
-    uniq: np.ndarray | None
-    chunk: int
-
-
-def _logit_scales(name, fixed, keys, flat):
-    """The (one) attention logit scale at each point of ``flat`` (the order of
-    :func:`mesh_tables`' distinct scales)."""
-    npts = len(flat[0])
-    atts = [x for x in _leaves(spec.build(name, dict(fixed, **dict(zip(keys, flat))))) if isinstance(x, Attention)]
-    return np.broadcast_to(np.asarray(atts[0]._logit_scale(), np.float64), (npts,))
-
-
-@float64
-def plan(name: str, fixed: dict, axes: dict, n_tokens: int, depth_values: list,
-         q0: float = 1.0, rho0: float = 0.5, mesh: bool = True) -> Plan:
-    """Everything computed once per sweep (tables per distinct scale); ``axes``: number name
-    -> 1-D values of the grid (no ``depth``, no ``n_tokens``). With the exact map or the
-    softmax term and ``mesh``, their values on a cosine mesh once per distinct logit scale
-    when q0 = 1 (:func:`mesh_tables`)."""
-    keys = tuple(axes)
-    grids = [np.asarray(axes[k], float) for k in keys]
-    flat = [m.ravel() for m in np.meshgrid(*grids, indexing="ij")] if grids else []
-    scales = table_scales(name, fixed, dict(axes))
-    exact = any(isinstance(x, Attention) and (x.map == "exact" or x.softmax_correction)
-                for x in _leaves(spec.build(name, fixed)))
-    tables = mesh_tables(name, fixed, keys, flat, n_tokens, scales[0]) if exact and float(q0) == 1.0 and flat \
-        and mesh else None
-    uniq = None
-    if tables is not None:
-        uniq = np.unique(_logit_scales(name, fixed, keys, flat))   # mesh_tables' order of scales
-    chunk = CHUNK_EXACT if exact and tables is None else CHUNK   # mesh values: no logit grid per point
-    return Plan(name, dict(fixed), keys, int(n_tokens), tuple(int(d) for d in depth_values), float(q0),
-                float(rho0), scales, tables, uniq, chunk)
-
-
-_NAMES = dict(angle_rate="angle_rate", lambda_g_input="lambda_g", lambda_g_collapse="lambda_g_collapsed",
-              lambda_a="lambda_a", rho_L="rho_L", q_L="q_L")   # VARIABLES -> the point function's keys
-
-
-@float64
-def evaluate_chunk(plan: Plan, values: dict, depth: int) -> dict:
-    """``values``: number name -> flat per-point values (any length up to ``plan.chunk``; the
-    driver pads the last chunk); returns :data:`VARIABLES` name -> float64 array of the same
-    length. No numbers (a grid of depth or n_tokens alone): one point."""
-    p = plan
-    fixed_items = tuple(sorted(p.fixed.items()))
-    if not p.keys:
-        out = jax.tree_util.tree_map(lambda x: x[None], _compiled_point(p.name, fixed_items, p.n_tokens, int(depth),
-                                                                        p.q0, p.rho0)())
-        return {v: np.asarray(out[k], np.float64) for v, k in _NAMES.items()}
-    f = _compiled(p.name, fixed_items, p.keys, p.n_tokens, int(depth), p.q0, p.rho0, p.scales,
-                  None if p.tables is None else p.tables[3])
-    args = [values[k] for k in p.keys]
-    if p.tables is not None:
-        scale = _logit_scales(p.name, p.fixed, p.keys, [np.asarray(a, np.float64) for a in args])
-        idx = np.minimum(np.searchsorted(p.uniq, scale), len(p.uniq) - 1)
-        if not np.array_equal(p.uniq[idx], scale):     # (the grid's own points: never)
-            raise ValueError("a point's logit scale is not one of the plan's (values outside the planned grid)")
-        args += [jnp.asarray(idx.astype(np.int32)), jnp.asarray(p.tables[1]), jnp.asarray(p.tables[2])]
-    out = f(*args)
-    return {v: np.asarray(out[k], np.float64) for v, k in _NAMES.items()}
 
 
 @float64

@@ -279,12 +279,27 @@ def t_values(hp, rho, n_a=None, n_z=None):
         T_1   = E[ sum_l A_l^2 (1 - 2 A_l) + (sum_l A_l^2)^2 ]       (one row A)
         T_rho = E[ sum_l A_l B_l (1 - A_l - B_l) + (A . B)^2 ]      (rows A, B, i != k)
     """
-    n = jnp.asarray(hp.n_tokens, jnp.result_type(float))
     rm = row_moments(hp, rho, n_a, n_z)
     pm = pair_moments(hp, rho, n_a, n_z, higher=True)
+    return t_from_moments(hp, rm, pm)
+
+
+def t_from_moments(hp, rm, pm):
+    """(T_1, T_rho) from :func:`row_moments` and :func:`pair_moments` (``higher=True``)."""
+    n = jnp.asarray(hp.n_tokens, jnp.result_type(float))
     t1 = n * rm["a2"] - 2.0 * n * rm["a3"] + n * rm["a4"] + n * (n - 1.0) * rm["a2a2"]
     tr = n * pm["ab"] - 2.0 * n * pm["a2b"] + n * pm["a2b2"] + n * (n - 1.0) * pm["abab"]
     return t1, tr
+
+
+def st_values(hp, rho, n_a=None, n_z=None):
+    """((S_1, S_rho), (T_1, T_rho)) at token cosine rho from one evaluation of the row and
+    pair moments (:func:`s_values` and :func:`t_values` each integrate their own: the
+    same sums, S_rho here read from the higher pair tables)."""
+    rm = row_moments(hp, rho, n_a, n_z)
+    pm = pair_moments(hp, rho, n_a, n_z, higher=True)
+    n = jnp.asarray(hp.n_tokens, jnp.result_type(float))
+    return (n * rm["a2"], n * pm["ab"]), t_from_moments(hp, rm, pm)
 
 
 def grid_sizes(hp, att=None) -> tuple[int, int]:

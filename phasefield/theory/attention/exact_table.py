@@ -164,3 +164,115 @@ def interpolate(hp, s, rho):
     on_node = jnp.any(hit)
     at_node = vals @ hit.astype(vals.dtype)
     return tuple(jnp.where(on_node, at_node, inter))
+
+
+# ---- tables of many logit scales (block sweeps) ----------------------------------------------
+
+MESH_FULL = 97            # the mesh every scale's values are returned on (S and T are analytic
+                          # in rho; 97 Chebyshev-Lobatto nodes reach rounding up to sigma_A ~ 4)
+SIZE_FLOOR = 0.25         # exact.sizes' smallest logit scale: every scale below shares its grid
+
+
+CAPS = (SIZE_FLOOR, 1.0, 2.0, 2.0 ** 1.5, 4.0)   # then ratio sqrt(2) up: the grid's cost grows
+                                                # ~ sigma_A^2 and the mesh with it, so the
+                                                # buckets narrow where the tables cost most
+
+
+def bucket_caps(sigma_a) -> np.ndarray:
+    """The logit scale each of ``sigma_a`` gets its grid sizes for: the smallest of
+    :data:`CAPS` (continued by factors sqrt(2)) at or above it, capped at the largest of
+    ``sigma_a`` (so the largest scale is sized as a single table of it would be). Few
+    distinct caps: few compiled programs."""
+    sa = np.asarray(sigma_a, np.float64)
+    top = max(float(sa.max()), CAPS[-1]) if sa.size else CAPS[-1]
+    ladder = list(CAPS)
+    while ladder[-1] < top:
+        ladder.append(ladder[-1] * 2.0 ** 0.5)
+    ladder = np.asarray(ladder)
+    caps = ladder[np.minimum(np.searchsorted(ladder, sa * (1.0 - 1e-12)), len(ladder) - 1)]
+    return np.minimum(caps, sa.max()) if sa.size else caps
+
+
+def first_mesh(cap: float) -> int:
+    """The mesh tried first at logit scale ``cap`` (measured at n = 16: 33 nodes reach the
+    tail INTERP_TAIL up to sigma_A ~ 1.5, 49 up to ~ 2.5, 65 up to ~ 3, 81 up to ~ 4); a
+    scale whose tail is not reached is recomputed on :data:`MESH_FULL` nodes."""
+    return 33 if cap <= 1.0 else 49 if cap <= 2.0 else 65 if cap <= 2.9 else 81 if cap <= 4.0 else MESH_FULL
+
+
+@functools.lru_cache(maxsize=None)
+def st_fn(n_a: int, n_z: int, m: int):
+    """Compiled (S, T) [2, m + 1] each on the ``m``-point mesh (and RHO0) of one (sigma_A, n)
+    (scalars: one program serves any number of scales), from one evaluation of the moments
+    per rho (:func:`exact.st_values`)."""
+    def one(sigma_a, n):
+        hp = _Logits(sigma_a, n)
+        (s1, sr), (t1, tr) = jax.lax.map(lambda r: exact.st_values(hp, r, n_a, n_z), mesh_points(n, m))
+        return jnp.stack([s1, sr]), jnp.stack([t1, tr])
+    return jax.jit(one)
+
+
+@functools.lru_cache(maxsize=4096)
+def _st_values(sigma_a: float, n: float, n_a: int, n_z: int, m: int):
+    """(S, T) of one concrete (sigma_A, n) on grid (n_a, n_z) and mesh m, computed once per
+    process (3 kB each: a second sweep over the same scales reads them)."""
+    s, t = st_fn(n_a, n_z, m)(jnp.asarray(sigma_a), jnp.asarray(n))
+    s, t = np.asarray(s), np.asarray(t)
+    s.flags.writeable = t.flags.writeable = False
+    return s, t
+
+
+def resample(vals, n, m_to: int = MESH_FULL) -> np.ndarray:
+    """Mesh values ``vals`` [..., m + 1] (an ``m``-point mesh and RHO0) as values on the
+    ``m_to``-point mesh (and RHO0): their Chebyshev interpolant evaluated at its nodes (the
+    same polynomial, to rounding, once its tail is below INTERP_TAIL)."""
+    vals = np.asarray(vals, np.float64)
+    m = vals.shape[-1] - 1
+    if m == m_to:
+        return vals
+    with jax.enable_x64(True):
+        src, dst = np.asarray(mesh(float(n), m)), np.asarray(mesh(float(n), m_to))
+    w = np.where(np.arange(m) % 2 == 0, 1.0, -1.0)
+    w[0] *= 0.5
+    w[-1] *= 0.5
+    d = dst[:, None] - src[None, :]
+    hit = d == 0
+    c = w / np.where(hit, 1.0, d)
+    c = c / c.sum(1, keepdims=True)
+    rows = hit.any(1)
+    c[rows] = hit[rows].astype(np.float64)                 # on a node: its value
+    return np.concatenate([vals[..., :m] @ c.T, vals[..., m:]], -1)
+
+
+@float64
+def scale_tables(sigma_a, n: float):
+    """(S, T) [k, 2, MESH_FULL + 1] of each logit scale of ``sigma_a`` [k] at ``n`` tokens,
+    and whether every interpolant is exact (S's, T's): the block sweeps' per-scale tables.
+
+    Each scale is integrated on the grid sized for its :func:`bucket_caps` cap (not the
+    largest scale's: the exact sums to the quadrature's rounding, ~1e-15) and on the mesh
+    :func:`first_mesh` of the cap, the values then :func:`resample`\\ d onto the full mesh;
+    scales whose Chebyshev tail on that mesh exceeds INTERP_TAIL are recomputed on the full
+    mesh. One compiled program per (cap, mesh)."""
+    sa = np.asarray(sigma_a, np.float64).reshape(-1)
+    caps = bucket_caps(sa)
+    s_out = np.empty((sa.size, 2, MESH_FULL + 1))
+    t_out = np.empty_like(s_out)
+
+    def run(sel, cap, m):
+        n_a, n_z = exact.sizes(None, sigma_max=float(cap), n_max=float(n))
+        out = [_st_values(float(x), float(n), n_a, n_z, m) for x in sa[sel]]
+        return np.stack([s for s, _ in out]), np.stack([t for _, t in out])
+
+    for cap in np.unique(caps):
+        sel = np.flatnonzero(caps == cap)
+        m = first_mesh(float(cap))
+        s, t = run(sel, cap, m)
+        if m != MESH_FULL:
+            bad = np.array([not (interpolant_exact(s[i]) and interpolant_exact(t[i])) for i in range(len(sel))])
+            s, t = resample(s, n), resample(t, n)
+            if bad.any():
+                s[bad], t[bad] = run(sel[bad], cap, MESH_FULL)
+        s_out[sel], t_out[sel] = s, t
+    return s_out, t_out, interpolant_exact(s_out) if sa.size else False, \
+        interpolant_exact(t_out) if sa.size else False
