@@ -4,10 +4,11 @@
 every worker records, per test (set-up, call and tear-down together) and per jitted
 function, the seconds JAX spent tracing (``/jax/core/compile/jaxpr_trace_duration``),
 lowering to MLIR (``.../jaxpr_to_mlir_module_duration``) and compiling or loading from the
-persistent cache (``.../backend_compile_duration``), how many programs each function
+persistent cache (``.../backend_compile_duration``) -- wall seconds and the process's CPU
+seconds over the same span (a nested trace counts in its parent's too) -- how many programs each function
 compiled (different shapes, static arguments, depths), and the test's process CPU seconds
-(its own and its finished subprocesses') and wall seconds. Each worker writes
-``FOLDER/profile-<worker>.json`` at the end; ``python tests/compile_profile.py FOLDER``
+(its own and its finished subprocesses') and wall seconds. Each worker rewrites
+``FOLDER/profile-<worker>.json`` after every test; ``python tests/compile_profile.py FOLDER``
 ranks them. Compilation inside subprocesses (CLI runs) shows only as the test's child CPU.
 """
 from __future__ import annotations
@@ -27,13 +28,23 @@ _tests: dict = collections.defaultdict(lambda: collections.defaultdict(float))
 _funs: dict = collections.defaultdict(lambda: collections.defaultdict(float))
 
 
+_started: dict = collections.defaultdict(list)   # event -> process CPU seconds at each open start
+
+
+def _start(event, value, **kwargs):  # noqa: ARG001 - JAX records each start as a scalar
+    if event in EVENTS:
+        _started[event].append(time.process_time())
+
+
 def _duration(event, duration, **kwargs):
     kind = EVENTS.get(event)
     if kind is None:
         return
+    cpu = time.process_time() - _started[event].pop() if _started[event] else 0.0
     test, fun = _tests[_current[0]], _funs[str(kwargs.get("fun_name", "?"))]
-    test[kind] += duration
-    fun[kind] += duration
+    for rec in (test, fun):
+        rec[kind] += duration
+        rec[kind + "_cpu"] += cpu
     if kind == "compile":
         test["programs"] += 1
         fun["programs"] += 1
@@ -47,6 +58,7 @@ def _event(event, **kwargs):
 
 def _register():
     import jax.monitoring as mon
+    mon.register_scalar_listener(_start)
     mon.register_event_duration_secs_listener(_duration)
     mon.register_event_listener(_event)
 
@@ -69,17 +81,23 @@ def pytest_runtest_protocol(item, nextitem):  # noqa: ARG001 - a pytest hook
     rec["child_cpu"] += kids1 - kids0
     rec["wall"] += wall1 - wall0
     _current[0] = "<between tests>"
+    _write()   # after every test: an interrupted run still leaves its profile
 
 
 pytest_runtest_protocol.hookwrapper = True   # what ``@pytest.hookimpl(hookwrapper=True)`` sets
 
 
-def pytest_sessionfinish(session):  # noqa: ARG001 - a pytest hook
+def _write():
     folder = os.environ["PHASEFIELD_COMPILE_PROFILE"]
     os.makedirs(folder, exist_ok=True)
-    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
-    with open(os.path.join(folder, f"profile-{worker}.json"), "w") as fh:
-        json.dump({"tests": _tests, "functions": _funs}, fh, indent=0)
+    path = os.path.join(folder, f"profile-{os.environ.get('PYTEST_XDIST_WORKER', 'main')}.json")
+    with open(path + ".tmp", "w") as fh:
+        json.dump({"tests": _tests, "functions": _funs}, fh)
+    os.replace(path + ".tmp", path)
+
+
+def pytest_sessionfinish(session):  # noqa: ARG001 - a pytest hook
+    _write()
 
 
 def _load(folder):
@@ -101,8 +119,9 @@ def _load(folder):
     return tests, funs
 
 
-def _jit(rec):
-    return rec.get("trace", 0.0) + rec.get("lower", 0.0) + rec.get("compile", 0.0)
+def _jit(rec, cpu=True):
+    suffix = "_cpu" if cpu else ""
+    return sum(rec.get(k + suffix, 0.0) for k in ("trace", "lower", "compile"))
 
 
 def report(folder, top=25) -> str:
@@ -117,18 +136,18 @@ def report(folder, top=25) -> str:
         for key, v in rec.items():
             tot[key] += v
     out = [f"total: {tot['cpu']:.0f} CPU-s in the workers + {tot['child_cpu']:.0f} CPU-s in their "
-           f"subprocesses; JAX {_jit(tot):.0f} s (trace {tot['trace']:.0f}, lower {tot['lower']:.0f}, "
-           f"compile {tot['compile']:.0f}) for {tot['programs']:.0f} programs "
+           f"subprocesses; JAX {_jit(tot):.0f} CPU-s, {_jit(tot, False):.0f} s wall (trace "
+           f"{tot['trace_cpu']:.0f}, lower {tot['lower_cpu']:.0f}, compile {tot['compile_cpu']:.0f} CPU-s) for {tot['programs']:.0f} programs "
            f"({tot['cache_hits']:.0f} from the persistent cache)", ""]
-    out += ["| file | CPU-s | child CPU-s | JAX s | programs |", "|---|---|---|---|---|"]
+    out += ["| file | CPU-s | child CPU-s | JAX CPU-s | programs |", "|---|---|---|---|---|"]
     for k, rec in sorted(files.items(), key=lambda kv: -(kv[1]["cpu"] + kv[1]["child_cpu"]))[:top]:
         out.append(f"| {k} | {rec['cpu']:.1f} | {rec['child_cpu']:.1f} | {_jit(rec):.1f} | {rec['programs']:.0f} |")
-    out += ["", "| test | CPU-s | child CPU-s | JAX s | programs |", "|---|---|---|---|---|"]
+    out += ["", "| test | CPU-s | child CPU-s | JAX CPU-s | programs |", "|---|---|---|---|---|"]
     for k, rec in sorted(tests.items(), key=lambda kv: -(kv[1]["cpu"] + kv[1]["child_cpu"]))[:top]:
         out.append(f"| {k} | {rec['cpu']:.1f} | {rec['child_cpu']:.1f} | {_jit(rec):.1f} | {rec['programs']:.0f} |")
-    out += ["", "| jitted function | JAX s | compile s | programs | first test |", "|---|---|---|---|---|"]
+    out += ["", "| jitted function | JAX CPU-s | compile CPU-s | programs | first test |", "|---|---|---|---|---|"]
     for k, rec in sorted(funs.items(), key=lambda kv: -_jit(kv[1]))[:top]:
-        out.append(f"| {k} | {_jit(rec):.1f} | {rec['compile']:.1f} | {rec['programs']:.0f} | "
+        out.append(f"| {k} | {_jit(rec):.1f} | {rec.get('compile_cpu', 0.0):.1f} | {rec['programs']:.0f} | "
                    f"{rec.get('first_test', '')} |")
     return "\n".join(out)
 
