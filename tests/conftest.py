@@ -54,3 +54,17 @@ def no_compilation_cache():
 def float64():
     with jax.enable_x64(True):
         yield
+
+
+@pytest.fixture
+def small_ensembles(monkeypatch):
+    """Forests of 50 trees and boosting of 100 trees at 3x the rate (the same total
+    shrinkage) instead of the shipped 200 and 300 (``phasefield.vit.models``), for tests
+    whose claims are about the exponent and linear models, the trees being only candidates
+    (equality with scikit-learn at the shipped sizes: tests/test_trainability.py). A third
+    less CPU for the analysis tests (2026-11-26)."""
+    from phasefield.vit import models
+
+    monkeypatch.setitem(models.FOREST_PARAMS, "n_estimators", 50)
+    monkeypatch.setitem(models.TREE_PARAMS, "n_estimators", 100)
+    monkeypatch.setitem(models.TREE_PARAMS, "learning_rate", 3 * models.TREE_PARAMS["learning_rate"])
