@@ -4,7 +4,8 @@
 runs on one core, so the sweeps, simulations and trainers shard over the devices). It must
 run before JAX initialises its backends (before the first computation). The ``phasefield``
 command calls it for its own process; ``PHASEFIELD_HOST_DEVICES=N`` sets the count
-(``1`` opts out).
+(``1`` opts out). :func:`use_compilation_cache` keeps compiled programs in a folder
+(``PHASEFIELD_CACHE``) for the next process; the command and the test suite call it.
 """
 from __future__ import annotations
 
@@ -32,3 +33,31 @@ def use_all_cpu_cores(count: int | None = None) -> int:
                            "(before the first JAX computation)")
     os.environ["XLA_FLAGS"] = f"{flags} --{FLAG}={int(count)}".strip()
     return int(count)
+
+
+CACHE_OFF = ("", "off", "0", "none")
+
+
+def use_compilation_cache(min_compile_secs: float = 0.5) -> str | None:
+    """Persist XLA compilations in ``PHASEFIELD_CACHE`` (default ``~/.cache/phasefield/jax``;
+    ``off``, ``0``, ``none`` or empty: no cache). Returns the folder, or ``None`` when off or
+    it cannot be made (a read-only home: just compile).
+
+    Programs that compile in under ``min_compile_secs`` are not stored. The cache is
+    size-limited (8 GiB, least recently used entries go first), which also makes JAX lock
+    it: processes running side by side (a multi-process sweep, the test suite's workers)
+    never read an entry another is writing. The ``phasefield`` command calls this for its
+    process; the test suite's ``conftest.py`` calls it with 0.2 s."""
+    import jax
+
+    path = os.environ.get("PHASEFIELD_CACHE", os.path.join(os.path.expanduser("~"), ".cache", "phasefield", "jax"))
+    if path.strip().lower() in CACHE_OFF:
+        return None
+    try:
+        os.makedirs(path, exist_ok=True)
+        jax.config.update("jax_compilation_cache_dir", path)
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", float(min_compile_secs))
+        jax.config.update("jax_compilation_cache_max_size", 8 << 30)
+    except Exception:  # noqa: BLE001 - a read-only home: just compile
+        return None
+    return path

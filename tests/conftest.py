@@ -16,6 +16,10 @@ The :func:`no_compilation_cache` fixture keeps it away from tests whose executab
 XLA:CPU when serialized into it or read back (the DeepScaleLM moments: segmentation fault /
 abort in ``put_executable_and_time`` / ``get_executable_and_time``, seen twice on
 2026-11-25, before the cache was locked).
+
+``PHASEFIELD_COMPILE_PROFILE=FOLDER`` (opt-in) loads ``tests/compile_profile.py``: each
+worker writes the seconds JAX spent tracing, lowering and compiling, per test and per
+jitted function, to ``FOLDER``; ``python tests/compile_profile.py FOLDER`` ranks them.
 """
 import os
 
@@ -23,17 +27,16 @@ import jax
 import pytest
 
 import phasefield
+from phasefield._runtime import use_compilation_cache
 
 phasefield.use_all_cpu_cores()
 
-_CACHE = os.environ.get("PHASEFIELD_CACHE",
-                        os.path.join(os.path.expanduser("~"), ".cache", "phasefield", "jax"))
-if _CACHE.strip().lower() not in ("", "off", "0", "none"):
-    os.makedirs(_CACHE, exist_ok=True)
+_CACHE = use_compilation_cache(min_compile_secs=0.2)   # the CLI's set-up (phasefield._runtime)
+if _CACHE is not None:
     os.environ["PHASEFIELD_CACHE"] = _CACHE   # the subprocesses' CLI uses the same folder
-    jax.config.update("jax_compilation_cache_dir", _CACHE)
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.2)
-    jax.config.update("jax_compilation_cache_max_size", 8 << 30)   # locked reads and writes
+
+if os.environ.get("PHASEFIELD_COMPILE_PROFILE"):   # opt-in: compile seconds per test and program
+    from compile_profile import pytest_runtest_protocol, pytest_sessionfinish  # noqa: F401
 
 
 @pytest.fixture
@@ -51,3 +54,17 @@ def no_compilation_cache():
 def float64():
     with jax.enable_x64(True):
         yield
+
+
+@pytest.fixture
+def small_ensembles(monkeypatch):
+    """Forests of 50 trees and boosting of 100 trees at 3x the rate (the same total
+    shrinkage) instead of the shipped 200 and 300 (``phasefield.vit.models``), for tests
+    whose claims are about the exponent and linear models, the trees being only candidates
+    (equality with scikit-learn at the shipped sizes: tests/test_trainability.py). A third
+    less CPU for the analysis tests (2026-11-26)."""
+    from phasefield.vit import models
+
+    monkeypatch.setitem(models.FOREST_PARAMS, "n_estimators", 50)
+    monkeypatch.setitem(models.TREE_PARAMS, "n_estimators", 100)
+    monkeypatch.setitem(models.TREE_PARAMS, "learning_rate", 3 * models.TREE_PARAMS["learning_rate"])

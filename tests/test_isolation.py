@@ -93,3 +93,27 @@ def test_use_all_cpu_cores_is_explicit():
     res = subprocess.run([sys.executable, "-c", late], env=env, capture_output=True, text=True,
                          timeout=120, check=True)
     assert res.stdout.strip() == "late"
+
+
+def test_compilation_cache_setup_is_one_call(tmp_path, monkeypatch):
+    """The CLI and tests/conftest.py share one set-up (``use_compilation_cache``): the folder
+    from PHASEFIELD_CACHE, the minimum compile time asked for, the size limit; ``off`` and
+    friends leave JAX's settings alone."""
+    import jax
+
+    from phasefield._runtime import use_compilation_cache
+
+    names = ("jax_compilation_cache_dir", "jax_persistent_cache_min_compile_time_secs",
+             "jax_compilation_cache_max_size")
+    before = {k: getattr(jax.config, k) for k in names}
+    try:
+        for off in ("off", "0", "None", " "):
+            monkeypatch.setenv("PHASEFIELD_CACHE", off)
+            assert use_compilation_cache(0.3) is None
+            assert {k: getattr(jax.config, k) for k in names} == before
+        monkeypatch.setenv("PHASEFIELD_CACHE", str(tmp_path / "c"))
+        assert use_compilation_cache(0.3) == str(tmp_path / "c") and (tmp_path / "c").is_dir()
+        assert [getattr(jax.config, k) for k in names] == [str(tmp_path / "c"), 0.3, 8 << 30]
+    finally:
+        for k, v in before.items():
+            jax.config.update(k, v)

@@ -174,6 +174,7 @@ def test_a_diverged_run_counts_as_chance_and_mixed_lrs_are_refused():
         analysis.analyze(rows + [dict(rows[1], lr=0.1)], 10, feats, order, repeats=1, nested_cv=False)
 
 
+@pytest.mark.usefixtures("small_ensembles")
 def test_analysis_finds_the_exponent_model_and_transfers():
     rows, feats, order, truth = _study()
     rep = analysis.analyze(rows, 10, feats, order, k=4, repeats=1, nested_cv=False)
@@ -189,6 +190,7 @@ def test_analysis_finds_the_exponent_model_and_transfers():
     assert t["_best_vs_raw"]["linear_hp"]["mean"] < 0
 
 
+@pytest.mark.usefixtures("small_ensembles")
 def test_nested_cv_of_the_shipping_procedure_and_fit_without_cv():
     """The whole procedure (selection among the candidates, interval, refit) scored on
     configurations it never saw: the true exponent form is learnt (R2 high) and the interval
@@ -206,6 +208,7 @@ def test_nested_cv_of_the_shipping_procedure_and_fit_without_cv():
     assert rep["best_model"] in ("linear_hp", "constant") and rep["interval"]["hi"] >= rep["interval"]["lo"]
 
 
+@pytest.mark.usefixtures("small_ensembles")
 def test_effective_depth_models_learn_a_loss_set_by_the_summed_branch_variance(tmp_path):
     """A synthetic study whose loss is a saturating function of L (alpha_A^2 + alpha_M^2)
     (plus a small sigma_A term): the effective-depth candidates find it, the raw-value and
@@ -327,6 +330,7 @@ def _study_dir(out, rows, feats, order, cfg=None):
     return out
 
 
+@pytest.mark.usefixtures("small_ensembles")
 def test_fit_cli_pools_sweeps_of_one_training_config(capsys, tmp_path):
     """fit --runs A --runs B fits the configurations of both sweeps (their feature caches
     pooled; --figure draws Fig. 7 of the fit) and refuses, in one line with exit 2, sweeps trained with different configs."""

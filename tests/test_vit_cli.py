@@ -80,6 +80,7 @@ def _write_study_dir(out, rows, feats, geometry):
             w.writerow([c] + [feats[k][i] for k in sorted(feats)])
 
 
+@pytest.mark.usefixtures("small_ensembles")
 def test_fit_on_a_study_directory_and_mixed_learning_rates(capsys, tmp_path):
     """fit reads a study directory (cached features), prints the report, writes a model that
     predict accepts; a table mixing learning rates is refused unless --per-lr."""

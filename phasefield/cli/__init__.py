@@ -25,7 +25,7 @@ import sys
 import click
 import jax
 
-from .._runtime import use_all_cpu_cores
+from .._runtime import use_all_cpu_cores, use_compilation_cache
 from .common import UsageError
 
 
@@ -55,24 +55,9 @@ _register_all()
 
 
 def _compilation_cache():
-    """Persist XLA compilations between CLI runs (~/.cache/phasefield/jax; PHASEFIELD_CACHE
-    names another directory, or ``off``). The cache is size-limited (8 GiB, least recently
-    used entries go first), which also makes JAX lock it: commands running side by side (a
-    multi-process sweep, the test suite's workers) never read an entry another is writing."""
-    import os
-
-    import jax
-
-    path = os.environ.get("PHASEFIELD_CACHE", os.path.join(os.path.expanduser("~"), ".cache", "phasefield", "jax"))
-    if path.strip().lower() in ("", "off", "0", "none"):
-        return
-    try:
-        os.makedirs(path, exist_ok=True)
-        jax.config.update("jax_compilation_cache_dir", path)
-        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
-        jax.config.update("jax_compilation_cache_max_size", 8 << 30)
-    except Exception:  # a read-only home: just compile
-        pass
+    """Persist XLA compilations between CLI runs: :func:`phasefield._runtime.use_compilation_cache`
+    (``PHASEFIELD_CACHE`` names the folder, or ``off``; programs compiling in ≥ 0.5 s)."""
+    use_compilation_cache(min_compile_secs=0.5)
 
 
 def main(argv=None) -> int:
