@@ -130,7 +130,7 @@ def _features(cfg, configs, q0, rho0, maps, batch_size):
     return out
 
 
-def block_features(cfg, configs: list[dict], q0: float, rho0: float, maps=MAPS) -> dict:
+def block_features(cfg, configs: list[dict], q0: float, rho0: float, maps=MAPS, attention: str | None = None) -> dict:
     """The features of :func:`features` for the :mod:`phasefield.layers` block of ``cfg``
     (``cfg.block_for``: sigma = sigma_w, alpha_attn = alpha_A, alpha_mlp = alpha_M): at the collapsed point
     ``lambda_a``, ``lambda_g``, ``lambda_g_inf``, ``rho_star`` as
@@ -138,13 +138,16 @@ def block_features(cfg, configs: list[dict], q0: float, rho0: float, maps=MAPS) 
     block has a finite fixed point, else the finite-depth angle rate); from the input geometry (q0, rho0), per
     attention map, the trajectory's ``rho_out``, ``lambda_a_in`` and ``lambda_g_in`` without
     and with (``_corr``) the softmax-derivative term (:func:`phasefield.layers.finite_depth`);
-    a map whose features are not finite at every configuration is left out."""
+    a map whose features are not finite at every configuration is left out. ``attention``: the
+    attention map of the collapsed-point features (default: the preset's; at rho = 1 attention is
+    uniform, so the maps agree there)."""
     from .. import layers
     from ..config import HParams
     from .sweep import block_theory
 
     n = len(configs)
-    out = {k: np.asarray(v, float) for k, v in block_theory(cfg, configs).items()}
+    over = {} if attention is None else dict(attention=attention)
+    out = {k: np.asarray(v, float) for k, v in block_theory(cfg, configs, **over).items()}
     for m in maps:
         for k in (f"rho_out_{m}", f"lambda_a_in_{m}", f"lambda_g_in_{m}", f"lambda_g_in_{m}_corr"):
             out[k] = np.full(n, np.nan)
