@@ -733,10 +733,12 @@ def _block_cfg(st: dict):
 
 
 def block_maps(cfg) -> tuple:
-    """The attention maps of a block's input-geometry features: the accurate one (BLOCK_ATTENTION).
-    Post-LN's first attention reads the raw (unnormalized) embedding, where the exact map is
-    undefined (phasefield.vit.features.block_features): post-LN has the collapsed-point features alone."""
-    return () if cfg.block_spec()[0] == "post-ln" else (BLOCK_ATTENTION,)
+    """The attention maps of a block's input-geometry features: none. Post-LN's first attention
+    reads the raw (unnormalized) embedding, where the exact map is undefined
+    (phasefield.vit.features.block_features); for pre-LN they were left out on 2026-11-26 for
+    time (the 2-core CPU under a load of ~18 gave ~15 % of a core; they are never shipped: a
+    trajectory per point is not cheap). Both blocks have the collapsed-point rates alone."""
+    return ()
 
 
 def _block_geometry(out: str) -> dict:
@@ -929,8 +931,43 @@ def block_analyze(args):
                 f.write(io.dumps(model, indent=1))
         print(f"packaged model: {block_model_path(block)}")
     _print_block(rep, model)
+    if args.ship:
+        block_figures()
     print(f"({time.time() - t0:.0f} s)")
     return rep, model
+
+
+def block_figures():
+    """docs/images/blocks_predicted.png (every block with an analysis and a shipped model) and
+    docs/images/blocks_failure_post-ln.png (P(fail) over sigma x alpha, measured failures marked)."""
+    import json
+
+    import numpy as np
+
+    from phasefield.vit import figure_blocks
+    from phasefield.vit import predict as vpredict
+
+    reports = {}
+    for name in ("pre-ln", "post-ln"):
+        path = os.path.join(STUDIES[name]["out"], "analysis.json")
+        if os.path.exists(path) and name in vpredict.shipped_blocks():
+            with open(path) as f:
+                reports[name] = (json.load(f), vpredict.load_model(block=name))
+    img = os.path.join(ROOT, "docs", "images")
+    if reports:
+        figure_blocks.predicted_vs_measured(reports, os.path.join(img, "blocks_predicted.png"))
+    if "post-ln" in reports:
+        rep, doc = reports["post-ln"]
+        held = None
+        hdir = STUDIES["post-ln-holdout"]["out"]
+        if os.path.exists(os.path.join(hdir, "results.jsonl")):
+            from phasefield.vit import analysis
+            from phasefield.vit import sweep as vsweep
+
+            held = analysis.configurations(vsweep.read_results(hdir), 10)
+        tab = {k: (np.asarray(v) if isinstance(v, list) and k not in ("config", "run_losses", "run_failed", "lrs")
+                   else v) for k, v in rep["table"].items()}
+        figure_blocks.block_failure_slice(doc, tab, os.path.join(img, "blocks_failure_post-ln.png"), held_out=held)
 
 
 def _print_block(rep: dict, model: dict) -> None:

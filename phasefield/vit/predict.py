@@ -311,7 +311,7 @@ def model_features(doc: dict, configs: list[dict], cfg=None) -> dict:
     """The columns a model needs at ``configs`` ({name: array}), plus lambda_a and lambda_g:
     raw hyperparameters as given, the effective depths (L alpha^2 per branch and their sum),
     collapsed exponents (and L * lambda) from :func:`collapsed_exponents` (for a model fitted on another block's runs, that block's,
-    :func:`phasefield.vit.sweep.block_theory`), and only when the model asks for them the input-geometry
+    :func:`phasefield.vit.features.block_theory` with the model's ``attention``), and only when the model asks for them the input-geometry
     features of :func:`phasefield.vit.features.features` (a trajectory of L blocks per point)."""
     from .train import TrainConfig
 
@@ -321,9 +321,8 @@ def model_features(doc: dict, configs: list[dict], cfg=None) -> dict:
     L = out["depth"]
     if cfg.block_spec()[0] == "paper":
         la, lg = collapsed_exponents(cfg, out["sigma_w"], out["sigma_a"], out["alpha_a"], out["alpha_m"], L)
-    else:      # a model fitted on runs of another block: that block's theory point
-        from .sweep import block_theory
-        th = block_theory(cfg, configs, **({"attention": doc["attention"]} if doc.get("attention") else {}))
+    else:      # a model fitted on runs of another block: that block's theory point (one program per depth)
+        th = F.block_theory(cfg, configs, doc.get("attention"))
         la, lg = th["lambda_a"], th["lambda_g"]
     out.update(lambda_a=la, lambda_g=lg, L_lambda_a=L * la, L_lambda_g=L * lg,
                **analysis.effective_depths(L, out["alpha_a"], out["alpha_m"]))
