@@ -909,6 +909,8 @@ def block_analyze(args):
     if getattr(args, "subset", None):       # a quick look (tests): the first N configurations
         keep = set(list(dict.fromkeys(config_id(r) for r in rows))[:args.subset])
         rows = [r for r in rows if config_id(r) in keep]
+    if getattr(args, "available", False) and feats is not None:     # the configurations with features so far
+        rows = [r for r in rows if config_id(r) in set(order)]
     if feats is None or {config_id(r) for r in rows} - set(order):
         raise SystemExit(f"{out}: features missing ('features --study {args.study}' first)")
     doc = vpredict.fit_sweep(rows, 10, cfg, geometry, feats, order, k=args.folds, repeats=args.repeats)
@@ -1073,6 +1075,8 @@ def main(argv=None):
         p.add_argument("--repeats", type=int, default=5)
         p.add_argument("--ship", action="store_true", help="analyze: write the packaged model")
         p.add_argument("--fit", default=None, help="score: a fit file (default: the packaged model)")
+        p.add_argument("--available", action="store_true",
+                       help="analyze a block study on the configurations whose features are cached so far")
         p.add_argument("--subset", type=int, default=None,
                        help="analyze a block study on its first N configurations only (a quick check; writes nothing "
                             "but --ship's model)")
