@@ -717,6 +717,353 @@ def _print_failure(s: dict, title: str) -> None:
             print(f"  [{b['lo']:.2f}, {b['hi']:.2f})  {b['n']:5d} {b['mean_pred']:7.3f} {b['observed']:8.3f}")
 
 
+# ------------------------------------------------------------------------------------------------
+# issue 35: loss predictors for the standard blocks (pre-LN, post-LN; engineer "blockpred").
+# 'features --study pre-ln' caches the block's own theory per trained configuration; 'analyze
+# --study pre-ln [--ship]' runs the paper block's candidate families and shipping procedure
+# (phasefield.vit.predict.fit_sweep) and writes the model to phasefield/vit/models/<block>.json;
+# 'score --study pre-ln-holdout' scores the shipped model on the held-out set.
+BLOCK_ATTENTION = "exact"     # the accurate softmax map for the block's theory (passed explicitly)
+
+
+def _is_block_study(name: str) -> bool:
+    return STUDIES[name].get("bounds") == "block"
+
+
+def _block_cfg(st: dict):
+    from phasefield.vit import sweep as vsweep
+    from phasefield.vit.train import TrainConfig
+
+    path = os.path.join(st["out"], "sweep.json")
+    if os.path.exists(path):
+        return TrainConfig.from_dict(vsweep.read_sweep(st["out"])["config"])
+    return _train_config(block=st["block"])
+
+
+def block_maps(cfg) -> tuple:
+    """The attention maps of a block's input-geometry features: none. Post-LN's first attention
+    reads the raw (unnormalized) embedding, where the exact map is undefined
+    (phasefield.vit.features.block_features); for pre-LN they were left out on 2026-11-26 for
+    time (the 2-core CPU under a load of ~18 gave ~15 % of a core; they are never shipped: a
+    trajectory per point is not cheap). Both blocks have the collapsed-point rates alone."""
+    return ()
+
+
+def _block_geometry(out: str) -> dict:
+    """The input geometry of the digits ViT (the embedding is the blocks' common input: the main
+    study's measurement, copied)."""
+    import json
+    import shutil
+
+    gpath = os.path.join(out, "input_geometry.json")
+    if not os.path.exists(gpath):
+        shutil.copy(os.path.join(DEFAULT_OUT, "input_geometry.json"), gpath)
+    with open(gpath) as f:
+        return json.load(f)
+
+
+def block_features_cmd(args):
+    """The block's theory features of every trained configuration of a block study not yet in its
+    features.csv (appended 8 at a time: resumable)."""
+    import csv
+
+    from phasefield.vit import features
+    from phasefield.vit import predict as vpredict
+    from phasefield.vit import sweep as vsweep
+
+    from phasefield.cli import _compilation_cache
+
+    _compilation_cache()      # the CLI's persistent XLA cache: a rerun (and predict) compiles nothing again
+    st = _study(args)
+    out, cfg = st["out"], _block_cfg(st)
+    geo = _block_geometry(out)
+    rows = vsweep.read_results(out)
+    ids, cfgs = vpredict._configs_of(rows)
+    fpath = feature_path(out)
+    have = _read_feature_rows(fpath)
+    names = list(next(iter(have.values())))[1:] if have else None
+    todo = [(cid, c) for cid, c in zip(ids, cfgs) if cid not in have]
+    print(f"{cfg.block}: {len(ids)} configurations, {len(todo)} without features (attention={BLOCK_ATTENTION}, "
+          f"input-geometry maps {', '.join(block_maps(cfg))})", flush=True)
+    t00 = time.time()
+    for i in range(0, len(todo), 8):
+        if args.until and time.time() - t00 > args.until:
+            print(f"stopping: --until {args.until:.0f} s reached (resume by rerunning)", flush=True)
+            return
+        part = todo[i:i + 8]
+        t0 = time.time()
+        feats = features.block_features(cfg, [c for _, c in part], geo["q0"], geo["rho0"], maps=block_maps(cfg),
+                                        attention=BLOCK_ATTENTION)
+        if names is None:
+            names = sorted(feats)
+        elif set(names) != set(feats):
+            raise SystemExit(f"features of configurations {i}-{i + len(part)} have columns {sorted(feats)}, "
+                             f"the cache {names}")
+        new = not os.path.exists(fpath)
+        with open(fpath, "a", newline="") as f:
+            w = csv.writer(f)
+            if new:
+                w.writerow(["config"] + names)
+            for j, (cid, _) in enumerate(part):
+                w.writerow([cid] + [repr(float(feats[k][j])) for k in names])
+        print(f"features of {i + len(part)}/{len(todo)} configurations ({time.time() - t0:.0f} s)", flush=True)
+
+
+# the pairs of the rates-vs-raw comparison: a model on the raw numbers against the same form with the
+# block's own rates added (hybrid), and the best rates-only model against the best raw one
+BLOCK_PAIRS = (("linear_hybrid", "linear_hp"), ("forest_hybrid", "forest_hp"),
+               ("two_part_forest_hybrid", "two_part_forest_hp"), ("linear_hybrid_eff", "linear_hp_eff"))
+
+
+def block_model_path(block: str) -> str:
+    from phasefield.vit import predict as vpredict
+
+    return os.path.join(ROOT, "phasefield", "vit", vpredict.BLOCK_RESOURCES[block])
+
+
+def rates_vs_raw(rep: dict) -> dict:
+    """Do the block's own rates carry the trained loss beyond the raw numbers? Paired differences
+    of the configurations' squared out-of-fold errors (negative: the first model is better), with
+    their standard errors, overall and per depth, for the best rates-only model against the best
+    raw model and for each raw form against the same form with the rates added."""
+    import numpy as np
+
+    from phasefield.vit import analysis
+
+    m, tab = rep["models"], rep["table"]
+    y, L = np.asarray(tab["loss"]), np.asarray(tab["depth"])
+    sq = lambda name: (np.asarray(m[name]["oof"]) - y) ** 2
+    pairs = [(rep["best_exponent_model"], rep["best_raw_model"])] + [p for p in BLOCK_PAIRS if p[0] in m and p[1] in m]
+    out = []
+    for a, b in pairs:
+        e = dict(with_rates=a, raw=b, cv_r2=[m[a]["cv_r2"], m[b]["cv_r2"]], cv_rmse=[m[a]["cv_rmse"], m[b]["cv_rmse"]],
+                 all=analysis.paired(sq(a), sq(b)), by_depth={})
+        for d in sorted(set(L.tolist())):
+            k = L == d
+            e["by_depth"][str(int(d))] = dict(n=int(k.sum()), **analysis.paired(sq(a)[k], sq(b)[k]))
+        for split, t in rep.get("transfer", {}).items():
+            if "sq_err" in t.get(a, {}) and "sq_err" in t.get(b, {}):
+                e.setdefault("transfer", {})[split] = dict(rmse=[t[a]["rmse"], t[b]["rmse"]],
+                                                           **analysis.paired(t[a]["sq_err"], t[b]["sq_err"]))
+        out.append(e)
+    return dict(pairs=out, note="paired mean of (squared OOF error with rates) - (squared OOF error raw) over "
+                                "configurations, +- its standard error; negative: the rates help")
+
+
+def block_failure_doc(rep: dict, model: dict, folds: int, repeats: int) -> tuple[dict, dict]:
+    """The failure part of a block's model and its grouped-CV scores: Platt scaling of the loss
+    model's out-of-fold predictions (the paper block's procedure) where failures were seen; where
+    none was (pre-LN), a constant P(fail) = 3 / N (the rule of three: the 95 % upper bound on a
+    failure rate after N runs without one)."""
+    import numpy as np
+
+    from phasefield.vit import analysis, failure
+    from phasefield.vit import predict as vpredict
+
+    tab = {k: (np.asarray(v) if isinstance(v, list) and k not in analysis.LISTS else v)
+           for k, v in rep["table"].items()}
+    n_runs = int(sum(len(r) for r in tab["run_failed"]))
+    n_failed = int(sum(sum(r) for r in tab["run_failed"]))
+    if n_failed == 0:
+        bound = 3.0 / n_runs
+        platt = failure.Logistic(["predicted_loss"], degree=1, mean=[0.0], std=[1.0], coef=[0.0],
+                                 intercept=float(np.log(bound / (1 - bound))))
+        doc = dict(name="rule_of_three", model=platt.to_json(), loss_model=model["name"],
+                   criterion=f"diverged, or final test loss >= {analysis.CHANCE_FRACTION:g} log C "
+                             f"(= {analysis.CHANCE_FRACTION * rep['L_sat']:.4f})",
+                   chance_fraction=analysis.CHANCE_FRACTION, threshold_loss=analysis.CHANCE_FRACTION * rep["L_sat"],
+                   n_configs=len(tab["run_failed"]), n_runs=n_runs, n_failed=0,
+                   note=f"no run failed in {n_runs} ({len(tab['run_failed'])} configurations): P(fail) is the rule "
+                        f"of three's 95 % upper bound 3/{n_runs} = {bound:.4f}, the same at every point of the box")
+        return doc, dict(n_runs=n_runs, n_failed=0, bound=bound)
+    doc = vpredict.failure_doc(np.asarray(rep["models"][model["name"]]["oof"]), tab["run_failed"], rep["L_sat"],
+                               model["name"])
+    specs = analysis.model_specs(tab)
+    T = failure.run_table(tab)
+    st = failure.cross_validate_stacked(tab, T, specs[model["name"]], folds, repeats)
+    cv = {k: v for k, v in st.items() if k in ("auc", "brier", "log_loss", "brier_base", "base_rate", "n_runs",
+                                               "n_failed", "k_folds", "repeats", "reliability")}
+    cv["n_configs"] = len(tab["loss"])
+    cands = {}
+    for name in failure.CANDIDATES:
+        if set(failure.CANDIDATES[name][1]) <= set(T):
+            c = failure.cross_validate(name, T, folds, repeats)
+            cands[name] = {k: c[k] for k in ("auc", "brier") if k in c}
+    doc["cv"] = cv
+    return doc, dict(shipped=cv, candidates=cands)
+
+
+def block_analyze(args):
+    """A standard block's study: the paper block's candidate families and shipping procedure
+    (phasefield.vit.predict.fit_sweep: grouped CV, nested CV, conformal interval), the
+    rates-vs-raw comparison, the failure model; OUT/analysis.json (and the model with --ship)."""
+    import datetime
+
+    import numpy as np
+
+    from phasefield import io
+    from phasefield.vit import analysis, features
+    from phasefield.vit import predict as vpredict
+    from phasefield.vit import sweep as vsweep
+    from phasefield.vit.design import config_id
+
+    st = _study(args)
+    if st.get("holdout_of"):
+        raise SystemExit(f"{args.study} is a held-out set: score it ('score --study {args.study}')")
+    out, cfg = st["out"], _block_cfg(st)
+    t0 = time.time()
+    geometry, feats, order = features.read_cache(out, cfg)
+    rows = vsweep.read_results(out)
+    if getattr(args, "subset", None):       # a quick look (tests): the first N configurations
+        keep = set(list(dict.fromkeys(config_id(r) for r in rows))[:args.subset])
+        rows = [r for r in rows if config_id(r) in keep]
+    if getattr(args, "available", False) and feats is not None:     # the configurations with features so far
+        rows = [r for r in rows if config_id(r) in set(order)]
+    if feats is None or {config_id(r) for r in rows} - set(order):
+        raise SystemExit(f"{out}: features missing ('features --study {args.study}' first)")
+    doc = vpredict.fit_sweep(rows, 10, cfg, geometry, feats, order, k=args.folds, repeats=args.repeats)
+    rep, model = doc["report"], doc["model"]
+    block = cfg.block_spec()[0]
+    model.update(block=block, attention=BLOCK_ATTENTION, date=datetime.date.today().isoformat(),
+                 study=os.path.relpath(out, ROOT))
+    fdoc, fcv = block_failure_doc(rep, model, args.folds, args.repeats)
+    model["failure"] = fdoc
+    rep["failure"] = fcv
+    rep["rates_vs_raw"] = rates_vs_raw(rep)
+    rep["date"] = model["date"]
+    if not getattr(args, "subset", None):
+        with io.atomic_path(os.path.join(out, "analysis.json")) as tmp:
+            with open(tmp, "w") as f:
+                f.write(io.dumps(rep, indent=1))
+    if args.ship:
+        with io.atomic_path(block_model_path(block)) as tmp:
+            with open(tmp, "w") as f:
+                f.write(io.dumps(model, indent=1))
+        print(f"packaged model: {block_model_path(block)}")
+    _print_block(rep, model)
+    if args.ship:
+        block_figures()
+    print(f"({time.time() - t0:.0f} s)")
+    return rep, model
+
+
+def block_figures():
+    """docs/images/blocks_predicted.png (every block with an analysis and a shipped model) and
+    docs/images/blocks_failure_post-ln.png (P(fail) over sigma x alpha, measured failures marked)."""
+    import json
+
+    import numpy as np
+
+    from phasefield.vit import figure_blocks
+    from phasefield.vit import predict as vpredict
+
+    reports = {}
+    for name in ("pre-ln", "post-ln"):
+        path = os.path.join(STUDIES[name]["out"], "analysis.json")
+        if os.path.exists(path) and name in vpredict.shipped_blocks():
+            with open(path) as f:
+                reports[name] = (json.load(f), vpredict.load_model(block=name))
+    img = os.path.join(ROOT, "docs", "images")
+    if reports:
+        figure_blocks.predicted_vs_measured(reports, os.path.join(img, "blocks_predicted.png"))
+    if "post-ln" in reports:
+        rep, doc = reports["post-ln"]
+        held = None
+        hdir = STUDIES["post-ln-holdout"]["out"]
+        if os.path.exists(os.path.join(hdir, "results.jsonl")):
+            from phasefield.vit import analysis
+            from phasefield.vit import sweep as vsweep
+
+            held = analysis.configurations(vsweep.read_results(hdir), 10)
+        tab = {k: (np.asarray(v) if isinstance(v, list) and k not in ("config", "run_losses", "run_failed", "lrs")
+                   else v) for k, v in rep["table"].items()}
+        figure_blocks.block_failure_slice(doc, tab, os.path.join(img, "blocks_failure_post-ln.png"), held_out=held)
+
+
+def _print_block(rep: dict, model: dict) -> None:
+    m, nest = rep["models"], rep.get("nested") or {}
+    print(f"{model['block']}: {rep['n_configs']} configurations, {rep['n_runs']} runs; noise floor RMSE "
+          f"{rep['noise_floor']['rmse']:.4f} (best R2 {rep['noise_floor']['r2_max']:.3f})")
+    for name in (rep["best_model"], rep["best_exponent_model"], rep["best_raw_model"], rep["best_hybrid_model"]):
+        print(f"  {name:26s} ({m[name]['group']:9s}) CV R2 {m[name]['cv_r2']:+.3f}  RMSE {m[name]['cv_rmse']:.4f}")
+    if nest:
+        print(f"  shipped {model['name']}; nested CV R2 {nest['r2']:.3f}, RMSE {nest['rmse']:.4f}, coverage "
+              f"{100 * nest['coverage_runs']:.0f} % of runs; chosen {nest['chosen']}")
+    for e in rep["rates_vs_raw"]["pairs"]:
+        print(f"  {e['with_rates']:24s} - {e['raw']:20s}: {e['all']['mean']:+.5f} +- {e['all']['se']:.5f}  " +
+              "  ".join(f"L={d}: {v['mean']:+.5f} +- {v['se']:.5f}" for d, v in e["by_depth"].items()))
+    f = rep["failure"]
+    if "shipped" in f:
+        print(f"  P(fail): Platt on {model['name']}, grouped CV AUC {f['shipped']['auc']:.3f}, Brier "
+              f"{f['shipped']['brier']:.4f} ({f['shipped']['n_failed']} of {f['shipped']['n_runs']} runs failed)")
+    else:
+        print(f"  P(fail): {model['failure']['note']}")
+
+
+def block_score(args):
+    """Score a block's shipped model (or --fit FILE, which must be of that block) on a held-out
+    set (``<block>-holdout``, trained after the families and the shipping procedure were fixed):
+    loss R2 over runs and seed means, RMSE, interval coverage; P(fail) AUC, Brier and its
+    reliability table. Written to OUT/score.json."""
+    import datetime
+
+    import numpy as np
+
+    from phasefield import io
+    from phasefield.vit import analysis, failure, models
+    from phasefield.vit import predict as vpredict
+    from phasefield.vit import sweep as vsweep
+    from phasefield.vit.design import config_id
+
+    st = _study(args)
+    out, cfg = st["out"], _block_cfg(st)
+    rows = vsweep.read_results(out) if os.path.exists(os.path.join(out, "results.jsonl")) else []
+    if not rows:
+        raise SystemExit(f"{out} has no runs yet ('run --study {args.study} --no-theory' first)")
+    doc = vpredict.load_model(args.fit, block=cfg.block)
+    train = st.get("holdout_of")
+    if train:
+        seen = {config_id(r) for r in vsweep.read_results(STUDIES[train]["out"])}
+        overlap = seen & {config_id(r) for r in rows}
+        if overlap:
+            raise SystemExit(f"{len(overlap)} configurations of {out} are in the training study {train}")
+    col = lambda k: np.array([float(r[k]) for r in rows])
+    res = vpredict.predict(col("sigma_w"), col("sigma_a"), col("alpha_a"), col("alpha_m"), col("depth"), doc,
+                           block=cfg.block)
+    l_sat = doc["L_sat"]
+    y = np.array([l_sat if analysis._failed(r, "test_loss", l_sat) else float(r["test_loss"]) for r in rows])
+    failed = np.array([int(analysis.at_chance(r, l_sat)) for r in rows])
+    p = np.array([r["predicted_loss"] for r in res])
+    pf = np.array([r["p_fail"] for r in res])
+    lo, hi = np.array([r["interval"] for r in res]).T
+    ids = [config_id(r) for r in rows]
+    groups = {c: [i for i, d in enumerate(ids) if d == c] for c in dict.fromkeys(ids)}
+    ym = np.array([y[g].mean() for g in groups.values()])
+    pm = np.array([p[g[0]] for g in groups.values()])
+    rep = dict(date=datetime.date.today().isoformat(), block=doc.get("block"), model=doc.get("name"),
+               family=doc.get("family"), fitted_on=doc.get("n_configs"), n_runs=len(rows), n_configs=len(groups),
+               r2_runs=models.r2(y, p), rmse_runs=float(np.sqrt(np.mean((y - p) ** 2))),
+               r2_means=models.r2(ym, pm), rmse_means=float(np.sqrt(np.mean((ym - pm) ** 2))),
+               coverage_runs=float(np.mean((lo <= y) & (y <= hi))), interval_level=doc["interval"]["level"],
+               mean_loss=float(y.mean()), failure_model=doc["failure"]["name"], failure=failure.scores(failed, pf),
+               warned=int(sum(bool(r["warnings"]) for r in res)),
+               runs=[dict(run=r["run"], loss=float(a), pred=float(b), interval=[float(c), float(d)], failed=int(f),
+                          p_fail=float(q)) for r, a, b, c, d, f, q in zip(rows, y, p, lo, hi, failed, pf)])
+    with io.atomic_path(os.path.join(out, "score.json")) as tmp:
+        with open(tmp, "w") as f:
+            f.write(io.dumps(rep, indent=1))
+    fs = rep["failure"]
+    print(f"{rep['block']} model {rep['model']} ({rep['family']}, fitted on {rep['fitted_on']} configurations) on "
+          f"{rep['n_runs']} held-out runs ({rep['n_configs']} configurations): loss R2 {rep['r2_runs']:.3f} (runs), "
+          f"{rep['r2_means']:.3f} (seed means), RMSE {rep['rmse_runs']:.4f}; {100 * rep['coverage_runs']:.0f} % of "
+          f"runs inside the {100 * rep['interval_level']:.0f} % interval")
+    _print_failure(fs, f"P(fail) ({rep['failure_model']})")
+    return rep
+
+
+# ---- end of the standard blocks' section ----
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -736,13 +1083,24 @@ def main(argv=None):
         p.add_argument("--repeats", type=int, default=5)
         p.add_argument("--ship", action="store_true", help="analyze: write the packaged model")
         p.add_argument("--fit", default=None, help="score: a fit file (default: the packaged model)")
+        p.add_argument("--available", action="store_true",
+                       help="analyze a block study on the configurations whose features are cached so far")
+        p.add_argument("--subset", type=int, default=None,
+                       help="analyze a block study on its first N configurations only (a quick check; writes nothing "
+                            "but --ship's model)")
     args = ap.parse_args(argv)
     if args.cmd == "run":
         cmd_run(args)
     elif args.cmd == "plan":
         cmd_plan(args)
+    elif args.cmd == "analyze" and _is_block_study(args.study):
+        block_analyze(args)
+    elif args.cmd == "features" and _is_block_study(args.study):
+        block_features_cmd(args)
     elif args.cmd == "features":
         cmd_features(args)
+    elif args.cmd == "score" and _is_block_study(args.study):
+        block_score(args)
     elif args.cmd == "score":
         cmd_score(args)
     elif args.cmd == "failure":

@@ -46,7 +46,9 @@ def test_block_features_are_the_blocks(block_study):
     cfg, configs, feats, _, _ = block_study
     th = block_theory(cfg, configs)
     for k in ("lambda_a", "lambda_g", "lambda_g_inf"):
-        np.testing.assert_array_equal(feats[k], th[k])
+        # the features size every point's tables alike (one program per depth), the per-run
+        # theory sizes them per point: the same maps, equal to rounding
+        np.testing.assert_allclose(feats[k], th[k], rtol=1e-12, atol=1e-14)
     for i in (0, 5):
         c = configs[i]
         for corr, name in ((False, "lambda_g_in_paper"), (True, "lambda_g_in_paper_corr")):

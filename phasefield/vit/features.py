@@ -130,37 +130,101 @@ def _features(cfg, configs, q0, rho0, maps, batch_size):
     return out
 
 
-def block_features(cfg, configs: list[dict], q0: float, rho0: float, maps=MAPS) -> dict:
+# the block's numbers the tables of a block's maps are sized for (at least): the standard
+# blocks' study box reaches sigma = 2.5 and alphas of 1; a point beyond gets larger tables (and
+# one more compilation). Sizing every point's tables alike gives every block one pytree
+# structure: one compiled program per depth serves every point.
+SCALE_NUMBERS = dict(sigma_w=2.5, sigma_a=1.0, alpha_a=1.0, alpha_m=1.0)
+
+
+def _blocks(cfg, configs, **over):
+    from ..config import HParams
+
+    return [cfg.block_for(HParams(sigma_w=float(c["sigma_w"]), sigma_a=float(c["sigma_a"]),
+                                  alpha_a=float(c["alpha_a"]), alpha_m=float(c["alpha_m"])), **over) for c in configs]
+
+
+def _scales(cfg, blocks, **over):
+    from ..config import HParams
+    from ..layers.sweep import block_scales
+
+    ref = cfg.block_for(HParams(**SCALE_NUMBERS), **over)
+    return tuple(max(a, b) for a, b in zip(block_scales(blocks), block_scales([ref])))
+
+
+def block_theory(cfg, configs: list[dict], attention: str | None = None) -> dict:
+    """The collapsed-point theory of :func:`phasefield.vit.sweep.block_theory` (``lambda_a``: the
+    angle exponent where the block has a finite fixed point, else the finite-depth angle rate
+    from collapsed tokens; ``lambda_g`` = lambda_g(L) from (1, 1); ``lambda_g_inf``,
+    ``rho_star`` at the stable fixed point, NaN without one), computed with every block's
+    tables sized alike (:data:`SCALE_NUMBERS`): one compiled program per depth, not per point.
+    ``attention``: the attention map (default: the preset's)."""
+    import jax
+    import jax.numpy as jnp
+
+    from .. import layers
+    from ..layers.state import Kernel
+
+    over = {} if attention is None else dict(attention=attention)
+    blocks = _blocks(cfg, configs, **over)
+    scales = _scales(cfg, blocks, **over)
+    keys = ("lambda_a", "lambda_g", "lambda_g_inf", "rho_star")
+    out = {k: np.full(len(configs), np.nan) for k in keys}
+    with jax.enable_x64(True):
+        one = jnp.asarray(1.0, jnp.float64)
+        for i, (c, blk) in enumerate(zip(configs, blocks)):
+            L = int(c["depth"])
+            pb, ctx = layers.prepare(blk, cfg.n_tokens, scales=scales)
+            fd = layers._jitted("finite_depth")(pb, ctx, Kernel(one, one), depth=L)
+            out["lambda_g"][i] = float(fd["lambda_g_collapsed"])
+            if bool(jnp.isfinite(layers._jitted("norm_fixed_point")(pb, ctx, one))):
+                # the fixed point's quantities do not depend on depth: one program for every depth
+                ex = layers._jitted("exponents")(pb, ctx, depth=1)
+                out["lambda_a"][i], out["lambda_g_inf"][i] = float(ex["lambda_a"]), float(ex["lambda_g_inf"])
+                out["rho_star"][i] = float(ex["rho_star"])
+            else:
+                out["lambda_a"][i] = float(fd["angle_rate"])
+    return out
+
+
+def block_features(cfg, configs: list[dict], q0: float, rho0: float, maps=MAPS, attention: str | None = None) -> dict:
     """The features of :func:`features` for the :mod:`phasefield.layers` block of ``cfg``
     (``cfg.block_for``: sigma = sigma_w, alpha_attn = alpha_A, alpha_mlp = alpha_M): at the collapsed point
     ``lambda_a``, ``lambda_g``, ``lambda_g_inf``, ``rho_star`` as
-    :func:`phasefield.vit.sweep.block_theory` gives them per run (the angle exponent where the
-    block has a finite fixed point, else the finite-depth angle rate); from the input geometry (q0, rho0), per
-    attention map, the trajectory's ``rho_out``, ``lambda_a_in`` and ``lambda_g_in`` without
-    and with (``_corr``) the softmax-derivative term (:func:`phasefield.layers.finite_depth`);
-    a map whose features are not finite at every configuration is left out."""
+    :func:`phasefield.vit.sweep.block_theory` gives them per run (:func:`block_theory`: the angle
+    exponent where the block has a finite fixed point, else the finite-depth angle rate); from the
+    input geometry (q0, rho0), per attention map, the trajectory's ``rho_out``, ``lambda_a_in`` and
+    ``lambda_g_in`` without and with (``_corr``) the softmax-derivative term
+    (:func:`phasefield.layers.finite_depth`); a map whose features are not finite at every
+    configuration is left out. ``attention``: the attention map of the collapsed-point features
+    (default: the preset's; at rho = 1 attention is uniform, so the maps agree there). Every
+    block's tables are sized alike (:data:`SCALE_NUMBERS`): one compiled program per depth."""
+    import jax
+    import jax.numpy as jnp
+
     from .. import layers
-    from ..config import HParams
-    from .sweep import block_theory
+    from ..layers.state import Kernel
 
     n = len(configs)
-    out = {k: np.asarray(v, float) for k, v in block_theory(cfg, configs).items()}
+    out = block_theory(cfg, configs, attention)
     for m in maps:
         for k in (f"rho_out_{m}", f"lambda_a_in_{m}", f"lambda_g_in_{m}", f"lambda_g_in_{m}_corr"):
             out[k] = np.full(n, np.nan)
-    for i, c in enumerate(configs):
-        L = int(c["depth"])
-        hp = HParams(sigma_w=float(c["sigma_w"]), sigma_a=float(c["sigma_a"]),
-                     alpha_a=float(c["alpha_a"]), alpha_m=float(c["alpha_m"]))
+    with jax.enable_x64(True):
+        k0 = Kernel(jnp.asarray(q0, jnp.float64), jnp.asarray(q0 * rho0, jnp.float64))
         for m in maps:
             for corr in (False, True):
-                blk = cfg.block_for(hp, attention=m, softmax_correction=corr)
-                fd = layers.finite_depth(blk, q0=q0, rho0=rho0, n_tokens=cfg.n_tokens, depth=L)
-                out[f"lambda_g_in_{m}" + ("_corr" if corr else "")][i] = float(fd["lambda_g"])
-                if not corr:
-                    rho_l = float(np.asarray(fd["rho"])[-1])
-                    out[f"rho_out_{m}"][i] = rho_l
-                    out[f"lambda_a_in_{m}"][i] = math.log(max(1.0 - rho_l, 1e-300) / (1.0 - rho0)) / L
+                blocks = _blocks(cfg, configs, attention=m, softmax_correction=corr)
+                scales = _scales(cfg, blocks, attention=m, softmax_correction=corr)
+                for i, (c, blk) in enumerate(zip(configs, blocks)):
+                    L = int(c["depth"])
+                    pb, ctx = layers.prepare(blk, cfg.n_tokens, scales=scales)
+                    fd = layers._jitted("finite_depth")(pb, ctx, k0, depth=L)
+                    out[f"lambda_g_in_{m}" + ("_corr" if corr else "")][i] = float(fd["lambda_g"])
+                    if not corr:
+                        rho_l = float(np.asarray(fd["rho"])[-1])
+                        out[f"rho_out_{m}"][i] = rho_l
+                        out[f"lambda_a_in_{m}"][i] = math.log(max(1.0 - rho_l, 1e-300) / (1.0 - rho0)) / L
     # a map that does not answer here (the exact map needs normalized tokens at the attention:
     # post-LN's first attention reads the raw embedding) gives no features: its models are left out
     for m in maps:

@@ -38,6 +38,10 @@ from . import analysis, features as F
 from . import models as M
 
 RESOURCE = "trainability_model.json"
+# the shipped model of each block (issue 35): the paper block's, and one per standard block
+# fitted on its digits study (docs/training.md, "Standard blocks")
+BLOCK_RESOURCES = {"paper": RESOURCE, "pre-ln": "trainability_model_pre-ln.json",
+                   "post-ln": "trainability_model_post-ln.json"}
 RAW_RANGES = ("sigma_w", "sigma_a", "alpha_a", "alpha_m", "depth")
 
 
@@ -158,7 +162,8 @@ def best_model(report: dict, cfg, geometry: dict, name: str | None = None) -> di
     nest = report.get("nested") or {}
     fail = failure_doc(np.asarray(m["oof"]), tab["run_failed"], report["L_sat"], name,
                        cross_validated=report.get("cross_validated", True)) if "run_failed" in tab else None
-    return dict(name=name, family=m["group"], kind=m["kind"], model=model.to_json(), features=list(spec[1]),
+    return dict(block=cfg.block_spec()[0], name=name, family=m["group"], kind=m["kind"], model=model.to_json(),
+                features=list(spec[1]),
                 target="test_loss", L_sat=report["L_sat"], lr=report["lr"], train_config=cfg.to_dict(),
                 n_tokens=cfg.n_tokens, input_geometry=geometry, region=region, interval=interval,
                 cv=dict(rmse=m["cv_rmse"], rmse_sd=m["cv_rmse_sd"], r2=m["cv_r2"], k_folds=report["k_folds"],
@@ -204,13 +209,41 @@ def block_of(doc: dict) -> str:
     return doc.get("train_config", {}).get("block", "paper")
 
 
-def load_model(path: str | None = None) -> dict:
+def _spec(text: str) -> tuple[str, dict]:
+    from ..layers import spec
+
+    return ("paper", {}) if text == "paper" else spec.parse(text)
+
+
+def shipped_blocks() -> list[str]:
+    """The blocks with a model shipped inside the package (:data:`BLOCK_RESOURCES`)."""
+    return [b for b, r in BLOCK_RESOURCES.items() if resources.files(__package__).joinpath(r).is_file()]
+
+
+def check_block(doc: dict, block: str, where: str = "the model") -> None:
+    """FitError (one line) unless ``block`` (``NAME[:k=v,...]``; keywords left out take the
+    fitted ones) names the block ``doc`` was fitted on."""
+    fitted = block_of(doc)
+    name, kw = _spec(block)
+    fname, fkw = _spec(fitted)
+    if name != fname or any(fkw.get(k) != v for k, v in kw.items()):
+        raise FitError(f"{where} was fitted on {fitted!r} runs, not {block!r}: it predicts only for its own block")
+
+
+def load_model(path: str | None = None, block: str | None = None) -> dict:
     """A model document: ``path`` (a fit file written by ``phasefield fit``, or its ``model``
-    part) or, by default, the one shipped with phasefield."""
+    part) or, by default, the one shipped with phasefield for ``block`` (default the paper
+    block; :func:`shipped_blocks`). With ``block`` and ``path`` both given, a fit of another
+    block is refused (FitError, one line)."""
     try:
         if path is None:
-            text = resources.files(__package__).joinpath(RESOURCE).read_text()
-            where = f"the packaged {RESOURCE}"
+            name = _spec(block or "paper")[0]
+            if name not in BLOCK_RESOURCES or name not in shipped_blocks():
+                raise FitError(f"no model is shipped for block {block!r} (shipped: {', '.join(shipped_blocks())}); "
+                               "train its runs (train-sweep --block) and fit them (phasefield fit)")
+            resource = BLOCK_RESOURCES[name]
+            text = resources.files(__package__).joinpath(resource).read_text()
+            where = f"the packaged {resource}"
         else:
             with open(path) as f:
                 text = f.read()
@@ -233,6 +266,8 @@ def load_model(path: str | None = None) -> dict:
             failure.from_json(doc["failure"]["model"])
     except (KeyError, TypeError, ValueError):
         raise FitError(f"{where}: malformed model parameters") from None
+    if block is not None:
+        check_block(doc, block, where)
     return doc
 
 
@@ -276,7 +311,7 @@ def model_features(doc: dict, configs: list[dict], cfg=None) -> dict:
     """The columns a model needs at ``configs`` ({name: array}), plus lambda_a and lambda_g:
     raw hyperparameters as given, the effective depths (L alpha^2 per branch and their sum),
     collapsed exponents (and L * lambda) from :func:`collapsed_exponents` (for a model fitted on another block's runs, that block's,
-    :func:`phasefield.vit.sweep.block_theory`), and only when the model asks for them the input-geometry
+    :func:`phasefield.vit.features.block_theory` with the model's ``attention``), and only when the model asks for them the input-geometry
     features of :func:`phasefield.vit.features.features` (a trajectory of L blocks per point)."""
     from .train import TrainConfig
 
@@ -286,9 +321,8 @@ def model_features(doc: dict, configs: list[dict], cfg=None) -> dict:
     L = out["depth"]
     if cfg.block_spec()[0] == "paper":
         la, lg = collapsed_exponents(cfg, out["sigma_w"], out["sigma_a"], out["alpha_a"], out["alpha_m"], L)
-    else:      # a model fitted on runs of another block: that block's theory point
-        from .sweep import block_theory
-        th = block_theory(cfg, configs)
+    else:      # a model fitted on runs of another block: that block's theory point (one program per depth)
+        th = F.block_theory(cfg, configs, doc.get("attention"))
         la, lg = th["lambda_a"], th["lambda_g"]
     out.update(lambda_a=la, lambda_g=lg, L_lambda_a=L * la, L_lambda_g=L * lg,
                **analysis.effective_depths(L, out["alpha_a"], out["alpha_m"]))
@@ -302,12 +336,18 @@ def model_features(doc: dict, configs: list[dict], cfg=None) -> dict:
     return out
 
 
-def predict(sigma_w, sigma_a, alpha_a, alpha_m, depth, doc: dict | None = None) -> dict:
+def predict(sigma_w, sigma_a, alpha_a, alpha_m, depth, doc: dict | None = None, block: str | None = None) -> dict:
     """Predicted final test loss (with the model's interval), P(fails to train) (``p_fail``;
     None for a fit file without a failure model), both exponents and any warning,
-    at arrays (or numbers) of initialization hyperparameters; ``doc`` defaults to the
-    packaged model. Only the features the model uses are computed."""
-    doc = load_model() if doc is None else doc
+    at arrays (or numbers) of initialization hyperparameters (a standard block's run numbers:
+    ``sigma_w`` its sigma, ``alpha_a``/``alpha_m`` its alpha_attn/alpha_mlp, ``sigma_a`` 1);
+    ``doc`` defaults to the model packaged for ``block`` (default the paper block's); a ``doc``
+    fitted on another block than ``block`` is refused (FitError, one line). Only the features
+    the model uses are computed."""
+    if doc is None:
+        doc = load_model(block=block)
+    elif block is not None:
+        check_block(doc, block)
     vals = np.broadcast_arrays(*(np.atleast_1d(np.asarray(v, float)) for v in (sigma_w, sigma_a, alpha_a, alpha_m, depth)))
     configs = [dict(sigma_w=a, sigma_a=b, alpha_a=c, alpha_m=d, depth=int(e)) for a, b, c, d, e in zip(*vals)]
     feats = model_features(doc, configs)
@@ -327,6 +367,7 @@ def predict(sigma_w, sigma_a, alpha_a, alpha_m, depth, doc: dict | None = None) 
                         interval_level=doc["interval"]["level"], chance_loss=doc["L_sat"],
                         p_fail=None if pf is None else float(pf[i]),
                         fail_criterion=(doc.get("failure") or {}).get("criterion"),
+                        fail_note=(doc.get("failure") or {}).get("note"),
                         lambda_a=float(feats["lambda_a"][i]), lambda_g=float(feats["lambda_g"][i]),
                         features={f: float(feats[f][i]) for f in doc["features"]}, model=doc.get("name"),
                         family=doc.get("family"), cv_r2=doc.get("cv", {}).get("r2"), block=block_of(doc),

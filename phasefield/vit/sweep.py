@@ -66,13 +66,13 @@ def theory_exponents(cfg: TrainConfig, runs: list[dict]):
     return {k: np.asarray(ex[k], float).reshape(n) for k in ("lambda_a", "lambda_g", "lambda_g_inf")}
 
 
-def block_theory(cfg: TrainConfig, runs: list[dict]):
+def block_theory(cfg: TrainConfig, runs: list[dict], **over):
     """The theory point of each run of a :mod:`phasefield.layers` block (``cfg.block``), at
     the ViT's n tokens and each run's depth, from collapsed input tokens (the paper's
     convention): ``lambda_a`` the angle exponent where the block has a finite fixed point,
     else the finite-depth angle rate (1/L) log[(1 - rho_L)/(1 - rho_0)] (rho_0 -> 1);
     ``lambda_g`` = lambda_g(L); ``lambda_g_inf`` and ``rho_star`` at the stable fixed point
-    (NaN without one)."""
+    (NaN without one). ``over``: preset keywords to set (``attention="exact"``)."""
     from .. import layers
 
     keys = ("lambda_a", "lambda_g", "lambda_g_inf", "rho_star")
@@ -81,7 +81,7 @@ def block_theory(cfg: TrainConfig, runs: list[dict]):
         depth = int(r.get("depth", cfg.depth))
         key = (float(r["sigma_w"]), float(r["sigma_a"]), float(r["alpha_a"]), float(r["alpha_m"]), depth)
         if key not in cache:
-            blk = cfg.block_for(HParams(sigma_w=key[0], sigma_a=key[1], alpha_a=key[2], alpha_m=key[3]))
+            blk = cfg.block_for(HParams(sigma_w=key[0], sigma_a=key[1], alpha_a=key[2], alpha_m=key[3]), **over)
             r = layers.rates(blk, q0=1.0, rho0=1.0, n_tokens=cfg.n_tokens, depth=depth)
             lam_a = r["lambda_a"] if r["has_fixed_point"] else r["angle_rate"]
             cache[key] = (float(lam_a), float(r["lambda_g_collapsed"]), float(r["lambda_g_inf"]),
