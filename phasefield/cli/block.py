@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import click
 
-from .common import check, echo_json, option
+from .common import check, option
 
 BLOCK_HELP = ("a preset (paper, pre-ln, post-ln, rms-swiglu, deepscalelm), NAME:key=value,... "
               "(e.g. pre-ln:sigma=0.55,alpha=0.2,heads=12) or a JSON file {\"block\": NAME, ...}")

@@ -12,6 +12,7 @@ import numpy as np
 
 from .common import (UsageError, atomic_path, check, echo_json, grid_options, grid_values, option,
                      output, parse_range, point_hparams, point_options)
+from .blockopt import parse_axes
 
 DTYPES = ("float32", "float64")
 WIDTH_MAX = {"dense": 8192, "lazy": 65536}  # lazy keeps n x d slabs, not d x d matrices
@@ -181,7 +182,7 @@ def _block_sweep(spec_text, axes, q0, rho0, n_tokens, depth, width, seeds, seed,
         raise UsageError("--block needs at least one --axis NAME=start:stop:count")
     name, kw, n, L, q0, rho0, eps = _block_setup(spec_text, q0, rho0, n_tokens, depth, width, seeds, seed,
                                                  eps, weights, dtype)
-    parsed = _parse_axes(axes)
+    parsed = parse_axes(axes)
     if set(kw) & set(parsed):
         raise UsageError(f"{', '.join(sorted(set(kw) & set(parsed)))}: both in --block and an --axis")
     from ..layers import sweep as layer_sweep
@@ -202,18 +203,6 @@ def _block_sweep(spec_text, axes, q0, rho0, n_tokens, depth, width, seeds, seed,
     shutil.rmtree(parts, ignore_errors=True)
     click.echo(f"wrote {out} ({' x '.join(f'{k}={ds.sizes[k]}' for k in ds.dims)} points)")
 
-
-def _parse_axes(axes) -> dict:
-    parsed = {}
-    for a in axes:
-        key, eq, rng = a.partition("=")
-        if not eq or not key.strip():
-            raise UsageError(f"--axis expects NAME=start:stop:count, got {a!r}")
-        key = key.strip().replace("-", "_")
-        if key in parsed:
-            raise UsageError(f"--axis {key} given twice")
-        parsed[key] = parse_range(rng, f"--axis {key}")
-    return parsed
 
 
 def register(cli):

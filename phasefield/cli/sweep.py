@@ -14,6 +14,7 @@ import click
 import numpy as np
 
 from .common import UsageError, check, check_hparams_values, option, output, parse_range
+from .blockopt import parse_axes
 
 BLOCK_HELP = ("a preset (paper, pre-ln, post-ln, rms-swiglu, deepscalelm), NAME:key=value,... "
               "(e.g. pre-ln:sigma=0.55,alpha=0.2,heads=12) or a JSON file {\"block\": NAME, ...}; default paper")
@@ -61,18 +62,6 @@ def _options(f):
     return f
 
 
-def _axes(axes) -> dict:
-    parsed = {}
-    for a in axes:
-        key, eq, rng = a.partition("=")
-        if not eq:
-            raise UsageError(f"--axis expects NAME=start:stop:count, got {a!r}")
-        key = key.strip().replace("-", "_")
-        if key in parsed:
-            raise UsageError(f"--axis {key} given twice")
-        parsed[key] = parse_range(rng, f"axis {key}")
-    return parsed
-
 
 def _put(values, where, key, arr, src):
     if key in values:
@@ -90,7 +79,7 @@ def sweep_command(spec_text, axes, n_tokens, depth, q0, rho0, chunk, out, progre
     from .. import grid
 
     name, kw = ("paper", {}) if spec_text is None else _spec(spec_text)
-    parsed = _axes(axes)
+    parsed = parse_axes(axes)
     option("--chunk", chunk, 1, grid.CHUNK_MAX, integer=True)
     for k, text in (("n_tokens", n_tokens), ("depth", depth)):
         if text is not None:
