@@ -103,10 +103,14 @@ def test_fit_and_predict_a_block_sweep(block_study, tmp_path, capsys):
         assert main(bad) == 2
         _, err = capsys.readouterr()
         assert len(err.strip().splitlines()) == 1 and "fitted on" in err
-    # the shipped model is the paper block's: another block has no shipped model yet
+    # the shipped pre-LN model was fitted on pre-ln:heads=4: another head count is refused;
+    # a block with no shipped model says how to fit one
     assert main(["predict", "--block", SPEC + ",sigma=1,alpha=.5"]) == 2
     _, err = capsys.readouterr()
-    assert len(err.strip().splitlines()) == 1 and "no shipped model for block pre-ln yet" in err
+    assert len(err.strip().splitlines()) == 1 and "model fitted on block pre-ln:heads=4" in err
+    assert main(["predict", "--block", "rms-swiglu:sigma=1,alpha=.5"]) == 2
+    _, err = capsys.readouterr()
+    assert len(err.strip().splitlines()) == 1 and "no shipped model for block rms-swiglu" in err
     # a paper number with another block is refused, never mapped (pre-LN's sigma_A is sigma^2)
     assert main(args + ["--block", SPEC + ",sigma=1,alpha=.5", "--sigma-a", "2"]) == 2
     _, err = capsys.readouterr()

@@ -10,8 +10,9 @@
   ``<!-- docs-test: skip: REASON -->``; it is reported as skipped with that reason.
 
 Examples are written small (tiny grids, few blocks and draws) and share sizes across pages so
-that one compilation serves several of them; the shell blocks run first, so the CLI's
-persistent compilation cache (``PHASEFIELD_CACHE``) serves the Python blocks too.
+that one compilation serves several of them (the shell blocks run in-process, first, so JAX's
+in-memory caches serve the Python blocks too; the suite keeps the persistent cache off,
+``tests/conftest.py``).
 """
 import glob
 import os

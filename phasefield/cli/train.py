@@ -383,15 +383,18 @@ def register(cli):
             if v is not None and not math.isfinite(v):
                 raise UsageError(f"--{k.replace('_', '-')} must be finite (got {v})")
         option("--depth", depth, 1, MAX_DEPTH, integer=True)
-        if block_spec is not None and fit_path is None and spec_name(block_spec) != "paper":
-            name = spec_name(block_spec)
-            raise UsageError(f"no shipped model for block {name} yet (the packaged model is the paper block's): "
-                             f"train runs (phasefield train-sweep --block {name} --axis sigma=LO:HI:N --out DIR), fit "
-                             "them (phasefield fit --runs DIR --out model.json) and pass --fit model.json")
         from ..vit import predict as vpredict
 
+        shipped_block = None
+        if block_spec is not None and fit_path is None and spec_name(block_spec) != "paper":
+            shipped_block = spec_name(block_spec)
+            if shipped_block not in vpredict.shipped_blocks():
+                raise UsageError(f"no shipped model for block {shipped_block} (shipped: "
+                                 f"{', '.join(vpredict.shipped_blocks())}): train runs (phasefield train-sweep "
+                                 f"--block {shipped_block} --axis sigma=LO:HI:N --out DIR), fit them (phasefield fit "
+                                 "--runs DIR --out model.json) and pass --fit model.json")
         try:
-            doc = vpredict.load_model(fit_path)
+            doc = vpredict.load_model(fit_path, block=shipped_block)
         except vpredict.FitError as exc:
             raise UsageError(str(exc)) from None
         fitted = vpredict.block_of(doc)
