@@ -40,6 +40,16 @@ if os.environ.get("PHASEFIELD_COMPILE_PROFILE"):   # opt-in: compile seconds per
     from compile_profile import pytest_runtest_protocol, pytest_sessionfinish  # noqa: F401
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _release_executables():
+    """Drop JAX's compiled programs after each test module. Every XLA:CPU executable holds
+    memory mappings; a worker that kept the whole suite's (2026-11-26: ~42,000 maps after
+    16 minutes) reaches the kernel's limit (``vm.max_map_count`` = 65,530), and the next
+    compilation or cache write segfaults (two fresh-clone runs on 2026-11-26)."""
+    yield
+    jax.clear_caches()
+
+
 @pytest.fixture
 def no_compilation_cache():
     """The persistent compilation cache off for one test (restored after)."""
