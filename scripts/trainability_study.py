@@ -270,6 +270,30 @@ def _read_feature_rows(path: str) -> dict:
         return {r["config"]: r for r in csv.DictReader(f)}
 
 
+def _batches(items: list, until: float | None, size: int = 8):
+    """``(start, batch)`` of ``items``, ``size`` at a time; stops (and says so) once ``until``
+    seconds have passed (the caller's work is appended per batch: a rerun resumes)."""
+    t0 = time.time()
+    for i in range(0, len(items), size):
+        if until and time.time() - t0 > until:
+            print(f"stopping: --until {until:.0f} s reached (resume by rerunning)", flush=True)
+            return
+        yield i, items[i:i + size]
+
+
+def _append_features(path: str, names: list, ids: list, feats: dict) -> None:
+    """Rows ``config, <names>`` of ``feats`` appended to the features cache ``path`` (header first)."""
+    import csv
+
+    new = not os.path.exists(path)
+    with open(path, "a", newline="") as f:
+        w = csv.writer(f)
+        if new:
+            w.writerow(["config"] + names)
+        for j, cid in enumerate(ids):
+            w.writerow([cid] + [repr(float(feats[k][j])) for k in names])
+
+
 def cmd_features(args):
     """Measure the input geometry once and compute the theory features of every planned
     configuration not yet in the study's features.csv (appended: resumable). Rows of the
@@ -329,22 +353,11 @@ def cmd_features(args):
             for cid, _, src in reuse:
                 w.writerow([cid] + [src[k] for k in names])
         print(f"reused the features of {len(reuse)} configurations from {feature_path(DEFAULT_OUT)}")
-    t00 = time.time()
-    for i in range(0, len(todo), 8):
-        if args.until and time.time() - t00 > args.until:
-            print(f"stopping: --until {args.until:.0f} s reached (resume by rerunning)", flush=True)
-            return
-        part = todo[i:i + 8]
+    for i, part in _batches(todo, args.until):
         t0 = time.time()
         feats = features.features(cfg, [c for _, c, _ in part], geo["q0"], geo["rho0"])
         names = sorted(feats)
-        new = not os.path.exists(fpath)
-        with open(fpath, "a", newline="") as f:
-            w = csv.writer(f)
-            if new:
-                w.writerow(["config"] + names)
-            for j, (cid, _, _) in enumerate(part):
-                w.writerow([cid] + [repr(float(feats[k][j])) for k in names])
+        _append_features(fpath, names, [cid for cid, _, _ in part], feats)
         print(f"features of {i + len(part)}/{len(todo)} configurations ({time.time() - t0:.0f} s)", flush=True)
 
 
@@ -765,7 +778,6 @@ def _block_geometry(out: str) -> dict:
 def block_features_cmd(args):
     """The block's theory features of every trained configuration of a block study not yet in its
     features.csv (appended 8 at a time: resumable)."""
-    import csv
 
     from phasefield.vit import features
     from phasefield.vit import predict as vpredict
@@ -785,12 +797,7 @@ def block_features_cmd(args):
     todo = [(cid, c) for cid, c in zip(ids, cfgs) if cid not in have]
     print(f"{cfg.block}: {len(ids)} configurations, {len(todo)} without features (attention={BLOCK_ATTENTION}, "
           f"input-geometry maps {', '.join(block_maps(cfg))})", flush=True)
-    t00 = time.time()
-    for i in range(0, len(todo), 8):
-        if args.until and time.time() - t00 > args.until:
-            print(f"stopping: --until {args.until:.0f} s reached (resume by rerunning)", flush=True)
-            return
-        part = todo[i:i + 8]
+    for i, part in _batches(todo, args.until):
         t0 = time.time()
         feats = features.block_features(cfg, [c for _, c in part], geo["q0"], geo["rho0"], maps=block_maps(cfg),
                                         attention=BLOCK_ATTENTION)
@@ -799,13 +806,7 @@ def block_features_cmd(args):
         elif set(names) != set(feats):
             raise SystemExit(f"features of configurations {i}-{i + len(part)} have columns {sorted(feats)}, "
                              f"the cache {names}")
-        new = not os.path.exists(fpath)
-        with open(fpath, "a", newline="") as f:
-            w = csv.writer(f)
-            if new:
-                w.writerow(["config"] + names)
-            for j, (cid, _) in enumerate(part):
-                w.writerow([cid] + [repr(float(feats[k][j])) for k in names])
+        _append_features(fpath, names, [cid for cid, _ in part], feats)
         print(f"features of {i + len(part)}/{len(todo)} configurations ({time.time() - t0:.0f} s)", flush=True)
 
 
