@@ -96,6 +96,15 @@ STUDIES.update({
     "post-ln-holdout": dict(plan=BLOCK_HOLDOUT_PLAN, seed0=7000, settings="adam:1e-3", seeds=SEEDS,
                             out=os.path.join(DEFAULT_OUT, "blocks", "post-ln-holdout"), block="post-ln:heads=4",
                             bounds="block", holdout_of="post-ln"),
+    # the blocks on MNIST-1D (issue 35, "and MNIST-1D"): the L = 16 part of each block study's
+    # design (its first 16 Sobol configurations, the same scrambling seed: paired with digits),
+    # 3 seeds, the MNIST-1D data set (1-D patches of 4 samples)
+    "pre-ln-mnist1d": dict(plan="16:16", seed0=4000, settings="adam:1e-3", seeds=SEEDS, dataset="mnist1d",
+                           out=os.path.join(DEFAULT_OUT, "blocks", "pre-ln-mnist1d"), block="pre-ln:heads=4",
+                           bounds="block"),
+    "post-ln-mnist1d": dict(plan="16:16", seed0=5000, settings="adam:1e-3", seeds=SEEDS, dataset="mnist1d",
+                            out=os.path.join(DEFAULT_OUT, "blocks", "post-ln-mnist1d"), block="post-ln:heads=4",
+                            bounds="block"),
 })
 # ---- end of the standard blocks' study entries ----
 # issue 35: the failure boundary (alpha_M large; sigma_w small). 'edges' is the 12 midpoints of
