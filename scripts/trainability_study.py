@@ -771,12 +771,15 @@ def block_maps(cfg) -> tuple:
     return ()
 
 
-def _block_geometry(out: str) -> dict:
+def _block_geometry(out: str, dataset: str = "digits") -> dict:
     """The input geometry of the digits ViT (the embedding is the blocks' common input: the main
-    study's measurement, copied)."""
+    study's measurement, copied). Another data set (MNIST-1D): not measured — the blocks'
+    features read no input-geometry map (:func:`block_maps` is empty), so NaN, and no file."""
     import json
     import shutil
 
+    if dataset != "digits":
+        return dict(q0=float("nan"), rho0=float("nan"))
     gpath = os.path.join(out, "input_geometry.json")
     if not os.path.exists(gpath):
         shutil.copy(os.path.join(DEFAULT_OUT, "input_geometry.json"), gpath)
@@ -797,7 +800,7 @@ def block_features_cmd(args):
     _compilation_cache()      # the CLI's persistent XLA cache: a rerun (and predict) compiles nothing again
     st = _study(args)
     out, cfg = st["out"], _block_cfg(st)
-    geo = _block_geometry(out)
+    geo = _block_geometry(out, _dataset(st))
     rows = vsweep.read_results(out)
     ids, cfgs = vpredict._configs_of(rows)
     fpath = feature_path(out)
