@@ -32,7 +32,10 @@ import numpy as np
 
 SIGMA_A, N_TOKENS, DEPTH = 1.0, 32, 16
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-COMMITS = {"664db5c": "before the multistability outputs", "a2225cf": "main before issue 26"}
+COMMITS = {"664db5c": "before the multistability outputs", "a2225cf": "main before issue 26",
+           "44c508e": "main before issue 33 (one engine)"}
+GOALS = {"664db5c": 1.0, "a2225cf": 3.0, "44c508e": 0.9}   # today / commit (issues 26, 26, 33)
+DEFAULT_COMMITS = ("664db5c", "a2225cf", "44c508e")
 
 
 def _grid(args):
@@ -188,7 +191,12 @@ def main():
     ap.add_argument("--sample", type=int, default=16, help="points checked against the dense reference")
     ap.add_argument("--repeats", type=int, default=2, help="timed sweeps per variant and round")
     ap.add_argument("--rounds", type=int, default=2, help="alternations of the variants")
-    ap.add_argument("--no-commits", action="store_true", help="skip the 664db5c / a2225cf subprocesses")
+    ap.add_argument("--no-commits", action="store_true", help="skip the commits' subprocesses")
+    ap.add_argument("--commits", nargs="+", default=list(DEFAULT_COMMITS),
+                    help="commits whose package is timed in a subprocess (git archive)")
+    ap.add_argument("--pkg-dir", default=None,
+                    help="a folder holding <commit>/phasefield exports (made with git archive where missing; "
+                         "for a machine without the repository's history)")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.size:
@@ -223,8 +231,9 @@ def main():
     print(f"first calls (compilation included): today {first['today']:.1f} s, "
           f"pre-issue-26 path {first['pre-26 path']:.1f} s")
     times = {"today": [], "pre-26 path": []}
-    commits = {} if args.no_commits else {c: [] for c in COMMITS}
-    with tempfile.TemporaryDirectory() as folder:
+    commits = {} if args.no_commits else {c: [] for c in args.commits}
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = args.pkg_dir or tmp
         for r in range(args.rounds):
             order = ["today", "pre-26 path", *commits]
             for name in (order if r % 2 == 0 else order[::-1]):
@@ -249,8 +258,8 @@ def main():
     print(f"RATIO today / pre-issue-26 path = {rate['today'] / rate['pre-26 path']:.2f}x   (goal >= 3x)")
     for c in commits:
         if c in rate:
-            print(f"RATIO today / {c} = {rate['today'] / rate[c]:.2f}x"
-                  + ("   (goal >= 1x)" if c == "664db5c" else "   (goal >= 3x)"))
+            goal = f"   (goal >= {GOALS[c]:g}x)" if c in GOALS else ""
+            print(f"RATIO today / {c} = {rate['today'] / rate[c]:.2f}x{goal}")
 
     # flop count and the flop-bound rate
     ds = phasefield.sweep(sigma_w=sw, alpha=al, sigma_a=SIGMA_A, n_tokens=N_TOKENS, depth=DEPTH)
