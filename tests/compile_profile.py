@@ -10,6 +10,8 @@ compiled (different shapes, static arguments, depths), and the test's process CP
 (its own and its finished subprocesses') and wall seconds. Each worker rewrites
 ``FOLDER/profile-<worker>.json`` after every test; ``python tests/compile_profile.py FOLDER``
 ranks them. Compilation inside subprocesses (CLI runs) shows only as the test's child CPU.
+The process's memory maps after each test (``maps``; the kernel's limit is
+``vm.max_map_count``) show how close a worker keeping its compiled programs gets to it.
 """
 from __future__ import annotations
 
@@ -71,6 +73,14 @@ def _cpu():
     return own.ru_utime + own.ru_stime, kids.ru_utime + kids.ru_stime
 
 
+def _maps():
+    try:
+        with open("/proc/self/maps", "rb") as fh:
+            return sum(1 for _ in fh)
+    except OSError:
+        return 0
+
+
 def pytest_runtest_protocol(item, nextitem):  # noqa: ARG001 - a pytest hook
     _current[0] = item.nodeid
     (own0, kids0), wall0 = _cpu(), time.perf_counter()
@@ -80,6 +90,7 @@ def pytest_runtest_protocol(item, nextitem):  # noqa: ARG001 - a pytest hook
     rec["cpu"] += own1 - own0
     rec["child_cpu"] += kids1 - kids0
     rec["wall"] += wall1 - wall0
+    rec["maps"] = max(rec.get("maps", 0), _maps())
     _current[0] = "<between tests>"
     _write()   # after every test: an interrupted run still leaves its profile
 
@@ -108,7 +119,10 @@ def _load(folder):
                 data = json.load(fh)
             for k, rec in data["tests"].items():
                 for key, v in rec.items():
-                    tests[k][key] += v
+                    if key == "maps":   # a peak, not a sum
+                        tests[k][key] = max(tests[k][key], v)
+                    else:
+                        tests[k][key] += v
             for k, rec in data["functions"].items():
                 into = funs.setdefault(k, collections.defaultdict(float))
                 for key, v in rec.items():
@@ -130,15 +144,17 @@ def report(folder, top=25) -> str:
     files = collections.defaultdict(lambda: collections.defaultdict(float))
     for k, rec in tests.items():
         for key, v in rec.items():
-            files[k.split("::")[0]][key] += v
+            f = files[k.split("::")[0]]
+            f[key] = max(f[key], v) if key == "maps" else f[key] + v
     tot = collections.defaultdict(float)
     for rec in tests.values():
         for key, v in rec.items():
-            tot[key] += v
+            tot[key] = max(tot[key], v) if key == "maps" else tot[key] + v
     out = [f"total: {tot['cpu']:.0f} CPU-s in the workers + {tot['child_cpu']:.0f} CPU-s in their "
            f"subprocesses; JAX {_jit(tot):.0f} CPU-s, {_jit(tot, False):.0f} s wall (trace "
            f"{tot['trace_cpu']:.0f}, lower {tot['lower_cpu']:.0f}, compile {tot['compile_cpu']:.0f} CPU-s) for {tot['programs']:.0f} programs "
-           f"({tot['cache_hits']:.0f} from the persistent cache)", ""]
+           f"({tot['cache_hits']:.0f} from the persistent cache); at most {tot['maps']:.0f} memory maps "
+           f"in a worker", ""]
     out += ["| file | CPU-s | child CPU-s | JAX CPU-s | programs |", "|---|---|---|---|---|"]
     for k, rec in sorted(files.items(), key=lambda kv: -(kv[1]["cpu"] + kv[1]["child_cpu"]))[:top]:
         out.append(f"| {k} | {rec['cpu']:.1f} | {rec['child_cpu']:.1f} | {_jit(rec):.1f} | {rec['programs']:.0f} |")
