@@ -1,8 +1,8 @@
 """Where the suite's time goes to JAX compilation (issue 34), opt-in.
 
 ``PHASEFIELD_COMPILE_PROFILE=FOLDER pytest ...`` loads these hooks (``tests/conftest.py``):
-every worker records, per test (set-up, call and tear-down together) and per jitted
-function, the seconds JAX spent tracing (``/jax/core/compile/jaxpr_trace_duration``),
+every worker records, per test (set-up, call and tear-down together), per jitted
+function and per (function, test) pair, the seconds JAX spent tracing (``/jax/core/compile/jaxpr_trace_duration``),
 lowering to MLIR (``.../jaxpr_to_mlir_module_duration``) and compiling or loading from the
 persistent cache (``.../backend_compile_duration``) -- wall seconds and the process's CPU
 seconds over the same span (a nested trace counts in its parent's too) -- how many programs each function
@@ -28,6 +28,7 @@ EVENTS = {"/jax/core/compile/jaxpr_trace_duration": "trace",
 _current = ["<collection>"]
 _tests: dict = collections.defaultdict(lambda: collections.defaultdict(float))
 _funs: dict = collections.defaultdict(lambda: collections.defaultdict(float))
+_pairs: dict = collections.defaultdict(lambda: collections.defaultdict(float))   # "fun | test"
 
 
 _started: dict = collections.defaultdict(list)   # event -> process CPU seconds at each open start
@@ -43,13 +44,14 @@ def _duration(event, duration, **kwargs):
     if kind is None:
         return
     cpu = time.process_time() - _started[event].pop() if _started[event] else 0.0
-    test, fun = _tests[_current[0]], _funs[str(kwargs.get("fun_name", "?"))]
-    for rec in (test, fun):
+    name = str(kwargs.get("fun_name", "?"))
+    test, fun, pair = _tests[_current[0]], _funs[name], _pairs[f"{name} | {_current[0]}"]
+    for rec in (test, fun, pair):
         rec[kind] += duration
         rec[kind + "_cpu"] += cpu
     if kind == "compile":
-        test["programs"] += 1
-        fun["programs"] += 1
+        for rec in (test, fun, pair):
+            rec["programs"] += 1
         fun.setdefault("first_test", _current[0])
 
 
@@ -103,7 +105,7 @@ def _write():
     os.makedirs(folder, exist_ok=True)
     path = os.path.join(folder, f"profile-{os.environ.get('PYTEST_XDIST_WORKER', 'main')}.json")
     with open(path + ".tmp", "w") as fh:
-        json.dump({"tests": _tests, "functions": _funs}, fh)
+        json.dump({"tests": _tests, "functions": _funs, "pairs": _pairs}, fh)
     os.replace(path + ".tmp", path)
 
 
@@ -113,6 +115,7 @@ def pytest_sessionfinish(session):  # noqa: ARG001 - a pytest hook
 
 def _load(folder):
     tests, funs = collections.defaultdict(lambda: collections.defaultdict(float)), {}
+    pairs = collections.defaultdict(lambda: collections.defaultdict(float))
     for name in sorted(os.listdir(folder)):
         if name.startswith("profile-") and name.endswith(".json"):
             with open(os.path.join(folder, name)) as fh:
@@ -123,6 +126,9 @@ def _load(folder):
                         tests[k][key] = max(tests[k][key], v)
                     else:
                         tests[k][key] += v
+            for k, rec in data.get("pairs", {}).items():
+                for key, v in rec.items():
+                    pairs[k][key] += v
             for k, rec in data["functions"].items():
                 into = funs.setdefault(k, collections.defaultdict(float))
                 for key, v in rec.items():
@@ -130,7 +136,7 @@ def _load(folder):
                         into.setdefault(key, v)
                     else:
                         into[key] += v
-    return tests, funs
+    return tests, funs, pairs
 
 
 def _jit(rec, cpu=True):
@@ -140,7 +146,7 @@ def _jit(rec, cpu=True):
 
 def report(folder, top=25) -> str:
     """Ranked tables (markdown) of a profile folder: totals, files, tests, functions."""
-    tests, funs = _load(folder)
+    tests, funs, pairs = _load(folder)
     files = collections.defaultdict(lambda: collections.defaultdict(float))
     for k, rec in tests.items():
         for key, v in rec.items():
@@ -165,6 +171,11 @@ def report(folder, top=25) -> str:
     for k, rec in sorted(funs.items(), key=lambda kv: -_jit(kv[1]))[:top]:
         out.append(f"| {k} | {_jit(rec):.1f} | {rec.get('compile_cpu', 0.0):.1f} | {rec['programs']:.0f} | "
                    f"{rec.get('first_test', '')} |")
+    if pairs:   # where each function's programs come from: the costliest (function, test) pairs
+        out += ["", "| jitted function | test | JAX CPU-s | programs |", "|---|---|---|---|"]
+        for k, rec in sorted(pairs.items(), key=lambda kv: -_jit(kv[1]))[:top]:
+            fun, test = k.split(" | ", 1)
+            out.append(f"| {fun} | {test} | {_jit(rec):.1f} | {rec['programs']:.0f} |")
     return "\n".join(out)
 
 

@@ -42,7 +42,10 @@ from phasefield._runtime import use_compilation_cache
 
 phasefield.use_all_cpu_cores()
 
-MAPS_HIGH = 20_000   # memory maps of the process; the kernel's limit is vm.max_map_count (65,530)
+# memory maps of a process above which its compiled programs are dropped (the kernel's limit
+# is vm.max_map_count, 65,530); PHASEFIELD_TEST_MAPS_HIGH=N sets another mark (a check of the
+# release path: a low mark drops them after nearly every test)
+MAPS_HIGH = int(os.environ.get("PHASEFIELD_TEST_MAPS_HIGH", 20_000))
 _MADE_CACHE = []     # the run's cache folder, when this process made it (removed at the end)
 
 
