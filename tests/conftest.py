@@ -80,9 +80,10 @@ def pytest_unconfigure(config):  # noqa: ARG001 - a pytest hook
 
 
 # Seconds per test file in a cold run (the sum of its tests' --durations in a fresh-clone
-# make test sharing one compilation cache, 2026-11-26, 942 s; files not listed: 30). The heaviest files are handed out first, so that the two xdist
-# workers finish together (``--dist loadfile --no-loadscope-reorder``: the Makefile; xdist's
-# own order is by the number of tests in a file).
+# make test sharing one compilation cache, 2026-11-26, 942 s; files not listed: 30). The
+# heaviest files are handed out first, so that the two xdist workers finish together
+# (``--dist loadfile --no-loadscope-reorder``: the Makefile; xdist's own order is by the
+# number of tests in a file).
 FILE_SECONDS = {
     "test_vit.py": 169, "test_layers.py": 141, "test_lazy.py": 135, "test_probe.py": 126,
     "test_exact.py": 112, "test_seeds_deepscalelm.py": 109, "test_trainability.py": 100,
