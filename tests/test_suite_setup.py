@@ -13,11 +13,11 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def test_the_run_shares_one_compilation_cache_with_its_subprocesses():
-    folder = os.environ.get("PHASEFIELD_TEST_CACHE")
-    if folder is None or folder.strip().lower() in ("", "off", "0", "none"):
+    folder = conftest._CACHE    # None: PHASEFIELD_TEST_CACHE=off (or a folder that cannot be made)
+    if folder is None:
         assert os.environ["PHASEFIELD_CACHE"] == "off"
         return
-    assert os.path.isdir(folder)
+    assert folder == os.environ["PHASEFIELD_TEST_CACHE"] and os.path.isdir(folder)
     assert os.environ["PHASEFIELD_CACHE"] == folder == jax.config.jax_compilation_cache_dir
     # a subprocess (the CLI's set-up) resolves the same folder
     code = ("import os, jax; from phasefield._runtime import use_compilation_cache; "
