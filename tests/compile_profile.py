@@ -1,8 +1,8 @@
 """Where the suite's time goes to JAX compilation (issue 34), opt-in.
 
 ``PHASEFIELD_COMPILE_PROFILE=FOLDER pytest ...`` loads these hooks (``tests/conftest.py``):
-every worker records, per test (set-up, call and tear-down together) and per jitted
-function, the seconds JAX spent tracing (``/jax/core/compile/jaxpr_trace_duration``),
+every worker records, per test (set-up, call and tear-down together), per jitted
+function and per (function, test) pair, the seconds JAX spent tracing (``/jax/core/compile/jaxpr_trace_duration``),
 lowering to MLIR (``.../jaxpr_to_mlir_module_duration``) and compiling or loading from the
 persistent cache (``.../backend_compile_duration``) -- wall seconds and the process's CPU
 seconds over the same span (a nested trace counts in its parent's too) -- how many programs each function
@@ -10,6 +10,8 @@ compiled (different shapes, static arguments, depths), and the test's process CP
 (its own and its finished subprocesses') and wall seconds. Each worker rewrites
 ``FOLDER/profile-<worker>.json`` after every test; ``python tests/compile_profile.py FOLDER``
 ranks them. Compilation inside subprocesses (CLI runs) shows only as the test's child CPU.
+The process's memory maps after each test (``maps``; the kernel's limit is
+``vm.max_map_count``) show how close a worker keeping its compiled programs gets to it.
 """
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ EVENTS = {"/jax/core/compile/jaxpr_trace_duration": "trace",
 _current = ["<collection>"]
 _tests: dict = collections.defaultdict(lambda: collections.defaultdict(float))
 _funs: dict = collections.defaultdict(lambda: collections.defaultdict(float))
+_pairs: dict = collections.defaultdict(lambda: collections.defaultdict(float))   # "fun | test"
 
 
 _started: dict = collections.defaultdict(list)   # event -> process CPU seconds at each open start
@@ -41,13 +44,14 @@ def _duration(event, duration, **kwargs):
     if kind is None:
         return
     cpu = time.process_time() - _started[event].pop() if _started[event] else 0.0
-    test, fun = _tests[_current[0]], _funs[str(kwargs.get("fun_name", "?"))]
-    for rec in (test, fun):
+    name = str(kwargs.get("fun_name", "?"))
+    test, fun, pair = _tests[_current[0]], _funs[name], _pairs[f"{name} | {_current[0]}"]
+    for rec in (test, fun, pair):
         rec[kind] += duration
         rec[kind + "_cpu"] += cpu
     if kind == "compile":
-        test["programs"] += 1
-        fun["programs"] += 1
+        for rec in (test, fun, pair):
+            rec["programs"] += 1
         fun.setdefault("first_test", _current[0])
 
 
@@ -71,6 +75,14 @@ def _cpu():
     return own.ru_utime + own.ru_stime, kids.ru_utime + kids.ru_stime
 
 
+def _maps():
+    try:
+        with open("/proc/self/maps", "rb") as fh:
+            return sum(1 for _ in fh)
+    except OSError:
+        return 0
+
+
 def pytest_runtest_protocol(item, nextitem):  # noqa: ARG001 - a pytest hook
     _current[0] = item.nodeid
     (own0, kids0), wall0 = _cpu(), time.perf_counter()
@@ -80,6 +92,7 @@ def pytest_runtest_protocol(item, nextitem):  # noqa: ARG001 - a pytest hook
     rec["cpu"] += own1 - own0
     rec["child_cpu"] += kids1 - kids0
     rec["wall"] += wall1 - wall0
+    rec["maps"] = max(rec.get("maps", 0), _maps())
     _current[0] = "<between tests>"
     _write()   # after every test: an interrupted run still leaves its profile
 
@@ -92,7 +105,7 @@ def _write():
     os.makedirs(folder, exist_ok=True)
     path = os.path.join(folder, f"profile-{os.environ.get('PYTEST_XDIST_WORKER', 'main')}.json")
     with open(path + ".tmp", "w") as fh:
-        json.dump({"tests": _tests, "functions": _funs}, fh)
+        json.dump({"tests": _tests, "functions": _funs, "pairs": _pairs}, fh)
     os.replace(path + ".tmp", path)
 
 
@@ -102,13 +115,20 @@ def pytest_sessionfinish(session):  # noqa: ARG001 - a pytest hook
 
 def _load(folder):
     tests, funs = collections.defaultdict(lambda: collections.defaultdict(float)), {}
+    pairs = collections.defaultdict(lambda: collections.defaultdict(float))
     for name in sorted(os.listdir(folder)):
         if name.startswith("profile-") and name.endswith(".json"):
             with open(os.path.join(folder, name)) as fh:
                 data = json.load(fh)
             for k, rec in data["tests"].items():
                 for key, v in rec.items():
-                    tests[k][key] += v
+                    if key == "maps":   # a peak, not a sum
+                        tests[k][key] = max(tests[k][key], v)
+                    else:
+                        tests[k][key] += v
+            for k, rec in data.get("pairs", {}).items():
+                for key, v in rec.items():
+                    pairs[k][key] += v
             for k, rec in data["functions"].items():
                 into = funs.setdefault(k, collections.defaultdict(float))
                 for key, v in rec.items():
@@ -116,7 +136,7 @@ def _load(folder):
                         into.setdefault(key, v)
                     else:
                         into[key] += v
-    return tests, funs
+    return tests, funs, pairs
 
 
 def _jit(rec, cpu=True):
@@ -126,19 +146,21 @@ def _jit(rec, cpu=True):
 
 def report(folder, top=25) -> str:
     """Ranked tables (markdown) of a profile folder: totals, files, tests, functions."""
-    tests, funs = _load(folder)
+    tests, funs, pairs = _load(folder)
     files = collections.defaultdict(lambda: collections.defaultdict(float))
     for k, rec in tests.items():
         for key, v in rec.items():
-            files[k.split("::")[0]][key] += v
+            f = files[k.split("::")[0]]
+            f[key] = max(f[key], v) if key == "maps" else f[key] + v
     tot = collections.defaultdict(float)
     for rec in tests.values():
         for key, v in rec.items():
-            tot[key] += v
+            tot[key] = max(tot[key], v) if key == "maps" else tot[key] + v
     out = [f"total: {tot['cpu']:.0f} CPU-s in the workers + {tot['child_cpu']:.0f} CPU-s in their "
            f"subprocesses; JAX {_jit(tot):.0f} CPU-s, {_jit(tot, False):.0f} s wall (trace "
            f"{tot['trace_cpu']:.0f}, lower {tot['lower_cpu']:.0f}, compile {tot['compile_cpu']:.0f} CPU-s) for {tot['programs']:.0f} programs "
-           f"({tot['cache_hits']:.0f} from the persistent cache)", ""]
+           f"({tot['cache_hits']:.0f} from the persistent cache); at most {tot['maps']:.0f} memory maps "
+           f"in a worker", ""]
     out += ["| file | CPU-s | child CPU-s | JAX CPU-s | programs |", "|---|---|---|---|---|"]
     for k, rec in sorted(files.items(), key=lambda kv: -(kv[1]["cpu"] + kv[1]["child_cpu"]))[:top]:
         out.append(f"| {k} | {rec['cpu']:.1f} | {rec['child_cpu']:.1f} | {_jit(rec):.1f} | {rec['programs']:.0f} |")
@@ -149,6 +171,11 @@ def report(folder, top=25) -> str:
     for k, rec in sorted(funs.items(), key=lambda kv: -_jit(kv[1]))[:top]:
         out.append(f"| {k} | {_jit(rec):.1f} | {rec.get('compile_cpu', 0.0):.1f} | {rec['programs']:.0f} | "
                    f"{rec.get('first_test', '')} |")
+    if pairs:   # where each function's programs come from: the costliest (function, test) pairs
+        out += ["", "| jitted function | test | JAX CPU-s | programs |", "|---|---|---|---|"]
+        for k, rec in sorted(pairs.items(), key=lambda kv: -_jit(kv[1]))[:top]:
+            fun, test = k.split(" | ", 1)
+            out.append(f"| {fun} | {test} | {_jit(rec):.1f} | {rec['programs']:.0f} |")
     return "\n".join(out)
 
 

@@ -6,21 +6,33 @@ transform theory functions with their own ``jit``/``vmap``/``grad`` use :func:`f
 (``pytestmark = pytest.mark.usefixtures("float64")``), JAX's scoped x64 switch.
 
 The test process owns its configuration like the ``phasefield`` command: every CPU core is a
-JAX device (as before issue 12), set here before JAX initialises. **The persistent compilation
-cache is off for the suite** (and ``PHASEFIELD_CACHE=off`` is exported to every subprocess the
-tests start), unless ``PHASEFIELD_TEST_CACHE=FOLDER`` asks for one (then the two xdist workers
-and the subprocesses share it, compiling each program once). Serializing some XLA:CPU
-executables into the cache crashed the process (segmentation fault / abort in
-``put_executable_and_time`` / ``get_executable_and_time``: the DeepScaleLM moments twice on
-2026-11-25, a ``lax.map`` of ``simulate.measure.gradient_draws`` in a fresh-clone run on
-2026-11-26, with the cache locked), so a run that CI depends on does not use it. The
-:func:`no_compilation_cache` fixture keeps it away from those tests when it is on.
+JAX device (as before issue 12), set here before JAX initialises. **One persistent
+compilation cache per run**: the process that starts the run (the xdist controller, or the
+only process) makes a fresh, empty folder and exports it as ``PHASEFIELD_TEST_CACHE``
+before the workers start, so the two xdist workers and every subprocess the tests start
+(``PHASEFIELD_CACHE``) share it and each program is compiled once per run; the folder is
+removed when the run ends, so every run starts cold (issue 34). ``PHASEFIELD_TEST_CACHE=FOLDER``
+names a folder of your own (kept: a warm rerun), ``PHASEFIELD_TEST_CACHE=off`` turns the
+cache off. The crashes that had it off (a segmentation fault in
+``put_executable_and_time`` / ``backend_compile_and_load`` late in two fresh-clone runs on
+2026-11-26, the second with the cache already off) were the worker running out of memory
+maps (below), not the cache. The :func:`no_compilation_cache` fixture keeps it away from
+the DeepScaleLM moments (two crashes in the cache write on 2026-11-25, cause not known).
+
+Compiled programs are shared between tests and modules of a worker; each XLA:CPU
+executable holds about 3.4 memory maps, and a worker that kept all of the suite's programs
+(~42,000 maps after 16 minutes) reached the kernel's ``vm.max_map_count`` (65,530) and
+segfaulted, so :func:`_release_executables` drops JAX's compiled programs
+(``jax.clear_caches()``, the maps go with them) after any test that leaves the process
+above :data:`MAPS_HIGH` maps (the persistent cache reloads what is needed again).
 
 ``PHASEFIELD_COMPILE_PROFILE=FOLDER`` (opt-in) loads ``tests/compile_profile.py``: each
 worker writes the seconds JAX spent tracing, lowering and compiling, per test and per
 jitted function, to ``FOLDER``; ``python tests/compile_profile.py FOLDER`` ranks them.
 """
 import os
+import shutil
+import tempfile
 
 import jax
 import pytest
@@ -30,24 +42,88 @@ from phasefield._runtime import use_compilation_cache
 
 phasefield.use_all_cpu_cores()
 
-# opt-in only (see above): the CLI's set-up (phasefield._runtime) on PHASEFIELD_TEST_CACHE
-os.environ["PHASEFIELD_CACHE"] = os.environ.get("PHASEFIELD_TEST_CACHE", "off")
+# memory maps of a process above which its compiled programs are dropped (the kernel's limit
+# is vm.max_map_count, 65,530); PHASEFIELD_TEST_MAPS_HIGH=N sets another mark (a check of the
+# release path: a low mark drops them after nearly every test)
+MAPS_HIGH = int(os.environ.get("PHASEFIELD_TEST_MAPS_HIGH", 20_000))
+_MADE_CACHE = []     # the run's cache folder, when this process made it (removed at the end)
+
+
+def _run_cache_folder() -> str:
+    """PHASEFIELD_TEST_CACHE, or a fresh empty folder made by the process that starts the run
+    (exported, so the xdist workers started after this and the subprocesses inherit it)."""
+    asked = os.environ.get("PHASEFIELD_TEST_CACHE")
+    if asked is not None:
+        return asked
+    if os.environ.get("PYTEST_XDIST_WORKER"):   # a worker of a controller that made none
+        return "off"
+    folder = tempfile.mkdtemp(prefix="phasefield-test-cache-")
+    os.environ["PHASEFIELD_TEST_CACHE"] = folder
+    _MADE_CACHE.append(folder)
+    return folder
+
+
+os.environ["PHASEFIELD_CACHE"] = _run_cache_folder()   # the CLI's set-up (phasefield._runtime)
 _CACHE = use_compilation_cache(min_compile_secs=0.2)
-if _CACHE is not None:
-    os.environ["PHASEFIELD_CACHE"] = _CACHE   # the subprocesses' CLI uses the same folder
+if _CACHE is None:
+    os.environ["PHASEFIELD_CACHE"] = "off"      # the subprocesses too
+else:
+    os.environ["PHASEFIELD_CACHE"] = _CACHE     # the subprocesses' CLI uses the same folder
 
 if os.environ.get("PHASEFIELD_COMPILE_PROFILE"):   # opt-in: compile seconds per test and program
     from compile_profile import pytest_runtest_protocol, pytest_sessionfinish  # noqa: F401
 
 
-@pytest.fixture(autouse=True, scope="module")
+def pytest_unconfigure(config):  # noqa: ARG001 - a pytest hook
+    for folder in _MADE_CACHE:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+# Seconds per test file in a cold run (the sum of its tests' --durations in a fresh-clone
+# make test sharing one compilation cache, 2026-11-26, 942 s; files not listed: 30). The
+# heaviest files are handed out first, so that the two xdist workers finish together
+# (``--dist loadfile --no-loadscope-reorder``: the Makefile; xdist's own order is by the
+# number of tests in a file).
+FILE_SECONDS = {
+    "test_vit.py": 169, "test_layers.py": 141, "test_lazy.py": 135, "test_probe.py": 126,
+    "test_exact.py": 112, "test_seeds_deepscalelm.py": 109, "test_trainability.py": 100,
+    "test_docs_examples.py": 78, "test_theory.py": 76, "test_blocks_cli.py": 65,
+    "test_block_predict.py": 65, "test_vit_cli.py": 63, "test_simulate_cli.py": 60,
+    "test_seeds_sensitivity.py": 58, "test_simulate.py": 53, "test_gram.py": 52,
+    "test_branch_scales.py": 49, "test_cost.py": 44, "test_qknorm.py": 33, "test_notebooks.py": 29,
+    "test_isolation.py": 24, "test_correction.py": 22, "test_sweep.py": 22,
+    "test_seeds_rank_collapse.py": 22, "test_simulate_theory.py": 22, "test_multiprocess.py": 19,
+    "test_edges.py": 17, "test_seeds_cli.py": 16, "test_figures.py": 16, "test_hardening.py": 14,
+    "test_failure.py": 9, "test_wheel.py": 8, "test_docs.py": 5, "test_fuzz_cli.py": 4,
+    "test_mnist1d.py": 1, "test_imports.py": 1, "test_suite_setup.py": 3,
+}
+
+
+def pytest_collection_modifyitems(config, items):  # noqa: ARG001 - a pytest hook
+    """The heaviest files first (:data:`FILE_SECONDS`); each file's tests keep their order."""
+    items.sort(key=lambda item: -FILE_SECONDS.get(item.path.name, 30))
+
+
+def memory_maps() -> int:
+    """The process's memory maps (lines of /proc/self/maps; 0 where there is none)."""
+    try:
+        with open("/proc/self/maps", "rb") as fh:
+            return sum(1 for _ in fh)
+    except OSError:
+        return 0
+
+
+@pytest.fixture(autouse=True)
 def _release_executables():
-    """Drop JAX's compiled programs after each test module. Every XLA:CPU executable holds
-    memory mappings; a worker that kept the whole suite's (2026-11-26: ~42,000 maps after
-    16 minutes) reaches the kernel's limit (``vm.max_map_count`` = 65,530), and the next
-    compilation or cache write segfaults (two fresh-clone runs on 2026-11-26)."""
+    """Drop JAX's compiled programs after a test that leaves the process above
+    :data:`MAPS_HIGH` memory maps. Every XLA:CPU executable holds ~3.4 maps; a worker that
+    kept the whole suite's (2026-11-26: ~42,000 maps after 16 minutes) reached the kernel's
+    limit (``vm.max_map_count`` = 65,530), and the next compilation or cache write
+    segfaulted (two fresh-clone runs on 2026-11-26). Below the mark, tests and modules
+    share their compiled programs."""
     yield
-    jax.clear_caches()
+    if memory_maps() > MAPS_HIGH:
+        jax.clear_caches()
 
 
 @pytest.fixture

@@ -11,8 +11,8 @@
 
 Examples are written small (tiny grids, few blocks and draws) and share sizes across pages so
 that one compilation serves several of them (the shell blocks run in-process, first, so JAX's
-in-memory caches serve the Python blocks too; the suite keeps the persistent cache off,
-``tests/conftest.py``).
+in-memory caches serve the Python blocks too; the run's persistent cache, ``tests/conftest.py``,
+serves the other worker).
 """
 import glob
 import os

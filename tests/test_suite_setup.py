@@ -1,0 +1,84 @@
+"""The suite's own set-up (tests/conftest.py, issue 34): one fresh persistent compilation
+cache per run shared by the workers and the subprocesses, compiled programs kept until the
+process has many memory maps, the heaviest files handed out first."""
+import os
+import subprocess
+import sys
+
+import jax
+
+import conftest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def test_the_run_shares_one_compilation_cache_with_its_subprocesses():
+    folder = conftest._CACHE    # None: PHASEFIELD_TEST_CACHE=off (or a folder that cannot be made)
+    if folder is None:
+        assert os.environ["PHASEFIELD_CACHE"] == "off"
+        return
+    assert folder == os.environ["PHASEFIELD_TEST_CACHE"] and os.path.isdir(folder)
+    assert os.environ["PHASEFIELD_CACHE"] == folder == jax.config.jax_compilation_cache_dir
+    # a subprocess (the CLI's set-up) resolves the same folder
+    code = ("import os, jax; from phasefield._runtime import use_compilation_cache; "
+            "print(use_compilation_cache(0.5), jax.config.jax_compilation_cache_dir)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == [folder, folder]
+
+
+def test_memory_maps_are_counted_and_the_mark_is_below_the_kernel_limit():
+    n = conftest.memory_maps()
+    assert n > 0
+    with open(os.path.join(HERE, "conftest.py")) as fh:   # sanity: a count, not a constant
+        assert "/proc/self/maps" in fh.read()
+    try:
+        with open("/proc/sys/vm/max_map_count") as fh:
+            limit = int(fh.read())
+    except OSError:
+        limit = 65530
+    assert conftest.MAPS_HIGH <= limit // 2
+
+
+def test_clear_caches_returns_the_maps_of_compiled_programs():
+    """The release the conftest relies on: compiled programs that stay alive (their jitted
+    functions kept, as module-level and cached ``jax.jit`` functions are) hold memory maps
+    (a few each), and jax.clear_caches() gives them back."""
+    code = """
+import jax, jax.numpy as jnp
+def maps():
+    with open('/proc/self/maps', 'rb') as f:
+        return sum(1 for _ in f)
+x = jnp.ones(3)
+x.block_until_ready()
+start = maps()
+kept = [jax.jit(lambda x, i=i: jnp.sin(x) * i + jnp.cos(x) ** 2) for i in range(60)]
+for f in kept:
+    f(x).block_until_ready()
+full = maps()
+jax.clear_caches()
+print(start, full, maps())
+"""
+    env = dict(os.environ, PHASEFIELD_CACHE="off", JAX_PLATFORMS="cpu")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert out.returncode == 0, out.stderr[-2000:]
+    start, full, after = map(int, out.stdout.split())
+    assert full - start >= 60                      # at least one map per program
+    assert after - start < (full - start) / 4       # most of them released
+
+
+def test_every_test_file_has_its_cost_and_the_heaviest_go_first():
+    files = sorted(f for f in os.listdir(HERE) if f.startswith("test_") and f.endswith(".py"))
+    unknown = [f for f in conftest.FILE_SECONDS if f not in files]
+    assert not unknown, f"FILE_SECONDS names files that are gone: {unknown}"
+
+    class Item:
+        def __init__(self, name, i):
+            self.path, self.i = type("P", (), {"name": name})(), i
+
+    items = [Item(f, i) for i, f in enumerate(["test_imports.py", "test_vit.py", "test_new.py",
+                                                "test_vit.py", "test_imports.py"])]
+    conftest.pytest_collection_modifyitems(None, items)
+    assert [(it.path.name, it.i) for it in items] == [
+        ("test_vit.py", 1), ("test_vit.py", 3), ("test_new.py", 2), ("test_imports.py", 0),
+        ("test_imports.py", 4)]
