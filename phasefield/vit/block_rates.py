@@ -18,7 +18,7 @@ logits of a row are equal and the softmax is uniform whatever the logit scale, s
 is ``sigma_V^2 (1 - S(1))`` up to the block's other layers). This route hands the attention
 those values as its mesh tables (constant interpolants, ``ExactKernel.interp``) instead of
 integrating: no quadrature, no per-scale tables, one compiled program per (block structure,
-depth, padded point count) with the numbers traced:
+depth, padded point count) with the numbers traced (points mapped one by one):
 
 * ``lambda_g`` = lambda_g(L) from (1, 1) (:func:`phasefield.layers.depth.gradient_exponent`);
 * ``lambda_a`` = ``log m(q*)`` (:func:`phasefield.layers.depth.exponents`' formula, without
@@ -102,7 +102,9 @@ def _compiled(name, fixed_items, run_numbers, n_tokens, depth, scales):
     import jax
 
     f = _point(name, dict(fixed_items), run_numbers, n_tokens, depth, scales)
-    return jax.jit(jax.vmap(f, in_axes=(0, None, None)))
+    # lax.map, not vmap: the point is traced once, unbatched (half the tracing a fresh
+    # process pays before it finds the program in the persistent cache)
+    return jax.jit(lambda values, s, t: jax.lax.map(lambda v: f(v, s, t), values))
 
 
 def rates(cfg, configs: list[dict], attention: str | None = None) -> dict | None:
