@@ -178,3 +178,14 @@ def test_fast_route_declines_what_it_does_not_cover():
     c = [dict(sigma_w=1.0, sigma_a=1.0, alpha_a=0.5, alpha_m=0.5, depth=2)]
     assert block_rates.rates(TrainConfig(block="pre-ln:heads=2,qk_norm=true", depth=2, width=16), c) is None
     assert block_rates.rates(TrainConfig(depth=2, width=16), c) is None
+
+
+def test_expit_is_scipys():
+    """models.expit (predict's logistic function, NumPy) against scipy.special.expit."""
+    from scipy.special import expit
+
+    from phasefield.vit.models import expit as ours
+
+    x = np.concatenate([np.linspace(-800.0, 800.0, 20001), np.random.default_rng(0).normal(0.0, 5.0, 20000)])
+    np.testing.assert_allclose(ours(x), expit(x), rtol=1e-15, atol=0)
+    assert ours(-1000.0) == 0.0 and ours(1000.0) == 1.0

@@ -25,10 +25,12 @@ depth, padded point count) with the numbers traced (points mapped one by one):
   its attractor search) where the norm has a finite fixed point, else the finite-depth angle
   rate from collapsed tokens (:func:`phasefield.layers.depth.finite_depth`'s).
 
-The program also returns how far the collapsed trajectory strays from rho = 1; beyond
-:data:`RHO_TOL` (or for a block this does not cover: another attention class, the paper
-block) :func:`rates` returns None and the caller takes the reference route. The two agree to
-~1e-14 (tests/test_block_predict.py).
+The program also returns how far the collapsed trajectory strays from rho = 1 (rounding
+in the other layers' maps can leave it at 1 - 1e-16): a stray e changes the attention's
+values by (1 - rho)(S(rho) - S(1)) = O(e^2). Beyond :data:`RHO_TOL`, for a trajectory that
+is not finite, or for a block this does not cover (another attention class, the paper
+block, deepscalelm) :func:`rates` returns None and the caller takes the reference route.
+The two agree to ~1e-14 (tests/test_block_predict.py).
 """
 from __future__ import annotations
 
