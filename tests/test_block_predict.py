@@ -115,3 +115,77 @@ def test_fit_and_predict_a_block_sweep(block_study, tmp_path, capsys):
     assert main(args + ["--block", SPEC + ",sigma=1,alpha=.5", "--sigma-a", "2"]) == 2
     _, err = capsys.readouterr()
     assert len(err.strip().splitlines()) == 1 and "block pre-ln has no number for --sigma-a" in err
+
+
+# ---------------------------------------------------------------- the fast route (issue 35)
+def test_uniform_attention_tables_are_the_exact_maps_at_the_collapsed_point():
+    """n identical tokens: every logit of a row is equal, the softmax uniform, so S_1 = S_rho =
+    1/n and T_1 = T_rho = 1/n - 1/n^2 whatever the logit scale: the closed forms
+    block_rates hands the attention, against the exact map's quadrature at rho = 1 (its
+    trapezoid rules leave ~1e-14 per axis; 1.2e-13 measured at n = 4)."""
+    import jax
+
+    from phasefield.theory.attention import exact
+    from phasefield.theory.attention.exact_table import _Logits
+    from phasefield.vit import block_rates
+
+    for n in (4.0, 17.0):
+        s, t = block_rates.uniform_tables(n)
+        for sa in (0.09, 6.25):
+            n_a, n_z = exact.sizes(None, sigma_max=sa, n_max=n)
+            with jax.enable_x64(True):
+                (s1, sr), (t1, tr) = exact.st_values(_Logits(sa, n), 1.0, n_a, n_z)
+            np.testing.assert_allclose([float(s1), float(sr)], s[:, 0], rtol=0, atol=5e-13)
+            np.testing.assert_allclose([float(t1), float(tr)], t[:, 0], rtol=0, atol=5e-13)
+        assert np.all(s == s[:, :1]) and np.all(t == t[:, :1])
+
+
+# points of the shipped models' box (sigma 0.3-2.5, alphas 0.2-1), mixed depths in one call
+POINTS = [dict(sigma_w=1.0, sigma_a=1.0, alpha_a=0.5, alpha_m=0.5, depth=4),
+          dict(sigma_w=2.4, sigma_a=1.0, alpha_a=1.0, alpha_m=0.9, depth=4),
+          dict(sigma_w=0.35, sigma_a=1.0, alpha_a=0.9, alpha_m=0.2, depth=8)]
+
+
+@pytest.mark.parametrize("block", ["pre-ln", "post-ln"])
+def test_fast_block_rates_equal_the_reference_route(block):
+    """predict --block's route (uniform attention at the collapsed point, no quadrature) gives
+    the reference route's lambda_a, lambda_g (features.block_theory: the exact map integrated
+    at every layer; post-LN has a fixed point, so its lambda_a comes from the full exponents)
+    and so the same prediction, interval and P(fail), to 1e-12, at several points and
+    depths of one call."""
+    from phasefield.vit import block_rates
+
+    doc = vp.load_model(block=block)
+    cfg = TrainConfig.from_dict(doc["train_config"])
+    fast = block_rates.rates(cfg, POINTS, doc["attention"])
+    assert fast is not None and all(np.all(np.isfinite(v)) for v in fast.values())
+    cols = [np.array([c[k] for c in POINTS], float) for k in ("sigma_w", "sigma_a", "alpha_a", "alpha_m", "depth")]
+    got = vp.predict(*cols, doc)
+    want = vp.predict(*cols, doc, reference=True)     # features.block_theory (~10 CPU s a post-LN point)
+    for i, (g, w) in enumerate(zip(got, want)):
+        assert g["lambda_a"] == fast["lambda_a"][i] and g["lambda_g"] == fast["lambda_g"][i]
+        for k in ("lambda_a", "lambda_g", "predicted_loss", "p_fail"):
+            assert g[k] == pytest.approx(w[k], abs=1e-12), k
+        np.testing.assert_allclose(g["interval"], w["interval"], rtol=0, atol=1e-12)
+        assert g["warnings"] == w["warnings"]
+
+
+def test_fast_route_declines_what_it_does_not_cover():
+    """A block with QK-norm attention (logits of normalized queries and keys) or the paper
+    block: rates answers None and predict takes the reference route."""
+    from phasefield.vit import block_rates
+
+    c = [dict(sigma_w=1.0, sigma_a=1.0, alpha_a=0.5, alpha_m=0.5, depth=2)]
+    assert block_rates.rates(TrainConfig(block="pre-ln:heads=2,qk_norm=true", depth=2, width=16), c) is None
+    assert block_rates.rates(TrainConfig(depth=2, width=16), c) is None
+
+
+def test_expit_is_scipys():
+    """models.expit (predict's logistic function, NumPy) against scipy.special.expit."""
+    from scipy.special import expit
+
+    from phasefield.vit.models import expit as ours
+
+    x = np.concatenate([np.linspace(-800.0, 800.0, 20001), np.random.default_rng(0).normal(0.0, 5.0, 20000)])
+    np.testing.assert_allclose(ours(x), expit(x), rtol=1e-15, atol=0)
+    assert ours(-1000.0) == 0.0 and ours(1000.0) == 1.0

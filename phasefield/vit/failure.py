@@ -84,9 +84,7 @@ class Logistic:
         return self._design(X) @ self.coef + self.intercept
 
     def predict_proba(self, X):
-        from scipy.special import expit
-
-        return expit(self.score(np.atleast_2d(np.asarray(X, float))))
+        return M.expit(self.score(np.atleast_2d(np.asarray(X, float))))
 
     def to_json(self) -> dict:
         return dict(kind=self.kind, features=self.features, degree=self.degree, C=self.C, log=self.log,

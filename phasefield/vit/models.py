@@ -20,6 +20,13 @@ import math
 import numpy as np
 
 
+def expit(x):
+    """The logistic function 1 / (1 + exp(-x)) (scipy.special.expit's formula, in NumPy:
+    predict reads it without importing scipy.special, ~0.1 CPU s of a fresh process)."""
+    with np.errstate(over="ignore"):
+        return 1.0 / (1.0 + np.exp(-np.asarray(x, float)))
+
+
 class Model:
     kind = "model"
 
@@ -288,8 +295,6 @@ class TwoPart(Model):
             return np.full(len(X), self.clf["constant"])
         Z = _monomials((X - np.asarray(self.clf["mean"])) / np.asarray(self.clf["std"]), 2)[:, 1:]
         s = Z @ np.asarray(self.clf["coef"]) + self.clf["intercept"]
-        from scipy.special import expit
-
         return expit(s)
 
     def predict(self, X):

@@ -307,12 +307,16 @@ def collapsed_exponents(cfg, sigma_w, sigma_a, alpha_a, alpha_m, depth) -> tuple
     return np.asarray(la, float)[:n], np.asarray(lg, float)[:n]
 
 
-def model_features(doc: dict, configs: list[dict], cfg=None) -> dict:
+def model_features(doc: dict, configs: list[dict], cfg=None, reference: bool = False) -> dict:
     """The columns a model needs at ``configs`` ({name: array}), plus lambda_a and lambda_g:
     raw hyperparameters as given, the effective depths (L alpha^2 per branch and their sum),
-    collapsed exponents (and L * lambda) from :func:`collapsed_exponents` (for a model fitted on another block's runs, that block's,
-    :func:`phasefield.vit.features.block_theory` with the model's ``attention``), and only when the model asks for them the input-geometry
-    features of :func:`phasefield.vit.features.features` (a trajectory of L blocks per point)."""
+    collapsed exponents (and L * lambda) from :func:`collapsed_exponents` (for a model fitted on
+    another block's runs, that block's, with the model's ``attention``: by the uniform-attention
+    route of :func:`phasefield.vit.block_rates.rates`, or, where it does not serve or with
+    ``reference``, by :func:`phasefield.vit.features.block_theory`, which integrates the exact
+    map at every layer; the same numbers to ~1e-14), and only when the model asks for them the
+    input-geometry features of :func:`phasefield.vit.features.features` (a trajectory of L
+    blocks per point)."""
     from .train import TrainConfig
 
     cfg = TrainConfig.from_dict(doc["train_config"]) if cfg is None else cfg
@@ -322,7 +326,11 @@ def model_features(doc: dict, configs: list[dict], cfg=None) -> dict:
     if cfg.block_spec()[0] == "paper":
         la, lg = collapsed_exponents(cfg, out["sigma_w"], out["sigma_a"], out["alpha_a"], out["alpha_m"], L)
     else:      # a model fitted on runs of another block: that block's theory point (one program per depth)
-        th = F.block_theory(cfg, configs, doc.get("attention"))
+        from .block_rates import rates
+
+        th = None if reference else rates(cfg, configs, doc.get("attention"))
+        if th is None:
+            th = F.block_theory(cfg, configs, doc.get("attention"))
         la, lg = th["lambda_a"], th["lambda_g"]
     out.update(lambda_a=la, lambda_g=lg, L_lambda_a=L * la, L_lambda_g=L * lg,
                **analysis.effective_depths(L, out["alpha_a"], out["alpha_m"]))
@@ -336,21 +344,23 @@ def model_features(doc: dict, configs: list[dict], cfg=None) -> dict:
     return out
 
 
-def predict(sigma_w, sigma_a, alpha_a, alpha_m, depth, doc: dict | None = None, block: str | None = None) -> dict:
+def predict(sigma_w, sigma_a, alpha_a, alpha_m, depth, doc: dict | None = None, block: str | None = None,
+            reference: bool = False) -> dict:
     """Predicted final test loss (with the model's interval), P(fails to train) (``p_fail``;
     None for a fit file without a failure model), both exponents and any warning,
     at arrays (or numbers) of initialization hyperparameters (a standard block's run numbers:
     ``sigma_w`` its sigma, ``alpha_a``/``alpha_m`` its alpha_attn/alpha_mlp, ``sigma_a`` 1);
     ``doc`` defaults to the model packaged for ``block`` (default the paper block's); a ``doc``
     fitted on another block than ``block`` is refused (FitError, one line). Only the features
-    the model uses are computed."""
+    the model uses are computed; ``reference``: a standard block's theory point by the
+    reference route (:func:`model_features`)."""
     if doc is None:
         doc = load_model(block=block)
     elif block is not None:
         check_block(doc, block)
     vals = np.broadcast_arrays(*(np.atleast_1d(np.asarray(v, float)) for v in (sigma_w, sigma_a, alpha_a, alpha_m, depth)))
     configs = [dict(sigma_w=a, sigma_a=b, alpha_a=c, alpha_m=d, depth=int(e)) for a, b, c, d, e in zip(*vals)]
-    feats = model_features(doc, configs)
+    feats = model_features(doc, configs, reference=reference)
     model = M.from_json(doc["model"])
     X = np.stack([feats[f] for f in doc["features"]], 1) if doc["features"] else np.zeros((len(configs), 0))
     y = model.predict(X)
