@@ -49,7 +49,7 @@ def test_a_model_of_another_block_is_refused_in_one_line():
 
 def test_block_predictions():
     """One pre-LN point (its model needs the block's rates: one program at L = 16), and the
-    post-LN model's failure part read from its document (predicting there compiles the reference route once per depth)."""
+    post-LN model's failure part read from its document."""
     pre = vp.predict(1.0, 1.0, 0.5, 0.5, 16, block="pre-ln")
     assert pre["block"] == "pre-ln:heads=4" and not pre["warnings"]
     assert 0.0 < pre["predicted_loss"] < 0.5 and pre["interval"][0] <= pre["predicted_loss"] <= pre["interval"][1]
