@@ -17,6 +17,7 @@ search bisects on before a polish on the exact map.
 from __future__ import annotations
 
 import functools
+import math
 from typing import Any, NamedTuple
 
 import jax
@@ -200,14 +201,148 @@ def first_mesh(cap: float) -> int:
     return 33 if cap <= 1.0 else 49 if cap <= 2.0 else 65 if cap <= 2.9 else 81 if cap <= 4.0 else MESH_FULL
 
 
+LEVEL_RATIO = 1.5         # successive half-widths of the truncated shared-logit lattices
+LEVEL_LEAST = 16          # the narrowest (sigma_c just above SIGMA_C_LATTICE needs <= 17)
+Z_KEEP = exact.Z_MAX + 1.0   # a truncated lattice reaches 9 sigma_c: the nodes it drops weigh
+                             # < exp(-40.5) ~ 3e-18 of the central one
+
+
+def lattice_levels(n_a: int, n_z: int) -> tuple:
+    """Static half-widths (ascending) of the shared-logit lattices :func:`st_point` picks
+    from: factors LEVEL_RATIO from LEVEL_LEAST, the last the full lattice of
+    :func:`exact.lattice_nodes` (which the wide rule of :func:`exact._pair_tables` always
+    uses, sized for the largest shared-logit std sigma_c the grid resolves)."""
+    n_c = exact.lattice_nodes(n_a, n_z)[0]
+    out, x = [], float(LEVEL_LEAST)
+    while x < n_c / 1.1:
+        out.append(int(math.ceil(x)))
+        x *= LEVEL_RATIO
+    return tuple(out) + (n_c,)
+
+
+Z_LEVEL_RATIO = 1.4      # successive sizes of the z-rules of the one-dimensional u tables
+
+
+def z_levels(n_z: int) -> tuple:
+    """Static sizes (ascending, odd, from exact's least 49 up to ``n_z``) of the z-rules
+    :func:`_u_tables` picks from: each resolves own-logit stds sigma_d up to
+    (size - 1) H_X / (2 Z_MAX 1.05), the rule :func:`exact.sizes` sizes n_z by."""
+    out, x = [], 49.0
+    while x < n_z / 1.1:
+        k = int(math.ceil(x))
+        out.append(k + (1 - k % 2))
+        x *= Z_LEVEL_RATIO
+    return tuple(out) + (n_z,)
+
+
+class _Z(NamedTuple):
+    z: Any
+    wz: Any
+
+
+def _u_tables(v, sd, ps, sizes):
+    """:func:`exact._u_tables` (u_p(v) = E_d g_p(v + d), d ~ N(0, sd^2)) on the first z-rule
+    of ``sizes`` that resolves sd (the spacing sd 2 Z_MAX / (size - 1) <= H_X / 1.05, as
+    :func:`exact.sizes` asks of the largest logit scale; the last size when none does)."""
+    dt = v.dtype
+
+    def rule(m):
+        return lambda: tuple(exact._u_tables(v, sd, _Z(*exact._znodes(m, dt)), ps))
+
+    reach = (jnp.asarray(sizes[:-1], dt) - 1.0) * exact.H_X / (2 * exact.Z_MAX * 1.05)
+    return list(jax.lax.switch(jnp.sum(reach < sd), [rule(m) for m in sizes]))
+
+
+def _pair_st(gr, levels, zs=None):
+    """(f, H_11, H_2x) on the a-grid of ``gr``: f = H_00, and H_2x = H_22 - 2 H_21 (the
+    pair tables of :func:`exact._pair_tables`, the same rules and nodes; T_rho reads H_21 and
+    H_22 only through it, and S_rho and T_rho read no other pair table), from three matrix
+    products. The lattice rule sums the nodes out to Z_KEEP sigma_c (the first of
+    ``levels`` reaching it; the full lattice, as :func:`exact._pair_tables`, when none does)."""
+    dt = gr.a.dtype
+    n_a = gr.a.shape[0]
+    n_z = gr.z.shape[0]
+    flip = gr.rho < 0
+    ps = (0, 1, 2)
+    zs = (n_z,) if zs is None else zs
+
+    def contract(u, w):
+        uf = {p: jnp.where(flip, u[p][:, ::-1], u[p]) for p in ps}
+        return ((u[0] * w) @ uf[0].T, (u[1] * w) @ uf[1].T, (u[2] * w) @ (uf[2] - 2.0 * uf[1]).T)
+
+    def narrow():
+        t, wt = exact._ghnodes(exact.N_GH, dt)
+        v = gr.a[:, None] + gr.sigma_c * t
+        return contract(dict(zip(ps, _u_tables(v, gr.sigma_d, ps, zs))), wt)
+
+    n_full, k_max = exact.lattice_nodes(n_a, n_z)
+    top = k_max // n_full                       # largest multiple of the fine step
+    step = gr.h / exact.LATTICE_REFINE
+    mult = jnp.floor(jnp.minimum(gr.sigma_c / exact.C_SPACING, exact.SPACING_MAX) / step)
+    mult = jnp.clip(mult, 1, top).astype(jnp.int32)
+
+    def wide(n_c):
+        half = n_c * top if n_c < n_full else k_max        # fine-lattice half-width it can reach
+        fine = gr.a[0] + jnp.arange(-half, (n_a - 1) * exact.LATTICE_REFINE + half + 1, dtype=dt) * step
+        tables = _u_tables(fine, gr.sigma_d, ps, zs)
+        k = jnp.arange(-n_c, n_c + 1) * mult
+        idx = (jnp.arange(n_a) * exact.LATTICE_REFINE)[:, None] + k[None, :] + half
+        sc = jnp.where(gr.sigma_c > 0, gr.sigma_c, 1.0)
+        wc = jnp.exp(-0.5 * jnp.square(k * step / sc))
+        out = contract({p: tab[idx] for p, tab in zip(ps, tables)}, wc / jnp.sum(wc))
+        covered = exact.Z_MAX * gr.sigma_c <= n_c * mult * step
+        return tuple(jnp.where(covered, v, jnp.nan) for v in out)
+
+    reach = jnp.asarray(levels[:-1], dt) * mult * step
+    level = jnp.sum(reach < Z_KEEP * gr.sigma_c)          # first level reaching Z_KEEP sigma_c
+    index = jnp.where(gr.sigma_c >= exact.SIGMA_C_LATTICE, 1 + level, 0)
+    return jax.lax.switch(index, [narrow] + [functools.partial(wide, n_c) for n_c in levels])
+
+
+def _powers(f, n):
+    """(f^(n-1), f^(n-2)) of the pair table f = H_00: integer powers (products) when n is a
+    static integer, else exp((n - p) log f) as :func:`exact.pair_moments` (equal to rounding)."""
+    if isinstance(n, int):
+        p2 = jax.lax.integer_pow(f, n - 2) if n > 2 else jnp.ones_like(f)
+        return p2 * f, p2
+    f_log = exact._safe_log(f)
+    n = jnp.asarray(n, f.dtype)
+    return exact._pow(f_log, n - 1.0), exact._pow(f_log, n - 2.0)
+
+
+def st_point(hp, rho, n_a: int, n_z: int, levels=None, zs=None, n_static=None):
+    """((S_1, S_rho), (T_1, T_rho)) at token cosine rho, as :func:`exact.st_values` (the same
+    row moments; the pair moments from :func:`_pair_st`: three matrix products instead of
+    six, a lattice as wide as sigma_c needs, a z-rule as long as sigma_d needs; with
+    ``n_static``, an integer n, integer powers): equal to rounding (~1e-14 relative)."""
+    levels = lattice_levels(n_a, n_z) if levels is None else levels
+    rm = exact.row_moments(hp, rho, n_a, n_z)
+    gr = exact._Grid(hp, rho, n_a, n_z)
+    f, h11, h2x = _pair_st(gr, levels, zs)
+    p1, p2 = _powers(f, gr.n if n_static is None else n_static)
+    w2 = gr.wa[:, None] * gr.wa[None, :]
+    w_n1 = p1 * w2
+    w_n2 = p2 * w2
+    n = gr.n
+    ab = jnp.sum(h11 * w_n1)
+    abab = jnp.sum(h11 * h11 * w_n2)
+    t1 = n * rm["a2"] - 2.0 * n * rm["a3"] + n * rm["a4"] + n * (n - 1.0) * rm["a2a2"]
+    tr = n * ab + n * jnp.sum(h2x * w_n1) + n * (n - 1.0) * abab
+    return (n * rm["a2"], n * ab), (t1, tr)
+
+
 @functools.lru_cache(maxsize=None)
-def st_fn(n_a: int, n_z: int, m: int):
+def st_fn(n_a: int, n_z: int, m: int, n: int | None = None):
     """Compiled (S, T) [2, m + 1] each on the ``m``-point mesh (and RHO0) of one (sigma_A, n)
     (scalars: one program serves any number of scales), from one evaluation of the moments
-    per rho (:func:`exact.st_values`)."""
-    def one(sigma_a, n):
-        hp = _Logits(sigma_a, n)
-        (s1, sr), (t1, tr) = jax.lax.map(lambda r: exact.st_values(hp, r, n_a, n_z), mesh_points(n, m))
+    per rho (:func:`st_point`). With ``n`` (a static integer number of tokens; the program's
+    n argument must equal it), integer powers."""
+    levels, zs = lattice_levels(n_a, n_z), z_levels(n_z)
+
+    def one(sigma_a, n_tokens):
+        hp = _Logits(sigma_a, n_tokens)
+        pts = mesh_points(n_tokens, m)
+        (s1, sr), (t1, tr) = jax.lax.map(lambda r: st_point(hp, r, n_a, n_z, levels, zs, n), pts)
         return jnp.stack([s1, sr]), jnp.stack([t1, tr])
     return jax.jit(one)
 
@@ -216,7 +351,7 @@ def st_fn(n_a: int, n_z: int, m: int):
 def _st_values(sigma_a: float, n: float, n_a: int, n_z: int, m: int):
     """(S, T) of one concrete (sigma_A, n) on grid (n_a, n_z) and mesh m, computed once per
     process (3 kB each: a second sweep over the same scales reads them)."""
-    s, t = st_fn(n_a, n_z, m)(jnp.asarray(sigma_a), jnp.asarray(n))
+    s, t = st_fn(n_a, n_z, m, int(n) if float(n).is_integer() else None)(jnp.asarray(sigma_a), jnp.asarray(n))
     s, t = np.asarray(s), np.asarray(t)
     s.flags.writeable = t.flags.writeable = False
     return s, t
