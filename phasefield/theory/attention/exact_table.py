@@ -281,22 +281,27 @@ def _pair_st(gr, levels, zs=None):
     mult = jnp.floor(jnp.minimum(gr.sigma_c / exact.C_SPACING, exact.SPACING_MAX) / step)
     mult = jnp.clip(mult, 1, top).astype(jnp.int32)
 
-    def wide(n_c):
-        half = n_c * top if n_c < n_full else k_max        # fine-lattice half-width it can reach
-        fine = gr.a[0] + jnp.arange(-half, (n_a - 1) * exact.LATTICE_REFINE + half + 1, dtype=dt) * step
-        tables = _u_tables(fine, gr.sigma_d, ps, zs)
+    # the u tables on the fine lattice the widest level reaches (one z-rule switch), then
+    # one branch per level: gather and contract (``levels`` below the full lattice reach
+    # only part of it)
+    fine = gr.a[0] + jnp.arange(-k_max, (n_a - 1) * exact.LATTICE_REFINE + k_max + 1, dtype=dt) * step
+
+    def wide(n_c, tables):
         k = jnp.arange(-n_c, n_c + 1) * mult
-        idx = (jnp.arange(n_a) * exact.LATTICE_REFINE)[:, None] + k[None, :] + half
+        idx = (jnp.arange(n_a) * exact.LATTICE_REFINE)[:, None] + k[None, :] + k_max
         sc = jnp.where(gr.sigma_c > 0, gr.sigma_c, 1.0)
         wc = jnp.exp(-0.5 * jnp.square(k * step / sc))
         out = contract({p: tab[idx] for p, tab in zip(ps, tables)}, wc / jnp.sum(wc))
         covered = exact.Z_MAX * gr.sigma_c <= n_c * mult * step
         return tuple(jnp.where(covered, v, jnp.nan) for v in out)
 
-    reach = jnp.asarray(levels[:-1], dt) * mult * step
-    level = jnp.sum(reach < Z_KEEP * gr.sigma_c)          # first level reaching Z_KEEP sigma_c
-    index = jnp.where(gr.sigma_c >= exact.SIGMA_C_LATTICE, 1 + level, 0)
-    return jax.lax.switch(index, [narrow] + [functools.partial(wide, n_c) for n_c in levels])
+    def lattice():
+        tables = _u_tables(fine, gr.sigma_d, ps, zs)
+        reach = jnp.asarray(levels[:-1], dt) * mult * step
+        level = jnp.sum(reach < Z_KEEP * gr.sigma_c)          # first level reaching Z_KEEP sigma_c
+        return jax.lax.switch(level, [functools.partial(wide, n_c) for n_c in levels], tables)
+
+    return jax.lax.cond(gr.sigma_c >= exact.SIGMA_C_LATTICE, lattice, narrow)
 
 
 def _powers(f, n):
@@ -310,24 +315,87 @@ def _powers(f, n):
     return exact._pow(f_log, n - 1.0), exact._pow(f_log, n - 2.0)
 
 
-def st_point(hp, rho, n_a: int, n_z: int, levels=None, zs=None, n_static=None):
-    """((S_1, S_rho), (T_1, T_rho)) at token cosine rho, as :func:`exact.st_values` (the same
-    row moments; the pair moments from :func:`_pair_st`: three matrix products instead of
-    six, a lattice as wide as sigma_c needs, a z-rule as long as sigma_d needs; with
-    ``n_static``, an integer n, integer powers): equal to rounding (~1e-14 relative)."""
-    levels = lattice_levels(n_a, n_z) if levels is None else levels
-    rm = exact.row_moments(hp, rho, n_a, n_z)
+A_LEVEL_RATIO = 1.2      # successive sizes of the pair moments' a-grids
+H_PAIR = 0.25            # their spacing at most (against the full grid: 0.25 left 2e-14
+                         # relative in S_rho, 0.3 left 5e-14; the row moments stay on the full
+                         # a-grid: at spacing 0.28 they left 1e-13 in S_1, 7e-11 in T_1)
+
+
+def _first_reaching(values, reach, bound):
+    """``values`` (ascending, with their ``reach`` ascending) up to the first whose reach is
+    at least ``bound`` (all of them when none is)."""
+    out = []
+    for v, r in zip(values, reach):
+        out.append(v)
+        if r >= bound:
+            break
+    return tuple(out)
+
+
+def grid_levels(n_a: int, n_z: int, n: float | None = None) -> tuple:
+    """Static ((a-grid size, lattice levels, z-rule sizes), ...) the pair moments of
+    :func:`st_point` pick from by tau = sigma_A sqrt(1 - rho): the smallest a-grid whose
+    spacing is at most H_A (:func:`exact.sizes` sizes n_a so for the largest tau; the
+    grid is [-(log n + Z_MAX tau + A_LOW_PAD), Z_MAX tau + A_HIGH_PAD]), factors
+    A_LEVEL_RATIO from that of tau = 0 up to ``n_a``; each with the lattice and z-rule levels
+    that the shared and own logit stds sigma_c, sigma_d <= tau of its taus can pick (``n``
+    tokens, static, else any n >= 2)."""
+    pad = math.log(max(float(n or 2.0), 2.0)) + exact.A_LOW_PAD + exact.A_HIGH_PAD
+    sizes, x = [], max(96.0, math.ceil((pad + 2 * exact.Z_MAX * 0.25) / H_PAIR) + 1.0)   # tau <= 0.25
+    while x < n_a / 1.1:
+        sizes.append(int(math.ceil(x)))
+        x *= A_LEVEL_RATIO
+    sizes.append(n_a)
+    step_max = exact.H_A / exact.LATTICE_REFINE
+    lo = exact.SIGMA_C_LATTICE
+    out = []
+    for m in sizes:
+        lv, zs = lattice_levels(m, n_z), z_levels(n_z)
+        if m < n_a:
+            tau = ((m - 1) * H_PAIR - pad) / (2 * exact.Z_MAX)        # the largest it serves
+            need = Z_KEEP * max(lo / (lo / exact.C_SPACING - step_max), tau / (exact.SPACING_MAX - step_max))
+            lv = _first_reaching(lv, lv, need)
+            zs = _first_reaching(zs, [(z - 1) * exact.H_X / (2 * exact.Z_MAX * 1.05) for z in zs], tau)
+        out.append((m, lv, zs))
+    return tuple(out)
+
+
+def _sums(hp, rho, n_a, n_z, levels, zs, n_static, rows=True):
+    """The row moments (:func:`exact.row_moments` on an a-grid of n_a points and the z-rule
+    ``zs[-1]``; with ``rows``) and the pair sums <H_11, W_n1>, <H_11^2, W_n2>,
+    <H_2x, W_n1> (:func:`_pair_st`) that (S, T) read."""
     gr = exact._Grid(hp, rho, n_a, n_z)
     f, h11, h2x = _pair_st(gr, levels, zs)
     p1, p2 = _powers(f, gr.n if n_static is None else n_static)
     w2 = gr.wa[:, None] * gr.wa[None, :]
     w_n1 = p1 * w2
     w_n2 = p2 * w2
-    n = gr.n
-    ab = jnp.sum(h11 * w_n1)
-    abab = jnp.sum(h11 * h11 * w_n2)
+    rm = exact.row_moments(hp, rho, n_a, zs[-1]) if rows else {}
+    return rm, (jnp.sum(h11 * w_n1), jnp.sum(h11 * h11 * w_n2), jnp.sum(h2x * w_n1))
+
+
+def st_point(hp, rho, n_a: int, n_z: int, levels=None, zs=None, n_static=None, grids=None):
+    """((S_1, S_rho), (T_1, T_rho)) at token cosine rho, as :func:`exact.st_values` (the pair
+    moments from :func:`_pair_st`: three matrix products instead of six, a lattice as wide
+    as sigma_c needs, a z-rule as long as sigma_d needs; with ``grids``
+    (:func:`grid_levels`), the row and pair moments on an a-grid as long as tau needs, else
+    the same row moments; with ``n_static``, an integer n, integer powers): equal to the
+    quadrature's accuracy (~1e-13 relative)."""
+    levels = lattice_levels(n_a, n_z) if levels is None else levels
+    rm = exact.row_moments(hp, rho, n_a, n_z)
+    if grids is None:
+        _, (ab, abab, x) = _sums(hp, rho, n_a, n_z, levels, (n_z,) if zs is None else zs, n_static, rows=False)
+    else:
+        dt = jnp.result_type(float)
+        tau = exact._safe_sqrt(jnp.square(hp.sigma_a) * (1.0 - jnp.clip(jnp.asarray(rho, dt), -1.0, 1.0)))
+        span = jnp.log(jnp.asarray(hp.n_tokens, dt)) + 2 * exact.Z_MAX * tau + exact.A_LOW_PAD + exact.A_HIGH_PAD
+        sizes = jnp.asarray([m for m, _, _ in grids[:-1]], dt)
+        index = jnp.sum((sizes - 1.0) * H_PAIR < span)      # the first a-grid with spacing <= H_PAIR
+        _, (ab, abab, x) = jax.lax.switch(index, [functools.partial(_sums, hp, rho, m, n_z, lv, z, n_static, False)
+                                                  for m, lv, z in grids])
+    n = jnp.asarray(hp.n_tokens, jnp.result_type(float))
     t1 = n * rm["a2"] - 2.0 * n * rm["a3"] + n * rm["a4"] + n * (n - 1.0) * rm["a2a2"]
-    tr = n * ab + n * jnp.sum(h2x * w_n1) + n * (n - 1.0) * abab
+    tr = n * ab + n * x + n * (n - 1.0) * abab
     return (n * rm["a2"], n * ab), (t1, tr)
 
 
@@ -337,22 +405,53 @@ def st_fn(n_a: int, n_z: int, m: int, n: int | None = None):
     (scalars: one program serves any number of scales), from one evaluation of the moments
     per rho (:func:`st_point`). With ``n`` (a static integer number of tokens; the program's
     n argument must equal it), integer powers."""
-    levels, zs = lattice_levels(n_a, n_z), z_levels(n_z)
+    grids = grid_levels(n_a, n_z, n)
 
     def one(sigma_a, n_tokens):
         hp = _Logits(sigma_a, n_tokens)
         pts = mesh_points(n_tokens, m)
-        (s1, sr), (t1, tr) = jax.lax.map(lambda r: st_point(hp, r, n_a, n_z, levels, zs, n), pts)
+        (s1, sr), (t1, tr) = jax.lax.map(lambda r: st_point(hp, r, n_a, n_z, n_static=n, grids=grids), pts)
         return jnp.stack([s1, sr]), jnp.stack([t1, tr])
     return jax.jit(one)
 
 
+@functools.lru_cache(maxsize=None)
+def st_mesh_fn(n_a: int, n_z: int, n: int | None = None):
+    """Compiled (S, T) [2, MESH_FULL + 1] each of one (sigma_A, n) at the first ``count`` of
+    the points ``rho`` [MESH_FULL + 1] (NaN after them): one program for every scale up to
+    the one (n_a, n_z) are sized for and every mesh (:func:`st_point` with
+    :func:`grid_levels`: the a-grid, lattice and z-rule of each point are picked by its
+    tau, sigma_c, sigma_d). ``n``: as :func:`st_fn`."""
+    grids = grid_levels(n_a, n_z, n)
+
+    def one(sigma_a, n_tokens, rho, count):
+        hp = _Logits(sigma_a, n_tokens)
+        nan = jnp.full((), jnp.nan, rho.dtype)
+
+        def point(x):
+            i, r = x
+            return jax.lax.cond(i < count, lambda: st_point(hp, r, n_a, n_z, n_static=n, grids=grids),
+                                lambda: ((nan, nan), (nan, nan)))
+        (s1, sr), (t1, tr) = jax.lax.map(point, (jnp.arange(rho.shape[0]), rho))
+        return jnp.stack([s1, sr]), jnp.stack([t1, tr])
+    return jax.jit(one)
+
+
+@functools.lru_cache(maxsize=None)
+def _mesh_points(n: float, m: int) -> np.ndarray:
+    with jax.enable_x64(True):
+        pts = np.asarray(jax.jit(mesh_points, static_argnums=1)(jnp.asarray(n, jnp.float64), m))
+    return np.concatenate([pts, np.full(MESH_FULL + 1 - len(pts), RHO0)])
+
+
 @functools.lru_cache(maxsize=4096)
 def _st_values(sigma_a: float, n: float, n_a: int, n_z: int, m: int):
-    """(S, T) of one concrete (sigma_A, n) on grid (n_a, n_z) and mesh m, computed once per
-    process (3 kB each: a second sweep over the same scales reads them)."""
-    s, t = st_fn(n_a, n_z, m, int(n) if float(n).is_integer() else None)(jnp.asarray(sigma_a), jnp.asarray(n))
-    s, t = np.asarray(s), np.asarray(t)
+    """(S, T) [2, m + 1] of one concrete (sigma_A, n) with sizes (n_a, n_z) and mesh m
+    (:func:`st_mesh_fn`), computed once per process (3 kB each: a second sweep over the
+    same scales reads them)."""
+    fn = st_mesh_fn(n_a, n_z, int(n) if float(n).is_integer() else None)
+    s, t = fn(jnp.asarray(sigma_a), jnp.asarray(n), jnp.asarray(_mesh_points(float(n), m)), jnp.asarray(m + 1))
+    s, t = np.asarray(s)[:, :m + 1], np.asarray(t)[:, :m + 1]
     s.flags.writeable = t.flags.writeable = False
     return s, t
 
@@ -384,18 +483,21 @@ def scale_tables(sigma_a, n: float):
     """(S, T) [k, 2, MESH_FULL + 1] of each logit scale of ``sigma_a`` [k] at ``n`` tokens,
     and whether every interpolant is exact (S's, T's): the block sweeps' per-scale tables.
 
-    Each scale is integrated on the grid sized for its :func:`bucket_caps` cap (not the
-    largest scale's: the exact sums to the quadrature's rounding, ~1e-15) and on the mesh
-    :func:`first_mesh` of the cap, the values then :func:`resample`\\ d onto the full mesh;
-    scales whose Chebyshev tail on that mesh exceeds INTERP_TAIL are recomputed on the full
-    mesh. One compiled program per (cap, mesh)."""
+    Every scale is integrated by one compiled program (:func:`st_mesh_fn`, sized for the
+    largest scale: compiled once for any set of scales and meshes), each mesh point's pair
+    moments on the a-grid, lattice and z-rule its tau, sigma_c and sigma_d need
+    (:func:`grid_levels`; the sums to the quadrature's accuracy, ~1e-14 relative), first
+    on the mesh :func:`first_mesh` of its :func:`bucket_caps` cap, the values then
+    :func:`resample`\\ d onto the full mesh; scales whose Chebyshev tail on that mesh
+    exceeds INTERP_TAIL are recomputed on the full mesh."""
     sa = np.asarray(sigma_a, np.float64).reshape(-1)
     caps = bucket_caps(sa)
     s_out = np.empty((sa.size, 2, MESH_FULL + 1))
     t_out = np.empty_like(s_out)
+    if sa.size:
+        n_a, n_z = exact.sizes(None, sigma_max=float(sa.max()), n_max=float(n))
 
     def run(sel, cap, m):
-        n_a, n_z = exact.sizes(None, sigma_max=float(cap), n_max=float(n))
         out = [_st_values(float(x), float(n), n_a, n_z, m) for x in sa[sel]]
         return np.stack([s for s, _ in out]), np.stack([t for _, t in out])
 
