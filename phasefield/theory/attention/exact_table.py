@@ -201,7 +201,7 @@ def first_mesh(cap: float) -> int:
     return 33 if cap <= 1.0 else 49 if cap <= 2.0 else 65 if cap <= 2.9 else 81 if cap <= 4.0 else MESH_FULL
 
 
-LEVEL_RATIO = 1.5         # successive half-widths of the truncated shared-logit lattices
+LEVEL_RATIO = 1.5        # successive half-widths of the truncated shared-logit lattices
 LEVEL_LEAST = 16          # the narrowest (sigma_c just above SIGMA_C_LATTICE needs <= 17)
 Z_KEEP = exact.Z_MAX + 1.0   # a truncated lattice reaches 9 sigma_c: the nodes it drops weigh
                              # < exp(-40.5) ~ 3e-18 of the central one
@@ -266,9 +266,18 @@ def _pair_st(gr, levels, zs=None):
     ps = (0, 1, 2)
     zs = (n_z,) if zs is None else zs
 
+    half_a = n_a // 2
+
     def contract(u, w):
+        # H_00 and H_11 are symmetric (w and the lattice are even in k, the flip reverses
+        # k): their blocks (top-top, top-bottom, bottom-bottom) of the a-grid's halves
         uf = {p: jnp.where(flip, u[p][:, ::-1], u[p]) for p in ps}
-        return ((u[0] * w) @ uf[0].T, (u[1] * w) @ uf[1].T, (u[2] * w) @ (uf[2] - 2.0 * uf[1]).T)
+
+        def sym(p):
+            lt, lb = (u[p] * w)[:half_a], (u[p] * w)[half_a:]
+            rt, rb = uf[p][:half_a], uf[p][half_a:]
+            return lt @ rt.T, lt @ rb.T, lb @ rb.T
+        return sym(0), sym(1), (u[2] * w) @ (uf[2] - 2.0 * uf[1]).T
 
     def narrow():
         t, wt = exact._ghnodes(exact.N_GH, dt)
@@ -293,7 +302,7 @@ def _pair_st(gr, levels, zs=None):
         wc = jnp.exp(-0.5 * jnp.square(k * step / sc))
         out = contract({p: tab[idx] for p, tab in zip(ps, tables)}, wc / jnp.sum(wc))
         covered = exact.Z_MAX * gr.sigma_c <= n_c * mult * step
-        return tuple(jnp.where(covered, v, jnp.nan) for v in out)
+        return jax.tree_util.tree_map(lambda v: jnp.where(covered, v, jnp.nan), out)
 
     def lattice():
         tables = _u_tables(fine, gr.sigma_d, ps, zs)
@@ -316,9 +325,10 @@ def _powers(f, n):
 
 
 A_LEVEL_RATIO = 1.2      # successive sizes of the pair moments' a-grids
-H_PAIR = 0.25            # their spacing at most (against the full grid: 0.25 left 2e-14
-                         # relative in S_rho, 0.3 left 5e-14; the row moments stay on the full
-                         # a-grid: at spacing 0.28 they left 1e-13 in S_1, 7e-11 in T_1)
+H_PAIR = 0.25            # their spacing at most (pre-LN 128 scales against one full grid:
+                         # 0.25 left 2e-14 relative in S, 0.3 left 1e-13 and cut the tables'
+                         # CPU time ~20 %; the row moments stay on the full a-grid: at
+                         # spacing 0.28 they left 1e-13 in S_1, 7e-11 in T_1)
 
 
 def _first_reaching(values, reach, bound):
@@ -360,18 +370,23 @@ def grid_levels(n_a: int, n_z: int, n: float | None = None) -> tuple:
     return tuple(out)
 
 
-def _sums(hp, rho, n_a, n_z, levels, zs, n_static, rows=True):
-    """The row moments (:func:`exact.row_moments` on an a-grid of n_a points and the z-rule
-    ``zs[-1]``; with ``rows``) and the pair sums <H_11, W_n1>, <H_11^2, W_n2>,
-    <H_2x, W_n1> (:func:`_pair_st`) that (S, T) read."""
+def _sums(hp, rho, n_a, n_z, levels, zs, n_static):
+    """The pair sums <H_11, W_n1>, <H_11^2, W_n2>, <H_2x, W_n1> that (S, T) read
+    (:func:`_pair_st`; W_np = H_00^(n-p) w_a w_b) on an a-grid of n_a points, from the
+    blocks of the symmetric H_00, H_11 and W_np (the off-diagonal block twice)."""
     gr = exact._Grid(hp, rho, n_a, n_z)
     f, h11, h2x = _pair_st(gr, levels, zs)
-    p1, p2 = _powers(f, gr.n if n_static is None else n_static)
-    w2 = gr.wa[:, None] * gr.wa[None, :]
-    w_n1 = p1 * w2
-    w_n2 = p2 * w2
-    rm = exact.row_moments(hp, rho, n_a, zs[-1]) if rows else {}
-    return rm, (jnp.sum(h11 * w_n1), jnp.sum(h11 * h11 * w_n2), jnp.sum(h2x * w_n1))
+    n = gr.n if n_static is None else n_static
+    wt, wb = gr.wa[:n_a // 2], gr.wa[n_a // 2:]
+    ab = abab = 0.0
+    w1 = []
+    for fb, hb, w2, twice in zip(f, h11, (wt[:, None] * wt, wt[:, None] * wb, wb[:, None] * wb), (1.0, 2.0, 1.0)):
+        p1, p2 = _powers(fb, n)
+        w1.append(p1 * w2)
+        ab = ab + twice * jnp.sum(hb * w1[-1])
+        abab = abab + twice * jnp.sum(hb * hb * (p2 * w2))
+    w_n1 = jnp.block([[w1[0], w1[1]], [w1[1].T, w1[2]]])
+    return ab, abab, jnp.sum(h2x * w_n1)
 
 
 def st_point(hp, rho, n_a: int, n_z: int, levels=None, zs=None, n_static=None, grids=None):
@@ -384,15 +399,15 @@ def st_point(hp, rho, n_a: int, n_z: int, levels=None, zs=None, n_static=None, g
     levels = lattice_levels(n_a, n_z) if levels is None else levels
     rm = exact.row_moments(hp, rho, n_a, n_z)
     if grids is None:
-        _, (ab, abab, x) = _sums(hp, rho, n_a, n_z, levels, (n_z,) if zs is None else zs, n_static, rows=False)
+        ab, abab, x = _sums(hp, rho, n_a, n_z, levels, (n_z,) if zs is None else zs, n_static)
     else:
         dt = jnp.result_type(float)
         tau = exact._safe_sqrt(jnp.square(hp.sigma_a) * (1.0 - jnp.clip(jnp.asarray(rho, dt), -1.0, 1.0)))
         span = jnp.log(jnp.asarray(hp.n_tokens, dt)) + 2 * exact.Z_MAX * tau + exact.A_LOW_PAD + exact.A_HIGH_PAD
         sizes = jnp.asarray([m for m, _, _ in grids[:-1]], dt)
         index = jnp.sum((sizes - 1.0) * H_PAIR < span)      # the first a-grid with spacing <= H_PAIR
-        _, (ab, abab, x) = jax.lax.switch(index, [functools.partial(_sums, hp, rho, m, n_z, lv, z, n_static, False)
-                                                  for m, lv, z in grids])
+        ab, abab, x = jax.lax.switch(index, [functools.partial(_sums, hp, rho, m, n_z, lv, z, n_static)
+                                             for m, lv, z in grids])
     n = jnp.asarray(hp.n_tokens, jnp.result_type(float))
     t1 = n * rm["a2"] - 2.0 * n * rm["a3"] + n * rm["a4"] + n * (n - 1.0) * rm["a2a2"]
     tr = n * ab + n * x + n * (n - 1.0) * abab
