@@ -345,9 +345,9 @@ def _first_reaching(values, reach, bound):
 def grid_levels(n_a: int, n_z: int, n: float | None = None) -> tuple:
     """Static ((a-grid size, lattice levels, z-rule sizes), ...) the pair moments of
     :func:`st_point` pick from by tau = sigma_A sqrt(1 - rho): the smallest a-grid whose
-    spacing is at most H_A (:func:`exact.sizes` sizes n_a so for the largest tau; the
-    grid is [-(log n + Z_MAX tau + A_LOW_PAD), Z_MAX tau + A_HIGH_PAD]), factors
-    A_LEVEL_RATIO from that of tau = 0 up to ``n_a``; each with the lattice and z-rule levels
+    spacing is at most H_PAIR (:func:`exact.sizes` sizes ``n_a`` for spacing H_A at the
+    largest tau; the grid is [-(log n + Z_MAX tau + A_LOW_PAD), Z_MAX tau + A_HIGH_PAD]),
+    factors A_LEVEL_RATIO from that of tau = 0.25 up to ``n_a`` (always the last); each with the lattice and z-rule levels
     that the shared and own logit stds sigma_c, sigma_d <= tau of its taus can pick (``n``
     tokens, static, else any n >= 2)."""
     pad = math.log(max(float(n or 2.0), 2.0)) + exact.A_LOW_PAD + exact.A_HIGH_PAD
@@ -393,9 +393,9 @@ def st_point(hp, rho, n_a: int, n_z: int, levels=None, zs=None, n_static=None, g
     """((S_1, S_rho), (T_1, T_rho)) at token cosine rho, as :func:`exact.st_values` (the pair
     moments from :func:`_pair_st`: three matrix products instead of six, a lattice as wide
     as sigma_c needs, a z-rule as long as sigma_d needs; with ``grids``
-    (:func:`grid_levels`), the row and pair moments on an a-grid as long as tau needs, else
-    the same row moments; with ``n_static``, an integer n, integer powers): equal to the
-    quadrature's accuracy (~1e-13 relative)."""
+    (:func:`grid_levels`), on an a-grid as long as tau needs; with ``n_static``, an
+    integer n, integer powers; the row moments as there): equal to the quadrature's
+    accuracy (measured <= 2e-14 relative)."""
     levels = lattice_levels(n_a, n_z) if levels is None else levels
     rm = exact.row_moments(hp, rho, n_a, n_z)
     if grids is None:
@@ -454,6 +454,7 @@ def st_mesh_fn(n_a: int, n_z: int, n: int | None = None):
 
 @functools.lru_cache(maxsize=None)
 def _mesh_points(n: float, m: int) -> np.ndarray:
+    """:func:`mesh_points` of (n, m) padded with RHO0 to MESH_FULL + 1 (:func:`st_mesh_fn`)."""
     with jax.enable_x64(True):
         pts = np.asarray(jax.jit(mesh_points, static_argnums=1)(jnp.asarray(n, jnp.float64), m))
     return np.concatenate([pts, np.full(MESH_FULL + 1 - len(pts), RHO0)])
