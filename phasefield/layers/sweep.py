@@ -146,8 +146,9 @@ def _mlp_scales(block, npts):
 def mesh_tables(name, fixed, keys, flat, n_tokens, att_max):
     """The exact map's (S_1, S_rho) and the softmax term's (T_1, T_rho) on a
     :data:`MESH_TABLES`-point cosine mesh (and at RHO0), once per distinct logit scale of the
-    grid (as :func:`phasefield.sweep.build_exact_tables` does for the paper block; each
-    scale on a grid sized for it, :func:`phasefield.theory.attention.exact_table.scale_tables`):
+    grid (as :func:`phasefield.sweep.build_exact_tables` does for the paper block; every
+    scale by one compiled program, each mesh point on the grid its numbers need,
+    :func:`phasefield.theory.attention.exact_table.scale_tables`):
     ``(index per point, S [U, 2, M + 1], T [U, 2, M + 1], static)`` with
     ``static = (n_a, n_z, interp, interp_t)``, or None where they do not
     serve (no exact map or softmax term, a point with two logit scales, interpolants that

@@ -17,6 +17,7 @@ search bisects on before a polish on the exact map.
 from __future__ import annotations
 
 import functools
+import math
 from typing import Any, NamedTuple
 
 import jax
@@ -200,24 +201,273 @@ def first_mesh(cap: float) -> int:
     return 33 if cap <= 1.0 else 49 if cap <= 2.0 else 65 if cap <= 2.9 else 81 if cap <= 4.0 else MESH_FULL
 
 
+LEVEL_RATIO = 1.5        # successive half-widths of the truncated shared-logit lattices
+LEVEL_LEAST = 16          # the narrowest (sigma_c just above SIGMA_C_LATTICE needs <= 17)
+Z_KEEP = exact.Z_MAX + 1.0   # a truncated lattice reaches 9 sigma_c: the nodes it drops weigh
+                             # < exp(-40.5) ~ 3e-18 of the central one
+
+
+def lattice_levels(n_a: int, n_z: int) -> tuple:
+    """Static half-widths (ascending) of the shared-logit lattices :func:`st_point` picks
+    from: factors LEVEL_RATIO from LEVEL_LEAST, the last the full lattice of
+    :func:`exact.lattice_nodes` (which the wide rule of :func:`exact._pair_tables` always
+    uses, sized for the largest shared-logit std sigma_c the grid resolves)."""
+    n_c = exact.lattice_nodes(n_a, n_z)[0]
+    out, x = [], float(LEVEL_LEAST)
+    while x < n_c / 1.1:
+        out.append(int(math.ceil(x)))
+        x *= LEVEL_RATIO
+    return tuple(out) + (n_c,)
+
+
+Z_LEVEL_RATIO = 1.4      # successive sizes of the z-rules of the one-dimensional u tables
+
+
+def z_levels(n_z: int) -> tuple:
+    """Static sizes (ascending, odd, from exact's least 49 up to ``n_z``) of the z-rules
+    :func:`_u_tables` picks from: each resolves own-logit stds sigma_d up to
+    (size - 1) H_X / (2 Z_MAX 1.05), the rule :func:`exact.sizes` sizes n_z by."""
+    out, x = [], 49.0
+    while x < n_z / 1.1:
+        k = int(math.ceil(x))
+        out.append(k + (1 - k % 2))
+        x *= Z_LEVEL_RATIO
+    return tuple(out) + (n_z,)
+
+
+class _Z(NamedTuple):
+    z: Any
+    wz: Any
+
+
+def _u_tables(v, sd, ps, sizes):
+    """:func:`exact._u_tables` (u_p(v) = E_d g_p(v + d), d ~ N(0, sd^2)) on the first z-rule
+    of ``sizes`` that resolves sd (the spacing sd 2 Z_MAX / (size - 1) <= H_X / 1.05, as
+    :func:`exact.sizes` asks of the largest logit scale; the last size when none does)."""
+    dt = v.dtype
+
+    def rule(m):
+        return lambda: tuple(exact._u_tables(v, sd, _Z(*exact._znodes(m, dt)), ps))
+
+    reach = (jnp.asarray(sizes[:-1], dt) - 1.0) * exact.H_X / (2 * exact.Z_MAX * 1.05)
+    return list(jax.lax.switch(jnp.sum(reach < sd), [rule(m) for m in sizes]))
+
+
+def _pair_st(gr, levels, zs=None):
+    """(f, H_11, H_2x) on the a-grid of ``gr``: f = H_00, and H_2x = H_22 - 2 H_21 (the
+    pair tables of :func:`exact._pair_tables`, the same rules and nodes; T_rho reads H_21 and
+    H_22 only through it, and S_rho and T_rho read no other pair table), from three matrix
+    products. The lattice rule sums the nodes out to Z_KEEP sigma_c (the first of
+    ``levels`` reaching it; the full lattice, as :func:`exact._pair_tables`, when none does)."""
+    dt = gr.a.dtype
+    n_a = gr.a.shape[0]
+    n_z = gr.z.shape[0]
+    flip = gr.rho < 0
+    ps = (0, 1, 2)
+    zs = (n_z,) if zs is None else zs
+
+    half_a = n_a // 2
+
+    def contract(u, w):
+        # H_00 and H_11 are symmetric (w and the lattice are even in k, the flip reverses
+        # k): their blocks (top-top, top-bottom, bottom-bottom) of the a-grid's halves
+        uf = {p: jnp.where(flip, u[p][:, ::-1], u[p]) for p in ps}
+
+        def sym(p):
+            lt, lb = (u[p] * w)[:half_a], (u[p] * w)[half_a:]
+            rt, rb = uf[p][:half_a], uf[p][half_a:]
+            return lt @ rt.T, lt @ rb.T, lb @ rb.T
+        return sym(0), sym(1), (u[2] * w) @ (uf[2] - 2.0 * uf[1]).T
+
+    def narrow():
+        t, wt = exact._ghnodes(exact.N_GH, dt)
+        v = gr.a[:, None] + gr.sigma_c * t
+        return contract(dict(zip(ps, _u_tables(v, gr.sigma_d, ps, zs))), wt)
+
+    n_full, k_max = exact.lattice_nodes(n_a, n_z)
+    top = k_max // n_full                       # largest multiple of the fine step
+    step = gr.h / exact.LATTICE_REFINE
+    mult = jnp.floor(jnp.minimum(gr.sigma_c / exact.C_SPACING, exact.SPACING_MAX) / step)
+    mult = jnp.clip(mult, 1, top).astype(jnp.int32)
+
+    # the u tables on the fine lattice the widest level reaches (one z-rule switch), then
+    # one branch per level: gather and contract (``levels`` below the full lattice reach
+    # only part of it)
+    fine = gr.a[0] + jnp.arange(-k_max, (n_a - 1) * exact.LATTICE_REFINE + k_max + 1, dtype=dt) * step
+
+    def wide(n_c, tables):
+        k = jnp.arange(-n_c, n_c + 1) * mult
+        idx = (jnp.arange(n_a) * exact.LATTICE_REFINE)[:, None] + k[None, :] + k_max
+        sc = jnp.where(gr.sigma_c > 0, gr.sigma_c, 1.0)
+        wc = jnp.exp(-0.5 * jnp.square(k * step / sc))
+        out = contract({p: tab[idx] for p, tab in zip(ps, tables)}, wc / jnp.sum(wc))
+        covered = exact.Z_MAX * gr.sigma_c <= n_c * mult * step
+        return jax.tree_util.tree_map(lambda v: jnp.where(covered, v, jnp.nan), out)
+
+    def lattice():
+        tables = _u_tables(fine, gr.sigma_d, ps, zs)
+        reach = jnp.asarray(levels[:-1], dt) * mult * step
+        level = jnp.sum(reach < Z_KEEP * gr.sigma_c)          # first level reaching Z_KEEP sigma_c
+        return jax.lax.switch(level, [functools.partial(wide, n_c) for n_c in levels], tables)
+
+    return jax.lax.cond(gr.sigma_c >= exact.SIGMA_C_LATTICE, lattice, narrow)
+
+
+def _powers(f, n):
+    """(f^(n-1), f^(n-2)) of the pair table f = H_00: integer powers (products) when n is a
+    static integer, else exp((n - p) log f) as :func:`exact.pair_moments` (equal to rounding)."""
+    if isinstance(n, int):
+        p2 = jax.lax.integer_pow(f, n - 2) if n > 2 else jnp.ones_like(f)
+        return p2 * f, p2
+    f_log = exact._safe_log(f)
+    n = jnp.asarray(n, f.dtype)
+    return exact._pow(f_log, n - 1.0), exact._pow(f_log, n - 2.0)
+
+
+A_LEVEL_RATIO = 1.2      # successive sizes of the pair moments' a-grids
+H_PAIR = 0.25            # their spacing at most (pre-LN 128 scales against one full grid:
+                         # 0.25 left 2e-14 relative in S, 0.3 left 1e-13 and cut the tables'
+                         # CPU time ~20 %; the row moments stay on the full a-grid: at
+                         # spacing 0.28 they left 1e-13 in S_1, 7e-11 in T_1)
+
+
+def _first_reaching(values, reach, bound):
+    """``values`` (ascending, with their ``reach`` ascending) up to the first whose reach is
+    at least ``bound`` (all of them when none is)."""
+    out = []
+    for v, r in zip(values, reach):
+        out.append(v)
+        if r >= bound:
+            break
+    return tuple(out)
+
+
+def grid_levels(n_a: int, n_z: int, n: float | None = None) -> tuple:
+    """Static ((a-grid size, lattice levels, z-rule sizes), ...) the pair moments of
+    :func:`st_point` pick from by tau = sigma_A sqrt(1 - rho): the smallest a-grid whose
+    spacing is at most H_PAIR (:func:`exact.sizes` sizes ``n_a`` for spacing H_A at the
+    largest tau; the grid is [-(log n + Z_MAX tau + A_LOW_PAD), Z_MAX tau + A_HIGH_PAD]),
+    factors A_LEVEL_RATIO from that of tau = 0.25 up to ``n_a`` (always the last); each with the lattice and z-rule levels
+    that the shared and own logit stds sigma_c, sigma_d <= tau of its taus can pick (``n``
+    tokens, static, else any n >= 2)."""
+    pad = math.log(max(float(n or 2.0), 2.0)) + exact.A_LOW_PAD + exact.A_HIGH_PAD
+    sizes, x = [], max(96.0, math.ceil((pad + 2 * exact.Z_MAX * 0.25) / H_PAIR) + 1.0)   # tau <= 0.25
+    while x < n_a / 1.1:
+        sizes.append(int(math.ceil(x)))
+        x *= A_LEVEL_RATIO
+    sizes.append(n_a)
+    step_max = exact.H_A / exact.LATTICE_REFINE
+    lo = exact.SIGMA_C_LATTICE
+    out = []
+    for m in sizes:
+        lv, zs = lattice_levels(m, n_z), z_levels(n_z)
+        if m < n_a:
+            tau = ((m - 1) * H_PAIR - pad) / (2 * exact.Z_MAX)        # the largest it serves
+            need = Z_KEEP * max(lo / (lo / exact.C_SPACING - step_max), tau / (exact.SPACING_MAX - step_max))
+            lv = _first_reaching(lv, lv, need)
+            zs = _first_reaching(zs, [(z - 1) * exact.H_X / (2 * exact.Z_MAX * 1.05) for z in zs], tau)
+        out.append((m, lv, zs))
+    return tuple(out)
+
+
+def _sums(hp, rho, n_a, n_z, levels, zs, n_static):
+    """The pair sums <H_11, W_n1>, <H_11^2, W_n2>, <H_2x, W_n1> that (S, T) read
+    (:func:`_pair_st`; W_np = H_00^(n-p) w_a w_b) on an a-grid of n_a points, from the
+    blocks of the symmetric H_00, H_11 and W_np (the off-diagonal block twice)."""
+    gr = exact._Grid(hp, rho, n_a, n_z)
+    f, h11, h2x = _pair_st(gr, levels, zs)
+    n = gr.n if n_static is None else n_static
+    wt, wb = gr.wa[:n_a // 2], gr.wa[n_a // 2:]
+    ab = abab = 0.0
+    w1 = []
+    for fb, hb, w2, twice in zip(f, h11, (wt[:, None] * wt, wt[:, None] * wb, wb[:, None] * wb), (1.0, 2.0, 1.0)):
+        p1, p2 = _powers(fb, n)
+        w1.append(p1 * w2)
+        ab = ab + twice * jnp.sum(hb * w1[-1])
+        abab = abab + twice * jnp.sum(hb * hb * (p2 * w2))
+    w_n1 = jnp.block([[w1[0], w1[1]], [w1[1].T, w1[2]]])
+    return ab, abab, jnp.sum(h2x * w_n1)
+
+
+def st_point(hp, rho, n_a: int, n_z: int, levels=None, zs=None, n_static=None, grids=None):
+    """((S_1, S_rho), (T_1, T_rho)) at token cosine rho, as :func:`exact.st_values` (the pair
+    moments from :func:`_pair_st`: three matrix products instead of six, a lattice as wide
+    as sigma_c needs, a z-rule as long as sigma_d needs; with ``grids``
+    (:func:`grid_levels`), on an a-grid as long as tau needs; with ``n_static``, an
+    integer n, integer powers; the row moments as there): equal to the quadrature's
+    accuracy (measured <= 2e-14 relative)."""
+    levels = lattice_levels(n_a, n_z) if levels is None else levels
+    rm = exact.row_moments(hp, rho, n_a, n_z)
+    if grids is None:
+        ab, abab, x = _sums(hp, rho, n_a, n_z, levels, (n_z,) if zs is None else zs, n_static)
+    else:
+        dt = jnp.result_type(float)
+        tau = exact._safe_sqrt(jnp.square(hp.sigma_a) * (1.0 - jnp.clip(jnp.asarray(rho, dt), -1.0, 1.0)))
+        span = jnp.log(jnp.asarray(hp.n_tokens, dt)) + 2 * exact.Z_MAX * tau + exact.A_LOW_PAD + exact.A_HIGH_PAD
+        sizes = jnp.asarray([m for m, _, _ in grids[:-1]], dt)
+        index = jnp.sum((sizes - 1.0) * H_PAIR < span)      # the first a-grid with spacing <= H_PAIR
+        ab, abab, x = jax.lax.switch(index, [functools.partial(_sums, hp, rho, m, n_z, lv, z, n_static)
+                                             for m, lv, z in grids])
+    n = jnp.asarray(hp.n_tokens, jnp.result_type(float))
+    t1 = n * rm["a2"] - 2.0 * n * rm["a3"] + n * rm["a4"] + n * (n - 1.0) * rm["a2a2"]
+    tr = n * ab + n * x + n * (n - 1.0) * abab
+    return (n * rm["a2"], n * ab), (t1, tr)
+
+
 @functools.lru_cache(maxsize=None)
-def st_fn(n_a: int, n_z: int, m: int):
+def st_fn(n_a: int, n_z: int, m: int, n: int | None = None):
     """Compiled (S, T) [2, m + 1] each on the ``m``-point mesh (and RHO0) of one (sigma_A, n)
     (scalars: one program serves any number of scales), from one evaluation of the moments
-    per rho (:func:`exact.st_values`)."""
-    def one(sigma_a, n):
-        hp = _Logits(sigma_a, n)
-        (s1, sr), (t1, tr) = jax.lax.map(lambda r: exact.st_values(hp, r, n_a, n_z), mesh_points(n, m))
+    per rho (:func:`st_point`). With ``n`` (a static integer number of tokens; the program's
+    n argument must equal it), integer powers."""
+    grids = grid_levels(n_a, n_z, n)
+
+    def one(sigma_a, n_tokens):
+        hp = _Logits(sigma_a, n_tokens)
+        pts = mesh_points(n_tokens, m)
+        (s1, sr), (t1, tr) = jax.lax.map(lambda r: st_point(hp, r, n_a, n_z, n_static=n, grids=grids), pts)
         return jnp.stack([s1, sr]), jnp.stack([t1, tr])
     return jax.jit(one)
 
 
+@functools.lru_cache(maxsize=None)
+def st_mesh_fn(n_a: int, n_z: int, n: int | None = None):
+    """Compiled (S, T) [2, MESH_FULL + 1] each of one (sigma_A, n) at the first ``count`` of
+    the points ``rho`` [MESH_FULL + 1] (NaN after them): one program for every scale up to
+    the one (n_a, n_z) are sized for and every mesh (:func:`st_point` with
+    :func:`grid_levels`: the a-grid, lattice and z-rule of each point are picked by its
+    tau, sigma_c, sigma_d). ``n``: as :func:`st_fn`."""
+    grids = grid_levels(n_a, n_z, n)
+
+    def one(sigma_a, n_tokens, rho, count):
+        hp = _Logits(sigma_a, n_tokens)
+        nan = jnp.full((), jnp.nan, rho.dtype)
+
+        def point(x):
+            i, r = x
+            return jax.lax.cond(i < count, lambda: st_point(hp, r, n_a, n_z, n_static=n, grids=grids),
+                                lambda: ((nan, nan), (nan, nan)))
+        (s1, sr), (t1, tr) = jax.lax.map(point, (jnp.arange(rho.shape[0]), rho))
+        return jnp.stack([s1, sr]), jnp.stack([t1, tr])
+    return jax.jit(one)
+
+
+@functools.lru_cache(maxsize=None)
+def _mesh_points(n: float, m: int) -> np.ndarray:
+    """:func:`mesh_points` of (n, m) padded with RHO0 to MESH_FULL + 1 (:func:`st_mesh_fn`)."""
+    with jax.enable_x64(True):
+        pts = np.asarray(jax.jit(mesh_points, static_argnums=1)(jnp.asarray(n, jnp.float64), m))
+    return np.concatenate([pts, np.full(MESH_FULL + 1 - len(pts), RHO0)])
+
+
 @functools.lru_cache(maxsize=4096)
 def _st_values(sigma_a: float, n: float, n_a: int, n_z: int, m: int):
-    """(S, T) of one concrete (sigma_A, n) on grid (n_a, n_z) and mesh m, computed once per
-    process (3 kB each: a second sweep over the same scales reads them)."""
-    s, t = st_fn(n_a, n_z, m)(jnp.asarray(sigma_a), jnp.asarray(n))
-    s, t = np.asarray(s), np.asarray(t)
+    """(S, T) [2, m + 1] of one concrete (sigma_A, n) with sizes (n_a, n_z) and mesh m
+    (:func:`st_mesh_fn`), computed once per process (3 kB each: a second sweep over the
+    same scales reads them)."""
+    fn = st_mesh_fn(n_a, n_z, int(n) if float(n).is_integer() else None)
+    s, t = fn(jnp.asarray(sigma_a), jnp.asarray(n), jnp.asarray(_mesh_points(float(n), m)), jnp.asarray(m + 1))
+    s, t = np.asarray(s)[:, :m + 1], np.asarray(t)[:, :m + 1]
     s.flags.writeable = t.flags.writeable = False
     return s, t
 
@@ -249,18 +499,21 @@ def scale_tables(sigma_a, n: float):
     """(S, T) [k, 2, MESH_FULL + 1] of each logit scale of ``sigma_a`` [k] at ``n`` tokens,
     and whether every interpolant is exact (S's, T's): the block sweeps' per-scale tables.
 
-    Each scale is integrated on the grid sized for its :func:`bucket_caps` cap (not the
-    largest scale's: the exact sums to the quadrature's rounding, ~1e-15) and on the mesh
-    :func:`first_mesh` of the cap, the values then :func:`resample`\\ d onto the full mesh;
-    scales whose Chebyshev tail on that mesh exceeds INTERP_TAIL are recomputed on the full
-    mesh. One compiled program per (cap, mesh)."""
+    Every scale is integrated by one compiled program (:func:`st_mesh_fn`, sized for the
+    largest scale: compiled once for any set of scales and meshes), each mesh point's pair
+    moments on the a-grid, lattice and z-rule its tau, sigma_c and sigma_d need
+    (:func:`grid_levels`; the sums to the quadrature's accuracy, ~1e-14 relative), first
+    on the mesh :func:`first_mesh` of its :func:`bucket_caps` cap, the values then
+    :func:`resample`\\ d onto the full mesh; scales whose Chebyshev tail on that mesh
+    exceeds INTERP_TAIL are recomputed on the full mesh."""
     sa = np.asarray(sigma_a, np.float64).reshape(-1)
     caps = bucket_caps(sa)
     s_out = np.empty((sa.size, 2, MESH_FULL + 1))
     t_out = np.empty_like(s_out)
+    if sa.size:
+        n_a, n_z = exact.sizes(None, sigma_max=float(sa.max()), n_max=float(n))
 
     def run(sel, cap, m):
-        n_a, n_z = exact.sizes(None, sigma_max=float(cap), n_max=float(n))
         out = [_st_values(float(x), float(n), n_a, n_z, m) for x in sa[sel]]
         return np.stack([s for s, _ in out]), np.stack([t for _, t in out])
 
