@@ -146,6 +146,20 @@ def test_two_layer_mlp_composes_poole_maps():
     assert float(kern.q_m) == pytest.approx(s * s * quadrature.reference_1d(lambda x: t(x) ** 2, math.sqrt(q2)), abs=1e-9)
 
 
+def _bits(tree):
+    return [np.asarray(x).view(np.int64).tolist() for x in jax.tree_util.tree_leaves(tree)]
+
+
+@pytest.mark.parametrize("act, k, s", [("tanh", 2, 1.8), ("tanh", 2, 6.0), ("silu", 2, 1.0)])
+def test_mlp_kernel_per_layer_tables_equal_one_program_bitwise(act, k, s):
+    """mlp.kernel builds the tables with one program per layer (shared by every mlp_layers
+    and, for the tanh split rule, every grid size): the same numbers, bit for bit, as
+    the whole construction in one program."""
+    kern = mlp.kernel(HParams(sigma_w=s, activation=act, mlp_layers=k))
+    n_grid, n_cheb = mlp.table_sizes(float(np.sqrt(np.asarray(kern.q_layers).max())))
+    assert _bits(kern) == _bits(mlp._build_jit(act, k, n_grid, n_cheb)(jnp.asarray(s)))
+
+
 # ---- block map and fixed points -------------------------------------------------------------
 
 @pytest.mark.parametrize("pt", POINTS)

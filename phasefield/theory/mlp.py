@@ -132,7 +132,8 @@ def kernel(hp, n_grid: int | None = None, n_cheb: int | None = None,
     """The MLP kernel of ``hp`` (its sigma_w, activation, mlp_layers).
 
     Table sizes (static) follow the concrete sigma_w; with a concrete sigma_w the
-    construction runs as one cached compiled program. When sigma_w is traced the tables
+    construction runs as cached compiled programs (the layer scales, then one table
+    program per hidden layer, shared by every ``mlp_layers``). When sigma_w is traced the tables
     resolve pre-activation scales up to ``sigma_max`` (default :data:`DEFAULT_SIGMA_MAX`),
     and every number of the kernel is NaN where a scale exceeds it (never a silently
     under-resolved answer); pass a larger ``sigma_max`` for larger traced sigma_w.
@@ -144,16 +145,17 @@ def kernel(hp, n_grid: int | None = None, n_cheb: int | None = None,
         return _build(sigma_w, act, k, 0, 0)
     concrete = _concrete_max(sigma_w) is not None
     guard = None
+    if concrete:
+        scales = _layer_scales_jit(act, k)(sigma_w)
     if n_grid is None or n_cheb is None:
         if concrete:
-            q_l, _, _ = _layer_scales_jit(act, k)(sigma_w)
-            s_max = float(np.max(np.sqrt(np.asarray(q_l))))
+            s_max = float(np.max(np.sqrt(np.asarray(scales[0]))))
         else:
             s_max = guard = float(DEFAULT_SIGMA_MAX if sigma_max is None else sigma_max)
         g, c = table_sizes(s_max)
         n_grid, n_cheb = n_grid or g, n_cheb or c
     if concrete:
-        return _build_jit(act, k, int(n_grid), int(n_cheb))(sigma_w)
+        return _build_concrete(sigma_w, act, k, int(n_grid), int(n_cheb), scales)
     kern = _build(sigma_w, act, k, n_grid, n_cheb)
     if guard is not None:
         kern = _poison(kern, jnp.all(kern.q_layers <= guard * guard, axis=-1))
@@ -200,6 +202,27 @@ def _layer_scales_jit(act, k):
 @functools.lru_cache(maxsize=None)
 def _build_jit(act, k, n_grid, n_cheb):
     return jax.jit(lambda s: _build(s, act, k, n_grid, n_cheb))
+
+
+@functools.lru_cache(maxsize=None)
+def _tables_jit(act, n_grid, n_cheb):
+    return jax.jit(lambda q, e_one, d_one: _tables(act, jnp.sqrt(q), n_grid, n_cheb, e_one, d_one))
+
+
+def _build_concrete(sigma_w, act, k, n_grid, n_cheb, scales):
+    """:func:`_build` for a concrete sigma_w from its :func:`layer_scales` (issue 34: fewer
+    compiled programs, the same numbers bitwise, tests/test_theory.py): the Chebyshev tables
+    take one program per (activation, sizes) called once per hidden layer, shared by every
+    ``mlp_layers`` (one program per ``k`` before); the tanh split rule's program does not
+    depend on ``n_grid`` (only on ``n_grid > PLAIN_GRID_MAX``), so those sizes share one key."""
+    q_l, e2, d2 = scales
+    if act in smoothed.SPLIT and n_grid > PLAIN_GRID_MAX:
+        n_grid = PLAIN_GRID_MAX + 1
+    tab = _tables_jit(act, n_grid, n_cheb)
+    q, e, d = (np.asarray(x) for x in scales)     # numpy slices: no program per layer index
+    c_pp, c_dd = zip(*(tab(q[..., layer], e[..., layer], d[..., layer]) for layer in range(k)))
+    return MLPKernel(sigma_w, q_l, e2, d2, jnp.asarray(np.stack(c_pp, -2)),
+                     jnp.asarray(np.stack(c_dd, -2)), activation=act)
 
 
 def _build(sigma_w, act, k, n_grid, n_cheb):
