@@ -27,13 +27,13 @@ import time
 PREDICT = ["predict", "--sigma-w", "1.2", "--alpha-a", "0.4", "--alpha-m", "0.6", "--sigma-a", "1"]
 
 
-def _time(args):
-    """(wall, CPU) seconds of one ``phasefield`` process. On a shared machine the CPU time
-    (user + system of the child) is what the command costs; the wall time adds the wait
-    for a core."""
+def _time(args, env=None):
+    """(wall, CPU) seconds of one ``phasefield`` process (environment ``env``, default this
+    one's). On a shared machine the CPU time (user + system of the child) is what the command
+    costs; the wall time adds the wait for a core."""
     c0 = os.times()
     t0 = time.perf_counter()
-    r = subprocess.run([sys.executable, "-m", "phasefield"] + args, capture_output=True, text=True)
+    r = subprocess.run([sys.executable, "-m", "phasefield"] + args, capture_output=True, text=True, env=env)
     dt = time.perf_counter() - t0
     c1 = os.times()
     if r.returncode:

@@ -24,7 +24,6 @@ import argparse
 import os
 import resource
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -33,16 +32,8 @@ POINTS = ["sigma=1,alpha_attn=0.5,alpha_mlp=0.5", "sigma=1.3,alpha_attn=0.4,alph
           "sigma=2.4,alpha_attn=1,alpha_mlp=0.9"]
 
 
-def _time(args, env):
-    """(wall, CPU) seconds of one ``phasefield`` process."""
-    c0 = os.times()
-    t0 = time.perf_counter()
-    r = subprocess.run([sys.executable, "-m", "phasefield"] + args, capture_output=True, text=True, env=env)
-    dt = time.perf_counter() - t0
-    c1 = os.times()
-    if r.returncode:
-        raise SystemExit(f"phasefield {' '.join(args)} failed: {r.stderr.strip()}")
-    return dt, (c1.children_user - c0.children_user) + (c1.children_system - c0.children_system)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_predict import _time  # noqa: E402  (wall, CPU) seconds of one phasefield process
 
 
 def _row(label, wall, cpu, goal):
