@@ -385,14 +385,8 @@ def register(cli):
         option("--depth", depth, 1, MAX_DEPTH, integer=True)
         from ..vit import predict as vpredict
 
-        shipped_block = None
-        if block_spec is not None and fit_path is None and spec_name(block_spec) != "paper":
-            shipped_block = spec_name(block_spec)
-            if shipped_block not in vpredict.shipped_blocks():
-                raise UsageError(f"no shipped model for block {shipped_block} (shipped: "
-                                 f"{', '.join(vpredict.shipped_blocks())}): train runs (phasefield train-sweep "
-                                 f"--block {shipped_block} --axis sigma=LO:HI:N --out DIR), fit them (phasefield fit "
-                                 "--runs DIR --out model.json) and pass --fit model.json")
+        # a block's packaged model (load_model refuses, in one line, a block without one)
+        shipped_block = spec_name(block_spec) if block_spec is not None and fit_path is None else None
         try:
             doc = vpredict.load_model(fit_path, block=shipped_block)
         except vpredict.FitError as exc:

@@ -238,9 +238,10 @@ def load_model(path: str | None = None, block: str | None = None) -> dict:
     try:
         if path is None:
             name = _spec(block or "paper")[0]
-            if name not in BLOCK_RESOURCES or name not in shipped_blocks():
-                raise FitError(f"no model is shipped for block {block!r} (shipped: {', '.join(shipped_blocks())}); "
-                               "train its runs (train-sweep --block) and fit them (phasefield fit)")
+            if name not in shipped_blocks():
+                raise FitError(f"no shipped model for block {name} (shipped: {', '.join(shipped_blocks())}): train "
+                               f"runs (phasefield train-sweep --block {name} --axis sigma=LO:HI:N --out DIR), fit them "
+                               "(phasefield fit --runs DIR --out model.json) and pass --fit model.json")
             resource = BLOCK_RESOURCES[name]
             text = resources.files(__package__).joinpath(resource).read_text()
             where = f"the packaged {resource}"
