@@ -200,11 +200,6 @@ def _layer_scales_jit(act, k):
 
 
 @functools.lru_cache(maxsize=None)
-def _build_jit(act, k, n_grid, n_cheb):
-    return jax.jit(lambda s: _build(s, act, k, n_grid, n_cheb))
-
-
-@functools.lru_cache(maxsize=None)
 def _tables_jit(act, n_grid, n_cheb):
     return jax.jit(lambda q, e_one, d_one: _tables(act, jnp.sqrt(q), n_grid, n_cheb, e_one, d_one))
 
