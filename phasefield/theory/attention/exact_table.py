@@ -415,28 +415,13 @@ def st_point(hp, rho, n_a: int, n_z: int, levels=None, zs=None, n_static=None, g
 
 
 @functools.lru_cache(maxsize=None)
-def st_fn(n_a: int, n_z: int, m: int, n: int | None = None):
-    """Compiled (S, T) [2, m + 1] each on the ``m``-point mesh (and RHO0) of one (sigma_A, n)
-    (scalars: one program serves any number of scales), from one evaluation of the moments
-    per rho (:func:`st_point`). With ``n`` (a static integer number of tokens; the program's
-    n argument must equal it), integer powers."""
-    grids = grid_levels(n_a, n_z, n)
-
-    def one(sigma_a, n_tokens):
-        hp = _Logits(sigma_a, n_tokens)
-        pts = mesh_points(n_tokens, m)
-        (s1, sr), (t1, tr) = jax.lax.map(lambda r: st_point(hp, r, n_a, n_z, n_static=n, grids=grids), pts)
-        return jnp.stack([s1, sr]), jnp.stack([t1, tr])
-    return jax.jit(one)
-
-
-@functools.lru_cache(maxsize=None)
 def st_mesh_fn(n_a: int, n_z: int, n: int | None = None):
     """Compiled (S, T) [2, MESH_FULL + 1] each of one (sigma_A, n) at the first ``count`` of
     the points ``rho`` [MESH_FULL + 1] (NaN after them): one program for every scale up to
     the one (n_a, n_z) are sized for and every mesh (:func:`st_point` with
     :func:`grid_levels`: the a-grid, lattice and z-rule of each point are picked by its
-    tau, sigma_c, sigma_d). ``n``: as :func:`st_fn`."""
+    tau, sigma_c, sigma_d). With ``n`` (a static integer number of tokens; the
+    program's n argument must equal it), integer powers."""
     grids = grid_levels(n_a, n_z, n)
 
     def one(sigma_a, n_tokens, rho, count):
@@ -513,19 +498,19 @@ def scale_tables(sigma_a, n: float):
     if sa.size:
         n_a, n_z = exact.sizes(None, sigma_max=float(sa.max()), n_max=float(n))
 
-    def run(sel, cap, m):
+    def run(sel, m):
         out = [_st_values(float(x), float(n), n_a, n_z, m) for x in sa[sel]]
         return np.stack([s for s, _ in out]), np.stack([t for _, t in out])
 
     for cap in np.unique(caps):
         sel = np.flatnonzero(caps == cap)
         m = first_mesh(float(cap))
-        s, t = run(sel, cap, m)
+        s, t = run(sel, m)
         if m != MESH_FULL:
             bad = np.array([not (interpolant_exact(s[i]) and interpolant_exact(t[i])) for i in range(len(sel))])
             s, t = resample(s, n), resample(t, n)
             if bad.any():
-                s[bad], t[bad] = run(sel[bad], cap, MESH_FULL)
+                s[bad], t[bad] = run(sel[bad], MESH_FULL)
         s_out[sel], t_out[sel] = s, t
     return s_out, t_out, interpolant_exact(s_out) if sa.size else False, \
         interpolant_exact(t_out) if sa.size else False
