@@ -92,12 +92,28 @@ def transverse_multiplier(block, ctx, q):
     return jax.jvp(gap, (jnp.zeros_like(q),), (jnp.ones_like(q),))[1]
 
 
-def angle_exponent(block, ctx):
-    """lambda_a at the collapsed fixed point (NaN where there is no finite one)."""
+def collapsed_point(block, ctx):
+    """``(q_star, finite, q, log m(q))`` at the collapsed geometry: the norm's fixed point
+    q*(1), whether it is finite, the q used (q*, or 1 where q* is infinite) and the log of
+    the transverse multiplier there (lambda_a where ``finite``)."""
     q_star = norm_fixed_point(block, ctx, 1.0)
     fin = jnp.isfinite(q_star)
-    m = transverse_multiplier(block, ctx, jnp.where(fin, q_star, 1.0))
-    return jnp.where(fin, jnp.log(m), jnp.nan)
+    qs = jnp.where(fin, q_star, 1.0)
+    return q_star, fin, qs, jnp.log(transverse_multiplier(block, ctx, qs))
+
+
+def angle_exponent(block, ctx):
+    """lambda_a at the collapsed fixed point (NaN where there is no finite one)."""
+    _, fin, _, log_m = collapsed_point(block, ctx)
+    return jnp.where(fin, log_m, jnp.nan)
+
+
+def collapsed_angle_rate(block, ctx, q_collapsed, depth: int):
+    """``(angle_rate, multipliers)``: the finite-depth angle rate along the collapsed
+    trajectory ``q_collapsed`` [L + 1] (nearby tokens), (sum_l log m(q_l) - log(q_L / q_0)) / L,
+    and the per-layer multipliers m(q_l)."""
+    m = jax.vmap(lambda q: transverse_multiplier(block, ctx, q))(q_collapsed[:-1])
+    return (jnp.sum(jnp.log(m)) - jnp.log(q_collapsed[-1] / q_collapsed[0])) / depth, m
 
 
 def _residual(block, ctx, rho):
@@ -169,10 +185,8 @@ def exponents(block, ctx, depth: int) -> dict:
     lambda_g_inf (at rho_star), q_star, rho_star, n_stable, rho_star_min, rho_star_max.
     Blocks without a finite fixed point give NaN for the fixed-point quantities: use
     :func:`finite_depth`."""
-    q_star = norm_fixed_point(block, ctx, 1.0)
-    fin = jnp.isfinite(q_star)
-    qs = jnp.where(fin, q_star, 1.0)
-    la = jnp.where(fin, jnp.log(transverse_multiplier(block, ctx, qs)), jnp.nan)
+    q_star, fin, qs, log_m = collapsed_point(block, ctx)
+    la = jnp.where(fin, log_m, jnp.nan)
     fp = stable_points(block, ctx)
     rho = fp["rho_star"]
     coll = rho >= 1.0
@@ -203,9 +217,9 @@ def finite_depth(block, ctx, k0: Kernel, depth: int) -> dict:
     trajectory from ``k0`` and ``q_collapsed`` of the collapsed one (length L + 1)."""
     qs, ps = trajectory(block, ctx, k0, depth)
     qc, _ = trajectory(block, ctx, Kernel(k0.q, k0.q), depth)
-    m = jax.vmap(lambda q: transverse_multiplier(block, ctx, q))(qc[:-1])
+    rate, m = collapsed_angle_rate(block, ctx, qc, depth)
     return dict(
-        angle_rate=(jnp.sum(jnp.log(m)) - jnp.log(qc[-1] / qc[0])) / depth,
+        angle_rate=rate,
         lambda_g=gradient_exponent(block, ctx, k0, depth),
         lambda_g_collapsed=gradient_exponent(block, ctx, Kernel(k0.q, k0.q), depth),
         q=qs, rho=ps / qs, q_collapsed=qc, angle_multipliers=m,

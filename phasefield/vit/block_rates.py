@@ -62,7 +62,6 @@ def _attention_leaves(block):
 
 def _point(name, fixed, run_numbers, n_tokens, depth, scales):
     """The traced point function: (the run's numbers, S, T) -> {lambda_a, lambda_g}."""
-    import jax
     import jax.numpy as jnp
 
     from ..layers import depth as D
@@ -87,14 +86,11 @@ def _point(name, fixed, run_numbers, n_tokens, depth, scales):
         k1 = Kernel(one, one)
         # the finite-depth rates of layers.depth.finite_depth from collapsed tokens (1, 1)
         qc, pc = D.trajectory(block, ctx, k1, depth)
-        m = jax.vmap(lambda q: D.transverse_multiplier(block, ctx, q))(qc[:-1])
-        angle_rate = (jnp.sum(jnp.log(m)) - jnp.log(qc[-1] / qc[0])) / depth
+        angle_rate, _ = D.collapsed_angle_rate(block, ctx, qc, depth)
         stray = jnp.max(jnp.abs(1.0 - pc / qc))
         lambda_g = D.gradient_exponent(block, ctx, k1, depth)
         # lambda_a of layers.depth.exponents where the norm has a finite fixed point
-        q_star = D.norm_fixed_point(block, ctx, one)
-        fin = jnp.isfinite(q_star)
-        la = jnp.log(D.transverse_multiplier(block, ctx, jnp.where(fin, q_star, one)))
+        _, fin, _, la = D.collapsed_point(block, ctx)
         return dict(lambda_a=jnp.where(fin, la, angle_rate), lambda_g=lambda_g, stray=stray)
     return f
 
