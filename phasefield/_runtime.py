@@ -60,4 +60,26 @@ def use_compilation_cache(min_compile_secs: float = 0.5) -> str | None:
         jax.config.update("jax_compilation_cache_max_size", 8 << 30)
     except Exception:  # noqa: BLE001 - a read-only home: just compile
         return None
+    _date_unsized_entries(path)
     return path
+
+
+def _date_unsized_entries(path: str) -> None:
+    """Give every entry of the cache folder ``path`` that has no access-time file one (its
+    modification time). Entries written without a size limit (phasefield before 2026-11-26)
+    have none, and JAX's size-limited cache reads one for every entry before each write: it
+    then fails every write with a warning and stores nothing new."""
+    try:
+        names = set(os.listdir(path))
+    except OSError:
+        return
+    for name in names:
+        key = name[:-len("-cache")] if name.endswith("-cache") else None
+        if key is None or key + "-atime" in names:
+            continue
+        try:
+            stamp = os.stat(os.path.join(path, name)).st_mtime_ns
+            with open(os.path.join(path, key + "-atime"), "wb") as fh:
+                fh.write(stamp.to_bytes(8, "little"))
+        except OSError:
+            pass

@@ -117,3 +117,38 @@ def test_compilation_cache_setup_is_one_call(tmp_path, monkeypatch):
     finally:
         for k, v in before.items():
             jax.config.update(k, v)
+
+
+def test_a_cache_written_without_a_size_limit_still_takes_writes(tmp_path, monkeypatch):
+    """Entries of a cache folder written before it had a size limit have no access-time
+    file; JAX's size-limited cache reads one for every entry before each write, so without
+    one every write failed (a warning, nothing stored). ``use_compilation_cache`` dates them
+    (their modification time) and leaves existing access times alone; JAX's cache then
+    stores a new entry."""
+    import os
+
+    import jax
+
+    from phasefield._runtime import use_compilation_cache
+
+    folder = tmp_path / "c"
+    folder.mkdir()
+    (folder / "old-cache").write_bytes(b"x" * 10)                      # no atime: unsized era
+    (folder / "kept-cache").write_bytes(b"y" * 10)
+    (folder / "kept-atime").write_bytes((123).to_bytes(8, "little"))
+    names = ("jax_compilation_cache_dir", "jax_persistent_cache_min_compile_time_secs",
+             "jax_compilation_cache_max_size")
+    before = {k: getattr(jax.config, k) for k in names}
+    try:
+        monkeypatch.setenv("PHASEFIELD_CACHE", str(folder))
+        assert use_compilation_cache(0.3) == str(folder)
+    finally:
+        for k, v in before.items():
+            jax.config.update(k, v)
+    stamp = int.from_bytes((folder / "old-atime").read_bytes(), "little")
+    assert stamp == os.stat(folder / "old-cache").st_mtime_ns
+    assert int.from_bytes((folder / "kept-atime").read_bytes(), "little") == 123
+    lru = pytest.importorskip("jax._src.lru_cache")                       # JAX's own cache class
+    cache = lru.LRUCache(str(folder), max_size=8 << 30)
+    cache.put("new", b"z" * 10)
+    assert (folder / "new-cache").read_bytes() == b"z" * 10
