@@ -67,3 +67,30 @@ def test_scale_tables_equal_one_grid_for_all():
     for i in range(2):
         np.testing.assert_allclose(s[i], np.asarray(s0)[i], rtol=1e-12, atol=0)
         np.testing.assert_allclose(t[i], np.asarray(t0)[i], rtol=0, atol=1e-12)
+
+
+
+def test_many_scales_read_the_interpolant_in_the_scale():
+    """More scales than nodes: the tables at Chebyshev nodes of the scale range, their
+    interpolant read where the tail is below SCALE_TAIL, the range halved where it is not,
+    a range with no more scales than nodes integrated scale by scale: equal to every scale
+    integrated on its own (the tolerances of test_scale_tables_equal_one_grid_for_all).
+    Small node counts force every path: (9, 17) fails on [0.05, 1.5] and on its upper half,
+    passes on the quarters, and integrates the lone scale of the lower half."""
+    from phasefield.theory.attention import exact, exact_table
+    from phasefield.theory.precision import float64
+
+    sa, n = np.append(0.05, np.linspace(0.8, 1.5, 40)), 8.0
+    n_a, n_z = exact.sizes(None, sigma_max=1.5, n_max=n)
+    s0, t0 = float64(exact_table._direct_tables)(sa, n, n_a, n_z, 1.5)  # every scale integrated
+    for nodes in [(17, 33), (9, 17)]:
+        exact_table._st_values.cache_clear()
+        s, t, interp, interp_t = exact_table.scale_tables(sa, n, nodes=nodes)
+        assert interp and interp_t
+        if nodes == (17, 33):
+            assert exact_table._st_values.cache_info().misses == 33 < len(sa)   # the 33 nodes only
+        else:
+            np.testing.assert_array_equal(s[0], s0[0])                  # integrated: bitwise
+        assert not np.array_equal(s[1:], s0[1:])                        # read from an interpolant
+        np.testing.assert_allclose(s, s0, rtol=1e-12, atol=0)
+        np.testing.assert_allclose(t, t0, rtol=0, atol=1e-12)

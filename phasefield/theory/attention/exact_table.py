@@ -101,16 +101,22 @@ def tables_fn(n_a: int, n_z: int, m: int = MESH):
     return jax.jit(lambda sigma_a, n: jax.lax.map(one, (sigma_a, n)))
 
 
+def chebyshev_coefficients(v, axis: int = -1) -> np.ndarray:
+    """Chebyshev coefficients (NumPy) of the values ``v`` at the Chebyshev–Lobatto nodes
+    along ``axis`` (either order: a reversal flips the odd coefficients' signs only)."""
+    v = np.moveaxis(np.asarray(v, np.float64), axis, -1)
+    m = v.shape[-1]
+    j = np.arange(m)
+    w = np.where((j == 0) | (j == m - 1), 0.5, 1.0)
+    return np.moveaxis((2.0 / (m - 1)) * (v * w) @ np.cos(np.pi * np.outer(j, j) / (m - 1)), -1, axis)
+
+
 def chebyshev_tail(s) -> float:
     """Largest of the last 6 Chebyshev coefficients of the mesh values ``s`` [..., MESH + 1]
     (NumPy; the mesh is Chebyshev-Lobatto in rho): the interpolant's error is about a
     twentieth of it once it reaches rounding (S is analytic in rho)."""
-    m = np.shape(s)[-1] - 1                      # the mesh (the last value is at RHO0)
-    v = np.asarray(s, np.float64)[..., :m]
-    j = np.arange(m)
-    w = np.where((j == 0) | (j == m - 1), 0.5, 1.0)
-    c = (2.0 / (m - 1)) * (v * w) @ np.cos(np.pi * np.outer(j, j) / (m - 1))
-    return float(np.max(np.abs(c[..., -6:])))
+    v = np.asarray(s, np.float64)[..., :np.shape(s)[-1] - 1]      # the mesh (the last value is at RHO0)
+    return float(np.max(np.abs(chebyshev_coefficients(v)[..., -6:])))
 
 
 def interpolant_exact(s) -> bool:
@@ -457,16 +463,12 @@ def _st_values(sigma_a: float, n: float, n_a: int, n_z: int, m: int):
     return s, t
 
 
-def resample(vals, n, m_to: int = MESH_FULL) -> np.ndarray:
-    """Mesh values ``vals`` [..., m + 1] (an ``m``-point mesh and RHO0) as values on the
-    ``m_to``-point mesh (and RHO0): their Chebyshev interpolant evaluated at its nodes (the
-    same polynomial, to rounding, once its tail is below INTERP_TAIL)."""
-    vals = np.asarray(vals, np.float64)
-    m = vals.shape[-1] - 1
-    if m == m_to:
-        return vals
-    with jax.enable_x64(True):
-        src, dst = np.asarray(mesh(float(n), m)), np.asarray(mesh(float(n), m_to))
+def barycentric_matrix(src, dst) -> np.ndarray:
+    """[len(dst), len(src)]: the weights that carry values at the Chebyshev–Lobatto nodes
+    ``src`` (either order) to their polynomial interpolant at ``dst`` (the barycentric formula
+    of the second kind; a point on a node takes that node's value)."""
+    src, dst = np.asarray(src, np.float64), np.asarray(dst, np.float64)
+    m = len(src)
     w = np.where(np.arange(m) % 2 == 0, 1.0, -1.0)
     w[0] *= 0.5
     w[-1] *= 0.5
@@ -476,11 +478,46 @@ def resample(vals, n, m_to: int = MESH_FULL) -> np.ndarray:
     c = c / c.sum(1, keepdims=True)
     rows = hit.any(1)
     c[rows] = hit[rows].astype(np.float64)                 # on a node: its value
-    return np.concatenate([vals[..., :m] @ c.T, vals[..., m:]], -1)
+    return c
+
+
+def resample(vals, n, m_to: int = MESH_FULL) -> np.ndarray:
+    """Mesh values ``vals`` [..., m + 1] (an ``m``-point mesh and RHO0) as values on the
+    ``m_to``-point mesh (and RHO0): their Chebyshev interpolant evaluated at its nodes (the
+    same polynomial, to rounding, once its tail is below INTERP_TAIL)."""
+    vals = np.asarray(vals, np.float64)
+    m = vals.shape[-1] - 1
+    if m == m_to:
+        return vals
+    src, dst = _mesh_points(float(n), m)[:m], _mesh_points(float(n), m_to)[:m_to]   # where the values are
+    return np.concatenate([vals[..., :m] @ barycentric_matrix(src, dst).T, vals[..., m:]], -1)
+
+
+SCALE_NODES = (29, 57)    # Chebyshev–Lobatto node counts in the logit scale (nested: the second
+                          # holds the first), tried in turn on a range of scales
+SCALE_TAIL = INTERP_TAIL  # tail of the coefficients in the scale (relative to the values' size,
+                          # at least 1) below which the interpolant stands for the tables
+
+
+def scale_nodes(lo: float, hi: float, m: int) -> np.ndarray:
+    """``m`` Chebyshev–Lobatto nodes on [lo, hi], ascending (``m`` and ``2 m - 1`` nest
+    bitwise: the angles pi j / (m - 1) differ by powers of two)."""
+    return lo + (hi - lo) * (1.0 - np.cos(np.pi * np.arange(m) / (m - 1))) / 2.0
+
+
+def scale_tail(vals) -> float:
+    """The Chebyshev tail in the scale of tables ``vals`` [m, ...] at :func:`scale_nodes`:
+    the largest of each entry's last 6 coefficients over max(1, its largest value)
+    (infinite when a value is not finite)."""
+    v = np.asarray(vals, np.float64)
+    if not np.all(np.isfinite(v)):
+        return float("inf")
+    tail = np.max(np.abs(chebyshev_coefficients(v, axis=0)[-6:]), axis=0)
+    return float(np.max(tail / np.maximum(1.0, np.max(np.abs(v), axis=0))))
 
 
 @float64
-def scale_tables(sigma_a, n: float):
+def scale_tables(sigma_a, n: float, nodes=None):
     """(S, T) [k, 2, MESH_FULL + 1] of each logit scale of ``sigma_a`` [k] at ``n`` tokens,
     and whether every interpolant is exact (S's, T's): the block sweeps' per-scale tables.
 
@@ -490,16 +527,56 @@ def scale_tables(sigma_a, n: float):
     (:func:`grid_levels`; the sums to the quadrature's accuracy, ~1e-14 relative), first
     on the mesh :func:`first_mesh` of its :func:`bucket_caps` cap, the values then
     :func:`resample`\\ d onto the full mesh; scales whose Chebyshev tail on that mesh
-    exceeds INTERP_TAIL are recomputed on the full mesh."""
+    exceeds INTERP_TAIL are recomputed on the full mesh.
+
+    More distinct scales than the last of ``nodes``: S and T are analytic (and even) in the
+    logit scale, so a range of scales reads the interpolant of the tables at
+    :func:`scale_nodes` of the range (``nodes``, default SCALE_NODES, in turn) once their :func:`scale_tail` is
+    below SCALE_TAIL (then the interpolant is the tables to ~1e-14); a range where no node
+    count reaches it is halved, and a range holding no more scales than nodes is integrated
+    scale by scale. The cost then stops growing with the number of scales (pre-LN's logit
+    scales 0.01..4 at n = 16: 57 of them for 128 or 256, 2.5e-15 from each integrated)."""
     sa = np.asarray(sigma_a, np.float64).reshape(-1)
-    caps = bucket_caps(sa)
+    if not sa.size:
+        empty = np.empty((0, 2, MESH_FULL + 1))
+        return empty, empty.copy(), False, False
+    n_a, n_z = exact.sizes(None, sigma_max=float(sa.max()), n_max=float(n))
+    top = float(sa.max())
+    nodes = tuple(SCALE_NODES if nodes is None else nodes)
+    s_out, t_out = _range_tables(sa, float(n), n_a, n_z, float(sa.min()), top, nodes, top)
+    return s_out, t_out, interpolant_exact(s_out), interpolant_exact(t_out)
+
+
+def _range_tables(sa, n, n_a, n_z, lo, hi, nodes, top):
+    """(S, T) of the scales ``sa`` in [lo, hi] (:func:`scale_tables`; ``top`` the largest
+    scale of all)."""
+    if len(np.unique(sa)) <= nodes[-1] or hi <= lo:
+        return _direct_tables(sa, n, n_a, n_z, top)
+    for m in nodes:
+        x = scale_nodes(lo, hi, m)
+        s, t = _direct_tables(x, n, n_a, n_z, top)
+        if max(scale_tail(s), scale_tail(t)) <= SCALE_TAIL:
+            c = barycentric_matrix(x, sa)
+            return np.tensordot(c, s, axes=1), np.tensordot(c, t, axes=1)
+    mid = 0.5 * (lo + hi)
+    low = sa <= mid
     s_out = np.empty((sa.size, 2, MESH_FULL + 1))
     t_out = np.empty_like(s_out)
-    if sa.size:
-        n_a, n_z = exact.sizes(None, sigma_max=float(sa.max()), n_max=float(n))
+    for sel, a, b in ((low, lo, mid), (~low, mid, hi)):
+        if sel.any():
+            s_out[sel], t_out[sel] = _range_tables(sa[sel], n, n_a, n_z, a, b, nodes, top)
+    return s_out, t_out
+
+
+def _direct_tables(sa, n, n_a, n_z, top):
+    """(S, T) [k, 2, MESH_FULL + 1] of each scale of ``sa`` integrated by the program of
+    sizes (n_a, n_z) (:func:`scale_tables`; ``top`` the largest scale the caps reach)."""
+    caps = bucket_caps(np.append(sa, top))[:-1]
+    s_out = np.empty((sa.size, 2, MESH_FULL + 1))
+    t_out = np.empty_like(s_out)
 
     def run(sel, m):
-        out = [_st_values(float(x), float(n), n_a, n_z, m) for x in sa[sel]]
+        out = [_st_values(float(x), n, n_a, n_z, m) for x in sa[sel]]
         return np.stack([s for s, _ in out]), np.stack([t for _, t in out])
 
     for cap in np.unique(caps):
@@ -512,5 +589,4 @@ def scale_tables(sigma_a, n: float):
             if bad.any():
                 s[bad], t[bad] = run(sel[bad], MESH_FULL)
         s_out[sel], t_out[sel] = s, t
-    return s_out, t_out, interpolant_exact(s_out) if sa.size else False, \
-        interpolant_exact(t_out) if sa.size else False
+    return s_out, t_out
