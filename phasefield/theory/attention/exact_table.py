@@ -535,7 +535,7 @@ def scale_tables(sigma_a, n: float, nodes=None):
     below SCALE_TAIL (then the interpolant is the tables to ~1e-14); a range where no node
     count reaches it is halved, and a range holding no more scales than nodes is integrated
     scale by scale. The cost then stops growing with the number of scales (pre-LN's logit
-    scales 0.01..4 at n = 16: 57 of them for 128 or 256, 2.5e-15 from each integrated)."""
+    scales 0.01..4 at n = 16: 57 of them for 128 or 256, within 3e-15 of each integrated)."""
     sa = np.asarray(sigma_a, np.float64).reshape(-1)
     if not sa.size:
         empty = np.empty((0, 2, MESH_FULL + 1))
