@@ -70,7 +70,7 @@ def test_scale_tables_equal_one_grid_for_all():
 
 
 
-def test_many_scales_read_the_interpolant_in_the_scale():
+def test_many_scales_read_the_interpolant_in_the_scale(monkeypatch):
     """More scales than nodes: the tables at Chebyshev nodes of the scale range, their
     interpolant read where the tail is below SCALE_TAIL, the range halved where it is not,
     a range with no more scales than nodes integrated scale by scale: equal to every scale
@@ -94,3 +94,13 @@ def test_many_scales_read_the_interpolant_in_the_scale():
         assert not np.array_equal(s[1:], s0[1:])                        # read from an interpolant
         np.testing.assert_allclose(s, s0, rtol=1e-12, atol=0)
         np.testing.assert_allclose(t, t0, rtol=0, atol=1e-12)
+    # node tables that are not finite: no interpolant, every scale integrated on its own
+    targets, st_values = set(map(float, sa)), exact_table._st_values
+
+    def nan_at_nodes(sigma_a, *args):
+        s_, t_ = st_values(sigma_a, *args)
+        return (s_, t_) if sigma_a in targets else (s_ * np.nan, t_)
+    monkeypatch.setattr(exact_table, "_st_values", nan_at_nodes)
+    s, t, _, _ = exact_table.scale_tables(sa, n, nodes=(17, 33))
+    np.testing.assert_array_equal(s, s0)
+    np.testing.assert_array_equal(t, t0)

@@ -66,30 +66,6 @@ def test_a_standard_block_sweep_equals_the_layers_library_point_by_point(block_g
 
 
 
-def test_a_sweep_over_many_logit_scales_equals_the_library_point_by_point(monkeypatch):
-    """More logit scales than the scale interpolant's nodes: the sweep reads the attention
-    tables from their interpolant in the scale (exact_table.scale_tables); at random grid
-    points it equals the layers library (each point integrating its own tables) to 1e-9.
-    Fewer nodes than the default (9, 17 instead of SCALE_NODES) on a narrow range of scales
-    keep it cheap: 17 scales integrated for 24 (the tail test is the same)."""
-    from phasefield.theory.attention import exact_table
-
-    integrated, st_values = set(), exact_table._st_values
-
-    def spy(sigma_a, *args):
-        integrated.add(sigma_a)
-        return st_values(sigma_a, *args)
-    monkeypatch.setattr(exact_table, "SCALE_NODES", (9, 17))
-    monkeypatch.setattr(exact_table, "_st_values", spy)
-    fixed, axes = PRE_LN[0], {"sigma": np.linspace(1.6, 1.7, 24), "alpha": [0.8]}
-    ds = phasefield.sweep(block=("pre-ln", fixed), axes=axes, n_tokens=4, depth=2, chunk_size=2)
-    assert len(integrated) == 17                  # the nodes: the 24 scales read the interpolant
-    for i in np.random.default_rng(1).choice(24, 3, replace=False):
-        want = _library("pre-ln", dict(fixed, sigma=axes["sigma"][i], alpha=0.8), 4, 2)
-        pt = ds.isel(sigma=i, alpha=0)
-        for k, w in want.items():
-            np.testing.assert_allclose(float(pt[k]), float(w), rtol=0, atol=1e-9, err_msg=f"sigma[{i}] {k}")
-
 def test_depth_and_n_tokens_are_axes_of_a_standard_block(block_grid):
     name, fixed, axes, ref = block_grid
     if name != "pre-ln":

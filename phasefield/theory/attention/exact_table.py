@@ -506,12 +506,10 @@ def scale_nodes(lo: float, hi: float, m: int) -> np.ndarray:
 
 
 def scale_tail(vals) -> float:
-    """The Chebyshev tail in the scale of tables ``vals`` [m, ...] at :func:`scale_nodes`:
-    the largest of each entry's last 6 coefficients over max(1, its largest value)
-    (infinite when a value is not finite)."""
+    """The Chebyshev tail in the scale of tables ``vals`` [m, ...] (finite) at
+    :func:`scale_nodes`: the largest of each entry's last 6 coefficients over max(1, its
+    largest value)."""
     v = np.asarray(vals, np.float64)
-    if not np.all(np.isfinite(v)):
-        return float("inf")
     tail = np.max(np.abs(chebyshev_coefficients(v, axis=0)[-6:]), axis=0)
     return float(np.max(tail / np.maximum(1.0, np.max(np.abs(v), axis=0))))
 
@@ -531,10 +529,10 @@ def scale_tables(sigma_a, n: float, nodes=None):
 
     More distinct scales than the last of ``nodes``: S and T are analytic (and even) in the
     logit scale, so a range of scales reads the interpolant of the tables at
-    :func:`scale_nodes` of the range (``nodes``, default SCALE_NODES, in turn) once their :func:`scale_tail` is
-    below SCALE_TAIL (then the interpolant is the tables to ~1e-14); a range where no node
-    count reaches it is halved, and a range holding no more scales than nodes is integrated
-    scale by scale. The cost then stops growing with the number of scales (pre-LN's logit
+    :func:`scale_nodes` of the range (``nodes``, default SCALE_NODES, in turn) once their
+    :func:`scale_tail` is below SCALE_TAIL (then the interpolant is the tables to ~1e-14); a
+    range where no node count reaches it is halved, and a range holding no more scales than
+    nodes, or whose node tables are not finite, is integrated scale by scale. The cost then stops growing with the number of scales (pre-LN's logit
     scales 0.01..4 at n = 16: 57 of them for 128 or 256, within 3e-15 of each integrated)."""
     sa = np.asarray(sigma_a, np.float64).reshape(-1)
     if not sa.size:
@@ -555,6 +553,8 @@ def _range_tables(sa, n, n_a, n_z, lo, hi, nodes, top):
     for m in nodes:
         x = scale_nodes(lo, hi, m)
         s, t = _direct_tables(x, n, n_a, n_z, top)
+        if not (np.all(np.isfinite(s)) and np.all(np.isfinite(t))):
+            return _direct_tables(sa, n, n_a, n_z, top)             # halving would not mend it
         if max(scale_tail(s), scale_tail(t)) <= SCALE_TAIL:
             c = barycentric_matrix(x, sa)
             return np.tensordot(c, s, axes=1), np.tensordot(c, t, axes=1)
