@@ -72,9 +72,12 @@ def test_a_map_that_does_not_answer_gives_no_features():
     assert all(np.all(np.isfinite(v)) for k, v in feats.items() if k not in ("lambda_g_inf", "rho_star"))
 
 
+@pytest.mark.usefixtures("small_ensembles")
 def test_fit_and_predict_a_block_sweep(block_study, tmp_path, capsys):
     """The fit document records the block; predict computes that block's theory point; the
-    CLI refuses a model for another block (predict --block, recommend), one line, exit 2."""
+    CLI refuses a model for another block (predict --block, recommend), one line, exit 2.
+    The trees are candidates only (small_ensembles: their shipped sizes are checked in
+    tests/test_trainability.py)."""
     from phasefield.cli import main
 
     cfg, configs, feats, order, rows = block_study
