@@ -18,10 +18,20 @@ SPEC = "pre-ln:heads=2"
 Q0, RHO0 = 1.6, 0.07
 
 
+# sigma on three levels (each draw of U(0.3, 1.5) to the nearest), alpha continuous: the
+# exact map's tables sized per point (the per-run theory, test_block_features_are_the_blocks)
+# take three sizes (n_a = 175, 193, 238 at n = 17), one compiled program each, where ten
+# distinct sigmas took seven (~6 CPU-s a program, cold); 0.55 and 0.8 are the pre-LN points
+# of tests/test_vit.py and tests/test_branch_scales.py (the same programs, shared through the
+# run's compilation cache). Every point is still checked.
+SIGMA_LEVELS = np.array([0.55, 0.8, 1.2])
+
+
 def _configs(n=12):
     rng = np.random.default_rng(3)
+    sig = SIGMA_LEVELS[np.argmin(np.abs(rng.uniform(0.3, 1.5, n)[:, None] - SIGMA_LEVELS), 1)]
     return [dict(sigma_w=float(s), sigma_a=1.0, alpha_a=float(a), alpha_m=float(a), lr=1e-3, depth=2)
-            for s, a in zip(rng.uniform(0.3, 1.5, n), rng.uniform(0.2, 1.0, n))]
+            for s, a in zip(sig, rng.uniform(0.2, 1.0, n))]
 
 
 @pytest.fixture(scope="module")
