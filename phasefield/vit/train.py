@@ -347,6 +347,8 @@ class Trainer:
             points = jax.device_put(points, sh)
         xtr, ytr, xte, yte = self.arrays()
         state = self._init(points, xtr)
+        if nd > 1:   # init hands back parts of the state replicated, every epoch sharded by run:
+            state = jax.device_put(state, sh)   # one epoch program, not one for the first epoch
         hist = []
         for e in range(self.cfg.epochs):  # one compiled epoch per call: progress, prompt Ctrl-C
             state, m = self._epoch(state, xtr, ytr, xte, yte)
