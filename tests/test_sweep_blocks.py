@@ -65,7 +65,6 @@ def test_a_standard_block_sweep_equals_the_layers_library_point_by_point(block_g
         np.testing.assert_allclose(float(pt[k]), float(w), rtol=0, atol=1e-9, err_msg=f"{name} {k}")
 
 
-
 def test_depth_and_n_tokens_are_axes_of_a_standard_block(block_grid):
     name, fixed, axes, ref = block_grid
     if name != "pre-ln":
