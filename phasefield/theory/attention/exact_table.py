@@ -538,8 +538,8 @@ def scale_tables(sigma_a, n: float, nodes=None):
     if not sa.size:
         empty = np.empty((0, 2, MESH_FULL + 1))
         return empty, empty.copy(), False, False
-    n_a, n_z = exact.sizes(None, sigma_max=float(sa.max()), n_max=float(n))
     top = float(sa.max())
+    n_a, n_z = exact.sizes(None, sigma_max=top, n_max=float(n))
     nodes = tuple(SCALE_NODES if nodes is None else nodes)
     s_out, t_out = _range_tables(sa, float(n), n_a, n_z, float(sa.min()), top, nodes, top)
     return s_out, t_out, interpolant_exact(s_out), interpolant_exact(t_out)
