@@ -26,6 +26,16 @@ segfaulted, so :func:`_release_executables` drops JAX's compiled programs
 (``jax.clear_caches()``, the maps go with them) after any test that leaves the process
 above :data:`MAPS_HIGH` maps (the persistent cache reloads what is needed again).
 
+**Fast compiles** (issue 34): the suite compiles ~5,000 XLA programs and runs most of them
+once, so it lowers XLA:CPU's optimisation (:func:`phasefield._runtime.use_fast_compilation`:
+LLVM -O0, the classic emitters; about 4x faster compiles, values within ~1e-14 of the
+defaults) for itself and its subprocesses; the few library programs whose run time
+dominates even here (``optimized_jit``: the simulator's transient and gradient draws) keep
+XLA's full optimisation. Marking more (sweep chunks, tables, training, the other draws) was
+measured to cost the suite more compile time than it saved in run time. ``PHASEFIELD_TEST_XLA=default`` runs the suite with XLA's defaults
+everywhere (what a user's process compiles); tests/test_suite_setup.py checks that the
+defaults and the fast flags give the same numbers.
+
 ``PHASEFIELD_COMPILE_PROFILE=FOLDER`` (opt-in) loads ``tests/compile_profile.py``: each
 worker writes the seconds JAX spent tracing, lowering and compiling, per test and per
 jitted function, to ``FOLDER``; ``python tests/compile_profile.py FOLDER`` ranks them.
@@ -38,9 +48,11 @@ import jax
 import pytest
 
 import phasefield
-from phasefield._runtime import use_compilation_cache
+from phasefield._runtime import use_compilation_cache, use_fast_compilation
 
 phasefield.use_all_cpu_cores()
+if os.environ.get("PHASEFIELD_TEST_XLA", "fast") != "default":   # inherited by the CLI subprocesses
+    use_fast_compilation()
 
 # memory maps of a process above which its compiled programs are dropped (the kernel's limit
 # is vm.max_map_count, 65,530); PHASEFIELD_TEST_MAPS_HIGH=N sets another mark (a check of the
@@ -79,23 +91,27 @@ def pytest_unconfigure(config):  # noqa: ARG001 - a pytest hook
         shutil.rmtree(folder, ignore_errors=True)
 
 
-# Seconds per test file in a cold run (the sum of its tests' --durations in a fresh-clone
-# make test sharing one compilation cache, 2026-11-26, 942 s; files not listed: 30). The
+# CPU seconds per test file in a cold run with the suite's fast compiles (its tests' and
+# their subprocesses' CPU in a PHASEFIELD_COMPILE_PROFILE run, 2026-11-26; files not
+# listed: 30). The
 # heaviest files are handed out first, so that the two xdist workers finish together
 # (``--dist loadfile --no-loadscope-reorder``: the Makefile; xdist's own order is by the
 # number of tests in a file).
 FILE_SECONDS = {
-    "test_vit.py": 169, "test_layers.py": 141, "test_lazy.py": 135, "test_probe.py": 126,
-    "test_exact.py": 112, "test_seeds_deepscalelm.py": 109, "test_trainability.py": 100,
-    "test_docs_examples.py": 78, "test_theory.py": 76, "test_blocks_cli.py": 65,
-    "test_block_predict.py": 65, "test_vit_cli.py": 63, "test_simulate_cli.py": 60,
-    "test_seeds_sensitivity.py": 58, "test_simulate.py": 53, "test_gram.py": 52,
-    "test_branch_scales.py": 49, "test_cost.py": 44, "test_qknorm.py": 33, "test_notebooks.py": 29,
-    "test_isolation.py": 24, "test_correction.py": 22, "test_sweep.py": 22,
-    "test_seeds_rank_collapse.py": 22, "test_simulate_theory.py": 22, "test_multiprocess.py": 19,
-    "test_edges.py": 17, "test_seeds_cli.py": 16, "test_figures.py": 16, "test_hardening.py": 14,
-    "test_failure.py": 9, "test_wheel.py": 8, "test_docs.py": 5, "test_fuzz_cli.py": 4,
-    "test_mnist1d.py": 1, "test_imports.py": 1, "test_suite_setup.py": 3,
+    "test_block_predict.py": 171, "test_seeds_deepscalelm.py": 100, "test_multiprocess.py": 93,
+    "test_docs_examples.py": 86, "test_layers.py": 81, "test_probe.py": 79,
+    "test_trainability.py": 69, "test_vit.py": 64, "test_block_tables.py": 64,
+    "test_lazy.py": 61, "test_exact.py": 52, "test_sweep_blocks.py": 51,
+    "test_simulate_blocks.py": 49, "test_blocks_cli.py": 48, "test_simulate_cli.py": 37,
+    "test_theory.py": 36, "test_gram.py": 33, "test_vit_cli.py": 32, "test_suite_setup.py": 32,
+    "test_isolation.py": 31, "test_correction.py": 30, "test_simulate.py": 29,
+    "test_notebooks.py": 29, "test_simulate_theory.py": 28, "test_sweep.py": 26,
+    "test_cost.py": 26, "test_branch_scales.py": 26, "test_seeds_sensitivity.py": 19,
+    "test_qknorm.py": 18, "test_figures.py": 17, "test_edges.py": 12, "test_failure.py": 11,
+    "test_seeds_rank_collapse.py": 10, "test_wheel.py": 8, "test_seeds_cli.py": 7,
+    "test_recommend_block.py": 7, "test_fuzz_cli.py": 5, "test_exact_table_levels.py": 5,
+    "test_docs.py": 5, "test_hardening.py": 3, "test_block_models.py": 3, "test_mnist1d.py": 1,
+    "test_imports.py": 1,
 }
 
 

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from phasefield import HParams
+from phasefield._runtime import optimized_jit
 from phasefield.layers import paper
 from phasefield.cli import main
 from phasefield.layers.paper import fixed_points
@@ -131,16 +132,20 @@ def test_identity_residual_chaotic_attractor():
 @pytest.mark.parametrize("layers", [2, 3])
 def test_relu_autodiff_lambda_a_against_finite_differences(layers):
     """The relu arc-cosine kernel has a (1 - rho)^{3/2} term, so the one-sided difference
-    quotient of u = q - p converges like h^{1/2}: extrapolate in powers of h^{1/2}."""
+    quotient of u = q - p converges like h^{1/2}: extrapolate in powers of h^{1/2}. The
+    quotients read the map's last digits (q - p at h ~ 1e-6), so the map is compiled as a
+    user's process compiles it (``optimized_jit``: XLA's full optimisation; the suite's fast
+    compiles round ~10x coarser there, tests/conftest.py)."""
     hp = HParams(sigma_w=1.5, activation="relu", mlp_layers=layers, alpha_a=.5, alpha_m=.7)
     closed = float(paper.angle_exponent(hp, method="closed"))
     auto = float(paper.angle_exponent(hp, method="autodiff"))
     assert auto == pytest.approx(closed, abs=1e-14)
     q = float(paper.collapsed_fixed_point(hp)[0])
     hs = 1e-3 * 4.0 ** -np.arange(6)
+    block_map = optimized_jit(lambda q, p: paper.block_map(hp, q, p))
     quot = []
     for h in hs:
-        q1, p1 = paper.block_map(hp, q, q - h * q)
+        q1, p1 = block_map(q, q - h * q)
         quot.append(float(q1 - p1) / (h * q))
     A = np.stack([np.ones_like(hs)] + [hs ** (j / 2) for j in (1, 2, 3)], 1)
     fd = math.log(np.linalg.lstsq(A, np.asarray(quot), rcond=None)[0][0])

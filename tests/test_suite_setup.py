@@ -82,3 +82,57 @@ def test_every_test_file_has_its_cost_and_the_heaviest_go_first():
     assert [(it.path.name, it.i) for it in items] == [
         ("test_vit.py", 1), ("test_vit.py", 3), ("test_new.py", 2), ("test_imports.py", 0),
         ("test_imports.py", 4)]
+
+
+_NUMBERS = """
+import json, sys
+import jax, jax.numpy as jnp
+from phasefield import HParams, layers
+from phasefield._runtime import optimized_jit
+from phasefield.layers import paper
+out = {}
+with jax.enable_x64(True):
+    for i, hp in enumerate([HParams(sigma_w=2.0, sigma_a=1.0, alpha_a=.5, alpha_m=.5),
+                            HParams(sigma_w=1.3, sigma_a=1.7, alpha_a=.2, alpha_m=.95, activation="gelu",
+                                    attention="exact", softmax_correction=True, n_tokens=16)]):
+        ex = paper.exponents(hp)
+        out[f"paper{i}"] = [float(ex[k]) for k in ("lambda_a", "lambda_g", "lambda_g_inf", "q_star", "rho_star")]
+    fd = layers.finite_depth(layers.presets.pre_ln(sigma=1.1, alpha=.5, heads=4), n_tokens=16, depth=8)
+    out["pre-ln"] = [float(fd["angle_rate"]), float(fd["lambda_g"]), float(fd["lambda_g_collapsed"])]
+    f = optimized_jit(lambda x: jnp.sum(jnp.tanh(x) ** 2))
+    out["optimized"] = [float(f(jnp.linspace(-3.0, 3.0, 101)))]
+print(json.dumps(dict(out, flags=__import__("os").environ.get("XLA_FLAGS", ""))))
+"""
+
+
+def test_fast_compiles_give_the_numbers_of_xlas_defaults():
+    """The suite's fast XLA flags (conftest: LLVM -O0, classic emitters) against XLA's
+    defaults (what a user's process compiles): the paper block's exponents (Eq. 10 map, and
+    the exact map with the softmax correction) and a pre-LN block's finite-depth rates agree
+    to 1e-13 (measured 2026-11-26: within 1.5e-14, relative); ``optimized_jit`` programs are
+    compiled alike in both."""
+    import json
+
+    import pytest
+
+    from phasefield._runtime import FAST_COMPILE_FLAGS
+
+    if not all(f in os.environ.get("XLA_FLAGS", "") for f in FAST_COMPILE_FLAGS):
+        pytest.skip("this run compiles with XLA's defaults (PHASEFIELD_TEST_XLA=default, or a jaxlib "
+                    "without the flags)")
+
+    def run(flags):
+        env = dict(os.environ, XLA_FLAGS=flags, PHASEFIELD_CACHE="off")
+        out = subprocess.run([sys.executable, "-c", _NUMBERS], capture_output=True, text=True, timeout=300, env=env)
+        assert out.returncode == 0, out.stderr[-2000:]
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+    base = " ".join(f for f in os.environ.get("XLA_FLAGS", "").split()
+                    if f.split("=")[0] not in {g.split("=")[0] for g in FAST_COMPILE_FLAGS})
+    default, fast = run(base), run(" ".join([base, *FAST_COMPILE_FLAGS]).strip())
+    assert "optimization_level" not in default.pop("flags") and "optimization_level=0" in fast.pop("flags")
+    assert default.keys() == fast.keys()
+    for key in default:
+        np_d, np_f = default[key], fast[key]
+        for a, b in zip(np_d, np_f):
+            assert abs(a - b) <= 1e-13 * max(1.0, abs(a)), (key, a, b)

@@ -28,6 +28,7 @@ import numpy as np
 from .. import grid
 from ..layers import paper
 from ..config import HParams
+from .._runtime import optimized_jit
 from ..theory.precision import float64
 from .stack import (DEFAULT_WEIGHTS, block_forward, collapsed_tokens, simplex_tokens,
                     stack_forward, two_group_tokens)
@@ -73,7 +74,7 @@ def group_stats(x):
 
 
 # ---------------------------------------------------------------- jit-able kernels
-@partial(jax.jit, static_argnames=("n", "d", "depth", "causal", "mlp_hidden", "dtype",
+@partial(optimized_jit, static_argnames=("n", "d", "depth", "causal", "mlp_hidden", "dtype",
                                    "exact_input", "weights"))
 def transient_draws(hp, keys, q0, p0, *, n, d, depth, causal=False, mlp_hidden=None,
                     dtype=jnp.float32, exact_input=True, weights=DEFAULT_WEIGHTS):
@@ -175,7 +176,7 @@ def default_draw_batch(n, d, depth, mlp_hidden=None, points=1, itemsize=4,
     return int(max(1, min(1024, budget // max(per_draw, 1))))
 
 
-_gradient_jit = jax.jit(gradient_draws, static_argnames=(
+_gradient_jit = optimized_jit(gradient_draws, static_argnames=(
     "n", "d", "depth", "causal", "mlp_hidden", "dtype", "draw_batch", "weights"))
 _angle_jit = jax.jit(angle_draws, static_argnames=(
     "n", "d", "causal", "mlp_hidden", "dtype", "weights"))
