@@ -32,9 +32,10 @@ LLVM -O0, the classic emitters; about 4x faster compiles, values within ~1e-14 o
 defaults) for itself and its subprocesses; the few library programs whose run time
 dominates even here (``optimized_jit``: the simulator's transient and gradient draws) keep
 XLA's full optimisation. Marking more (sweep chunks, tables, training, the other draws) was
-measured to cost the suite more compile time than it saved in run time. ``PHASEFIELD_TEST_XLA=default`` runs the suite with XLA's defaults
-everywhere (what a user's process compiles); tests/test_suite_setup.py checks that the
-defaults and the fast flags give the same numbers.
+measured to cost the suite more compile time than it saved in run time.
+``PHASEFIELD_TEST_XLA=default`` runs the suite with XLA's defaults everywhere (what a user's
+process compiles); tests/test_suite_setup.py checks that the defaults and the fast flags give
+the same numbers.
 
 ``PHASEFIELD_COMPILE_PROFILE=FOLDER`` (opt-in) loads ``tests/compile_profile.py``: each
 worker writes the seconds JAX spent tracing, lowering and compiling, per test and per
@@ -93,10 +94,9 @@ def pytest_unconfigure(config):  # noqa: ARG001 - a pytest hook
 
 # CPU seconds per test file in a cold run with the suite's fast compiles (its tests' and
 # their subprocesses' CPU in a PHASEFIELD_COMPILE_PROFILE run, 2026-11-26; files not
-# listed: 30). The
-# heaviest files are handed out first, so that the two xdist workers finish together
-# (``--dist loadfile --no-loadscope-reorder``: the Makefile; xdist's own order is by the
-# number of tests in a file).
+# listed: 30). The heaviest files are handed out first, so that the two xdist workers finish
+# together (``--dist loadfile --no-loadscope-reorder``: the Makefile; xdist's own order is by
+# the number of tests in a file).
 FILE_SECONDS = {
     "test_block_predict.py": 171, "test_seeds_deepscalelm.py": 100, "test_multiprocess.py": 93,
     "test_docs_examples.py": 86, "test_layers.py": 81, "test_probe.py": 79,
