@@ -49,6 +49,7 @@ FAST_COMPILE_FLAGS = ("--xla_backend_optimization_level=0", "--xla_cpu_use_fusio
 # XLA's own defaults, as per-program compiler options: a program compiled with them keeps
 # full optimisation in a process that lowered it (FAST_COMPILE_FLAGS in XLA_FLAGS)
 OPTIMIZED = {"xla_backend_optimization_level": 3, "xla_cpu_use_fusion_emitters": True}
+_FAST_NAMES = tuple(f.split("=")[0] for f in FAST_COMPILE_FLAGS)
 
 
 def use_fast_compilation() -> bool:
@@ -59,7 +60,7 @@ def use_fast_compilation() -> bool:
     the emitter flag): none is added where that fails. Returns whether flags were added.
     Raises ``RuntimeError`` when JAX's backends are already initialised (too late)."""
     flags = os.environ.get("XLA_FLAGS", "")
-    new = [f for f in FAST_COMPILE_FLAGS if f.split("=")[0] not in flags]
+    new = [f for f, name in zip(FAST_COMPILE_FLAGS, _FAST_NAMES) if name not in flags]
     if not new:
         return False
     if xla_bridge.backends_are_initialized():
@@ -80,25 +81,33 @@ def use_fast_compilation() -> bool:
     return True
 
 
-def optimized_options():
-    """:data:`OPTIMIZED` where this process lowered XLA's optimisation (a
-    :data:`FAST_COMPILE_FLAGS` flag in ``XLA_FLAGS``) and its XLA knows the options (checked
-    once, by compiling a trivial program), else None: XLA's defaults already apply."""
-    flags = os.environ.get("XLA_FLAGS", "")
-    if not any(f.split("=")[0] in flags for f in FAST_COMPILE_FLAGS):
-        return None
-    if "ok" not in _OPTIMIZED_OK:
+def options_known(options: dict) -> bool:
+    """Whether this process's XLA accepts ``options`` as per-program compiler options
+    (checked once per set of options, by compiling a trivial program; XLA rejects a name its
+    version does not know)."""
+    key = tuple(sorted(options.items()))
+    if key not in _KNOWN:
         import jax
 
         try:
-            jax.jit(lambda a: a + 1, compiler_options=OPTIMIZED).lower(0.0).compile()
-            _OPTIMIZED_OK["ok"] = True
-        except Exception:  # noqa: BLE001 - an XLA without these options: its flags apply
-            _OPTIMIZED_OK["ok"] = False
-    return dict(OPTIMIZED) if _OPTIMIZED_OK["ok"] else None
+            jax.jit(lambda a: a + 1, compiler_options=dict(options)).lower(0.0).compile()
+            _KNOWN[key] = True
+        except Exception:  # noqa: BLE001 - an XLA without these options
+            _KNOWN[key] = False
+    return _KNOWN[key]
 
 
-_OPTIMIZED_OK: dict = {}
+_KNOWN: dict = {}
+
+
+def optimized_options():
+    """:data:`OPTIMIZED` where this process lowered XLA's optimisation (a
+    :data:`FAST_COMPILE_FLAGS` flag in ``XLA_FLAGS``) and its XLA knows the options
+    (:func:`options_known`), else None: XLA's defaults already apply."""
+    flags = os.environ.get("XLA_FLAGS", "")
+    if not any(name in flags for name in _FAST_NAMES) or not options_known(OPTIMIZED):
+        return None
+    return dict(OPTIMIZED)
 
 
 class _OptimizedJit:

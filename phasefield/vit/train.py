@@ -23,6 +23,7 @@ import numpy as np
 import optax
 from flax import struct
 
+from .._runtime import options_known
 from ..config import HParams
 from .model import ViT, n_tokens, preprocess
 
@@ -276,25 +277,18 @@ def assemble_metrics(hist: dict, fin: dict) -> dict:
 # 3-dot + reduce took 13.7 ms, ~15 GFLOP/s; see docs/training.md). Keeping YNNPACK to
 # individual dots made the vmapped d = 64 step ~1.9x and the single-model step ~1.3x faster.
 CPU_COMPILER_OPTIONS = {"xla_cpu_experimental_ynn_fusion_type": "LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT"}
-_OPTIONS_OK: dict = {}
 
 
 def compiler_options(devices) -> Optional[dict]:
     """Compiler options for the training programs on ``devices`` (None: XLA's defaults).
 
     Only on CPU, only when the user has not set the YNN fusion flag in XLA_FLAGS, and only
-    when this jaxlib knows the option (checked once by compiling a trivial program)."""
+    when this jaxlib knows the option (:func:`phasefield._runtime.options_known`)."""
     import os
 
     if not devices or devices[0].platform != "cpu" or "ynn_fusion_type" in os.environ.get("XLA_FLAGS", ""):
         return None
-    if "cpu" not in _OPTIONS_OK:
-        try:
-            jax.jit(lambda a: a + 1, compiler_options=CPU_COMPILER_OPTIONS).lower(jnp.float32(0)).compile()
-            _OPTIONS_OK["cpu"] = True
-        except Exception:  # an XLA without the option: its defaults
-            _OPTIONS_OK["cpu"] = False
-    return dict(CPU_COMPILER_OPTIONS) if _OPTIONS_OK["cpu"] else None
+    return dict(CPU_COMPILER_OPTIONS) if options_known(CPU_COMPILER_OPTIONS) else None
 
 
 class Trainer:
