@@ -53,7 +53,15 @@ print(json.dumps(dict(
 
 
 def _run(mode, env_extra=None):
+    """SCRIPT in a fresh process with no JAX_ENABLE_X64 and no device-count flag; of the
+    suite's XLA_FLAGS only its fast-compile flags are kept (they set how XLA optimises, not
+    devices or dtypes: tests/test_suite_setup.py checks that they give the defaults' numbers)."""
+    from phasefield._runtime import _FAST_NAMES
+
     env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_ENABLE_X64")}
+    fast = [f for f in os.environ.get("XLA_FLAGS", "").split() if f.split("=")[0] in _FAST_NAMES]
+    if fast:
+        env["XLA_FLAGS"] = " ".join(fast)
     env.update(PYTHONPATH=ROOT, JAX_PLATFORMS="cpu", **(env_extra or {}))
     out = subprocess.run([sys.executable, "-c", SCRIPT, mode], env=env, capture_output=True,
                          text=True, timeout=300, check=True)
@@ -66,7 +74,7 @@ def test_import_leaves_dtype_and_devices_alone(mode):
     assert res["ones"] == res["ones_after"] == "float32"
     assert res["x64"] is False
     assert res["flags_same"]
-    assert res["devices"] == 1          # no XLA_FLAGS in the environment: one CPU device
+    assert res["devices"] == 1          # no device-count flag in the environment: one CPU device
     assert res["dtypes"] == ["float64"]
     assert res["int_dtypes"] in ([], ["int64"])  # counts (n_stable) are integers
     assert res["seed_dtypes"] == ["float64"]     # the seed theories enter the x64 scope too

@@ -18,9 +18,12 @@ ARGS = {"paper": ["sweep", "--sigma-w", "0.5:3:5", "--alpha", "0.2,0.6", "--chun
         "pre-ln": ["sweep", "--block", "pre-ln:heads=2", "--axis", "sigma=0.4,1.1,1.7", "--axis", "alpha=0.3,0.8",
                    "--depth", "2", "--n-tokens", "4", "--chunk", "2", "--quiet"]}
 
+# one CPU device per process; the other XLA flags the suite set (its fast compiles) are kept
 WORKER = textwrap.dedent("""
     import os, sys
-    os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=1"
+    flags = [f for f in os.environ.get("XLA_FLAGS", "").split()
+             if not f.startswith("--xla_force_host_platform_device_count")]
+    os.environ["XLA_FLAGS"] = " ".join(flags + ["--xla_force_host_platform_device_count=1"])
     import jax
     jax.config.update("jax_platforms", "cpu")
     jax.distributed.initialize(coordinator_address=sys.argv[1], num_processes=2,

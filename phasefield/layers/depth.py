@@ -14,7 +14,8 @@ leaf); ``block`` must be prepared (:meth:`prepare`, done by the public entry poi
 * **Angle exponent** ``lambda_a = log m(q*)`` with ``m(q) = d(q' - p') / d(q - p)`` at
   ``(q, q)``: the transverse multiplier of nearby tokens, by forward-mode autodiff.
 * **Cosine fixed points**: roots of ``g(rho) = F(q*(rho), rho q*(rho)).rho - rho`` on a mesh
-  of rho (sign changes, then bisection); a crossing from + to - attracts.
+  of rho (sign changes, then bisection and a Newton polish: :func:`refine_brackets`); a
+  crossing from + to - attracts.
 * **Gradient exponent** ``lambda_g(L) = (1/L) log(a + b)`` after the backward maps of L
   blocks from ``G = I`` at the output, along the forward trajectory from the input;
   ``lambda_g_inf`` is the log top eigenvalue of the 2x2 backward map at the attractor.
@@ -36,7 +37,8 @@ from .state import Grad, Kernel
 
 NEWTON_STEPS = 2
 MESH = 49                # cosine mesh of the root search
-BISECTION_STEPS = 56     # a mesh cell (<= 0.05) to below 1e-17
+BISECTION_STEPS = 10     # per root bracket (a mesh cell: width <= 0.05 -> 5e-5), then Newton
+ROOT_NEWTON_STEPS = 3    # quadratic from 5e-5: machine precision
 MAX_ROOTS = 4
 RHO0 = 0.5               # the input cosine whose attractor is reported as rho_star
 
@@ -112,7 +114,7 @@ def collapsed_angle_rate(block, ctx, q_collapsed, depth: int):
     """``(angle_rate, multipliers)``: the finite-depth angle rate along the collapsed
     trajectory ``q_collapsed`` [L + 1] (nearby tokens), (sum_l log m(q_l) - log(q_L / q_0)) / L,
     and the per-layer multipliers m(q_l)."""
-    m = jax.vmap(lambda q: transverse_multiplier(block, ctx, q))(q_collapsed[:-1])
+    m = jax.lax.map(lambda q: transverse_multiplier(block, ctx, q), q_collapsed[:-1])
     return (jnp.sum(jnp.log(m)) - jnp.log(q_collapsed[-1] / q_collapsed[0])) / depth, m
 
 
@@ -126,7 +128,7 @@ def stable_points(block, ctx):
     :func:`phasefield.layers.paper.stable_points` (roots NaN-padded, smallest first)."""
     dt = jnp.result_type(float)
     mesh = exact_table.mesh(ctx.n_tokens, MESH)
-    g_fn = jax.vmap(lambda r: _residual(block, ctx, r))
+    g_fn = lambda rs: jax.lax.map(lambda r: _residual(block, ctx, r), rs)
     g = g_fn(mesh)
     g0 = _residual(block, ctx, jnp.asarray(RHO0, dt))
     la = angle_exponent(block, ctx)
@@ -137,18 +139,38 @@ def stable_points(block, ctx):
     change = down | ((g[:-1] <= 0) & (g[1:] > 0))
     (idx,) = jnp.nonzero(change, size=MAX_ROOTS, fill_value=0)
     valid = jnp.arange(MAX_ROOTS) < jnp.sum(change)
-    lo, hi = mesh[idx], mesh[idx + 1]
-    pos_lo = g[idx] > 0
+    roots = refine_brackets(g_fn, mesh[idx], mesh[idx + 1], g[idx])
+    roots = jnp.where(valid, roots, jnp.nan)
+    return attractors_of(roots, valid & down[idx], la < 0, g0, RHO0)
 
-    def bisect(bracket, _):
+
+def bisection(fv, lo, hi, pos_lo, steps):
+    """``steps`` bisections of the brackets [lo, hi] of the vectorized ``fv`` (sign at lo:
+    ``pos_lo``)."""
+    def bisect(_, bracket):
         a, b = bracket
         mid = 0.5 * (a + b)
-        same = (g_fn(mid) > 0) == pos_lo
-        return (jnp.where(same, mid, a), jnp.where(same, b, mid)), None
+        same = (fv(mid) > 0) == pos_lo
+        return jnp.where(same, mid, a), jnp.where(same, b, mid)
 
-    (lo, hi), _ = jax.lax.scan(bisect, (lo, hi), None, length=BISECTION_STEPS)
-    roots = jnp.where(valid, 0.5 * (lo + hi), jnp.nan)
-    return attractors_of(roots, valid & down[idx], la < 0, g0, RHO0)
+    return jax.lax.fori_loop(0, steps, bisect, (lo, hi))
+
+
+def refine_brackets(fv, lo, hi, f_lo):
+    """Roots of the vectorized ``fv`` in the brackets [lo, hi] (arrays; ``f_lo`` = fv(lo),
+    of the opposite sign to fv(hi)): :data:`BISECTION_STEPS` bisections, then
+    :data:`ROOT_NEWTON_STEPS` Newton steps (slope by forward-mode autodiff), each kept inside
+    its bisected bracket. Every block's cosine roots (the paper block's too,
+    :mod:`.paper.fixed_points`)."""
+    lo, hi = bisection(fv, lo, hi, f_lo > 0, BISECTION_STEPS)
+
+    def newton(_, r):
+        val, slope = jax.jvp(fv, (r,), (jnp.ones_like(r),))
+        step = jnp.where(slope != 0, val / jnp.where(slope != 0, slope, 1.0), 0.0)
+        r_new = r - step
+        return jnp.where((r_new >= lo) & (r_new <= hi), r_new, r)
+
+    return jax.lax.fori_loop(0, ROOT_NEWTON_STEPS, newton, 0.5 * (lo + hi))
 
 
 def attractors_of(roots, stable, collapsed_stable, g0, rho0) -> dict:

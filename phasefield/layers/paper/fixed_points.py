@@ -47,11 +47,13 @@ import jax.numpy as jnp
 from ...theory import attention, mlp
 from ...theory._api import public
 from ...theory.attention import exact, exact_table
-from ..depth import attractors_of
+from .. import depth
+from ..depth import attractors_of, bisection, refine_brackets
 from . import block
 
-BISECTION_STEPS = 10       # per bracket (a mesh cell: width <= 0.03 -> 3e-5), then Newton
-NEWTON_STEPS = 3           # quadratic from 3e-5: machine precision
+# per bracket (a mesh cell: width <= 0.03 -> 3e-5), then Newton, quadratic from 3e-5:
+# machine precision (one refiner for every block: depth.refine_brackets)
+BISECTION_STEPS, NEWTON_STEPS = depth.BISECTION_STEPS, depth.ROOT_NEWTON_STEPS
 MESH = 49                  # rho mesh for the root search (paper attention map)
 MESH_EXACT = exact_table.MESH   # coarser mesh for the (costly) exact-softmax map
 MAX_ROOTS = 4              # sign changes refined per point (the smallest rho first);
@@ -165,18 +167,6 @@ def _mesh(hp):
     return exact_table.mesh(hp.n_tokens, MESH_EXACT if hp.attention == "exact" else MESH)
 
 
-def _bisection(fv, lo, hi, pos_lo, steps):
-    """``steps`` bisections of the brackets [lo, hi] of the vectorized ``fv`` (sign at lo:
-    ``pos_lo``)."""
-    def bisect(_, bracket):
-        a, b = bracket
-        mid = 0.5 * (a + b)
-        same = (fv(mid) > 0) == pos_lo
-        return jnp.where(same, mid, a), jnp.where(same, b, mid)
-
-    return jax.lax.fori_loop(0, steps, bisect, (lo, hi))
-
-
 def _refine(f, lo, hi, f_lo, count=None):
     """Roots of f in the brackets [lo, hi] (arrays; f(lo), f(hi) of opposite signs):
     bisection, then a Newton polish kept inside each bracket.
@@ -189,25 +179,12 @@ def _refine(f, lo, hi, f_lo, count=None):
     works). Each bracket takes the same operations either way.
     """
     if count is None:
-        return _refine_brackets(jax.vmap(f), lo, hi, f_lo)
+        return refine_brackets(jax.vmap(f), lo, hi, f_lo)
 
     def one(i, roots):
-        return roots.at[i].set(_refine_brackets(f, lo[i], hi[i], f_lo[i]))
+        return roots.at[i].set(refine_brackets(f, lo[i], hi[i], f_lo[i]))
 
     return jax.lax.fori_loop(0, count, one, 0.5 * (lo + hi))
-
-
-def _refine_brackets(fv, lo, hi, f_lo):
-    """:func:`_refine` of the vectorized ``fv`` on brackets of its shape."""
-    lo, hi = _bisection(fv, lo, hi, f_lo > 0, BISECTION_STEPS)
-
-    def newton(_, r):
-        val, slope = jax.jvp(fv, (r,), (jnp.ones_like(r),))
-        step = jnp.where(slope != 0, val / jnp.where(slope != 0, slope, 1.0), 0.0)
-        r_new = r - step
-        return jnp.where((r_new >= lo) & (r_new <= hi), r_new, r)
-
-    return jax.lax.fori_loop(0, NEWTON_STEPS, newton, 0.5 * (lo + hi))
 
 
 def _refine_table(f, f_table, lo, hi, f_lo, count):
@@ -218,7 +195,7 @@ def _refine_table(f, f_table, lo, hi, f_lo, count):
     that of ``f`` at sigma_A = 3, n = 8). Only the first ``count`` brackets are polished (a
     traced trip count: a single point pays for its roots only)."""
     cell_lo, cell_hi = lo, hi
-    lo, hi = _bisection(jax.vmap(f_table), lo, hi, f_lo > 0, TABLE_BISECTION_STEPS)
+    lo, hi = bisection(jax.vmap(f_table), lo, hi, f_lo > 0, TABLE_BISECTION_STEPS)
 
     def polish(i, roots):
         def newton(_, r):
