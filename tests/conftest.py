@@ -28,11 +28,13 @@ above :data:`MAPS_HIGH` maps (the persistent cache reloads what is needed again)
 
 **Fast compiles** (issue 34): the suite compiles ~5,000 XLA programs and runs most of them
 once, so it lowers XLA:CPU's optimisation (:func:`phasefield._runtime.use_fast_compilation`:
-LLVM -O0, the classic emitters; about 4x faster compiles, values within ~1e-14 of the
-defaults) for itself and its subprocesses; the few library programs whose run time
-dominates even here (``optimized_jit``: the simulator's transient and gradient draws) keep
-XLA's full optimisation. Marking more (sweep chunks, tables, training, the other draws) was
-measured to cost the suite more compile time than it saved in run time.
+LLVM -O0, the classic emitters, one codegen module; about 5x faster compiles, values within
+~1e-14 of the defaults) for itself and its subprocesses; the programs whose run time
+dominates even here are compiled with run-time optimisation (``optimized_jit``, LLVM -O1):
+the simulator's transient and gradient draws where their work is large, the block
+simulator's draws, the DeepScaleLM stack simulation, and the tests' own Monte Carlo loops
+(test_correction, test_seeds_deepscalelm). Marking more (sweep chunks, tables, training)
+was measured to cost the suite more compile time than it saved in run time.
 ``PHASEFIELD_TEST_XLA=default`` runs the suite with XLA's defaults everywhere (what a user's
 process compiles); tests/test_suite_setup.py checks that the defaults and the fast flags give
 the same numbers.

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from phasefield import HParams
+from phasefield._runtime import optimized_jit
 from phasefield.layers import paper
 from phasefield.layers.paper import gram
 from phasefield.theory import attention
@@ -40,7 +41,9 @@ def _draw(key):
 
 def test_correction_matches_autodiff_of_one_layer():
     keys = jax.random.split(jax.random.key(11), 600)
-    r = np.asarray(jax.jit(lambda ks: jax.lax.map(_draw, ks, batch_size=100))(keys))
+    # compiled as a user's process compiles it (optimized_jit: the suite's fast compiles
+    # made the 600 draws ~3x slower)
+    r = np.asarray(optimized_jit(lambda ks: jax.lax.map(_draw, ks, batch_size=100))(keys))
     m, se = r.mean(0), r.std(0, ddof=1) / np.sqrt(len(r))
     hp = HParams(sigma_a=SA, n_tokens=N, attention="exact")
     dv, ov = (float(v) for v in attention.backward(hp, 1.0, RHO, A, B))

@@ -133,9 +133,9 @@ def test_identity_residual_chaotic_attractor():
 def test_relu_autodiff_lambda_a_against_finite_differences(layers):
     """The relu arc-cosine kernel has a (1 - rho)^{3/2} term, so the one-sided difference
     quotient of u = q - p converges like h^{1/2}: extrapolate in powers of h^{1/2}. The
-    quotients read the map's last digits (q - p at h ~ 1e-6), so the map is compiled as a
-    user's process compiles it (``optimized_jit``: XLA's full optimisation; the suite's fast
-    compiles round ~10x coarser there, tests/conftest.py)."""
+    quotients read the map's last digits (q - p at h ~ 1e-6), so the map is compiled with
+    run-time optimisation (``optimized_jit``: LLVM -O1 in the suite, XLA's defaults in a
+    user's process; the suite's fast -O0 compiles round ~10x coarser there, tests/conftest.py)."""
     hp = HParams(sigma_w=1.5, activation="relu", mlp_layers=layers, alpha_a=.5, alpha_m=.7)
     closed = float(paper.angle_exponent(hp, method="closed"))
     auto = float(paper.angle_exponent(hp, method="autodiff"))

@@ -365,6 +365,7 @@ def test_fit_cli_pools_sweeps_of_one_training_config(capsys, tmp_path):
     assert not (tmp_path / "no.json").exists()
 
 
+@pytest.mark.usefixtures("small_ensembles")
 def test_fit_sweep_computes_the_features_a_cache_lacks(monkeypatch):
     """A features cache written before more configurations were trained: fit_sweep computes
     the missing configurations' features (only those) and fits all of them."""

@@ -38,6 +38,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import grid, layers
+from .._runtime import optimized_jit
 from ..layers import depth as depth_fns
 from ..layers import measure as M
 from ..layers import spec as block_spec
@@ -91,7 +92,7 @@ def draw_batch(n, d, depth, weights, draws, dtype=jnp.float32) -> int:
 
 
 # ---------------------------------------------------------------- per-draw kernels
-@partial(jax.jit, static_argnames=("n", "d", "depth", "weights", "dtype", "batch"))
+@partial(optimized_jit, static_argnames=("n", "d", "depth", "weights", "dtype", "batch"))
 def forward_draws(block, keys, q0, rho0, *, n, d, depth, weights, dtype, batch):
     """Per draw, from (q0, rho0) and from n identical tokens (q0, 1) (vmapped together: one
     compiled network): :func:`phasefield.layers.measure.gradient_draw`'s ``q, p``
@@ -106,7 +107,7 @@ def forward_draws(block, keys, q0, rho0, *, n, d, depth, weights, dtype, batch):
     return jax.lax.map(one, keys, batch_size=batch)
 
 
-@partial(jax.jit, static_argnames=("n", "d", "depth", "weights", "batch", "with_fixed_point"))
+@partial(optimized_jit, static_argnames=("n", "d", "depth", "weights", "batch", "with_fixed_point"))
 def angle_draws(block, keys, q0, eps, q_star, *, n, d, depth, weights, batch, with_fixed_point):
     """Per draw (float64; call inside ``jax.enable_x64``) ``1 - rho`` per layer
     (:func:`phasefield.layers.measure.near_gap`) from (q0, 1 - eps), and, with

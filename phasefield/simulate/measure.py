@@ -74,8 +74,20 @@ def group_stats(x):
 
 
 # ---------------------------------------------------------------- jit-able kernels
-@partial(optimized_jit, static_argnames=("n", "d", "depth", "causal", "mlp_hidden", "dtype",
-                                   "exact_input", "weights"))
+# draws x depth x n x d^2 above which a draw kernel is compiled with run-time optimisation
+# in a process that compiles for speed (optimized_jit; the test suite). Measured 2026-11-26
+# (2-core CPU, gradient draws): at 1.3e8 (16 draws, n = 16, d = 256, depth 8) -O0 took
+# 1.1 + 1.6 s to compile and run, -O1 2.9 + 0.3 s; break-even ~1.9e8. Below it, as at the
+# CLI tests' sizes, the slower compile is not paid back.
+OPTIMIZE_ABOVE = 2e8
+
+
+def _large(hp, keys, *args, n, d, depth, **kwargs):  # noqa: ARG001 - the kernels' signature
+    return keys.shape[0] * depth * n * d * d >= OPTIMIZE_ABOVE
+
+
+@partial(optimized_jit, when=_large, static_argnames=("n", "d", "depth", "causal", "mlp_hidden",
+                                                      "dtype", "exact_input", "weights"))
 def transient_draws(hp, keys, q0, p0, *, n, d, depth, causal=False, mlp_hidden=None,
                     dtype=jnp.float32, exact_input=True, weights=DEFAULT_WEIGHTS):
     """Per draw and layer (q, p, u): arrays ``[draws, depth + 1]``."""
@@ -176,7 +188,7 @@ def default_draw_batch(n, d, depth, mlp_hidden=None, points=1, itemsize=4,
     return int(max(1, min(1024, budget // max(per_draw, 1))))
 
 
-_gradient_jit = optimized_jit(gradient_draws, static_argnames=(
+_gradient_jit = optimized_jit(gradient_draws, when=_large, static_argnames=(
     "n", "d", "depth", "causal", "mlp_hidden", "dtype", "draw_batch", "weights"))
 _angle_jit = jax.jit(angle_draws, static_argnames=(
     "n", "d", "causal", "mlp_hidden", "dtype", "weights"))

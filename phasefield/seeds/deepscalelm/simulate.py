@@ -9,6 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ..._runtime import optimized_jit
 from ...theory.precision import float64
 from .moments import ARCHS, dslm_scaling, stack
 
@@ -163,10 +164,10 @@ def simulate_stack(key, arch="pre-ln", layers=4, d=64, L=16, init="xavier", p=0.
 
     keys = jax.random.split(key, draws)
     if draws > batch and draws % batch == 0:
-        batched = jax.jit(lambda k: jax.lax.map(jax.vmap(one), k.reshape((-1, batch) + k.shape[1:])))
+        batched = optimized_jit(lambda k: jax.lax.map(jax.vmap(one), k.reshape((-1, batch) + k.shape[1:])))
         mx, mg, kaps, kall, ne = (v.reshape((draws,) + v.shape[2:]) for v in batched(keys))
     else:
-        mx, mg, kaps, kall, ne = jax.jit(jax.vmap(one))(keys)
+        mx, mg, kaps, kall, ne = optimized_jit(jax.vmap(one))(keys)
     kaps, kall = np.asarray(kaps), np.asarray(kall)
     out = {"kappa": kaps.mean(0), "kappa_se": kaps.std(0, ddof=1) / math.sqrt(draws) if draws > 1 else np.nan,
            "kappa_all": kall.mean(0), "kappa_all_se": kall.std(0, ddof=1) / math.sqrt(draws) if draws > 1 else np.nan}
