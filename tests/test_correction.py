@@ -41,7 +41,7 @@ def _draw(key):
 
 def test_correction_matches_autodiff_of_one_layer():
     keys = jax.random.split(jax.random.key(11), 600)
-    # compiled as a user's process compiles it (optimized_jit: the suite's fast compiles
+    # compiled with run-time optimisation (optimized_jit: the suite's fast -O0 compiles
     # made the 600 draws ~3x slower)
     r = np.asarray(optimized_jit(lambda ks: jax.lax.map(_draw, ks, batch_size=100))(keys))
     m, se = r.mean(0), r.std(0, ddof=1) / np.sqrt(len(r))

@@ -380,9 +380,9 @@ def test_kappa_attention_rule():
 
 
 def _draws(one, keys):
-    """``one`` over ``keys`` [batches, 256, 2] (vmapped per batch), compiled as a user's process
-    compiles it (``optimized_jit``: the suite's fast compiles made these Monte Carlo runs
-    ~3x slower, e.g. test_norm_cv2_of_the_ffn_output 19 -> 6.9 CPU-s with it, same numbers)."""
+    """``one`` over ``keys`` [batches, 256, 2] (vmapped per batch), compiled with run-time
+    optimisation (``optimized_jit``: the suite's fast -O0 compiles made these Monte Carlo runs
+    ~4x slower, e.g. test_norm_cv2_of_the_ffn_output 19 -> 4.7 CPU-s with it, same numbers)."""
     from phasefield._runtime import optimized_jit
 
     return optimized_jit(lambda ks: jax.lax.map(jax.vmap(one), ks))(keys)
