@@ -39,19 +39,33 @@ was measured to cost the suite more compile time than it saved in run time.
 process compiles); tests/test_suite_setup.py checks that the defaults and the fast flags give
 the same numbers.
 
+**Process set-up** (issue 34, fifth stop): OpenBLAS and OpenMP run one thread per test
+process (their idle threads spun beside the two workers), and Python's garbage collector runs
+less often, with the imports' and the test modules' objects frozen (it took ~4 % of the
+suite's CPU); the many-scales table test integrates its ~190 tables with an ``optimized_jit``
+program (:func:`optimized_tables`).
+
 ``PHASEFIELD_COMPILE_PROFILE=FOLDER`` (opt-in) loads ``tests/compile_profile.py``: each
 worker writes the seconds JAX spent tracing, lowering and compiling, per test and per
 jitted function, to ``FOLDER``; ``python tests/compile_profile.py FOLDER`` ranks them.
 """
+import gc
 import os
 import shutil
 import tempfile
 
-import jax
-import pytest
+# One thread each for OpenBLAS and OpenMP (scikit-learn's trees): the two xdist workers keep
+# both cores busy, and idle BLAS/OpenMP threads spin-waiting beside them cost CPU the suite
+# needs (test_trainability 55.5 -> 46.3 CPU-s at the same wall time, 2026-11-26). Set before
+# NumPy loads OpenBLAS; exported, so the workers and subprocesses inherit it; a value you set wins.
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
 
-import phasefield
-from phasefield._runtime import use_compilation_cache, use_fast_compilation
+import jax  # noqa: E402
+import pytest  # noqa: E402
+
+import phasefield  # noqa: E402
+from phasefield._runtime import use_compilation_cache, use_fast_compilation  # noqa: E402
 
 phasefield.use_all_cpu_cores()
 if os.environ.get("PHASEFIELD_TEST_XLA", "fast") != "default":   # inherited by the CLI subprocesses
@@ -84,6 +98,15 @@ if _CACHE is None:
     os.environ["PHASEFIELD_CACHE"] = "off"      # the subprocesses too
 else:
     os.environ["PHASEFIELD_CACHE"] = _CACHE     # the subprocesses' CLI uses the same folder
+
+# Python's cyclic garbage collector took ~4 % of the suite's CPU (perf over a whole run,
+# 2026-11-26): JAX's tracing allocates many short-lived objects, and at the default thresholds
+# (700, 10, 10) the collections kept rescanning every object the imports made. The test
+# processes collect less often and freeze what the imports and the collected test modules
+# made (gc.freeze: never scanned again; see pytest_collection_finish). test_layers,
+# test_theory and test_exact: 134.5 -> 128.9 CPU-s, the same peak memory (3.7 GB).
+gc.set_threshold(100_000, 50, 100)
+gc.freeze()
 
 if os.environ.get("PHASEFIELD_COMPILE_PROFILE"):   # opt-in: compile seconds per test and program
     from compile_profile import pytest_runtest_protocol, pytest_sessionfinish  # noqa: F401
@@ -122,6 +145,11 @@ def pytest_collection_modifyitems(config, items):  # noqa: ARG001 - a pytest hoo
     items.sort(key=lambda item: -FILE_SECONDS.get(item.path.name, 30))
 
 
+def pytest_collection_finish(session):  # noqa: ARG001 - a pytest hook
+    """The test modules are imported: freeze their objects too (the garbage collector above)."""
+    gc.freeze()
+
+
 def memory_maps() -> int:
     """The process's memory maps (lines of /proc/self/maps; 0 where there is none)."""
     try:
@@ -153,6 +181,27 @@ def no_compilation_cache():
         yield
     finally:
         jax.config.update("jax_enable_compilation_cache", before)
+
+
+@pytest.fixture
+def optimized_tables(monkeypatch):
+    """The exact-softmax mesh tables (``exact_table.st_mesh_fn``) compiled with run-time
+    optimisation (``optimized_jit``) for one test that integrates ~190 of them with one
+    program (the many-scales test: 0.14 -> 0.04 CPU-s a table, +2 s of compile; values
+    within ~1e-15 of the suite's -O0 program). The tables cached per process
+    (``_st_values``) are dropped before and after, so no other test reads a table of this
+    program."""
+    import functools
+
+    from phasefield._runtime import optimized_jit
+    from phasefield.theory.attention import exact_table
+
+    plain, cached = exact_table.st_mesh_fn, exact_table._st_values
+    monkeypatch.setattr(exact_table, "st_mesh_fn", functools.lru_cache(maxsize=None)(
+        lambda *sizes: optimized_jit(plain(*sizes).__wrapped__)))
+    cached.cache_clear()
+    yield
+    cached.cache_clear()
 
 
 @pytest.fixture

@@ -70,6 +70,7 @@ def test_scale_tables_equal_one_grid_for_all():
 
 
 
+@pytest.mark.usefixtures("optimized_tables")
 def test_many_scales_read_the_interpolant_in_the_scale(monkeypatch):
     """More scales than nodes: the tables at Chebyshev nodes of the scale range, their
     interpolant read where the tail is below SCALE_TAIL, the range halved where it is not,
