@@ -75,6 +75,19 @@ STUDIES = {
                     seeds=SEEDS),
     "holdout-boundary": dict(plan="16:48", seed0=7000, settings="adam:1e-3", seeds=SEEDS, bounds="boundary",
                              out=os.path.join(DEFAULT_OUT, "holdout-boundary")),
+    # issue 35, sixth stop (2026-11-26): the held-out sets above are spent (scored, then pooled).
+    # 'extra' and 'extra-boundary' are more training configurations (fresh Sobol sequences of the
+    # whole box at L = 16 / 8 / 32 and of BOUNDARY_BOX at L = 16), trained on a GPU and pooled;
+    # 'holdout2' and 'holdout2-boundary' are trained only after the refitted models are committed,
+    # and scored by them unchanged (never pooled)
+    "extra": dict(plan="16:128,8:32,32:16", seed0=8000, settings="adam:1e-3", seeds=SEEDS,
+                  out=os.path.join(DEFAULT_OUT, "extra")),
+    "extra-boundary": dict(plan="16:48", seed0=9000, settings="adam:1e-3", seeds=SEEDS, bounds="boundary",
+                           out=os.path.join(DEFAULT_OUT, "extra-boundary")),
+    "holdout2": dict(plan="16:128", seed0=10000, settings="adam:1e-3", seeds=SEEDS,
+                     out=os.path.join(DEFAULT_OUT, "holdout2")),
+    "holdout2-boundary": dict(plan="16:64", seed0=11000, settings="adam:1e-3", seeds=SEEDS, bounds="boundary",
+                              out=os.path.join(DEFAULT_OUT, "holdout2-boundary")),
     # issue 35: the blocks people train (pre-LN, post-LN ViTs, 4 heads, GELU MLP 4x), Sobol over
     # their init numbers (sigma: every weight's scale, sigma_A = sigma^2; alpha_attn, alpha_mlp:
     # the branch scales) and depth, 3 seeds; the run's sigma_w / alpha_a / alpha_m set sigma /
@@ -119,7 +132,9 @@ DATA = {"digits": dict(image_size=8, patch_size=2), "mnist1d": dict(image_size=4
 # The main analysis (and the shipped model) pools the studies trained with the main study's
 # config (digits, Adam 1e-3, the trainer's defaults): the main design, the depth study, the
 # box's corners and its faces (each scored by the model fitted without it first: 'score').
-POOLED = ("main", "depth", "corners", "faces", "edges")
+POOLED = ("main", "depth", "corners", "faces", "edges",
+          # sixth stop (2026-11-26): the spent held-out sets and the GPU-trained extension
+          "holdout", "holdout-boundary", "extra", "extra-boundary")
 # The configurations the shipped model's candidate families were chosen on (2026-11-25: the
 # effective-depth models were added after looking at these 64; the forest on the branches'
 # effective depths after the corners as well); every configuration trained later is held out
@@ -645,9 +660,11 @@ def cmd_failure(args):
                    n_configs=int(len(tab["loss"])), n_runs=int(len(T["failed"])), n_failed=int(T["failed"].sum()),
                    seeds=int(np.median(tab["n_seeds"])), k_folds=args.folds, repeats=args.repeats,
                    shipped=failure.SHIPPED, candidates={})
-        st = failure.cross_validate_stacked(tab, T, specs[failure.STACK_LOSS_MODEL], args.folds, args.repeats)
-        rep["candidates"]["platt_loss"] = _slim(st)
         main_rep = json.load(open(os.path.join(DEFAULT_OUT, "analysis.json")))
+        # Platt scaling of the shipped loss model (the main analysis's choice)
+        rep["stacked_on"] = main_rep["best_model"]
+        st = failure.cross_validate_stacked(tab, T, specs[main_rep["best_model"]], args.folds, args.repeats)
+        rep["candidates"]["platt_loss"] = _slim(st)
         oof = dict(zip(main_rep["table"]["config"], main_rep["models"][main_rep["best_model"]]["oof"]))
         # the loss model's own out-of-fold ranking (what a user of 'predict' had before)
         rank = np.array([oof[c] for c in T["config"]])
@@ -730,6 +747,75 @@ def cmd_failure(args):
         _print_failure(rep["shipped"], f"{rep['model']} (packaged) on the {rep['n_configs']} configurations x 3 seeds "
                        f"of '{args.study}' it never saw")
     print(f"({time.time() - t0:.0f} s)")
+
+
+HELDOUT2 = ("holdout2", "holdout2-boundary")
+
+
+def cmd_heldout(args):
+    """The held-out sets of the sixth stop together (issue 35): the packaged models' scores
+    (``score`` and ``failure --study``, which must have run first) pooled over the runs of
+    ``HELDOUT2`` — loss R^2 over runs and over seed means, the 80 % interval's coverage, P(fail)
+    AUC, Brier score and reliability — with 95 % bootstrap intervals over configurations (2,000
+    resamples, seed 0: the seeds of a configuration are resampled together). Written to
+    docs/data/trainability/heldout2.json."""
+    import json
+
+    import numpy as np
+
+    from phasefield import io
+    from phasefield.vit import failure, models
+
+    runs = []
+    for name in HELDOUT2:
+        out = STUDIES[name]["out"]
+        sc = json.load(open(os.path.join(out, "score.json")))
+        fs = json.load(open(os.path.join(out, "failure_score.json")))
+        pf = {r["run"]: r for r in fs["runs"]}
+        for r in sc["runs"]:
+            runs.append(dict(r, study=name, config=r["run"].rsplit("_s", 1)[0], failed=pf[r["run"]]["failed"],
+                             p_fail=pf[r["run"]]["p_fail"]))
+    cfgs = list(dict.fromkeys(r["config"] for r in runs))
+    by = {c: [i for i, r in enumerate(runs) if r["config"] == c] for c in cfgs}
+    y = np.array([r["loss"] for r in runs])
+    p = np.array([r["pred"] for r in runs])
+    lo, hi = np.array([r["interval"] for r in runs]).T
+    f = np.array([r["failed"] for r in runs])
+    q = np.array([r["p_fail"] for r in runs])
+
+    def summary(sel_cfgs):
+        ii = np.concatenate([by[c] for c in sel_cfgs])
+        ym = np.array([y[by[c]].mean() for c in sel_cfgs])
+        pm = np.array([p[by[c][0]] for c in sel_cfgs])
+        return dict(r2_runs=models.r2(y[ii], p[ii]), r2_means=models.r2(ym, pm),
+                    rmse_runs=models.rmse(y[ii], p[ii]), coverage_runs=float(np.mean((lo[ii] <= y[ii]) & (y[ii] <= hi[ii]))),
+                    auc=failure.auc(f[ii], q[ii]), brier=failure.brier(f[ii], q[ii]))
+
+    rep = dict(studies=list(HELDOUT2), n_configs=len(cfgs), n_runs=len(runs), n_failed=int(f.sum()),
+               model=json.load(open(os.path.join(STUDIES[HELDOUT2[0]]["out"], "score.json")))["model"])
+    rep.update(summary(cfgs))
+    rep["brier_base"] = failure.brier(f, np.full(len(f), f.mean()))
+    rep["reliability"] = failure.reliability(f, q)
+    rng = np.random.default_rng(0)
+    boot = [summary([cfgs[j] for j in rng.integers(0, len(cfgs), len(cfgs))]) for _ in range(2000)]
+    rep["bootstrap_95"] = {k: [float(np.nanpercentile([b[k] for b in boot], 2.5)),
+                               float(np.nanpercentile([b[k] for b in boot], 97.5))] for k in boot[0]}
+    rep["bootstrap"] = "2,000 resamples of the configurations (seeds kept together), seed 0"
+    rep["per_study"] = {n: summary([c for c in cfgs if runs[by[c][0]]["study"] == n]) for n in HELDOUT2}
+    with io.atomic_path(os.path.join(DEFAULT_OUT, "heldout2.json")) as tmp:
+        with open(tmp, "w") as fh:
+            fh.write(io.dumps(rep, indent=1))
+    b = rep["bootstrap_95"]
+    print(f"{rep['model']} on {rep['n_configs']} held-out configurations x 3 seeds ({rep['n_runs']} runs, "
+          f"{rep['n_failed']} failed):")
+    for k in ("r2_runs", "r2_means", "coverage_runs", "auc", "brier"):
+        print(f"  {k:14s} {rep[k]:.3f}  (95 % bootstrap {b[k][0]:.3f}-{b[k][1]:.3f})  " +
+              "  ".join(f"{n}: {rep['per_study'][n][k]:.3f}" for n in HELDOUT2))
+    print(f"  Brier of the base rate {rep['brier_base']:.4f}")
+    for r in rep["reliability"]:
+        if r["n"]:
+            print(f"  P(fail) [{r['lo']:.2f}, {r['hi']:.2f}): {r['n']:4d} runs, mean {r['mean_pred']:.3f}, "
+                  f"observed {r['observed']:.3f} ({r['failed']})")
 
 
 def _print_failure(s: dict, title: str) -> None:
@@ -1082,7 +1168,7 @@ def block_score(args):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
-    for name in ("run", "plan", "features", "analyze", "score", "failure"):
+    for name in ("run", "plan", "features", "analyze", "score", "failure", "heldout"):
         p = sub.add_parser(name)
         p.add_argument("--study", choices=sorted(STUDIES), default="main", help="which study (default %(default)s)")
         p.add_argument("--plan", default=None, help="depth:configurations,... (default: the study's)")
@@ -1120,6 +1206,8 @@ def main(argv=None):
         cmd_score(args)
     elif args.cmd == "failure":
         cmd_failure(args)
+    elif args.cmd == "heldout":
+        cmd_heldout(args)
     else:
         cmd_analyze(args)
 

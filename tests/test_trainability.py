@@ -102,6 +102,49 @@ def test_forest_matches_sklearn_and_ensemble_is_the_mean_of_its_members():
     np.testing.assert_allclose(M.from_json(e.to_json()).predict(Xn), mean, atol=1e-12)
 
 
+@pytest.mark.parametrize("nu", [0.5, 1.5, 2.5])
+def test_gp_posterior_mean_matches_sklearn(nu):
+    """The shipped GP's NumPy posterior mean (training points, weights, kernel numbers in
+    JSON) equals scikit-learn's GaussianProcessRegressor with the fitted kernel held fixed,
+    on the same log-scaled, standardized features; the JSON round trip changes nothing."""
+    from sklearn.gaussian_process import GaussianProcessRegressor
+    from sklearn.gaussian_process.kernels import ConstantKernel, Matern, WhiteKernel
+
+    rng = np.random.default_rng(7)
+    X = np.column_stack([rng.uniform(0.3, 3, 60), rng.uniform(0.3, 4, 60), rng.uniform(0.05, 0.95, 60)])
+    y = np.sin(np.log(X[:, 0]) * 2) + X[:, 2] ** 2 + 0.05 * rng.normal(size=60) + 1.0
+    g = M.make("gp", ["sigma_w", "sigma_a", "alpha_a"], L_SAT, nu=nu).fit(X, y)
+    s = g.state
+    Zof = lambda A: (np.column_stack([np.log(A[:, 0]), np.log(A[:, 1]), A[:, 2]]) - s["mean"]) / s["std"]
+    k = (ConstantKernel(s["constant"], "fixed") * Matern(s["length_scale"], "fixed", nu=nu)
+         + WhiteKernel(s["noise"], "fixed"))
+    ref = GaussianProcessRegressor(k, normalize_y=True, optimizer=None).fit(Zof(X), y)
+    Xn = np.column_stack([rng.uniform(0.3, 3, 40), rng.uniform(0.3, 4, 40), rng.uniform(0.05, 0.95, 40)])
+    np.testing.assert_allclose(g.predict(Xn), np.clip(ref.predict(Zof(Xn)), 0, L_SAT), rtol=0, atol=1e-10)
+    np.testing.assert_array_equal(M.from_json(g.to_json()).predict(Xn), g.predict(Xn))
+    with pytest.raises(ValueError, match="nu"):
+        M.matern(Xn, X, np.ones(3), nu=1.0)
+
+
+def test_gp_learns_a_smooth_loss_its_noise_and_which_features_matter():
+    """A loss that depends on log sigma_w and alpha only, with seed noise of sd 0.05: on fresh
+    points the GP's error is that of the noise-free function (RMSE < 0.05, the noise's own
+    size), its fitted white noise is the seeds' variance (150 points: the estimate's relative
+    sd is ~0.12, so within [0.5, 1.7] x), and the feature that does nothing (sigma_a) gets a
+    length scale far longer than those of the two that matter."""
+    rng = np.random.default_rng(11)
+    f = lambda A: 1.0 + 0.6 * np.tanh(2 * np.log(A[:, 0])) + 0.8 * A[:, 2] ** 2
+    draw = lambda n: np.column_stack([rng.uniform(0.3, 3, n), rng.uniform(0.3, 4, n), rng.uniform(0.05, 0.95, n)])
+    X, Xn = draw(150), draw(200)
+    y = f(X) + 0.05 * rng.normal(size=150)
+    g = M.make("gp", ["sigma_w", "sigma_a", "alpha_a"], L_SAT).fit(X, y)
+    assert M.rmse(f(Xn), g.predict(Xn)) < 0.05
+    noise_var = g.state["noise"] * g.state["y_std"] ** 2
+    assert 0.5 < noise_var / 0.05 ** 2 < 1.7
+    ls = g.state["length_scale"]
+    assert ls[1] > 5 * max(ls[0], ls[2])
+
+
 def test_conformal_interval_has_the_normal_quantiles_and_covers_new_runs():
     """Residuals N(0, s^2) around the predictions: the 80 % conformal interval tends to
     +-1.2816 s (the normal quantiles, an independent route), covers ~80 % of fresh runs, and

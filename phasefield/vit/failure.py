@@ -37,7 +37,6 @@ from . import models as M
 # before any configuration of the boundary ('edges') study was trained
 # (stacked "platt_loss": AUC 0.961, Brier 0.037; best direct logistic AUC 0.951-0.955, Brier 0.037-0.038)
 SHIPPED = "platt_loss"
-STACK_LOSS_MODEL = "ensemble_eff_forest"     # the shipped loss model whose prediction it scales
 
 
 class Logistic:

@@ -11,6 +11,9 @@ resource. ``X`` is a 2-d array whose columns are the model's named features.
     Forest       a random forest (scikit-learn), serialized tree by tree
     TwoPart      P(train) (logistic on degree-2 monomials) x loss-if-trained (Poly or Forest) +
                  (1 - P(train)) x the mean loss of the runs that did not train
+    GP           Gaussian-process regression (scikit-learn; a Matern kernel with one length per
+                 feature, plus white noise for the seeds' scatter) on standardized, partly
+                 log-scaled features, evaluated from its training points and weights
 """
 from __future__ import annotations
 
@@ -336,8 +339,92 @@ class Ensemble(Model):
         return dict(members=[m.to_json() for m in self.fitted])
 
 
+# ------------------------------------------------------------------ Gaussian process
+def matern(A, B, length_scale, nu: float = 1.5) -> np.ndarray:
+    """The Matern kernel of smoothness ``nu`` (0.5: exp(-d); 1.5: (1 + sqrt(3) d) exp(-sqrt(3) d);
+    2.5: (1 + sqrt(5) d + 5 d^2 / 3) exp(-sqrt(5) d)), d the distance of the rows of ``A`` and
+    ``B`` with each coordinate divided by its length scale (the formulas of
+    sklearn.gaussian_process.kernels.Matern)."""
+    A = np.asarray(A, float) / length_scale
+    B = np.asarray(B, float) / length_scale
+    d = np.sqrt(np.maximum(np.sum(A * A, 1)[:, None] + np.sum(B * B, 1)[None, :] - 2.0 * A @ B.T, 0.0))
+    if nu == 0.5:
+        return np.exp(-d)
+    if nu == 1.5:
+        d = math.sqrt(3.0) * d
+        return (1.0 + d) * np.exp(-d)
+    if nu == 2.5:
+        d = math.sqrt(5.0) * d
+        return (1.0 + d + d * d / 3.0) * np.exp(-d)
+    raise ValueError(f"Matern smoothness nu must be 0.5, 1.5 or 2.5 (got {nu})")
+
+
+class GP(Model):
+    """Gaussian-process regression of the seed-mean loss: a constant times a Matern kernel
+    (smoothness ``nu``: 1.5, or 0.5 for a rougher surface) with one length scale per feature (automatic relevance) plus white noise (the
+    seeds' scatter and what the features do not carry), hyperparameters by maximum marginal
+    likelihood (scikit-learn's GaussianProcessRegressor, ``restarts`` random restarts,
+    normalized targets). Features named in ``log`` are log-scaled (the scales and depths: a
+    factor matters, not a difference), then every feature is standardized. The shipped form
+    is the posterior mean, ``c k(x, X) alpha`` rescaled, evaluated in NumPy from the training
+    points and weights (no pickle), clipped to [0, L_sat]."""
+
+    kind = "gp"
+    restarts = 2
+
+    def __init__(self, features, l_sat, log=("sigma_w", "sigma_a", "depth"), nu: float = 1.5, state=None):
+        super().__init__(features, l_sat)
+        self.log = [f for f in log if f in self.features]
+        self.nu = float(nu)
+        self.state = state
+
+    def _z(self, X, mean=None, std=None):
+        Z = np.array(X, float, copy=True)
+        for i, f in enumerate(self.features):
+            if f in self.log:
+                Z[:, i] = np.log(Z[:, i])
+        if mean is None:
+            mean, std = Z.mean(0), Z.std(0)
+            std[std == 0] = 1.0
+            return Z, mean, std
+        return (Z - mean) / std
+
+    def fit(self, X, y, seed=0):
+        from sklearn.gaussian_process import GaussianProcessRegressor
+        from sklearn.gaussian_process.kernels import ConstantKernel, Matern, WhiteKernel
+
+        Z, mean, std = self._z(X)
+        Z = (Z - mean) / std
+        kernel = (ConstantKernel(1.0, (1e-3, 1e3)) * Matern(np.ones(Z.shape[1]), (1e-2, 1e3), nu=self.nu)
+                  + WhiteKernel(0.1, (1e-4, 1.0)))
+        import warnings
+
+        from sklearn.exceptions import ConvergenceWarning
+
+        with warnings.catch_warnings():   # a feature that does not matter ends at the length's upper bound
+            warnings.simplefilter("ignore", ConvergenceWarning)
+            g = GaussianProcessRegressor(kernel, normalize_y=True, n_restarts_optimizer=self.restarts,
+                                         random_state=seed).fit(Z, np.asarray(y, float))
+        k = g.kernel_
+        self.state = dict(mean=mean.tolist(), std=std.tolist(), constant=float(k.k1.k1.constant_value),
+                          length_scale=np.atleast_1d(k.k1.k2.length_scale).astype(float).tolist(),
+                          noise=float(k.k2.noise_level), X=Z.tolist(), alpha=np.asarray(g.alpha_, float).tolist(),
+                          y_mean=float(g._y_train_mean), y_std=float(g._y_train_std),
+                          log_marginal_likelihood=float(g.log_marginal_likelihood_value_))
+        return self
+
+    def predict(self, X):
+        s = self.state
+        Z = self._z(X, np.asarray(s["mean"]), np.asarray(s["std"]))
+        K = s["constant"] * matern(Z, np.asarray(s["X"]), np.asarray(s["length_scale"]), self.nu)
+        return np.clip(s["y_std"] * (K @ np.asarray(s["alpha"])) + s["y_mean"], 0.0, self.l_sat)
+
+    def _state(self):
+        return dict(log=self.log, nu=self.nu, state=self.state)
+
+
 KINDS = {"max": MaxForm, "one": OneForm, "poly": Poly, "trees": Trees, "forest": Forest, "two_part": TwoPart,
-         "ensemble": Ensemble}
+         "ensemble": Ensemble, "gp": GP}
 
 
 def make(kind: str, features, l_sat: float, **kw) -> Model:
@@ -357,6 +444,8 @@ def from_json(doc: dict) -> Model:
         return Forest(f, L, doc["trees"])
     if kind == "ensemble":
         return Ensemble(f, L, fitted=[from_json(m) for m in doc["members"]])
+    if kind == "gp":
+        return GP(f, L, doc["log"], doc["nu"], doc["state"])
     if kind == "two_part":
         reg = None if doc["reg"] is None else from_json(doc["reg"])
         return TwoPart(f, L, doc["clf"], reg, doc["untrained"], doc.get("reg_kind", "poly"))
