@@ -304,10 +304,77 @@ def conformal(pred, run_losses, level: float = 0.8, min_bin: int = 30, max_bins:
                 f"{n_bins} bin(s) of the predicted loss")
 
 
-def interval_bounds(iv: dict, y) -> tuple[np.ndarray, np.ndarray]:
+SCALE_OFFSET = 0.05   # x the median absolute residual: keeps log() finite without flattening small scales
+
+
+def _scale_model(tab: dict, pred, mask, seed: int = 0) -> M.GP:
+    """The local scale of one run's error: a GP of log(mean |run loss - prediction| + c) per
+    configuration on the raw numbers that vary in ``tab``, c = SCALE_OFFSET x the median of
+    those mean absolute residuals (so the scale is proportional to the residuals' own, in
+    quiet and noisy regions alike)."""
+    feats = tuple(k for k in RAW if np.ptp(tab[k]) > 0)
+    absres = np.array([np.mean(np.abs(np.asarray(r, float) - p)) for r, p in zip(tab["run_losses"], pred)])
+    c = SCALE_OFFSET * float(np.median(absres[mask]))
+    # L_sat 0: unused (the scale is read through GP.mean, never through the clipped predict)
+    return M.GP(feats, 0.0).fit(_X(tab, feats)[mask], np.log(absres[mask] + c), seed=seed)
+
+
+def interval_scale(iv: dict, cols) -> np.ndarray:
+    """The scaled interval's local scale at configurations ``cols`` (a mapping of the raw
+    numbers to arrays: a configuration table, or predict's columns)."""
+    g = M.from_json(iv["scale"])
+    return np.exp(g.mean(np.stack([np.asarray(cols[f], float) for f in g.features], 1)))
+
+
+def conformal_scaled(tab: dict, pred, level: float = 0.8, k: int = 5, seed: int = 0) -> dict:
+    """An interval for *one run's* loss whose width follows the configuration (normalized
+    split-conformal prediction): each run's residual (run loss - out-of-fold prediction
+    ``pred`` of its configuration) is divided by a local scale s(x), the GP of
+    :func:`_scale_model` fitted on the *other* folds' configurations (k-fold cross-fitting),
+    and the interval is prediction + [q_lo, q_hi] s(x) with the conformal quantiles of those
+    normalized residuals; the shipped s is refitted on every configuration. Near the failure
+    boundary, where seeds split between training and chance, s is large; inside the box it is
+    small (a Mondrian bin of the predicted loss cannot tell the two apart)."""
+    from sklearn.model_selection import KFold
+
+    pred = np.asarray(pred, float)
+    n = len(pred)
+    s = np.zeros(n)
+    feats = tuple(k_ for k_ in RAW if np.ptp(tab[k_]) > 0)
+    X = _X(tab, feats)
+    for tr, te in KFold(n_splits=min(k, n), shuffle=True, random_state=seed).split(X):
+        mask = np.zeros(n, bool)
+        mask[tr] = True
+        s[te] = np.exp(_scale_model(tab, pred, mask, seed).mean(X[te]))
+    counts = [len(r) for r in tab["run_losses"]]
+    e = (np.concatenate([np.asarray(r, float) for r in tab["run_losses"]]) - np.repeat(pred, counts)) / np.repeat(s, counts)
+    q = _quantiles(e, level)
+    final = _scale_model(tab, pred, np.ones(n, bool), seed)
+    return dict(level=level, lo=q["lo"], hi=q["hi"], scale=final.to_json(),
+                n_residuals=int(len(e)), method="normalized split conformal on out-of-fold residuals of single runs, "
+                "scaled by a Gaussian process of the mean absolute residual (cross-fitted)")
+
+
+def make_interval(kind: str, tab: dict, pred, level: float = 0.8, k: int = 5, seed: int = 0) -> dict:
+    """The interval of the shipping procedure: ``"binned"`` (:func:`conformal`) or ``"scaled"``
+    (:func:`conformal_scaled`)."""
+    if kind == "scaled":
+        return conformal_scaled(tab, pred, level, k, seed)
+    if kind != "binned":
+        raise ValueError(f"interval must be 'binned' or 'scaled' (got {kind!r})")
+    return conformal(pred, tab["run_losses"], level)
+
+
+def interval_bounds(iv: dict, y, cols=None) -> tuple[np.ndarray, np.ndarray]:
     """The interval at predictions ``y``: y + the residual quantiles of the bin ``y`` falls in
-    (or of all residuals), the lower end clipped at 0."""
+    (or of all residuals), or for a scaled interval y + [q_lo, q_hi] s(x) with s at the
+    configurations ``cols`` (:func:`interval_scale`); the lower end clipped at 0."""
     y = np.asarray(y, float)
+    if "scale" in iv:
+        if cols is None:
+            raise ValueError("a scaled interval needs the configurations' numbers (cols)")
+        s = interval_scale(iv, cols)
+        return np.maximum(0.0, y + iv["lo"] * s), y + iv["hi"] * s
     if iv.get("bins"):
         edges = np.asarray(iv["edges"], float)
         b = np.clip(np.searchsorted(edges, y, side="right"), 0, len(iv["bins"]) - 1)
@@ -318,36 +385,42 @@ def interval_bounds(iv: dict, y) -> tuple[np.ndarray, np.ndarray]:
     return np.maximum(0.0, lo), hi
 
 
-def coverage(iv: dict, pred, run_losses) -> dict:
-    """Fraction of runs (and of seed means) inside the interval at predictions ``pred``."""
-    lo, hi = interval_bounds(iv, pred)
+def coverage(iv: dict, pred, run_losses, cols=None) -> dict:
+    """Fraction of runs (and of seed means) inside the interval at predictions ``pred``
+    (``cols``: the configurations' numbers, for a scaled interval)."""
+    lo, hi = interval_bounds(iv, pred, cols)
     runs = [(a <= v <= b) for a, b, r in zip(lo, hi, run_losses) for v in r]
     means = [(a <= float(np.mean(r)) <= b) for a, b, r in zip(lo, hi, run_losses)]
     return dict(runs=float(np.mean(runs)), means=float(np.mean(means)), n_runs=len(runs), n_configs=len(means))
 
 
-def select_and_fit(tab: dict, names, specs, k: int = 5, repeats: int = 1, seed: int = 0, level: float = 0.8):
+def select_and_fit(tab: dict, names, specs, k: int = 5, repeats: int = 1, seed: int = 0, level: float = 0.8,
+                   interval: str = "binned"):
     """The shipping procedure on a table: the model of ``names`` with the lowest CV RMSE,
-    its conformal interval from its CV residuals, refitted on every configuration."""
+    its conformal interval (``interval``: :func:`make_interval`) from its CV residuals,
+    refitted on every configuration."""
     scores = {nm: cross_validate(specs[nm], tab, k, repeats, seed) for nm in names}
     best = min(names, key=lambda nm: scores[nm]["cv_rmse"])
-    iv = conformal(scores[best]["oof"], tab["run_losses"], level)
+    iv = make_interval(interval, tab, scores[best]["oof"], level, k, seed)
     return best, fit_model(specs[best], tab, seed=seed), iv
 
 
-def evaluate_split(tab: dict, train, test, names, specs, k: int = 5, seed: int = 0, repeats: int = 2) -> dict:
+def evaluate_split(tab: dict, train, test, names, specs, k: int = 5, seed: int = 0, repeats: int = 2,
+                   interval: str = "binned") -> dict:
     """Run the whole shipping procedure (selection, interval, refit) on the ``train``
     configurations and score it on the ``test`` ones, which it never saw."""
     sub = subset(tab, train)
     kk = min(k, len(sub["loss"]))
-    best, model, iv = select_and_fit(sub, names, specs, kk, repeats, seed)
+    best, model, iv = select_and_fit(sub, names, specs, kk, repeats, seed, interval=interval)
     te = subset(tab, test)
     yhat = model.predict(_X(te, specs[best][1]))
+    lo, hi = interval_bounds(iv, yhat, te)
     return dict(chosen=best, pred=yhat.tolist(), loss=te["loss"].tolist(), run_losses=te["run_losses"], interval=iv,
-                coverage=coverage(iv, yhat, te["run_losses"]))
+                bounds=[lo.tolist(), hi.tolist()], coverage=coverage(iv, yhat, te["run_losses"], te))
 
 
-def nested(tab: dict, names, specs, k: int = 5, repeats: int = 1, seed: int = 0, inner_repeats: int = 2) -> dict:
+def nested(tab: dict, names, specs, k: int = 5, repeats: int = 1, seed: int = 0, inner_repeats: int = 2,
+           interval: str = "binned") -> dict:
     """Grouped nested cross-validation of the shipping procedure: each outer fold of
     configurations is held out, the model is selected, its interval calibrated and the model
     refitted on the rest (inner k-fold CV), then scored on the held-out fold."""
@@ -359,9 +432,9 @@ def nested(tab: dict, names, specs, k: int = 5, repeats: int = 1, seed: int = 0,
         for tr, te in KFold(n_splits=k, shuffle=True, random_state=seed + 100 + rep).split(np.zeros(n)):
             m_tr = np.zeros(n, bool)
             m_tr[tr] = True
-            r = evaluate_split(tab, m_tr, ~m_tr, names, specs, k, seed, inner_repeats)
+            r = evaluate_split(tab, m_tr, ~m_tr, names, specs, k, seed, inner_repeats, interval=interval)
             preds[rep, te] = r["pred"]
-            lo, hi = interval_bounds(r["interval"], r["pred"])
+            lo, hi = r["bounds"]
             for a, b, runs in zip(lo, hi, r["run_losses"]):
                 covered += [a <= v <= b for v in runs]
                 covered_m.append(a <= float(np.mean(runs)) <= b)
@@ -391,8 +464,9 @@ def shippable(specs: dict) -> list[str]:
 
 
 def analyze(rows: list[dict], num_classes: int, feats: dict, configs_order: list[str], k: int = 5,
-            repeats: int = 5, seed: int = 0, nested_cv: bool = True) -> dict:
-    """The whole report. ``feats`` are arrays aligned with ``configs_order`` (config ids)."""
+            repeats: int = 5, seed: int = 0, nested_cv: bool = True, interval: str = "binned") -> dict:
+    """The whole report. ``feats`` are arrays aligned with ``configs_order`` (config ids);
+    ``interval``: the shipped model's interval (:func:`make_interval`)."""
     tab = configurations(rows, num_classes)
     if len(tab["lrs"]) > 1:
         raise AnalysisError(f"the table mixes learning rates {tab['lrs']}; fit each separately")
@@ -429,9 +503,10 @@ def analyze(rows: list[dict], num_classes: int, feats: dict, configs_order: list
     best_hyb = min(hyb, key=lambda m: res[m]["cv_rmse"])
     ship = shippable(specs)
     best_all = min(ship, key=lambda m: res[m]["cv_rmse"])
-    interval = conformal(res[best_all]["oof"], tab["run_losses"])
-    interval["cv_coverage"] = coverage(interval, res[best_all]["oof"], tab["run_losses"])
-    nest = nested(tab, ship, specs, k, 1, seed, inner_repeats=min(2, repeats)) if nested_cv else None
+    interval_kind = interval
+    interval = make_interval(interval_kind, tab, res[best_all]["oof"], 0.8, k, seed)
+    interval["cv_coverage"] = coverage(interval, res[best_all]["oof"], tab["run_losses"], tab)
+    nest = nested(tab, ship, specs, k, 1, seed, inner_repeats=min(2, repeats), interval=interval_kind) if nested_cv else None
     y = tab["loss"]
     comparisons = {}
     for r in raw:

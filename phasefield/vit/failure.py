@@ -35,7 +35,8 @@ from . import models as M
 # the family and features, fixed on 2026-11-25 on the 193 configurations x 3 seeds of the
 # main, depth, corners and faces studies (grouped 5-fold CV x 5 repeats, ``CANDIDATES``)
 # before any configuration of the boundary ('edges') study was trained
-# (stacked "platt_loss": AUC 0.961, Brier 0.037; best direct logistic AUC 0.951-0.955, Brier 0.037-0.038)
+# (stacked "platt_loss": AUC 0.961, Brier 0.037; best direct logistic AUC 0.951-0.955, Brier 0.037-0.038).
+# Refitted 2026-11-26 (sixth stop) on 581 configurations, stacked on the shipped gp_hp: AUC 0.963
 SHIPPED = "platt_loss"
 
 

@@ -413,11 +413,15 @@ class GP(Model):
                           log_marginal_likelihood=float(g.log_marginal_likelihood_value_))
         return self
 
-    def predict(self, X):
+    def mean(self, X):
+        """The posterior mean at the rows of ``X``, unclipped."""
         s = self.state
         Z = self._z(X, np.asarray(s["mean"]), np.asarray(s["std"]))
         K = s["constant"] * matern(Z, np.asarray(s["X"]), np.asarray(s["length_scale"]), self.nu)
-        return np.clip(s["y_std"] * (K @ np.asarray(s["alpha"])) + s["y_mean"], 0.0, self.l_sat)
+        return s["y_std"] * (K @ np.asarray(s["alpha"])) + s["y_mean"]
+
+    def predict(self, X):
+        return np.clip(self.mean(X), 0.0, self.l_sat)
 
     def _state(self):
         return dict(log=self.log, nu=self.nu, state=self.state)

@@ -10,8 +10,10 @@ configurations, with
 * its family, form, features, parameters (:mod:`phasefield.vit.models`, JSON-serializable),
 * the training config and the measured input geometry it was fitted for,
 * a prediction interval for one run's loss: split-conformal quantiles of the out-of-fold
-  residuals of single runs, per bin of the predicted loss (:func:`analysis.conformal`), and
-  its coverage under nested cross-validation over configurations,
+  residuals of single runs, per bin of the predicted loss (:func:`analysis.conformal`), or
+  (``interval="scaled"``, the paper block's shipped model) normalized by a local scale that
+  follows the configuration (:func:`analysis.conformal_scaled`), and its coverage under
+  nested cross-validation over configurations,
 * the region it was fitted on (ranges of the raw hyperparameters and of its features),
 * its failure model (``failure``, :mod:`phasefield.vit.failure`): P(one run fails to train,
   i.e. diverges or ends within 5 % of chance), Platt scaling of the loss model's
@@ -109,10 +111,11 @@ def _configs_of(rows: list[dict]) -> tuple[list[str], list[dict]]:
 
 def fit_sweep(rows: list[dict], num_classes: int, cfg, geometry: dict, feats: dict | None = None,
               order: list[str] | None = None, k: int = 5, repeats: int = 5, progress: bool = False,
-              nested_cv: bool = True) -> dict:
+              nested_cv: bool = True, interval: str = "binned") -> dict:
     """The fit document of a sweep (see the module doc). ``feats``/``order``: precomputed
     theory features aligned with config ids (else computed here, one compiled program per
-    depth). ``geometry``: the input geometry (q0, rho0) the features start from."""
+    depth). ``geometry``: the input geometry (q0, rho0) the features start from.
+    ``interval``: "binned" or "scaled" (:func:`phasefield.vit.analysis.make_interval`)."""
     for c in ("sigma_w", "sigma_a", "alpha_a", "alpha_m", "lr", "depth", "test_loss"):
         if rows and c not in rows[0]:
             raise FitError(f"results table has no column {c!r}")
@@ -135,7 +138,8 @@ def fit_sweep(rows: list[dict], num_classes: int, cfg, geometry: dict, feats: di
             else:  # a cache of other columns: compute every configuration's features afresh
                 order, feats = ids, F.features(cfg, configs, geometry["q0"], geometry["rho0"])
     try:
-        report = analysis.analyze(rows, num_classes, feats, order, k=k, repeats=repeats, nested_cv=nested_cv)
+        report = analysis.analyze(rows, num_classes, feats, order, k=k, repeats=repeats, nested_cv=nested_cv,
+                                  interval=interval)
     except analysis.AnalysisError as exc:
         raise FitError(str(exc)) from None
     return dict(report=report, model=best_model(report, cfg, geometry))
@@ -366,7 +370,7 @@ def predict(sigma_w, sigma_a, alpha_a, alpha_m, depth, doc: dict | None = None, 
     X = np.stack([feats[f] for f in doc["features"]], 1) if doc["features"] else np.zeros((len(configs), 0))
     y = model.predict(X)
     pf = p_fail(doc, y)
-    lo, hi = analysis.interval_bounds(doc["interval"], y)
+    lo, hi = analysis.interval_bounds(doc["interval"], y, dict(zip(RAW_RANGES, vals)))
     out = []
     for i, c in enumerate(configs):
         warn = []
