@@ -185,6 +185,8 @@ def test_scaled_interval_covers_where_seeds_scatter_and_the_binned_one_does_not(
 
     tab, f = table(200)
     iv = analysis.conformal_scaled(tab, f, level=0.8)
+    # with the cross-fitted scales the calibration runs are covered at the level, by construction
+    assert iv["cv_coverage"]["runs"] == pytest.approx(0.8, abs=0.01) and iv["cv_coverage"]["n_runs"] == 600
     binned = analysis.conformal(f, tab["run_losses"], level=0.8)
     new, fn = table(400)
     noisy = new["alpha_m"] > 0.7

@@ -129,6 +129,11 @@ def add_features(tab: dict, feats: dict) -> dict:
 
 
 # ------------------------------------------------------------------------ model specs
+def varying_raw(tab: dict) -> tuple:
+    """The raw numbers (:data:`RAW`) that vary in ``tab``: a model's features."""
+    return tuple(k for k in RAW if np.ptp(tab[k]) > 0)
+
+
 def model_specs(tab: dict) -> dict:
     """name -> (kind, features, group, options). Groups: 'exponents' (theory outputs only),
     'raw' (the hyperparameters alone), 'hybrid' (both)."""
@@ -156,7 +161,7 @@ def model_specs(tab: dict) -> dict:
     specs["forest_collapsed_L"] = ("forest", ("lambda_a", "lambda_g", "L_lambda_a", "L_lambda_g"), "exponents")
     specs["two_part_collapsed_L"] = ("two_part", ("lambda_a", "lambda_g", "L_lambda_a", "L_lambda_g"), "exponents",
                                      dict(reg_kind="forest"))
-    raw = tuple(k for k in RAW if np.ptp(tab[k]) > 0)
+    raw = varying_raw(tab)
     specs["linear_hp"] = ("poly", raw, "raw", dict(degree=1))
     specs["quad_hp"] = ("poly", raw, "raw", dict(degree=2))
     specs["trees_hp"] = ("trees", raw, "raw")
@@ -312,7 +317,7 @@ def _scale_model(tab: dict, pred, mask, seed: int = 0) -> M.GP:
     configuration on the raw numbers that vary in ``tab``, c = SCALE_OFFSET x the median of
     those mean absolute residuals (so the scale is proportional to the residuals' own, in
     quiet and noisy regions alike)."""
-    feats = tuple(k for k in RAW if np.ptp(tab[k]) > 0)
+    feats = varying_raw(tab)
     absres = np.array([np.mean(np.abs(np.asarray(r, float) - p)) for r, p in zip(tab["run_losses"], pred)])
     c = SCALE_OFFSET * float(np.median(absres[mask]))
     # L_sat 0: unused (the scale is read through GP.mean, never through the clipped predict)
@@ -340,8 +345,7 @@ def conformal_scaled(tab: dict, pred, level: float = 0.8, k: int = 5, seed: int 
     pred = np.asarray(pred, float)
     n = len(pred)
     s = np.zeros(n)
-    feats = tuple(k_ for k_ in RAW if np.ptp(tab[k_]) > 0)
-    X = _X(tab, feats)
+    X = _X(tab, varying_raw(tab))
     for tr, te in KFold(n_splits=min(k, n), shuffle=True, random_state=seed).split(X):
         mask = np.zeros(n, bool)
         mask[tr] = True
@@ -350,8 +354,13 @@ def conformal_scaled(tab: dict, pred, level: float = 0.8, k: int = 5, seed: int 
     e = (np.concatenate([np.asarray(r, float) for r in tab["run_losses"]]) - np.repeat(pred, counts)) / np.repeat(s, counts)
     q = _quantiles(e, level)
     final = _scale_model(tab, pred, np.ones(n, bool), seed)
-    return dict(level=level, lo=q["lo"], hi=q["hi"], scale=final.to_json(),
-                n_residuals=int(len(e)), method="normalized split conformal on out-of-fold residuals of single runs, "
+    # the CV coverage with the cross-fitted scales (the shipped scale has seen every configuration)
+    inside = ((q["lo"] <= e) & (e <= q["hi"]))
+    means = [q["lo"] * si <= float(np.mean(r)) - p <= q["hi"] * si for r, p, si in zip(tab["run_losses"], pred, s)]
+    return dict(level=level, lo=q["lo"], hi=q["hi"], scale=final.to_json(), n_residuals=int(len(e)),
+                cv_coverage=dict(runs=float(np.mean(inside)), means=float(np.mean(means)), n_runs=int(len(e)),
+                                 n_configs=int(n)),
+                method="normalized split conformal on out-of-fold residuals of single runs, "
                 "scaled by a Gaussian process of the mean absolute residual (cross-fitted)")
 
 
@@ -505,7 +514,8 @@ def analyze(rows: list[dict], num_classes: int, feats: dict, configs_order: list
     best_all = min(ship, key=lambda m: res[m]["cv_rmse"])
     interval_kind = interval
     interval = make_interval(interval_kind, tab, res[best_all]["oof"], 0.8, k, seed)
-    interval["cv_coverage"] = coverage(interval, res[best_all]["oof"], tab["run_losses"], tab)
+    if "cv_coverage" not in interval:
+        interval["cv_coverage"] = coverage(interval, res[best_all]["oof"], tab["run_losses"])
     nest = nested(tab, ship, specs, k, 1, seed, inner_repeats=min(2, repeats), interval=interval_kind) if nested_cv else None
     y = tab["loss"]
     comparisons = {}
