@@ -80,20 +80,14 @@ STUDIES = {
     # whole box at L = 16 / 8 / 32 and of BOUNDARY_BOX at L = 16), trained on a GPU and pooled;
     # 'holdout2' and 'holdout2-boundary' are trained only after the refitted models are committed,
     # and scored by them unchanged (never pooled)
-    "extra": dict(plan="16:128,8:32,32:16", seed0=8000, settings="adam:1e-3", seeds=SEEDS,
-                  out=os.path.join(DEFAULT_OUT, "extra")),
-    "extra-boundary": dict(plan="16:48", seed0=9000, settings="adam:1e-3", seeds=SEEDS, bounds="boundary",
-                           out=os.path.join(DEFAULT_OUT, "extra-boundary")),
-    "holdout2": dict(plan="16:128", seed0=10000, settings="adam:1e-3", seeds=SEEDS,
-                     out=os.path.join(DEFAULT_OUT, "holdout2")),
-    "holdout2-boundary": dict(plan="16:64", seed0=11000, settings="adam:1e-3", seeds=SEEDS, bounds="boundary",
-                              out=os.path.join(DEFAULT_OUT, "holdout2-boundary")),
-    # the scaled interval (analysis.conformal_scaled) was chosen after holdout2's coverage was
-    # seen (86 % whole box, 65 % boundary), so its test is a third pair, trained after it was fixed
-    "holdout3": dict(plan="16:128", seed0=12000, settings="adam:1e-3", seeds=SEEDS,
-                     out=os.path.join(DEFAULT_OUT, "holdout3")),
-    "holdout3-boundary": dict(plan="16:64", seed0=13000, settings="adam:1e-3", seeds=SEEDS, bounds="boundary",
-                              out=os.path.join(DEFAULT_OUT, "holdout3-boundary")),
+    **{name: dict(plan=plan, seed0=seed0, settings="adam:1e-3", seeds=SEEDS, out=os.path.join(DEFAULT_OUT, name),
+                  **({"bounds": "boundary"} if name.endswith("-boundary") else {}))
+       for name, plan, seed0 in (("extra", "16:128,8:32,32:16", 8000), ("extra-boundary", "16:48", 9000),
+                                 ("holdout2", "16:128", 10000), ("holdout2-boundary", "16:64", 11000),
+                                 # the scaled interval (analysis.conformal_scaled) was chosen after
+                                 # holdout2's coverage was seen (86 % whole box, 65 % boundary), so
+                                 # its test is a third pair, trained after it was fixed
+                                 ("holdout3", "16:128", 12000), ("holdout3-boundary", "16:64", 13000))},
     # issue 35: the blocks people train (pre-LN, post-LN ViTs, 4 heads, GELU MLP 4x), Sobol over
     # their init numbers (sigma: every weight's scale, sigma_A = sigma^2; alpha_attn, alpha_mlp:
     # the branch scales) and depth, 3 seeds; the run's sigma_w / alpha_a / alpha_m set sigma /
