@@ -361,10 +361,10 @@ def matern(A, B, length_scale, nu: float = 1.5) -> np.ndarray:
 
 class GP(Model):
     """Gaussian-process regression of the seed-mean loss: a constant times a Matern kernel
-    (smoothness ``nu``: 1.5, or 0.5 for a rougher surface) with one length scale per feature (automatic relevance) plus white noise (the
-    seeds' scatter and what the features do not carry), hyperparameters by maximum marginal
-    likelihood (scikit-learn's GaussianProcessRegressor, ``restarts`` random restarts,
-    normalized targets). Features named in ``log`` are log-scaled (the scales and depths: a
+    (smoothness ``nu``: 1.5, or 0.5 for a rougher surface) with one length scale per feature
+    (automatic relevance) plus white noise (the seeds' scatter and what the features do not
+    carry), hyperparameters by maximum marginal likelihood (scikit-learn's
+    GaussianProcessRegressor, ``restarts`` random restarts, normalized targets). Features named in ``log`` are log-scaled (the scales and depths: a
     factor matters, not a difference), then every feature is standardized. The shipped form
     is the posterior mean, ``c k(x, X) alpha`` rescaled, evaluated in NumPy from the training
     points and weights (no pickle), clipped to [0, L_sat]."""
@@ -390,6 +390,9 @@ class GP(Model):
         return (Z - mean) / std
 
     def fit(self, X, y, seed=0):
+        import warnings
+
+        from sklearn.exceptions import ConvergenceWarning
         from sklearn.gaussian_process import GaussianProcessRegressor
         from sklearn.gaussian_process.kernels import ConstantKernel, Matern, WhiteKernel
 
@@ -397,10 +400,6 @@ class GP(Model):
         Z = (Z - mean) / std
         kernel = (ConstantKernel(1.0, (1e-3, 1e3)) * Matern(np.ones(Z.shape[1]), (1e-2, 1e3), nu=self.nu)
                   + WhiteKernel(0.1, (1e-4, 1.0)))
-        import warnings
-
-        from sklearn.exceptions import ConvergenceWarning
-
         with warnings.catch_warnings():   # a feature that does not matter ends at the length's upper bound
             warnings.simplefilter("ignore", ConvergenceWarning)
             g = GaussianProcessRegressor(kernel, normalize_y=True, n_restarts_optimizer=self.restarts,
