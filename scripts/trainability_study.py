@@ -458,11 +458,10 @@ def cmd_analyze(args):
             for name in dict.fromkeys(source[c] for c in held):
                 m = np.array([source[c] == name for c in held])
                 lo, hi = (np.asarray(b)[m] for b in h["bounds"])
-                runs_m = [h["run_losses"][i] for i in np.flatnonzero(m)]
                 by_study[name] = dict(n=int(m.sum()), r2=r2(y[m], p[m]) if m.sum() > 1 else None,
                                       rmse=float(np.sqrt(np.mean((y[m] - p[m]) ** 2))),
-                                      coverage=dict(runs=float(np.mean([a <= v <= b for a, b, r in zip(lo, hi, runs_m)
-                                                                        for v in r]))))
+                                      coverage=analysis.bounds_coverage(
+                                          lo, hi, [h["run_losses"][i] for i in np.flatnonzero(m)]))
             rep["holdout"][variant] = dict(
                 n_train=int((~extra).sum()), n_test=int(extra.sum()), chosen=h["chosen"], r2=r2(y, p),
                 rmse=float(np.sqrt(np.mean((y - p) ** 2))), coverage=h["coverage"], by_study=by_study,
@@ -776,11 +775,15 @@ def cmd_heldout(args):
     from phasefield import io
     from phasefield.vit import failure, models
 
-    runs = []
+    runs, model = [], None
     for name in sets:
         out = STUDIES[name]["out"]
+        for fn, cmd in (("score.json", "score"), ("failure_score.json", "failure")):
+            if not os.path.exists(os.path.join(out, fn)):
+                raise SystemExit(f"{out} has no {fn} yet ('{cmd} --study {name}' first)")
         sc = json.load(open(os.path.join(out, "score.json")))
         fs = json.load(open(os.path.join(out, "failure_score.json")))
+        model = model or sc["model"]
         pf = {r["run"]: r for r in fs["runs"]}
         for r in sc["runs"]:
             runs.append(dict(r, study=name, config=r["run"].rsplit("_s", 1)[0], failed=pf[r["run"]]["failed"],
@@ -801,8 +804,7 @@ def cmd_heldout(args):
                     rmse_runs=models.rmse(y[ii], p[ii]), coverage_runs=float(np.mean((lo[ii] <= y[ii]) & (y[ii] <= hi[ii]))),
                     auc=failure.auc(f[ii], q[ii]), brier=failure.brier(f[ii], q[ii]))
 
-    rep = dict(studies=list(sets), n_configs=len(cfgs), n_runs=len(runs), n_failed=int(f.sum()),
-               model=json.load(open(os.path.join(STUDIES[sets[0]]["out"], "score.json")))["model"])
+    rep = dict(studies=list(sets), n_configs=len(cfgs), n_runs=len(runs), n_failed=int(f.sum()), model=model)
     rep.update(summary(cfgs))
     rep["brier_base"] = failure.brier(f, np.full(len(f), f.mean()))
     rep["reliability"] = failure.reliability(f, q)

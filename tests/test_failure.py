@@ -164,6 +164,13 @@ def test_predict_cli_prints_and_json_carries_p_fail(capsys, tmp_path):
     path.write_text(json.dumps(bad))
     code, out, err = run(capsys, "predict", "--fit", str(path), "--sigma-w", "1", "--alpha", ".5")
     assert code == 2 and err.count("\n") == 1 and "malformed" in err and "Traceback" not in err and out == ""
+    # a scaled interval whose scale model is broken is refused the same way, before any work
+    bad = json.loads(json.dumps(P.load_model()))
+    assert "scale" in bad["interval"]
+    del bad["interval"]["scale"]["state"]
+    path.write_text(json.dumps(bad))
+    code, out, err = run(capsys, "predict", "--fit", str(path), "--sigma-w", "1", "--alpha", ".5")
+    assert code == 2 and err.count("\n") == 1 and "malformed" in err and "Traceback" not in err and out == ""
 
 
 def _harsh_doc():

@@ -394,13 +394,17 @@ def interval_bounds(iv: dict, y, cols=None) -> tuple[np.ndarray, np.ndarray]:
     return np.maximum(0.0, lo), hi
 
 
-def coverage(iv: dict, pred, run_losses, cols=None) -> dict:
-    """Fraction of runs (and of seed means) inside the interval at predictions ``pred``
-    (``cols``: the configurations' numbers, for a scaled interval)."""
-    lo, hi = interval_bounds(iv, pred, cols)
+def bounds_coverage(lo, hi, run_losses) -> dict:
+    """Fraction of runs (and of seed means) inside intervals [lo, hi], one per configuration."""
     runs = [(a <= v <= b) for a, b, r in zip(lo, hi, run_losses) for v in r]
     means = [(a <= float(np.mean(r)) <= b) for a, b, r in zip(lo, hi, run_losses)]
     return dict(runs=float(np.mean(runs)), means=float(np.mean(means)), n_runs=len(runs), n_configs=len(means))
+
+
+def coverage(iv: dict, pred, run_losses, cols=None) -> dict:
+    """Fraction of runs (and of seed means) inside the interval at predictions ``pred``
+    (``cols``: the configurations' numbers, for a scaled interval)."""
+    return bounds_coverage(*interval_bounds(iv, pred, cols), run_losses)
 
 
 def select_and_fit(tab: dict, names, specs, k: int = 5, repeats: int = 1, seed: int = 0, level: float = 0.8,
@@ -425,7 +429,7 @@ def evaluate_split(tab: dict, train, test, names, specs, k: int = 5, seed: int =
     yhat = model.predict(_X(te, specs[best][1]))
     lo, hi = interval_bounds(iv, yhat, te)
     return dict(chosen=best, pred=yhat.tolist(), loss=te["loss"].tolist(), run_losses=te["run_losses"], interval=iv,
-                bounds=[lo.tolist(), hi.tolist()], coverage=coverage(iv, yhat, te["run_losses"], te))
+                bounds=[lo.tolist(), hi.tolist()], coverage=bounds_coverage(lo, hi, te["run_losses"]))
 
 
 def nested(tab: dict, names, specs, k: int = 5, repeats: int = 1, seed: int = 0, inner_repeats: int = 2,

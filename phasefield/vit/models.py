@@ -378,16 +378,13 @@ class GP(Model):
         self.nu = float(nu)
         self.state = state
 
-    def _z(self, X, mean=None, std=None):
+    def _logged(self, X):
+        """``X`` with the features named in ``log`` log-scaled."""
         Z = np.array(X, float, copy=True)
         for i, f in enumerate(self.features):
             if f in self.log:
                 Z[:, i] = np.log(Z[:, i])
-        if mean is None:
-            mean, std = Z.mean(0), Z.std(0)
-            std[std == 0] = 1.0
-            return Z, mean, std
-        return (Z - mean) / std
+        return Z
 
     def fit(self, X, y, seed=0):
         import warnings
@@ -396,7 +393,9 @@ class GP(Model):
         from sklearn.gaussian_process import GaussianProcessRegressor
         from sklearn.gaussian_process.kernels import ConstantKernel, Matern, WhiteKernel
 
-        Z, mean, std = self._z(X)
+        Z = self._logged(X)
+        mean, std = Z.mean(0), Z.std(0)
+        std[std == 0] = 1.0
         Z = (Z - mean) / std
         kernel = (ConstantKernel(1.0, (1e-3, 1e3)) * Matern(np.ones(Z.shape[1]), (1e-2, 1e3), nu=self.nu)
                   + WhiteKernel(0.1, (1e-4, 1.0)))
@@ -415,7 +414,7 @@ class GP(Model):
     def mean(self, X):
         """The posterior mean at the rows of ``X``, unclipped."""
         s = self.state
-        Z = self._z(X, np.asarray(s["mean"]), np.asarray(s["std"]))
+        Z = (self._logged(X) - np.asarray(s["mean"])) / np.asarray(s["std"])
         K = s["constant"] * matern(Z, np.asarray(s["X"]), np.asarray(s["length_scale"]), self.nu)
         return s["y_std"] * (K @ np.asarray(s["alpha"])) + s["y_mean"]
 

@@ -265,6 +265,8 @@ def load_model(path: str | None = None, block: str | None = None) -> dict:
         raise FitError(f"{where} is not a fit file written by 'phasefield fit'")
     try:
         M.from_json(doc["model"])
+        if isinstance(doc["interval"], dict) and "scale" in doc["interval"]:
+            M.from_json(doc["interval"]["scale"])
         if doc.get("failure"):
             from . import failure
 
