@@ -171,23 +171,45 @@ def use_compilation_cache(min_compile_secs: float = 0.5) -> str | None:
 
     Programs that compile in under ``min_compile_secs`` are not stored. The cache is
     size-limited (8 GiB, least recently used entries go first), which also makes JAX lock
-    it: processes running side by side (a multi-process sweep, the test suite's workers)
-    never read an entry another is writing. The ``phasefield`` command calls this for its
-    process; the test suite's ``conftest.py`` calls it with 0.2 s."""
+    it: processes running side by side (a multi-process sweep) never read an entry another
+    is writing. The ``phasefield`` command calls this for its process.
+
+    Two environment variables override these for every process that inherits them (the
+    test suite's throwaway per-run folder, ``tests/conftest.py``):
+    ``PHASEFIELD_CACHE_MIN_SECS`` (the minimum compile time of a stored program; ``0``: store
+    every program) and ``PHASEFIELD_CACHE_MAX_BYTES`` (the size limit; ``-1``: none, and then
+    no lock: JAX's size-limited cache lists and reads every entry's access time before each
+    write, which costs more than a compile once a folder holds thousands of small programs.
+    Without the lock a process may find an entry another is still writing; JAX then warns
+    and compiles that program itself)."""
     import jax
 
     path = os.environ.get("PHASEFIELD_CACHE", os.path.join(os.path.expanduser("~"), ".cache", "phasefield", "jax"))
     if path.strip().lower() in CACHE_OFF:
         return None
+    min_secs = _env_number("PHASEFIELD_CACHE_MIN_SECS", float(min_compile_secs), float)
+    max_bytes = _env_number("PHASEFIELD_CACHE_MAX_BYTES", 8 << 30, int)
     try:
         os.makedirs(path, exist_ok=True)
         jax.config.update("jax_compilation_cache_dir", path)
-        jax.config.update("jax_persistent_cache_min_compile_time_secs", float(min_compile_secs))
-        jax.config.update("jax_compilation_cache_max_size", 8 << 30)
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", min_secs)
+        jax.config.update("jax_compilation_cache_max_size", max_bytes)
     except Exception:  # noqa: BLE001 - a read-only home: just compile
         return None
     _date_unsized_entries(path)
     return path
+
+
+def _env_number(name: str, default, kind):
+    """``kind(os.environ[name])``, or ``default`` where it is unset or empty; ValueError (one
+    line) naming the variable where it is not a number of that kind."""
+    text = os.environ.get(name, "").strip()
+    if not text:
+        return default
+    try:
+        return kind(text)
+    except ValueError:
+        raise ValueError(f"{name} must be {'an integer' if kind is int else 'a number'} (got {text!r})") from None
 
 
 def _date_unsized_entries(path: str) -> None:

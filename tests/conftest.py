@@ -11,7 +11,12 @@ compilation cache per run**: the process that starts the run (the xdist controll
 only process) makes a fresh, empty folder and exports it as ``PHASEFIELD_TEST_CACHE``
 before the workers start, so the two xdist workers and every subprocess the tests start
 (``PHASEFIELD_CACHE``) share it and each program is compiled once per run; the folder is
-removed when the run ends, so every run starts cold (issue 34). ``PHASEFIELD_TEST_CACHE=FOLDER``
+removed when the run ends, so every run starts cold (issue 34). It stores every program,
+however quick its compile, without a size limit (``PHASEFIELD_CACHE_MIN_SECS=0``,
+``PHASEFIELD_CACHE_MAX_BYTES=-1``, exported): ~1,300 of the suite's ~5,100 compilations are
+then loads (programs compiled again after ``jax.clear_caches``, by a fresh ``jax.jit`` of
+the same function, in the other worker or in a subprocess), and the workers' CPU fell
+~10 % (2026-11-26, seventh stop; a limited cache scans every entry before each write). ``PHASEFIELD_TEST_CACHE=FOLDER``
 names a folder of your own (kept: a warm rerun), ``PHASEFIELD_TEST_CACHE=off`` turns the
 cache off. The crashes that had it off (a segmentation fault in
 ``put_executable_and_time`` / ``backend_compile_and_load`` late in two fresh-clone runs on
@@ -93,7 +98,12 @@ def _run_cache_folder() -> str:
 
 
 os.environ["PHASEFIELD_CACHE"] = _run_cache_folder()   # the CLI's set-up (phasefield._runtime)
-_CACHE = use_compilation_cache(min_compile_secs=0.2)
+# every program stored, no size limit (and so no lock: JAX's size-limited cache reads every
+# entry's access time before each write): exported, so the workers, the in-process CLI runs
+# (which call use_compilation_cache again) and the subprocesses store alike
+os.environ.setdefault("PHASEFIELD_CACHE_MIN_SECS", "0")
+os.environ.setdefault("PHASEFIELD_CACHE_MAX_BYTES", "-1")
+_CACHE = use_compilation_cache()
 if _CACHE is None:
     os.environ["PHASEFIELD_CACHE"] = "off"      # the subprocesses too
 else:

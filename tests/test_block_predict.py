@@ -76,7 +76,7 @@ def test_block_features_are_the_blocks(block_study):
 def test_a_map_that_does_not_answer_gives_no_features():
     """post-LN's first attention reads the raw embedding (q0 != 1), where the exact map's
     tables do not answer: its features are left out (no NaN column reaches a model)."""
-    cfg = TrainConfig(block="post-ln:heads=2", depth=2, width=16)
+    cfg = TrainConfig(block="post-ln:heads=4", depth=2, width=16)   # the shipped post-LN model's
     feats = F.block_features(cfg, _configs(1), Q0, RHO0, maps=("paper", "exact"))
     assert "lambda_g_in_paper" in feats and not any(k.endswith("exact") or "_exact_" in k for k in feats)
     assert all(np.all(np.isfinite(v)) for k, v in feats.items() if k not in ("lambda_g_inf", "rho_star"))

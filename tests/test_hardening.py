@@ -65,6 +65,14 @@ def test_huge_and_non_finite_values_are_refused_in_one_line(capsys, args, words)
     assert words in err
 
 
+@pytest.mark.parametrize("var, value", [("PHASEFIELD_CACHE_MIN_SECS", "soon"),
+                                        ("PHASEFIELD_CACHE_MAX_BYTES", "1.5e9")])
+def test_a_malformed_cache_setting_is_refused_in_one_line(capsys, monkeypatch, var, value):
+    monkeypatch.setenv(var, value)
+    code, _, err = run(capsys, "exponents", "--depth", "4")
+    assert one_line_error(code, err) and var in err, err
+
+
 def test_grid_size_is_checked_before_any_allocation(tmp_path, capsys):
     out = tmp_path / "g.nc"
     code, _, err = run(capsys, "sweep", "--sigma-w", "0.5:4:1000000000", "--out", out)

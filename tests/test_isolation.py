@@ -105,8 +105,10 @@ def test_use_all_cpu_cores_is_explicit():
 
 def test_compilation_cache_setup_is_one_call(tmp_path, monkeypatch):
     """The CLI and tests/conftest.py share one set-up (``use_compilation_cache``): the folder
-    from PHASEFIELD_CACHE, the minimum compile time asked for, the size limit; ``off`` and
-    friends leave JAX's settings alone."""
+    from PHASEFIELD_CACHE, the minimum compile time asked for, the size limit, both
+    overridden by PHASEFIELD_CACHE_MIN_SECS / PHASEFIELD_CACHE_MAX_BYTES (the suite's
+    throwaway folder: every program, no limit; a malformed value is a one-line ValueError);
+    ``off`` and friends leave JAX's settings alone."""
     import jax
 
     from phasefield._runtime import use_compilation_cache
@@ -120,8 +122,17 @@ def test_compilation_cache_setup_is_one_call(tmp_path, monkeypatch):
             assert use_compilation_cache(0.3) is None
             assert {k: getattr(jax.config, k) for k in names} == before
         monkeypatch.setenv("PHASEFIELD_CACHE", str(tmp_path / "c"))
+        for var in ("PHASEFIELD_CACHE_MIN_SECS", "PHASEFIELD_CACHE_MAX_BYTES"):   # the suite's
+            monkeypatch.delenv(var, raising=False)
         assert use_compilation_cache(0.3) == str(tmp_path / "c") and (tmp_path / "c").is_dir()
         assert [getattr(jax.config, k) for k in names] == [str(tmp_path / "c"), 0.3, 8 << 30]
+        monkeypatch.setenv("PHASEFIELD_CACHE_MIN_SECS", "0")
+        monkeypatch.setenv("PHASEFIELD_CACHE_MAX_BYTES", "-1")
+        assert use_compilation_cache(0.3) == str(tmp_path / "c")
+        assert [getattr(jax.config, k) for k in names] == [str(tmp_path / "c"), 0.0, -1]
+        monkeypatch.setenv("PHASEFIELD_CACHE_MAX_BYTES", "8GB")
+        with pytest.raises(ValueError, match="^PHASEFIELD_CACHE_MAX_BYTES must be an integer"):
+            use_compilation_cache(0.3)
     finally:
         for k, v in before.items():
             jax.config.update(k, v)

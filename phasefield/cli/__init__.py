@@ -56,7 +56,8 @@ _register_all()
 
 def _compilation_cache():
     """Persist XLA compilations between CLI runs: :func:`phasefield._runtime.use_compilation_cache`
-    (``PHASEFIELD_CACHE`` names the folder, or ``off``; programs compiling in ≥ 0.5 s)."""
+    (``PHASEFIELD_CACHE`` names the folder, or ``off``; programs compiling in ≥ 0.5 s, or
+    ``PHASEFIELD_CACHE_MIN_SECS``; ``PHASEFIELD_CACHE_MAX_BYTES``: the size limit, 8 GiB)."""
     use_compilation_cache(min_compile_secs=0.5)
 
 
@@ -64,8 +65,8 @@ def main(argv=None) -> int:
     """Console entry point: one-line errors, exit code 2 for bad input."""
     if argv is None:
         use_all_cpu_cores()
-    _compilation_cache()
     try:
+        _compilation_cache()
         with jax.enable_x64(True):
             cli.main(args=argv, prog_name="phasefield", standalone_mode=False)
     except click.exceptions.Exit as exc:

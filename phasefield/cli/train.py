@@ -269,7 +269,10 @@ def register(cli):
     @click.option("--block", "block_spec", default=None,
                   help="the block the runs must have been trained with (default: theirs, from sweep.json; the "
                        "model records it)")
-    def fit_cmd(runs, out, folds, repeats, num_classes, only_lr, per_lr, as_json, figure, block_spec):
+    @click.option("--nested/--no-nested", default=True, show_default=True,
+                  help="nested CV of the whole procedure (the honest estimate of the shipped model; about "
+                       "--folds times the cost of the rest)")
+    def fit_cmd(runs, out, folds, repeats, num_classes, only_lr, per_lr, as_json, figure, block_spec, nested):
         """Does the initialization predict the trained loss? Cross-validated over configurations
         (seed-averaged losses): the noise floor, exponent models (collapsed point, measured input
         geometry with the paper and exact maps, +- the softmax-derivative term, trees), raw-
@@ -334,7 +337,7 @@ def register(cli):
             part = [r for r in rows if math.isclose(float(r["lr"]), lr_value, rel_tol=1e-9)]
             try:
                 docs[lr_value] = vpredict.fit_sweep(part, int(num_classes), cfg, geometry, feats, order,
-                                                    k=folds, repeats=repeats)
+                                                    k=folds, repeats=repeats, nested_cv=nested)
             except vpredict.FitError as exc:
                 raise UsageError(str(exc)) from None
         for lr_value, doc in docs.items():
