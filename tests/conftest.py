@@ -169,17 +169,28 @@ def memory_maps() -> int:
         return 0
 
 
+# tests between two counts of the memory maps: the kernel writes ~1 us of text per map, so a
+# count at ~20,000 maps takes ~25 ms (~10 CPU-s over the suite's ~1,200 tests if made after
+# each); a test adds at most a few hundred maps, far below the headroom between MAPS_HIGH and
+# the kernel's limit
+MAPS_EVERY = 8
+_SINCE_COUNT = [0]
+
+
 @pytest.fixture(autouse=True)
 def _release_executables():
-    """Drop JAX's compiled programs after a test that leaves the process above
-    :data:`MAPS_HIGH` memory maps. Every XLA:CPU executable holds ~3.4 maps; a worker that
-    kept the whole suite's (2026-11-26: ~42,000 maps after 16 minutes) reached the kernel's
-    limit (``vm.max_map_count`` = 65,530), and the next compilation or cache write
-    segfaulted (two fresh-clone runs on 2026-11-26). Below the mark, tests and modules
-    share their compiled programs."""
+    """Drop JAX's compiled programs when the process is above :data:`MAPS_HIGH` memory maps
+    (counted after every :data:`MAPS_EVERY`-th test). Every XLA:CPU executable holds ~3.4
+    maps; a worker that kept the whole suite's (2026-11-26: ~42,000 maps after 16 minutes)
+    reached the kernel's limit (``vm.max_map_count`` = 65,530), and the next compilation or
+    cache write segfaulted (two fresh-clone runs on 2026-11-26). Below the mark, tests and
+    modules share their compiled programs."""
     yield
-    if memory_maps() > MAPS_HIGH:
-        jax.clear_caches()
+    _SINCE_COUNT[0] += 1
+    if _SINCE_COUNT[0] >= MAPS_EVERY or MAPS_HIGH < 1000:   # a low mark (a check of this path): every test
+        _SINCE_COUNT[0] = 0
+        if memory_maps() > MAPS_HIGH:
+            jax.clear_caches()
 
 
 @pytest.fixture
