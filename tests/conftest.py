@@ -50,6 +50,10 @@ less often, with the imports' and the test modules' objects frozen (it took ~4 %
 suite's CPU); the many-scales table test integrates its ~190 tables with an ``optimized_jit``
 program (:func:`optimized_tables`).
 
+**Seventh stop** (issue 34): the per-run cache stores every program (above); memory maps are
+counted every :data:`MAPS_EVERY` tests, not after each; JAX lowers without Python source
+locations (``JAX_TRACEBACK_IN_LOCATIONS_LIMIT=0``, exported: metadata only profilers read).
+
 ``PHASEFIELD_COMPILE_PROFILE=FOLDER`` (opt-in) loads ``tests/compile_profile.py``: each
 worker writes the seconds JAX spent tracing, lowering and compiling, per test and per
 jitted function, to ``FOLDER``; ``python tests/compile_profile.py FOLDER`` ranks them.
@@ -65,6 +69,12 @@ import tempfile
 # NumPy loads OpenBLAS; exported, so the workers and subprocesses inherit it; a value you set wins.
 for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
+# No Python source locations in the lowered programs (JAX's default keeps 10 frames of every
+# operation's traceback as MLIR location metadata, read only by profilers and XLA dumps):
+# test_theory + test_cost 65-67 -> 55-62 user CPU-s (2026-11-26, seventh stop; the suite
+# compiles ~5,000 programs). Exported before JAX loads, so the workers and subprocesses
+# inherit it; a value you set wins.
+os.environ.setdefault("JAX_TRACEBACK_IN_LOCATIONS_LIMIT", "0")
 
 import jax  # noqa: E402
 import pytest  # noqa: E402

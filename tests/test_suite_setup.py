@@ -27,6 +27,16 @@ def test_the_run_shares_one_compilation_cache_with_its_subprocesses():
     assert out.stdout.split() == [folder, folder]
 
 
+def test_the_suite_lowers_without_source_locations():
+    """conftest exports JAX_TRACEBACK_IN_LOCATIONS_LIMIT (default 0) before JAX loads: this
+    process and its subprocesses read it."""
+    want = int(os.environ["JAX_TRACEBACK_IN_LOCATIONS_LIMIT"])
+    assert jax.config.jax_traceback_in_locations_limit == want
+    code = "import jax; print(jax.config.jax_traceback_in_locations_limit)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and int(out.stdout) == want, out.stderr[-2000:]
+
+
 def test_memory_maps_are_counted_and_the_mark_is_below_the_kernel_limit():
     n = conftest.memory_maps()
     assert n > 0
