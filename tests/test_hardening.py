@@ -65,8 +65,9 @@ def test_huge_and_non_finite_values_are_refused_in_one_line(capsys, args, words)
     assert words in err
 
 
-@pytest.mark.parametrize("var, value", [("PHASEFIELD_CACHE_MIN_SECS", "soon"),
-                                        ("PHASEFIELD_CACHE_MAX_BYTES", "1.5e9")])
+@pytest.mark.parametrize("var, value", [("PHASEFIELD_CACHE_MIN_SECS", "soon"), ("PHASEFIELD_CACHE_MIN_SECS", "-1"),
+                                        ("PHASEFIELD_CACHE_MIN_SECS", "inf"), ("PHASEFIELD_CACHE_MAX_BYTES", "1.5e9"),
+                                        ("PHASEFIELD_CACHE_MAX_BYTES", "0")])
 def test_a_malformed_cache_setting_is_refused_in_one_line(capsys, monkeypatch, var, value):
     monkeypatch.setenv(var, value)
     code, _, err = run(capsys, "exponents", "--depth", "4")
