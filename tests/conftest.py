@@ -71,7 +71,7 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 # No Python source locations in the lowered programs (JAX's default keeps 10 frames of every
 # operation's traceback as MLIR location metadata, read only by profilers and XLA dumps):
-# test_theory + test_cost 65-67 -> 55-62 user CPU-s (2026-11-26, seventh stop; the suite
+# test_theory + test_cost 65-67 -> 50-62 user CPU-s (2026-11-26, seventh stop; the suite
 # compiles ~5,000 programs). Exported before JAX loads, so the workers and subprocesses
 # inherit it; a value you set wins.
 os.environ.setdefault("JAX_TRACEBACK_IN_LOCATIONS_LIMIT", "0")
@@ -180,7 +180,7 @@ def memory_maps() -> int:
 
 
 # tests between two counts of the memory maps: the kernel writes ~1 us of text per map, so a
-# count at ~20,000 maps takes ~25 ms (~10 CPU-s over the suite's ~1,200 tests if made after
+# count at ~20,000 maps takes ~25 ms (~10 CPU-s over the suite's ~720 tests if made after
 # each); a test adds at most a few hundred maps, far below the headroom between MAPS_HIGH and
 # the kernel's limit
 MAPS_EVERY = 8
