@@ -189,10 +189,11 @@ def use_compilation_cache(min_compile_secs: float = 0.5) -> str | None:
         return None
     min_secs = _env_number("PHASEFIELD_CACHE_MIN_SECS", float(min_compile_secs), float)
     max_bytes = _env_number("PHASEFIELD_CACHE_MAX_BYTES", 8 << 30, int)
-    if not 0.0 <= min_secs < float("inf"):
-        raise ValueError(f"PHASEFIELD_CACHE_MIN_SECS must be a finite number >= 0 (got {min_secs})")
-    if max_bytes != -1 and max_bytes <= 0:
-        raise ValueError(f"PHASEFIELD_CACHE_MAX_BYTES must be a positive integer, or -1 for no limit (got {max_bytes})")
+    from .grid import check_option
+
+    check_option("PHASEFIELD_CACHE_MIN_SECS", min_secs, 0.0)
+    if max_bytes != -1:
+        check_option("PHASEFIELD_CACHE_MAX_BYTES", max_bytes, 1, integer=True, hint="; -1: no limit")
     try:
         os.makedirs(path, exist_ok=True)
         jax.config.update("jax_compilation_cache_dir", path)

@@ -516,11 +516,10 @@ def analyze(rows: list[dict], num_classes: int, feats: dict, configs_order: list
     best_hyb = min(hyb, key=lambda m: res[m]["cv_rmse"])
     ship = shippable(specs)
     best_all = min(ship, key=lambda m: res[m]["cv_rmse"])
-    interval_kind = interval
-    interval = make_interval(interval_kind, tab, res[best_all]["oof"], 0.8, k, seed)
-    if "cv_coverage" not in interval:
-        interval["cv_coverage"] = coverage(interval, res[best_all]["oof"], tab["run_losses"])
-    nest = nested(tab, ship, specs, k, 1, seed, inner_repeats=min(2, repeats), interval=interval_kind) if nested_cv else None
+    iv = make_interval(interval, tab, res[best_all]["oof"], 0.8, k, seed)
+    if "cv_coverage" not in iv:
+        iv["cv_coverage"] = coverage(iv, res[best_all]["oof"], tab["run_losses"])
+    nest = nested(tab, ship, specs, k, 1, seed, inner_repeats=min(2, repeats), interval=interval) if nested_cv else None
     y = tab["loss"]
     comparisons = {}
     for r in raw:
@@ -533,7 +532,7 @@ def analyze(rows: list[dict], num_classes: int, feats: dict, configs_order: list
     return dict(n_configs=n, n_runs=len(rows), seeds=floor.get("seeds"), L_sat=tab["L_sat"], lr=tab["lrs"][0],
                 depths=sorted({int(v) for v in tab["depth"]}), k_folds=k, repeats=repeats, noise_floor=floor,
                 models=res, transfer=transfers, best_exponent_model=best, best_raw_model=best_raw,
-                best_hybrid_model=best_hyb, best_model=best_all, shippable=ship, interval=interval, nested=nest,
+                best_hybrid_model=best_hyb, best_model=best_all, shippable=ship, interval=iv, nested=nest,
                 best_vs_raw_cv=comparisons, cross_validated=True, table={kk: (v.tolist() if isinstance(v, np.ndarray) else v)
                                                    for kk, v in tab.items()})
 

@@ -364,8 +364,9 @@ class GP(Model):
     (smoothness ``nu``: 1.5, or 0.5 for a rougher surface) with one length scale per feature
     (automatic relevance) plus white noise (the seeds' scatter and what the features do not
     carry), hyperparameters by maximum marginal likelihood (scikit-learn's
-    GaussianProcessRegressor, ``restarts`` random restarts, normalized targets). Features named in ``log`` are log-scaled (the scales and depths: a
-    factor matters, not a difference), then every feature is standardized. The shipped form
+    GaussianProcessRegressor, ``restarts`` random restarts, normalized targets). Features
+    named in ``log`` are log-scaled (the scales and depths: a factor matters, not a
+    difference), then every feature is standardized. The shipped form
     is the posterior mean, ``c k(x, X) alpha`` rescaled, evaluated in NumPy from the training
     points and weights (no pickle), clipped to [0, L_sat]."""
 
