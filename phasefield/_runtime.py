@@ -201,7 +201,8 @@ def use_compilation_cache(min_compile_secs: float = 0.5) -> str | None:
         jax.config.update("jax_compilation_cache_max_size", max_bytes)
     except Exception:  # noqa: BLE001 - a read-only home: just compile
         return None
-    _date_unsized_entries(path)
+    if max_bytes != -1:     # only a size-limited cache reads the access-time files
+        _date_unsized_entries(path)
     return path
 
 

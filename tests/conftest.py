@@ -86,10 +86,25 @@ phasefield.use_all_cpu_cores()
 if os.environ.get("PHASEFIELD_TEST_XLA", "fast") != "default":   # inherited by the CLI subprocesses
     use_fast_compilation()
 
-# memory maps of a process above which its compiled programs are dropped (the kernel's limit
-# is vm.max_map_count, 65,530); PHASEFIELD_TEST_MAPS_HIGH=N sets another mark (a check of the
-# release path: a low mark drops them after nearly every test)
-MAPS_HIGH = int(os.environ.get("PHASEFIELD_TEST_MAPS_HIGH", 20_000))
+
+def _map_limit() -> int:
+    """The kernel's limit on a process's memory maps (``vm.max_map_count``; 65,530 where it
+    cannot be read)."""
+    try:
+        with open("/proc/sys/vm/max_map_count") as fh:
+            return int(fh.read())
+    except (OSError, ValueError):
+        return 65_530
+
+
+# memory maps of a process above which its compiled programs are dropped: 60 % of the
+# kernel's limit (39,318 of 65,530), which leaves room for MAPS_EVERY tests of ~3,000 maps
+# between two counts. At 20,000 the workers dropped everything three times a run (~5 s each
+# in jax.clear_caches, and the programs of the tests after it traced, lowered and loaded
+# again); kept, they would have peaked at ~39,000 and ~45,000 maps (2026-11-27).
+# PHASEFIELD_TEST_MAPS_HIGH=N sets another mark (a check of the release path: a low mark
+# drops them after nearly every test)
+MAPS_HIGH = int(os.environ.get("PHASEFIELD_TEST_MAPS_HIGH", _map_limit() * 3 // 5))
 _MADE_CACHE = []     # the run's cache folder, when this process made it (removed at the end)
 
 

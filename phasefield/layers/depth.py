@@ -55,15 +55,20 @@ def trajectory(block, ctx, k0: Kernel, depth: int):
 
 def gradient_exponent(block, ctx, k0: Kernel, depth: int):
     """lambda_g(L) from input geometry ``k0`` (log-rescaled backward scan)."""
-    qs, ps = trajectory(block, ctx, k0, depth)
+    return backward_rate(block, ctx, *trajectory(block, ctx, k0, depth), depth)
 
+
+def backward_rate(block, ctx, qs, ps, depth: int):
+    """lambda_g(L) along the forward trajectory ``(qs, ps)`` [L + 1] of :func:`trajectory`
+    (its first L geometries are the backward maps' inputs): :func:`gradient_exponent` for a
+    caller that has the trajectory already (one forward scan in the compiled program, not two)."""
     def step(carry, x):
         a, b, log_scale = carry
         g = block.backward(Kernel(*x), Grad(a, b), ctx)
         s = g.a + g.b
         return (g.a / s, g.b / s, log_scale + jnp.log(s)), None
 
-    one = jnp.ones_like(k0.q)
+    one = jnp.ones_like(qs[0])
     (_, _, log_total), _ = jax.lax.scan(step, (one, 0.0 * one, 0.0 * one), (qs[:-1], ps[:-1]),
                                         reverse=True)
     return log_total / depth
@@ -123,15 +128,17 @@ def _residual(block, ctx, rho):
     return block.forward(Kernel(q, rho * q), ctx).rho - rho
 
 
-def stable_points(block, ctx):
+def stable_points(block, ctx, la=None):
     """dict(rho [MAX_ROOTS], stable [MAX_ROOTS], collapsed_stable, n_stable, rho_star), as
-    :func:`phasefield.layers.paper.stable_points` (roots NaN-padded, smallest first)."""
+    :func:`phasefield.layers.paper.stable_points` (roots NaN-padded, smallest first).
+    ``la``: the block's :func:`angle_exponent`, where the caller has it (computed otherwise)."""
     dt = jnp.result_type(float)
     mesh = exact_table.mesh(ctx.n_tokens, MESH)
     g_fn = lambda rs: jax.lax.map(lambda r: _residual(block, ctx, r), rs)
     g = g_fn(mesh)
     g0 = _residual(block, ctx, jnp.asarray(RHO0, dt))
-    la = angle_exponent(block, ctx)
+    if la is None:
+        la = angle_exponent(block, ctx)
     tiny = jnp.asarray(1e-300, dt)
     g = g.at[0].set(jnp.where(g[0] > 0, g[0], tiny))
     g = g.at[-1].set(jnp.where(la > 0, -tiny, tiny))      # sign just below rho = 1
@@ -209,7 +216,7 @@ def exponents(block, ctx, depth: int) -> dict:
     :func:`finite_depth`."""
     q_star, fin, qs, log_m = collapsed_point(block, ctx)
     la = jnp.where(fin, log_m, jnp.nan)
-    fp = stable_points(block, ctx)
+    fp = stable_points(block, ctx, la)
     rho = fp["rho_star"]
     coll = rho >= 1.0
     q_att = jnp.where(coll, qs, norm_fixed_point(block, ctx, jnp.where(coll, 0.5, rho)))
@@ -238,11 +245,11 @@ def finite_depth(block, ctx, k0: Kernel, depth: int) -> dict:
     ``lambda_g_collapsed`` (from ``(q0, q0)``), and the per-layer ``q``, ``rho`` of the
     trajectory from ``k0`` and ``q_collapsed`` of the collapsed one (length L + 1)."""
     qs, ps = trajectory(block, ctx, k0, depth)
-    qc, _ = trajectory(block, ctx, Kernel(k0.q, k0.q), depth)
+    qc, pc = trajectory(block, ctx, Kernel(k0.q, k0.q), depth)
     rate, m = collapsed_angle_rate(block, ctx, qc, depth)
     return dict(
         angle_rate=rate,
-        lambda_g=gradient_exponent(block, ctx, k0, depth),
-        lambda_g_collapsed=gradient_exponent(block, ctx, Kernel(k0.q, k0.q), depth),
+        lambda_g=backward_rate(block, ctx, qs, ps, depth),
+        lambda_g_collapsed=backward_rate(block, ctx, qc, pc, depth),
         q=qs, rho=ps / qs, q_collapsed=qc, angle_multipliers=m,
     )
