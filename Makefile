@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed-stamp
 
 # Byte-code is written at first import, into the venv ($(VENV)/pycache: the repository
 # gets no __pycache__), not by pip for every installed module: pip's compile of ~10,800
-# modules, most never imported, was 36 of the set-up's 57 s (2026-11-27); the suite's first
+# modules, most never imported, was 36 of the install's 57 s (2026-11-27); the suite's first
 # imports compile the ~2,100 it uses (~8 s, once). A PYTHONDONTWRITEBYTECODE in the
 # environment would make every process compile them again, so these recipes do not pass it on.
 export PYTHONPYCACHEPREFIX := $(abspath $(VENV))/pycache
