@@ -23,7 +23,8 @@ ARGS = {"paper": ["sweep", "--sigma-w", "0.5:3:5", "--alpha", "0.2,0.6", "--chun
 # Each process runs the sweeps of argv[3] (a JSON list of argument lists) in turn, one output
 # section per sweep, and exits with the first non-zero exit code: one pair of processes (one
 # interpreter start, JAX import and distributed start-up each) serves both tests.
-WORKER = textwrap.dedent("""
+SECTION = "=== next sweep ==="
+WORKER = textwrap.dedent(f"""
     import json, os, sys
     flags = [f for f in os.environ.get("XLA_FLAGS", "").split()
              if not f.startswith("--xla_force_host_platform_device_count")]
@@ -35,12 +36,11 @@ WORKER = textwrap.dedent("""
     from phasefield.cli import main
     rcs = []
     for args in json.loads(sys.argv[3]):
-        print(SECTION, flush=True)
+        print({SECTION!r}, flush=True)
         rcs.append(main(args))
     jax.distributed.shutdown()
     sys.exit(next((rc for rc in rcs if rc), 0))
 """)
-SECTION = "=== next sweep ==="
 
 
 def _free_port():
@@ -65,7 +65,7 @@ def two_process_sweeps(tmp_path_factory):
     files = {b: folder / f"shared-{b}.nc" for b in blocks}
     argv = json.dumps([[*ARGS[b], "--out", str(files[b])] for b in blocks])
     addr = f"127.0.0.1:{_free_port()}"
-    procs = [subprocess.Popen([sys.executable, "-c", f"SECTION = {SECTION!r}\n" + WORKER, addr, str(i), argv],
+    procs = [subprocess.Popen([sys.executable, "-c", WORKER, addr, str(i), argv],
                               env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for i in range(2)]
     outs = []

@@ -88,7 +88,7 @@ def _point(name, fixed, run_numbers, n_tokens, depth, scales):
         qc, pc = D.trajectory(block, ctx, k1, depth)
         angle_rate, _ = D.collapsed_angle_rate(block, ctx, qc, depth)
         stray = jnp.max(jnp.abs(1.0 - pc / qc))
-        lambda_g = D.gradient_exponent(block, ctx, k1, depth)
+        lambda_g = D.backward_rate(block, ctx, qc, pc, depth)     # along the trajectory above
         # lambda_a of layers.depth.exponents where the norm has a finite fixed point
         _, fin, _, la = D.collapsed_point(block, ctx)
         return dict(lambda_a=jnp.where(fin, la, angle_rate), lambda_g=lambda_g, stray=stray)
