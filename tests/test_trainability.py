@@ -68,6 +68,44 @@ def test_max_form_recovers_its_parameters():
     np.testing.assert_array_equal(m2.predict(X), m.predict(X))
 
 
+@pytest.mark.parametrize("form", ["max", "one"])
+def test_v_shape_fits_take_scipys_own_steps(form):
+    """models.forward_differences (the n perturbed curves in one call) is bit for bit scipy's
+    2-point Jacobian, at parameters with zeros, kinks and both signs; so a fit takes scipy's
+    steps exactly: the same parameters as least_squares(jac="2-point") from every start."""
+    from scipy.optimize import least_squares
+    from scipy.optimize._numdiff import approx_derivative
+
+    cls, k = (M.MaxForm, 5) if form == "max" else (M.OneForm, 3)
+    rng = np.random.default_rng(3)
+    for m in (7, 60):
+        X = rng.normal(size=(m, 2))
+        y = np.minimum(L_SAT, 0.5 + np.maximum(0.8 * abs(X[:, 0] - 0.1), 0.5 * abs(X[:, 1] + 0.2)))
+        y = y + 0.05 * rng.standard_normal(m)
+        curve = lambda t, X=X: cls.curve(t, X, L_SAT)   # noqa: E731
+        res = lambda t, X=X, y=y: cls.curve(t, X, L_SAT) - y   # noqa: E731
+        for scale in (1e-3, 1.0, 30.0):
+            t = rng.normal(size=k) * scale
+            t[rng.random(k) < 0.3] = 0.0
+            want = approx_derivative(res, t, method="2-point", f0=res(t))
+            got = M.forward_differences(curve, t, y)
+            np.testing.assert_array_equal(got, want)
+            assert got.shape == want.shape and got.strides == want.strides
+        fitted = cls(["a", "g"], L_SAT).fit(X, y, seed=m).theta
+        starts = []
+        real = M._least_squares
+        try:   # the starts the fit draws, each run by scipy's own 2-point Jacobian
+            M._least_squares = lambda c, yy, s: starts.extend(s) or real(c, yy, s)
+            cls(["a", "g"], L_SAT).fit(X, y, seed=m)
+        finally:
+            M._least_squares = real
+        runs = [least_squares(res, x0, method="trf", max_nfev=2000) for x0 in starts]
+        best = min(runs, key=lambda r: r.cost).x
+        for i in (1, 3) if form == "max" else (1,):     # the fitted slopes' signs, as fit sets them
+            best[i] = abs(best[i])
+        np.testing.assert_array_equal(fitted, best)
+
+
 def test_poly_is_exact_on_a_quadratic_and_trees_match_sklearn():
     rng = np.random.default_rng(1)
     X = rng.normal(size=(60, 3))

@@ -48,13 +48,39 @@ class Model:
 
 
 # ------------------------------------------------------------------ parametric V-shapes
-def _least_squares(fun, starts):
+def forward_differences(curve, theta, y):
+    """The Jacobian of the residuals ``curve(theta) - y`` by forward differences, bit for bit
+    what ``scipy.optimize.least_squares(jac="2-point")`` computes (scipy's
+    ``approx_derivative``: step sqrt(eps) sign(theta) max(1, |theta|), one evaluation per
+    parameter, m x n as the transpose of an n x m array), but with the n perturbed curves
+    evaluated in one call: ``curve`` maps an (n, p) stack of parameter vectors to (n, m)
+    curves, element by element, so every entry is the same floating-point operations as
+    one vector at a time. scipy's per-column calls were ~38 % of a fit's time (a V-shape
+    fit converges in ~10 iterations, so the calls' overhead dominates)."""
+    theta = np.asarray(theta, float)
+    f0 = curve(theta[None])[0] - y
+    h = np.finfo(float).eps ** 0.5 * ((theta >= 0).astype(float) * 2 - 1) * np.maximum(1.0, np.abs(theta))
+    steps = np.repeat(theta[None], theta.size, axis=0)
+    idx = np.arange(theta.size)
+    steps[idx, idx] = theta + h
+    dx = (theta + h) - theta
+    jt = np.empty((theta.size, f0.size))
+    jt[:] = (curve(steps) - y - f0) / dx[:, None]
+    return jt.T
+
+
+def _least_squares(curve, y, starts):
+    """The best of ``least_squares(method="trf")`` from each start, for the residuals
+    ``curve(theta) - y`` (``curve``: see :func:`forward_differences`)."""
     from scipy.optimize import least_squares
 
+    y = np.asarray(y, float)
+    fun = lambda t: curve(np.asarray(t)[None])[0] - y
+    jac = lambda t: forward_differences(curve, t, y)
     best = None
     for x0 in starts:
         try:
-            r = least_squares(fun, x0, method="trf", max_nfev=2000)
+            r = least_squares(fun, x0, jac=jac, method="trf", max_nfev=2000)
         except (ValueError, np.linalg.LinAlgError):
             continue
         if best is None or r.cost < best.cost:
@@ -75,7 +101,8 @@ class MaxForm(Model):
 
     @staticmethod
     def curve(theta, X, l_sat):
-        b, wa, ca, wg, cg = theta
+        """The curve at ``theta`` (5 numbers; or a (k, 5) stack: k curves, (k, len(X)))."""
+        b, wa, ca, wg, cg = (np.asarray(theta, float)[..., i, None] for i in range(5))
         return np.minimum(l_sat, b + np.maximum(abs(wa) * np.abs(X[:, 0] - ca), abs(wg) * np.abs(X[:, 1] - cg)))
 
     def fit(self, X, y, seed=0):
@@ -89,7 +116,7 @@ class MaxForm(Model):
         for _ in range(24):
             starts.append(np.array([rng.uniform(b0 - span / 2, b0 + span / 2), rng.uniform(0, 3) * span / sa,
                                     rng.choice(la), rng.uniform(0, 3) * span / sg, rng.choice(lg)]))
-        t = _least_squares(lambda t: self.curve(t, X, self.l_sat) - y, starts)
+        t = _least_squares(lambda t: self.curve(t, X, self.l_sat), y, starts)
         t[1], t[3] = abs(t[1]), abs(t[3])
         self.theta = t
         return self
@@ -111,7 +138,8 @@ class OneForm(Model):
 
     @staticmethod
     def curve(theta, X, l_sat):
-        b, w, c = theta
+        """The curve at ``theta`` (3 numbers; or a (k, 3) stack: k curves, (k, len(X)))."""
+        b, w, c = (np.asarray(theta, float)[..., i, None] for i in range(3))
         return np.minimum(l_sat, b + abs(w) * np.abs(X[:, 0] - c))
 
     def fit(self, X, y, seed=0):
@@ -121,7 +149,7 @@ class OneForm(Model):
         starts = [np.array([b0, span / s, 0.0]), np.array([b0, span / s, float(np.median(x))])]
         starts += [np.array([rng.uniform(b0 - span / 2, b0 + span / 2), rng.uniform(0, 3) * span / s, rng.choice(x)])
                    for _ in range(12)]
-        t = _least_squares(lambda t: self.curve(t, X, self.l_sat) - y, starts)
+        t = _least_squares(lambda t: self.curve(t, X, self.l_sat), y, starts)
         t[1] = abs(t[1])
         self.theta = t
         return self
