@@ -249,7 +249,7 @@ def main():
     rate = {k: n / min(v) for k, v in {**times, **commits}.items() if v}
     print(f"points/s, best of {args.rounds} x {args.repeats} timed sweeps each, alternating:")
     for k, v in rate.items():
-        label = {"today": "today (tiled, roots refined where they are)",
+        label = {"today": "today (phasefield.sweep; tiles on CPU only)",
                  "pre-26 path": "pre-issue-26 evaluation, this tree (_thorough=True)"}.get(k, f"commit {k} ({COMMITS.get(k, '')})")
         print(f"  {label:58s} {v:12,.0f}")
     t_sweep = n / rate["today"]
