@@ -97,14 +97,17 @@ def _map_limit() -> int:
         return 65_530
 
 
-# memory maps of a process above which its compiled programs are dropped: 60 % of the
-# kernel's limit (39,318 of 65,530), which leaves room for MAPS_EVERY tests of ~3,000 maps
-# between two counts. At 20,000 the workers dropped everything three times a run (~5 s each
-# in jax.clear_caches, and the programs of the tests after it traced, lowered and loaded
-# again); kept, they would have peaked at ~39,000 and ~45,000 maps (2026-11-27).
+# memory maps of a process above which its compiled programs are dropped: 75 % of the
+# kernel's limit (49,147 of 65,530), which leaves ~16,000 maps for the MAPS_EVERY tests
+# between two counts (at most 1,930 maps in one test and 5,216 over eight in a run that kept
+# every program, 2026-11-27). Kept, the workers peaked at 38,984 and 38,514 maps; at 60 %
+# (39,318) one of them crossed the mark near the end of some runs: the teardown that dropped
+# everything took 10.8 s (a fresh clone, 2026-11-27), and the programs of the tests after it
+# were traced, lowered and loaded again; at 20,000 the workers dropped everything three
+# times a run.
 # PHASEFIELD_TEST_MAPS_HIGH=N sets another mark (a check of the release path: a low mark
 # drops them after nearly every test)
-MAPS_HIGH = int(os.environ.get("PHASEFIELD_TEST_MAPS_HIGH", _map_limit() * 3 // 5))
+MAPS_HIGH = int(os.environ.get("PHASEFIELD_TEST_MAPS_HIGH", _map_limit() * 3 // 4))
 _MADE_CACHE = []     # the run's cache folder, when this process made it (removed at the end)
 
 
@@ -196,8 +199,8 @@ def memory_maps() -> int:
 
 # tests between two counts of the memory maps: the kernel writes ~1 us of text per map, so a
 # count at ~20,000 maps takes ~25 ms (~10 CPU-s over the suite's ~720 tests if made after
-# each); a test adds at most a few hundred maps, far below the headroom between MAPS_HIGH and
-# the kernel's limit
+# each); a test adds at most ~2,000 maps (1,930 measured), eight together ~5,000: far below
+# the headroom between MAPS_HIGH and the kernel's limit
 MAPS_EVERY = 8
 _SINCE_COUNT = [0]
 
