@@ -69,7 +69,7 @@ def test_max_form_recovers_its_parameters():
 
 
 @pytest.mark.parametrize("form", ["max", "one"])
-def test_v_shape_fits_take_scipys_own_steps(form):
+def test_v_shape_fits_take_scipys_own_steps(form, monkeypatch):
     """models.forward_differences (the n perturbed curves in one call) is bit for bit scipy's
     2-point Jacobian, at parameters with zeros, kinks and both signs; so a fit takes scipy's
     steps exactly: the same parameters as least_squares(jac="2-point") from every start."""
@@ -92,13 +92,10 @@ def test_v_shape_fits_take_scipys_own_steps(form):
             np.testing.assert_array_equal(got, want)
             assert got.shape == want.shape and got.strides == want.strides
         fitted = cls(["a", "g"], L_SAT).fit(X, y, seed=m).theta
-        starts = []
-        real = M._least_squares
-        try:   # the starts the fit draws, each run by scipy's own 2-point Jacobian
-            M._least_squares = lambda c, yy, s: starts.extend(s) or real(c, yy, s)
+        starts = []     # the starts the fit draws, each run below by scipy's own 2-point Jacobian
+        with monkeypatch.context() as mp:
+            mp.setattr(M, "_least_squares", lambda c, yy, s, real=M._least_squares: starts.extend(s) or real(c, yy, s))
             cls(["a", "g"], L_SAT).fit(X, y, seed=m)
-        finally:
-            M._least_squares = real
         runs = [least_squares(res, x0, method="trf", max_nfev=2000) for x0 in starts]
         best = min(runs, key=lambda r: r.cost).x
         for i in (1, 3) if form == "max" else (1,):     # the fitted slopes' signs, as fit sets them
