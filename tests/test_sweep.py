@@ -73,7 +73,7 @@ def test_tiles_on_cpu_devices_one_vmap_on_accelerators():
     (the thorough path: ~21x faster on an H100, docs/benchmarks.md)."""
     from types import SimpleNamespace
 
-    assert sweep_mod._tiled_on(jax.local_devices())
+    assert sweep_mod._tiled_on(jax.local_devices(backend="cpu"))   # CPU devices, wherever the suite runs
     assert not sweep_mod._tiled_on([SimpleNamespace(platform="gpu")])
     assert not sweep_mod._tiled_on([SimpleNamespace(platform="cpu"), SimpleNamespace(platform="tpu")])
 
