@@ -42,18 +42,18 @@ def use_all_cpu_cores(count: int | None = None) -> int:
 
 
 # XLA:CPU flags for fast compiles (use_fast_compilation): LLVM at -O0 and the classic
-# elemental emitters instead of the fusion emitters. Measured 2026-11-26 (2-core CPU, the
+# elemental emitters instead of the fusion emitters. On a 2-core CPU (the
 # pre-LN, post-LN and paper blocks' exponents and finite-depth rates): compile 24.3 -> 6.6
 # CPU-s, values within 1.5e-14 (relative) of the defaults; a paper sweep runs ~6x slower.
 # The LLVM module compiled whole instead of split for parallel codegen (it spends CPU on
 # the split, and a process whose cores are all busy gains nothing from the threads): a
-# further -18 % compile CPU on the same programs (4.8 -> 3.9 CPU-s, 2026-11-26; values
+# further -18 % compile CPU on the same programs (4.8 -> 3.9 CPU-s; values
 # within 4.4e-16 of the split build). Run time is not affected.
 FAST_COMPILE_FLAGS = ("--xla_backend_optimization_level=0", "--xla_cpu_use_fusion_emitters=false",
                       "--xla_cpu_parallel_codegen_split_count=1")
 # Run-time optimisation for optimized_jit programs in a process that lowered XLA's
 # (FAST_COMPILE_FLAGS in XLA_FLAGS), as per-program compiler options: LLVM -O1 with the
-# classic emitters. Measured 2026-11-26 against XLA's defaults (-O3, fusion emitters) on the
+# classic emitters. Against XLA's defaults (-O3, fusion emitters) on the
 # simulator's gradient draws: compile 4.4 -> 2.9 CPU-s, run 0.27 -> 0.31 s; test_simulate
 # and test_simulate_theory 62 -> 56 CPU-s. The codegen split is left as the flags set it.
 OPTIMIZED = {"xla_backend_optimization_level": 1, "xla_cpu_use_fusion_emitters": False}
@@ -220,7 +220,7 @@ def _env_number(name: str, default, kind):
 
 def _date_unsized_entries(path: str) -> None:
     """Give every entry of the cache folder ``path`` that has no access-time file one (its
-    modification time). Entries written without a size limit (phasefield before 2026-11-26)
+    modification time). Entries written without a size limit (older phasefield versions)
     have none, and JAX's size-limited cache reads one for every entry before each write: it
     then fails every write with a warning and stores nothing new."""
     try:

@@ -33,7 +33,7 @@ How it runs:
   the chunk driver :mod:`phasefield.chunks` runs them);
   each chunk is ``jax.vmap`` of :func:`phasefield.layers.paper.exponents`, its leading axis
   sharded over every local device (``jax.sharding``); where a CPU device holds several TILEs
-  of points it runs them one after the other (issue 26; an accelerator evaluates its share
+  of points it runs them one after the other (an accelerator evaluates its share
   of the chunk in one ``vmap``, :func:`_tiled_on`): a tile refines only the root
   brackets its points have, and skips the stable-point search altogether when every point
   of it provably has none (:func:`phasefield.layers.paper.fixed_points.no_roots`); same numbers;
@@ -192,16 +192,16 @@ def build_exact_tables(pairs: np.ndarray):
 SMALL_WIDTH = 128   # points a device at least evaluates (small sweeps share programs)
 SMALL_CHEB = 129    # Chebyshev terms at least, in a small sweep (same)
 TILE = 256   # points evaluated together (their arrays stay in cache; the root refinement
-             # loops for the most roots of a point in the tile, issue 26)
+             # loops for the most roots of a point in the tile)
 
 
 def _tiled_on(devices) -> bool:
-    """Whether a sweep's chunks run tile by tile (issue 26) on ``devices``: on CPU devices,
+    """Whether a sweep's chunks run tile by tile on ``devices``: on CPU devices,
     which run a chunk's points in order, so a tile's arrays stay in cache and a tile whose
     points provably have no root skips the stable-point search. An accelerator runs all of a
     chunk's points at once; there the tiles' ``lax.map`` serializes small batches, and one
     ``vmap`` over the chunk (the thorough path: the same numbers, tests/test_sweep.py) is
-    ~21x faster (NVIDIA H100, 128 x 1024 paper grid, 2026-11-27: 2.42 M against 0.116 M
+    ~21x faster (NVIDIA H100, 128 x 1024 paper grid: 2.42 M against 0.116 M
     points/s)."""
     return all(d.platform == "cpu" for d in devices)
 
@@ -211,7 +211,7 @@ def _evaluate_fn(activation, mlp_layers, residual, attention, softmax_correction
                  thorough=False, tile=TILE):
     """The compiled chunk evaluator. Each device runs its points tile by tile (``lax.map``
     over ``tile``-point ``vmap`` batches). ``thorough``: one ``vmap`` over the whole chunk with
-    every root bracket refined at every point (the path before issue 26: same numbers)."""
+    every root bracket refined at every point (the reference path: same numbers)."""
     hp_static = dict(activation=activation, mlp_layers=int(mlp_layers), residual=residual, attention=attention,
                      softmax_correction=bool(softmax_correction))
 
@@ -413,7 +413,7 @@ def _paper_sweep(*, sigma_w, sigma_a=1.0, alpha=None, alpha_a=None, alpha_m=None
         sw_all = np.atleast_1d(sw_values)
         # 2-D tables for every sigma_w: the stable-point search evaluates p_M(rho) at every
         # point, and a stable rho* < 1 can coexist with a stable rho = 1 (lambda_a < 0), so
-        # the sign of lambda_a no longer tells where they can be skipped (issue 13)
+        # the sign of lambda_a does not tell where they can be skipped
         kernels = build_kernels(sw_all, activation, mlp_layers, devices)
         # shared programs: a power-of-two count of kernels (>= 16); in a small sweep, tables of
         # at least SMALL_CHEB Chebyshev terms (trailing zeros: the Clenshaw sums are unchanged)

@@ -1,4 +1,4 @@
-"""Benchmark (issue 33): a standard block's (sigma, alpha) phase diagram against the paper
+"""Benchmark: a standard block's (sigma, alpha) phase diagram against the paper
 block's, on the same grid size, compilation included, in one run.
 
 For each size N (default 128 and 256) it times, each in a fresh subprocess:
@@ -18,7 +18,7 @@ and warm.
 
     .venv/bin/python scripts/bench_blocks.py [--sizes 128 256] [--kinds paper pre-ln] [--baseline HEAD~1]
 
-Target (issue 33): pre-ln within 3x of paper, compilation included. Machines are noisy: run
+Target: pre-ln within 3x of paper, compilation included. Machines are noisy: run
 it on an idle machine, or read the CPU seconds.
 """
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Cost cliffs of issue 13, in one run: per-point time of each option against tanh.
+"""Cost cliffs of the theory's options, in one run: per-point time of each option against tanh.
 
 For each configuration, warm (after a first call that compiles):
 
@@ -6,7 +6,7 @@ For each configuration, warm (after a first call that compiles):
   (what ``phasefield exponents`` pays after start-up), median of 3 (``--quick``) or 5;
 * ``sweep``: ``phasefield.sweep`` over an alpha axis at fixed sigma_w, wall time per grid
   point (the MLP kernel is built once per sigma_w and shared; with exact attention the
-  exact map's values on the stable-point mesh once per (sigma_A, n), issue 13).
+  exact map's values on the stable-point mesh once per (sigma_A, n)).
 
 Ratios are to tanh at sigma_w = 5 (paper attention). Then the peak resident memory of the
 36-point exact-attention sweep (``phasefield sweep --sigma-w 0.5:3:6 --alpha 0.2:0.8:6

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Wall time of ``phasefield predict`` and ``phasefield recommend`` per depth (issue 26).
+"""Wall time of ``phasefield predict`` and ``phasefield recommend`` per depth.
 
     python scripts/bench_predict.py                  # the commands, as a user runs them
     python scripts/bench_predict.py --old 16,64      # also the former route, in process

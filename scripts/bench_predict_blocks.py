@@ -1,6 +1,6 @@
 #!/usr/bin/env python
 """Time of ``phasefield predict --block`` and ``phasefield recommend --block`` for the shipped
-standard-block models (issue 35: predict <= 2 s, recommend <= 10 s).
+standard-block models (targets: predict <= 2 s, recommend <= 10 s).
 
     python scripts/bench_predict_blocks.py                 # the commands, cold then warm
     python scripts/bench_predict_blocks.py --reference     # also the library call by both routes

@@ -4,7 +4,7 @@ init: compile and run timed apart, in one process.
     .venv/bin/python scripts/bench_probe.py [--inits 8] [--n-tokens 32]
 
 Prints the seconds of building the model, compiling the measurement and running it, and the
-total (the issue's goal: under a minute on this CPU); the run is also timed a second time
+total (the goal: under a minute on this CPU); the run is also timed a second time
 with the compiled program (what a sweep over seeds costs per probe).
 """
 from __future__ import annotations

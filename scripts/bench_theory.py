@@ -1,10 +1,10 @@
 """Benchmark: grid points per second of ``phasefield.sweep`` (every output: lambda_a,
 lambda_g(16), lambda_g_inf, q*, rho*, n_stable, rho*_min, rho*_max), in one run against
 
-* the pre-issue-26 evaluation (one vmap over the chunk, every root bracket refined at every
+* the thorough evaluation (one vmap over the chunk, every root bracket refined at every
   point: ``sweep(_thorough=True)``, the same numbers) in this process,
-* the code of commit 664db5c (before the multistability outputs) and of a2225cf (main
-  before issue 26), each exported with ``git archive`` and run in a subprocess on the same
+* the code of commit 664db5c (before the multistability outputs), of a2225cf (before the
+  tiled sweep) and of 44c508e (before one engine served every block), each exported with ``git archive`` and run in a subprocess on the same
   grid (``--no-commits`` skips them),
 * a straightforward jit/vmap 2-D Gauss–Hermite (24 nodes) baseline ("GH-24"),
 
@@ -14,9 +14,9 @@ flops per point and the rate a flop-bound evaluation would reach on this machine
 
     .venv/bin/python scripts/bench_theory.py [--size 1024 | --n-sigma 128 --n-alpha 1024]
 
-Goals (issue 2) on the 2-core CPU: >= 100,000 points/s with every lambda within 1e-6 of the
-dense reference, >= 15x GH-24; (issue 26) the full outputs >= 3x the pre-issue-26 rate and
->= 1x 664db5c's. Machines are noisy: compare the ratios (measured alternately), not the times.
+Goals on the 2-core CPU: >= 100,000 points/s with every lambda within 1e-6 of the
+dense reference, >= 15x GH-24; the full outputs >= 3x the thorough evaluation's rate and
+>= 1x 664db5c's (the multistability outputs cost no speed). Machines are noisy: compare the ratios (measured alternately), not the times.
 """
 from __future__ import annotations
 
@@ -32,9 +32,9 @@ import numpy as np
 
 SIGMA_A, N_TOKENS, DEPTH = 1.0, 32, 16
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-COMMITS = {"664db5c": "before the multistability outputs", "a2225cf": "main before issue 26",
-           "44c508e": "main before issue 33 (one engine)"}
-GOALS = {"664db5c": 1.0, "a2225cf": 3.0, "44c508e": 0.9}   # today / commit (issues 26, 26, 33)
+COMMITS = {"664db5c": "before the multistability outputs", "a2225cf": "main before the tiled sweep",
+           "44c508e": "main before one engine for every block"}
+GOALS = {"664db5c": 1.0, "a2225cf": 3.0, "44c508e": 0.9}   # today / commit
 DEFAULT_COMMITS = ("664db5c", "a2225cf", "44c508e")
 
 
@@ -183,7 +183,7 @@ def _timed(fn):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--size", type=int, help="a size x size grid (the issue's: 1024)")
+    ap.add_argument("--size", type=int, help="a size x size grid (the goals' size: 1024)")
     ap.add_argument("--n-sigma", type=int, default=128)
     ap.add_argument("--n-alpha", type=int, default=1024)
     ap.add_argument("--sigma-max", type=float, default=4.0)
@@ -229,7 +229,7 @@ def main():
     thorough = lambda: _time_sweep(phasefield.sweep, sw, al, _thorough=True)
     first = {"today": fast(), "pre-26 path": thorough()}
     print(f"first calls (compilation included): today {first['today']:.1f} s, "
-          f"pre-issue-26 path {first['pre-26 path']:.1f} s")
+          f"thorough path {first['pre-26 path']:.1f} s")
     times = {"today": [], "pre-26 path": []}
     commits = {} if args.no_commits else {c: [] for c in args.commits}
     with tempfile.TemporaryDirectory() as tmp:
@@ -250,12 +250,12 @@ def main():
     print(f"points/s, best of {args.rounds} x {args.repeats} timed sweeps each, alternating:")
     for k, v in rate.items():
         label = {"today": "today (phasefield.sweep; tiles on CPU only)",
-                 "pre-26 path": "pre-issue-26 evaluation, this tree (_thorough=True)"}.get(k, f"commit {k} ({COMMITS.get(k, '')})")
+                 "pre-26 path": "thorough evaluation, this tree (_thorough=True)"}.get(k, f"commit {k} ({COMMITS.get(k, '')})")
         print(f"  {label:58s} {v:12,.0f}")
     t_sweep = n / rate["today"]
     print(f"today's sweep: {t_sweep:.2f} s = MLP tables for {sw.size} sigma_w {t_k:.2f} s "
           f"+ points {max(t_sweep - t_k, 0):.2f} s ({n / max(t_sweep - t_k, 1e-9):,.0f} points/s without the tables)")
-    print(f"RATIO today / pre-issue-26 path = {rate['today'] / rate['pre-26 path']:.2f}x   (goal >= 3x)")
+    print(f"RATIO today / thorough path = {rate['today'] / rate['pre-26 path']:.2f}x   (goal >= 3x)")
     for c in commits:
         if c in rate:
             goal = f"   (goal >= {GOALS[c]:g}x)" if c in GOALS else ""

@@ -1,4 +1,4 @@
-"""Issue 6 measurements: paper vs exact-softmax attention map vs finite-width simulation,
+"""Measurements of the exact-softmax map: paper vs exact-softmax attention map vs finite-width simulation,
 the softmax-derivative correction of lambda_g, and the causal full-Gram theory.
 
     .venv/bin/python scripts/exact_vs_paper.py [--quick] [--out out/exact]

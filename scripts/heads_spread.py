@@ -1,4 +1,4 @@
-"""How the number of attention heads changes a finite-width block (issue 24): the mean-field
+"""How the number of attention heads changes a finite-width block: the mean-field
 map does not depend on the heads (phasefield/layers/attention.py says why), the finite-width
 draw-to-draw spread does.
 

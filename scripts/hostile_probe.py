@@ -1,4 +1,4 @@
-"""Hostile-user probe of the ``phasefield`` command (issue 13).
+"""Hostile-user probe of the ``phasefield`` command.
 
 Runs a list of bad inputs over every command, each as its own process (``python -m
 phasefield ...``) with a timeout, in a fresh folder, and counts the cases that behave:

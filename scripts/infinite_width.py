@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""The infinite-width limit of the simulated exponents and transients (issue 14).
+"""The infinite-width limit of the simulated exponents and transients.
 
 At every width d of ``--widths`` (default 256, 512, ..., 16384) and every point of
 :data:`POINTS` (sigma_A in {1, 3}; ordered/vanishing, ordered/exploding, chaotic/exploding

@@ -1,4 +1,4 @@
-"""The probe against the theory on phasefield's own blocks (issue 25's acceptance): for the
+"""The probe against the theory on phasefield's own blocks (the probe's acceptance check): for the
 paper block and every standard preset, at a few points spanning the phases, run
 ``phasefield.probe`` on a stack of the block (dense weights; ``--weights lazy`` samples them lazily, exact in distribution) and compare every per-block curve (q and rho from the symmetric start, the
 angle growth of nearby tokens, log |J^T u|^2) and the two rates with the theory's curves:

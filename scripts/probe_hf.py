@@ -1,6 +1,6 @@
 """Hugging Face transformers' Flax GPT-2, BERT and ViT at random init (no download), probed
 at their standard init and as the init std, GPT-2's 1/sqrt(2L) projection scaling and the
-depth change (issue 25; the table in docs/probe.md).
+depth change (the table in docs/probe.md).
 
     .venv/bin/python scripts/probe_hf.py [--inits 8] [--out docs/data/probe/hf.jsonl] [--report]
 

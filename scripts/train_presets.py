@@ -1,4 +1,4 @@
-"""The ViT trainer on every preset block (issue 24): digits, width 32, 4 blocks, 4 heads,
+"""The ViT trainer on every preset block: digits, width 32, 4 blocks, 4 heads,
 Adam 1e-3 and 1e-2, 10 epochs, the presets' GPT-2-like init (sigma = 0.55, alpha = 1) and
 a small-branch one (alpha = 0.2); each run's theory point recorded beside its losses.
 

@@ -1,4 +1,4 @@
-"""Theory vs finite-width simulation for the standard blocks (issue 24), extrapolated to
+"""Theory vs finite-width simulation for the standard blocks, extrapolated to
 infinite width.
 
 For every preset and point (6 per preset, spanning the phases) it simulates random stacks

@@ -1,4 +1,4 @@
-"""Theory against ``phasefield simulate exponents --block`` (issue 33): pre-LN, post-LN and
+"""Theory against ``phasefield simulate exponents --block``: pre-LN, post-LN and
 rms-SwiGLU at three points each across their phases, at one width (default 4096).
 
 For every (preset, point) it runs :func:`phasefield.simulate.blocks.exponents` (the library
@@ -19,7 +19,7 @@ Writes ``OUT.json`` (one object per (preset, point, width, draws, seed)) and ``O
 (resumable; the XLA compilations are kept in ``--cache``, so a rerun does not compile
 again). Needs only jax, flax, numpy (no netCDF). Cost: 9 points; compilation dominates
 (three block structures x two kernels, and the theory with the exact map); at width 256
-with 8 draws the whole run took 170 CPU s on the 2-core CPU (2026-11-26). Where one call
+with 8 draws the whole run took 170 CPU s on the 2-core CPU. Where one call
 has a time limit, run it per preset (``--presets pre-ln`` ...): each call prints every
 finished point and keeps it.
 """

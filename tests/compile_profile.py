@@ -1,4 +1,4 @@
-"""Where the suite's time goes to JAX compilation (issue 34), opt-in.
+"""Where the suite's time goes to JAX compilation, opt-in.
 
 ``PHASEFIELD_COMPILE_PROFILE=FOLDER pytest ...`` loads these hooks (``tests/conftest.py``):
 every worker records, per test (set-up, call and tear-down together), per jitted

@@ -6,32 +6,32 @@ transform theory functions with their own ``jit``/``vmap``/``grad`` use :func:`f
 (``pytestmark = pytest.mark.usefixtures("float64")``), JAX's scoped x64 switch.
 
 The test process owns its configuration like the ``phasefield`` command: every CPU core is a
-JAX device (as before issue 12), set here before JAX initialises. **One persistent
-compilation cache per run**: the process that starts the run (the xdist controller, or the
+JAX device, set here before JAX initialises. **One persistent compilation cache per run**:
+the process that starts the run (the xdist controller, or the
 only process) makes a fresh, empty folder and exports it as ``PHASEFIELD_TEST_CACHE``
 before the workers start, so the two xdist workers and every subprocess the tests start
 (``PHASEFIELD_CACHE``) share it and each program is compiled once per run; the folder is
-removed when the run ends, so every run starts cold (issue 34). It stores every program,
+removed when the run ends, so every run starts cold (as a fresh clone does). It stores every program,
 however quick its compile, without a size limit (``PHASEFIELD_CACHE_MIN_SECS=0``,
 ``PHASEFIELD_CACHE_MAX_BYTES=-1``, exported): ~1,300 of the suite's ~5,100 compilations are
 then loads (programs compiled again after ``jax.clear_caches``, by a fresh ``jax.jit`` of
-the same function, in the other worker or in a subprocess), and the workers' CPU fell
-~10 % (2026-11-26, seventh stop; a limited cache scans every entry before each write). ``PHASEFIELD_TEST_CACHE=FOLDER``
-names a folder of your own (kept: a warm rerun), ``PHASEFIELD_TEST_CACHE=off`` turns the
-cache off. The crashes that had it off (a segmentation fault in
-``put_executable_and_time`` / ``backend_compile_and_load`` late in two fresh-clone runs on
-2026-11-26, the second with the cache already off) were the worker running out of memory
-maps (below), not the cache. The :func:`no_compilation_cache` fixture keeps it away from
-the DeepScaleLM moments (two crashes in the cache write on 2026-11-25, cause not known).
+the same function, in the other worker or in a subprocess), which saves the workers ~10 %
+of their CPU (a size-limited cache would scan every entry before each write).
+``PHASEFIELD_TEST_CACHE=FOLDER`` names a folder of your own (kept: a warm rerun), ``PHASEFIELD_TEST_CACHE=off`` turns the
+cache off. A segmentation fault late in a run in ``put_executable_and_time`` /
+``backend_compile_and_load`` (with or without the cache) is the worker running out of
+memory maps (below), not the cache. The :func:`no_compilation_cache` fixture keeps the
+cache away from the DeepScaleLM moments (crashes seen in the cache write there, cause not
+known).
 
 Compiled programs are shared between tests and modules of a worker; each XLA:CPU
 executable holds about 3.4 memory maps, and a worker that kept all of the suite's programs
-(~42,000 maps after 16 minutes) reached the kernel's ``vm.max_map_count`` (65,530) and
-segfaulted, so :func:`_release_executables` drops JAX's compiled programs
+(~42,000 maps after 16 minutes) would reach the kernel's ``vm.max_map_count`` (65,530) and
+segfault, so :func:`_release_executables` drops JAX's compiled programs
 (``jax.clear_caches()``, the maps go with them) after any test that leaves the process
 above :data:`MAPS_HIGH` maps (the persistent cache reloads what is needed again).
 
-**Fast compiles** (issue 34): the suite compiles ~5,000 XLA programs and runs most of them
+**Fast compiles**: the suite compiles ~5,000 XLA programs and runs most of them
 once, so it lowers XLA:CPU's optimisation (:func:`phasefield._runtime.use_fast_compilation`:
 LLVM -O0, the classic emitters, one codegen module; about 5x faster compiles, values within
 ~1e-14 of the defaults) for itself and its subprocesses; the programs whose run time
@@ -44,15 +44,15 @@ was measured to cost the suite more compile time than it saved in run time.
 process compiles); tests/test_suite_setup.py checks that the defaults and the fast flags give
 the same numbers.
 
-**Process set-up** (issue 34, fifth stop): OpenBLAS and OpenMP run one thread per test
+**Process set-up**: OpenBLAS and OpenMP run one thread per test
 process (their idle threads spun beside the two workers), and Python's garbage collector runs
 less often, with the imports' and the test modules' objects frozen (it took ~4 % of the
 suite's CPU); the many-scales table test integrates its ~190 tables with an ``optimized_jit``
 program (:func:`optimized_tables`).
 
-**Seventh stop** (issue 34): the per-run cache stores every program (above); memory maps are
-counted every :data:`MAPS_EVERY` tests, not after each; JAX lowers without Python source
-locations (``JAX_TRACEBACK_IN_LOCATIONS_LIMIT=0``, exported: metadata only profilers read).
+**Cheaper bookkeeping**: memory maps are counted every :data:`MAPS_EVERY` tests, not after
+each; JAX lowers without Python source locations (``JAX_TRACEBACK_IN_LOCATIONS_LIMIT=0``,
+exported: metadata only profilers read).
 
 ``PHASEFIELD_COMPILE_PROFILE=FOLDER`` (opt-in) loads ``tests/compile_profile.py``: each
 worker writes the seconds JAX spent tracing, lowering and compiling, per test and per
@@ -65,14 +65,13 @@ import tempfile
 
 # One thread each for OpenBLAS and OpenMP (scikit-learn's trees): the two xdist workers keep
 # both cores busy, and idle BLAS/OpenMP threads spin-waiting beside them cost CPU the suite
-# needs (test_trainability 55.5 -> 46.3 CPU-s at the same wall time, 2026-11-26). Set before
+# needs (test_trainability 55.5 -> 46.3 CPU-s at the same wall time). Set before
 # NumPy loads OpenBLAS; exported, so the workers and subprocesses inherit it; a value you set wins.
 for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 # No Python source locations in the lowered programs (JAX's default keeps 10 frames of every
 # operation's traceback as MLIR location metadata, read only by profilers and XLA dumps):
-# test_theory + test_cost 65-67 -> 50-62 user CPU-s (2026-11-26, seventh stop; the suite
-# compiles ~5,000 programs). Exported before JAX loads, so the workers and subprocesses
+# test_theory + test_cost 65-67 -> 50-62 user CPU-s (the suite compiles ~5,000 programs). Exported before JAX loads, so the workers and subprocesses
 # inherit it; a value you set wins.
 os.environ.setdefault("JAX_TRACEBACK_IN_LOCATIONS_LIMIT", "0")
 
@@ -100,11 +99,10 @@ def _map_limit() -> int:
 # memory maps of a process above which its compiled programs are dropped: 75 % of the
 # kernel's limit (49,147 of 65,530), which leaves ~16,000 maps for the MAPS_EVERY tests
 # between two counts (at most 1,930 maps in one test and 5,216 over eight in a run that kept
-# every program, 2026-11-27). Kept, the workers peaked at 38,984 and 38,514 maps; at 60 %
-# (39,318) one of them crossed the mark near the end of some runs: the teardown that dropped
-# everything took 10.8 s (a fresh clone, 2026-11-27), and the programs of the tests after it
-# were traced, lowered and loaded again; at 20,000 the workers dropped everything three
-# times a run.
+# every program). Kept, the workers peak at ~39,000 maps; a mark at 60 % (39,318) is crossed
+# near the end of some runs, and then the teardown that drops everything takes ~11 s and the
+# programs of the tests after it are traced, lowered and loaded again; a mark at 20,000
+# drops everything about three times a run.
 # PHASEFIELD_TEST_MAPS_HIGH=N sets another mark (a check of the release path: a low mark
 # drops them after nearly every test)
 MAPS_HIGH = int(os.environ.get("PHASEFIELD_TEST_MAPS_HIGH", _map_limit() * 3 // 4))
@@ -137,8 +135,8 @@ if _CACHE is None:
 else:
     os.environ["PHASEFIELD_CACHE"] = _CACHE     # the subprocesses' CLI uses the same folder
 
-# Python's cyclic garbage collector took ~4 % of the suite's CPU (perf over a whole run,
-# 2026-11-26): JAX's tracing allocates many short-lived objects, and at the default thresholds
+# Python's cyclic garbage collector takes ~4 % of the suite's CPU at its default thresholds
+# (perf over a whole run): JAX's tracing allocates many short-lived objects, and at the default thresholds
 # (700, 10, 10) the collections kept rescanning every object the imports made. The test
 # processes collect less often and freeze what the imports and the collected test modules
 # made (gc.freeze: never scanned again; see pytest_collection_finish). test_layers,
@@ -156,8 +154,7 @@ def pytest_unconfigure(config):  # noqa: ARG001 - a pytest hook
 
 
 # CPU seconds per test file in a cold run with the suite's fast compiles (its tests' and
-# their subprocesses' CPU in a PHASEFIELD_COMPILE_PROFILE run, 2026-11-26, third stop;
-# files not listed: 30). The heaviest files are handed out first, so that the two xdist
+# their subprocesses' CPU in a PHASEFIELD_COMPILE_PROFILE run; files not listed: 30). The heaviest files are handed out first, so that the two xdist
 # workers finish together (``--dist loadfile --no-loadscope-reorder``: the Makefile;
 # xdist's own order is by the number of tests in a file).
 FILE_SECONDS = {
@@ -209,10 +206,9 @@ _SINCE_COUNT = [0]
 def _release_executables():
     """Drop JAX's compiled programs when the process is above :data:`MAPS_HIGH` memory maps
     (counted after every :data:`MAPS_EVERY`-th test). Every XLA:CPU executable holds ~3.4
-    maps; a worker that kept the whole suite's (2026-11-26: ~42,000 maps after 16 minutes)
-    reached the kernel's limit (``vm.max_map_count`` = 65,530), and the next compilation or
-    cache write segfaulted (two fresh-clone runs on 2026-11-26). Below the mark, tests and
-    modules share their compiled programs."""
+    maps; a worker that kept the whole suite's (~42,000 maps after 16 minutes) would reach
+    the kernel's limit (``vm.max_map_count`` = 65,530), and the next compilation or cache
+    write would segfault. Below the mark, tests and modules share their compiled programs."""
     yield
     _SINCE_COUNT[0] += 1
     if _SINCE_COUNT[0] >= MAPS_EVERY or MAPS_HIGH < 1000:   # a low mark (a check of this path): every test
@@ -265,9 +261,9 @@ def small_ensembles(monkeypatch):
     shrinkage) instead of the shipped 200 and 300 (``phasefield.vit.models``), for tests
     whose claims are about the exponent and linear models, the trees being only candidates
     (equality with scikit-learn at the shipped sizes: tests/test_trainability.py). A third
-    less CPU for the analysis tests (2026-11-26). The Gaussian-process candidates fit their
+    less CPU for the analysis tests. The Gaussian-process candidates fit their
     kernel from its starting numbers only (``GP.restarts`` 0, not 2; the GP's own tests keep
-    the shipped restarts): these eight tests 89 -> 76 CPU-s (2026-11-27)."""
+    the shipped restarts): these eight tests 89 -> 76 CPU-s."""
     from phasefield.vit import models
 
     monkeypatch.setitem(models.FOREST_PARAMS, "n_estimators", 50)

@@ -1,4 +1,4 @@
-"""Branch scales per branch, never dropped (issue 33): the standard presets take
+"""Branch scales per branch, never dropped: the standard presets take
 ``alpha_attn`` and ``alpha_mlp`` (``alpha`` still sets both), ``train-sweep``, ``fit`` and
 ``predict`` pass a run's alpha_A and alpha_M through to the block, and a number a block does
 not have is refused (one line, exit 2, nothing written)."""

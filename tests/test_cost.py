@@ -1,6 +1,6 @@
-"""The cost-cliff fixes of issue 13 hold the numbers: closed-form Gaussian smoothings and
-the 1-D conditional rule against the dense references, the new table and attention code
-paths against the old ones. (No timings here: ``scripts/bench_cost.py`` measures them.)"""
+"""The cost-cliff fixes hold the numbers: closed-form Gaussian smoothings and
+the 1-D conditional rule against the dense references, the table and attention code
+paths against the plain rules they stand in for. (No timings here: ``scripts/bench_cost.py`` measures them.)"""
 from __future__ import annotations
 
 import math
@@ -74,7 +74,7 @@ def test_gelu_closed_form_equals_the_old_2d_tables(s):
 
 
 def test_two_layer_gelu_at_sigma_w_5_matches_dense_composition():
-    """The issue's slow point: mlp_layers 2 at sigma_w 5 (second layer at scale ~17.7)."""
+    """The slow point: mlp_layers 2 at sigma_w 5 (second layer at scale ~17.7)."""
     sw = 5.0
     kern = mlp.kernel(HParams(sigma_w=sw, activation="gelu", mlp_layers=2))
     q2 = sw * sw * quadrature.reference_1d(lambda x: np_gelu(x) ** 2, sw)
@@ -148,8 +148,8 @@ def _g(p, v):
 
 
 def _pair_dense(grid, p, r):
-    """H_pr(a, b) = E g_p(a + x) g_r(b + y) by the direct two-dimensional rule (before
-    issue 13's speed-up): y = rho x + tau sqrt(1 - rho^2) w, both on the z-grid (n_a x n_z^2)."""
+    """H_pr(a, b) = E g_p(a + x) g_r(b + y) by the direct two-dimensional rule (the
+    reference of the shared/own split): y = rho x + tau sqrt(1 - rho^2) w, both on the z-grid (n_a x n_z^2)."""
     a, z, wz = (np.asarray(v) for v in (grid.a, grid.z, grid.wz))
     rho, tau = float(grid.rho), float(grid.tau)
     x = tau * z

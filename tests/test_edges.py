@@ -1,4 +1,4 @@
-"""Issue 13, the parameter space's edges: alpha = 0, alpha = 1, the identity residual
+"""The parameter space's edges: alpha = 0, alpha = 1, the identity residual
 (beta = 1), relu with several MLP layers under autodiff, and several attractors (bistable
 points). Each defined value is checked against an independent route: a limit of interior
 points, the finite-depth recursion, finite differences, iterating the map."""

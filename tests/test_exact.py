@@ -88,7 +88,7 @@ def test_theory_md_case_and_simulation():
     assert abs(r - rho_exact) < abs(r - rho_paper)
 
 
-# ---- issue 13: grid sizes from the concrete sigma_A, n; mesh values shared; polish -----------
+# ---- grid sizes from the concrete sigma_A, n; mesh values shared; polish ---------------------
 
 @pytest.mark.parametrize("sigma_a,n", [(4.5, 32), (1.0, 1024)])
 def test_concrete_sizes_resolve_s_to_1e12(sigma_a, n):
@@ -120,7 +120,7 @@ def test_public_functions_key_on_concrete_sizes():
 @pytest.mark.parametrize("sigma_a,n,corr", [(3.0, 8, True)])
 def test_table_search_equals_direct_search(sigma_a, n, corr):
     """Stable points from the shared mesh values (bisection on their interpolant, Newton
-    polish on the exact map) against the search before issue 13 (the exact map on the mesh,
+    polish on the exact map) against the direct search (the exact map on the mesh,
     bisection and Newton on it), same grid sizes, at a (sigma_w, alpha) point."""
     from phasefield.layers.paper import fixed_points
     from phasefield.theory import mlp
@@ -180,7 +180,7 @@ def test_mesh_interpolant_stands_for_the_map_only_where_exact():
     # through the theory's attention map: interpolant vs quadrature. p_A = sigma_V^2 (rho +
     # (1 - rho) S_rho) cancels where rho ~ -1/(n - 1) (terms ~0.03, p_A ~0.002): there a
     # relative 1e-14 asks for ~100 ulp of the result, so the bound also allows 1e-15 absolute
-    # (~30 ulp of the terms). Measured 2026-11-26: 4.2e-17 absolute, 2.2e-14 relative at
+    # (~30 ulp of the terms). Measured: 4.2e-17 absolute, 2.2e-14 relative at
     # p_A = 0.0019 with the suite's XLA flags, the other 23 values within 1e-14 relative
     with jax.enable_x64(True):
         f = jax.jit(jax.vmap(lambda r, a: jnp.stack(attention.forward(hp, r, a)), in_axes=(0, None)))

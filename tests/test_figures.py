@@ -1,4 +1,4 @@
-"""Figures (issue 4): drawing from saved datasets, --from without recomputation, phase
+"""Figures: drawing from saved datasets, --from without recomputation, phase
 classification, the zero-contour intersection finder, the demo summary and CLI errors.
 
 Everything here runs on small synthetic datasets (numpy only, no theory or simulation),

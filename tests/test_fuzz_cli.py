@@ -1,4 +1,4 @@
-"""Property-based fuzz of every command's options (issue 13), with hypothesis.
+"""Property-based fuzz of every command's options, with hypothesis.
 
 For each command (found by walking the click group, so a new command or option is fuzzed
 without editing this file) hypothesis draws one or two of its options and a hostile value

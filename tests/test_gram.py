@@ -111,7 +111,7 @@ def _causal_cosine_errors(hp, modes, seeds=64, width=512):
 
 
 def test_causal_per_position_cosines_goal_exact_mode():
-    """Issue goal: per-position cosines within 0.05 after 12 blocks at sigma_A <= 1.5, n = 16,
+    """Goal: per-position cosines within 0.05 after 12 blocks at sigma_A <= 1.5, n = 16,
     width 512 — the chaotic phase at sigma_A = 1.5 is the hardest case. The errors must also
     be at the noise level (rms of error / se over the 120 pairs close to 1)."""
     hp = HParams(sigma_w=2.0, sigma_a=1.5, alpha_a=0.5, alpha_m=0.7, n_tokens=16, depth=12)

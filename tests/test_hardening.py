@@ -1,4 +1,4 @@
-"""Issue 13: limits checked before work, unwritable outputs, chunk checksums, store locks,
+"""Hostile input: limits checked before work, unwritable outputs, chunk checksums, store locks,
 stale temporary files, RFC 8259 JSON -- each bad case one line on stderr, exit code 2 and no
 partial output."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Imports inside phasefield point one way (issue 33): cli -> vit, figures -> sweep,
+"""Imports inside phasefield point one way: cli -> vit, figures -> sweep,
 simulate, seeds, probe -> block -> layers -> theory -> config, grid, io, activations.
 
 The module graph is built statically (``ast``, no import runs): every ``import`` and

@@ -127,7 +127,7 @@ def test_bad_layer_options_raise_one_line(bad):
         layers.presets.get("gpt-5")
 
 
-# ---- the two hazards of issue 24 -----------------------------------------------------------
+# ---- two hazards: a kernel built for another sigma_w, a traced sigma beyond the tables ----
 
 def test_stale_kernel_is_refused():
     """paper.exponents(hp, kernel built for another sigma_w) raises (concrete) or is NaN

@@ -1,4 +1,4 @@
-"""MNIST-1D (issue 27): the loader, 1-D patches, the token count and the trainer. The
+"""MNIST-1D: the loader, 1-D patches, the token count and the trainer. The
 loader's pipeline runs against a stand-in ``mnist1d`` package everywhere; the real package
 (the optional extra ``phasefield[mnist1d]``) is tested when present."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""A real multi-process sweep (issue 13): two processes on localhost, ``jax.distributed``
+"""A real multi-process sweep: two processes on localhost, ``jax.distributed``
 with a local coordinator (CPU), one shared output; the assembled file must equal the
 single-process one."""
 from __future__ import annotations

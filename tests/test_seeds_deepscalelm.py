@@ -207,7 +207,7 @@ def test_softmax_row_moments_exact_finite_L():
 
 
 def test_sha_backward_finite_L_softmax_moments():
-    """Issue 14 (DSLM-init backward gap): at L = 32, var_logit = 1, r_g = 0 the log-normal
+    """DSLM-init backward gap: at L = 32, var_logit = 1, r_g = 0 the log-normal
     E sum A^2 = e^s/L and the leading-order Wishart term overstated the input gradient by
     17 % (value path 9 %, query 24 %, key 25 %). With the exact finite-L moments and the
     centring terms -2(d+1) S3 + (d+2) S2^2 (query), -2 S3 + S2^2 (key): value and query

@@ -1,6 +1,6 @@
 """Simulation against the mean-field theory engine (``phasefield.theory``): transients
 over 16 blocks and both exponents, at points on both sides of both phase boundaries.
-Tolerances: the issue's (q within 3 %, rho within 0.03), each checked to exceed the
+Tolerances: the acceptance targets (q within 3 %, rho within 0.03), each checked to exceed the
 statistical resolution (3 standard errors of q, 2 of rho: the per-draw spread of q at
 width 512 is ~7 %, set by the fresh value/MLP weights of every layer, so 64 draws are
 needed for a ~0.9 % standard error), and q also within 4 standard errors per layer;

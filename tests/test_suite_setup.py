@@ -1,4 +1,4 @@
-"""The suite's own set-up (tests/conftest.py, issue 34): one fresh persistent compilation
+"""The suite's own set-up (tests/conftest.py): one fresh persistent compilation
 cache per run shared by the workers and the subprocesses, compiled programs kept until the
 process has many memory maps, the heaviest files handed out first."""
 import os
@@ -46,7 +46,7 @@ def test_memory_maps_are_counted_and_the_mark_is_below_the_kernel_limit():
     assert limit > 0
     assert conftest.MAPS_HIGH <= limit * 3 // 4
     # counted every MAPS_EVERY tests: room for that many tests of 2,000 maps each (the most
-    # one test added was 1,930, and eight 5,216, 2026-11-27)
+    # one test added was 1,930, and eight 5,216)
     assert conftest.MAPS_HIGH + conftest.MAPS_EVERY * 2000 <= limit
 
 
@@ -118,7 +118,7 @@ def test_fast_compiles_give_the_numbers_of_xlas_defaults():
     against XLA's defaults (what a user's process compiles): the paper block's exponents
     (Eq. 10 map, and the exact map with the softmax correction), a pre-LN block's finite-depth
     rates and an ``optimized_jit`` program (LLVM -O1 under the fast flags, XLA's defaults in
-    the other process) agree to 1e-13 (measured 2026-11-26: within 1.5e-14, relative). The
+    the other process) agree to 1e-13 (measured: within 1.5e-14, relative). The
     fast numbers come from this process (it runs with the fast flags, and its programs are
     the suite's own), the defaults' from a subprocess without them."""
     import json

@@ -33,9 +33,9 @@ def test_sweep_is_labeled_and_matches_pointwise():
 
 
 def test_tiled_sweep_equals_the_thorough_path_across_bistable_regions(monkeypatch):
-    """Issue 26: the sweep refines, tile by tile, only the root brackets its points have;
-    the thorough path (one vmap, every bracket refined at every point: the evaluation
-    before issue 26) gives the same numbers on a grid with one and two stable points
+    """The sweep refines, tile by tile, only the root brackets its points have;
+    the thorough path (one vmap, every bracket refined at every point: the reference
+    evaluation) gives the same numbers on a grid with one and two stable points
     (docs/theory.md §6's bistable example, sigma_A = 6.875, n = 128), tiles of 8 points."""
     monkeypatch.setattr(sweep_mod, "TILE", 8)
     sw, al = np.array([0.3, 0.5, 3.0, 4.5, 6.0, 7.5, 9.0]), np.linspace(0.2, 0.95, 9)

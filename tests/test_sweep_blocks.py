@@ -1,4 +1,4 @@
-"""One sweep for every block (issue 33): ``phasefield.sweep(block=..., axes=...)`` and
+"""One sweep for every block: ``phasefield.sweep(block=..., axes=...)`` and
 ``phasefield sweep --block ... --axis ...`` (``block sweep`` its alias).
 
 The standard blocks' grids equal the layers library point by point (an independent route:

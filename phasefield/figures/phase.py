@@ -49,7 +49,7 @@ def classify(ds, angle: str = "lambda_a", gradient: str = "lambda_g"):
 def bistable(ds, x: str, y: str):
     """The (y, x) slice of ``n_stable >= 2`` (points with two or more attractors; docs/theory.md
     §6 "Several attractors"), or None when the grid has no ``n_stable`` variable (sweeps
-    written before issue 13) or no such point."""
+    written by older versions) or no such point."""
     if "n_stable" not in getattr(ds, "data_vars", {}):
         return None
     mask = slice2d(ds, x, y, "n_stable") >= 2

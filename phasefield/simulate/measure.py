@@ -75,8 +75,8 @@ def group_stats(x):
 
 # ---------------------------------------------------------------- jit-able kernels
 # draws x depth x n x d^2 above which a draw kernel is compiled with run-time optimisation
-# in a process that compiles for speed (optimized_jit; the test suite). Measured 2026-11-26
-# (2-core CPU, gradient draws): at 1.3e8 (16 draws, n = 16, d = 256, depth 8) -O0 took
+# in a process that compiles for speed (optimized_jit; the test suite). On a 2-core CPU
+# (gradient draws): at 1.3e8 (16 draws, n = 16, d = 256, depth 8) -O0 took
 # 1.1 + 1.6 s to compile and run, -O1 2.9 + 0.3 s; break-even ~1.9e8. Below it, as at the
 # CLI tests' sizes, the slower compile is not paid back.
 OPTIMIZE_ABOVE = 2e8

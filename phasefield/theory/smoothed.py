@@ -1,5 +1,5 @@
 """Closed forms that keep the MLP integrals' cost flat in the pre-activation scale s
-(issue 13: gelu with ``mlp_layers 2`` and tanh at sigma_w = 10, 100 built 2-D trapezoid
+(gelu with ``mlp_layers 2`` and tanh at sigma_w = 10, 100 would otherwise need 2-D trapezoid
 tables whose node count grows like s^2).
 
 * gelu: the bivariate expectations ``E[gelu gelu]``, ``E[gelu' gelu']`` in closed form

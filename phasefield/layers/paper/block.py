@@ -111,6 +111,6 @@ def gradient_matrix(hp, kern, q, rho, q_z, rho_z):
     """The 2x2 linear backward map on (a, b) of one block at a given forward state."""
     one, zero = jnp.ones_like(q), jnp.zeros_like(q)
     # both columns in one call (a, b of shape [2]): the attention expectations at (q, rho)
-    # are computed once, not once per column (the exact map's are costly, issue 13)
+    # are computed once, not once per column (the exact map's are costly)
     diag, off = backward_block(hp, kern, q, rho, q_z, rho_z, jnp.stack([one, zero]), jnp.stack([zero, one]))
     return jnp.moveaxis(jnp.stack([diag, off]), 1, -1)     # [diag/off, ..., column a/b]

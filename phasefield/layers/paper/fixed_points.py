@@ -10,8 +10,8 @@
 * lambda_a, the log transverse eigenvalue at the collapsed point, in closed form (or by
   autodiff of the block map).
 
-Edges of the parameter space (issue 13)
----------------------------------------
+Edges of the parameter space
+----------------------------
 Everything is written with the *branch direction* ``w_A = alpha_A^2 / s``,
 ``w_M = alpha_M^2 / s`` (``s = alpha_A^2 + alpha_M^2``) and the restoring rate
 ``r = (1 - beta_A^2 beta_M^2) / s`` (unit-norm: ``1 - alpha_A^2 alpha_M^2 / s``; identity
@@ -243,7 +243,7 @@ def no_roots(hp, kern):
     b_0 + b_1 x = p_M(0) + D(0) x; on [-1, 0] p_M(x) >= x q_M (the chord bounds p_M(|x|)). With that lower bound for p_M the
     residual's numerator is a lower bound of g's; it must exceed NO_ROOT_MARGIN (far above
     the tables' error, so the tabulated g is positive too). Paper attention only (False for
-    the exact map). Used by the sweep to skip the search for whole tiles (issue 26)."""
+    the exact map). Used by the sweep to skip the search for whole tiles."""
     if hp.attention != "paper":
         return jnp.zeros((), bool)
     ba2, bm2, aa2, am2, wa, wm, r = weights(hp)
@@ -292,9 +292,9 @@ def stable_points(hp, kern=None):
 
 def _stable_points(hp, kern, table: bool, per_root: bool = False):
     """:func:`stable_points`; ``table=False`` evaluates the exact map on the mesh and bisects
-    on it (the search before issue 13: the reference of tests/test_exact.py); ``per_root``
+    on it (the direct search: the reference of tests/test_exact.py); ``per_root``
     (direct search only) refines only the brackets the point has, in a loop with a traced
-    trip count (the sweep's tiles, issue 26; no reverse-mode derivative), instead of all
+    trip count (the sweep's tiles; no reverse-mode derivative), instead of all
     MAX_ROOTS at once (same numbers)."""
     dt = jnp.result_type(float)
     mesh, g, g0, refine = _mesh_search(hp, kern, table, per_root)

@@ -27,7 +27,7 @@ integral), the distinguished token(s) into one more Gaussian integral. In log-co
 
 with ``s, x ~ N(0, tau^2)``, ``y = rho x + tau sqrt(1 - rho^2) w``. ``H_pr`` is computed
 from a shared/own split of (x, y) (:func:`_pair_tables`: one-dimensional tables and a
-matrix product, issue 13). The Gaussian
+matrix product instead of a two-dimensional rule at every (a, b)). The Gaussian
 integrals and the a/b integrals are trapezoid rules on fixed grids (static sizes, traced
 ranges), so everything is deterministic, ``jit``/``vmap``-able and differentiable
 (``tau`` enters through a sqrt made safe at ``rho = 1``). ``n`` may be traced and may be
@@ -46,7 +46,7 @@ Z_MAX = 8.0            # standard-normal range of the Gaussian trapezoid rules
 A_LOW_PAD = 32.0       # a < -(log n + Z_MAX tau + A_LOW_PAD): integrand < n^-p e^-32
 A_HIGH_PAD = 12.0      # a > Z_MAX tau + A_HIGH_PAD: g_p(a + s) = 0 in float64
 H_A = 0.3              # target a-spacing (trapezoid error ~ exp(-pi^2 / h): 5e-15; 0.4 gave
-                       # up to 7e-11 in S at sizes sized to a concrete sigma_A, n, issue 13)
+                       # up to 7e-11 in S at grids sized to a concrete sigma_A, n)
 H_X = 0.45             # target logit spacing tau * dz
 DEFAULT_SIGMA_MAX = 4.5
 DEFAULT_N_MAX = 4096
