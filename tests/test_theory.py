@@ -154,10 +154,11 @@ def _bits(tree):
 def test_mlp_kernel_per_layer_tables_equal_one_program_bitwise(act, k, s):
     """mlp.kernel builds the tables with one program per layer (shared by every mlp_layers
     and, for the tanh split rule, every grid size): the same numbers, bit for bit, as
-    the whole construction in one program."""
+    the whole construction in one program (at the sizes of the scale's size class, padded
+    to one series length)."""
     kern = mlp.kernel(HParams(sigma_w=s, activation=act, mlp_layers=k))
-    n_grid, n_cheb = mlp.table_sizes(float(np.sqrt(np.asarray(kern.q_layers).max())))
-    whole = jax.jit(lambda sw: mlp._build(sw, act, k, n_grid, n_cheb))
+    n_grid, n_cheb = mlp.table_sizes(mlp.size_class(float(np.sqrt(np.asarray(kern.q_layers).max()))))
+    whole = jax.jit(lambda sw: mlp.pad(mlp._build(sw, act, k, n_grid, n_cheb), mlp.PAD_CHEB))
     assert _bits(kern) == _bits(whole(jnp.asarray(s)))
 
 
@@ -188,7 +189,7 @@ def test_stable_fixed_point_is_fixed_and_attracting(pt):
 
 def test_identity_residual_collapsed_point_is_at_infinity():
     """beta = 1: the norm grows by a constant per block, so the collapsed point is q* = +inf
-    (issue 13; was NaN). The closed forms and their checks are in tests/test_edges.py."""
+    (not NaN). The closed forms and their checks are in tests/test_edges.py."""
     hp = HParams(sigma_w=1.0, residual="identity")
     q_star, qz_star = paper.collapsed_fixed_point(hp)
     assert float(q_star) == math.inf and float(qz_star) == math.inf

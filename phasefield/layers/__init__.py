@@ -97,20 +97,16 @@ def finite_depth(block, q0=1.0, rho0=0.5, n_tokens=32, depth=16) -> dict:
     return _jitted("finite_depth")(block, ctx, _kernel(q0, rho0), depth=int(depth))
 
 
+@float64
 def rates(block, q0=1.0, rho0=0.5, n_tokens=32, depth=16) -> dict:
-    """Everything a block answers at one point: :func:`finite_depth` from (q0, rho0 q0),
-    and, where the block has a finite collapsed fixed point (``has_fixed_point``), the
-    exponents ``lambda_a``, ``lambda_g_inf``, ``q_star``, ``rho_star`` and the attractors
-    (``n_stable``, ``rho_star_min``, ``rho_star_max``) of :func:`exponents`; without one (the
-    norm grows with depth) those are NaN (``q_star`` inf, ``n_stable`` 0) and the costly
-    attractor search is skipped."""
-    out = dict(finite_depth(block, q0=q0, rho0=rho0, n_tokens=n_tokens, depth=depth))
-    nan = float("nan")
-    fixed = bool(jnp.isfinite(q_star(block, n_tokens=n_tokens)))
-    ex = (exponents(block, n_tokens=n_tokens, depth=depth) if fixed
-          else dict(lambda_a=nan, lambda_g_inf=nan, q_star=float("inf"), rho_star=nan, n_stable=0,
-                    rho_star_min=nan, rho_star_max=nan))
-    out.update({k: ex[k] for k in ("lambda_a", "lambda_g_inf", "q_star", "rho_star", "n_stable",
-                                   "rho_star_min", "rho_star_max")}, has_fixed_point=fixed)
+    """Everything a block answers at one point, in one compiled program
+    (:func:`.depth.rates`): :func:`finite_depth` from (q0, rho0 q0), and, where the block has
+    a finite collapsed fixed point (``has_fixed_point``), the exponents ``lambda_a``,
+    ``lambda_g_inf``, ``q_star``, ``rho_star`` and the attractors (``n_stable``,
+    ``rho_star_min``, ``rho_star_max``) of :func:`exponents`; without one (the norm grows with
+    depth) those are NaN (``q_star`` inf, ``n_stable`` 0) and the costly attractor search is
+    skipped."""
+    block, ctx = prepare(block, n_tokens)
+    out = dict(_jitted("rates")(block, ctx, _kernel(q0, rho0), depth=int(depth)))
+    out["has_fixed_point"] = bool(out["has_fixed_point"])
     return out
-

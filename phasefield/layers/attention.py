@@ -93,17 +93,22 @@ class Attention(Layer):
 
     def prepare(self, ctx, sigma_max=None):
         """Attach the exact-softmax grid sizes (``att``) for the exact map and for the
-        softmax-derivative correction, sized from the concrete logit scale and n (or
-        ``sigma_max``, the largest logit scale a sweep will trace; else the traced
-        defaults, sigma_A <= 4.5 and n <= 4096), with the mesh values for the exact map."""
+        softmax-derivative correction: for a concrete logit scale and n, the sizes of its
+        cap (:func:`phasefield.theory.attention.exact_table.point_cap`) and, for the exact
+        map, the mesh values of S and T; with ``sigma_max`` (the largest logit scale a sweep
+        will trace) its sizes; else the traced defaults (sigma_A <= 4.5, n <= 4096)."""
         if (self.map != "exact" and not self.softmax_correction) or self.att is not None:
             return self
         hp = _AttHP(self._logit_scale(), 1.0, ctx.n_tokens, "exact", self.softmax_correction)
         if sigma_max is not None:
             n_a, n_z = att_maps.exact.sizes(hp, sigma_max=float(sigma_max))
             return self.replace(att=exact_table.ExactKernel(None, n_a=n_a, n_z=n_z))
-        with_values = self.map == "exact" and exact_table.concrete_logits(hp) is not None
-        return self.replace(att=exact_table.kernel(hp, with_values=with_values))
+        logits = exact_table.concrete_logits(hp)
+        if logits is None:
+            return self.replace(att=exact_table.kernel(hp))
+        # sizes and mesh values keyed by the scale's cap, not its value: one compiled program
+        # serves every new scale (the softmax term alone integrates per point, at any norm)
+        return self.replace(att=exact_table.point_kernel(*logits, values=self.map == "exact"))
 
     def _exact_ok(self, q, x, backward=False):
         """The exact map's tables (and, backward, the softmax term's mesh values a block sweep

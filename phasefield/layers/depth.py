@@ -253,3 +253,27 @@ def finite_depth(block, ctx, k0: Kernel, depth: int) -> dict:
         lambda_g_collapsed=backward_rate(block, ctx, qc, pc, depth),
         q=qs, rho=ps / qs, q_collapsed=qc, angle_multipliers=m,
     )
+
+
+FIXED_POINT_KEYS = ("lambda_a", "lambda_g_inf", "q_star", "rho_star", "n_stable", "rho_star_min",
+                    "rho_star_max")
+
+
+def rates(block, ctx, k0: Kernel, depth: int) -> dict:
+    """:func:`finite_depth` from ``k0`` and, where the block has a finite collapsed fixed
+    point, the fixed-point quantities of :func:`exponents` (:data:`FIXED_POINT_KEYS`); without
+    one they are NaN (``q_star`` inf, ``n_stable`` 0) and the attractor search is skipped
+    (``lax.cond``: one program for both cases)."""
+    out = dict(finite_depth(block, ctx, k0, depth))
+    fin = jnp.isfinite(norm_fixed_point(block, ctx, 1.0))
+
+    def fixed(_):
+        ex = exponents(block, ctx, depth)
+        return {k: ex[k] for k in FIXED_POINT_KEYS}
+
+    shapes = jax.eval_shape(fixed, None)
+    fill = dict(q_star=jnp.inf, n_stable=0)
+    none = lambda _: {k: jnp.full(v.shape, fill.get(k, jnp.nan), v.dtype) for k, v in shapes.items()}
+    out.update(jax.lax.cond(fin, fixed, none, None), has_fixed_point=fin)
+    return out
+

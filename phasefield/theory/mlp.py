@@ -42,9 +42,14 @@ CLOSED_FORMS = ("erf", "relu", "linear", "gelu")
 ODD = ("tanh", "erf", "linear")
 DEFAULT_SIGMA_MAX = 10.0   # table resolution used when sigma_w is traced
 # tanh tables take the plain 2-D rule up to this grid size (s <~ 4), the erf split above it:
-# the split's fixed 129-node local rules cost 5-12x the plain rule's at s <= 2 (issue 26),
+# the split's fixed 129-node local rules cost 5-12x the plain rule's at s <= 2,
 # both agree with a dense reference to the same digits (tests/test_cost.py)
 PLAIN_GRID_MAX = 256
+# concrete kernels are sized for the first of these pre-activation scales at or above their
+# own (:func:`size_class`), and their Chebyshev series padded to PAD_CHEB terms (:func:`pad`):
+# every sigma_w up to 13 gives the same array shapes, so a new sigma_w compiles nothing
+SIZE_CLASSES = (3.0, 6.0, 13.0)
+PAD_CHEB = 257
 
 
 @struct.dataclass
@@ -147,19 +152,41 @@ def kernel(hp, n_grid: int | None = None, n_cheb: int | None = None,
     guard = None
     if concrete:
         scales = _layer_scales_jit(act, k)(sigma_w)
+    padded = False
     if n_grid is None or n_cheb is None:
         if concrete:
-            s_max = float(np.max(np.sqrt(np.asarray(scales[0]))))
+            s_max = size_class(float(np.max(np.sqrt(np.asarray(scales[0])))))
+            padded = True
         else:
             s_max = guard = float(DEFAULT_SIGMA_MAX if sigma_max is None else sigma_max)
         g, c = table_sizes(s_max)
         n_grid, n_cheb = n_grid or g, n_cheb or c
     if concrete:
-        return _build_concrete(sigma_w, act, k, int(n_grid), int(n_cheb), scales)
+        kern = _build_concrete(sigma_w, act, k, int(n_grid), int(n_cheb), scales)
+        return pad(kern, PAD_CHEB) if padded and kern.c_pp.shape[-1] <= PAD_CHEB else kern
     kern = _build(sigma_w, act, k, n_grid, n_cheb)
     if guard is not None:
         kern = _poison(kern, jnp.all(kern.q_layers <= guard * guard, axis=-1))
     return kern
+
+
+def size_class(s_max: float) -> float:
+    """The pre-activation scale a concrete kernel's tables are sized for: the smallest of
+    :data:`SIZE_CLASSES` at or above ``s_max`` (``s_max`` itself beyond them). Tables are
+    built by one compiled program per class, not per value."""
+    return next((c for c in SIZE_CLASSES if s_max <= c), s_max)
+
+
+def pad(kern: MLPKernel, size: int) -> MLPKernel:
+    """``kern`` with its Chebyshev series padded by zero coefficients to ``size`` terms: the
+    same function bit for bit (Clenshaw's recurrence carries the leading zeros as exact
+    zeros), and one array shape for every scale, so the programs that read the kernel are
+    compiled once per block structure."""
+    extra = size - kern.c_pp.shape[-1]
+    if extra <= 0 or kern.c_pp.shape[-1] == 0:
+        return kern
+    widths = [(0, 0)] * (kern.c_pp.ndim - 1) + [(0, extra)]
+    return kern.replace(c_pp=jnp.pad(kern.c_pp, widths), c_dd=jnp.pad(kern.c_dd, widths))
 
 
 def _poison(kern: MLPKernel, ok) -> MLPKernel:
@@ -205,8 +232,8 @@ def _tables_jit(act, n_grid, n_cheb):
 
 
 def _build_concrete(sigma_w, act, k, n_grid, n_cheb, scales):
-    """:func:`_build` for a concrete sigma_w from its :func:`layer_scales` (issue 34: fewer
-    compiled programs, the same numbers bitwise, tests/test_theory.py): the Chebyshev tables
+    """:func:`_build` for a concrete sigma_w from its :func:`layer_scales` (the same numbers
+    bitwise, tests/test_theory.py, from fewer compiled programs): the Chebyshev tables
     take one program per (activation, sizes) called once per hidden layer, shared by every
     ``mlp_layers`` (one program per ``k`` before); the tanh split rule's program does not
     depend on ``n_grid`` (only on ``n_grid > PLAIN_GRID_MAX``), so those sizes share one key."""

@@ -447,8 +447,19 @@ def st_mesh_fn(n_a: int, n_z: int, n: int | None = None):
 def _mesh_points(n: float, m: int) -> np.ndarray:
     """:func:`mesh_points` of (n, m) padded with RHO0 to MESH_FULL + 1 (:func:`st_mesh_fn`)."""
     with jax.enable_x64(True):
-        pts = np.asarray(jax.jit(mesh_points, static_argnums=1)(jnp.asarray(n, jnp.float64), m))
-    return np.concatenate([pts, np.full(MESH_FULL + 1 - len(pts), RHO0)])
+        pts = np.asarray(_mesh_fn()(jnp.asarray(n, jnp.float64), jnp.asarray(m, jnp.float64)))[:m]
+    return np.concatenate([pts, np.full(MESH_FULL + 1 - m, RHO0)])
+
+
+@functools.lru_cache(maxsize=None)
+def _mesh_fn():
+    """:func:`mesh` of (n, m) with m traced (its first m of MESH_FULL entries): one program
+    for every mesh size."""
+    def fn(n, m):
+        lo = -1.0 / (n - 1.0)
+        t = (1.0 - jnp.cos(jnp.pi * jnp.arange(MESH_FULL, dtype=n.dtype) / (m - 1))) / 2.0
+        return lo + (1.0 - lo) * t
+    return jax.jit(fn)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -590,3 +601,87 @@ def _direct_tables(sa, n, n_a, n_z, top):
                 s[bad], t[bad] = run(sel[bad], MESH_FULL)
         s_out[sel], t_out[sel] = s, t
     return s_out, t_out
+
+
+# ---- one point's tables (the layers' prepare) -------------------------------------------------
+
+POINT_CAP = exact.DEFAULT_SIGMA_MAX   # every logit scale up to this one is integrated on the
+                                      # grid of this one (its levels adapt the work to the scale)
+
+
+def point_cap(sigma_a: float) -> float:
+    """The logit scale whose grid sizes serve ``sigma_a``: :data:`POINT_CAP`, or above it the
+    first of :func:`bucket_caps`' ladder at or above ``sigma_a``. Every scale of one cap has
+    the same static sizes, so a new scale compiles nothing."""
+    if sigma_a <= POINT_CAP:
+        return POINT_CAP
+    cap = CAPS[-1]
+    while cap < sigma_a * (1.0 - 1e-12):
+        cap *= 2.0 ** 0.5
+    return cap
+
+
+@float64
+def point_kernel(sigma_a: float, n: float, values: bool = True) -> ExactKernel:
+    """The exact map's kernel of one concrete logit scale ``sigma_a`` and ``n`` tokens: grid
+    sizes for :func:`point_cap` (the scale's own where the cap's grid is over the cost bound)
+    and, with ``values``, (S, T) on the :data:`MESH_FULL` mesh (:func:`scale_tables`' route,
+    each scale integrated once per process, or read from the interpolant in the scale once a
+    process has asked for more than :data:`DIRECT_SCALES` scales of one cap), whose
+    interpolants stand for the maps where their Chebyshev tails reach rounding (``interp``,
+    ``interp_t``)."""
+    sa, n = float(sigma_a), float(n)
+    cap = point_cap(sa)
+    try:
+        n_a, n_z = exact.sizes(None, sigma_max=cap, n_max=n)
+    except ValueError:
+        cap = sa
+        n_a, n_z = exact.sizes(None, sigma_max=sa, n_max=n)
+    if not values:
+        return ExactKernel(None, n_a=n_a, n_z=n_z)
+    s, t = _point_values(sa, n, n_a, n_z, cap)
+    return ExactKernel(jnp.asarray(s), n_a=n_a, n_z=n_z, interp=interpolant_exact(s), t=jnp.asarray(t),
+                       interp_t=interpolant_exact(t))
+
+
+DIRECT_SCALES = 4      # scales of one (n, cap) integrated one by one before the interpolant
+_seen: dict = {}       # (n, n_a, n_z, cap) -> distinct scales asked for so far
+
+
+def _point_values(sa: float, n: float, n_a: int, n_z: int, cap: float):
+    """(S, T) [2, MESH_FULL + 1] of one scale: integrated, or, once more than
+    :data:`DIRECT_SCALES` scales of this cap were asked for (a loop over points), read from
+    the interpolant in the scale on [0, cap] (:func:`_scale_pieces`: the tables at
+    Chebyshev nodes of the scale, built once; within ~1e-14 of the integrated tables, as a
+    block sweep reads them)."""
+    key = (n, n_a, n_z, cap)
+    seen = _seen.setdefault(key, set())
+    seen.add(sa)
+    if len(seen) > DIRECT_SCALES:
+        for lo, hi, x, s_nodes, t_nodes in _scale_pieces(n, n_a, n_z, 0.0, cap, cap):
+            if lo <= sa <= hi:
+                c = barycentric_matrix(x, [sa])
+                return np.tensordot(c, s_nodes, axes=1)[0], np.tensordot(c, t_nodes, axes=1)[0]
+    s, t = _direct_tables(np.asarray([sa]), n, n_a, n_z, cap)
+    return s[0], t[0]
+
+
+@functools.lru_cache(maxsize=16)
+def _scale_pieces(n, n_a, n_z, lo, hi, top, depth: int = 0) -> tuple:
+    """Pieces ``(lo, hi, nodes, S, T)`` covering [lo, hi] whose Chebyshev interpolants in the
+    logit scale reach :data:`SCALE_TAIL` (:func:`scale_tables`' rule: SCALE_NODES in turn,
+    the range halved where neither does); empty where the node tables are not finite or
+    halving runs out (those scales are integrated one by one)."""
+    for m in SCALE_NODES:
+        x = scale_nodes(lo, hi, m)
+        s, t = _direct_tables(x, n, n_a, n_z, top)
+        if not (np.all(np.isfinite(s)) and np.all(np.isfinite(t))):
+            return ()
+        if max(scale_tail(s), scale_tail(t)) <= SCALE_TAIL:
+            return ((lo, hi, x, s, t),)
+    if depth >= 4:
+        return ()
+    mid = 0.5 * (lo + hi)
+    return (_scale_pieces(n, n_a, n_z, lo, mid, top, depth + 1)
+            + _scale_pieces(n, n_a, n_z, mid, hi, top, depth + 1))
+

@@ -1,0 +1,76 @@
+"""Compiled programs are keyed by a block's structure, never by its numbers: a new point of a
+block compiles nothing once one point of it ran, and the tables that make this so (MLP
+kernels padded to one size, attention tables of one grid per cap, read from the
+interpolant in the logit scale) give the numbers of the routes they replace."""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from phasefield import layers
+from phasefield.layers import spec
+from phasefield.layers.mlp import _MLPHP
+from phasefield.theory import mlp as mlp_maps
+from phasefield.theory.attention import exact_table
+
+
+class _Compiles:
+    def __init__(self):
+        self.count = 0
+        jax.monitoring.register_event_duration_secs_listener(self)
+
+    def __call__(self, event, duration, **kw):
+        if event == "/jax/core/compile/backend_compile_duration":
+            self.count += 1
+
+
+_COUNTER = _Compiles()
+
+
+@pytest.mark.parametrize("name, points", [
+    ("paper", [dict(sigma_w=0.7, alpha_a=0.3, alpha_m=0.6), dict(sigma_w=1.3, sigma_a=1.7, alpha_a=0.8),
+               dict(sigma_w=2.6, alpha_a=0.1, alpha_m=0.2)]),
+    ("rms-swiglu", [dict(sigma=0.4, alpha=0.2, attention="paper", softmax_correction=False),
+                    dict(sigma=1.1, alpha=0.7, attention="paper", softmax_correction=False),
+                    dict(sigma=1.9, alpha=0.05, attention="paper", softmax_correction=False)]),
+    ("pre-ln", [dict(sigma=0.5, alpha=0.3), dict(sigma=0.9, alpha=0.9), dict(sigma=1.4, alpha=0.2)]),
+])
+def test_a_new_point_compiles_nothing(name, points):
+    first, *rest = points
+    layers.rates(spec.build(name, first), n_tokens=16, depth=16)
+    before = _COUNTER.count
+    for kw in rest:
+        r = layers.rates(spec.build(name, kw), n_tokens=16, depth=16, q0=1.0, rho0=0.3)
+        assert np.isfinite(float(r["angle_rate"]))
+    assert _COUNTER.count == before
+
+
+@pytest.mark.parametrize("act", ["tanh", "silu"])
+def test_padded_kernel_is_the_same_function(act):
+    """A kernel sized by its size class and padded with zero Chebyshev coefficients gives
+    the series of its own class's sizes bit for bit."""
+    with jax.enable_x64(True):
+        hp = _MLPHP(1.7, act, 2)
+        kern = mlp_maps.kernel(hp)
+        assert kern.c_pp.shape[-1] == mlp_maps.PAD_CHEB
+        own = mlp_maps.kernel(hp, *mlp_maps.table_sizes(mlp_maps.size_class(1.7 * 1.0)))
+        rho = jnp.linspace(-1.0, 1.0, 41)
+        assert own.c_pp.shape[-1] < kern.c_pp.shape[-1]
+        np.testing.assert_array_equal(mlp_maps.p_m(kern, rho), mlp_maps.p_m(own, rho))
+        np.testing.assert_array_equal(mlp_maps.d_m(kern, rho), mlp_maps.d_m(own, rho))
+
+
+def test_scale_interpolant_equals_the_integrated_tables(monkeypatch):
+    """Past DIRECT_SCALES scales a point reads (S, T) from the interpolant in the logit
+    scale: equal to the tables integrated at that scale (S to 1e-12 relative, T to 1e-12)."""
+    n = 8.0
+    n_a, n_z = exact_table.exact.sizes(None, sigma_max=exact_table.POINT_CAP, n_max=n)
+    monkeypatch.setattr(exact_table, "DIRECT_SCALES", 0)
+    monkeypatch.setattr(exact_table, "_seen", {})
+    for sa in (0.37, 2.9):
+        s, t = exact_table._point_values(sa, n, n_a, n_z, exact_table.POINT_CAP)
+        s0, t0 = exact_table._direct_tables(np.asarray([sa]), n, n_a, n_z, exact_table.POINT_CAP)
+        np.testing.assert_allclose(s, s0[0], rtol=1e-12, atol=0)
+        np.testing.assert_allclose(t, t0[0], rtol=0, atol=1e-12)
