@@ -12,6 +12,7 @@ and runs each briefly, such as the test suite. A program whose run time dominate
 there (the simulators' draws) is made with :func:`optimized_jit`, which compiles it with
 run-time optimisation (:data:`OPTIMIZED`) in such a process, and is ``jax.jit`` elsewhere.
 """
+
 from __future__ import annotations
 
 import functools
@@ -35,8 +36,9 @@ def use_all_cpu_cores(count: int | None = None) -> int:
     if count <= 1 or FLAG in flags:
         return max(int(count), 1)
     if xla_bridge.backends_are_initialized():
-        raise RuntimeError("use_all_cpu_cores() must be called before JAX initialises "
-                           "(before the first JAX computation)")
+        raise RuntimeError(
+            "use_all_cpu_cores() must be called before JAX initialises (before the first JAX computation)"
+        )
     os.environ["XLA_FLAGS"] = f"{flags} --{FLAG}={int(count)}".strip()
     return int(count)
 
@@ -49,8 +51,11 @@ def use_all_cpu_cores(count: int | None = None) -> int:
 # the split, and a process whose cores are all busy gains nothing from the threads): a
 # further -18 % compile CPU on the same programs (4.8 -> 3.9 CPU-s; values
 # within 4.4e-16 of the split build). Run time is not affected.
-FAST_COMPILE_FLAGS = ("--xla_backend_optimization_level=0", "--xla_cpu_use_fusion_emitters=false",
-                      "--xla_cpu_parallel_codegen_split_count=1")
+FAST_COMPILE_FLAGS = (
+    "--xla_backend_optimization_level=0",
+    "--xla_cpu_use_fusion_emitters=false",
+    "--xla_cpu_parallel_codegen_split_count=1",
+)
 # Run-time optimisation for optimized_jit programs in a process that lowered XLA's
 # (FAST_COMPILE_FLAGS in XLA_FLAGS), as per-program compiler options: LLVM -O1 with the
 # classic emitters. Against XLA's defaults (-O3, fusion emitters) on the
@@ -72,15 +77,20 @@ def use_fast_compilation() -> bool:
     if not new:
         return False
     if xla_bridge.backends_are_initialized():
-        raise RuntimeError("use_fast_compilation() must be called before JAX initialises "
-                           "(before the first JAX computation)")
+        raise RuntimeError(
+            "use_fast_compilation() must be called before JAX initialises (before the first JAX computation)"
+        )
     import subprocess
     import sys
 
     env = dict(os.environ, XLA_FLAGS=" ".join([flags, *new]).strip(), JAX_PLATFORMS="cpu")
     try:
-        probe = subprocess.run([sys.executable, "-c", "import jax.numpy as jnp; jnp.zeros(2).block_until_ready()"],
-                               env=env, capture_output=True, timeout=300)
+        probe = subprocess.run(
+            [sys.executable, "-c", "import jax.numpy as jnp; jnp.zeros(2).block_until_ready()"],
+            env=env,
+            capture_output=True,
+            timeout=300,
+        )
     except (OSError, subprocess.SubprocessError):
         return False
     if probe.returncode != 0:
@@ -141,7 +151,7 @@ class _OptimizedJit:
             return self._plain(*args, **kwargs)
         return jitted(*args, **kwargs)
 
-    def __getattr__(self, name):          # lower, trace, eval_shape, clear_cache, ...
+    def __getattr__(self, name):  # lower, trace, eval_shape, clear_cache, ...
         if name.startswith("__"):
             raise AttributeError(name)
         return getattr(self._jit(), name)
@@ -201,7 +211,7 @@ def use_compilation_cache(min_compile_secs: float = 0.5) -> str | None:
         jax.config.update("jax_compilation_cache_max_size", max_bytes)
     except Exception:  # noqa: BLE001 - a read-only home: just compile
         return None
-    if max_bytes != -1:     # only a size-limited cache reads the access-time files
+    if max_bytes != -1:  # only a size-limited cache reads the access-time files
         _date_unsized_entries(path)
     return path
 
@@ -228,7 +238,7 @@ def _date_unsized_entries(path: str) -> None:
     except OSError:
         return
     for name in names:
-        key = name[:-len("-cache")] if name.endswith("-cache") else None
+        key = name[: -len("-cache")] if name.endswith("-cache") else None
         if key is None or key + "-atime" in names:
             continue
         try:

@@ -2,6 +2,7 @@
 
 Shared by the theory (Gaussian integrals of phi and phi') and by the networks.
 """
+
 from __future__ import annotations
 
 import math
@@ -21,7 +22,7 @@ def _dgelu(x):
     return 0.5 * (1.0 + _erf(x / math.sqrt(2.0))) + x * jnp.exp(-0.5 * x * x) / math.sqrt(2.0 * math.pi)
 
 
-def _silu(x):   # x sigmoid(x) (swish), the gate of SwiGLU
+def _silu(x):  # x sigmoid(x) (swish), the gate of SwiGLU
     return x * jax.nn.sigmoid(x)
 
 

@@ -16,16 +16,24 @@ Its linear layers are a choice (``weights``, :mod:`phasefield.layers.weights`): 
 trainable ``nn.Dense`` layers (the ViT; the simulator's reference path) or ``"lazy"``
 lazily sampled Gaussian maps (``Block(hp, weights="lazy").apply({}, x, rngs={"lazy": key})``).
 """
-from __future__ import annotations
 
-from typing import Optional
+from __future__ import annotations
 
 from flax import linen as nn
 
 from .config import HParams
 from .layers import presets
-from .layers.weights import (LAZY_RNG, RANK_TOL, WEIGHTS, RandomLinear, check_weights,  # noqa: F401
-                             cotangent_root, normalize, random_linear, token_basis)
+from .layers.weights import (  # noqa: F401
+    LAZY_RNG,
+    RANK_TOL,
+    WEIGHTS,
+    RandomLinear,
+    check_weights,
+    cotangent_root,
+    normalize,
+    random_linear,
+    token_basis,
+)
 
 
 class Block(nn.Module):
@@ -34,7 +42,7 @@ class Block(nn.Module):
 
     hp: HParams
     causal: bool = False
-    mlp_hidden: Optional[int] = None
+    mlp_hidden: int | None = None
     weights: str = "dense"  # "dense" (nn.Dense, trainable) or "lazy" (sampled, simulation)
 
     @nn.compact

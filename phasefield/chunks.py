@@ -22,6 +22,7 @@ The caller checks the grid's size first (:func:`phasefield.grid.check_grid`) and
 chunk to its evaluator's width; ``span(c)`` says which points of the flat result chunk ``c``
 fills, ``evaluate(c)`` returns its values (the first ``hi - lo`` of each array are kept).
 """
+
 from __future__ import annotations
 
 import os
@@ -42,7 +43,8 @@ def shard(tree, devices):
     devices = list(devices)
     if len(devices) < 2:
         return tree
-    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+    from jax.sharding import Mesh, NamedSharding
+    from jax.sharding import PartitionSpec as P
 
     return jax.device_put(tree, NamedSharding(Mesh(np.array(devices), ("points",)), P("points")))
 
@@ -73,8 +75,17 @@ class Driver:
         if self.store is not None:
             self.store.close()
 
-    def run(self, evaluate, n_chunks: int, span, total: int, variables, progress: bool = False,
-            desc: str = "sweep", wait: float = WAIT):
+    def run(
+        self,
+        evaluate,
+        n_chunks: int,
+        span,
+        total: int,
+        variables,
+        progress: bool = False,
+        desc: str = "sweep",
+        wait: float = WAIT,
+    ):
         """Flat float64 results ``{variable: [total]}`` (None on a multi-host process other
         than 0, once its chunks are stored)."""
         from tqdm.auto import tqdm
@@ -103,8 +114,10 @@ class Driver:
             deadline = time.monotonic() + wait
             while store.missing(n_chunks):
                 if time.monotonic() > deadline:
-                    raise ValueError(f"{len(store.missing(n_chunks))} chunks of {self.out} still missing after "
-                                     f"{wait:.0f} s; rerun on process 0 once the other processes finish")
+                    raise ValueError(
+                        f"{len(store.missing(n_chunks))} chunks of {self.out} still missing after "
+                        f"{wait:.0f} s; rerun on process 0 once the other processes finish"
+                    )
                 time.sleep(0.2)
             for c in range(n_chunks):
                 _fill(results, span(c)[0], store.load(c), variables)
@@ -120,4 +133,4 @@ class Driver:
 
 def _fill(results, lo, vals, variables):
     for k in variables:
-        results[k][lo:lo + vals[k].size] = vals[k]
+        results[k][lo : lo + vals[k].size] = vals[k]

@@ -3,6 +3,7 @@
 Numeric fields are pytree leaves, so ``jax.vmap``/``jit``/``grad`` apply to each of them;
 structural fields (activation, MLP depth, residual convention, attention map) are static.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -57,13 +58,11 @@ class HParams:
     def beta_m(self):
         return _beta(self.alpha_m, self.residual)
 
-    def astype(self, dtype) -> "HParams":
+    def astype(self, dtype) -> HParams:
         """Cast every numeric field to ``dtype`` (float64 for theory)."""
-        return self.replace(
-            **{k: jnp.asarray(getattr(self, k), dtype) for k in NUMERIC_FIELDS}
-        )
+        return self.replace(**{k: jnp.asarray(getattr(self, k), dtype) for k in NUMERIC_FIELDS})
 
-    def validate(self) -> "HParams":
+    def validate(self) -> HParams:
         """Raise ``ValueError`` with a one-line message if a concrete field is out of range
         (the ranges are :func:`phasefield.grid.check_values`; traced fields are skipped)."""
         _check_static(self)

@@ -24,6 +24,7 @@ Used by the theory sweep (:mod:`phasefield.sweep`), the simulator sweep
   second writer of the same store gets a one-line ``StoreLocked`` error at once (it does
   not wait); the processes of one multi-host run have different indices and share it.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -39,17 +40,23 @@ from .io import StoreLocked  # noqa: F401  (defined with the lock, io.dir_lock)
 
 AXES = ("sigma_w", "sigma_a", "alpha", "alpha_a", "alpha_m", "sigma_v", "n_tokens", "depth")
 DEFAULT_BRANCH_WEIGHT = 0.5
-COORD_DIGITS = 10      # coordinates are compared after rounding to this many decimals
+COORD_DIGITS = 10  # coordinates are compared after rounding to this many decimals
 
 # ---- limits (documented in the README, "Limits") --------------------------------------
-SIGMA_MAX = 100.0            # sigma_w, sigma_A, sigma_V (and other scales): beyond, exp/erf overflow
-N_TOKENS_MAX = 1_000_000     # the theory's n (a number in formulas; simulations have a memory check)
-DEPTH_MAX = 10_000           # blocks L (maps are iterated L times)
+SIGMA_MAX = 100.0  # sigma_w, sigma_A, sigma_V (and other scales): beyond, exp/erf overflow
+N_TOKENS_MAX = 1_000_000  # the theory's n (a number in formulas; simulations have a memory check)
+DEPTH_MAX = 10_000  # blocks L (maps are iterated L times)
 AXIS_POINTS_MAX = 10_000_000  # values on one axis (start:stop:count)
-GRID_POINTS_MAX = 1 << 26    # points of one grid (67 million: 2.5 GiB of float64 results)
-CHUNK_MAX = 1 << 20          # --chunk
-LIMITS = dict(sigma=SIGMA_MAX, n_tokens=N_TOKENS_MAX, depth=DEPTH_MAX, axis_points=AXIS_POINTS_MAX,
-              grid_points=GRID_POINTS_MAX, chunk=CHUNK_MAX)
+GRID_POINTS_MAX = 1 << 26  # points of one grid (67 million: 2.5 GiB of float64 results)
+CHUNK_MAX = 1 << 20  # --chunk
+LIMITS = dict(
+    sigma=SIGMA_MAX,
+    n_tokens=N_TOKENS_MAX,
+    depth=DEPTH_MAX,
+    axis_points=AXIS_POINTS_MAX,
+    grid_points=GRID_POINTS_MAX,
+    chunk=CHUNK_MAX,
+)
 GiB = float(1 << 30)
 
 
@@ -77,12 +84,15 @@ def parse_axis(text, name: str = "value") -> np.ndarray:
             raise ValueError
         return vals
     except OverflowError:
-        raise ValueError(f"--{flag(name)} asks for {count:,} points on one axis; the limit is "
-                         f"{AXIS_POINTS_MAX:,} (use a coarser range)") from None
+        raise ValueError(
+            f"--{flag(name)} asks for {count:,} points on one axis; the limit is "
+            f"{AXIS_POINTS_MAX:,} (use a coarser range)"
+        ) from None
     except ValueError:
         shown = text if len(text) <= 60 else text[:57] + "..."
-        raise ValueError(f"malformed range for --{flag(name)}: {shown!r} "
-                         f"(use start:stop:count, a,b,c or a number)") from None
+        raise ValueError(
+            f"malformed range for --{flag(name)}: {shown!r} (use start:stop:count, a,b,c or a number)"
+        ) from None
 
 
 def canonical(values) -> np.ndarray:
@@ -98,8 +108,7 @@ def branch_weights(alpha=None, alpha_a=None, alpha_m=None, default=DEFAULT_BRANC
         raise ValueError("give alpha (--alpha, ties alpha_a = alpha_m) or alpha_a/alpha_m, not both")
     if alpha is not None:
         return {"alpha": alpha}
-    return {"alpha_a": default if alpha_a is None else alpha_a,
-            "alpha_m": default if alpha_m is None else alpha_m}
+    return {"alpha_a": default if alpha_a is None else alpha_a, "alpha_m": default if alpha_m is None else alpha_m}
 
 
 def untie(values: dict) -> dict:
@@ -140,8 +149,17 @@ def check_values(values: dict) -> None:
             raise ValueError(f"{opt} must be <= {DEPTH_MAX:,} (got {v.max():g})")
 
 
-def check_option(name: str, value, lo=None, hi=None, *, integer: bool = False, lo_open: bool = False,
-                 hi_open: bool = False, hint: str = "") -> None:
+def check_option(
+    name: str,
+    value,
+    lo=None,
+    hi=None,
+    *,
+    integer: bool = False,
+    lo_open: bool = False,
+    hi_open: bool = False,
+    hint: str = "",
+) -> None:
     """One scalar option against its range: finite, a whole number if ``integer``, and in
     [lo, hi] (open ends with ``lo_open``/``hi_open``; None: unbounded). ``name`` is the
     option as the user typed it (``--width``). One-line ``ValueError`` otherwise."""
@@ -194,9 +212,11 @@ def check_memory(nbytes: float, what: str, hint: str) -> None:
     ``"<what> needs 37 GiB of memory, more than the 11 GiB limit; <hint>"``."""
     limit = memory_limit()
     if nbytes > limit:
-        raise ValueError(f"{what} needs about {format_bytes(nbytes)} of memory, more than the "
-                         f"{format_bytes(limit)} limit (half the machine's memory, or "
-                         f"PHASEFIELD_MEMORY_LIMIT); {hint}")
+        raise ValueError(
+            f"{what} needs about {format_bytes(nbytes)} of memory, more than the "
+            f"{format_bytes(limit)} limit (half the machine's memory, or "
+            f"PHASEFIELD_MEMORY_LIMIT); {hint}"
+        )
 
 
 def grid_size(sizes) -> int:
@@ -212,15 +232,18 @@ def check_grid(sizes, bytes_per_point: int = 8 * 8, what: str = "grid") -> int:
     take (``bytes_per_point``) before any work starts; returns the number of points."""
     total = grid_size(sizes)
     if total > GRID_POINTS_MAX:
-        raise ValueError(f"{what} of {total:,} points is more than the limit of {GRID_POINTS_MAX:,} "
-                         f"(its results alone need {format_bytes(total * bytes_per_point)}); "
-                         f"use a smaller grid")
+        raise ValueError(
+            f"{what} of {total:,} points is more than the limit of {GRID_POINTS_MAX:,} "
+            f"(its results alone need {format_bytes(total * bytes_per_point)}); "
+            f"use a smaller grid"
+        )
     check_memory(total * bytes_per_point, f"{what} of {total:,} points", "use a smaller grid")
     return total
 
 
-def simulation_bytes(width: int, n_tokens: int, depth: int, mlp_hidden=None, itemsize: int = 4,
-                     points: int = 1, weights: str = "dense") -> int:
+def simulation_bytes(
+    width: int, n_tokens: int, depth: int, mlp_hidden=None, itemsize: int = 4, points: int = 1, weights: str = "dense"
+) -> int:
     """Least memory of one simulated draw for ``points`` points vmapped together: the
     gradient kernel keeps the block inputs of every layer (each block is rematerialized in
     the backward pass) plus one layer's random linear maps at a time — dense: the d x d
@@ -281,8 +304,10 @@ class ChunkStore:
                 except (OSError, ValueError, AttributeError):
                     key = None
                 if key != self.key:
-                    raise ValueError(f"{self.folder} holds chunks of a different sweep (or a damaged "
-                                     f"meta.json); remove it or choose another output")
+                    raise ValueError(
+                        f"{self.folder} holds chunks of a different sweep (or a damaged "
+                        f"meta.json); remove it or choose another output"
+                    )
             else:
                 io.write_json(meta, dict(key=self.key, spec=spec))
         except BaseException:
@@ -304,8 +329,10 @@ class ChunkStore:
             except OSError:
                 owner = ""
             os.close(fd)
-            raise StoreLocked(f"another phasefield process{' (' + owner + ')' if owner else ''} is writing "
-                              f"{self.folder}; wait for it to finish or choose another output") from None
+            raise StoreLocked(
+                f"another phasefield process{' (' + owner + ')' if owner else ''} is writing "
+                f"{self.folder}; wait for it to finish or choose another output"
+            ) from None
         os.ftruncate(fd, 0)
         os.write(fd, f"pid {os.getpid()} on {_hostname()}".encode())
         self._lock_fd = fd

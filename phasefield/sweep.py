@@ -51,13 +51,14 @@ How it runs:
   the chunk store is locked: a second sweep writing the same ``out`` stops at once with
   :class:`phasefield.grid.StoreLocked`.
 """
+
 from __future__ import annotations
 
 import functools
 import os
 import sys
 import types
-from typing import Sequence
+from collections.abc import Sequence
 
 import jax
 import jax.numpy as jnp
@@ -71,29 +72,35 @@ from .theory import mlp
 from .theory.attention import exact, exact_table
 from .theory.precision import float64
 
-VARIABLES = ("lambda_a", "lambda_g", "lambda_g_inf", "q_star", "rho_star", "n_stable", "rho_star_min",
-             "rho_star_max")
+VARIABLES = ("lambda_a", "lambda_g", "lambda_g_inf", "q_star", "rho_star", "n_stable", "rho_star_min", "rho_star_max")
 ATTRS = {
     "lambda_a": dict(long_name="angle exponent", symbol="λ_a"),
-    "lambda_g": dict(long_name="gradient exponent at finite depth (collapsed input; the earlier name of "
-                     "lambda_g_collapse, kept for the files and scripts that read it)", symbol="λ_g(L)"),
+    "lambda_g": dict(
+        long_name="gradient exponent at finite depth (collapsed input; the earlier name of "
+        "lambda_g_collapse, kept for the files and scripts that read it)",
+        symbol="λ_g(L)",
+    ),
     "lambda_g_collapse": dict(long_name="gradient exponent at finite depth (collapsed input)", symbol="λ_g(L)"),
-    "lambda_g_inf": dict(long_name="gradient exponent at infinite depth (stable fixed point)",
-                         symbol="λ_g^∞"),
+    "lambda_g_inf": dict(long_name="gradient exponent at infinite depth (stable fixed point)", symbol="λ_g^∞"),
     "q_star": dict(long_name="squared norm per component at the collapsed fixed point", symbol="q*"),
     "rho_star": dict(long_name="token cosine at the attractor reached from rho_0 = 1/2", symbol="ρ*"),
-    "n_stable": dict(long_name="number of stable fixed points (rho = 1 included; >= 2: bistable)",
-                     symbol="n_stable"),
+    "n_stable": dict(long_name="number of stable fixed points (rho = 1 included; >= 2: bistable)", symbol="n_stable"),
     "rho_star_min": dict(long_name="smallest stable token cosine", symbol="ρ*_min"),
     "rho_star_max": dict(long_name="largest stable token cosine (1: the collapsed point)", symbol="ρ*_max"),
 }
-ALIASES = {"lambda_g_collapse": "lambda_g"}   # dataset variable -> the evaluator's (chunk) variable
+ALIASES = {"lambda_g_collapse": "lambda_g"}  # dataset variable -> the evaluator's (chunk) variable
 DEFAULT_CHUNK = 1 << 16
 
 
 def _axes(sigma_w, sigma_a, alpha, alpha_a, alpha_m, sigma_v, n_tokens, depth):
-    raw = dict(sigma_w=sigma_w, sigma_a=sigma_a, sigma_v=sigma_v, n_tokens=n_tokens, depth=depth,
-               **grid.branch_weights(alpha, alpha_a, alpha_m))
+    raw = dict(
+        sigma_w=sigma_w,
+        sigma_a=sigma_a,
+        sigma_v=sigma_v,
+        n_tokens=n_tokens,
+        depth=depth,
+        **grid.branch_weights(alpha, alpha_a, alpha_m),
+    )
     dims, scalars = {}, {}
     for name in grid.AXES:
         if name not in raw:
@@ -121,14 +128,13 @@ def _point_fields(dims, scalars, flat_index):
 
 
 # compiled once per activation (run eagerly, this vmap compiled every primitive on its own)
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _layer_scales_fn(activation: str, mlp_layers: int):
     return jax.jit(jax.vmap(lambda s: mlp.layer_scales(s, activation, mlp_layers)))
 
 
 @float64
-def build_kernels(sigma_w: np.ndarray, activation: str = "tanh", mlp_layers: int = 1,
-                  devices: Sequence | None = None):
+def build_kernels(sigma_w: np.ndarray, activation: str = "tanh", mlp_layers: int = 1, devices: Sequence | None = None):
     """Stacked :class:`MLPKernel` for each sigma_w (tables sized per resolution bucket,
     each bucket's sigma_w sharded over ``devices``)."""
     devices = tuple(devices) if devices is not None else tuple(jax.local_devices())
@@ -147,12 +153,16 @@ def build_kernels(sigma_w: np.ndarray, activation: str = "tanh", mlp_layers: int
         padded = np.concatenate([vals, np.repeat(vals[-1:], -len(vals) % nd)])
         arg = jnp.asarray(padded)
         if nd > 1:
-            from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+            from jax.sharding import Mesh, NamedSharding
+            from jax.sharding import PartitionSpec as P
+
             arg = jax.device_put(arg, NamedSharding(Mesh(np.array(devices), ("s",)), P("s")))
         kb = jax.device_get(_kernel_fn(activation, int(mlp_layers), *size)(arg))
         pad = k_max - size[1]
-        kb = kb.replace(c_pp=np.pad(kb.c_pp, [(0, 0)] * (kb.c_pp.ndim - 1) + [(0, pad)]),
-                        c_dd=np.pad(kb.c_dd, [(0, 0)] * (kb.c_dd.ndim - 1) + [(0, pad)]))
+        kb = kb.replace(
+            c_pp=np.pad(kb.c_pp, [(0, 0)] * (kb.c_pp.ndim - 1) + [(0, pad)]),
+            c_dd=np.pad(kb.c_dd, [(0, 0)] * (kb.c_dd.ndim - 1) + [(0, pad)]),
+        )
         if out is None:
             out = jax.tree.map(lambda x: np.zeros((sigma_w.size,) + x.shape[1:], x.dtype), kb)
         out = jax.tree.map(lambda o, x: _assign(o, sel, x[: len(vals)]), out, kb)
@@ -164,13 +174,13 @@ def _assign(o, sel, x):
     return o
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _kernel_fn(activation, mlp_layers, n_grid, n_cheb):
     hp0 = HParams(activation=activation, mlp_layers=mlp_layers)
     return jax.jit(jax.vmap(lambda s: mlp.kernel(hp0.replace(sigma_w=s), n_grid, n_cheb)))
 
 
-EXACT_TABLE_BATCH = 4   # (sigma_A, n) pairs of exact-map mesh values computed at once (memory)
+EXACT_TABLE_BATCH = 4  # (sigma_A, n) pairs of exact-map mesh values computed at once (memory)
 
 
 @float64
@@ -181,18 +191,20 @@ def build_exact_tables(pairs: np.ndarray):
     pairs = np.asarray(pairs, np.float64).reshape(-1, 2)
     n_a, n_z = exact.sizes(None, sigma_max=float(pairs[:, 0].max()), n_max=float(pairs[:, 1].max()))
     fn = exact_table.values_fn(n_a, n_z)
-    b = min(EXACT_TABLE_BATCH, len(pairs))     # (not padded to a full batch: one pair is one)
+    b = min(EXACT_TABLE_BATCH, len(pairs))  # (not padded to a full batch: one pair is one)
     padded = np.concatenate([pairs, np.repeat(pairs[-1:], -len(pairs) % b, 0)])
-    vals = [np.asarray(fn(jnp.asarray(padded[i:i + b, 0]), jnp.asarray(padded[i:i + b, 1])))
-            for i in range(0, len(padded), b)]
+    vals = [
+        np.asarray(fn(jnp.asarray(padded[i : i + b, 0]), jnp.asarray(padded[i : i + b, 1])))
+        for i in range(0, len(padded), b)
+    ]
     vals = np.concatenate(vals)[: len(pairs)]
     return (n_a, n_z, exact_table.interpolant_exact(vals)), vals
 
 
-SMALL_WIDTH = 128   # points a device at least evaluates (small sweeps share programs)
-SMALL_CHEB = 129    # Chebyshev terms at least, in a small sweep (same)
-TILE = 256   # points evaluated together (their arrays stay in cache; the root refinement
-             # loops for the most roots of a point in the tile)
+SMALL_WIDTH = 128  # points a device at least evaluates (small sweeps share programs)
+SMALL_CHEB = 129  # Chebyshev terms at least, in a small sweep (same)
+TILE = 256  # points evaluated together (their arrays stay in cache; the root refinement
+# loops for the most roots of a point in the tile)
 
 
 def _tiled_on(devices) -> bool:
@@ -206,18 +218,24 @@ def _tiled_on(devices) -> bool:
     return all(d.platform == "cpu" for d in devices)
 
 
-@functools.lru_cache(maxsize=None)
-def _evaluate_fn(activation, mlp_layers, residual, attention, softmax_correction, devices, att_sizes=None,
-                 thorough=False, tile=TILE):
+@functools.cache
+def _evaluate_fn(
+    activation, mlp_layers, residual, attention, softmax_correction, devices, att_sizes=None, thorough=False, tile=TILE
+):
     """The compiled chunk evaluator. Each device runs its points tile by tile (``lax.map``
     over ``tile``-point ``vmap`` batches). ``thorough``: one ``vmap`` over the whole chunk with
     every root bracket refined at every point (the reference path: same numbers)."""
-    hp_static = dict(activation=activation, mlp_layers=int(mlp_layers), residual=residual, attention=attention,
-                     softmax_correction=bool(softmax_correction))
+    hp_static = dict(
+        activation=activation,
+        mlp_layers=int(mlp_layers),
+        residual=residual,
+        attention=attention,
+        softmax_correction=bool(softmax_correction),
+    )
 
     def setup(fields, index, kernels, att_index, att_values):
         hp = HParams(**fields, **hp_static)
-        kern = jax.tree.map(lambda x: x[index], kernels)     # gather on device, per point
+        kern = jax.tree.map(lambda x: x[index], kernels)  # gather on device, per point
         if att_sizes is not None:
             kern = kern.replace(att=exact_table.ExactKernel(att_values[att_index], *att_sizes))
         return hp, kern
@@ -244,9 +262,15 @@ def _evaluate_fn(activation, mlp_layers, residual, attention, softmax_correction
             half = (k + 1) // 2
             short = jnp.all(kernels.c_pp[index][..., half:] == 0) & jnp.all(kernels.c_dd[index][..., half:] == 0)
             cut = kernels.replace(c_pp=kernels.c_pp[..., :half], c_dd=kernels.c_dd[..., :half])
-            return jax.lax.cond(short, lambda *a: vfn(a[0], a[1], cut, a[2], a[3]),
-                                lambda *a: vfn(a[0], a[1], kernels, a[2], a[3]),
-                                fields, index, att_index, att_values)
+            return jax.lax.cond(
+                short,
+                lambda *a: vfn(a[0], a[1], cut, a[2], a[3]),
+                lambda *a: vfn(a[0], a[1], kernels, a[2], a[3]),
+                fields,
+                index,
+                att_index,
+                att_values,
+            )
 
         def one_tile(x, kernels, att_values):
             args = (x[0], x[1], kernels, x[2], att_values)
@@ -255,27 +279,35 @@ def _evaluate_fn(activation, mlp_layers, residual, attention, softmax_correction
         def fn(fields, index, kernels, att_index, att_values):
             n = index.shape[0]
             t = min(tile, n)
-            if n % t:   # (sweep() gives whole tiles; anything else: one tile)
+            if n % t:  # (sweep() gives whole tiles; anything else: one tile)
                 t = n
             tiles = jax.tree.map(lambda v: v.reshape((n // t, t) + v.shape[1:]), (fields, index, att_index))
             out = jax.lax.map(lambda x: one_tile(x, kernels, att_values), tiles)
             return jax.tree.map(lambda v: v.reshape((n,) + v.shape[2:]), out)
+
     if len(devices) > 1:
-        from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+        from jax.sharding import Mesh, NamedSharding
+        from jax.sharding import PartitionSpec as P
+
         mesh = Mesh(np.array(devices), ("points",))
         sharding = NamedSharding(mesh, P("points"))
         replicated = NamedSharding(mesh, P())
-        if not thorough:   # each device tiles its own points
-            fn = jax.shard_map(fn, mesh=mesh, in_specs=(P("points"), P("points"), P(), P("points"), P()),
-                               out_specs=P("points"), check_vma=False)
-        return jax.jit(fn, in_shardings=(sharding, sharding, replicated, sharding, replicated),
-                       out_shardings=sharding), sharding
+        if not thorough:  # each device tiles its own points
+            fn = jax.shard_map(
+                fn,
+                mesh=mesh,
+                in_specs=(P("points"), P("points"), P(), P("points"), P()),
+                out_specs=P("points"),
+                check_vma=False,
+            )
+        return jax.jit(
+            fn, in_shardings=(sharding, sharding, replicated, sharding, replicated), out_shardings=sharding
+        ), sharding
     return jax.jit(fn), None
 
 
 PAPER_NUMBERS = ("sigma_w", "sigma_a", "alpha", "alpha_a", "alpha_m", "sigma_v")
-PAPER_OPTIONS = dict(activation="tanh", mlp_layers=1, residual="unit-norm", attention="paper",
-                     softmax_correction=False)
+PAPER_OPTIONS = dict(activation="tanh", mlp_layers=1, residual="unit-norm", attention="paper", softmax_correction=False)
 
 
 def block_of(block) -> tuple[str, dict]:
@@ -291,12 +323,34 @@ def block_of(block) -> tuple[str, dict]:
     raise ValueError(f"block must be a spec string NAME[:k=v,...], a JSON file or (name, dict) (got {block!r})")
 
 
-def sweep(*, block=None, axes: dict | None = None, sigma_w=None, sigma_a=None, alpha=None, alpha_a=None,
-          alpha_m=None, sigma_v=None, n_tokens=None, depth=None, activation: str | None = None,
-          mlp_layers: int | None = None, residual: str | None = None, attention: str | None = None,
-          softmax_correction: bool | None = None, q0: float | None = None, rho0: float | None = None,
-          mesh: bool = True, out: str | None = None, chunk_size: int | None = None, progress: bool = False,
-          devices: Sequence | None = None, wait: float = 24 * 3600.0, log=None, _thorough: bool = False):
+def sweep(
+    *,
+    block=None,
+    axes: dict | None = None,
+    sigma_w=None,
+    sigma_a=None,
+    alpha=None,
+    alpha_a=None,
+    alpha_m=None,
+    sigma_v=None,
+    n_tokens=None,
+    depth=None,
+    activation: str | None = None,
+    mlp_layers: int | None = None,
+    residual: str | None = None,
+    attention: str | None = None,
+    softmax_correction: bool | None = None,
+    q0: float | None = None,
+    rho0: float | None = None,
+    mesh: bool = True,
+    out: str | None = None,
+    chunk_size: int | None = None,
+    progress: bool = False,
+    devices: Sequence | None = None,
+    wait: float = 24 * 3600.0,
+    log=None,
+    _thorough: bool = False,
+):
     """The theory of any block on a grid -> ``xarray.Dataset`` (see the module docstring).
 
     ``block``: None or ``"paper"`` (the paper block, also spelled by the keywords ``sigma_w=``,
@@ -309,9 +363,19 @@ def sweep(*, block=None, axes: dict | None = None, sigma_w=None, sigma_a=None, a
     through the chunk driver :mod:`phasefield.chunks`. Returns None on a multi-host process
     other than 0. (``_thorough``: the untiled paper evaluation refining every root bracket,
     the reference of the tiled one in tests/test_sweep.py and scripts/bench_theory.py.)"""
-    paper_kw = dict(sigma_w=sigma_w, sigma_a=sigma_a, alpha=alpha, alpha_a=alpha_a, alpha_m=alpha_m,
-                    sigma_v=sigma_v, activation=activation, mlp_layers=mlp_layers, residual=residual,
-                    attention=attention, softmax_correction=softmax_correction)
+    paper_kw = dict(
+        sigma_w=sigma_w,
+        sigma_a=sigma_a,
+        alpha=alpha,
+        alpha_a=alpha_a,
+        alpha_m=alpha_m,
+        sigma_v=sigma_v,
+        activation=activation,
+        mlp_layers=mlp_layers,
+        residual=residual,
+        attention=attention,
+        softmax_correction=softmax_correction,
+    )
     given = {k: v for k, v in paper_kw.items() if v is not None}
     name, fixed = ("paper", {}) if block is None else block_of(block)
     axes = dict(axes or {})
@@ -321,8 +385,10 @@ def sweep(*, block=None, axes: dict | None = None, sigma_w=None, sigma_a=None, a
     run = dict(out=out, progress=progress, devices=devices, wait=wait, log=log)
     if name != "paper":
         if given:
-            raise ValueError(f"{', '.join(k + '=' for k in given)}: numbers of the paper block; block {name} "
-                             f"takes its own numbers in axes= or the spec ({', '.join(_numbers(name))})")
+            raise ValueError(
+                f"{', '.join(k + '=' for k in given)}: numbers of the paper block; block {name} "
+                f"takes its own numbers in axes= or the spec ({', '.join(_numbers(name))})"
+            )
         from .layers import sweep as layers_sweep
 
         for k, v in (("n_tokens", n_tokens), ("depth", depth)):
@@ -330,20 +396,34 @@ def sweep(*, block=None, axes: dict | None = None, sigma_w=None, sigma_a=None, a
                 axes[k] = v
         n = n_tokens if n_tokens is not None and np.ndim(n_tokens) == 0 else 32
         d = depth if depth is not None and np.ndim(depth) == 0 else 16
-        return layers_sweep.sweep(name, axes, fixed, n_tokens=n, depth=d, q0=1.0 if q0 is None else q0,
-                                  rho0=0.5 if rho0 is None else rho0, chunk=chunk_size, mesh=mesh, **run)
+        return layers_sweep.sweep(
+            name,
+            axes,
+            fixed,
+            n_tokens=n,
+            depth=d,
+            q0=1.0 if q0 is None else q0,
+            rho0=0.5 if rho0 is None else rho0,
+            chunk=chunk_size,
+            mesh=mesh,
+            **run,
+        )
     if q0 is not None or rho0 is not None:
-        raise ValueError("q0=/rho0= set the input of the layers evaluator; the paper block's sweep starts "
-                         "from its collapsed fixed point (lambda_g_collapse)")
+        raise ValueError(
+            "q0=/rho0= set the input of the layers evaluator; the paper block's sweep starts "
+            "from its collapsed fixed point (lambda_g_collapse)"
+        )
     kw = dict(fixed)
     for source in (axes, given):
         for k, v in source.items():
             if k in ("n_tokens", "depth"):
                 continue
             if k not in PAPER_NUMBERS and (source is axes or k not in PAPER_OPTIONS):
-                raise ValueError(f"block paper has no number {k!r} to sweep; it has "
-                                 f"{', '.join(PAPER_NUMBERS + ('n_tokens', 'depth'))}")
-            if k in kw:     # (alpha with alpha_a or alpha_m: grid.branch_weights says "not both")
+                raise ValueError(
+                    f"block paper has no number {k!r} to sweep; it has "
+                    f"{', '.join(PAPER_NUMBERS + ('n_tokens', 'depth'))}"
+                )
+            if k in kw:  # (alpha with alpha_a or alpha_m: grid.branch_weights says "not both")
                 raise ValueError(f"{k} is given twice (the block spec, axes= or {k}=)")
             kw[k] = v
     kw.setdefault("sigma_w", 1.0)
@@ -363,18 +443,41 @@ def _numbers(name):
 
 
 @float64
-def _paper_sweep(*, sigma_w, sigma_a=1.0, alpha=None, alpha_a=None, alpha_m=None, sigma_v=1.0,
-                 n_tokens=32, depth=16, activation: str = "tanh", mlp_layers: int = 1,
-                 residual: str = "unit-norm", attention: str = "paper", softmax_correction: bool = False,
-                 out: str | None = None, chunk_size: int | None = None, progress: bool = False,
-                 devices: Sequence | None = None, wait: float = 24 * 3600.0, log=None, _thorough: bool = False):
+def _paper_sweep(
+    *,
+    sigma_w,
+    sigma_a=1.0,
+    alpha=None,
+    alpha_a=None,
+    alpha_m=None,
+    sigma_v=1.0,
+    n_tokens=32,
+    depth=16,
+    activation: str = "tanh",
+    mlp_layers: int = 1,
+    residual: str = "unit-norm",
+    attention: str = "paper",
+    softmax_correction: bool = False,
+    out: str | None = None,
+    chunk_size: int | None = None,
+    progress: bool = False,
+    devices: Sequence | None = None,
+    wait: float = 24 * 3600.0,
+    log=None,
+    _thorough: bool = False,
+):
     """The paper block's sweep (its closed-form evaluator) through the chunk driver."""
     import xarray as xr
 
     from . import chunks
 
-    HParams(activation=activation, mlp_layers=mlp_layers, residual=residual, attention=attention,
-            softmax_correction=bool(softmax_correction)).validate()
+    HParams(
+        activation=activation,
+        mlp_layers=mlp_layers,
+        residual=residual,
+        attention=attention,
+        softmax_correction=bool(softmax_correction),
+    ).validate()
     dims, scalars = _axes(sigma_w, sigma_a, alpha, alpha_a, alpha_m, sigma_v, n_tokens, depth)
     shape = tuple(v.size for v in dims.values())
     total = grid.check_grid(shape, 8 * 8, "grid")
@@ -386,7 +489,7 @@ def _paper_sweep(*, sigma_w, sigma_a=1.0, alpha=None, alpha_a=None, alpha_m=None
     chunk = int(chunk_size or (DEFAULT_CHUNK if attention == "paper" else 64))
     chunk = max(ndev, min(chunk, -(-total // ndev) * ndev))
     chunk = -(-chunk // ndev) * ndev
-    if chunk > ndev * TILE:   # whole tiles per device (a partial one would compile a second program)
+    if chunk > ndev * TILE:  # whole tiles per device (a partial one would compile a second program)
         chunk = -(-chunk // (ndev * TILE)) * ndev * TILE
     n_chunks = -(-total // chunk)
     # a small chunk is evaluated at a power-of-two width (>= SMALL_WIDTH points a device,
@@ -398,16 +501,28 @@ def _paper_sweep(*, sigma_w, sigma_a=1.0, alpha=None, alpha_a=None, alpha_m=None
     # CPU devices only (_tiled_on)
     small = width < ndev * TILE
     thorough = bool(_thorough) or small or not _tiled_on(devices)
-    static = dict(activation=activation, mlp_layers=int(mlp_layers), residual=residual,
-                  attention=attention, softmax_correction=bool(softmax_correction), chunk=chunk, version=3)
+    static = dict(
+        activation=activation,
+        mlp_layers=int(mlp_layers),
+        residual=residual,
+        attention=attention,
+        softmax_correction=bool(softmax_correction),
+        chunk=chunk,
+        version=3,
+    )
 
     pairs = None
-    if attention == "exact":   # its logit grids, sized to the largest sigma_A and n: checked before any work
+    if attention == "exact":  # its logit grids, sized to the largest sigma_A and n: checked before any work
         pairs = _exact_pairs(dims, scalars)
         exact.sizes(None, sigma_max=float(pairs[:, 0].max()), n_max=float(pairs[:, 1].max()))
 
-    spec = dict(source="phasefield.sweep", dims={k: v.tolist() for k, v in dims.items()},
-                scalars={k: float(v) for k, v in scalars.items()}, n_chunks=n_chunks, **static)
+    spec = dict(
+        source="phasefield.sweep",
+        dims={k: v.tolist() for k, v in dims.items()},
+        scalars={k: float(v) for k, v in scalars.items()},
+        n_chunks=n_chunks,
+        **static,
+    )
     with chunks.Driver(out, spec, log=log) as drv:
         sw_values = dims.get("sigma_w", scalars.get("sigma_w"))
         sw_all = np.atleast_1d(sw_values)
@@ -421,23 +536,36 @@ def _paper_sweep(*, sigma_w, sigma_a=1.0, alpha=None, alpha_a=None, alpha_m=None
         kernels = jax.tree.map(lambda x: np.pad(x, [(0, pad)] + [(0, 0)] * (x.ndim - 1), mode="edge"), kernels)
         k_pad = max(SMALL_CHEB - kernels.c_pp.shape[-1], 0) if small and kernels.c_pp.shape[-1] else 0
         if k_pad:
-            kernels = kernels.replace(**{k: np.pad(getattr(kernels, k), [(0, 0)] * (kernels.c_pp.ndim - 1) + [(0, k_pad)])
-                                         for k in ("c_pp", "c_dd")})
+            kernels = kernels.replace(
+                **{
+                    k: np.pad(getattr(kernels, k), [(0, 0)] * (kernels.c_pp.ndim - 1) + [(0, k_pad)])
+                    for k in ("c_pp", "c_dd")
+                }
+            )
         kernels = jax.tree.map(jnp.asarray, kernels)
         att_sizes, att_values, pair_index = None, jnp.zeros((1,)), {}
         if pairs is not None:
             pair_index = {tuple(p): i for i, p in enumerate(pairs.tolist())}
             att_sizes, att_values = build_exact_tables(pairs)
             att_values = jnp.asarray(att_values)
-        fn, sharding = _evaluate_fn(activation, mlp_layers, residual, attention, softmax_correction,
-                                    tuple(devices), att_sizes, thorough, int(TILE))
+        fn, sharding = _evaluate_fn(
+            activation,
+            mlp_layers,
+            residual,
+            attention,
+            softmax_correction,
+            tuple(devices),
+            att_sizes,
+            thorough,
+            int(TILE),
+        )
 
         def span(c):
             return c * chunk, min(total, (c + 1) * chunk)
 
         def evaluate(c):
             lo = c * chunk
-            index = np.arange(lo, lo + width) % total          # pad (the last chunk) by wrapping
+            index = np.arange(lo, lo + width) % total  # pad (the last chunk) by wrapping
             fields, sw_index = _point_fields(dims, scalars, index)
             att_index = np.zeros(index.shape, np.int64)
             if att_sizes is not None:
@@ -450,17 +578,27 @@ def _paper_sweep(*, sigma_w, sigma_a=1.0, alpha=None, alpha_a=None, alpha_m=None
 
         results = drv.run(evaluate, n_chunks, span, total, VARIABLES, progress=progress, wait=wait)
         if results is None:
-            return None   # process 0 assembles
+            return None  # process 0 assembles
         coords = {name: (name, v) for name, v in dims.items()}
         coords.update({name: float(v) for name, v in scalars.items()})
         data = {k: (tuple(dims), results[k].reshape(shape), ATTRS[k]) for k in VARIABLES}
         for alias, k in ALIASES.items():
             data[alias] = (tuple(dims), results[k].reshape(shape), ATTRS[alias])
-        ds = xr.Dataset(data, coords=coords, attrs=dict(
-            title="phasefield theory sweep", block="paper", activation=activation, mlp_layers=int(mlp_layers),
-            residual=residual, attention=attention, softmax_correction=int(bool(softmax_correction)),
-            note="lambda_g_collapse: depth-L exponent from the collapsed fixed point (lambda_g: the same "
-                 "numbers under their earlier name); lambda_g_inf: stable fixed point"))
+        ds = xr.Dataset(
+            data,
+            coords=coords,
+            attrs=dict(
+                title="phasefield theory sweep",
+                block="paper",
+                activation=activation,
+                mlp_layers=int(mlp_layers),
+                residual=residual,
+                attention=attention,
+                softmax_correction=int(bool(softmax_correction)),
+                note="lambda_g_collapse: depth-L exponent from the collapsed fixed point (lambda_g: the same "
+                "numbers under their earlier name); lambda_g_inf: stable fixed point",
+            ),
+        )
         drv.write(ds)
         return ds
 

@@ -14,6 +14,7 @@
 The simulated sweep is resumable (parts directory); the report is written to
 OUT/report.md and printed.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,7 +28,7 @@ from phasefield import HParams
 from phasefield.simulate import compare, measure
 from phasefield.simulate import sweep as simsweep
 
-phasefield.use_all_cpu_cores()          # this script owns its process
+phasefield.use_all_cpu_cores()  # this script owns its process
 
 SW = np.linspace(0.5, 3.0, 16)
 ALPHA = np.linspace(0.1, 0.9, 16)
@@ -39,8 +40,9 @@ def stage_sim(out):
     if os.path.exists(path):
         return path
     t = time.time()
-    ds = simsweep.sweep(width=WIDTH, seeds=SEEDS, sigma_w=SW, alpha=ALPHA, chunk=16,
-                        parts_dir=path + ".parts", progress=True)
+    ds = simsweep.sweep(
+        width=WIDTH, seeds=SEEDS, sigma_w=SW, alpha=ALPHA, chunk=16, parts_dir=path + ".parts", progress=True
+    )
     ds.attrs["runtime_s"] = time.time() - t
     ds.to_netcdf(path + ".tmp", engine="h5netcdf")
     os.replace(path + ".tmp", path)
@@ -57,8 +59,9 @@ def stage_theory(out):
     return path
 
 
-def transient_table(out, attention="paper", sigma_ws=(1.0, 2.0, 3.0),
-                    sigma_as=(0.5, 1.0, 1.5, 2.0, 3.0, 4.0), width=WIDTH, seeds=8):
+def transient_table(
+    out, attention="paper", sigma_ws=(1.0, 2.0, 3.0), sigma_as=(0.5, 1.0, 1.5, 2.0, 3.0, 4.0), width=WIDTH, seeds=8
+):
     from phasefield.layers import paper
 
     rows = []
@@ -71,8 +74,10 @@ def transient_table(out, attention="paper", sigma_ws=(1.0, 2.0, 3.0),
             dq.append(np.max(np.abs(sim["q"] - q_th) / q_th))
             drho.append(np.max(np.abs(sim["rho"] - p_th / q_th)))
         rows.append((sa, np.median(dq), np.max(dq), np.median(drho), np.max(drho)))
-    lines = [f"| sigma_A | median max-layer rel. err q | max | median max-layer err rho | max |",
-             "|---|---|---|---|---|"]
+    lines = [
+        "| sigma_A | median max-layer rel. err q | max | median max-layer err rho | max |",
+        "|---|---|---|---|---|",
+    ]
     lines += [f"| {r[0]:.1f} | {r[1]:.3f} | {r[2]:.3f} | {r[3]:.3f} | {r[4]:.3f} |" for r in rows]
     return "\n".join(lines)
 
@@ -96,9 +101,11 @@ def main():
     ]
     for attention in ("paper", "exact"):
         table = transient_table(args.out, attention=attention)
-        parts += [f"## Transients over 16 blocks, attention map '{attention}' "
-                  f"(sigma_w in 1, 2, 3; alpha = .5; q0 = 1, rho0 = .5; width {WIDTH}, 8 draws)",
-                  table]
+        parts += [
+            f"## Transients over 16 blocks, attention map '{attention}' "
+            f"(sigma_w in 1, 2, 3; alpha = .5; q0 = 1, rho0 = .5; width {WIDTH}, 8 draws)",
+            table,
+        ]
     text = "\n\n".join(parts) + "\n"
     with open(os.path.join(args.out, "report.md"), "w") as fh:
         fh.write(text)

@@ -21,6 +21,7 @@ and warm.
 Target: pre-ln within 3x of paper, compilation included. Machines are noisy: run
 it on an idle machine, or read the CPU seconds.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -51,16 +52,21 @@ def worker(kind: str, n: int, cache: str) -> None:
     if kind == "paper":
         phasefield.sweep(sigma_w=np.linspace(0.5, 4.0, n), alpha=np.linspace(0.01, 0.99, n), n_tokens=16, depth=16)
     elif kind == "pre-ln":
-        block_sweep.sweep("pre-ln", {"sigma": np.linspace(0.1, 2.0, n), "alpha": np.linspace(0.05, 1.0, n)},
-                          fixed={"attention": "exact"}, n_tokens=16, depth=16)
+        block_sweep.sweep(
+            "pre-ln",
+            {"sigma": np.linspace(0.1, 2.0, n), "alpha": np.linspace(0.05, 1.0, n)},
+            fixed={"attention": "exact"},
+            n_tokens=16,
+            depth=16,
+        )
     elif kind == "paper-generic":
-        block_sweep.sweep("paper", {"sigma_w": np.linspace(0.5, 4.0, n), "alpha_a": np.linspace(0.01, 0.99, n)},
-                          n_tokens=16, depth=16)
+        block_sweep.sweep(
+            "paper", {"sigma_w": np.linspace(0.5, 4.0, n), "alpha_a": np.linspace(0.01, 0.99, n)}, n_tokens=16, depth=16
+        )
     else:
         raise SystemExit(f"unknown kind {kind}")
     r1 = resource.getrusage(resource.RUSAGE_SELF)
-    print(json.dumps(dict(wall=time.perf_counter() - t0,
-                          cpu=r1.ru_utime + r1.ru_stime - r0.ru_utime - r0.ru_stime)))
+    print(json.dumps(dict(wall=time.perf_counter() - t0, cpu=r1.ru_utime + r1.ru_stime - r0.ru_utime - r0.ru_stime)))
 
 
 def run(kind: str, n: int, cache: str, src: str | None = None) -> dict:
@@ -98,13 +104,15 @@ def main(argv=None) -> int:
             runs.append(("pre-ln", export(args.baseline, tmp)))
         for n in args.sizes:
             for kind, src in runs:
-                cache = tempfile.mkdtemp(dir=tmp)           # cold: an empty persistent cache
+                cache = tempfile.mkdtemp(dir=tmp)  # cold: an empty persistent cache
                 label = kind if src is None else f"{kind}@{args.baseline}"
                 for state in ("cold", "warm"):
                     r = run(kind, n, cache, src)
                     rows.append(dict(kind=label, n=n, cache=state, **r))
-                    print(f"{label:>20} {n:>4}x{n:<4} {state:>4}  wall {r['wall']:8.2f} s  cpu {r['cpu']:8.2f} s",
-                          flush=True)
+                    print(
+                        f"{label:>20} {n:>4}x{n:<4} {state:>4}  wall {r['wall']:8.2f} s  cpu {r['cpu']:8.2f} s",
+                        flush=True,
+                    )
     print("\nratios pre-ln / paper (wall, cpu):")
     get = {(r["kind"], r["n"], r["cache"]): r for r in rows}
     for n in args.sizes:

@@ -14,6 +14,7 @@ Ratios are to tanh at sigma_w = 5 (paper attention). Then the peak resident memo
 
     nice -n 15 python scripts/bench_cost.py [--quick]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -54,7 +55,7 @@ def _block(tree):
 def time_point(fields, reps):
     """Warm seconds per point, median of ``reps``: kernel + exponents at a sigma_w and
     sigma_A not seen before (same grid sizes; the exact map's mesh values are recomputed)."""
-    _block(paper.exponents(HParams(**fields)))           # compile
+    _block(paper.exponents(HParams(**fields)))  # compile
     sw, sa = fields["sigma_w"], fields.get("sigma_a", 1.0)
     times = []
     for k in range(reps):
@@ -69,7 +70,7 @@ def time_sweep(fields, n, reps):
     """Wall seconds per grid point of a warm sweep, median of ``reps`` sweeps."""
     static = {k: fields[k] for k in ("activation", "mlp_layers", "attention") if k in fields}
     alpha = np.linspace(0.1, 0.9, n)
-    phasefield.sweep(sigma_w=fields["sigma_w"], alpha=alpha, **static)   # compile
+    phasefield.sweep(sigma_w=fields["sigma_w"], alpha=alpha, **static)  # compile
     times = []
     for k in range(reps):
         t0 = time.perf_counter()
@@ -80,12 +81,25 @@ def time_sweep(fields, n, reps):
 
 def peak_rss_exact_sweep():
     with tempfile.TemporaryDirectory() as tmp:
-        cmd = [sys.executable, "-m", "phasefield", "sweep", "--sigma-w", "0.5:3:6", "--alpha", "0.2:0.8:6",
-               "--attention", "exact", "--quiet", "-o", os.path.join(tmp, "exact36.nc")]
+        cmd = [
+            sys.executable,
+            "-m",
+            "phasefield",
+            "sweep",
+            "--sigma-w",
+            "0.5:3:6",
+            "--alpha",
+            "0.2:0.8:6",
+            "--attention",
+            "exact",
+            "--quiet",
+            "-o",
+            os.path.join(tmp, "exact36.nc"),
+        ]
         t0 = time.perf_counter()
         subprocess.run(cmd, check=True, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         wall = time.perf_counter() - t0
-    return resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024 ** 2, wall   # KiB -> GiB
+    return resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024**2, wall  # KiB -> GiB
 
 
 def main():
@@ -93,10 +107,18 @@ def main():
     ap.add_argument("--quick", action="store_true", help="fewer repetitions, no memory run")
     args = ap.parse_args()
     reps = 3 if args.quick else 5
-    cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if "model name" in line),
-               platform.processor()) if os.path.exists("/proc/cpuinfo") else platform.processor()
-    print(f"# {time.strftime('%Y-%m-%d')}  {cpu}, {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}, "
-          f"jax {jax.__version__}")
+    cpu = (
+        next(
+            (line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if "model name" in line),
+            platform.processor(),
+        )
+        if os.path.exists("/proc/cpuinfo")
+        else platform.processor()
+    )
+    print(
+        f"# {time.strftime('%Y-%m-%d')}  {cpu}, {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}, "
+        f"jax {jax.__version__}"
+    )
     rows = []
     for label, fields, n in CONFIGS:
         t_point = time_point(fields, reps)

@@ -11,6 +11,7 @@ them, never asserted.
 
     python scripts/bench_points.py [--points 20] [--seed 0] [--no-cli]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -43,8 +44,12 @@ def _count(event, duration, **kw):
 def _point(name, rng):
     """Random numbers of preset ``name`` in the range its phase diagrams span."""
     if name == "paper":
-        return dict(sigma_w=rng.uniform(0.5, 3.0), sigma_a=rng.uniform(0.5, 2.0),
-                    alpha_a=rng.uniform(0.05, 0.95), alpha_m=rng.uniform(0.05, 0.95))
+        return dict(
+            sigma_w=rng.uniform(0.5, 3.0),
+            sigma_a=rng.uniform(0.5, 2.0),
+            alpha_a=rng.uniform(0.05, 0.95),
+            alpha_m=rng.uniform(0.05, 0.95),
+        )
     kw = dict(sigma=rng.uniform(0.2, 2.0), alpha=rng.uniform(0.05, 1.0))
     if name == "dyt":
         kw["a"] = rng.uniform(0.2, 1.5)
@@ -62,15 +67,19 @@ def bench_preset(name, points, rng):
     first_s, first_c = one()
     runs = [one() for _ in range(points)]
     ms = [1e3 * t for t, _ in runs]
-    return dict(first_s=first_s, first_compiles=first_c, median_ms=statistics.median(ms), max_ms=max(ms),
-                compiles_after=sum(c for _, c in runs))
+    return dict(
+        first_s=first_s,
+        first_compiles=first_c,
+        median_ms=statistics.median(ms),
+        max_ms=max(ms),
+        compiles_after=sum(c for _, c in runs),
+    )
 
 
 def _cli(args, cache):
     env = dict(os.environ, PHASEFIELD_CACHE=cache)
     t0 = time.perf_counter()
-    out = subprocess.run([sys.executable, "-m", "phasefield", *args, "--json"], env=env,
-                         capture_output=True, text=True)
+    out = subprocess.run([sys.executable, "-m", "phasefield", *args, "--json"], env=env, capture_output=True, text=True)
     if out.returncode != 0:
         raise SystemExit(f"CLI failed: {' '.join(args)}\n{out.stderr}")
     json.loads(out.stdout)
@@ -82,15 +91,33 @@ def bench_cli(rng):
     for label in ("cold", "warm"):
         times = {}
         for kind in ("paper", "pre-ln"):
-            cache = os.path.join(_tmp, kind)          # cold: empty; warm: the cold run's folder
+            cache = os.path.join(_tmp, kind)  # cold: empty; warm: the cold run's folder
             if kind == "paper":
-                args = ["exponents", "--sigma-w", f"{rng.uniform(0.5, 3):.6f}", "--sigma-a", "1",
-                        "--alpha-a", f"{rng.uniform(0.1, 0.9):.6f}", "--alpha-m", "0.5",
-                        "--n-tokens", str(N_TOKENS), "--depth", str(DEPTH)]
+                args = [
+                    "exponents",
+                    "--sigma-w",
+                    f"{rng.uniform(0.5, 3):.6f}",
+                    "--sigma-a",
+                    "1",
+                    "--alpha-a",
+                    f"{rng.uniform(0.1, 0.9):.6f}",
+                    "--alpha-m",
+                    "0.5",
+                    "--n-tokens",
+                    str(N_TOKENS),
+                    "--depth",
+                    str(DEPTH),
+                ]
             else:
-                args = ["exponents", "--block",
-                        f"pre-ln:sigma={rng.uniform(0.3, 1.5):.6f},alpha={rng.uniform(0.1, 1):.6f}",
-                        "--n-tokens", str(N_TOKENS), "--depth", str(DEPTH)]
+                args = [
+                    "exponents",
+                    "--block",
+                    f"pre-ln:sigma={rng.uniform(0.3, 1.5):.6f},alpha={rng.uniform(0.1, 1):.6f}",
+                    "--n-tokens",
+                    str(N_TOKENS),
+                    "--depth",
+                    str(DEPTH),
+                ]
             times[kind] = _cli(args, cache)
         rows[label] = times
     return rows
@@ -106,23 +133,31 @@ def main():
     jax.monitoring.register_event_duration_secs_listener(_count)
     rng = np.random.default_rng(a.seed)
     names = [n for n in ("paper", "pre-ln", "post-ln", "rms-swiglu", "dyt") if n in presets.NAMES]
-    print(f"{a.points} random points per preset after one warm-up point (n = {N_TOKENS}, L = {DEPTH}; "
-          f"jax {jax.__version__}, {jax.devices()[0].platform})")
-    print(f"{'preset':<12}{'first s':>9}{'compiles':>10}{'median ms':>11}{'max ms':>9}"
-          f"{'compiles after':>16}  goal: median <= {GOAL_MS:g} ms, 0 after")
+    print(
+        f"{a.points} random points per preset after one warm-up point (n = {N_TOKENS}, L = {DEPTH}; "
+        f"jax {jax.__version__}, {jax.devices()[0].platform})"
+    )
+    print(
+        f"{'preset':<12}{'first s':>9}{'compiles':>10}{'median ms':>11}{'max ms':>9}"
+        f"{'compiles after':>16}  goal: median <= {GOAL_MS:g} ms, 0 after"
+    )
     for name in names:
         r = bench_preset(name, a.points, rng)
         ok = r["median_ms"] <= GOAL_MS and r["compiles_after"] == 0
-        print(f"{name:<12}{r['first_s']:>9.2f}{r['first_compiles']:>10d}{r['median_ms']:>11.2f}{r['max_ms']:>9.1f}"
-              f"{r['compiles_after']:>16d}  {'met' if ok else 'NOT met'}")
+        print(
+            f"{name:<12}{r['first_s']:>9.2f}{r['first_compiles']:>10d}{r['median_ms']:>11.2f}{r['max_ms']:>9.1f}"
+            f"{r['compiles_after']:>16d}  {'met' if ok else 'NOT met'}"
+        )
     if not a.no_cli:
         with tempfile.TemporaryDirectory() as _tmp:
             rows = bench_cli(rng)
         print(f"\nCLI `exponents` at a new point (wall s; goal: pre-ln <= {GOAL_CLI:g}x paper)")
         for label, t in rows.items():
             ratio = t["pre-ln"] / t["paper"]
-            print(f"  {label:<5} cache: paper {t['paper']:.2f} s, pre-ln {t['pre-ln']:.2f} s, ratio {ratio:.2f}"
-                  f"  {'met' if ratio <= GOAL_CLI else 'NOT met'}")
+            print(
+                f"  {label:<5} cache: paper {t['paper']:.2f} s, pre-ln {t['pre-ln']:.2f} s, ratio {ratio:.2f}"
+                f"  {'met' if ratio <= GOAL_CLI else 'NOT met'}"
+            )
 
 
 _tmp = None

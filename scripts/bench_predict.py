@@ -16,6 +16,7 @@ its multistability search, and a forward/backward trajectory of L blocks) for on
 against :func:`phasefield.vit.predict.predict`, which computes only what its model uses;
 both compiled first, so the ratio is of run time alone.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -43,8 +44,11 @@ def _time(args, env=None):
 
 def _row(name, d, times, goal):
     wall, cpu = min(times)
-    print(f"{name:9s} depth {d:5d}: {wall:6.2f} s wall, {cpu:6.2f} s CPU   (goal <= {goal:g} s: "
-          f"{'met' if wall <= goal else 'met in CPU time' if cpu <= goal else 'NOT met'})", flush=True)
+    print(
+        f"{name:9s} depth {d:5d}: {wall:6.2f} s wall, {cpu:6.2f} s CPU   (goal <= {goal:g} s: "
+        f"{'met' if wall <= goal else 'met in CPU time' if cpu <= goal else 'NOT met'})",
+        flush=True,
+    )
 
 
 def main(argv=None):
@@ -55,19 +59,27 @@ def main(argv=None):
     ap.add_argument("--old", default="", help="depths at which to time the former all-features route too")
     args = ap.parse_args(argv)
     depths = [int(d) for d in args.depths.split(",") if d]
-    print("baseline: phasefield --help (start-up alone): %.2f s wall, %.2f s CPU" % min(_time(["--help"]) for _ in range(2)))
-    print("first predict call (fills the compilation cache): %.2f s wall, %.2f s CPU"
-          % _time(PREDICT + ["--depth", str(depths[0])]))
+    print(
+        "baseline: phasefield --help (start-up alone): {:.2f} s wall, {:.2f} s CPU".format(
+            *min(_time(["--help"]) for _ in range(2))
+        )
+    )
+    print(
+        "first predict call (fills the compilation cache): {:.2f} s wall, {:.2f} s CPU".format(
+            *_time(PREDICT + ["--depth", str(depths[0])])
+        )
+    )
     for d in depths:
         _row("predict", d, [_time(PREDICT + ["--depth", str(d)]) for _ in range(args.repeats)], 2)
     rdepths = [int(d) for d in args.recommend_depths.split(",") if d]
-    print("first recommend call (fills the compilation cache): %.2f s wall, %.2f s CPU"
-          % _time(["recommend", "--depth", str(rdepths[0])]))
+    print(
+        "first recommend call (fills the compilation cache): {:.2f} s wall, {:.2f} s CPU".format(
+            *_time(["recommend", "--depth", str(rdepths[0])])
+        )
+    )
     for d in rdepths:
         _row("recommend", d, [_time(["recommend", "--depth", str(d)]) for _ in range(args.repeats)], 10)
     if args.old:
-        import numpy as np
-
         from phasefield.vit import features as F
         from phasefield.vit import predict as P
         from phasefield.vit.train import TrainConfig
@@ -77,7 +89,7 @@ def main(argv=None):
         g = doc["input_geometry"]
         for d in (int(v) for v in args.old.split(",") if v):
             c = [dict(sigma_w=1.2, sigma_a=1.0, alpha_a=0.4, alpha_m=0.6, depth=d)]
-            F.features(cfg, c, g["q0"], g["rho0"], maps=("paper",))   # compile
+            F.features(cfg, c, g["q0"], g["rho0"], maps=("paper",))  # compile
             P.predict(1.2, 1.0, 0.4, 0.6, d, doc)
             t0 = time.perf_counter()
             F.features(cfg, c, g["q0"], g["rho0"], maps=("paper",))
@@ -85,8 +97,11 @@ def main(argv=None):
             t0 = time.perf_counter()
             P.predict(1.2, 1.0, 0.4, 0.6, d, doc)
             t_new = time.perf_counter() - t0
-            print(f"in process, depth {d:5d}: all features {t_old:8.4f} s, predict {t_new:8.4f} s, "
-                  f"ratio {t_old / max(t_new, 1e-9):8.0f}x", flush=True)
+            print(
+                f"in process, depth {d:5d}: all features {t_old:8.4f} s, predict {t_new:8.4f} s, "
+                f"ratio {t_old / max(t_new, 1e-9):8.0f}x",
+                flush=True,
+            )
     return 0
 
 

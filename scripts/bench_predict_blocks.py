@@ -18,6 +18,7 @@ at one point by the fast route (:mod:`phasefield.vit.block_rates`) and by the re
 (``reference=True``: :func:`phasefield.vit.features.block_theory`), first call (compile
 included) and second call, and prints both predictions.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -28,8 +29,11 @@ import sys
 import tempfile
 import time
 
-POINTS = ["sigma=1,alpha_attn=0.5,alpha_mlp=0.5", "sigma=1.3,alpha_attn=0.4,alpha_mlp=0.7",
-          "sigma=2.4,alpha_attn=1,alpha_mlp=0.9"]
+POINTS = [
+    "sigma=1,alpha_attn=0.5,alpha_mlp=0.5",
+    "sigma=1.3,alpha_attn=0.4,alpha_mlp=0.7",
+    "sigma=2.4,alpha_attn=1,alpha_mlp=0.9",
+]
 
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -64,7 +68,7 @@ def main(argv=None):
         print(f"  {'phasefield --help (start-up, no JAX work)':58s} {wall:6.2f} s wall {cpu:6.2f} s CPU")
         for b in blocks:
             print(f"predict --block {b}:heads=4")
-            for i, d in enumerate(depths):
+            for d in depths:
                 for j, pt in enumerate(POINTS):
                     state = "cold" if j == 0 else "warm"
                     wall, cpu = _time(["predict", "--block", f"{b}:heads=4,{pt}", "--depth", str(d)], env)
@@ -91,9 +95,12 @@ def main(argv=None):
                     r = P.predict(1.0, 1.0, 0.5, 0.5, depths[0], doc, reference=ref)
                     times.append((time.perf_counter() - t0, _cpu() - c0))
                 route = "reference (features.block_theory)" if ref else "fast (block_rates)"
-                print(f"  {b:8s} {route:34s} first {times[0][0]:6.2f} s wall {times[0][1]:6.2f} s CPU, "
-                      f"second {times[1][0]:6.2f} s wall {times[1][1]:6.2f} s CPU; loss {r['predicted_loss']:.15f}, "
-                      f"lambda_a {r['lambda_a']:+.15f}", flush=True)
+                print(
+                    f"  {b:8s} {route:34s} first {times[0][0]:6.2f} s wall {times[0][1]:6.2f} s CPU, "
+                    f"second {times[1][0]:6.2f} s wall {times[1][1]:6.2f} s CPU; loss {r['predicted_loss']:.15f}, "
+                    f"lambda_a {r['lambda_a']:+.15f}",
+                    flush=True,
+                )
     return 0
 
 

@@ -7,6 +7,7 @@ Prints the seconds of building the model, compiling the measurement and running 
 total (the goal: under a minute on this CPU); the run is also timed a second time
 with the compiled program (what a sweep over seeds costs per probe).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -34,8 +35,10 @@ def main(argv=None):
     t3 = time.perf_counter()
     jax.block_until_ready(compiled(jax.random.split(jax.random.PRNGKey(1), a.inits)))
     t4 = time.perf_counter()
-    print(f"GPT-2 small, {a.inits} inits, {a.n_tokens} tokens: build {t1 - t0:.1f} s, compile {t2 - t1:.1f} s, "
-          f"run {t3 - t2:.1f} s, total {t3 - t0:.1f} s; again with the compiled program {t4 - t3:.1f} s")
+    print(
+        f"GPT-2 small, {a.inits} inits, {a.n_tokens} tokens: build {t1 - t0:.1f} s, compile {t2 - t1:.1f} s, "
+        f"run {t3 - t2:.1f} s, total {t3 - t0:.1f} s; again with the compiled program {t4 - t3:.1f} s"
+    )
 
 
 if __name__ == "__main__":

@@ -28,11 +28,12 @@ costs more than the matmuls on a CPU; sharing the draws across points amortises 
     python scripts/bench_simulate.py [--widths 512,2048,8192] [--seeds 4] [--dense-max-width 2048]
     python scripts/bench_simulate.py --mode peak [--widths 256,512] [--seeds 8] [--points 16]
 """
+
 from __future__ import annotations
 
 import argparse
-from functools import partial
 import time
+from functools import partial
 
 import jax
 import jax.numpy as jnp
@@ -42,7 +43,7 @@ from phasefield import HParams
 from phasefield.block import Block
 from phasefield.simulate import measure, stack
 
-phasefield.use_all_cpu_cores()          # this script owns its process
+phasefield.use_all_cpu_cores()  # this script owns its process
 
 
 def timeit(f, *args, reps=3):
@@ -77,7 +78,7 @@ def matmul_peak(size=2048):
     a = jax.random.normal(jax.random.key(0), (size, size), jnp.float32)
     b = jax.random.normal(jax.random.key(1), (size, size), jnp.float32)
     f = jax.jit(lambda a, b: a @ b)
-    return 2 * size ** 3 / timeit(f, a, b, reps=5)
+    return 2 * size**3 / timeit(f, a, b, reps=5)
 
 
 def block_flops(n, d, h=None, grad=False):
@@ -91,11 +92,12 @@ def compare(args):
     """Lazy vs dense weights: seconds per draw, forward statistics and lambda_g."""
     n, L, S = args.n_tokens, args.depth, args.seeds
     hp = HParams(sigma_w=2.0, sigma_a=1.0, alpha_a=0.5, alpha_m=0.5, n_tokens=n, depth=L)
-    print(f"device: {jax.devices()[0].device_kind} x{len(jax.devices())}; n = {n}, depth = {L}, "
-          f"{S} draws per timing (best of {args.reps}, after a compile run); seconds per draw, "
-          "CPU = process CPU time over all threads (robust under load), wall in brackets")
-    print(f"{'width':>6} {'kernel':<9} {'dense CPU s (wall)':>22} {'lazy CPU s (wall)':>22} "
-          f"{'ratio CPU (wall)':>18}")
+    print(
+        f"device: {jax.devices()[0].device_kind} x{len(jax.devices())}; n = {n}, depth = {L}, "
+        f"{S} draws per timing (best of {args.reps}, after a compile run); seconds per draw, "
+        "CPU = process CPU time over all threads (robust under load), wall in brackets"
+    )
+    print(f"{'width':>6} {'kernel':<9} {'dense CPU s (wall)':>22} {'lazy CPU s (wall)':>22} {'ratio CPU (wall)':>18}")
     for d in (int(w) for w in args.widths.split(",")):
         keys = jax.random.split(jax.random.key(0), S)
         for name in ("forward", "lambda_g"):
@@ -104,22 +106,29 @@ def compare(args):
                 if w == "dense" and d > args.dense_max_width:
                     continue
                 if name == "forward":
-                    f = partial(measure.transient_draws, hp, q0=1.0, p0=0.5, n=n, d=d,
-                                depth=L, weights=w)  # jitted: static options
+                    f = partial(
+                        measure.transient_draws, hp, q0=1.0, p0=0.5, n=n, d=d, depth=L, weights=w
+                    )  # jitted: static options
                 else:
                     db = measure.default_draw_batch(n, d, L, weights=w)
-                    f = _jit_closure(measure.gradient_draws, hp, q_star=1.2, n=n, d=d, depth=L,
-                                     weights=w, draw_batch=db)
+                    f = _jit_closure(
+                        measure.gradient_draws, hp, q_star=1.2, n=n, d=d, depth=L, weights=w, draw_batch=db
+                    )
                 wall, cpu = cputime(f, keys, reps=args.reps)
                 sec[w] = (cpu / S, wall / S)
             fmt = lambda v: f"{v[0]:.4f} ({v[1]:.4f})"
             dense = f"{fmt(sec['dense']):>22}" if "dense" in sec else f"{'skipped':>22}"
-            ratio = (f"{sec['dense'][0] / sec['lazy'][0]:.1f}x ({sec['dense'][1] / sec['lazy'][1]:.1f}x)"
-                     if "dense" in sec else "-")
+            ratio = (
+                f"{sec['dense'][0] / sec['lazy'][0]:.1f}x ({sec['dense'][1] / sec['lazy'][1]:.1f}x)"
+                if "dense" in sec
+                else "-"
+            )
             print(f"{d:>6} {name:<9} {dense} {fmt(sec['lazy']):>22} {ratio:>18}", flush=True)
     if any(int(w) > args.dense_max_width for w in args.widths.split(",")):
-        print(f"dense weights skipped above width {args.dense_max_width} (--dense-max-width): "
-              "too slow / too much memory on this machine")
+        print(
+            f"dense weights skipped above width {args.dense_max_width} (--dense-max-width): "
+            "too slow / too much memory on this machine"
+        )
 
 
 def main():
@@ -141,14 +150,22 @@ def main():
     args.seeds = args.seeds or 8
     n, L, S, P = args.n_tokens, args.depth, args.seeds, args.points
     peak = matmul_peak()
-    print(f"device: {jax.devices()[0].device_kind} x{len(jax.devices())}; "
-          f"float32 matmul peak {peak / 1e9:.1f} GFLOP/s (2048^3)")
+    print(
+        f"device: {jax.devices()[0].device_kind} x{len(jax.devices())}; "
+        f"float32 matmul peak {peak / 1e9:.1f} GFLOP/s (2048^3)"
+    )
     print(f"n = {n}, depth = {L}, seeds = {S}, points per chunk = {P}")
     print(f"{'width':>6} {'kernel':<11} {'seconds':>9} {'GFLOP/s':>9} {'of peak':>8}")
     hp = HParams(sigma_w=2.0, sigma_a=1.0, alpha_a=0.5, alpha_m=0.5).astype(jnp.float32)
-    hps = HParams(sigma_w=jnp.linspace(0.5, 3.0, P), sigma_a=jnp.ones(P), alpha_a=jnp.full(P, 0.5),
-                  alpha_m=jnp.full(P, 0.5), sigma_v=jnp.ones(P), n_tokens=jnp.full(P, n),
-                  depth=jnp.full(P, L))
+    hps = HParams(
+        sigma_w=jnp.linspace(0.5, 3.0, P),
+        sigma_a=jnp.ones(P),
+        alpha_a=jnp.full(P, 0.5),
+        alpha_m=jnp.full(P, 0.5),
+        sigma_v=jnp.ones(P),
+        n_tokens=jnp.full(P, n),
+        depth=jnp.full(P, L),
+    )
     for d in (int(w) for w in args.widths.split(",")):
         keys = jax.random.split(jax.random.key(0), S)
         rows = []
@@ -160,18 +177,27 @@ def main():
         rows.append(("apply", timeit(f, params, x), S * L * block_flops(n, d)))
         del params
         # full stack, one point
-        g = jax.jit(jax.vmap(lambda k: stack.stack_forward(hp, k, stack.simplex_tokens(k, n, d, 1.0, .5), L,
-                                                           weights="dense")))
+        g = jax.jit(
+            jax.vmap(lambda k: stack.stack_forward(hp, k, stack.simplex_tokens(k, n, d, 1.0, 0.5), L, weights="dense"))
+        )
         rows.append(("stack", timeit(g, keys), S * L * block_flops(n, d)))
         # a chunk of points sharing draws
-        h = jax.jit(lambda hps, keys: jax.vmap(lambda hh: jax.vmap(
-            lambda k: stack.stack_forward(hh.astype(jnp.float32), k,
-                                          stack.simplex_tokens(k, n, d, 1.0, .5), L,
-                                          weights="dense"))(keys))(hps))
+        h = jax.jit(
+            lambda hps, keys: jax.vmap(
+                lambda hh: jax.vmap(
+                    lambda k: stack.stack_forward(
+                        hh.astype(jnp.float32), k, stack.simplex_tokens(k, n, d, 1.0, 0.5), L, weights="dense"
+                    )
+                )(keys)
+            )(hps)
+        )
         rows.append(("sweep-fwd", timeit(h, hps, keys), P * S * L * block_flops(n, d)))
         db = measure.default_draw_batch(n, d, L, points=P, weights="dense")
-        gk = jax.jit(lambda hps, keys: jax.vmap(lambda hh: measure.gradient_draws(
-            hh, keys, 1.0, n=n, d=d, depth=L, draw_batch=db, weights="dense"))(hps))
+        gk = jax.jit(
+            lambda hps, keys: jax.vmap(
+                lambda hh: measure.gradient_draws(hh, keys, 1.0, n=n, d=d, depth=L, draw_batch=db, weights="dense")
+            )(hps)
+        )
         rows.append(("sweep-grad", timeit(gk, hps, keys, reps=2), P * S * L * block_flops(n, d, grad=True)))
         for name, sec, fl in rows:
             print(f"{d:>6} {name:<11} {sec:>9.3f} {fl / sec / 1e9:>9.1f} {fl / sec / peak:>8.1%}")

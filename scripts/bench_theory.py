@@ -18,6 +18,7 @@ Goals on the 2-core CPU: >= 100,000 points/s with every lambda within 1e-6 of th
 dense reference, >= 15x GH-24; the full outputs >= 3x the thorough evaluation's rate and
 >= 1x 664db5c's (the multistability outputs cost no speed). Machines are noisy: compare the ratios (measured alternately), not the times.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -32,9 +33,12 @@ import numpy as np
 
 SIGMA_A, N_TOKENS, DEPTH = 1.0, 32, 16
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-COMMITS = {"664db5c": "before the multistability outputs", "a2225cf": "main before the tiled sweep",
-           "44c508e": "main before one engine for every block"}
-GOALS = {"664db5c": 1.0, "a2225cf": 3.0, "44c508e": 0.9}   # today / commit
+COMMITS = {
+    "664db5c": "before the multistability outputs",
+    "a2225cf": "main before the tiled sweep",
+    "44c508e": "main before one engine for every block",
+}
+GOALS = {"664db5c": 1.0, "a2225cf": 3.0, "44c508e": 0.9}  # today / commit
 DEFAULT_COMMITS = ("664db5c", "a2225cf", "44c508e")
 
 
@@ -63,12 +67,24 @@ def run_commit(commit, args, folder):
     src = os.path.join(folder, commit)
     if not os.path.isdir(src):
         os.makedirs(src)
-        tar = subprocess.run(["git", "-C", ROOT, "archive", commit, "phasefield"], check=True,
-                             capture_output=True).stdout
+        tar = subprocess.run(
+            ["git", "-C", ROOT, "archive", commit, "phasefield"], check=True, capture_output=True
+        ).stdout
         subprocess.run(["tar", "-x", "-C", src], input=tar, check=True)
     env = dict(os.environ, PYTHONPATH=src)
-    cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--n-sigma", str(args.n_sigma),
-           "--n-alpha", str(args.n_alpha), "--sigma-max", str(args.sigma_max), "--repeats", str(args.repeats)]
+    cmd = [
+        sys.executable,
+        os.path.abspath(__file__),
+        "--worker",
+        "--n-sigma",
+        str(args.n_sigma),
+        "--n-alpha",
+        str(args.n_alpha),
+        "--sigma-max",
+        str(args.sigma_max),
+        "--repeats",
+        str(args.repeats),
+    ]
     out = subprocess.run(cmd, env=env, cwd=folder, capture_output=True, text=True)
     if out.returncode != 0:
         raise RuntimeError(f"{commit}: {out.stderr.strip().splitlines()[-1]}")
@@ -77,6 +93,7 @@ def run_commit(commit, args, folder):
 
 # ---- the baseline: 2-D Gauss–Hermite with 24 nodes, everything per point ---------------------
 # (jax and phasefield are imported in main(): the workers import the exported commit's)
+
 
 def _gh(n=24):
     x, w = np.polynomial.hermite_e.hermegauss(n)
@@ -89,10 +106,9 @@ def baseline_point(sw, alpha, n_iter=200):
     x, w = _gh()
     z1, z2 = x[:, None], x[None, :]
     w2 = w[:, None] * w[None, :]
-    hp = phasefield.HParams(sigma_w=sw, sigma_a=SIGMA_A, alpha_a=alpha, alpha_m=alpha,
-                            n_tokens=N_TOKENS, depth=DEPTH)
-    aa2 = am2 = alpha ** 2
-    ba2 = bm2 = 1 - alpha ** 2
+    hp = phasefield.HParams(sigma_w=sw, sigma_a=SIGMA_A, alpha_a=alpha, alpha_m=alpha, n_tokens=N_TOKENS, depth=DEPTH)
+    aa2 = am2 = alpha**2
+    ba2 = bm2 = 1 - alpha**2
 
     def pair(f, rho):
         rho = jnp.clip(rho, -1.0, 1.0)
@@ -101,17 +117,17 @@ def baseline_point(sw, alpha, n_iter=200):
         return jnp.sum(w2 * f(h1) * f(h2))
 
     dt = lambda h: 1 - jnp.tanh(h) ** 2
-    q_m = sw ** 2 * pair(jnp.tanh, 1.0)
-    d1 = sw ** 4 * pair(dt, 1.0)
+    q_m = sw**2 * pair(jnp.tanh, 1.0)
+    d1 = sw**4 * pair(dt, 1.0)
 
     def block(q, p):
         q_a, p_a = attention.forward(hp, p / q)
         q_z, p_z = ba2 * q + aa2 * q_a, ba2 * p + aa2 * p_a
-        return bm2 * q_z + am2 * q_m, bm2 * p_z + am2 * sw ** 2 * pair(jnp.tanh, p_z / q_z), q_z, p_z
+        return bm2 * q_z + am2 * q_m, bm2 * p_z + am2 * sw**2 * pair(jnp.tanh, p_z / q_z), q_z, p_z
 
     def backward(q, rho, q_z, rho_z, a, b):
         c_d = bm2 + am2 * d1 / q_z
-        c_o = bm2 + am2 * sw ** 4 * pair(dt, rho_z) / q_z
+        c_o = bm2 + am2 * sw**4 * pair(dt, rho_z) / q_z
         diag, off = c_d * (a + b), c_o * b
         a, b = diag - off, off
         da, oa = attention.backward(hp, q, rho, a, b)
@@ -156,8 +172,7 @@ def _flops_per_point(n_cheb, brackets):
 
     g = 4 * (n_cheb - 1) + 40
     d = 4 * (n_cheb - 1) + 10
-    return ((fp.MESH + 1) * g + brackets * (fp.BISECTION_STEPS * g + fp.NEWTON_STEPS * (g + d))
-            + d + 60 + 100)
+    return (fp.MESH + 1) * g + brackets * (fp.BISECTION_STEPS * g + fp.NEWTON_STEPS * (g + d)) + d + 60 + 100
 
 
 def _peak_flops():
@@ -172,7 +187,7 @@ def _peak_flops():
     a = jnp.ones((len(devs), m, m) if len(devs) > 1 else (m, m), jnp.float64)
     jax.block_until_ready(f(a))
     best = min(_timed(lambda: jax.block_until_ready(f(a))) for _ in range(5))
-    return 2 * m ** 3 * len(devs) / best
+    return 2 * m**3 * len(devs) / best
 
 
 def _timed(fn):
@@ -192,11 +207,18 @@ def main():
     ap.add_argument("--repeats", type=int, default=2, help="timed sweeps per variant and round")
     ap.add_argument("--rounds", type=int, default=2, help="alternations of the variants")
     ap.add_argument("--no-commits", action="store_true", help="skip the commits' subprocesses")
-    ap.add_argument("--commits", nargs="+", default=list(DEFAULT_COMMITS),
-                    help="commits whose package is timed in a subprocess (git archive)")
-    ap.add_argument("--pkg-dir", default=None,
-                    help="a folder holding <commit>/phasefield exports (made with git archive where missing; "
-                         "for a machine without the repository's history)")
+    ap.add_argument(
+        "--commits",
+        nargs="+",
+        default=list(DEFAULT_COMMITS),
+        help="commits whose package is timed in a subprocess (git archive)",
+    )
+    ap.add_argument(
+        "--pkg-dir",
+        default=None,
+        help="a folder holding <commit>/phasefield exports (made with git archive where missing; "
+        "for a machine without the repository's history)",
+    )
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.size:
@@ -222,21 +244,24 @@ def main():
     sw, al = _grid(args)
     n = sw.size * al.size
     print(f"devices: {jax.local_devices()}")
-    print(f"grid: sigma_w {sw[0]}..{sw[-1]} x alpha {al[0]}..{al[-1]} = {n:,} points "
-          f"(sigma_A={SIGMA_A}, n={N_TOKENS}, L={DEPTH}, tanh)")
+    print(
+        f"grid: sigma_w {sw[0]}..{sw[-1]} x alpha {al[0]}..{al[-1]} = {n:,} points "
+        f"(sigma_A={SIGMA_A}, n={N_TOKENS}, L={DEPTH}, tanh)"
+    )
 
     fast = lambda: _time_sweep(phasefield.sweep, sw, al)
     thorough = lambda: _time_sweep(phasefield.sweep, sw, al, _thorough=True)
     first = {"today": fast(), "pre-26 path": thorough()}
-    print(f"first calls (compilation included): today {first['today']:.1f} s, "
-          f"thorough path {first['pre-26 path']:.1f} s")
+    print(
+        f"first calls (compilation included): today {first['today']:.1f} s, thorough path {first['pre-26 path']:.1f} s"
+    )
     times = {"today": [], "pre-26 path": []}
     commits = {} if args.no_commits else {c: [] for c in args.commits}
     with tempfile.TemporaryDirectory() as tmp:
         folder = args.pkg_dir or tmp
         for r in range(args.rounds):
             order = ["today", "pre-26 path", *commits]
-            for name in (order if r % 2 == 0 else order[::-1]):
+            for name in order if r % 2 == 0 else order[::-1]:
                 if name in commits:
                     try:
                         commits[name] += run_commit(name, args, folder)["times"]
@@ -249,12 +274,16 @@ def main():
     rate = {k: n / min(v) for k, v in {**times, **commits}.items() if v}
     print(f"points/s, best of {args.rounds} x {args.repeats} timed sweeps each, alternating:")
     for k, v in rate.items():
-        label = {"today": "today (phasefield.sweep; tiles on CPU only)",
-                 "pre-26 path": "thorough evaluation, this tree (_thorough=True)"}.get(k, f"commit {k} ({COMMITS.get(k, '')})")
+        label = {
+            "today": "today (phasefield.sweep; tiles on CPU only)",
+            "pre-26 path": "thorough evaluation, this tree (_thorough=True)",
+        }.get(k, f"commit {k} ({COMMITS.get(k, '')})")
         print(f"  {label:58s} {v:12,.0f}")
     t_sweep = n / rate["today"]
-    print(f"today's sweep: {t_sweep:.2f} s = MLP tables for {sw.size} sigma_w {t_k:.2f} s "
-          f"+ points {max(t_sweep - t_k, 0):.2f} s ({n / max(t_sweep - t_k, 1e-9):,.0f} points/s without the tables)")
+    print(
+        f"today's sweep: {t_sweep:.2f} s = MLP tables for {sw.size} sigma_w {t_k:.2f} s "
+        f"+ points {max(t_sweep - t_k, 0):.2f} s ({n / max(t_sweep - t_k, 1e-9):,.0f} points/s without the tables)"
+    )
     print(f"RATIO today / thorough path = {rate['today'] / rate['pre-26 path']:.2f}x   (goal >= 3x)")
     for c in commits:
         if c in rate:
@@ -272,15 +301,21 @@ def main():
     @jax.vmap
     def roots(s, a):
         hp = phasefield.HParams(sigma_w=s, alpha_a=a, alpha_m=a, sigma_a=SIGMA_A, n_tokens=N_TOKENS, depth=DEPTH)
-        return jnp.sum(jnp.isfinite(fixed_points.stable_points.raw(hp, phasefield.theory.kernel(hp, sigma_max=args.sigma_max))["rho"]))
+        return jnp.sum(
+            jnp.isfinite(
+                fixed_points.stable_points.raw(hp, phasefield.theory.kernel(hp, sigma_max=args.sigma_max))["rho"]
+            )
+        )
 
     brackets = float(np.mean(roots(jnp.asarray(sw[i_sw]), jnp.asarray(al[i_al]))))
     fpp = _flops_per_point(n_cheb, brackets)
     peak = _peak_flops()
-    print(f"flops per point ~ {fpp:,.0f} (Chebyshev terms {n_cheb}, {brackets:.2f} root brackets per point on "
-          f"average); float64 matmul peak of this process {peak / 1e9:.1f} GFLOP/s -> flop-bound "
-          f"{peak / fpp:,.0f} points/s; today's points reach {fpp * n / max(t_sweep - t_k, 1e-9) / peak:.1%} of it "
-          f"({peak / fpp / (n / max(t_sweep - t_k, 1e-9)):.1f}x away)")
+    print(
+        f"flops per point ~ {fpp:,.0f} (Chebyshev terms {n_cheb}, {brackets:.2f} root brackets per point on "
+        f"average); float64 matmul peak of this process {peak / 1e9:.1f} GFLOP/s -> flop-bound "
+        f"{peak / fpp:,.0f} points/s; today's points reach {fpp * n / max(t_sweep - t_k, 1e-9) / peak:.1%} of it "
+        f"({peak / fpp / (n / max(t_sweep - t_k, 1e-9)):.1f}x away)"
+    )
     print(f"n_stable over the grid: {dict(zip(*np.unique(ds.n_stable.values, return_counts=True)))}")
 
     # GH-24 baseline on a subset of the same grid (its cost per point does not depend on the point)

@@ -6,6 +6,7 @@ independent stand-in for ``phasefield.sweep.sweep`` when checking the simulator:
     python scripts/closed_form_grid.py out/agreement/closed_form.nc
     phasefield compare out/agreement/closed_form.nc out/agreement/sim.nc
 """
+
 import sys
 
 import numpy as np
@@ -21,6 +22,8 @@ lg = np.zeros((16, 16))
 for i, sw in enumerate(SW):
     for j, a in enumerate(ALPHA):
         _, la[i, j], lg[i, j] = closed_form_exponents(HParams(sigma_w=sw, alpha_a=a, alpha_m=a), 16)
-ds = xr.Dataset({"lambda_a": (("sigma_w", "alpha"), la), "lambda_g": (("sigma_w", "alpha"), lg)},
-                coords={"sigma_w": SW, "alpha": ALPHA})
+ds = xr.Dataset(
+    {"lambda_a": (("sigma_w", "alpha"), la), "lambda_g": (("sigma_w", "alpha"), lg)},
+    coords={"sigma_w": SW, "alpha": ALPHA},
+)
 ds.to_netcdf(sys.argv[1], engine="h5netcdf")

@@ -14,6 +14,7 @@ kappa-closure theory (``stack(kappa="auto")``) is then compared with the same dr
     # the second fresh set, drawn after the first-LayerNorm revision of ln_fluct="auto"
     PYTHONPATH=. python scripts/dslm_kappa_report.py --new docs/data/dslm/rows_kappa_dslm_heldout2_128draws.jsonl
 """
+
 from __future__ import annotations
 
 import argparse
@@ -32,7 +33,7 @@ def key(rec):
     return rec["arch"], rec["init"], rec["width"], rec["depth"], rec["seq_len"]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def theory(arch, init, d, n, L, kappa):
     lam2, beta2 = ds.dslm_scaling(n, min(2.0, n)) if init.startswith("dslm") else (1.0, 1.0)
     kap = {"iso": None, "ln": None}.get(kappa, "auto")
@@ -82,9 +83,14 @@ def table(recs, kappa, title):
     for q in Q:
         allq = np.concatenate([e for _, e in errs[q]])
         sel = lambda f: np.concatenate([e for k, e in errs[q] if f(k)] or [np.zeros(0)])
-        parts = dict(xavier=sel(lambda k: k[1] == "xavier"), dslm=sel(lambda k: k[1] == "dslm"),
-                     dslm_d128=sel(lambda k: k[1] == "dslm" and k[2] <= 128))
-        print(f"  {q:6s} p50/p90/p99 all {pct(allq)}  " + "  ".join(f"{n} {pct(v)}" for n, v in parts.items() if v.size))
+        parts = dict(
+            xavier=sel(lambda k: k[1] == "xavier"),
+            dslm=sel(lambda k: k[1] == "dslm"),
+            dslm_d128=sel(lambda k: k[1] == "dslm" and k[2] <= 128),
+        )
+        print(
+            f"  {q:6s} p50/p90/p99 all {pct(allq)}  " + "  ".join(f"{n} {pct(v)}" for n, v in parts.items() if v.size)
+        )
     sig = [o for o in over if abs(o[3]) > 4]
     print(f"  g_var boundaries > 10 %: {len(over)} in {len({o[0] for o in over})} stacks; |z| > 4: {len(sig)}")
     for k, i, e, z in over:

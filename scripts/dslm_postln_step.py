@@ -16,6 +16,7 @@ E|dL/dx|^2 / E|dL/dz|^2 = E[|P g|^2 / s^2] x (branch and skip terms):
 
     PYTHONPATH=. python scripts/dslm_postln_step.py --branch ffn --d 64 --L 32 --lam2 0.5
 """
+
 from __future__ import annotations
 
 import argparse
@@ -43,8 +44,13 @@ def ffn_formula(d, lam2, beta2, my, G, es2, cv2, p, mult=4):
 
 def measure(branch, d, L, lam2, beta2, r, draws, init, p=0.1, seed=0, batch=64):
     lam, beta = math.sqrt(lam2), math.sqrt(beta2)
-    ini = (ds.xavier_init(d) if init == "xavier" else
-           ds.dslm_init(d, p, 4, r=r, L=L) if branch == "attn" else ds.dslm_init(d, p))
+    ini = (
+        ds.xavier_init(d)
+        if init == "xavier"
+        else ds.dslm_init(d, p, 4, r=r, L=L)
+        if branch == "attn"
+        else ds.dslm_init(d, p)
+    )
 
     def one(k):
         kx, kw, kd, kg, kh = jax.random.split(k, 5)
@@ -64,16 +70,45 @@ def measure(branch, d, L, lam2, beta2, r, draws, init, p=0.1, seed=0, batch=64):
         h = jax.random.normal(kh, (L, d), jnp.float64)
         m = lambda a: jnp.mean(a * a)
         gxx = jnp.sum(gx * x, -1) / jnp.sqrt(jnp.sum(x * x, -1))  # component along x_hat
-        return jnp.stack([m(gx), s2.mean(), (1 / s2).mean(), jnp.mean(gu * gu * s2[:, None]), m(gu),
-                          m(jgu), m(vF(h)[0]), 2 * lam * beta * jnp.mean(gu * jgu), m(y), jnp.mean(gxx**2)])
+        return jnp.stack(
+            [
+                m(gx),
+                s2.mean(),
+                (1 / s2).mean(),
+                jnp.mean(gu * gu * s2[:, None]),
+                m(gu),
+                m(jgu),
+                m(vF(h)[0]),
+                2 * lam * beta * jnp.mean(gu * jgu),
+                m(y),
+                jnp.mean(gxx**2),
+            ]
+        )
 
     keys = jax.random.split(jax.random.PRNGKey(seed), draws).reshape(-1, batch, 2)
     v = np.asarray(jax.lax.map(jax.vmap(one), keys)).reshape(draws, -1)
     mean, se = v.mean(0), v.std(0, ddof=1) / math.sqrt(draws)
     gx, s2, inv, proj, gu, jgu, hiso, cross, y2, gxx = mean
-    out = dict(branch=branch, d=d, L=L, lam2=lam2, beta2=beta2, r=r, init=init, draws=draws,
-               gx=gx, gx_se=se[0], s2=s2, inv_s2=inv, proj=proj, gain_gu=jgu / gu, gain_iso=hiso,
-               cross=cross / gu, y2=y2, xi=gxx / gx)
+    out = dict(
+        branch=branch,
+        d=d,
+        L=L,
+        lam2=lam2,
+        beta2=beta2,
+        r=r,
+        init=init,
+        draws=draws,
+        gx=gx,
+        gx_se=se[0],
+        s2=s2,
+        inv_s2=inv,
+        proj=proj,
+        gain_gu=jgu / gu,
+        gain_iso=hiso,
+        cross=cross / gu,
+        y2=y2,
+        xi=gxx / gx,
+    )
     x = ds.Fwd(0.0, 1.0, r)
     if branch == "ffn":
         yth, c = ds.ffn_block(x, d, ini, p)

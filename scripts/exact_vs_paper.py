@@ -13,6 +13,7 @@ report.json. Variables of the grids:
     lambda_g_rho0    lambda_g(L) from the input (1, .3) (values path; the simulation's full VJP)
     lambda_g_corr    theory only: lambda_g_rho0 with the softmax-path correction
 """
+
 from __future__ import annotations
 
 import argparse
@@ -29,9 +30,9 @@ import xarray as xr
 import phasefield
 from phasefield import HParams
 from phasefield.layers import paper
+from phasefield.layers.paper import block, gram
 from phasefield.simulate import compare, measure
 from phasefield.simulate.stack import simplex_tokens, stack_forward
-from phasefield.layers.paper import block, gram
 from phasefield.theory import mlp
 
 # this script owns its process: every core a device, float64 for its own jit of the theory
@@ -59,13 +60,15 @@ def _grad_draws(hp, keys, *, n, d, depth):
 
 def theory_point(hp, kern, depth, corrected):
     qs, ps = block.trajectory(hp, Q0, RHO0 * Q0, depth, kern)
-    out = dict(rho_L=ps[-1] / qs[-1], q_L=qs[-1],
-               lambda_a=paper.angle_exponent(hp, kern),
-               lambda_g=paper.gradient_exponent(hp, None, None, depth, kern),
-               lambda_g_rho0=paper.gradient_exponent(hp, Q0, RHO0 * Q0, depth, kern))
+    out = dict(
+        rho_L=ps[-1] / qs[-1],
+        q_L=qs[-1],
+        lambda_a=paper.angle_exponent(hp, kern),
+        lambda_g=paper.gradient_exponent(hp, None, None, depth, kern),
+        lambda_g_rho0=paper.gradient_exponent(hp, Q0, RHO0 * Q0, depth, kern),
+    )
     if corrected:
-        out["lambda_g_corr"] = paper.gradient_exponent(hp.replace(softmax_correction=True),
-                                                        Q0, RHO0 * Q0, depth, kern)
+        out["lambda_g_corr"] = paper.gradient_exponent(hp.replace(softmax_correction=True), Q0, RHO0 * Q0, depth, kern)
     return out
 
 
@@ -91,23 +94,35 @@ def grid(args):
                     res = fns[mode](hp.replace(attention=mode), kern)
                     for k, v in res.items():
                         th[mode].setdefault(k, np.full(shape, np.nan))[ia, iw, il] = float(v)
-                tr = measure.transients(hp, Q0, RHO0 * Q0, width=args.width, seeds=args.seeds,
-                                        depth=depth, seed=args.seed)
+                tr = measure.transients(
+                    hp, Q0, RHO0 * Q0, width=args.width, seeds=args.seeds, depth=depth, seed=args.seed
+                )
                 ea = measure.exponents(hp, width=args.width, seeds=args.seeds, seed=args.seed)
                 a, b = _grad_draws(hp, keys, n=n, d=args.width, depth=depth)
                 lg, lg_se = measure.log_ratio_of_means(np.asarray(a), np.asarray(b), 1.0 / depth)
-                vals = dict(rho_L=tr["rho"][-1], rho_L_se=tr["rho_se"][-1], q_L=tr["q"][-1],
-                            q_L_se=tr["q_se"][-1], lambda_a=ea["lambda_a"], lambda_a_se=ea["lambda_a_se"],
-                            lambda_g=ea["lambda_g"], lambda_g_se=ea["lambda_g_se"],
-                            lambda_g_rho0=lg, lambda_g_rho0_se=lg_se)
+                vals = dict(
+                    rho_L=tr["rho"][-1],
+                    rho_L_se=tr["rho_se"][-1],
+                    q_L=tr["q"][-1],
+                    q_L_se=tr["q_se"][-1],
+                    lambda_a=ea["lambda_a"],
+                    lambda_a_se=ea["lambda_a_se"],
+                    lambda_g=ea["lambda_g"],
+                    lambda_g_se=ea["lambda_g_se"],
+                    lambda_g_rho0=lg,
+                    lambda_g_rho0_se=lg_se,
+                )
                 for k, v in vals.items():
                     sim.setdefault(k, np.full(shape, np.nan))[ia, iw, il] = float(v)
-                print(f"sa={sa} sw={sw} a={al}: rho_L paper {th['paper']['rho_L'][ia, iw, il]:.3f} "
-                      f"exact {th['exact']['rho_L'][ia, iw, il]:.3f} sim {vals['rho_L']:.3f} | "
-                      f"lg0 paper {th['paper']['lambda_g_rho0'][ia, iw, il]:+.3f} exact "
-                      f"{th['exact']['lambda_g_rho0'][ia, iw, il]:+.3f} corr "
-                      f"{th['exact']['lambda_g_corr'][ia, iw, il]:+.3f} sim {lg:+.3f}  "
-                      f"[{time.time() - t0:.0f}s]", flush=True)
+                print(
+                    f"sa={sa} sw={sw} a={al}: rho_L paper {th['paper']['rho_L'][ia, iw, il]:.3f} "
+                    f"exact {th['exact']['rho_L'][ia, iw, il]:.3f} sim {vals['rho_L']:.3f} | "
+                    f"lg0 paper {th['paper']['lambda_g_rho0'][ia, iw, il]:+.3f} exact "
+                    f"{th['exact']['lambda_g_rho0'][ia, iw, il]:+.3f} corr "
+                    f"{th['exact']['lambda_g_corr'][ia, iw, il]:+.3f} sim {lg:+.3f}  "
+                    f"[{time.time() - t0:.0f}s]",
+                    flush=True,
+                )
 
     def ds(d):
         return xr.Dataset({k: (dims, v) for k, v in d.items()}, coords=coords)
@@ -128,16 +143,20 @@ def tables(paper, exact_, sim, out):
         ec["lambda_g_rho0"] = e["lambda_g_corr"]
         rows_c = compare.agreement(ec, s, ["lambda_g_rho0"])
         lines.append(f"\n### {label}: |sim - theory| (paper map | exact map)\n")
-        lines.append("| quantity | phase | points | paper median | paper p90 | paper max | exact median "
-                     "| exact p90 | exact max | exact/paper (median) |")
+        lines.append(
+            "| quantity | phase | points | paper median | paper p90 | paper max | exact median "
+            "| exact p90 | exact max | exact/paper (median) |"
+        )
         lines.append("|---|---|---|---|---|---|---|---|---|---|")
         for rp, re_ in zip(rows_p, rows_e):
             if rp["points"] == 0:
                 continue
             ratio = re_["median"] / rp["median"] if rp["median"] > 0 else float("nan")
-            lines.append(f"| {rp['quantity']} | {rp['phase']} | {rp['points']} | {rp['median']:.4f} | "
-                         f"{rp['p90']:.4f} | {rp['max']:.4f} | {re_['median']:.4f} | {re_['p90']:.4f} | "
-                         f"{re_['max']:.4f} | {ratio:.2f} |")
+            lines.append(
+                f"| {rp['quantity']} | {rp['phase']} | {rp['points']} | {rp['median']:.4f} | "
+                f"{rp['p90']:.4f} | {rp['max']:.4f} | {re_['median']:.4f} | {re_['p90']:.4f} | "
+                f"{re_['max']:.4f} | {ratio:.2f} |"
+            )
         lines.append(f"\n{label}: lambda_g_rho0 with the softmax correction (exact map + correction)\n")
         lines.append(compare.format_markdown(rows_c))
     text = "\n".join(lines)
@@ -155,35 +174,54 @@ def causal(args):
     for sa in args.causal_sigma_a:
         for sw in (1.0, 2.0):
             hp = HParams(sigma_w=sw, sigma_a=sa, alpha_a=0.5, alpha_m=0.7, n_tokens=n, depth=depth)
-            sim = measure.token_geometry(hp, Q0, RHO0 * Q0, width=args.width, seeds=seeds,
-                                         depth=depth, causal=True, seed=args.seed)
+            sim = measure.token_geometry(
+                hp, Q0, RHO0 * Q0, width=args.width, seeds=seeds, depth=depth, causal=True, seed=args.seed
+            )
             cs = sim["cosines"].reshape(depth + 1, seeds, -1)[-1]
             c_mean, c_se = cs.mean(0), cs.std(0, ddof=1) / np.sqrt(seeds)
             nm = sim["norms"].reshape(depth + 1, seeds, n)[-1].mean(0)
-            row = dict(sigma_a=sa, sigma_w=sw, seeds=seeds, cos_se_median=float(np.median(c_se)),
-                       cos_first_pair_sim=float(c_mean[0]), cos_last_pair_sim=float(c_mean[-1]))
+            row = dict(
+                sigma_a=sa,
+                sigma_w=sw,
+                seeds=seeds,
+                cos_se_median=float(np.median(c_se)),
+                cos_first_pair_sim=float(c_mean[0]),
+                cos_last_pair_sim=float(c_mean[-1]),
+            )
             for mode in ("paper", "exact"):
                 geo = gram.causal_geometry(hp.replace(attention=mode), Q0, RHO0, depth)
                 th = np.asarray(geo["cosines"])[-1][iu]
                 err = np.abs(c_mean - th)
                 z = err / c_se
                 th_n = np.asarray(geo["norms"])[-1]
-                row.update({f"{mode}_cos_err_max": float(err.max()), f"{mode}_cos_err_mean": float(err.mean()),
-                            f"{mode}_cos_z_max": float(z.max()), f"{mode}_cos_z_rms": float(np.sqrt(np.mean(z * z))),
-                            f"{mode}_norm_relerr_max": float(np.max(np.abs(nm - th_n) / th_n)),
-                            f"{mode}_cos_first_pair": float(th[0]), f"{mode}_cos_last_pair": float(th[-1])})
+                row.update(
+                    {
+                        f"{mode}_cos_err_max": float(err.max()),
+                        f"{mode}_cos_err_mean": float(err.mean()),
+                        f"{mode}_cos_z_max": float(z.max()),
+                        f"{mode}_cos_z_rms": float(np.sqrt(np.mean(z * z))),
+                        f"{mode}_norm_relerr_max": float(np.max(np.abs(nm - th_n) / th_n)),
+                        f"{mode}_cos_first_pair": float(th[0]),
+                        f"{mode}_cos_last_pair": float(th[-1]),
+                    }
+                )
             # the non-causal (q, p) engine, for contrast
             qs, ps = block.trajectory(hp, Q0, RHO0 * Q0, depth)
             row["noncausal_cos_err_max"] = float(np.abs(c_mean - float(ps[-1] / qs[-1])).max())
             hpe = hp.replace(depth=16, n_tokens=16)
             th = gram.causal_exponents(hpe)
             se = measure.exponents(hpe, width=args.width, seeds=args.seeds, causal=True, seed=args.seed)
-            row.update(lambda_a_theory=float(th["lambda_a"]), lambda_a_spectral=float(th["lambda_a_spectral"]),
-                       lambda_a_sim=se["lambda_a"], lambda_a_se=se["lambda_a_se"],
-                       lambda_g_theory=float(th["lambda_g"]), lambda_g_sim=se["lambda_g"],
-                       lambda_g_se=se["lambda_g_se"],
-                       lambda_a_noncausal=float(paper.angle_exponent(hpe)),
-                       lambda_g_noncausal=float(paper.gradient_exponent(hpe, num_layers=16)))
+            row.update(
+                lambda_a_theory=float(th["lambda_a"]),
+                lambda_a_spectral=float(th["lambda_a_spectral"]),
+                lambda_a_sim=se["lambda_a"],
+                lambda_a_se=se["lambda_a_se"],
+                lambda_g_theory=float(th["lambda_g"]),
+                lambda_g_sim=se["lambda_g"],
+                lambda_g_se=se["lambda_g_se"],
+                lambda_a_noncausal=float(paper.angle_exponent(hpe)),
+                lambda_g_noncausal=float(paper.gradient_exponent(hpe, num_layers=16)),
+            )
             print(json.dumps(row), flush=True)
             res.append(row)
     with open(os.path.join(args.out, "causal.json"), "w") as f:
@@ -198,8 +236,12 @@ def main():
     ap.add_argument("--width", type=int, default=512)
     ap.add_argument("--seeds", type=int, default=32)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--causal-seeds", type=int, default=64,
-                    help="draws for the per-position cosines (120 pairs: the max needs small se)")
+    ap.add_argument(
+        "--causal-seeds",
+        type=int,
+        default=64,
+        help="draws for the per-position cosines (120 pairs: the max needs small se)",
+    )
     ap.add_argument("--skip-grid", action="store_true")
     ap.add_argument("--skip-causal", action="store_true")
     ap.add_argument("--sigma-w", default="1,2,3", help="comma-separated sigma_w values")

@@ -10,6 +10,7 @@ draw-to-draw standard deviation, beside the theory (one number for every H).
     .venv/bin/python scripts/heads_spread.py [--width 512] [--heads 1,2,4,8,16] [--draws 32]
         [--out docs/data/blocks/heads.jsonl]          # resumable; --report prints the table
 """
+
 from __future__ import annotations
 
 import argparse
@@ -44,26 +45,32 @@ def simulate(point, heads, d, draws, seed=0):
 def theory(point):
     out = {}
     for amap in ("paper", "exact"):
-        fd = layers.finite_depth(layers.presets.get("pre-ln", heads=1, attention=amap, **point),
-                                 q0=Q0, rho0=RHO0, n_tokens=N, depth=L)
+        fd = layers.finite_depth(
+            layers.presets.get("pre-ln", heads=1, attention=amap, **point), q0=Q0, rho0=RHO0, n_tokens=N, depth=L
+        )
         out[amap] = dict(rho_L=float(fd["rho"][-1]), lambda_g=float(fd["lambda_g"]))
     return out
 
 
 def report(rows):
-    lines = ["| point | heads | d_head | rho_L mean (se) | rho_L spread | lambda_g(L) (se) | lambda_g spread | "
-             "theory rho_L, lambda_g (paper / exact map) |", "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| point | heads | d_head | rho_L mean (se) | rho_L spread | lambda_g(L) (se) | lambda_g spread | "
+        "theory rho_L, lambda_g (paper / exact map) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for r in sorted(rows, key=lambda r: (json.dumps(r["point"]), r["heads"])):
         rho, lg = np.asarray(r["rho_L"]), np.asarray(r["lambda_g_draws"])
         n = len(rho)
-        g = np.exp(L * lg)       # lambda_g(L) of the mean energy, se by the delta method
+        g = np.exp(L * lg)  # lambda_g(L) of the mean energy, se by the delta method
         lam, lam_se = np.log(g.mean()) / L, g.std(ddof=1) / g.mean() / np.sqrt(n) / L
         th = r["theory"]
         pt = ",".join(f"{k}={v}" for k, v in r["point"].items())
-        lines.append(f"| {pt} | {r['heads']} | {r['width'] // r['heads']} | {rho.mean():.4f} ({rho.std(ddof=1) / np.sqrt(n):.4f}) | "
-                     f"{rho.std(ddof=1):.4f} | {lam:.4f} ({lam_se:.4f}) | {lg.std(ddof=1):.4f} | "
-                     f"{th['paper']['rho_L']:.4f}, {th['paper']['lambda_g']:.4f} / "
-                     f"{th['exact']['rho_L']:.4f}, {th['exact']['lambda_g']:.4f} |")
+        lines.append(
+            f"| {pt} | {r['heads']} | {r['width'] // r['heads']} | {rho.mean():.4f} ({rho.std(ddof=1) / np.sqrt(n):.4f}) | "
+            f"{rho.std(ddof=1):.4f} | {lam:.4f} ({lam_se:.4f}) | {lg.std(ddof=1):.4f} | "
+            f"{th['paper']['rho_L']:.4f}, {th['paper']['lambda_g']:.4f} / "
+            f"{th['exact']['rho_L']:.4f}, {th['exact']['lambda_g']:.4f} |"
+        )
     return lines
 
 
@@ -78,12 +85,25 @@ def main(argv=None):
     rows = read_jsonl(a.out)
     if not a.report:
         from tqdm import tqdm
+
         done = {(json.dumps(r["point"], sort_keys=True), r["heads"], r["width"], r["draws"]) for r in rows}
-        todo = [(pt, int(h)) for pt in POINTS for h in a.heads.split(",")
-                if (json.dumps(pt, sort_keys=True), int(h), a.width, a.draws) not in done]
+        todo = [
+            (pt, int(h))
+            for pt in POINTS
+            for h in a.heads.split(",")
+            if (json.dumps(pt, sort_keys=True), int(h), a.width, a.draws) not in done
+        ]
         for pt, h in tqdm(todo, desc="heads"):
-            row = dict(point=pt, heads=h, width=a.width, draws=a.draws, n_tokens=N, depth=L,
-                       **simulate(pt, h, a.width, a.draws), theory=theory(pt))
+            row = dict(
+                point=pt,
+                heads=h,
+                width=a.width,
+                draws=a.draws,
+                n_tokens=N,
+                depth=L,
+                **simulate(pt, h, a.width, a.draws),
+                theory=theory(pt),
+            )
             append_jsonl(a.out, row)
             rows.append(row)
     print("\n".join(report(rows)))

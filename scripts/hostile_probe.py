@@ -9,6 +9,7 @@ broke the promise and is listed.
 
     python scripts/hostile_probe.py [--timeout 60] [--jobs 2] [--only SUBSTRING]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -30,8 +31,21 @@ COMMANDS = {
     "gram exponents": [],
     "simulate exponents": ["--width", "8", "--seeds", "2", "--depth", "2", "--n-tokens", "4"],
     "simulate sweep": ["--width", "8", "--seeds", "2", "--depth", "2", "--n-tokens", "4", "--out", "sim.nc"],
-    "train-sweep": ["--sigma-w", "1", "--alpha", "0.5", "--epochs", "1", "--width", "4", "--depth", "1",
-                    "--quiet", "--out", "ts"],
+    "train-sweep": [
+        "--sigma-w",
+        "1",
+        "--alpha",
+        "0.5",
+        "--epochs",
+        "1",
+        "--width",
+        "4",
+        "--depth",
+        "1",
+        "--quiet",
+        "--out",
+        "ts",
+    ],
     "predict": ["--sigma-w", "1", "--alpha", "0.5"],
     "recommend": ["--no-loss"],
     "seeds rank-collapse": ["--draws", "0"],
@@ -84,8 +98,10 @@ OUTPUTS = [  # (command line, what)
     (["seeds", "figures", "--out", "RO/f"], "read-only directory"),
     (["seeds", "rank-collapse", "--draws", "0", "--figure", "RO/f.png"], "read-only directory"),
     (["seeds", "deepscalelm", "--figure", "/proc/f.png"], "/proc"),
-    (["seeds", "deepscalelm", "--arch", "post-ln", "--init", "dslm", "--layers", "3", "--width", "4"],
-     "width where the LayerNorm rules diverge"),
+    (
+        ["seeds", "deepscalelm", "--arch", "post-ln", "--init", "dslm", "--layers", "3", "--width", "4"],
+        "width where the LayerNorm rules diverge",
+    ),
     (["seeds", "deepscalelm", "--width", "4", "--figure", "f.png"], "figure stack where the rules diverge"),
     (["seeds", "deepscalelm", "--kappa", "measured"], "unknown --kappa"),
     (["seeds", "deepscalelm", "--ln-fluct", "yes"], "unknown --ln-fluct"),
@@ -123,8 +139,14 @@ def run_case(argv, timeout):
         before = _listing(folder)
         env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
         try:
-            r = subprocess.run([sys.executable, "-m", "phasefield", *argv], cwd=folder, env=env,
-                               capture_output=True, text=True, timeout=timeout)
+            r = subprocess.run(
+                [sys.executable, "-m", "phasefield", *argv],
+                cwd=folder,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+            )
         except subprocess.TimeoutExpired:
             return False, f"hang past {timeout} s"
         finally:
@@ -176,8 +198,10 @@ def main():
     accepted = sum(1 for w, ok, m in results if ok and m.startswith("accepted"))
     for w, m in broke:
         print(f"BROKE  {w}: {m}")
-    print(f"cases tried: {len(results)}   behaved: {len(results) - len(broke)} "
-          f"({accepted} legal inputs accepted with exit 0)   broke: {len(broke)}")
+    print(
+        f"cases tried: {len(results)}   behaved: {len(results) - len(broke)} "
+        f"({accepted} legal inputs accepted with exit 0)   broke: {len(broke)}"
+    )
     return 1 if broke else 0
 
 

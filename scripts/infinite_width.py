@@ -24,6 +24,7 @@ paper map and exact-softmax map (``HParams(attention='paper'|'exact')``); it wri
     python scripts/infinite_width.py report [--out docs/data/infinite_width]
                                             [--figure docs/images/infinite_width.png]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -43,16 +44,22 @@ from phasefield.simulate import measure
 # (-0.198, +0.050); (2.0, ., .3) chaotic/exploding near the boundary (+0.021, +0.024);
 # (3.0, ., .5) deep chaotic/exploding (+0.286, +0.290). Chaotic/vanishing needs
 # 0 < lambda_a < -log(1 - 1/n)/L = 0.002 at n = 32, L = 16: a sliver, left out.
-POINTS = [(sw, sa, a) for sa in (1.0, 3.0) for sw, a in ((1.0, 0.5), (1.8, 0.7), (2.0, 0.3),
-                                                          (3.0, 0.5))]
+POINTS = [(sw, sa, a) for sa in (1.0, 3.0) for sw, a in ((1.0, 0.5), (1.8, 0.7), (2.0, 0.3), (3.0, 0.5))]
 N, DEPTH, EPS, Q0, RHO0 = 32, 16, 1e-3, 1.0, 0.5
-WIDTHS = tuple(256 * 2 ** k for k in range(7))
+WIDTHS = tuple(256 * 2**k for k in range(7))
 
 
 def hparams(points=POINTS):
     sw, sa, a = (np.array(v, float) for v in zip(*points))
-    return HParams(sigma_w=sw, sigma_a=sa, alpha_a=a, alpha_m=a, sigma_v=np.ones(len(sw)),
-                   n_tokens=np.full(len(sw), N), depth=np.full(len(sw), DEPTH))
+    return HParams(
+        sigma_w=sw,
+        sigma_a=sa,
+        alpha_a=a,
+        alpha_m=a,
+        sigma_v=np.ones(len(sw)),
+        n_tokens=np.full(len(sw), N),
+        depth=np.full(len(sw), DEPTH),
+    )
 
 
 def point(i, points=POINTS):
@@ -63,17 +70,16 @@ def point(i, points=POINTS):
 @partial(jax.jit, static_argnames=("d", "draw_batch"))
 def _kernel(hp, q_star, keys_g, keys_t, *, d, draw_batch):
     opts = dict(n=N, d=d, weights="lazy")
-    a, b = jax.vmap(lambda h, qs: measure.gradient_draws(
-        h, keys_g, qs, depth=DEPTH, draw_batch=draw_batch, **opts))(hp, q_star)
-    q, p, _ = jax.vmap(lambda h: measure.transient_draws(h, keys_t, Q0, Q0 * RHO0, depth=DEPTH,
-                                                         **opts))(hp)
+    a, b = jax.vmap(lambda h, qs: measure.gradient_draws(h, keys_g, qs, depth=DEPTH, draw_batch=draw_batch, **opts))(
+        hp, q_star
+    )
+    q, p, _ = jax.vmap(lambda h: measure.transient_draws(h, keys_t, Q0, Q0 * RHO0, depth=DEPTH, **opts))(hp)
     return a, b, p / q
 
 
 @partial(jax.jit, static_argnames=("d",))
 def _angle(hp, q_star, keys, *, d):
-    return jax.vmap(lambda h, qs: measure.angle_draws(h, keys, qs, eps=EPS, n=N, d=d,
-                                                      weights="lazy"))(hp, q_star)
+    return jax.vmap(lambda h, qs: measure.angle_draws(h, keys, qs, eps=EPS, n=N, d=d, weights="lazy"))(hp, q_star)
 
 
 def angle_in_batches(hp, q_star, keys, d):
@@ -84,7 +90,7 @@ def angle_in_batches(hp, q_star, keys, d):
     per_draw = grid.simulation_bytes(d, N, 1, None, 4, len(POINTS), "lazy")
     size = int(max(1, min(len(keys), measure.MEMORY_BUDGET // per_draw)))
     size = -(-len(keys) // -(-len(keys) // size))  # equal batches
-    out = [_angle(hp, q_star, keys[i:i + size], d=d) for i in range(0, len(keys), size)]
+    out = [_angle(hp, q_star, keys[i : i + size], d=d) for i in range(0, len(keys), size)]
     return jnp.concatenate(out, axis=1)
 
 
@@ -112,18 +118,30 @@ def run(args):
         t = time.perf_counter()
         db = measure.default_draw_batch(N, d, DEPTH, points=len(POINTS), weights="lazy")
         hp32, qs32 = hp.astype(jnp.float32), jnp.asarray(q_star, jnp.float32)
-        a, b, rho = (np.asarray(v, np.float64) for v in _kernel(hp32, qs32, kg, kt, d=d,
-                                                                 draw_batch=db))
+        a, b, rho = (np.asarray(v, np.float64) for v in _kernel(hp32, qs32, kg, kt, d=d, draw_batch=db))
         la = np.asarray(angle_in_batches(hp32, qs32, ka, d), np.float64)
         la_m, la_se = measure.mean_se(la, axis=1)
         lg_m, lg_se = measure.log_ratio_of_means(a, b, scale=1.0 / DEPTH, axis=1)
         rho_m, rho_se = measure.mean_se(rho, axis=1)
-        np.savez(path + ".tmp.npz", width=d, draws=m, draws_a=ma, lambda_a=la_m,
-                 lambda_a_se=la_se, lambda_g=lg_m, lambda_g_se=lg_se, rho=rho_m, rho_se=rho_se,
-                 seconds=time.perf_counter() - t)
+        np.savez(
+            path + ".tmp.npz",
+            width=d,
+            draws=m,
+            draws_a=ma,
+            lambda_a=la_m,
+            lambda_a_se=la_se,
+            lambda_g=lg_m,
+            lambda_g_se=lg_se,
+            rho=rho_m,
+            rho_se=rho_se,
+            seconds=time.perf_counter() - t,
+        )
         os.replace(path + ".tmp.npz", path)
-        print(f"width {d}: {m} draws ({ma} for lambda_a), {time.perf_counter() - t:.1f} s; "
-              f"lambda_a se {la_se.max():.4f}, lambda_g se {lg_se.max():.4f}", flush=True)
+        print(
+            f"width {d}: {m} draws ({ma} for lambda_a), {time.perf_counter() - t:.1f} s; "
+            f"lambda_a se {la_se.max():.4f}, lambda_g se {lg_se.max():.4f}",
+            flush=True,
+        )
 
 
 def wls(d, y, se):
@@ -165,29 +183,49 @@ def report(args):
     rows = load(args.out)
     d = np.array([float(r["width"]) for r in rows])
     th = theory_values()
-    lines = ["point,sigma_w,sigma_a,alpha,quantity,layer,extrapolated,se,chi2_dof,slope_b,"
-             "widest,widest_se,paper,exact"]
+    lines = ["point,sigma_w,sigma_a,alpha,quantity,layer,extrapolated,se,chi2_dof,slope_b,widest,widest_se,paper,exact"]
     table = []
     for i, (sw, sa, a) in enumerate(POINTS):
         quantities = [("lambda_a", None, "lambda_a", 0), ("lambda_g", None, "lambda_g", 1)]
         quantities += [("rho", l, "rho", 2) for l in range(1, DEPTH + 1)]
         for name, layer, key, ti in quantities:
             y = np.array([r[key][i] if layer is None else r[key][i, layer] for r in rows])
-            se = np.array([r[key + "_se"][i] if layer is None else r[key + "_se"][i, layer]
-                           for r in rows])
+            se = np.array([r[key + "_se"][i] if layer is None else r[key + "_se"][i, layer] for r in rows])
             a0, a_se, b, _, chi2 = wls(d, y, se)
             tp, te = (th[m][i][ti] if layer is None else th[m][i][ti][layer] for m in ("paper", "exact"))
-            lines.append(f"{i},{sw},{sa},{a},{name},{'' if layer is None else layer},{a0:.6f},"
-                         f"{a_se:.6f},{chi2:.3f},{b:.4f},{y[-1]:.6f},{se[-1]:.6f},{tp:.6f},{te:.6f}")
-            table.append(dict(i=i, sw=sw, sa=sa, a=a, name=name, layer=layer, value=a0, se=a_se,
-                              chi2=chi2, b=b, y=y, yse=se, paper=tp, exact=te))
+            lines.append(
+                f"{i},{sw},{sa},{a},{name},{'' if layer is None else layer},{a0:.6f},"
+                f"{a_se:.6f},{chi2:.3f},{b:.4f},{y[-1]:.6f},{se[-1]:.6f},{tp:.6f},{te:.6f}"
+            )
+            table.append(
+                dict(
+                    i=i,
+                    sw=sw,
+                    sa=sa,
+                    a=a,
+                    name=name,
+                    layer=layer,
+                    value=a0,
+                    se=a_se,
+                    chi2=chi2,
+                    b=b,
+                    y=y,
+                    yse=se,
+                    paper=tp,
+                    exact=te,
+                )
+            )
     with open(os.path.join(args.out, "extrapolated.csv"), "w") as f:
         f.write("\n".join(lines) + "\n")
     # summary: lambda's per point; rho: the layer with the largest |extrapolated - better|
-    print(f"widths {', '.join(str(int(x)) for x in d)}; draws "
-          f"{', '.join(str(int(r['draws'])) for r in rows)} (lambda_a: --angle-factor x)")
-    print("| sigma_w | sigma_A | alpha | quantity | d -> inf | se | chi2/dof | paper | exact | "
-          "(inf - paper)/se | (inf - exact)/se |")
+    print(
+        f"widths {', '.join(str(int(x)) for x in d)}; draws "
+        f"{', '.join(str(int(r['draws'])) for r in rows)} (lambda_a: --angle-factor x)"
+    )
+    print(
+        "| sigma_w | sigma_A | alpha | quantity | d -> inf | se | chi2/dof | paper | exact | "
+        "(inf - paper)/se | (inf - exact)/se |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for i in range(len(POINTS)):
         sel = [t for t in table if t["i"] == i]
@@ -195,9 +233,11 @@ def report(args):
         worst = max(rho, key=lambda t: min(abs(t["value"] - t["paper"]), abs(t["value"] - t["exact"])))
         for t in [s for s in sel if s["name"] != "rho"] + [worst]:
             label = t["name"] if t["layer"] is None else f"rho_{t['layer']} (worst layer)"
-            print(f"| {t['sw']} | {t['sa']} | {t['a']} | {label} | {t['value']:+.4f} | {t['se']:.4f} | "
-                  f"{t['chi2']:.2f} | {t['paper']:+.4f} | {t['exact']:+.4f} | "
-                  f"{(t['value'] - t['paper']) / t['se']:+.1f} | {(t['value'] - t['exact']) / t['se']:+.1f} |")
+            print(
+                f"| {t['sw']} | {t['sa']} | {t['a']} | {label} | {t['value']:+.4f} | {t['se']:.4f} | "
+                f"{t['chi2']:.2f} | {t['paper']:+.4f} | {t['exact']:+.4f} | "
+                f"{(t['value'] - t['paper']) / t['se']:+.1f} | {(t['value'] - t['exact']) / t['se']:+.1f} |"
+            )
     if args.figure:
         figure(table, d, args.figure)
 
@@ -216,8 +256,16 @@ def figure(table, d, path):
         for ax, name, lab in zip(axes[:2], ("lambda_a", "lambda_g"), ("a", "b")):
             for t in (t for t in table if t["name"] == name and t["sa"] == 1.0):
                 c = colours.setdefault((t["sw"], t["a"]), f"C{len(colours)}")
-                ax.errorbar(1e3 / d, t["y"] - t["paper"], yerr=t["yse"], fmt="o", ms=2, lw=0.6,
-                            color=c, label=rf"$\sigma_w$={t['sw']:g}, $\alpha$={t['a']:g}")
+                ax.errorbar(
+                    1e3 / d,
+                    t["y"] - t["paper"],
+                    yerr=t["yse"],
+                    fmt="o",
+                    ms=2,
+                    lw=0.6,
+                    color=c,
+                    label=rf"$\sigma_w$={t['sw']:g}, $\alpha$={t['a']:g}",
+                )
                 ax.plot(xs, t["value"] + t["b"] * xs / 1e3 - t["paper"], color=c, lw=0.6)
             ax.axhline(0, color="k", lw=0.4)
             ax.set_xlabel("1000 / d")
@@ -231,15 +279,29 @@ def figure(table, d, path):
                 continue
             c = colours[(rho[0]["sw"], rho[0]["a"])]
             layers = [t["layer"] for t in rho]
-            ax.errorbar(layers, [t["value"] - t["exact"] for t in rho], yerr=[t["se"] for t in rho],
-                        color=c, lw=0.6, ms=1.5, fmt="o-")
+            ax.errorbar(
+                layers,
+                [t["value"] - t["exact"] for t in rho],
+                yerr=[t["se"] for t in rho],
+                color=c,
+                lw=0.6,
+                ms=1.5,
+                fmt="o-",
+            )
             ax.plot(layers, [t["paper"] - t["exact"] for t in rho], color=c, lw=0.6, ls=":")
         ax.axhline(0, color="k", lw=0.4)
         ax.set_xlabel("layer")
         ax.set_ylabel(r"$\rho_\ell$ − exact map ($\sigma_A$ = 3)")
         style.panel_label(ax, "c")
-        ax.text(0.98, 0.04, "solid: simulation, d → ∞\ndotted: paper map", transform=ax.transAxes,
-                ha="right", va="bottom", fontsize=5)
+        ax.text(
+            0.98,
+            0.04,
+            "solid: simulation, d → ∞\ndotted: paper map",
+            transform=ax.transAxes,
+            ha="right",
+            va="bottom",
+            fontsize=5,
+        )
         fig.tight_layout()
         fig.savefig(path, dpi=style.DPI)
         plt.close(fig)
@@ -253,8 +315,9 @@ def main():
     ap.add_argument("--widths", default=",".join(str(w) for w in WIDTHS))
     ap.add_argument("--draws-top", type=int, default=8, help="draws at the widest width")
     ap.add_argument("--draws-max", type=int, default=256)
-    ap.add_argument("--angle-factor", type=int, default=32,
-                    help="lambda_a draws per lambda_g draw (one block each: cheap)")
+    ap.add_argument(
+        "--angle-factor", type=int, default=32, help="lambda_a draws per lambda_g draw (one block each: cheap)"
+    )
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--figure", default="docs/images/infinite_width.png")
     args = ap.parse_args()

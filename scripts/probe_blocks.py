@@ -9,6 +9,7 @@ z = (measured - theory) / se.
 
 Resumable: one JSON line per (preset, point, width, inits, weights), appended when done.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -19,8 +20,8 @@ import time
 import numpy as np
 
 from phasefield import HParams, probe
-from phasefield.probe import models
 from phasefield.io import append_jsonl, read_jsonl
+from phasefield.probe import models
 
 DEPTH, N, HEADS = 8, 16, 4
 # points where scripts/validate_blocks.py finds the theory and the finite-width simulation
@@ -28,20 +29,23 @@ DEPTH, N, HEADS = 8, 16, 4
 # there the theory, not the probe, is off), and one point outside (reported apart)
 POINTS = {
     # the network has the softmax-derivative path: the paper block's theory takes it too
-    "paper": [dict(sigma_w=1.0, alpha_a=0.5, alpha_m=0.5, softmax_correction=True),
-              dict(sigma_w=3.0, alpha_a=0.7, alpha_m=0.7, softmax_correction=True)],
+    "paper": [
+        dict(sigma_w=1.0, alpha_a=0.5, alpha_m=0.5, softmax_correction=True),
+        dict(sigma_w=3.0, alpha_a=0.7, alpha_m=0.7, softmax_correction=True),
+    ],
     "pre-ln": [dict(sigma=0.55, alpha=0.2), dict(sigma=1.0, alpha=1.0)],
     "post-ln": [dict(sigma=0.55, alpha=1.0), dict(sigma=1.0, alpha=0.5)],
     "rms-swiglu": [dict(sigma=1.0, alpha=0.2), dict(sigma=1.0, alpha=1.0)],
-    "deepscalelm": [dict(sigma_a=0.5), dict(sigma_a=1.0)],   # its beta^2 = k / (2 depth): depth = DEPTH
+    "deepscalelm": [dict(sigma_a=0.5), dict(sigma_a=1.0)],  # its beta^2 = k / (2 depth): depth = DEPTH
 }
-OUTSIDE = {"pre-ln": [dict(sigma=2.0, alpha=1.0)]}   # validate_blocks: rho_1 theory 0.873, simulation 0.805
+OUTSIDE = {"pre-ln": [dict(sigma=2.0, alpha=1.0)]}  # validate_blocks: rho_1 theory 0.873, simulation 0.805
 
 
 def model_of(preset, point, width, weights):
     if preset == "paper":
-        return models.preset("paper", depth=DEPTH, width=width, n_tokens=N, weights=weights,
-                             hp=HParams(n_tokens=N, **point))
+        return models.preset(
+            "paper", depth=DEPTH, width=width, n_tokens=N, weights=weights, hp=HParams(n_tokens=N, **point)
+        )
     return models.preset(preset, depth=DEPTH, width=width, n_tokens=N, weights=weights, heads=HEADS, **point)
 
 
@@ -53,11 +57,19 @@ def measure(preset, point, width, inits, weights) -> dict:
     th = res.theory_rates()
     curves = {k: res.ds[k].values.tolist() for k in ("q_sym", "rho_sym", "angle", "grad")}
     curves.update({k + "_se": res.ds[k + "_se"].values.tolist() for k in ("q_sym", "rho_sym", "angle", "grad")})
-    return dict(curves=curves, theory={k: np.asarray(v, float).tolist() for k, v in res.theory.items()},
-                lambda_a=la, lambda_a_se=la_se, lambda_a_theory=th["lambda_a"],
-                lambda_g=lg, lambda_g_se=lg_se, lambda_g_theory=th["lambda_g"], phase=list(res.phase),
-                z={k: np.asarray(v, float).tolist() for k, v in z.items()},
-                max_abs_z=float(max(np.nanmax(np.abs(np.atleast_1d(v))) for v in z.values())))
+    return dict(
+        curves=curves,
+        theory={k: np.asarray(v, float).tolist() for k, v in res.theory.items()},
+        lambda_a=la,
+        lambda_a_se=la_se,
+        lambda_a_theory=th["lambda_a"],
+        lambda_g=lg,
+        lambda_g_se=lg_se,
+        lambda_g_theory=th["lambda_g"],
+        phase=list(res.phase),
+        z={k: np.asarray(v, float).tolist() for k, v in z.items()},
+        max_abs_z=float(max(np.nanmax(np.abs(np.atleast_1d(v))) for v in z.values())),
+    )
 
 
 def load(path):
@@ -66,15 +78,20 @@ def load(path):
 
 
 def report(rows):
-    lines = ["| block | point | d | inits | lambda_a (probe) | theory | lambda_g(L) (probe) | theory | phase | "
-             "max abs z (all curves) |", "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| block | point | d | inits | lambda_a (probe) | theory | lambda_g(L) (probe) | theory | phase | "
+        "max abs z (all curves) |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
     outside = lambda r: r["point"] in OUTSIDE.get(r["preset"], [])
     for r in sorted(rows, key=outside):
         pt = ", ".join(f"{k}={v}" for k, v in r["point"].items())
-        lines.append(f"| {r['preset']} | {pt} | {r['width']} | {r['inits']} | {r['lambda_a']:+.4f} +- "
-                     f"{r['lambda_a_se']:.4f} | {r['lambda_a_theory']:+.4f} | {r['lambda_g']:+.4f} +- "
-                     f"{r['lambda_g_se']:.4f} | {r['lambda_g_theory']:+.4f} | {'/'.join(r['phase'])} | "
-                     f"{r['max_abs_z']:.2f}" + (" (outside the theory's validity)" if outside(r) else "") + " |")
+        lines.append(
+            f"| {r['preset']} | {pt} | {r['width']} | {r['inits']} | {r['lambda_a']:+.4f} +- "
+            f"{r['lambda_a_se']:.4f} | {r['lambda_a_theory']:+.4f} | {r['lambda_g']:+.4f} +- "
+            f"{r['lambda_g_se']:.4f} | {r['lambda_g_theory']:+.4f} | {'/'.join(r['phase'])} | "
+            f"{r['max_abs_z']:.2f}" + (" (outside the theory's validity)" if outside(r) else "") + " |"
+        )
     return "\n".join(lines)
 
 
@@ -89,8 +106,9 @@ def main(argv=None):
     a = ap.parse_args(argv)
     rows = load(a.out)
     if not a.report:
-        done = {(r["preset"], json.dumps(r["point"], sort_keys=True), r["width"], r["inits"], r["weights"])
-                for r in rows}
+        done = {
+            (r["preset"], json.dumps(r["point"], sort_keys=True), r["width"], r["inits"], r["weights"]) for r in rows
+        }
         todo = [(p, pt) for p in a.presets.split(",") for pt in POINTS[p]]
         todo += [(p, pt) for p in a.presets.split(",") for pt in OUTSIDE.get(p, [])]
         for preset, pt in todo:
@@ -98,8 +116,17 @@ def main(argv=None):
             if key in done:
                 continue
             t0 = time.perf_counter()
-            row = dict(preset=preset, point=pt, width=a.width, inits=a.inits, weights=a.weights,
-                       depth=DEPTH, n_tokens=N, heads=HEADS, **measure(preset, pt, a.width, a.inits, a.weights))
+            row = dict(
+                preset=preset,
+                point=pt,
+                width=a.width,
+                inits=a.inits,
+                weights=a.weights,
+                depth=DEPTH,
+                n_tokens=N,
+                heads=HEADS,
+                **measure(preset, pt, a.width, a.inits, a.weights),
+            )
             row["seconds"] = round(time.perf_counter() - t0, 1)
             print(preset, pt, f"max |z| = {row['max_abs_z']:.2f}", f"{row['seconds']} s", flush=True)
             append_jsonl(a.out, row)

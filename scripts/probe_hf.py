@@ -7,6 +7,7 @@ depth change (the table in docs/probe.md).
 Resumable: one JSON line per configuration, appended when done (with its wall time, the
 compile included). Needs the extra probe-hf (transformers 4.x).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -15,14 +16,25 @@ import sys
 import time
 
 import phasefield
-from phasefield.probe import hf
 from phasefield.io import append_jsonl, read_jsonl
+from phasefield.probe import hf
 
 # (model, depth, std (None: as shipped), scaled)
-CONFIGS = [("gpt2", 12, None, False), ("gpt2", 12, None, True), ("gpt2", 12, 0.01, False),
-           ("gpt2", 12, 0.05, False), ("gpt2", 12, 0.05, True), ("gpt2", 24, None, False), ("gpt2", 24, None, True),
-           ("bert", 12, None, False), ("bert", 12, None, True), ("bert", 12, 0.05, False),
-           ("vit", 12, None, False), ("vit", 12, 0.02, False), ("vit", 12, 0.02, True)]
+CONFIGS = [
+    ("gpt2", 12, None, False),
+    ("gpt2", 12, None, True),
+    ("gpt2", 12, 0.01, False),
+    ("gpt2", 12, 0.05, False),
+    ("gpt2", 12, 0.05, True),
+    ("gpt2", 24, None, False),
+    ("gpt2", 24, None, True),
+    ("bert", 12, None, False),
+    ("bert", 12, None, True),
+    ("bert", 12, 0.05, False),
+    ("vit", 12, None, False),
+    ("vit", 12, 0.02, False),
+    ("vit", 12, 0.02, True),
+]
 SIZE = dict(gpt2=dict(n_tokens=32, batch=1), bert=dict(n_tokens=32, batch=1), vit=dict(n_tokens=17, batch=2))
 
 
@@ -33,11 +45,26 @@ def run(model, depth, std, scaled, inits):
     sec = time.perf_counter() - t0
     la, la_se = res.lambda_a
     lg, lg_se = res.lambda_g
-    return dict(model=model, depth=depth, std=std, scaled=scaled, inits=inits, width=768, **SIZE[model],
-                lambda_a=la, lambda_a_se=la_se, lambda_g=lg, lambda_g_se=lg_se, phase=list(res.phase),
-                rho_in=float(res.ds["rho_data"][0]), rho_out=float(res.ds["rho_data"][-1]),
-                q_in=float(res.ds["q_data"][0]), q_out=float(res.ds["q_data"][-1]),
-                verdict=res.verdict(), seconds=round(sec, 1))
+    return dict(
+        model=model,
+        depth=depth,
+        std=std,
+        scaled=scaled,
+        inits=inits,
+        width=768,
+        **SIZE[model],
+        lambda_a=la,
+        lambda_a_se=la_se,
+        lambda_g=lg,
+        lambda_g_se=lg_se,
+        phase=list(res.phase),
+        rho_in=float(res.ds["rho_data"][0]),
+        rho_out=float(res.ds["rho_data"][-1]),
+        q_in=float(res.ds["q_data"][0]),
+        q_out=float(res.ds["q_data"][-1]),
+        verdict=res.verdict(),
+        seconds=round(sec, 1),
+    )
 
 
 def load(path):
@@ -46,14 +73,19 @@ def load(path):
 
 
 def report(rows):
-    lines = ["| model | L | weight std | 1/sqrt(2L) | lambda_a | lambda_g(L) | phase | rho in -> out | q in -> out | "
-             "seconds |", "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| model | L | weight std | 1/sqrt(2L) | lambda_a | lambda_g(L) | phase | rho in -> out | q in -> out | "
+        "seconds |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
         std = "as shipped" if r["std"] is None else f"{r['std']:g}"
-        lines.append(f"| {r['model']} | {r['depth']} | {std} | {'yes' if r['scaled'] else 'no'} | "
-                     f"{r['lambda_a']:+.4f} +- {r['lambda_a_se']:.4f} | {r['lambda_g']:+.4f} +- {r['lambda_g_se']:.4f} | "
-                     f"{'/'.join(r['phase'])} | {r['rho_in']:.3f} -> {r['rho_out']:.3f} | "
-                     f"{r['q_in']:.3g} -> {r['q_out']:.3g} | {r['seconds']:.0f} |")
+        lines.append(
+            f"| {r['model']} | {r['depth']} | {std} | {'yes' if r['scaled'] else 'no'} | "
+            f"{r['lambda_a']:+.4f} +- {r['lambda_a_se']:.4f} | {r['lambda_g']:+.4f} +- {r['lambda_g_se']:.4f} | "
+            f"{'/'.join(r['phase'])} | {r['rho_in']:.3f} -> {r['rho_out']:.3f} | "
+            f"{r['q_in']:.3g} -> {r['q_out']:.3g} | {r['seconds']:.0f} |"
+        )
     return "\n".join(lines)
 
 

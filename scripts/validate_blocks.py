@@ -25,6 +25,7 @@ weighted least squares over the widths and compares the intercept a with the the
 Resumable: each (preset, point, width) is one JSON line appended when done; a rerun skips
 the rows present. ``--report`` only prints the table from the rows.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -38,20 +39,24 @@ import jax.numpy as jnp
 import numpy as np
 
 from phasefield import layers
-from phasefield.layers import measure as M
 from phasefield.io import append_jsonl, atomic_path, read_jsonl
+from phasefield.layers import measure as M
 
 N, L, Q0, RHO0, EPS, HEADS = 16, 8, 1.0, 0.5, 1e-3, 4
 
 POINTS = {
-    "pre-ln": [dict(sigma=s, alpha=a) for s, a in
-               [(0.3, 1.0), (0.55, 0.2), (0.55, 1.0), (1.0, 1.0), (2.0, 0.2), (2.0, 1.0)]],
-    "post-ln": [dict(sigma=s, alpha=a) for s, a in
-                [(0.3, 1.0), (0.55, 1.0), (1.0, 0.5), (1.0, 1.0), (2.0, 0.5), (2.0, 1.0)]],
-    "rms-swiglu": [dict(sigma=s, alpha=a) for s, a in
-                   [(0.3, 1.0), (1.0, 0.2), (1.0, 1.0), (1.5, 0.5), (2.0, 0.2), (2.0, 1.0)]],
-    "deepscalelm": [dict(depth=dd, sigma_a=s) for dd, s in
-                    [(4, 0.5), (4, 1.0), (4, 3.0), (8, 0.5), (8, 1.0), (8, 3.0)]],
+    "pre-ln": [
+        dict(sigma=s, alpha=a) for s, a in [(0.3, 1.0), (0.55, 0.2), (0.55, 1.0), (1.0, 1.0), (2.0, 0.2), (2.0, 1.0)]
+    ],
+    "post-ln": [
+        dict(sigma=s, alpha=a) for s, a in [(0.3, 1.0), (0.55, 1.0), (1.0, 0.5), (1.0, 1.0), (2.0, 0.5), (2.0, 1.0)]
+    ],
+    "rms-swiglu": [
+        dict(sigma=s, alpha=a) for s, a in [(0.3, 1.0), (1.0, 0.2), (1.0, 1.0), (1.5, 0.5), (2.0, 0.2), (2.0, 1.0)]
+    ],
+    "deepscalelm": [
+        dict(depth=dd, sigma_a=s) for dd, s in [(4, 0.5), (4, 1.0), (4, 3.0), (8, 0.5), (8, 1.0), (8, 3.0)]
+    ],
 }
 
 
@@ -65,16 +70,20 @@ def theory(preset, point, attention="paper") -> dict:
     q, p = layers.trajectory(blk, Q0, 1.0 - EPS, n_tokens=N, depth=L)
     rho_near = np.asarray(p) / np.asarray(q)
     near = layers.finite_depth(blk, q0=Q0, rho0=1.0, n_tokens=N, depth=L)
-    return dict(rho=np.asarray(fd["rho"])[1:].tolist(), q=np.asarray(fd["q"])[1:].tolist(),
-                lambda_g=float(fd["lambda_g"]),
-                angle_rate=float(np.log((1 - rho_near[-1]) / EPS) / L),
-                angle_rate_limit=float(near["angle_rate"]))
+    return dict(
+        rho=np.asarray(fd["rho"])[1:].tolist(),
+        q=np.asarray(fd["q"])[1:].tolist(),
+        lambda_g=float(fd["lambda_g"]),
+        angle_rate=float(np.log((1 - rho_near[-1]) / EPS) / L),
+        angle_rate_limit=float(near["angle_rate"]),
+    )
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _draw_fn(structure, d):
     """One draw's measurements, compiled once per block structure and width (the block's
     numbers are traced arguments)."""
+
     def one(blk, k):
         k1, k2, k3 = jax.random.split(k, 3)
         q, p = M.transient(blk, k1, N, d, L, Q0, RHO0)
@@ -87,11 +96,12 @@ def _draw_fn(structure, d):
 ANGLE_MEASURE = "spread-f64"
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _angle_fn(structure, d):
     def f(blk, k):
         gap = M.near_gap(blk, jax.random.split(k, 3)[2], N, d, L, Q0, EPS, dtype=jnp.float64)
         return jnp.log(gap[-1] / gap[0]) / L
+
     return jax.jit(f)
 
 
@@ -103,21 +113,29 @@ def angle_rates(preset, point, d, draws, seed=0) -> dict:
     with jax.enable_x64(True):
         f = _angle_fn(jax.tree_util.tree_structure(blk), d)
         ang = np.array([float(f(blk, k)) for k in keys])
-    return dict(angle_rate=float(ang.mean()), angle_rate_se=float(ang.std(ddof=1) / np.sqrt(len(ang))),
-                angle_measure=ANGLE_MEASURE)
+    return dict(
+        angle_rate=float(ang.mean()),
+        angle_rate_se=float(ang.std(ddof=1) / np.sqrt(len(ang))),
+        angle_measure=ANGLE_MEASURE,
+    )
 
 
 def simulate(preset, point, d, draws, seed=0) -> dict:
     blk = block_of(preset, point)
     keys = jax.random.split(jax.random.PRNGKey(seed), draws)
     f = _draw_fn(jax.tree_util.tree_structure(blk), d)
-    out = [f(blk, k) for k in keys]          # one draw at a time (memory at width 4096)
+    out = [f(blk, k) for k in keys]  # one draw at a time (memory at width 4096)
     q, rho, g = (np.stack([np.asarray(o[i], float) for o in out]) for i in range(3))
     se = lambda a: a.std(0, ddof=1) / np.sqrt(draws)
-    return dict(rho=rho.mean(0)[1:].tolist(), rho_se=se(rho)[1:].tolist(),
-                q=q.mean(0)[1:].tolist(), q_se=se(q)[1:].tolist(),
-                lambda_g=float(np.log(g.mean()) / L), lambda_g_se=float(se(g) / g.mean() / L),
-                **angle_rates(preset, point, d, draws, seed))
+    return dict(
+        rho=rho.mean(0)[1:].tolist(),
+        rho_se=se(rho)[1:].tolist(),
+        q=q.mean(0)[1:].tolist(),
+        q_se=se(q)[1:].tolist(),
+        lambda_g=float(np.log(g.mean()) / L),
+        lambda_g_se=float(se(g) / g.mean() / L),
+        **angle_rates(preset, point, d, draws, seed),
+    )
 
 
 def extrapolate(ds, y, se):
@@ -145,9 +163,12 @@ MAPS = ("paper", "exact")
 def report(rows):
     """Markdown table: every (preset, point) extrapolated over all the widths in ``rows``,
     against today's theory with the paper's attention map (Eq. 10) and the exact-softmax map."""
-    lines = ["| preset | point | quantity | d -> inf (se) | at d = %d | theory (paper map) | z | "
-             "theory (exact map) | z |" % max(r["width"] for r in rows),
-             "|---|---|---|---|---|---|---|---|---|"]
+    width = max(r["width"] for r in rows)
+    lines = [
+        f"| preset | point | quantity | d -> inf (se) | at d = {width} | theory (paper map) | z | "
+        "theory (exact map) | z |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     worst = {m: [] for m in MAPS}
     keyf = lambda r: (r["preset"], json.dumps(r["point"], sort_keys=True))
     groups = {}
@@ -175,13 +196,19 @@ def report(rows):
         for name in ("lambda_g", "angle_rate"):
             a, s = extrapolate(ds, [r["sim"][name] for r in rs], [r["sim"][name + "_se"] for r in rs])
             row(name, a, s, rs[-1]["sim"][name], {m: ths[m][name] for m in MAPS})
-        fits = [extrapolate(ds, [r["sim"]["rho"][layer] for r in rs], [r["sim"]["rho_se"][layer] for r in rs])
-                for layer in range(L)]
-        for m in MAPS:     # each map's worst layer (its z is in its own column)
+        fits = [
+            extrapolate(ds, [r["sim"]["rho"][layer] for r in rs], [r["sim"]["rho_se"][layer] for r in rs])
+            for layer in range(L)
+        ]
+        for m in MAPS:  # each map's worst layer (its z is in its own column)
             zs = [abs(a - ths[m]["rho"][layer]) / s for layer, (a, s) in enumerate(fits)]
             i = int(np.argmax(zs))
-            row(f"rho_{i + 1} (worst of 1..{L}, {m} map)", *fits[i], rs[-1]["sim"]["rho"][i],
-                {mm: ths[mm]["rho"][i] for mm in MAPS})
+            row(
+                f"rho_{i + 1} (worst of 1..{L}, {m} map)",
+                *fits[i],
+                rs[-1]["sim"]["rho"][i],
+                {mm: ths[mm]["rho"][i] for mm in MAPS},
+            )
     return lines, worst
 
 
@@ -192,36 +219,56 @@ def main(argv=None):
     ap.add_argument("--presets", default=",".join(POINTS))
     ap.add_argument("--out", default="docs/data/blocks/rows.jsonl")
     ap.add_argument("--report", action="store_true")
-    ap.add_argument("--remeasure-angle", action="store_true",
-                    help="recompute the angle rate of rows measured through the Gram matrix")
+    ap.add_argument(
+        "--remeasure-angle",
+        action="store_true",
+        help="recompute the angle rate of rows measured through the Gram matrix",
+    )
     a = ap.parse_args(argv)
     widths = [int(w) for w in a.widths.split(",")]
     rows = load(a.out)
     if a.remeasure_angle:
         from tqdm import tqdm
-        for i in tqdm([i for i, r in enumerate(rows) if r["sim"].get("angle_measure") != ANGLE_MEASURE],
-                      desc="angle rates"):
+
+        for i in tqdm(
+            [i for i, r in enumerate(rows) if r["sim"].get("angle_measure") != ANGLE_MEASURE], desc="angle rates"
+        ):
             r = rows[i]
             r["sim"].update(angle_rates(r["preset"], r["point"], r["width"], r["draws"]))
-            with atomic_path(a.out) as tmp, open(tmp, "w") as f:    # rewritten whole: never torn
+            with atomic_path(a.out) as tmp, open(tmp, "w") as f:  # rewritten whole: never torn
                 f.writelines(json.dumps(r) + "\n" for r in rows)
         a.report = True
     done = {(r["preset"], json.dumps(r["point"], sort_keys=True), r["width"], r["draws"]) for r in rows}
     if not a.report:
         from tqdm import tqdm
-        todo = [(p, pt, d) for d in widths for p in a.presets.split(",") for pt in POINTS[p]
-                if (p, json.dumps(pt, sort_keys=True), d, a.draws) not in done]
+
+        todo = [
+            (p, pt, d)
+            for d in widths
+            for p in a.presets.split(",")
+            for pt in POINTS[p]
+            if (p, json.dumps(pt, sort_keys=True), d, a.draws) not in done
+        ]
         for preset, pt, d in tqdm(todo, desc="block checks"):
             t0 = time.perf_counter()
-            row = dict(preset=preset, point=pt, width=d, draws=a.draws, n_tokens=N, depth=L, heads=HEADS,
-                       sim=simulate(preset, pt, d, a.draws), theory=theory(preset, pt))
+            row = dict(
+                preset=preset,
+                point=pt,
+                width=d,
+                draws=a.draws,
+                n_tokens=N,
+                depth=L,
+                heads=HEADS,
+                sim=simulate(preset, pt, d, a.draws),
+                theory=theory(preset, pt),
+            )
             row["seconds"] = round(time.perf_counter() - t0, 1)
             append_jsonl(a.out, row)
             rows.append(row)
     lines, worst = report(rows)
     print("\n".join(lines))
     for m in MAPS:
-        w = sorted((x for x in worst[m] if np.isfinite(x[0])), reverse=True)   # NaN: not measurable
+        w = sorted((x for x in worst[m] if np.isfinite(x[0])), reverse=True)  # NaN: not measurable
         print(f"{m} map, largest |z|:", ", ".join(f"{z:.1f} ({p} {pt} {q})" for z, p, pt, q in w[:6]))
     return 0
 

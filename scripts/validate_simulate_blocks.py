@@ -23,10 +23,10 @@ with 8 draws the whole run took 170 CPU s on the 2-core CPU. Where one call
 has a time limit, run it per preset (``--presets pre-ln`` ...): each call prints every
 finished point and keeps it.
 """
+
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import os
 import sys
@@ -62,14 +62,29 @@ def run_point(preset, point, width, draws, seed) -> dict:
     spec = spec_of(preset, point)
     t0 = time.perf_counter()
     th = blocks.theory(spec, n_tokens=N, depth=L, q0=Q0, rho0=RHO0)
-    sim = blocks.exponents(spec, width=width, draws=draws, n_tokens=N, depth=L, q0=Q0, rho0=RHO0,
-                           seed=seed, q_star=th["q_star"])
+    sim = blocks.exponents(
+        spec, width=width, draws=draws, n_tokens=N, depth=L, q0=Q0, rho0=RHO0, seed=seed, q_star=th["q_star"]
+    )
     z = blocks.z_scores(sim, th)
-    rows = {q: dict(sim=sim[q], se=sim[q + "_se"], theory=th[q], z=z[q]) for q in blocks.QUANTITIES
-            if np.isfinite(th[q])}
-    return dict(preset=preset, point=point, spec=spec, width=width, draws=draws, seed=seed, n_tokens=N,
-                depth=L, heads=HEADS, q0=Q0, rho0=RHO0, phase=phase(th), quantities=rows,
-                seconds=round(time.perf_counter() - t0, 1))
+    rows = {
+        q: dict(sim=sim[q], se=sim[q + "_se"], theory=th[q], z=z[q]) for q in blocks.QUANTITIES if np.isfinite(th[q])
+    }
+    return dict(
+        preset=preset,
+        point=point,
+        spec=spec,
+        width=width,
+        draws=draws,
+        seed=seed,
+        n_tokens=N,
+        depth=L,
+        heads=HEADS,
+        q0=Q0,
+        rho0=RHO0,
+        phase=phase(th),
+        quantities=rows,
+        seconds=round(time.perf_counter() - t0, 1),
+    )
 
 
 def key(r):
@@ -95,16 +110,30 @@ def _atomic_write(path, text):
 def save(rows, out):
     """OUT.json and OUT.csv, each replaced whole (never torn)."""
     os.makedirs(os.path.dirname(os.path.abspath(out)) or ".", exist_ok=True)
-    _atomic_write(out + ".json", json.dumps(rows, indent=1, allow_nan=False,
-                                            default=lambda o: None) + "\n")
+    _atomic_write(out + ".json", json.dumps(rows, indent=1, allow_nan=False, default=lambda o: None) + "\n")
     cols = ["preset", "point", "width", "draws", "seed", "phase", "quantity", "sim", "se", "theory", "z"]
     lines = [",".join(cols)]
     for r in rows:
         pt = ";".join(f"{k}={v}" for k, v in r["point"].items())
         for q, v in r["quantities"].items():
-            lines.append(",".join(str(x) for x in (r["preset"], pt, r["width"], r["draws"], r["seed"], r["phase"],
-                                                    q, f"{v['sim']:.6g}", f"{v['se']:.3g}", f"{v['theory']:.6g}",
-                                                    f"{v['z']:+.2f}")))
+            lines.append(
+                ",".join(
+                    str(x)
+                    for x in (
+                        r["preset"],
+                        pt,
+                        r["width"],
+                        r["draws"],
+                        r["seed"],
+                        r["phase"],
+                        q,
+                        f"{v['sim']:.6g}",
+                        f"{v['se']:.3g}",
+                        f"{v['theory']:.6g}",
+                        f"{v['z']:+.2f}",
+                    )
+                )
+            )
     _atomic_write(out + ".csv", "\n".join(lines) + "\n")
 
 
@@ -113,8 +142,10 @@ def table(rows) -> str:
     for r in rows:
         pt = ",".join(f"{k}={v}" for k, v in r["point"].items())
         for q, v in r["quantities"].items():
-            out.append(f"{r['preset']:<11} {pt:<20} {r['phase']:<19} {q:<17} {v['sim']:>10.5f} {v['se']:>8.1e} "
-                       f"{v['theory']:>10.5f} {v['z']:>+6.2f}")
+            out.append(
+                f"{r['preset']:<11} {pt:<20} {r['phase']:<19} {q:<17} {v['sim']:>10.5f} {v['se']:>8.1e} "
+                f"{v['theory']:>10.5f} {v['z']:>+6.2f}"
+            )
     return "\n".join(out)
 
 
@@ -123,6 +154,7 @@ def compilation_cache(path):
     --presets slice on the same machine) does not compile the kernels again."""
     if path and path.lower() not in ("off", "none", "0"):
         import jax
+
         os.makedirs(path, exist_ok=True)
         jax.config.update("jax_compilation_cache_dir", path)
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
@@ -134,38 +166,52 @@ def main(argv=None) -> int:
     ap.add_argument("--draws", type=int, default=32)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--presets", default=",".join(POINTS))
-    ap.add_argument("--out", default="docs/data/blocks/simulate_validation",
-                    help="writes OUT.json and OUT.csv")
-    ap.add_argument("--cache", default=os.environ.get(
-        "PHASEFIELD_CACHE", os.path.join(os.path.expanduser("~"), ".cache", "phasefield", "jax")),
-        help="XLA compilation cache folder ('off': none)")
+    ap.add_argument("--out", default="docs/data/blocks/simulate_validation", help="writes OUT.json and OUT.csv")
+    ap.add_argument(
+        "--cache",
+        default=os.environ.get(
+            "PHASEFIELD_CACHE", os.path.join(os.path.expanduser("~"), ".cache", "phasefield", "jax")
+        ),
+        help="XLA compilation cache folder ('off': none)",
+    )
     a = ap.parse_args(argv)
     compilation_cache(a.cache)
     presets = [p.strip() for p in a.presets.split(",") if p.strip()]
     bad = [p for p in presets if p not in POINTS]
     if bad or a.width < 2 or a.draws < 2:
-        print(f"validate_simulate_blocks: bad --presets {bad} (choose from {', '.join(POINTS)}), or --width/--draws < 2",
-              file=sys.stderr)
+        print(
+            f"validate_simulate_blocks: bad --presets {bad} (choose from {', '.join(POINTS)}), or --width/--draws < 2",
+            file=sys.stderr,
+        )
         return 2
     rows = load(a.out + ".json")
     done = {key(r) for r in rows}
-    todo = [(p, pt) for p in presets for pt in POINTS[p]
-            if key(dict(preset=p, point=pt, width=a.width, draws=a.draws, seed=a.seed)) not in done]
+    todo = [
+        (p, pt)
+        for p in presets
+        for pt in POINTS[p]
+        if key(dict(preset=p, point=pt, width=a.width, draws=a.draws, seed=a.seed)) not in done
+    ]
     t0 = time.perf_counter()
     for i, (preset, pt) in enumerate(todo):
         r = run_point(preset, pt, a.width, a.draws, a.seed)
         rows.append(r)
         save(rows, a.out)
         worst = max(abs(v["z"]) for v in r["quantities"].values())
-        print(f"[{i + 1}/{len(todo)}] {preset} {pt} width {a.width}, {a.draws} draws: {r['seconds']} s, "
-              f"max |z| {worst:.2f}  (elapsed {time.perf_counter() - t0:.0f} s)", flush=True)
-    sel = [r for r in rows if r["width"] == a.width and r["draws"] == a.draws and r["seed"] == a.seed
-           and r["preset"] in presets]
+        print(
+            f"[{i + 1}/{len(todo)}] {preset} {pt} width {a.width}, {a.draws} draws: {r['seconds']} s, "
+            f"max |z| {worst:.2f}  (elapsed {time.perf_counter() - t0:.0f} s)",
+            flush=True,
+        )
+    sel = [
+        r
+        for r in rows
+        if r["width"] == a.width and r["draws"] == a.draws and r["seed"] == a.seed and r["preset"] in presets
+    ]
     print(table(sel))
     zs = [abs(v["z"]) for r in sel for v in r["quantities"].values()]
     if zs:
-        print(f"{len(zs)} quantities at {len(sel)} points: max |z| {max(zs):.2f}, "
-              f"{sum(z > 3 for z in zs)} above 3")
+        print(f"{len(zs)} quantities at {len(sel)} points: max |z| {max(zs):.2f}, {sum(z > 3 for z in zs)} above 3")
     return 0
 
 

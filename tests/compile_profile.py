@@ -13,6 +13,7 @@ ranks them. Compilation inside subprocesses (CLI runs) shows only as the test's 
 The process's memory maps after each test (``maps``; the kernel's limit is
 ``vm.max_map_count``) show how close a worker keeping its compiled programs gets to it.
 """
+
 from __future__ import annotations
 
 import collections
@@ -22,16 +23,18 @@ import resource
 import sys
 import time
 
-EVENTS = {"/jax/core/compile/jaxpr_trace_duration": "trace",
-          "/jax/core/compile/jaxpr_to_mlir_module_duration": "lower",
-          "/jax/core/compile/backend_compile_duration": "compile"}
+EVENTS = {
+    "/jax/core/compile/jaxpr_trace_duration": "trace",
+    "/jax/core/compile/jaxpr_to_mlir_module_duration": "lower",
+    "/jax/core/compile/backend_compile_duration": "compile",
+}
 _current = ["<collection>"]
 _tests: dict = collections.defaultdict(lambda: collections.defaultdict(float))
 _funs: dict = collections.defaultdict(lambda: collections.defaultdict(float))
-_pairs: dict = collections.defaultdict(lambda: collections.defaultdict(float))   # "fun | test"
+_pairs: dict = collections.defaultdict(lambda: collections.defaultdict(float))  # "fun | test"
 
 
-_started: dict = collections.defaultdict(list)   # event -> process CPU seconds at each open start
+_started: dict = collections.defaultdict(list)  # event -> process CPU seconds at each open start
 
 
 def _start(event, value, **kwargs):  # noqa: ARG001 - JAX records each start as a scalar
@@ -62,6 +65,7 @@ def _event(event, **kwargs):
 
 def _register():
     import jax.monitoring as mon
+
     mon.register_scalar_listener(_start)
     mon.register_event_duration_secs_listener(_duration)
     mon.register_event_listener(_event)
@@ -94,10 +98,10 @@ def pytest_runtest_protocol(item, nextitem):  # noqa: ARG001 - a pytest hook
     rec["wall"] += wall1 - wall0
     rec["maps"] = max(rec.get("maps", 0), _maps())
     _current[0] = "<between tests>"
-    _write()   # after every test: an interrupted run still leaves its profile
+    _write()  # after every test: an interrupted run still leaves its profile
 
 
-pytest_runtest_protocol.hookwrapper = True   # what ``@pytest.hookimpl(hookwrapper=True)`` sets
+pytest_runtest_protocol.hookwrapper = True  # what ``@pytest.hookimpl(hookwrapper=True)`` sets
 
 
 def _write():
@@ -122,7 +126,7 @@ def _load(folder):
                 data = json.load(fh)
             for k, rec in data["tests"].items():
                 for key, v in rec.items():
-                    if key == "maps":   # a peak, not a sum
+                    if key == "maps":  # a peak, not a sum
                         tests[k][key] = max(tests[k][key], v)
                     else:
                         tests[k][key] += v
@@ -156,11 +160,14 @@ def report(folder, top=25) -> str:
     for rec in tests.values():
         for key, v in rec.items():
             tot[key] = max(tot[key], v) if key == "maps" else tot[key] + v
-    out = [f"total: {tot['cpu']:.0f} CPU-s in the workers + {tot['child_cpu']:.0f} CPU-s in their "
-           f"subprocesses; JAX {_jit(tot):.0f} CPU-s, {_jit(tot, False):.0f} s wall (trace "
-           f"{tot['trace_cpu']:.0f}, lower {tot['lower_cpu']:.0f}, compile {tot['compile_cpu']:.0f} CPU-s) for {tot['programs']:.0f} programs "
-           f"({tot['cache_hits']:.0f} from the persistent cache); at most {tot['maps']:.0f} memory maps "
-           f"in a worker", ""]
+    out = [
+        f"total: {tot['cpu']:.0f} CPU-s in the workers + {tot['child_cpu']:.0f} CPU-s in their "
+        f"subprocesses; JAX {_jit(tot):.0f} CPU-s, {_jit(tot, False):.0f} s wall (trace "
+        f"{tot['trace_cpu']:.0f}, lower {tot['lower_cpu']:.0f}, compile {tot['compile_cpu']:.0f} CPU-s) for {tot['programs']:.0f} programs "
+        f"({tot['cache_hits']:.0f} from the persistent cache); at most {tot['maps']:.0f} memory maps "
+        f"in a worker",
+        "",
+    ]
     out += ["| file | CPU-s | child CPU-s | JAX CPU-s | programs |", "|---|---|---|---|---|"]
     for k, rec in sorted(files.items(), key=lambda kv: -(kv[1]["cpu"] + kv[1]["child_cpu"]))[:top]:
         out.append(f"| {k} | {rec['cpu']:.1f} | {rec['child_cpu']:.1f} | {_jit(rec):.1f} | {rec['programs']:.0f} |")
@@ -169,9 +176,11 @@ def report(folder, top=25) -> str:
         out.append(f"| {k} | {rec['cpu']:.1f} | {rec['child_cpu']:.1f} | {_jit(rec):.1f} | {rec['programs']:.0f} |")
     out += ["", "| jitted function | JAX CPU-s | compile CPU-s | programs | first test |", "|---|---|---|---|---|"]
     for k, rec in sorted(funs.items(), key=lambda kv: -_jit(kv[1]))[:top]:
-        out.append(f"| {k} | {_jit(rec):.1f} | {rec.get('compile_cpu', 0.0):.1f} | {rec['programs']:.0f} | "
-                   f"{rec.get('first_test', '')} |")
-    if pairs:   # where each function's programs come from: the costliest (function, test) pairs
+        out.append(
+            f"| {k} | {_jit(rec):.1f} | {rec.get('compile_cpu', 0.0):.1f} | {rec['programs']:.0f} | "
+            f"{rec.get('first_test', '')} |"
+        )
+    if pairs:  # where each function's programs come from: the costliest (function, test) pairs
         out += ["", "| jitted function | test | JAX CPU-s | programs |", "|---|---|---|---|"]
         for k, rec in sorted(pairs.items(), key=lambda kv: -_jit(kv[1]))[:top]:
             fun, test = k.split(" | ", 1)

@@ -58,6 +58,7 @@ exported: metadata only profilers read).
 worker writes the seconds JAX spent tracing, lowering and compiling, per test and per
 jitted function, to ``FOLDER``; ``python tests/compile_profile.py FOLDER`` ranks them.
 """
+
 import gc
 import os
 import shutil
@@ -82,7 +83,7 @@ import phasefield  # noqa: E402
 from phasefield._runtime import use_compilation_cache, use_fast_compilation  # noqa: E402
 
 phasefield.use_all_cpu_cores()
-if os.environ.get("PHASEFIELD_TEST_XLA", "fast") != "default":   # inherited by the CLI subprocesses
+if os.environ.get("PHASEFIELD_TEST_XLA", "fast") != "default":  # inherited by the CLI subprocesses
     use_fast_compilation()
 
 
@@ -106,7 +107,7 @@ def _map_limit() -> int:
 # PHASEFIELD_TEST_MAPS_HIGH=N sets another mark (a check of the release path: a low mark
 # drops them after nearly every test)
 MAPS_HIGH = int(os.environ.get("PHASEFIELD_TEST_MAPS_HIGH", _map_limit() * 3 // 4))
-_MADE_CACHE = []     # the run's cache folder, when this process made it (removed at the end)
+_MADE_CACHE = []  # the run's cache folder, when this process made it (removed at the end)
 
 
 def _run_cache_folder() -> str:
@@ -115,7 +116,7 @@ def _run_cache_folder() -> str:
     asked = os.environ.get("PHASEFIELD_TEST_CACHE")
     if asked is not None:
         return asked
-    if os.environ.get("PYTEST_XDIST_WORKER"):   # a worker of a controller that made none
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # a worker of a controller that made none
         return "off"
     folder = tempfile.mkdtemp(prefix="phasefield-test-cache-")
     os.environ["PHASEFIELD_TEST_CACHE"] = folder
@@ -123,7 +124,7 @@ def _run_cache_folder() -> str:
     return folder
 
 
-os.environ["PHASEFIELD_CACHE"] = _run_cache_folder()   # the CLI's set-up (phasefield._runtime)
+os.environ["PHASEFIELD_CACHE"] = _run_cache_folder()  # the CLI's set-up (phasefield._runtime)
 # every program stored, no size limit (and so no lock: JAX's size-limited cache reads every
 # entry's access time before each write): exported, so the workers, the in-process CLI runs
 # (which call use_compilation_cache again) and the subprocesses store alike
@@ -131,9 +132,9 @@ os.environ.setdefault("PHASEFIELD_CACHE_MIN_SECS", "0")
 os.environ.setdefault("PHASEFIELD_CACHE_MAX_BYTES", "-1")
 _CACHE = use_compilation_cache()
 if _CACHE is None:
-    os.environ["PHASEFIELD_CACHE"] = "off"      # the subprocesses too
+    os.environ["PHASEFIELD_CACHE"] = "off"  # the subprocesses too
 else:
-    os.environ["PHASEFIELD_CACHE"] = _CACHE     # the subprocesses' CLI uses the same folder
+    os.environ["PHASEFIELD_CACHE"] = _CACHE  # the subprocesses' CLI uses the same folder
 
 # Python's cyclic garbage collector takes ~4 % of the suite's CPU at its default thresholds
 # (perf over a whole run): JAX's tracing allocates many short-lived objects, and at the default thresholds
@@ -144,7 +145,7 @@ else:
 gc.set_threshold(100_000, 50, 100)
 gc.freeze()
 
-if os.environ.get("PHASEFIELD_COMPILE_PROFILE"):   # opt-in: compile seconds per test and program
+if os.environ.get("PHASEFIELD_COMPILE_PROFILE"):  # opt-in: compile seconds per test and program
     from compile_profile import pytest_runtest_protocol, pytest_sessionfinish  # noqa: F401
 
 
@@ -158,19 +159,48 @@ def pytest_unconfigure(config):  # noqa: ARG001 - a pytest hook
 # workers finish together (``--dist loadfile --no-loadscope-reorder``: the Makefile;
 # xdist's own order is by the number of tests in a file).
 FILE_SECONDS = {
-    "test_block_predict.py": 79, "test_trainability.py": 62, "test_docs_examples.py": 59,
-    "test_probe.py": 58, "test_layers.py": 55, "test_block_tables.py": 47,
-    "test_seeds_deepscalelm.py": 46, "test_vit.py": 43, "test_lazy.py": 41,
-    "test_blocks_cli.py": 39, "test_exact.py": 38, "test_multiprocess.py": 36,
-    "test_theory.py": 30, "test_sweep_blocks.py": 28, "test_vit_cli.py": 27, "test_cost.py": 23,
-    "test_simulate.py": 22, "test_gram.py": 22, "test_branch_scales.py": 21,
-    "test_suite_setup.py": 20, "test_sweep.py": 19, "test_simulate_theory.py": 19,
-    "test_simulate_cli.py": 18, "test_figures.py": 12, "test_notebooks.py": 11,
-    "test_qknorm.py": 11, "test_seeds_sensitivity.py": 10, "test_simulate_blocks.py": 9,
-    "test_correction.py": 8, "test_isolation.py": 8, "test_failure.py": 7, "test_wheel.py": 7,
-    "test_recommend_block.py": 7, "test_seeds_rank_collapse.py": 6, "test_edges.py": 6,
-    "test_hardening.py": 5, "test_exact_table_levels.py": 5, "test_seeds_cli.py": 4,
-    "test_docs.py": 4, "test_fuzz_cli.py": 4, "test_block_models.py": 2, "test_imports.py": 1,
+    "test_block_predict.py": 79,
+    "test_trainability.py": 62,
+    "test_docs_examples.py": 59,
+    "test_probe.py": 58,
+    "test_layers.py": 55,
+    "test_block_tables.py": 47,
+    "test_seeds_deepscalelm.py": 46,
+    "test_vit.py": 43,
+    "test_lazy.py": 41,
+    "test_blocks_cli.py": 39,
+    "test_exact.py": 38,
+    "test_multiprocess.py": 36,
+    "test_theory.py": 30,
+    "test_sweep_blocks.py": 28,
+    "test_vit_cli.py": 27,
+    "test_cost.py": 23,
+    "test_simulate.py": 22,
+    "test_gram.py": 22,
+    "test_branch_scales.py": 21,
+    "test_suite_setup.py": 20,
+    "test_sweep.py": 19,
+    "test_simulate_theory.py": 19,
+    "test_simulate_cli.py": 18,
+    "test_figures.py": 12,
+    "test_notebooks.py": 11,
+    "test_qknorm.py": 11,
+    "test_seeds_sensitivity.py": 10,
+    "test_simulate_blocks.py": 9,
+    "test_correction.py": 8,
+    "test_isolation.py": 8,
+    "test_failure.py": 7,
+    "test_wheel.py": 7,
+    "test_recommend_block.py": 7,
+    "test_seeds_rank_collapse.py": 6,
+    "test_edges.py": 6,
+    "test_hardening.py": 5,
+    "test_exact_table_levels.py": 5,
+    "test_seeds_cli.py": 4,
+    "test_docs.py": 4,
+    "test_fuzz_cli.py": 4,
+    "test_block_models.py": 2,
+    "test_imports.py": 1,
     "test_mnist1d.py": 1,
 }
 
@@ -211,7 +241,7 @@ def _release_executables():
     write would segfault. Below the mark, tests and modules share their compiled programs."""
     yield
     _SINCE_COUNT[0] += 1
-    if _SINCE_COUNT[0] >= MAPS_EVERY or MAPS_HIGH < 1000:   # a low mark (a check of this path): every test
+    if _SINCE_COUNT[0] >= MAPS_EVERY or MAPS_HIGH < 1000:  # a low mark (a check of this path): every test
         _SINCE_COUNT[0] = 0
         if memory_maps() > MAPS_HIGH:
             jax.clear_caches()
@@ -242,8 +272,11 @@ def optimized_tables(monkeypatch):
     from phasefield.theory.attention import exact_table
 
     plain, cached = exact_table.st_mesh_fn, exact_table._st_values
-    monkeypatch.setattr(exact_table, "st_mesh_fn", functools.lru_cache(maxsize=None)(
-        lambda *sizes: optimized_jit(plain(*sizes).__wrapped__)))
+    monkeypatch.setattr(
+        exact_table,
+        "st_mesh_fn",
+        functools.lru_cache(maxsize=None)(lambda *sizes: optimized_jit(plain(*sizes).__wrapped__)),
+    )
     cached.cache_clear()
     yield
     cached.cache_clear()

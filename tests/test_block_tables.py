@@ -2,11 +2,11 @@
 (:func:`phasefield.layers.sweep.plan`), and read per point by an index
 (:func:`phasefield.layers.sweep.evaluate_chunk`): the same numbers as every point building its
 own tables and integrating the exact map (``mesh=False``, the reference path), to 1e-12."""
+
 import numpy as np
 import pytest
 
-from phasefield.layers import spec
-from phasefield.layers import sweep
+from phasefield.layers import spec, sweep
 
 
 def _compare(name, fixed, axes, n_tokens=8, depth=2, seed=0):
@@ -15,7 +15,7 @@ def _compare(name, fixed, axes, n_tokens=8, depth=2, seed=0):
     slow = sweep.plan(name, fixed, axes, n_tokens, [depth], mesh=False)
     keys = list(axes)
     flat = [m.ravel() for m in np.meshgrid(*[np.asarray(axes[k], float) for k in keys], indexing="ij")]
-    order = np.random.default_rng(seed).permutation(len(flat[0]))      # random points, any order
+    order = np.random.default_rng(seed).permutation(len(flat[0]))  # random points, any order
     values = {k: f[order] for k, f in zip(keys, flat)}
     a = sweep.evaluate_chunk(fast, values, depth)
     b = sweep.evaluate_chunk(slow, values, depth)
@@ -27,8 +27,9 @@ def _compare(name, fixed, axes, n_tokens=8, depth=2, seed=0):
     return fast
 
 
-@pytest.mark.parametrize("name,attention", [("post-ln", "paper"),
-                                            pytest.param("rms-swiglu", "exact", marks=pytest.mark.slow)])
+@pytest.mark.parametrize(
+    "name,attention", [("post-ln", "paper"), pytest.param("rms-swiglu", "exact", marks=pytest.mark.slow)]
+)
 def test_table_gathered_points_equal_the_per_point_path(name, attention):
     """post-LN (paper map: only the softmax term's tables; GELU MLP kernels per sigma),
     RMS-SwiGLU (exact map and softmax term from the mesh tables, SiLU gate's Chebyshev
@@ -36,8 +37,8 @@ def test_table_gathered_points_equal_the_per_point_path(name, attention):
     test_block_sweep_from_mesh_values_equals_the_integrated_maps (up to logit scale 4)."""
     axes = {"sigma": np.array([0.8, 0.35, 0.6]), "alpha": np.array([0.3, 0.9])}
     p = _compare(name, {"heads": 2, "attention": attention}, axes)
-    assert p.att is not None and len(p.att[0]) == 3           # one mesh table per logit scale
-    assert len(p.mlp) == 1 and len(p.mlp[0][1]) == 3          # one MLP/GLU kernel per sigma
+    assert p.att is not None and len(p.att[0]) == 3  # one mesh table per logit scale
+    assert len(p.mlp) == 1 and len(p.mlp[0][1]) == 3  # one MLP/GLU kernel per sigma
 
 
 def test_a_value_off_the_plan_is_refused():
@@ -69,7 +70,6 @@ def test_scale_tables_equal_one_grid_for_all():
         np.testing.assert_allclose(t[i], np.asarray(t0)[i], rtol=0, atol=1e-12)
 
 
-
 @pytest.mark.usefixtures("optimized_tables")
 def test_many_scales_read_the_interpolant_in_the_scale(monkeypatch):
     """More scales than nodes: the tables at Chebyshev nodes of the scale range, their
@@ -89,10 +89,10 @@ def test_many_scales_read_the_interpolant_in_the_scale(monkeypatch):
         s, t, interp, interp_t = exact_table.scale_tables(sa, n, nodes=nodes)
         assert interp and interp_t
         if nodes == (17, 33):
-            assert exact_table._st_values.cache_info().misses == 33 < len(sa)   # the 33 nodes only
+            assert exact_table._st_values.cache_info().misses == 33 < len(sa)  # the 33 nodes only
         else:
-            np.testing.assert_array_equal(s[0], s0[0])                  # integrated: bitwise
-        assert not np.array_equal(s[1:], s0[1:])                        # read from an interpolant
+            np.testing.assert_array_equal(s[0], s0[0])  # integrated: bitwise
+        assert not np.array_equal(s[1:], s0[1:])  # read from an interpolant
         np.testing.assert_allclose(s, s0, rtol=1e-12, atol=0)
         np.testing.assert_allclose(t, t0, rtol=0, atol=1e-12)
     # node tables that are not finite: no interpolant, every scale integrated on its own
@@ -101,6 +101,7 @@ def test_many_scales_read_the_interpolant_in_the_scale(monkeypatch):
     def nan_at_nodes(sigma_a, *args):
         s_, t_ = st_values(sigma_a, *args)
         return (s_, t_) if sigma_a in targets else (s_ * np.nan, t_)
+
     monkeypatch.setattr(exact_table, "_st_values", nan_at_nodes)
     s, t, _, _ = exact_table.scale_tables(sa, n, nodes=(17, 33))
     np.testing.assert_array_equal(s, s0)

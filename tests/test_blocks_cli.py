@@ -1,6 +1,7 @@
 """Blocks named on the command line (``phasefield.layers.spec``), ``phasefield block
 exponents`` and ``phasefield block sweep``: values equal the library's point by point, bad
 input is one line and exit 2 with no file left."""
+
 import json
 import os
 
@@ -12,26 +13,40 @@ from phasefield.cli import main
 from phasefield.layers import spec
 
 
-@pytest.mark.parametrize("text,name,kw", [
-    ("pre-ln", "pre-ln", {}),
-    ("post-ln:sigma=0.55, alpha=0.2,heads=12", "post-ln", dict(sigma=0.55, alpha=0.2, heads=12)),
-    ("rms-swiglu:softmax-correction=false", "rms-swiglu", dict(softmax_correction=False)),
-    ("pre-ln:qk_norm=true", "pre-ln", dict(qk_norm=True)),
-    ("deepscalelm:depth=8,k=2", "deepscalelm", dict(depth=8, k=2.0)),
-    ("paper:sigma_w=2,alpha_a=0.3,activation=gelu", "paper", dict(sigma_w=2.0, alpha_a=0.3, activation="gelu")),
-])
+@pytest.mark.parametrize(
+    "text,name,kw",
+    [
+        ("pre-ln", "pre-ln", {}),
+        ("post-ln:sigma=0.55, alpha=0.2,heads=12", "post-ln", dict(sigma=0.55, alpha=0.2, heads=12)),
+        ("rms-swiglu:softmax-correction=false", "rms-swiglu", dict(softmax_correction=False)),
+        ("pre-ln:qk_norm=true", "pre-ln", dict(qk_norm=True)),
+        ("deepscalelm:depth=8,k=2", "deepscalelm", dict(depth=8, k=2.0)),
+        ("paper:sigma_w=2,alpha_a=0.3,activation=gelu", "paper", dict(sigma_w=2.0, alpha_a=0.3, activation="gelu")),
+    ],
+)
 def test_spec_parses(text, name, kw):
     assert spec.parse(text) == (name, kw)
     spec.build(name, kw)
 
 
-@pytest.mark.parametrize("text,msg", [
-    ("gpt-5", "unknown block"), ("pre-ln:sigma=0", "outside"), ("pre-ln:sigma=nan", "outside"),
-    ("pre-ln:heads=0", "heads"), ("pre-ln:heads=2.5", "integer"), ("pre-ln:depth=3", "has no"),
-    ("pre-ln:sigma", "key=value"), ("pre-ln:activation=swish", "activation"),
-    ("pre-ln:attention=full", "attention"), ("deepscalelm:depth=1,k=3", "beta"),
-    ("paper:alpha_a=2", "outside"), ("paper:residual=half", "paper"), ("pre-ln:mult=1e9", "mult"),
-])
+@pytest.mark.parametrize(
+    "text,msg",
+    [
+        ("gpt-5", "unknown block"),
+        ("pre-ln:sigma=0", "outside"),
+        ("pre-ln:sigma=nan", "outside"),
+        ("pre-ln:heads=0", "heads"),
+        ("pre-ln:heads=2.5", "integer"),
+        ("pre-ln:depth=3", "has no"),
+        ("pre-ln:sigma", "key=value"),
+        ("pre-ln:activation=swish", "activation"),
+        ("pre-ln:attention=full", "attention"),
+        ("deepscalelm:depth=1,k=3", "beta"),
+        ("paper:alpha_a=2", "outside"),
+        ("paper:residual=half", "paper"),
+        ("pre-ln:mult=1e9", "mult"),
+    ],
+)
 def test_spec_refuses_in_one_line(text, msg):
     with pytest.raises(ValueError, match=msg) as exc:
         spec.parse(text)
@@ -54,8 +69,9 @@ def _run(capsys, *argv):
 
 
 def test_block_exponents_json(capsys):
-    rc, out, _ = _run(capsys, "block", "exponents", "--block", "post-ln:sigma=1,heads=4", "--depth", "3",
-                      "--n-tokens", "8", "--json")
+    rc, out, _ = _run(
+        capsys, "block", "exponents", "--block", "post-ln:sigma=1,heads=4", "--depth", "3", "--n-tokens", "8", "--json"
+    )
     assert rc == 0
     res = json.loads(out)
     blk = layers.presets.get("post-ln", sigma=1.0, heads=4)
@@ -77,41 +93,80 @@ def test_a_lambda_g_from_collapse_and_one_from_the_input_do_not_share_a_name(cap
     assert rc == 0
     paper = json.loads(out)
     assert paper["lambda_g_collapse"] == paper["lambda_g"] and "lambda_g_input" not in paper
-    rc, out, _ = _run(capsys, "block", "exponents", "--block", "paper:sigma_w=2,sigma_a=1,alpha_a=0.5,alpha_m=0.5",
-                      "--depth", "3", "--n-tokens", "8", "--json")
+    rc, out, _ = _run(
+        capsys,
+        "block",
+        "exponents",
+        "--block",
+        "paper:sigma_w=2,sigma_a=1,alpha_a=0.5,alpha_m=0.5",
+        "--depth",
+        "3",
+        "--n-tokens",
+        "8",
+        "--json",
+    )
     assert rc == 0 and json.loads(out) == paper
-    rc, out, _ = _run(capsys, "exponents", "--block", "paper:sigma_w=2,sigma_a=1", "--alpha", "0.5", "--depth", "3",
-                      "--n-tokens", "8", "--rho0", "0.5", "--json")
+    rc, out, _ = _run(
+        capsys,
+        "exponents",
+        "--block",
+        "paper:sigma_w=2,sigma_a=1",
+        "--alpha",
+        "0.5",
+        "--depth",
+        "3",
+        "--n-tokens",
+        "8",
+        "--rho0",
+        "0.5",
+        "--json",
+    )
     blk = json.loads(out)
     assert rc == 0 and blk["lambda_g_collapse"] == paper["lambda_g_collapse"]
     from phasefield import HParams
-    fd = layers.finite_depth(layers.presets.paper(HParams(sigma_w=2.0, sigma_a=1.0)), q0=1.0, rho0=0.5,
-                             n_tokens=8, depth=3)
+
+    fd = layers.finite_depth(
+        layers.presets.paper(HParams(sigma_w=2.0, sigma_a=1.0)), q0=1.0, rho0=0.5, n_tokens=8, depth=3
+    )
     assert abs(blk["lambda_g_input"] - float(fd["lambda_g"])) < 1e-14
-    assert abs(blk["lambda_g_input"] - paper["lambda_g_collapse"]) > 1e-3      # rho0 = 0.5, q0 = 1 vs q*
+    assert abs(blk["lambda_g_input"] - paper["lambda_g_collapse"]) > 1e-3  # rho0 = 0.5, q0 = 1 vs q*
     rc, out, _ = _run(capsys, "block", "exponents", "--block", "pre-ln:heads=2", "--depth", "3", "--n-tokens", "8")
     assert rc == 0 and "lambda_g_input    = " in out and "lambda_g_collapse = " in out
 
 
-@pytest.mark.parametrize("argv,msg", [
-    (["exponents", "--block", "pre-ln", "--sigma-w", "2"], "block pre-ln has no number for --sigma-w"),
-    (["exponents", "--block", "post-ln", "--attention", "exact"], "has no number for --attention"),
-    (["exponents", "--block", "paper:sigma_w=2", "--sigma-w", "2"], "sigma_w given twice"),
-    (["exponents", "--block", "paper:alpha_a=0.3", "--alpha", "0.2"], "alpha_a given twice"),
-    (["exponents", "--block", "pre-ln", "--rho0", "2"], "--rho0"),
-    (["exponents", "--block", "pre-ln", "--depth", "0"], "--depth"),
-    (["block", "exponents", "--block", "gpt-5"], "unknown block"),
-    (["trajectory", "--block", "rms-swiglu", "--alpha-a", "0.3"], "has no number for --alpha-a"),
-    (["trajectory", "--block", "pre-ln:sigma=-1"], "outside"),
-])
+@pytest.mark.parametrize(
+    "argv,msg",
+    [
+        (["exponents", "--block", "pre-ln", "--sigma-w", "2"], "block pre-ln has no number for --sigma-w"),
+        (["exponents", "--block", "post-ln", "--attention", "exact"], "has no number for --attention"),
+        (["exponents", "--block", "paper:sigma_w=2", "--sigma-w", "2"], "sigma_w given twice"),
+        (["exponents", "--block", "paper:alpha_a=0.3", "--alpha", "0.2"], "alpha_a given twice"),
+        (["exponents", "--block", "pre-ln", "--rho0", "2"], "--rho0"),
+        (["exponents", "--block", "pre-ln", "--depth", "0"], "--depth"),
+        (["block", "exponents", "--block", "gpt-5"], "unknown block"),
+        (["trajectory", "--block", "rms-swiglu", "--alpha-a", "0.3"], "has no number for --alpha-a"),
+        (["trajectory", "--block", "pre-ln:sigma=-1"], "outside"),
+    ],
+)
 def test_block_options_refuse_in_one_line(capsys, argv, msg):
     rc, out, err = _run(capsys, *argv)
     assert rc == 2 and msg in err and len(err.strip().splitlines()) == 1 and not out, err
 
 
 def test_trajectory_of_a_standard_block_equals_the_library(capsys):
-    rc, out, _ = _run(capsys, "trajectory", "--block", "post-ln:sigma=1.2,heads=2", "--depth", "3", "--n-tokens", "8",
-                      "--rho0", "0.4", "--json")
+    rc, out, _ = _run(
+        capsys,
+        "trajectory",
+        "--block",
+        "post-ln:sigma=1.2,heads=2",
+        "--depth",
+        "3",
+        "--n-tokens",
+        "8",
+        "--rho0",
+        "0.4",
+        "--json",
+    )
     assert rc == 0
     res = json.loads(out)
     q, p = layers.trajectory(layers.presets.post_ln(sigma=1.2, heads=2), q0=1.0, rho0=0.4, n_tokens=8, depth=3)
@@ -122,13 +177,36 @@ def test_trajectory_of_a_standard_block_equals_the_library(capsys):
 def test_block_sweep_and_figure(capsys, tmp_path):
     nc, png = tmp_path / "b.nc", tmp_path / "b.png"
     rows = tmp_path / "rows.jsonl"
-    rows.write_text(json.dumps(dict(preset="pre-ln", point=dict(sigma=1.0, alpha=0.5), width=256,
-                                    sim=dict(angle_rate=-0.1, lambda_g=0.2))) + "\n")
-    rc, out, err = _run(capsys, "block", "sweep", "--block", "pre-ln:heads=4", "--axis", "sigma=0.5,1.5",
-                        "--axis", "alpha=0.2:1:3", "--depth", "2", "--n-tokens", "4", "--out", str(nc),
-                        "--figure", str(png), "--sim", str(rows))
+    rows.write_text(
+        json.dumps(
+            dict(preset="pre-ln", point=dict(sigma=1.0, alpha=0.5), width=256, sim=dict(angle_rate=-0.1, lambda_g=0.2))
+        )
+        + "\n"
+    )
+    rc, out, err = _run(
+        capsys,
+        "block",
+        "sweep",
+        "--block",
+        "pre-ln:heads=4",
+        "--axis",
+        "sigma=0.5,1.5",
+        "--axis",
+        "alpha=0.2:1:3",
+        "--depth",
+        "2",
+        "--n-tokens",
+        "4",
+        "--out",
+        str(nc),
+        "--figure",
+        str(png),
+        "--sim",
+        str(rows),
+    )
     assert rc == 0, err
     import xarray as xr
+
     with xr.open_dataset(nc, engine="h5netcdf") as ds:
         assert ds.lambda_g_input.dims == ("sigma", "alpha") and ds.attrs["block"] == "pre-ln"
         blk = layers.presets.get("pre-ln", sigma=1.5, alpha=float(ds.alpha[1]), heads=4)
@@ -140,14 +218,17 @@ def test_block_sweep_and_figure(capsys, tmp_path):
     assert os.path.getsize(png) > 1000
 
 
-@pytest.mark.parametrize("args,msg", [
-    (["--axis", "sigma=0:1:3"], "outside"),
-    (["--axis", "heads=1,2"], "no number"),
-    (["--axis", "sigma=1,2", "--sigma-w", "1"], "options of the paper block"),
-    (["--axis", "sigma"], "NAME="),
-    (["--axis", "depth=0,2"], "depth"),
-    (["--axis", "sigma=1,2"], "--figure needs two"),
-])
+@pytest.mark.parametrize(
+    "args,msg",
+    [
+        (["--axis", "sigma=0:1:3"], "outside"),
+        (["--axis", "heads=1,2"], "no number"),
+        (["--axis", "sigma=1,2", "--sigma-w", "1"], "options of the paper block"),
+        (["--axis", "sigma"], "NAME="),
+        (["--axis", "depth=0,2"], "depth"),
+        (["--axis", "sigma=1,2"], "--figure needs two"),
+    ],
+)
 def test_block_sweep_bad_input(capsys, tmp_path, args, msg):
     out = tmp_path / "x.nc"
     argv = ["block", "sweep", "--block", "pre-ln", "--out", str(out)] + args
@@ -164,18 +245,37 @@ def test_block_exponents_reports_the_attractors_of_a_multistable_point(capsys):
     through phasefield.layers.exponents)."""
     from phasefield import HParams
 
-    rc, out, _ = _run(capsys, "block", "exponents", "--block",
-                      "paper:sigma_w=3,sigma_a=6.875,alpha_a=0.5,alpha_m=0.5", "--depth", "8", "--n-tokens", "128",
-                      "--json")
+    rc, out, _ = _run(
+        capsys,
+        "block",
+        "exponents",
+        "--block",
+        "paper:sigma_w=3,sigma_a=6.875,alpha_a=0.5,alpha_m=0.5",
+        "--depth",
+        "8",
+        "--n-tokens",
+        "128",
+        "--json",
+    )
     assert rc == 0
     res = json.loads(out)
-    ex = layers.exponents(layers.presets.paper(HParams(sigma_w=3.0, sigma_a=6.875, alpha_a=0.5, alpha_m=0.5)),
-                          n_tokens=128, depth=8)
+    ex = layers.exponents(
+        layers.presets.paper(HParams(sigma_w=3.0, sigma_a=6.875, alpha_a=0.5, alpha_m=0.5)), n_tokens=128, depth=8
+    )
     assert res["n_stable"] == int(ex["n_stable"]) == 2
     for k in ("rho_star_min", "rho_star_max", "rho_star"):
         assert abs(res[k] - float(ex[k])) < 1e-9, k
-    rc, out, _ = _run(capsys, "block", "exponents", "--block",
-                      "paper:sigma_w=3,sigma_a=6.875,alpha_a=0.5,alpha_m=0.5", "--depth", "8", "--n-tokens", "128")
+    rc, out, _ = _run(
+        capsys,
+        "block",
+        "exponents",
+        "--block",
+        "paper:sigma_w=3,sigma_a=6.875,alpha_a=0.5,alpha_m=0.5",
+        "--depth",
+        "8",
+        "--n-tokens",
+        "128",
+    )
     assert rc == 0 and "(2 stable fixed points: BISTABLE" in out
 
 
@@ -189,8 +289,17 @@ def test_block_sweep_from_mesh_values_equals_the_integrated_maps():
     axes = {"sigma": np.array([0.5, 2.0]), "alpha": np.array([0.6])}
     fast = sweep.sweep(name, axes, fixed=fixed, n_tokens=8, depth=2)
     slow = sweep.sweep(name, axes, fixed=fixed, n_tokens=8, depth=2, mesh=False)
-    assert sweep.mesh_tables(name, sweep.spec.check(name, fixed), ("sigma", "alpha"),
-                             [axes["sigma"], np.repeat(axes["alpha"], 2)], 8, 4.0) is not None
+    assert (
+        sweep.mesh_tables(
+            name,
+            sweep.spec.check(name, fixed),
+            ("sigma", "alpha"),
+            [axes["sigma"], np.repeat(axes["alpha"], 2)],
+            8,
+            4.0,
+        )
+        is not None
+    )
     for v in fast.data_vars:
         np.testing.assert_allclose(fast[v].values, slow[v].values, rtol=0, atol=1e-12, err_msg=v)
 
@@ -198,26 +307,45 @@ def test_block_sweep_from_mesh_values_equals_the_integrated_maps():
 def test_figures_draws_any_blocks_phase_diagram(capsys, tmp_path):
     """`figures --block NAME --axis A --axis B`: the block sweep's values and its diagram."""
     out = tmp_path / "figs"
-    rc, _, err = _run(capsys, "figures", "--block", "post-ln:heads=2", "--axis", "sigma=0.5,1.5", "--axis",
-                      "alpha=0.2,1", "--depth", "2", "--n-tokens", "4", "--out", str(out))
+    rc, _, err = _run(
+        capsys,
+        "figures",
+        "--block",
+        "post-ln:heads=2",
+        "--axis",
+        "sigma=0.5,1.5",
+        "--axis",
+        "alpha=0.2,1",
+        "--depth",
+        "2",
+        "--n-tokens",
+        "4",
+        "--out",
+        str(out),
+    )
     assert rc == 0, err
     import xarray as xr
+
     with xr.open_dataset(out / "phase_post-ln.nc", engine="h5netcdf") as ds:
-        fd = layers.finite_depth(layers.presets.get("post-ln", sigma=1.5, alpha=1.0, heads=2), q0=1.0, rho0=0.5,
-                                 n_tokens=4, depth=2)
+        fd = layers.finite_depth(
+            layers.presets.get("post-ln", sigma=1.5, alpha=1.0, heads=2), q0=1.0, rho0=0.5, n_tokens=4, depth=2
+        )
         grad = ds["lambda_g_input"] if "lambda_g_input" in ds else ds["lambda_g"]
         assert abs(float(grad.isel(sigma=1, alpha=1)) - float(fd["lambda_g"])) < 1e-13
     assert (out / "phase_post-ln.png").stat().st_size > 1000
 
 
-@pytest.mark.parametrize("args,msg", [
-    (["--block", "pre-ln", "--axis", "sigma=1,2"], "needs two --axis"),
-    (["--block", "pre-ln", "--axis", "sigma=1,2", "--axis", "heads=1,2"], "not a number of the block"),
-    (["--block", "pre-ln:sigma=1", "--axis", "sigma=1,2", "--axis", "alpha=1,2"], "both in --block"),
-    (["--block", "pre-ln", "--axis", "sigma=1,2", "--axis", "alpha=1,2", "--quick"], "--quick is for the paper"),
-    (["--depth", "3"], "--depth sets a --block diagram"),
-    (["--block", "nope", "--axis", "sigma=1,2", "--axis", "alpha=1,2"], "unknown block"),
-])
+@pytest.mark.parametrize(
+    "args,msg",
+    [
+        (["--block", "pre-ln", "--axis", "sigma=1,2"], "needs two --axis"),
+        (["--block", "pre-ln", "--axis", "sigma=1,2", "--axis", "heads=1,2"], "not a number of the block"),
+        (["--block", "pre-ln:sigma=1", "--axis", "sigma=1,2", "--axis", "alpha=1,2"], "both in --block"),
+        (["--block", "pre-ln", "--axis", "sigma=1,2", "--axis", "alpha=1,2", "--quick"], "--quick is for the paper"),
+        (["--depth", "3"], "--depth sets a --block diagram"),
+        (["--block", "nope", "--axis", "sigma=1,2", "--axis", "alpha=1,2"], "unknown block"),
+    ],
+)
 def test_figures_block_bad_input(capsys, tmp_path, args, msg):
     out = tmp_path / "figs"
     rc, stdout, err = _run(capsys, "figures", "--out", str(out), *args)

@@ -2,6 +2,7 @@
 ``alpha_attn`` and ``alpha_mlp`` (``alpha`` still sets both), ``train-sweep``, ``fit`` and
 ``predict`` pass a run's alpha_A and alpha_M through to the block, and a number a block does
 not have is refused (one line, exit 2, nothing written)."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -38,14 +39,14 @@ def test_presets_take_one_scale_per_branch(name):
     assert _alphas(layers.presets.get(name, sigma=0.5)) == (1.0, 1.0)
     # alpha = x is alpha_attn = alpha_mlp = x, number for number
     a = layers.rates(layers.presets.get(name, sigma=0.5, alpha=0.4, heads=2), n_tokens=8, depth=3)
-    b = layers.rates(layers.presets.get(name, sigma=0.5, alpha_attn=0.4, alpha_mlp=0.4, heads=2),
-                     n_tokens=8, depth=3)
+    b = layers.rates(layers.presets.get(name, sigma=0.5, alpha_attn=0.4, alpha_mlp=0.4, heads=2), n_tokens=8, depth=3)
     for k in a:
         np.testing.assert_array_equal(np.asarray(a[k]), np.asarray(b[k]), err_msg=k)
 
 
 def test_a_block_spec_names_the_branch_scales():
     from phasefield.layers import spec
+
     name, kw = spec.parse("pre-ln:alpha_attn=0.3,alpha_mlp=0.9")
     assert _alphas(spec.build(name, kw)) == (0.3, 0.9)
     with pytest.raises(ValueError, match="alpha_mlp = -1 is outside"):
@@ -56,7 +57,7 @@ def test_the_block_of_a_run_has_both_branch_scales():
     cfg = TrainConfig(block=SPEC, depth=1, width=8)
     hp = HParams(sigma_w=0.5, sigma_a=1.0, alpha_a=0.3, alpha_m=0.9)
     assert _alphas(cfg.block_for(hp)) == (0.3, 0.9)
-    assert _alphas(vtrain.model_for(cfg, hp, 10).block) == (0.3, 0.9)     # what the trainer builds
+    assert _alphas(vtrain.model_for(cfg, hp, 10).block) == (0.3, 0.9)  # what the trainer builds
     # the spec cannot set what the runs set
     for bad in ("pre-ln:alpha_attn=0.3", "pre-ln:alpha_mlp=0.3", "pre-ln:alpha=0.3"):
         with pytest.raises(ValueError, match="come from the runs"):
@@ -67,8 +68,13 @@ def test_the_trainer_trains_the_mlp_branch_scale(tmp_path):
     """Two runs differing only in alpha_M (same seed, same data, one vmapped program) train
     differently: alpha_M reaches the model (it was alpha_A for both branches before)."""
     digits = vdata.load("digits", 8, data_dir=str(tmp_path))
-    small = dataclasses.replace(digits, x_train=digits.x_train[:128], y_train=digits.y_train[:128],
-                                x_test=digits.x_test[:64], y_test=digits.y_test[:64])
+    small = dataclasses.replace(
+        digits,
+        x_train=digits.x_train[:128],
+        y_train=digits.y_train[:128],
+        x_test=digits.x_test[:64],
+        y_test=digits.y_test[:64],
+    )
     cfg = TrainConfig(block=SPEC, depth=1, width=8, epochs=1, batch_size=64, eval_batch_size=64).validate()
     pts = make_points(cfg, [0.5, 0.5], [1.0, 1.0], [0.3, 0.3], [0.9, 0.3], [1e-2, 1e-2], [0, 0])
     params, metrics = Trainer(cfg, small).train_many(pts)
@@ -82,7 +88,7 @@ def test_theory_features_follow_alpha_m():
     change when only alpha_M changes, and equal the block built directly."""
     cfg = TrainConfig(block=SPEC, depth=2, width=16)
     runs = [dict(sigma_w=0.8, sigma_a=1.0, alpha_a=0.3, alpha_m=m, depth=2) for m in (0.3, 0.9)]
-    th = block_theory(cfg, runs)                  # one call: one cache
+    th = block_theory(cfg, runs)  # one call: one cache
     assert th["lambda_g"][0] != th["lambda_g"][1] and th["lambda_a"][0] != th["lambda_a"][1]
     for i, m in enumerate((0.3, 0.9)):
         blk = layers.presets.get("pre-ln", sigma=0.8, alpha_attn=0.3, alpha_mlp=m, heads=2)
@@ -95,8 +101,25 @@ def test_theory_features_follow_alpha_m():
 
 def test_train_sweep_trains_and_records_both_scales(capsys, tmp_path):
     out = tmp_path / "runs"
-    code = main(["train-sweep", "--block", SPEC, "--axis", "sigma=0.5", "--axis", "alpha_attn=.3", "--axis", "alpha_mlp=.9",
-                 *TINY_ARGS, "--json", "--out", str(out), "--data-dir", str(tmp_path)])
+    code = main(
+        [
+            "train-sweep",
+            "--block",
+            SPEC,
+            "--axis",
+            "sigma=0.5",
+            "--axis",
+            "alpha_attn=.3",
+            "--axis",
+            "alpha_mlp=.9",
+            *TINY_ARGS,
+            "--json",
+            "--out",
+            str(out),
+            "--data-dir",
+            str(tmp_path),
+        ]
+    )
     _, err = capsys.readouterr()
     assert code == 0, err
     (row,) = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
@@ -109,20 +132,29 @@ def test_train_sweep_trains_and_records_both_scales(capsys, tmp_path):
     assert row["lambda_g"] != pytest.approx(th["lambda_g"][1], abs=1e-6)
 
 
-@pytest.mark.parametrize("args, needle", [
-    (("--block", "deepscalelm:heads=2", "--alpha-m", ".9"), "block deepscalelm has no number for --alpha-m"),
-    (("--block", "deepscalelm:heads=2", "--alpha", ".5"), "block deepscalelm has no number for --alpha"),
-    (("--block", "deepscalelm:heads=2", "--sigma-w", "1"), "block deepscalelm has no number for --sigma-w"),
-    (("--block", "pre-ln:heads=2", "--sigma-a", "2"), "block pre-ln has no number for --sigma-a"),
-    (("--block", "pre-ln:foo=1",), "block pre-ln has no 'foo'"),
-    (("--block", "pre-ln:heads=2", "--sigma-w", "1"), "block pre-ln has no number for --sigma-w"),
-    (("--block", "pre-ln:alpha_mlp=0.5", "--axis", "alpha_mlp=.2,.4"), "both in --block"),
-    (("--block", "pre-ln", "--axis", "heads=2,4"), "not a number of the block"),
-    (("--block", "pre-ln", "--axis", "sigma=0:1:3"), "outside"),
-    (("--block", "deepscalelm", "--axis", "k=1,2"), "not a number a run sets"),
-    (("--block", "paper", "--axis", "sigma_w=1,2", "--sigma-w", "1"), "given twice"),
-    (("--block", "pre-ln", "--axis", "sigma"), "NAME="),
-])
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (("--block", "deepscalelm:heads=2", "--alpha-m", ".9"), "block deepscalelm has no number for --alpha-m"),
+        (("--block", "deepscalelm:heads=2", "--alpha", ".5"), "block deepscalelm has no number for --alpha"),
+        (("--block", "deepscalelm:heads=2", "--sigma-w", "1"), "block deepscalelm has no number for --sigma-w"),
+        (("--block", "pre-ln:heads=2", "--sigma-a", "2"), "block pre-ln has no number for --sigma-a"),
+        (
+            (
+                "--block",
+                "pre-ln:foo=1",
+            ),
+            "block pre-ln has no 'foo'",
+        ),
+        (("--block", "pre-ln:heads=2", "--sigma-w", "1"), "block pre-ln has no number for --sigma-w"),
+        (("--block", "pre-ln:alpha_mlp=0.5", "--axis", "alpha_mlp=.2,.4"), "both in --block"),
+        (("--block", "pre-ln", "--axis", "heads=2,4"), "not a number of the block"),
+        (("--block", "pre-ln", "--axis", "sigma=0:1:3"), "outside"),
+        (("--block", "deepscalelm", "--axis", "k=1,2"), "not a number a run sets"),
+        (("--block", "paper", "--axis", "sigma_w=1,2", "--sigma-w", "1"), "given twice"),
+        (("--block", "pre-ln", "--axis", "sigma"), "NAME="),
+    ],
+)
 def test_a_number_the_block_does_not_have_is_refused(capsys, tmp_path, args, needle):
     out = tmp_path / "runs"
     code = main(["train-sweep", *args, *TINY_ARGS, "--out", str(out), "--data-dir", str(tmp_path)])
@@ -136,8 +168,20 @@ def test_a_points_file_that_varies_a_number_the_block_does_not_have_is_refused(c
     pts = tmp_path / "points.csv"
     pts.write_text("sigma_w,sigma_a,alpha,depth\n1.0,1.0,0.5,1\n1.0,2.0,0.5,1\n")
     out = tmp_path / "runs"
-    code = main(["train-sweep", "--block", SPEC, "--points", str(pts), *TINY_ARGS, "--out", str(out),
-                 "--data-dir", str(tmp_path)])
+    code = main(
+        [
+            "train-sweep",
+            "--block",
+            SPEC,
+            "--points",
+            str(pts),
+            *TINY_ARGS,
+            "--out",
+            str(out),
+            "--data-dir",
+            str(tmp_path),
+        ]
+    )
     stdout, err = capsys.readouterr()
     assert code == 2 and stdout == "" and err.count("\n") == 1
     assert "block pre-ln has no number for the points file's sigma_a (2 values)" in err
@@ -153,13 +197,18 @@ def test_help_documents_the_spelling(capsys):
     assert "sigma_w -> sigma" in text and "alpha_a -> alpha_attn" in text and "alpha_m -> alpha_mlp" in text
 
 
-@pytest.mark.parametrize("args, columns", [
-    (("--block", "pre-ln:heads=2,alpha_mlp=0.7", "--axis", "sigma=0.5,1", "--axis", "alpha_attn=0.2"),
-     {(0.5, 0.2, 0.7, 1.0), (1.0, 0.2, 0.7, 1.0)}),
-    (("--axis", "sigma_w=0.5,1", "--axis", "alpha=0.3"), {(0.5, 0.3, 0.3, 1.0), (1.0, 0.3, 0.3, 1.0)}),
-    (("--sigma-w", "0.5,1", "--alpha-a", "0.3"), {(0.5, 0.3, 0.5, 1.0), (1.0, 0.3, 0.5, 1.0)}),
-    (("--block", "deepscalelm:heads=2", "--axis", "sigma_a=1,2"), {(1.0, 0.5, 0.5, 1.0), (1.0, 0.5, 0.5, 2.0)}),
-])
+@pytest.mark.parametrize(
+    "args, columns",
+    [
+        (
+            ("--block", "pre-ln:heads=2,alpha_mlp=0.7", "--axis", "sigma=0.5,1", "--axis", "alpha_attn=0.2"),
+            {(0.5, 0.2, 0.7, 1.0), (1.0, 0.2, 0.7, 1.0)},
+        ),
+        (("--axis", "sigma_w=0.5,1", "--axis", "alpha=0.3"), {(0.5, 0.3, 0.3, 1.0), (1.0, 0.3, 0.3, 1.0)}),
+        (("--sigma-w", "0.5,1", "--alpha-a", "0.3"), {(0.5, 0.3, 0.5, 1.0), (1.0, 0.3, 0.5, 1.0)}),
+        (("--block", "deepscalelm:heads=2", "--axis", "sigma_a=1,2"), {(1.0, 0.5, 0.5, 1.0), (1.0, 0.5, 0.5, 2.0)}),
+    ],
+)
 def test_train_sweep_axes_are_the_blocks_numbers(capsys, tmp_path, monkeypatch, args, columns):
     """--axis NAME=RANGE over the block's own numbers (or fixed in --block) sets the runs'
     (sigma_w, alpha_a, alpha_m, sigma_a) columns; the paper flags still set the paper block's.
@@ -177,4 +226,4 @@ def test_train_sweep_axes_are_the_blocks_numbers(capsys, tmp_path, monkeypatch, 
     _, err = capsys.readouterr()
     assert code == 0, err
     assert seen["cols"] == columns
-    assert seen["block"] in ("pre-ln:heads=2", "paper", "deepscalelm:heads=2")   # numbers are the runs', not the spec's
+    assert seen["block"] in ("pre-ln:heads=2", "paper", "deepscalelm:heads=2")  # numbers are the runs', not the spec's

@@ -1,5 +1,6 @@
 """Softmax-derivative (query/key path) correction of the attention backward map, against
 autodiff of one finite-width attention layer."""
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -50,9 +51,9 @@ def test_correction_matches_autodiff_of_one_layer():
     ds, os_ = (float(v) for v in softmax.softmax_term(hp, 1.0, RHO, A, B))
     dc, oc = (float(v) for v in attention.backward(hp.replace(softmax_correction=True), 1.0, RHO, A, B))
     assert (dc, oc) == pytest.approx((dv + ds, ov + os_), rel=1e-14)  # the switch adds the term
-    assert abs(m[0] - (dv + ds)) < 4 * se[0] + 0.02 * (dv + ds)   # O(1/d) allowance
+    assert abs(m[0] - (dv + ds)) < 4 * se[0] + 0.02 * (dv + ds)  # O(1/d) allowance
     assert abs(m[1] - (ov + os_)) < 4 * se[1] + 0.02
-    assert abs(m[0] - dv) > 20 * se[0]                               # values path alone fails
+    assert abs(m[0] - dv) > 20 * se[0]  # values path alone fails
 
 
 def test_gram_correction_matches_symmetric_formula():

@@ -1,6 +1,7 @@
 """The cost-cliff fixes hold the numbers: closed-form Gaussian smoothings and
 the 1-D conditional rule against the dense references, the table and attention code
 paths against the plain rules they stand in for. (No timings here: ``scripts/bench_cost.py`` measures them.)"""
+
 from __future__ import annotations
 
 import math
@@ -29,7 +30,9 @@ def test_gelu_smoothing_closed_form_matches_quadrature(c):
         else:
             want = quadrature.reference_1d(lambda w: np_gelu(m + w), c)
             want_d = quadrature.reference_1d(lambda w: np_dgelu(m + w), c)
-        assert float(smoothed.gelu(jnp.asarray(m), jnp.asarray(c))) == pytest.approx(want, abs=1e-12 * max(1, abs(want)))
+        assert float(smoothed.gelu(jnp.asarray(m), jnp.asarray(c))) == pytest.approx(
+            want, abs=1e-12 * max(1, abs(want))
+        )
         assert float(smoothed.dgelu(jnp.asarray(m), jnp.asarray(c))) == pytest.approx(want_d, abs=1e-12)
 
 
@@ -95,6 +98,7 @@ np_dtanh = lambda x: 1 - np.tanh(x) ** 2
 
 def test_tanh_split_pieces():
     from scipy.special import erf
+
     k = smoothed.KAPPA
     x = np.array([quadrature.R_LOCAL, 25.0, 300.0])
     # XLA's float64 tanh is a few ulp off 1 there (exact: 4e-17): rounding level either way
@@ -118,7 +122,7 @@ def test_tanh_one_dimensional_integrals_at_any_scale(s):
     assert float(d2) == pytest.approx(quadrature.reference_1d(lambda x: np_dtanh(x) ** 2, s), abs=1e-13)
 
 
-@pytest.mark.parametrize("s", [1.3, 4.5, 30.0])   # 1.3: the plain rule (grid <= PLAIN_GRID_MAX)
+@pytest.mark.parametrize("s", [1.3, 4.5, 30.0])  # 1.3: the plain rule (grid <= PLAIN_GRID_MAX)
 def test_tanh_split_tables_match_dense_2d_reference(s):
     n_grid, n_cheb = mlp.table_sizes(s)
     e2, d2 = mlp._e_sq("tanh", jnp.asarray(s), jnp.tanh, _dtanh)
@@ -154,12 +158,11 @@ def _pair_dense(grid, p, r):
     rho, tau = float(grid.rho), float(grid.tau)
     x = tau * z
     noise = tau * np.sqrt(max(1 - rho * rho, 0.0)) * z
-    gam = _g(r, a[:, None, None] + rho * x[None, :, None] + noise[None, None, :]) @ wz     # [b, m]
+    gam = _g(r, a[:, None, None] + rho * x[None, :, None] + noise[None, None, :]) @ wz  # [b, m]
     return (_g(p, a[:, None] + x[None, :]) * wz) @ gam.T
 
 
-@pytest.mark.parametrize("sigma_a,n,rho", [(2.3, 32, -0.03), (2.3, 32, 0.004), (2.3, 32, 0.97),
-                                           (1.0, 2, -1.0)])
+@pytest.mark.parametrize("sigma_a,n,rho", [(2.3, 32, -0.03), (2.3, 32, 0.004), (2.3, 32, 0.97), (1.0, 2, -1.0)])
 def test_exact_attention_pair_rule_equals_direct_rules(sigma_a, n, rho):
     """The shared-logit pair rule (lattice or Gauss-Hermite in c, exact._pair_tables: both
     branches, both signs of rho, n = 2 at rho = -1) against the direct rule on the same

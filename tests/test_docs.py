@@ -4,6 +4,7 @@ MkDocs site (``mkdocs build --strict``) and the links (none points outside the r
 The import checks run in a fresh interpreter: in-process tests import the subpackages first
 and would hide a missing lazy attribute of ``phasefield``.
 """
+
 import os
 import subprocess
 import sys
@@ -12,41 +13,64 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _fresh(code, cwd=ROOT):
-    return subprocess.run([sys.executable, "-c", code], cwd=cwd, capture_output=True, text=True,
-                          timeout=300)
+    return subprocess.run([sys.executable, "-c", code], cwd=cwd, capture_output=True, text=True, timeout=300)
 
 
 def test_lazy_subpackages_in_a_fresh_interpreter():
-    code = ("import sys, phasefield\n"
-            "assert 'phasefield.probe' not in sys.modules and 'phasefield.layers' not in sys.modules\n"
-            "phasefield.probe; phasefield.layers; phasefield.sweep; phasefield.theory; phasefield.simulate\n"
-            "assert callable(phasefield.probe) and callable(phasefield.sweep)\n"
-            "assert phasefield.probe.probe is phasefield.probe.__call__.__globals__['probe']\n"
-            "assert hasattr(phasefield.layers, 'presets')\n"
-            "print('ok')\n")
+    code = (
+        "import sys, phasefield\n"
+        "assert 'phasefield.probe' not in sys.modules and 'phasefield.layers' not in sys.modules\n"
+        "phasefield.probe; phasefield.layers; phasefield.sweep; phasefield.theory; phasefield.simulate\n"
+        "assert callable(phasefield.probe) and callable(phasefield.sweep)\n"
+        "assert phasefield.probe.probe is phasefield.probe.__call__.__globals__['probe']\n"
+        "assert hasattr(phasefield.layers, 'presets')\n"
+        "print('ok')\n"
+    )
     res = _fresh(code)
     assert res.returncode == 0 and res.stdout.strip() == "ok", res.stderr
 
 
 # -- the MkDocs site ------------------------------------------------------------------------
 
+
 def test_mkdocs_build_strict(tmp_path):
     """``mkdocs build --strict``: a dead link or anchor, a page missing from the nav, an API
     reference that does not resolve or a docstring griffe cannot parse fails the build."""
     env = dict(os.environ, NO_MKDOCS_2_WARNING="1")
-    res = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-q", "-f",
-                          os.path.join(ROOT, "mkdocs.yml"), "-d", str(tmp_path / "site")],
-                         cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mkdocs",
+            "build",
+            "--strict",
+            "-q",
+            "-f",
+            os.path.join(ROOT, "mkdocs.yml"),
+            "-d",
+            str(tmp_path / "site"),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+    )
     assert res.returncode == 0, res.stdout + res.stderr
-    for page in ("index.html", "theory/index.html", "exact_agreement/index.html",
-                 "api/theory/index.html", "api/probe/index.html"):
+    for page in (
+        "index.html",
+        "theory/index.html",
+        "exact_agreement/index.html",
+        "api/theory/index.html",
+        "api/probe/index.html",
+    ):
         assert (tmp_path / "site" / page).is_file(), page
     api = (tmp_path / "site" / "api" / "theory" / "index.html").read_text()
-    assert "phasefield.theory.mlp" in api                            # docstrings were rendered
+    assert "phasefield.theory.mlp" in api  # docstrings were rendered
     api = (tmp_path / "site" / "api" / "layers" / "index.html").read_text()
     assert "phasefield.layers.paper.lyapunov.exponents" in api
     changelog = (tmp_path / "site" / "changelog" / "index.html").read_text()
-    assert "--8&lt;--" not in changelog and "2026-11-23" in changelog   # CHANGELOG.md included
+    assert "--8&lt;--" not in changelog and "2026-11-23" in changelog  # CHANGELOG.md included
 
 
 # -- links ----------------------------------------------------------------------------------
@@ -102,12 +126,12 @@ def test_every_relative_link_resolves_inside_the_repository():
     bad, n = [], 0
     for label, base, text in sources:
         for target in _links(text):
-            if re.match(r"^[a-z][a-z0-9+.-]*:", target, re.I):      # http(s):, mailto: ...
+            if re.match(r"^[a-z][a-z0-9+.-]*:", target, re.I):  # http(s):, mailto: ...
                 if not target.lower().startswith(("http://", "https://", "mailto:")):
                     bad.append(f"{label}: {target} (scheme)")
                 continue
             path = target.split("#", 1)[0].split("?", 1)[0]
-            if not path:                                               # an anchor on the page
+            if not path:  # an anchor on the page
                 continue
             n += 1
             if path.startswith("/") or path.startswith("~"):

@@ -14,6 +14,7 @@ that one compilation serves several of them (the shell blocks run in-process, fi
 in-memory caches serve the Python blocks too; the run's persistent cache, ``tests/conftest.py``,
 serves the other worker).
 """
+
 import glob
 import os
 import re
@@ -25,8 +26,11 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PAGES = ["README.md"] + sorted(os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, "docs", "*.md")))
 
-_SHELL = re.compile(r"(?:^<!--\s*docs-test:\s*skip:\s*(?P<reason>.*?)\s*-->[ \t]*\n)?"
-                    r"^```(?P<lang>bash|console|sh|shell)[ \t]*\n(?P<body>.*?)^```[ \t]*$", re.M | re.S)
+_SHELL = re.compile(
+    r"(?:^<!--\s*docs-test:\s*skip:\s*(?P<reason>.*?)\s*-->[ \t]*\n)?"
+    r"^```(?P<lang>bash|console|sh|shell)[ \t]*\n(?P<body>.*?)^```[ \t]*$",
+    re.M | re.S,
+)
 
 
 def _read(page):
@@ -53,7 +57,7 @@ def shell_blocks():
                 while words:
                     cut = words.index("&&") if "&&" in words else len(words)
                     cmds.append(words[:cut])
-                    words = words[cut + 1:]
+                    words = words[cut + 1 :]
             out.append((page, i, m.group("reason"), cmds))
     return out
 
@@ -74,13 +78,12 @@ def _parse(group, argv):
     cmd.make_context(name, args)
 
 
-@pytest.mark.parametrize("page,index,reason,cmds", _BLOCKS,
-                         ids=[f"{p}#{i}" for p, i, _, _ in _BLOCKS])
+@pytest.mark.parametrize("page,index,reason,cmds", _BLOCKS, ids=[f"{p}#{i}" for p, i, _, _ in _BLOCKS])
 def test_shell_examples(page, index, reason, cmds, tmp_path_factory, capsys):
     from phasefield.cli import cli, main
 
     if reason:
-        for argv in cmds:          # not run, but their options must parse
+        for argv in cmds:  # not run, but their options must parse
             if argv[0] == "phasefield":
                 _parse(cli, argv)
         pytest.skip(reason)
@@ -97,7 +100,8 @@ def test_shell_examples(page, index, reason, cmds, tmp_path_factory, capsys):
         for argv in cmds:
             assert argv[0] == "phasefield", (
                 f"{page}: only phasefield commands run in the suite; mark the block "
-                f"'<!-- docs-test: skip: REASON -->' ({shlex.join(argv)})")
+                f"'<!-- docs-test: skip: REASON -->' ({shlex.join(argv)})"
+            )
             rc = main(argv[1:])
             out = capsys.readouterr()
             assert rc == 0, f"{shlex.join(argv)} -> exit {rc}\n{out.out[-2000:]}\n{out.err[-2000:]}"

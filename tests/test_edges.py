@@ -2,6 +2,7 @@
 (beta = 1), relu with several MLP layers under autodiff, and several attractors (bistable
 points). Each defined value is checked against an independent route: a limit of interior
 points, the finite-depth recursion, finite differences, iterating the map."""
+
 from __future__ import annotations
 
 import json
@@ -12,15 +13,14 @@ import pytest
 
 from phasefield import HParams
 from phasefield._runtime import optimized_jit
-from phasefield.layers import paper
 from phasefield.cli import main
-from phasefield.layers.paper import fixed_points
+from phasefield.layers import paper
 from phasefield.theory import mlp
 
 pytestmark = pytest.mark.usefixtures("float64")
 
 KEYS = ("lambda_a", "lambda_g", "lambda_g_inf", "q_star", "rho_star")
-BISTABLE = dict(sigma_w=8.175, sigma_a=6.875, alpha_a=.705, alpha_m=.41, n_tokens=128)
+BISTABLE = dict(sigma_w=8.175, sigma_a=6.875, alpha_a=0.705, alpha_m=0.41, n_tokens=128)
 
 
 def _ex(hp, kern=None):
@@ -29,37 +29,39 @@ def _ex(hp, kern=None):
 
 # ---- alpha -> 0 and alpha -> 1: the limits of interior sequences ------------------------------
 
-@pytest.mark.parametrize("sw", [1.0, 3.0])   # ordered / chaotic side of alpha -> 0
+
+@pytest.mark.parametrize("sw", [1.0, 3.0])  # ordered / chaotic side of alpha -> 0
 def test_alpha_zero_is_the_limit_of_small_alpha(sw):
-    kern = mlp.kernel(HParams(sigma_w=sw))      # built once (depends on sigma_w only)
+    kern = mlp.kernel(HParams(sigma_w=sw))  # built once (depends on sigma_w only)
     at0 = _ex(HParams(sigma_w=sw, alpha_a=0.0, alpha_m=0.0), kern)
     assert all(math.isfinite(at0[k]) for k in KEYS)
     assert at0["lambda_a"] == at0["lambda_g"] == at0["lambda_g_inf"] == 0.0
     prev = None
     for k in (2, 3, 4, 5, 6):
-        a = 10.0 ** -k
+        a = 10.0**-k
         e = _ex(HParams(sigma_w=sw, alpha_a=a, alpha_m=a), kern)
         err = max(abs(e[key] - at0[key]) for key in KEYS)
-        assert err < 50 * a * a                       # O(alpha^2) approach
+        assert err < 50 * a * a  # O(alpha^2) approach
         if prev is not None and k <= 5:
-            assert err < prev                         # and a converging sequence
+            assert err < prev  # and a converging sequence
         prev = err
         # lambda_a / alpha^2 converges too (sign and rate, not only the value 0)
-        assert math.copysign(1, e["lambda_a"]) == math.copysign(1, float(paper.angle_growth(
-            HParams(sigma_w=sw, alpha_a=0.0, alpha_m=0.0), kern)))
+        assert math.copysign(1, e["lambda_a"]) == math.copysign(
+            1, float(paper.angle_growth(HParams(sigma_w=sw, alpha_a=0.0, alpha_m=0.0), kern))
+        )
 
 
 def test_alpha_one_is_the_limit_of_alpha_to_one():
     kern = mlp.kernel(HParams(sigma_w=1.5))
     at1 = _ex(HParams(sigma_w=1.5, alpha_a=1.0, alpha_m=1.0), kern)
-    assert at1["lambda_a"] == -math.inf                  # beta_A = 0: the true value
+    assert at1["lambda_a"] == -math.inf  # beta_A = 0: the true value
     assert all(math.isfinite(at1[k]) for k in KEYS if k != "lambda_a")
     las = []
     for k in (3, 4, 5, 6):
-        a = 1.0 - 10.0 ** -k
+        a = 1.0 - 10.0**-k
         e = _ex(HParams(sigma_w=1.5, alpha_a=a, alpha_m=a), kern)
         for key in KEYS[1:]:
-            assert abs(e[key] - at1[key]) < 10 * 10.0 ** -k, key   # O(beta^2) approach
+            assert abs(e[key] - at1[key]) < 10 * 10.0**-k, key  # O(beta^2) approach
         las.append(e["lambda_a"])
     # lambda_a ~ log(beta_A^2) + const -> -inf: each decade of 1 - alpha lowers it by log 10
     # (up to O(1 - alpha))
@@ -73,6 +75,7 @@ def test_alpha_a_one_alone():
 
 
 # ---- identity residual (beta = 1) ----------------------------------------------------------------
+
 
 @pytest.mark.parametrize("alpha, depth", [(0.5, 16), (0.5, 400), (1e-4, 16)])
 def test_identity_lambda_g_closed_form_equals_recursion(alpha, depth):
@@ -106,7 +109,7 @@ def test_identity_residual_values_and_power_law():
     qs, ps = paper.trajectory(hp, 1.0, 0.999, 20000)
     u = 1.0 - np.asarray(ps / qs)
     slope = math.log(u[20000] / u[2000]) / math.log(10.0)
-    assert p < 0 and e["rho_star"] == 1.0                      # ordered: rho -> 1
+    assert p < 0 and e["rho_star"] == 1.0  # ordered: rho -> 1
     assert slope == pytest.approx(p, abs=2e-3)
 
 
@@ -115,11 +118,13 @@ def test_identity_residual_chaotic_attractor():
     e = _ex(hp)
     rho = e["rho_star"]
     assert float(paper.angle_growth(hp)) > 0 and 0 < rho < 1
+
     # rho_star is a fixed point of the map in the limit q -> inf: at q = 1e6 its step
     # (p' - rho q') is O(1/q) of the step at rho = 1/2
     def step(r, q=1e6):
         q1, p1 = paper.block_map(hp, q, r * q)
         return float(p1 - r * q1)
+
     assert abs(step(rho)) < 1e-5 * abs(step(0.5))
     # and the finite-depth iteration approaches it (slowly: steps shrink like 1/depth)
     qs, ps = paper.trajectory(hp, 1.0, 0.5, 10000)
@@ -129,6 +134,7 @@ def test_identity_residual_chaotic_attractor():
 
 # ---- relu, several MLP layers: autodiff lambda_a -------------------------------------------------
 
+
 @pytest.mark.parametrize("layers", [2, 3])
 def test_relu_autodiff_lambda_a_against_finite_differences(layers):
     """The relu arc-cosine kernel has a (1 - rho)^{3/2} term, so the one-sided difference
@@ -136,7 +142,7 @@ def test_relu_autodiff_lambda_a_against_finite_differences(layers):
     quotients read the map's last digits (q - p at h ~ 1e-6), so the map is compiled with
     run-time optimisation (``optimized_jit``: LLVM -O1 in the suite, XLA's defaults in a
     user's process; the suite's fast -O0 compiles round ~10x coarser there, tests/conftest.py)."""
-    hp = HParams(sigma_w=1.5, activation="relu", mlp_layers=layers, alpha_a=.5, alpha_m=.7)
+    hp = HParams(sigma_w=1.5, activation="relu", mlp_layers=layers, alpha_a=0.5, alpha_m=0.7)
     closed = float(paper.angle_exponent(hp, method="closed"))
     auto = float(paper.angle_exponent(hp, method="autodiff"))
     assert auto == pytest.approx(closed, abs=1e-14)
@@ -149,11 +155,12 @@ def test_relu_autodiff_lambda_a_against_finite_differences(layers):
         quot.append(float(q1 - p1) / (h * q))
     A = np.stack([np.ones_like(hs)] + [hs ** (j / 2) for j in (1, 2, 3)], 1)
     fd = math.log(np.linalg.lstsq(A, np.asarray(quot), rcond=None)[0][0])
-    assert abs(math.log(quot[-1]) - auto) > 1e-4            # the raw quotient is far off
+    assert abs(math.log(quot[-1]) - auto) > 1e-4  # the raw quotient is far off
     assert fd == pytest.approx(auto, abs=2e-9)
 
 
 # ---- several attractors ------------------------------------------------------------------------
+
 
 def test_bistable_point_reports_both_attractors():
     hp = HParams(**BISTABLE)
@@ -174,7 +181,7 @@ def test_bistable_point_reports_both_attractors():
 
 
 def test_monostable_point_reports_one_attractor():
-    for pt, expect in (((1.0, 1.0, .5, .5), 1.0), ((3.0, 1.0, .5, .5), None)):
+    for pt, expect in (((1.0, 1.0, 0.5, 0.5), 1.0), ((3.0, 1.0, 0.5, 0.5), None)):
         hp = HParams(sigma_w=pt[0], sigma_a=pt[1], alpha_a=pt[2], alpha_m=pt[3])
         e = paper.exponents(hp)
         assert int(e["n_stable"]) == 1
@@ -188,9 +195,11 @@ def test_monostable_point_reports_one_attractor():
 
 # ---- the command line: valid JSON, phase labels, both attractors --------------------------------
 
+
 def _strict_json(text):
     def bad(c):
         raise AssertionError(f"bare {c} in JSON output")
+
     return json.loads(text, parse_constant=bad)
 
 
@@ -219,7 +228,7 @@ def test_cli_identity_residual_json(capsys):
 
 
 def test_cli_bistable_prints_both_attractors(capsys):
-    args = ["--sigma-w", 8.175, "--sigma-a", 6.875, "--alpha-a", .705, "--alpha-m", .41, "--n-tokens", 128]
+    args = ["--sigma-w", 8.175, "--sigma-a", 6.875, "--alpha-a", 0.705, "--alpha-m", 0.41, "--n-tokens", 128]
     r = _strict_json(_cli(capsys, *args, "--json"))
     assert r["bistable"] is True and r["n_stable"] == 2
     np.testing.assert_allclose(r["attractors"], [0.00218188474577, 0.193628635459], rtol=1e-9)
@@ -230,14 +239,18 @@ def test_cli_bistable_prints_both_attractors(capsys):
 
 # ---- sweeps and the phase diagram: bistable points are marked ---------------------------------
 
+
 def test_sweep_marks_bistable_points():
     import phasefield
 
-    ds = phasefield.sweep(sigma_w=8.175, sigma_a=[1.0, 6.875], alpha_a=.705, alpha_m=.41, n_tokens=128)
+    ds = phasefield.sweep(sigma_w=8.175, sigma_a=[1.0, 6.875], alpha_a=0.705, alpha_m=0.41, n_tokens=128)
     assert ds.n_stable.values.tolist() == [1.0, 2.0]
     b = ds.sel(sigma_a=6.875)
-    np.testing.assert_allclose([float(b.rho_star_min), float(b.rho_star_max), float(b.rho_star)],
-                               [0.00218188474577, 0.193628635459, 0.193628635459], rtol=1e-9)
+    np.testing.assert_allclose(
+        [float(b.rho_star_min), float(b.rho_star_max), float(b.rho_star)],
+        [0.00218188474577, 0.193628635459, 0.193628635459],
+        rtol=1e-9,
+    )
 
 
 def test_phase_diagram_hatches_the_bistable_region(tmp_path):
@@ -245,14 +258,19 @@ def test_phase_diagram_hatches_the_bistable_region(tmp_path):
 
     from phasefield.figures import paper, phase
 
-    a, sw = np.linspace(.05, .95, 6), np.linspace(.5, 6, 5)
+    a, sw = np.linspace(0.05, 0.95, 6), np.linspace(0.5, 6, 5)
     A, S = np.meshgrid(a, sw)
-    ns = np.where((S > 4) & (A > .5), 2.0, 1.0)
-    ds = xr.Dataset({"lambda_a": (("sigma_w", "alpha"), (S - 2) * A),
-                     "lambda_g": (("sigma_w", "alpha"), (S - 2) * A + .1),
-                     "n_stable": (("sigma_w", "alpha"), ns)}, coords=dict(alpha=a, sigma_w=sw))
+    ns = np.where((S > 4) & (A > 0.5), 2.0, 1.0)
+    ds = xr.Dataset(
+        {
+            "lambda_a": (("sigma_w", "alpha"), (S - 2) * A),
+            "lambda_g": (("sigma_w", "alpha"), (S - 2) * A + 0.1),
+            "n_stable": (("sigma_w", "alpha"), ns),
+        },
+        coords=dict(alpha=a, sigma_w=sw),
+    )
     mask = phase.bistable(ds, "alpha", "sigma_w")
     assert mask is not None and int(mask.sum()) == int((ns >= 2).sum())
-    assert phase.bistable(ds.drop_vars("n_stable"), "alpha", "sigma_w") is None   # old sweeps
+    assert phase.bistable(ds.drop_vars("n_stable"), "alpha", "sigma_w") is None  # old sweeps
     paths = paper.phase_diagram(ds, str(tmp_path))
     assert all(p.endswith((".png", ".pdf")) for p in paths)

@@ -1,5 +1,6 @@
 """Exact-softmax attention map (phasefield.theory.attention.exact): against brute-force Monte-Carlo of
 the n x n Gaussian logit field, its limits, lambda_a, and the docs/theory.md §3 case."""
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -10,13 +11,12 @@ from phasefield.layers import paper
 from phasefield.layers.paper import block
 from phasefield.theory import attention
 from phasefield.theory.attention import exact
-from phasefield.theory.attention import paper as paper_map   # Eq. 10 (the block: paper)
+from phasefield.theory.attention import paper as paper_map  # Eq. 10 (the block: paper)
 
 pytestmark = pytest.mark.usefixtures("float64")
 
 
-@pytest.mark.parametrize("sigma_a,rho,n", [(1.0, 0.3, 8), (3.0, 0.3, 8), (4.0, -0.1, 4),
-                                           (2.0, 0.9, 6), (4.0, 0.6, 5)])
+@pytest.mark.parametrize("sigma_a,rho,n", [(1.0, 0.3, 8), (3.0, 0.3, 8), (4.0, -0.1, 4), (2.0, 0.9, 6), (4.0, 0.6, 5)])
 def test_s_values_match_brute_force(sigma_a, rho, n):
     hp = HParams(sigma_a=sigma_a, n_tokens=n)
     s1, sr = (float(v) for v in exact.s_values(hp, rho))
@@ -37,7 +37,7 @@ def test_paper_map_is_wrong_at_large_sigma_a():
 def test_normalization_and_convergence_large_n():
     hp = HParams(sigma_a=4.0, n_tokens=4096)
     rm = exact.row_moments(hp, 0.3)
-    assert abs(float(rm["a1"]) * 4096 - 1.0) < 1e-9          # E[A_1] = 1/n
+    assert abs(float(rm["a1"]) * 4096 - 1.0) < 1e-9  # E[A_1] = 1/n
     base = np.array([float(v) for v in exact.s_values(hp, 0.3)])
     fine = np.array([float(v) for v in exact.s_values(hp, 0.3, 400, 201)])
     np.testing.assert_allclose(base, fine, rtol=1e-7)
@@ -56,7 +56,7 @@ def test_backward_consistent_with_forward_identities():
     # rows of A sum to one: sum over m' of the backward map applied to G = 11^T (a=0, b=1)
     hp = HParams(sigma_a=2.5, n_tokens=12, attention="exact")
     diag, off = attention.backward(hp, 1.0, 0.2, 0.0, 1.0)
-    assert abs(float(diag + 11 * off) - 12.0) < 1e-8        # 1^T A^T 1 1^T A 1 / n = n
+    assert abs(float(diag + 11 * off) - 12.0) < 1e-8  # 1^T A^T 1 1^T A 1 / n = n
 
 
 def test_lambda_a_exact_equals_paper_and_jit_vmap():
@@ -82,6 +82,7 @@ def test_theory_md_case_and_simulation():
     assert abs(rho_paper - 0.19) < 0.005
     assert abs(rho_exact - 0.30) < 0.005
     from phasefield.simulate import measure
+
     sim = measure.transients(hp, 1.0, 0.3, width=512, seeds=4, depth=16, seed=0)
     r, se = sim["rho"][-1], sim["rho_se"][-1]
     assert abs(r - rho_exact) < 0.05 + 3 * se
@@ -89,6 +90,7 @@ def test_theory_md_case_and_simulation():
 
 
 # ---- grid sizes from the concrete sigma_A, n; mesh values shared; polish ---------------------
+
 
 @pytest.mark.parametrize("sigma_a,n", [(4.5, 32), (1.0, 1024)])
 def test_concrete_sizes_resolve_s_to_1e12(sigma_a, n):
@@ -104,12 +106,13 @@ def test_concrete_sizes_resolve_s_to_1e12(sigma_a, n):
 
 def test_public_functions_key_on_concrete_sizes():
     from phasefield.theory.attention import exact_table
+
     hp = HParams(sigma_a=1.0, n_tokens=32, attention="exact")
     kern = theory.kernel(hp)
     att = exact_table.kernel(hp)
     assert (att.n_a, att.n_z) == exact.sizes(hp) != exact.sizes(None)
     q_a, p_a = attention.forward(hp, 0.3, att)
-    ref = exact.forward(hp, 0.3)          # eager: concrete sizes as well
+    ref = exact.forward(hp, 0.3)  # eager: concrete sizes as well
     np.testing.assert_allclose([float(q_a), float(p_a)], [float(ref[0]), float(ref[1])], rtol=1e-14)
     # a traced hp inside the user's own jit gets the default sizes (and still works)
     with jax.enable_x64(True):
@@ -125,9 +128,10 @@ def test_table_search_equals_direct_search(sigma_a, n, corr):
     from phasefield.layers.paper import fixed_points
     from phasefield.theory import mlp
     from phasefield.theory.attention import exact_table
+
     base = HParams(sigma_a=sigma_a, n_tokens=n, attention="exact", softmax_correction=corr)
     att = exact_table.kernel(base, with_values=True)
-    pts = [(8.0, .7, .4)]     # (2.0, .5, .5) too when measured; one for suite time
+    pts = [(8.0, 0.7, 0.4)]  # (2.0, .5, .5) too when measured; one for suite time
     with jax.enable_x64(True):
         fns = {t: jax.jit(lambda hp, k, t=t: fixed_points._stable_points(hp, k, t)) for t in (True, False)}
         for sw, aa, am in pts:
@@ -145,12 +149,14 @@ def test_gradient_matrix_columns_in_one_call_equal_two_calls():
     x = (1.3, 0.4, 1.1, 0.5)
     m = np.asarray(paper.gradient_matrix(hp, kern, *x))
     cols = [block.backward_block(hp, kern, *x, 1.0, 0.0), block.backward_block(hp, kern, *x, 0.0, 1.0)]
-    np.testing.assert_allclose(m, np.array([[float(cols[0][0]), float(cols[1][0])],
-                                            [float(cols[0][1]), float(cols[1][1])]]), rtol=1e-14)
+    np.testing.assert_allclose(
+        m, np.array([[float(cols[0][0]), float(cols[1][0])], [float(cols[0][1]), float(cols[1][1])]]), rtol=1e-14
+    )
 
 
 def test_exact_sweep_shares_mesh_values_and_matches_points():
     import phasefield
+
     ds = phasefield.sweep(sigma_w=[5.0], sigma_a=[0.5, 1.0], alpha=0.5, n_tokens=8, attention="exact")
     for sw in (5.0,):
         for sa in (0.5, 1.0):
@@ -166,7 +172,8 @@ def test_mesh_interpolant_stands_for_the_map_only_where_exact():
     9 points when measured; not repeated here for suite time). A kink of 1e-10 at one mesh node (what a map the mesh does
     not resolve looks like; sigma_A = 3, n = 8 has a tail of 3e-9) turns the flag off."""
     from phasefield.theory.attention import exact_table
-    hp = HParams(sigma_w=8.0, sigma_a=1.0, n_tokens=32, alpha_a=.7, alpha_m=.4, attention="exact")
+
+    hp = HParams(sigma_w=8.0, sigma_a=1.0, n_tokens=32, alpha_a=0.7, alpha_m=0.4, attention="exact")
     att = exact_table.kernel(hp, with_values=True)
     assert att.interp
     kinked = np.asarray(att.s).copy()

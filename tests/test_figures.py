@@ -3,6 +3,7 @@ classification, the zero-contour intersection finder, the demo summary and CLI e
 
 Everything here runs on small synthetic datasets (numpy only, no theory or simulation),
 so the whole file takes a few seconds of matplotlib."""
+
 from __future__ import annotations
 
 import os
@@ -25,10 +26,12 @@ def _grid(x, y, xs, ys, fa, fg, scalars, sim=False, seed=0):
     vars_ = {"lambda_a": ((x, y), la), "lambda_g": ((x, y), lg)}
     if sim:
         rng = np.random.default_rng(seed)
-        vars_ = {"lambda_a": ((x, y), la + 0.01 * rng.standard_normal(la.shape)),
-                 "lambda_a_se": ((x, y), np.full(la.shape, 0.01)),
-                 "lambda_g": ((x, y), lg + 0.005 * rng.standard_normal(lg.shape)),
-                 "lambda_g_se": ((x, y), np.full(lg.shape, 0.005))}
+        vars_ = {
+            "lambda_a": ((x, y), la + 0.01 * rng.standard_normal(la.shape)),
+            "lambda_a_se": ((x, y), np.full(la.shape, 0.01)),
+            "lambda_g": ((x, y), lg + 0.005 * rng.standard_normal(lg.shape)),
+            "lambda_g_se": ((x, y), np.full(lg.shape, 0.005)),
+        }
         ds = xr.Dataset(vars_, coords={x: xs, y: ys, **scalars})
         ds.attrs.update(width=64, seeds=4)
         return ds
@@ -39,32 +42,42 @@ def _grid(x, y, xs, ys, fa, fg, scalars, sim=False, seed=0):
 
 
 def _la(sw, al):
-    return al ** 2 * (sw - 1.8 - 0.5 * al)
+    return al**2 * (sw - 1.8 - 0.5 * al)
 
 
 def _lg(sw, al):
-    return al ** 2 * (sw - 1.8 + 0.8 * al) + 0.01 * al
+    return al**2 * (sw - 1.8 + 0.8 * al) + 0.01 * al
 
 
 def synthetic_theory():
     sc = dict(sigma_a=1.0, n_tokens=32.0, depth=16.0)
-    a = _grid("sigma_w", "alpha", np.linspace(0.3, 4, 30), np.linspace(0.01, 0.99, 25),
-              _la, _lg, sc)
-    b = _grid("sigma_a", "alpha", np.linspace(0.1, 5, 12), np.linspace(0.01, 0.99, 25),
-              lambda s, a_: _la(2.0 + 0 * s, a_), lambda s, a_: _lg(2.0 + 0 * s, a_),
-              dict(sigma_w=2.0, n_tokens=32.0, depth=16.0))
+    a = _grid("sigma_w", "alpha", np.linspace(0.3, 4, 30), np.linspace(0.01, 0.99, 25), _la, _lg, sc)
+    b = _grid(
+        "sigma_a",
+        "alpha",
+        np.linspace(0.1, 5, 12),
+        np.linspace(0.01, 0.99, 25),
+        lambda s, a_: _la(2.0 + 0 * s, a_),
+        lambda s, a_: _lg(2.0 + 0 * s, a_),
+        dict(sigma_w=2.0, n_tokens=32.0, depth=16.0),
+    )
     return {"alpha_sigma_w": a, "sigma_a_alpha": b}
 
 
 def synthetic_sim():
     sc = dict(sigma_a=1.0, n_tokens=32.0, depth=16.0)
-    a = _grid("sigma_w", "alpha", np.linspace(0.5, 3.5, 4), np.array([0.2, 0.5, 0.8]),
-              _la, _lg, sc, sim=True)
-    b = _grid("sigma_a", "alpha", np.array([0.5, 2.0, 4.0]), np.array([0.2, 0.8]),
-              lambda s, a_: _la(2.0 + 0 * s, a_), lambda s, a_: _lg(2.0 + 0 * s, a_),
-              dict(sigma_w=2.0, n_tokens=32.0, depth=16.0), sim=True)
-    c = _grid("sigma_w", "alpha", np.linspace(0.5, 3.5, 4), np.array([0.2, 0.5, 0.8]),
-              _la, _lg, sc, sim=True, seed=1)
+    a = _grid("sigma_w", "alpha", np.linspace(0.5, 3.5, 4), np.array([0.2, 0.5, 0.8]), _la, _lg, sc, sim=True)
+    b = _grid(
+        "sigma_a",
+        "alpha",
+        np.array([0.5, 2.0, 4.0]),
+        np.array([0.2, 0.8]),
+        lambda s, a_: _la(2.0 + 0 * s, a_),
+        lambda s, a_: _lg(2.0 + 0 * s, a_),
+        dict(sigma_w=2.0, n_tokens=32.0, depth=16.0),
+        sim=True,
+    )
+    c = _grid("sigma_w", "alpha", np.linspace(0.5, 3.5, 4), np.array([0.2, 0.5, 0.8]), _la, _lg, sc, sim=True, seed=1)
     c.attrs["causal"] = 1
     rng = np.random.default_rng(0)
     L, n, S = 4, 6, 2
@@ -72,26 +85,42 @@ def synthetic_sim():
     q = np.linspace(1, 2, L + 1)
     rho = np.linspace(0.7, 0.9, L + 1)
     fig2 = xr.Dataset(
-        {"norms": (("sigma_w", "layer", "token"), q[None, :, None] + 0.1 * rng.standard_normal((2, L + 1, S * n))),
-         "cosines": (("sigma_w", "layer", "pair"),
-                     np.clip(rho[None, :, None] + 0.05 * rng.standard_normal((2, L + 1, S * n * (n - 1) // 2)), -1, 1)),
-         "q_theory": (("sigma_w", "layer"), np.stack([q, q])),
-         "rho_theory": (("sigma_w", "layer"), np.stack([rho, rho[::-1]])),
-         "map_q": (("sigma_w", "start", "layer"), np.ones((2, 3, L + 1))),
-         "map_rho": (("sigma_w", "start", "layer"), np.tile(rho, (2, 3, 1))),
-         "q_fixed": ("sigma_w", [1.0, 2.0]), "rho_fixed": ("sigma_w", [1.0, 0.5]),
-         "lambda_a": ("sigma_w", [-0.3, 0.2])},
+        {
+            "norms": (("sigma_w", "layer", "token"), q[None, :, None] + 0.1 * rng.standard_normal((2, L + 1, S * n))),
+            "cosines": (
+                ("sigma_w", "layer", "pair"),
+                np.clip(rho[None, :, None] + 0.05 * rng.standard_normal((2, L + 1, S * n * (n - 1) // 2)), -1, 1),
+            ),
+            "q_theory": (("sigma_w", "layer"), np.stack([q, q])),
+            "rho_theory": (("sigma_w", "layer"), np.stack([rho, rho[::-1]])),
+            "map_q": (("sigma_w", "start", "layer"), np.ones((2, 3, L + 1))),
+            "map_rho": (("sigma_w", "start", "layer"), np.tile(rho, (2, 3, 1))),
+            "q_fixed": ("sigma_w", [1.0, 2.0]),
+            "rho_fixed": ("sigma_w", [1.0, 0.5]),
+            "lambda_a": ("sigma_w", [-0.3, 0.2]),
+        },
         coords={"sigma_w": [1.0, 3.0], "layer": layers, "start": np.arange(3)},
-        attrs=dict(width=64, seeds=S, rho0=0.7, q0=1.0, alpha=0.5, sigma_a=1.0, n_tokens=n, depth=L))
+        attrs=dict(width=64, seeds=S, rho0=0.7, q0=1.0, alpha=0.5, sigma_a=1.0, n_tokens=n, depth=L),
+    )
     ratio = np.linspace(0.25, 1, L + 1)
     fig3 = xr.Dataset(
-        {k: (("sigma_w", "layer"), np.stack([v, v])) for k, v in dict(
-            intra=np.full(L + 1, 0.8), intra_se=np.full(L + 1, 0.01), inter=0.8 * ratio,
-            inter_se=np.full(L + 1, 0.01), ratio=ratio, ratio_se=np.full(L + 1, 0.02),
-            theory_intra=np.full(L + 1, np.nan), theory_inter=np.full(L + 1, np.nan),
-            theory_ratio=np.full(L + 1, np.nan)).items()},
+        {
+            k: (("sigma_w", "layer"), np.stack([v, v]))
+            for k, v in dict(
+                intra=np.full(L + 1, 0.8),
+                intra_se=np.full(L + 1, 0.01),
+                inter=0.8 * ratio,
+                inter_se=np.full(L + 1, 0.01),
+                ratio=ratio,
+                ratio_se=np.full(L + 1, 0.02),
+                theory_intra=np.full(L + 1, np.nan),
+                theory_inter=np.full(L + 1, np.nan),
+                theory_ratio=np.full(L + 1, np.nan),
+            ).items()
+        },
         coords={"sigma_w": [1.0, 3.0], "layer": layers},
-        attrs=dict(width=64, seeds=S, rho_intra=0.8, rho_inter=0.2, alpha=0.5, theory="unavailable"))
+        attrs=dict(width=64, seeds=S, rho_intra=0.8, rho_inter=0.2, alpha=0.5, theory="unavailable"),
+    )
     return {"alpha_sigma_w": a, "sigma_a_alpha": b, "causal": c, "fig2": fig2, "fig3": fig3}
 
 
@@ -133,8 +162,7 @@ def _check_outputs(out, names):
 # ------------------------------------------------------------------ drawing
 def test_figures_from_saved_without_recomputation(saved, tmp_path, no_compute, capsys):
     out = tmp_path / "figs"
-    rc = main(["figures", "--from", str(saved / "sweep.nc"), "--sim", str(saved / "sim.nc"),
-               "--out", str(out)])
+    rc = main(["figures", "--from", str(saved / "sweep.nc"), "--sim", str(saved / "sim.nc"), "--out", str(out)])
     assert rc == 0, capsys.readouterr().err
     _check_outputs(out, FIGS)
     # the data the figures used are saved beside them
@@ -179,8 +207,7 @@ def test_classify_synthetic():
     X, Y = np.meshgrid(x, y, indexing="ij")
     la, lg = X.copy(), Y.copy()
     la[0, 0] = np.nan
-    ds = xr.Dataset({"lambda_a": (("x", "y"), la), "lambda_g": (("x", "y"), lg)},
-                    coords={"x": x, "y": y})
+    ds = xr.Dataset({"lambda_a": (("x", "y"), la), "lambda_g": (("x", "y"), lg)}, coords={"x": x, "y": y})
     code = phase.classify(ds).values
     expect = 2 * (X >= 0) + (Y >= 0)
     expect[0, 0] = -1
@@ -192,11 +219,15 @@ def test_classify_synthetic():
     assert phase.PHASES[int(code[1, -1])] == "ordered, exploding"
 
 
-def _field_ds(fa, fg, xs=np.linspace(0.0, 1.5, 61), ys=np.linspace(0.0, 1.5, 41)):
+_XS, _YS = np.linspace(0.0, 1.5, 61), np.linspace(0.0, 1.5, 41)
+
+
+def _field_ds(fa, fg, xs=_XS, ys=_YS):
     X, Y = np.meshgrid(xs, ys, indexing="ij")
-    return xr.Dataset({"lambda_a": (("alpha", "sigma_w"), fa(X, Y)),
-                       "lambda_g": (("alpha", "sigma_w"), fg(X, Y))},
-                      coords={"alpha": xs, "sigma_w": ys})
+    return xr.Dataset(
+        {"lambda_a": (("alpha", "sigma_w"), fa(X, Y)), "lambda_g": (("alpha", "sigma_w"), fg(X, Y))},
+        coords={"alpha": xs, "sigma_w": ys},
+    )
 
 
 def test_critical_point_straight_lines_exact():
@@ -210,7 +241,7 @@ def test_critical_point_straight_lines_exact():
 
 def test_critical_point_curved_known_answer():
     # unit circle meets the diagonal at (1/sqrt 2, 1/sqrt 2); dims stored (sigma_w, alpha)
-    ds = _field_ds(lambda a, s: a ** 2 + s ** 2 - 1.0, lambda a, s: s - a).transpose("sigma_w", "alpha")
+    ds = _field_ds(lambda a, s: a**2 + s**2 - 1.0, lambda a, s: s - a).transpose("sigma_w", "alpha")
     cp = phase.critical_point(ds, x="alpha", y="sigma_w")
     r = 1 / np.sqrt(2)
     assert cp["kind"] == "crossing"
@@ -223,8 +254,12 @@ def test_critical_point_two_crossings_and_closest():
     cp = phase.critical_point(ds)
     assert [round(p[0], 6) for p in cp["points"]] == [0.5, 1.0]
     # contours that only meet at the alpha = 0 edge, like the real transformer's
-    ds = _field_ds(lambda a, s: s - 1.8 - a ** 2, lambda a, s: s - 1.8 + a ** 2,
-                   xs=np.linspace(0.01, 0.99, 50), ys=np.linspace(1.0, 3.0, 81))
+    ds = _field_ds(
+        lambda a, s: s - 1.8 - a**2,
+        lambda a, s: s - 1.8 + a**2,
+        xs=np.linspace(0.01, 0.99, 50),
+        ys=np.linspace(1.0, 3.0, 81),
+    )
     cp = phase.critical_point(ds)
     assert cp["kind"] == "closest" and cp["points"] == []
     assert cp["alpha"] == pytest.approx(0.01, abs=1e-9)
@@ -265,11 +300,13 @@ def _bad_inputs(tmp_path):
     txt = tmp_path / "notnc.nc"
     txt.write_text("hello")
     one_d = tmp_path / "oned.nc"
-    xr.Dataset({"lambda_a": ("sigma_w", [0.1, 0.2]), "lambda_g": ("sigma_w", [0.1, 0.2])},
-               coords={"sigma_w": [1.0, 2.0]}).to_netcdf(one_d, engine="h5netcdf")
+    xr.Dataset(
+        {"lambda_a": ("sigma_w", [0.1, 0.2]), "lambda_g": ("sigma_w", [0.1, 0.2])}, coords={"sigma_w": [1.0, 2.0]}
+    ).to_netcdf(one_d, engine="h5netcdf")
     nolam = tmp_path / "nolam.nc"
-    xr.Dataset({"foo": (("sigma_w", "alpha"), np.zeros((2, 2)))},
-               coords={"sigma_w": [1.0, 2.0], "alpha": [0.1, 0.2]}).to_netcdf(nolam, engine="h5netcdf")
+    xr.Dataset(
+        {"foo": (("sigma_w", "alpha"), np.zeros((2, 2)))}, coords={"sigma_w": [1.0, 2.0], "alpha": [0.1, 0.2]}
+    ).to_netcdf(nolam, engine="h5netcdf")
     afile = tmp_path / "afile"
     afile.write_text("x")
     return {
@@ -282,8 +319,7 @@ def _bad_inputs(tmp_path):
     }
 
 
-@pytest.mark.parametrize("case", ["missing", "not netcdf", "1-D grid", "no lambdas", "missing sim",
-                                  "out is a file"])
+@pytest.mark.parametrize("case", ["missing", "not netcdf", "1-D grid", "no lambdas", "missing sim", "out is a file"])
 def test_cli_bad_input(case, tmp_path, capsys, no_compute):
     args = _bad_inputs(tmp_path)[case]
     out = tmp_path / "out"

@@ -12,6 +12,7 @@ demo, the seed figures, recommend and probe's measurement is replaced by a stub 
 checks and locks still run; scripts/hostile_probe.py runs them for real); everything else
 runs for real with tiny sizes, so every example is cheap.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -29,13 +30,47 @@ from hypothesis import strategies as st  # noqa: E402
 
 from phasefield.cli import cli, main  # noqa: E402
 
-NUMBERS = ["nan", "NaN", "inf", "-inf", "-1", "0", "-0", "1e308", "-1e308", "1e400", "99999999999999999999999",
-           "1000000000", "1e9", "1e-320", "0.5e", "abc", "", " ", "1:2:1000000000", "0:1:0", "1:2", "1,,nan",
-           "--", "2**10"]
-PATHS = ["", " ", "/proc/x.nc", "/proc", ".", "/", "exists.txt", "missing/deeper/x.nc", "/dev/null",
-         "a\nb.nc"]
-PATH_OPTIONS = {"out", "figure", "runs", "from_path", "sim_path", "fit_path", "points_file", "data_dir",
-                "tfds_dir", "theory_nc", "sim_nc", "sim"}
+NUMBERS = [
+    "nan",
+    "NaN",
+    "inf",
+    "-inf",
+    "-1",
+    "0",
+    "-0",
+    "1e308",
+    "-1e308",
+    "1e400",
+    "99999999999999999999999",
+    "1000000000",
+    "1e9",
+    "1e-320",
+    "0.5e",
+    "abc",
+    "",
+    " ",
+    "1:2:1000000000",
+    "0:1:0",
+    "1:2",
+    "1,,nan",
+    "--",
+    "2**10",
+]
+PATHS = ["", " ", "/proc/x.nc", "/proc", ".", "/", "exists.txt", "missing/deeper/x.nc", "/dev/null", "a\nb.nc"]
+PATH_OPTIONS = {
+    "out",
+    "figure",
+    "runs",
+    "from_path",
+    "sim_path",
+    "fit_path",
+    "points_file",
+    "data_dir",
+    "tfds_dir",
+    "theory_nc",
+    "sim_nc",
+    "sim",
+}
 
 # a cheap valid command line per command (outputs inside the example's folder)
 BASE = {
@@ -49,8 +84,21 @@ BASE = {
     "compare": ["theory.nc", "sim.nc"],
     "figures": ["--out", "figs", "--quick"],
     "demo": ["--out", "demo"],
-    "train-sweep": ["--sigma-w", "1", "--alpha", "0.5", "--epochs", "1", "--width", "4", "--depth", "1",
-                    "--quiet", "--out", "ts"],
+    "train-sweep": [
+        "--sigma-w",
+        "1",
+        "--alpha",
+        "0.5",
+        "--epochs",
+        "1",
+        "--width",
+        "4",
+        "--depth",
+        "1",
+        "--quiet",
+        "--out",
+        "ts",
+    ],
     "fit": ["--runs", "runs.csv", "--out", "fit.json"],
     "predict": ["--sigma-w", "1", "--alpha", "0.5"],
     "recommend": ["--no-loss"],
@@ -59,10 +107,38 @@ BASE = {
     "seeds sensitivity": ["--depth", "1", "--width", "2", "--draws", "2"],
     "seeds figures": ["--out", "seedfigs", "--quick"],
     "block exponents": ["--block", "paper", "--depth", "2", "--n-tokens", "4"],
-    "block sweep": ["--block", "pre-ln", "--axis", "sigma=0.5,1", "--axis", "alpha=0.5,1", "--depth", "2",
-                    "--n-tokens", "4", "--out", "b.nc", "--figure", "b.png"],
-    "probe": ["--preset", "pre-ln", "--set", "heads=2", "--width", "8", "--depth", "2", "--n-tokens", "2",
-              "--inits", "2", "--figure", "p.png"],
+    "block sweep": [
+        "--block",
+        "pre-ln",
+        "--axis",
+        "sigma=0.5,1",
+        "--axis",
+        "alpha=0.5,1",
+        "--depth",
+        "2",
+        "--n-tokens",
+        "4",
+        "--out",
+        "b.nc",
+        "--figure",
+        "b.png",
+    ],
+    "probe": [
+        "--preset",
+        "pre-ln",
+        "--set",
+        "heads=2",
+        "--width",
+        "8",
+        "--depth",
+        "2",
+        "--n-tokens",
+        "2",
+        "--inits",
+        "2",
+        "--figure",
+        "p.png",
+    ],
 }
 STUB_FILES = {"exists.txt": "x\n", "runs.csv": "sigma_w\n1\n", "theory.nc": "not netcdf", "sim.nc": "not netcdf"}
 
@@ -112,7 +188,7 @@ def _argv(name, picks):
         i = 0
         while i < len(args):  # drop the base value of this option
             if args[i] in aliases:
-                del args[i:i + 2]
+                del args[i : i + 2]
             else:
                 i += 1
         args += [flag, value]
@@ -125,8 +201,8 @@ def _stubs():
     import xarray as xr
 
     import phasefield.figures as figs
-    from phasefield import sweep as sweep_mod
     from phasefield import probe as probe_mod
+    from phasefield import sweep as sweep_mod
     from phasefield.figures import demo
     from phasefield.layers import sweep as block_sweep
     from phasefield.seeds import figures as seed_figs
@@ -135,7 +211,7 @@ def _stubs():
     from phasefield.vit import sweep as vsweep
 
     def tiny(*a, **k):
-        if k.get("block") is not None:     # phasefield sweep --block: a block's 2-D grid (its figure draws)
+        if k.get("block") is not None:  # phasefield sweep --block: a block's 2-D grid (its figure draws)
             return block_sweep.sweep()
         return xr.Dataset({"lambda_a": ("sigma_w", [0.0])}, coords={"sigma_w": [1.0]})
 
@@ -143,15 +219,24 @@ def _stubs():
         with open(path, "w") as f:
             f.write("x")
 
-    saved = [(vsweep, "run_sweep", vsweep.run_sweep), (figs, "make_figures", figs.make_figures),
-             (demo, "run", demo.run), (vrec, "recommend", vrec.recommend), (sweep_mod, "sweep", sweep_mod.sweep),
-             (simsweep, "sweep", simsweep.sweep), (block_sweep, "sweep", block_sweep.sweep)]
-    saved += [(seed_figs, n, getattr(seed_figs, n)) for n in
-              ("rank_collapse_figure", "deepscalelm_figure", "sensitivity_figure")]
+    saved = [
+        (vsweep, "run_sweep", vsweep.run_sweep),
+        (figs, "make_figures", figs.make_figures),
+        (demo, "run", demo.run),
+        (vrec, "recommend", vrec.recommend),
+        (sweep_mod, "sweep", sweep_mod.sweep),
+        (simsweep, "sweep", simsweep.sweep),
+        (block_sweep, "sweep", block_sweep.sweep),
+    ]
+    saved += [
+        (seed_figs, n, getattr(seed_figs, n))
+        for n in ("rank_collapse_figure", "deepscalelm_figure", "sensitivity_figure")
+    ]
     saved.append((probe_mod, "probe", probe_mod.probe))
 
-    def fake_probe(model, inits=2, eps=1e-3, **k):   # the factory and the checks ran; no measuring
+    def fake_probe(model, inits=2, eps=1e-3, **k):  # the factory and the checks ran; no measuring
         import numpy as np
+
         raw = {n: np.ones((inits, 3)) for n in ("q_data", "rho_data", "q_sym", "rho_sym", "grad")}
         raw["gap"] = np.full((inits, 3), eps) * np.arange(1, inits + 1)[:, None]
         return probe_mod.ProbeResult("stub", probe_mod.result.dataset(raw), (1.0, 0.5), eps)
@@ -164,7 +249,9 @@ def _stubs():
     sweep_mod.sweep = simsweep.sweep = tiny
     block_sweep.sweep = lambda *a, **k: xr.Dataset(
         {v: (("sigma", "alpha"), [[0.1, -0.1], [0.2, -0.2]]) for v in block_sweep.VARIABLES},
-        coords={"sigma": [0.5, 1.0], "alpha": [0.5, 1.0]}, attrs={"block": "pre-ln", "depth": 2})
+        coords={"sigma": [0.5, 1.0], "alpha": [0.5, 1.0]},
+        attrs={"block": "pre-ln", "depth": 2},
+    )
     for n in ("rank_collapse_figure", "deepscalelm_figure", "sensitivity_figure"):
         setattr(seed_figs, n, png)
     try:
@@ -221,8 +308,7 @@ def _picks(draw, name):
 
 @pytest.mark.parametrize("name", sorted(BASE))
 def test_hostile_options_exit_0_or_2_in_one_line(name):
-    @settings(max_examples=25, deadline=None, derandomize=True, database=None,
-              suppress_health_check=list(HealthCheck))
+    @settings(max_examples=25, deadline=None, derandomize=True, database=None, suppress_health_check=list(HealthCheck))
     @given(picks=_picks(name))
     def prop(picks):
         _check(name, picks)

@@ -1,6 +1,6 @@
 """Full-Gram mean field (phasefield.layers.paper.gram): reduction to the (q, p) engine, causal
 structure, and agreement with the causal finite-width simulator."""
-import jax
+
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -19,8 +19,7 @@ def test_symmetric_start_reproduces_qp_engine():
     kern = mlp.kernel(HP)
     qs, ps = block.trajectory(HP, 1.3, 0.4, 10, kern)
     cs = gram.trajectory(HP, gram.symmetric_gram(8, 1.3, 0.4), 10, kern=kern)
-    np.testing.assert_allclose(np.diagonal(cs, axis1=1, axis2=2), np.repeat(qs[:, None], 8, 1),
-                               rtol=0, atol=1e-10)
+    np.testing.assert_allclose(np.diagonal(cs, axis1=1, axis2=2), np.repeat(qs[:, None], 8, 1), rtol=0, atol=1e-10)
     off = ~np.eye(8, dtype=bool)
     np.testing.assert_allclose(np.asarray(cs)[:, off], np.repeat(ps[:, None], 56, 1), atol=1e-10)
     for q0, p0 in ((1.3, 0.4), (None, None)):
@@ -72,6 +71,7 @@ def test_two_group_trajectory_and_simulation():
     intra, inter = gram.two_group_trajectory(hp, 1.0, 0.6, 0.1, 6)
     assert intra.shape == (7,) and float(inter[-1] / intra[-1]) > float(inter[0] / intra[0])
     from phasefield.simulate import measure
+
     sim = measure.group_cosines(hp, 1.0, 0.6, 0.1, width=256, seeds=6, depth=6, seed=1)
     assert np.all(np.abs(sim["intra"] - np.asarray(intra)) < 0.03 + 4 * sim["intra_se"])
     assert np.all(np.abs(sim["inter"] - np.asarray(inter)) < 0.03 + 4 * sim["inter_se"])
@@ -81,6 +81,7 @@ def test_causal_geometry_against_causal_simulator():
     hp = HParams(sigma_w=1.5, sigma_a=1.0, alpha_a=0.6, alpha_m=0.6, n_tokens=8, depth=8)
     geo = gram.causal_geometry(hp, 1.0, 0.3, 8)
     from phasefield.simulate import measure
+
     sim = measure.token_geometry(hp, 1.0, 0.3, width=256, seeds=6, depth=8, causal=True, seed=2)
     iu = np.triu_indices(8, 1)
     cos_sim = sim["cosines"].reshape(9, 6, -1)
@@ -97,6 +98,7 @@ def test_causal_geometry_against_causal_simulator():
 def _causal_cosine_errors(hp, modes, seeds=64, width=512):
     """|mean simulated - theory| per token pair after hp.depth causal blocks, and its z."""
     from phasefield.simulate import measure
+
     n, depth = int(hp.n_tokens), int(hp.depth)
     sim = measure.token_geometry(hp, 1.0, 0.3, width=width, seeds=seeds, depth=depth, causal=True, seed=0)
     cs = sim["cosines"].reshape(depth + 1, seeds, -1)[-1]
@@ -133,6 +135,7 @@ def test_causal_exponents_against_simulator():
     th = gram.causal_exponents(hp)
     assert set(th) >= {"lambda_a", "lambda_g"}
     from phasefield.simulate import measure
+
     sim = measure.exponents(hp, width=256, seeds=8, causal=True, seed=0)
     assert abs(sim["lambda_a"] - float(th["lambda_a"])) < 0.03 + 3 * sim["lambda_a_se"]
     assert abs(sim["lambda_g"] - float(th["lambda_g"])) < 0.03 + 3 * sim["lambda_g_se"]

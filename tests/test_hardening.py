@@ -1,6 +1,7 @@
 """Hostile input: limits checked before work, unwritable outputs, chunk checksums, store locks,
 stale temporary files, RFC 8259 JSON -- each bad case one line on stderr, exit code 2 and no
 partial output."""
+
 from __future__ import annotations
 
 import errno
@@ -29,45 +30,56 @@ def one_line_error(code, err):
 def _strict_json(text):
     def bad(c):
         raise AssertionError(f"bare {c} in JSON output")
+
     return json.loads(text, parse_constant=bad)
 
 
 # ---------------------------------------------------------------- limits, before any work
-@pytest.mark.parametrize("args, words", [
-    (["exponents", "--sigma-w", "1e308"], "<= 100"),
-    (["exponents", "--sigma-a", "1e308"], "<= 100"),
-    (["exponents", "--sigma-v", "1e308"], "<= 100"),
-    (["exponents", "--alpha", "nan"], "finite"),
-    (["exponents", "--n-tokens", "99999999999999999999999"], "n-tokens"),
-    (["trajectory", "--q0", "inf"], "finite"),
-    (["trajectory", "--depth", "1000000"], "depth"),
-    (["gram", "exponents", "--depth", "1000000"], "depth"),
-    (["simulate", "exponents", "--depth", "1000000"], "depth"),
-    (["simulate", "exponents", "--width", "1000000000"], "width"),
-    (["simulate", "exponents", "--seeds", "1000000000"], "seeds"),
-    (["simulate", "exponents", "--mlp-hidden", "1000000000"], "mlp-hidden"),
-    (["simulate", "exponents", "--n-tokens", "1000000", "--width", "8192"], "memory"),
-    (["seeds", "rank-collapse", "--n-tokens", "10000000"], "n-tokens"),
-    (["seeds", "rank-collapse", "--draws", "1000000000"], "draws"),
-    (["seeds", "rank-collapse", "--n-tokens", "4096", "--width", "256", "--draws", "100000"], "memory"),
-    (["seeds", "rank-collapse", "--sigma-x", "inf"], "finite"),
-    (["seeds", "rank-collapse", "--sigma-x", "1e308"], "sigma-x"),
-    (["seeds", "rank-collapse", "--alpha-tilde", "inf"], "finite"),
-    (["seeds", "deepscalelm", "--layers", "1000000"], "layers"),
-    (["seeds", "deepscalelm", "--draws", "1000000000"], "draws"),
-    (["seeds", "sensitivity", "--draws", "1000000000"], "draws"),
-    (["predict", "--sigma-w", "1e308", "--alpha", "0.5"], "sigma-w"),
-    (["recommend", "--n-tokens", "99999999999999999999999"], "n-tokens"),
-])
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["exponents", "--sigma-w", "1e308"], "<= 100"),
+        (["exponents", "--sigma-a", "1e308"], "<= 100"),
+        (["exponents", "--sigma-v", "1e308"], "<= 100"),
+        (["exponents", "--alpha", "nan"], "finite"),
+        (["exponents", "--n-tokens", "99999999999999999999999"], "n-tokens"),
+        (["trajectory", "--q0", "inf"], "finite"),
+        (["trajectory", "--depth", "1000000"], "depth"),
+        (["gram", "exponents", "--depth", "1000000"], "depth"),
+        (["simulate", "exponents", "--depth", "1000000"], "depth"),
+        (["simulate", "exponents", "--width", "1000000000"], "width"),
+        (["simulate", "exponents", "--seeds", "1000000000"], "seeds"),
+        (["simulate", "exponents", "--mlp-hidden", "1000000000"], "mlp-hidden"),
+        (["simulate", "exponents", "--n-tokens", "1000000", "--width", "8192"], "memory"),
+        (["seeds", "rank-collapse", "--n-tokens", "10000000"], "n-tokens"),
+        (["seeds", "rank-collapse", "--draws", "1000000000"], "draws"),
+        (["seeds", "rank-collapse", "--n-tokens", "4096", "--width", "256", "--draws", "100000"], "memory"),
+        (["seeds", "rank-collapse", "--sigma-x", "inf"], "finite"),
+        (["seeds", "rank-collapse", "--sigma-x", "1e308"], "sigma-x"),
+        (["seeds", "rank-collapse", "--alpha-tilde", "inf"], "finite"),
+        (["seeds", "deepscalelm", "--layers", "1000000"], "layers"),
+        (["seeds", "deepscalelm", "--draws", "1000000000"], "draws"),
+        (["seeds", "sensitivity", "--draws", "1000000000"], "draws"),
+        (["predict", "--sigma-w", "1e308", "--alpha", "0.5"], "sigma-w"),
+        (["recommend", "--n-tokens", "99999999999999999999999"], "n-tokens"),
+    ],
+)
 def test_huge_and_non_finite_values_are_refused_in_one_line(capsys, args, words):
     code, out, err = run(capsys, *args)
     assert one_line_error(code, err), err
     assert words in err
 
 
-@pytest.mark.parametrize("var, value", [("PHASEFIELD_CACHE_MIN_SECS", "soon"), ("PHASEFIELD_CACHE_MIN_SECS", "-1"),
-                                        ("PHASEFIELD_CACHE_MIN_SECS", "inf"), ("PHASEFIELD_CACHE_MAX_BYTES", "1.5e9"),
-                                        ("PHASEFIELD_CACHE_MAX_BYTES", "0")])
+@pytest.mark.parametrize(
+    "var, value",
+    [
+        ("PHASEFIELD_CACHE_MIN_SECS", "soon"),
+        ("PHASEFIELD_CACHE_MIN_SECS", "-1"),
+        ("PHASEFIELD_CACHE_MIN_SECS", "inf"),
+        ("PHASEFIELD_CACHE_MAX_BYTES", "1.5e9"),
+        ("PHASEFIELD_CACHE_MAX_BYTES", "0"),
+    ],
+)
 def test_a_malformed_cache_setting_is_refused_in_one_line(capsys, monkeypatch, var, value):
     monkeypatch.setenv(var, value)
     code, _, err = run(capsys, "exponents", "--depth", "4")
@@ -89,23 +101,27 @@ def test_exact_attention_grid_is_checked_before_any_work(tmp_path, capsys):
     code, _, err = run(capsys, "exponents", "--attention", "exact", "--sigma-a", "50")
     assert one_line_error(code, err) and "logit grid" in err and "--attention paper" in err
     out = tmp_path / "x.nc"
-    code, _, err = run(capsys, "sweep", "--attention", "exact", "--sigma-a", "1,50", "--sigma-w", "1",
-                       "--alpha", "0.5", "--out", out)
+    code, _, err = run(
+        capsys, "sweep", "--attention", "exact", "--sigma-a", "1,50", "--sigma-w", "1", "--alpha", "0.5", "--out", out
+    )
     assert one_line_error(code, err) and "logit grid" in err
     assert not os.listdir(tmp_path)
 
 
 def test_memory_estimate_names_the_size(monkeypatch):
     monkeypatch.setenv("PHASEFIELD_MEMORY_LIMIT", "1G")
-    with pytest.raises(ValueError, match=r"grid of 50,000,000 points needs about 2.98 GiB of memory, more than the 1 GiB"):
+    with pytest.raises(
+        ValueError, match=r"grid of 50,000,000 points needs about 2.98 GiB of memory, more than the 1 GiB"
+    ):
         grid.check_grid([50_000_000], 64)
     assert grid.check_grid([1000, 1000], 64) == 1_000_000
 
 
 def test_train_sweep_too_big_leaves_no_directory(tmp_path, capsys):
     out = tmp_path / "ts"
-    code, _, err = run(capsys, "train-sweep", "--width", "4096", "--depth", "4096", "--sigma-w", "1",
-                       "--alpha", "0.5", "--out", out)
+    code, _, err = run(
+        capsys, "train-sweep", "--width", "4096", "--depth", "4096", "--sigma-w", "1", "--alpha", "0.5", "--out", out
+    )
     assert one_line_error(code, err) and "memory" in err
     code, _, err = run(capsys, "train-sweep", "--depth", "1000000", "--out", out)
     assert one_line_error(code, err)
@@ -121,8 +137,9 @@ def test_train_sweep_failing_inside_leaves_no_empty_folders(tmp_path, capsys, mo
         raise MemoryError
 
     monkeypatch.setattr(vsweep, "run_sweep", boom)
-    code, _, err = run(capsys, "train-sweep", "--sigma-w", "1", "--alpha", "0.5", "--epochs", "1",
-                       "--out", tmp_path / "ts", "--quiet")
+    code, _, err = run(
+        capsys, "train-sweep", "--sigma-w", "1", "--alpha", "0.5", "--epochs", "1", "--out", tmp_path / "ts", "--quiet"
+    )
     assert one_line_error(code, err) and "out of memory" in err
     assert not os.listdir(tmp_path)
 
@@ -147,12 +164,14 @@ def test_unwritable_directory_is_refused_before_work(tmp_path, capsys, monkeypat
         return real(*a, dir=dir, **kw)
 
     monkeypatch.setattr(io.tempfile, "mkstemp", mkstemp)
-    for args in (["sweep", "--sigma-w", "1", "--out", ro / "x.nc"],
-                 ["seeds", "rank-collapse", "--draws", "0", "--figure", ro / "f.png"],
-                 ["figures", "--out", ro / "figs"],
-                 ["seeds", "figures", "--out", ro / "figs"],
-                 ["train-sweep", "--out", ro / "ts"],
-                 ["fit", "--runs", tmp_path, "--out", ro / "fit.json"]):
+    for args in (
+        ["sweep", "--sigma-w", "1", "--out", ro / "x.nc"],
+        ["seeds", "rank-collapse", "--draws", "0", "--figure", ro / "f.png"],
+        ["figures", "--out", ro / "figs"],
+        ["seeds", "figures", "--out", ro / "figs"],
+        ["train-sweep", "--out", ro / "ts"],
+        ["fit", "--runs", tmp_path, "--out", ro / "fit.json"],
+    ):
         code, _, err = run(capsys, *args)
         assert one_line_error(code, err) and "Read-only" in err, (args, err)
     assert not os.listdir(ro)
@@ -194,8 +213,9 @@ def test_figures_failure_leaves_no_empty_directory(tmp_path, capsys, monkeypatch
 
 
 def test_stale_part_files_are_cleaned_but_live_ones_kept(tmp_path):
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
-                          text=True).stdout.strip()
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    ).stdout.strip()
     host = io._host()
     stale = tmp_path / f".x.nc.{host}-{dead}.abc123.part.nc"
     live = tmp_path / f".x.nc.{host}-{os.getpid()}.def456.part.nc"
@@ -218,8 +238,10 @@ def test_outputs_honour_the_umask(tmp_path):
 
 # ---------------------------------------------------------------- JSON
 def test_json_is_rfc8259_with_nan_as_null():
-    assert io.dumps({"a": float("nan"), "b": np.array([1.0, np.inf]), "c": np.float32(-np.inf), "d": (1, 2)}) \
+    assert (
+        io.dumps({"a": float("nan"), "b": np.array([1.0, np.inf]), "c": np.float32(-np.inf), "d": (1, 2)})
         == '{"a": null, "b": [1.0, null], "c": null, "d": [1, 2]}'
+    )
 
 
 def test_cli_json_never_prints_bare_nan(capsys):
@@ -266,9 +288,21 @@ def test_corrupt_chunk_is_detected_and_reported(tmp_path, damage):
     assert store.has(0) and np.array_equal(store.load(0)["a"], vals["a"])
 
 
-CORRUPT = {"paper": ["--sigma-w", "0.5:3:6", "--alpha", "0.3"],
-           "pre-ln": ["--block", "pre-ln:heads=2", "--axis", "sigma=0.4,1.1,1.7", "--axis", "alpha=0.3,0.8",
-                      "--depth", "2", "--n-tokens", "4"]}
+CORRUPT = {
+    "paper": ["--sigma-w", "0.5:3:6", "--alpha", "0.3"],
+    "pre-ln": [
+        "--block",
+        "pre-ln:heads=2",
+        "--axis",
+        "sigma=0.4,1.1,1.7",
+        "--axis",
+        "alpha=0.3,0.8",
+        "--depth",
+        "2",
+        "--n-tokens",
+        "4",
+    ],
+}
 
 
 @pytest.mark.parametrize("block", sorted(CORRUPT))
@@ -308,7 +342,7 @@ def test_second_writer_of_a_sweep_exits_2(tmp_path, capsys):
     args = ["sweep", "--sigma-w", "0.5,1", "--chunk", "1", "--out", out, "--quiet"]
     folder = tmp_path / "g.nc.chunks"
     folder.mkdir()
-    fd = os.open(folder / ".lock.0", os.O_RDWR | os.O_CREAT)   # a running sweep's lock
+    fd = os.open(folder / ".lock.0", os.O_RDWR | os.O_CREAT)  # a running sweep's lock
     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     try:
         code, _, err = run(capsys, *args)
@@ -324,8 +358,9 @@ def test_second_writer_of_a_sweep_exits_2(tmp_path, capsys):
 def test_second_train_sweep_on_one_directory_exits_2(tmp_path, capsys):
     out = tmp_path / "ts"
     with io.dir_lock(out):
-        code, _, err = run(capsys, "train-sweep", "--sigma-w", "1", "--alpha", "0.5", "--epochs", "1",
-                           "--out", out, "--quiet")
+        code, _, err = run(
+            capsys, "train-sweep", "--sigma-w", "1", "--alpha", "0.5", "--epochs", "1", "--out", out, "--quiet"
+        )
     assert one_line_error(code, err) and "another phasefield process" in err
     assert sorted(os.listdir(out)) == [".lock"]
 
@@ -342,6 +377,6 @@ def test_json_lines_append_and_read_back_skipping_a_torn_line(tmp_path):
     io.append_jsonl(path, {"a": float("nan"), "b": [1, 2]})
     io.append_jsonl(path, {"c": "x"})
     with open(path, "a") as f:
-        f.write('{"d": 1')                      # killed in mid-write
+        f.write('{"d": 1')  # killed in mid-write
     rows = io.read_jsonl(path)
     assert len(rows) == 2 and math.isnan(rows[0]["a"]) and rows[0]["b"] == [1, 2] and rows[1] == {"c": "x"}

@@ -7,6 +7,7 @@ The module graph is built statically (``ast``, no import runs): every ``import``
 to ``pkg``; importing ``a.b.c`` also runs the ``__init__`` of the packages ``a.b`` (an edge
 to each, except the importer's own packages, which are already running).
 """
+
 from __future__ import annotations
 
 import ast
@@ -20,13 +21,21 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # top-level units of phasefield, lowest first: an import may point to a lower rank (or
 # within its own unit), never up
 RANKS = {
-    "phasefield._runtime": 0, "phasefield.io": 0, "phasefield.grid": 0, "phasefield.config": 0,
-    "phasefield.activations": 0, "phasefield.chunks": 0,
+    "phasefield._runtime": 0,
+    "phasefield.io": 0,
+    "phasefield.grid": 0,
+    "phasefield.config": 0,
+    "phasefield.activations": 0,
+    "phasefield.chunks": 0,
     "phasefield.theory": 1,
     "phasefield.layers": 2,
     "phasefield.block": 3,
-    "phasefield.sweep": 4, "phasefield.simulate": 4, "phasefield.seeds": 4, "phasefield.probe": 4,
-    "phasefield.figures": 5, "phasefield.vit": 5,
+    "phasefield.sweep": 4,
+    "phasefield.simulate": 4,
+    "phasefield.seeds": 4,
+    "phasefield.probe": 4,
+    "phasefield.figures": 5,
+    "phasefield.vit": 5,
     "phasefield.cli": 6,
     "phasefield.__main__": 7,
 }
@@ -51,7 +60,7 @@ def import_graph(root: str, package: str) -> dict[str, set[str]]:
     """{module: modules it imports (within ``package``)}, statically."""
     mods = modules(root, package)
 
-    def owner(name):                       # the longest module prefix of a dotted name
+    def owner(name):  # the longest module prefix of a dotted name
         while name and name not in mods:
             name = name.rpartition(".")[0]
         return name or None
@@ -65,11 +74,10 @@ def import_graph(root: str, package: str) -> dict[str, set[str]]:
         targets = set()
         for node in ast.walk(tree):
             if isinstance(node, ast.Import):
-                targets.update(owner(a.name) for a in node.names
-                               if a.name.split(".")[0] == package)
+                targets.update(owner(a.name) for a in node.names if a.name.split(".")[0] == package)
             elif isinstance(node, ast.ImportFrom):
                 if node.level:
-                    base = here[:len(here) - (node.level - 1)]
+                    base = here[: len(here) - (node.level - 1)]
                     full = ".".join(base + ([node.module] if node.module else []))
                 else:
                     full = node.module or ""
@@ -79,12 +87,11 @@ def import_graph(root: str, package: str) -> dict[str, set[str]]:
                     sub = f"{full}.{a.name}"
                     targets.add(sub if sub in mods else owner(full))
         own = {".".join(mod.split(".")[:k]) for k in range(1, mod.count(".") + 2)}
-        for t in list(targets):                           # the packages a.b of a.b.c run too
+        for t in list(targets):  # the packages a.b of a.b.c run too
             if t is None:
                 continue
             parts = t.split(".")
-            targets.update(p for p in (".".join(parts[:k]) for k in range(1, len(parts)))
-                           if p in mods and p not in own)
+            targets.update(p for p in (".".join(parts[:k]) for k in range(1, len(parts))) if p in mods and p not in own)
         targets.discard(None)
         targets.discard(mod)
         graph[mod] = targets
@@ -157,7 +164,7 @@ def test_the_graph_sees_every_kind_of_import(tmp_path):
         (tmp_path / name).write_text(textwrap.dedent(text))
     g = import_graph(str(tmp_path), "pkg")
     assert g["pkg.a"] == {"pkg.b"}
-    assert g["pkg.b"] == {"pkg.sub.c", "pkg.sub"}           # function-level; sub's __init__ runs
+    assert g["pkg.b"] == {"pkg.sub.c", "pkg.sub"}  # function-level; sub's __init__ runs
     assert g["pkg.sub"] == {"pkg.sub.d"}
     assert g["pkg.sub.c"] == {"pkg.e"}
     assert g["pkg.sub.d"] == {"pkg.a"}
@@ -176,21 +183,34 @@ def test_every_unit_has_a_rank(graph):
 
 
 def test_imports_point_down(graph):
-    up = sorted(f"{m} -> {t}" for m, ts in graph.items() for t in ts
-                if unit(m) in RANKS and unit(t) in RANKS and unit(m) != unit(t)
-                and RANKS[unit(t)] > RANKS[unit(m)])
+    up = sorted(
+        f"{m} -> {t}"
+        for m, ts in graph.items()
+        for t in ts
+        if unit(m) in RANKS and unit(t) in RANKS and unit(m) != unit(t) and RANKS[unit(t)] > RANKS[unit(m)]
+    )
     assert not up, "imports pointing up:\n" + "\n".join(up)
 
 
 def test_theory_imports_only_kernels_and_foundation(graph):
     """phasefield.theory (the Gaussian-integral kernels, the reference) imports nothing
     from layers, sweep, simulate, vit, figures, cli, ..."""
-    bad = sorted(f"{m} -> {t}" for m, ts in graph.items() if unit(m) == "phasefield.theory"
-                 for t in ts if unit(t) != "phasefield.theory" and t not in FOUNDATION)
+    bad = sorted(
+        f"{m} -> {t}"
+        for m, ts in graph.items()
+        if unit(m) == "phasefield.theory"
+        for t in ts
+        if unit(t) != "phasefield.theory" and t not in FOUNDATION
+    )
     assert not bad, "phasefield.theory imports from above it:\n" + "\n".join(bad)
 
 
 def test_layers_import_nothing_above_them(graph):
-    bad = sorted(f"{m} -> {t}" for m, ts in graph.items() if unit(m) == "phasefield.layers"
-                 for t in ts if RANKS.get(unit(t), 99) > RANKS["phasefield.layers"])
+    bad = sorted(
+        f"{m} -> {t}"
+        for m, ts in graph.items()
+        if unit(m) == "phasefield.layers"
+        for t in ts
+        if RANKS.get(unit(t), 99) > RANKS["phasefield.layers"]
+    )
     assert not bad, "phasefield.layers imports from above it:\n" + "\n".join(bad)

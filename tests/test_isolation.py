@@ -1,5 +1,6 @@
 """Importing phasefield changes no global state: the user's dtype and device
 settings stay as they were, and the theory still computes in float64 by itself."""
+
 import json
 import os
 import subprocess
@@ -15,9 +16,14 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # against theory.reference lambda_g_inf and rho_star are 1.3e-11 and 2.0e-12 off. Another
 # quadrature (e.g. tanh's erf split + fixed-rule remainder) moves them by ~2e-11, within the
 # reference's accuracy but beyond this pin: such a change re-pins these values.
-EXPECTED = {"lambda_a": 0.024630451834784056, "lambda_g": 0.045395793776727214,
-            "lambda_g_inf": 0.13866265862754945, "q_star": 1.8805971068730059,
-            "q_z_star": 1.6604478301547543, "rho_star": 0.9263315109502598}
+EXPECTED = {
+    "lambda_a": 0.024630451834784056,
+    "lambda_g": 0.045395793776727214,
+    "lambda_g_inf": 0.13866265862754945,
+    "q_star": 1.8805971068730059,
+    "q_z_star": 1.6604478301547543,
+    "rho_star": 0.9263315109502598,
+}
 
 SCRIPT = r"""
 import json, os, sys
@@ -62,8 +68,9 @@ def _run(mode, env_extra=None):
     if fast:
         env["XLA_FLAGS"] = " ".join(fast)
     env.update(PYTHONPATH=ROOT, JAX_PLATFORMS="cpu", **(env_extra or {}))
-    out = subprocess.run([sys.executable, "-c", SCRIPT, mode], env=env, capture_output=True,
-                         text=True, timeout=300, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", SCRIPT, mode], env=env, capture_output=True, text=True, timeout=300, check=True
+    )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -73,10 +80,10 @@ def test_import_leaves_dtype_and_devices_alone(mode):
     assert res["ones"] == res["ones_after"] == "float32"
     assert res["x64"] is False
     assert res["flags_same"]
-    assert res["devices"] == 1          # no device-count flag in the environment: one CPU device
+    assert res["devices"] == 1  # no device-count flag in the environment: one CPU device
     assert res["dtypes"] == ["float64"]
     assert res["int_dtypes"] in ([], ["int64"])  # counts (n_stable) are integers
-    assert res["seed_dtypes"] == ["float64"]     # the seed theories enter the x64 scope too
+    assert res["seed_dtypes"] == ["float64"]  # the seed theories enter the x64 scope too
     for k, v in EXPECTED.items():
         assert abs(res["values"][k] - v) < 1e-12, k
 
@@ -88,17 +95,21 @@ def test_user_xla_flags_kept():
 
 
 def test_use_all_cpu_cores_is_explicit():
-    script = ("import os, phasefield, jax; n = phasefield.use_all_cpu_cores(2); "
-              "print(n, jax.device_count(), os.environ['XLA_FLAGS'])")
+    script = (
+        "import os, phasefield, jax; n = phasefield.use_all_cpu_cores(2); "
+        "print(n, jax.device_count(), os.environ['XLA_FLAGS'])"
+    )
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
     env.update(PYTHONPATH=ROOT, JAX_PLATFORMS="cpu")
-    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True,
-                         timeout=120, check=True).stdout.split()
+    out = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120, check=True
+    ).stdout.split()
     assert out[:2] == ["2", "2"] and "--xla_force_host_platform_device_count=2" in out[2]
-    late = ("import phasefield, jax; jax.numpy.ones(1); "
-            "exec('try:\\n phasefield.use_all_cpu_cores(2)\\nexcept RuntimeError: print(\"late\")')")
-    res = subprocess.run([sys.executable, "-c", late], env=env, capture_output=True, text=True,
-                         timeout=120, check=True)
+    late = (
+        "import phasefield, jax; jax.numpy.ones(1); "
+        "exec('try:\\n phasefield.use_all_cpu_cores(2)\\nexcept RuntimeError: print(\"late\")')"
+    )
+    res = subprocess.run([sys.executable, "-c", late], env=env, capture_output=True, text=True, timeout=120, check=True)
     assert res.stdout.strip() == "late"
 
 
@@ -112,8 +123,11 @@ def test_compilation_cache_setup_is_one_call(tmp_path, monkeypatch):
 
     from phasefield._runtime import use_compilation_cache
 
-    names = ("jax_compilation_cache_dir", "jax_persistent_cache_min_compile_time_secs",
-             "jax_compilation_cache_max_size")
+    names = (
+        "jax_compilation_cache_dir",
+        "jax_persistent_cache_min_compile_time_secs",
+        "jax_compilation_cache_max_size",
+    )
     before = {k: getattr(jax.config, k) for k in names}
     try:
         for off in ("off", "0", "None", " "):
@@ -121,7 +135,7 @@ def test_compilation_cache_setup_is_one_call(tmp_path, monkeypatch):
             assert use_compilation_cache(0.3) is None
             assert {k: getattr(jax.config, k) for k in names} == before
         monkeypatch.setenv("PHASEFIELD_CACHE", str(tmp_path / "c"))
-        for var in ("PHASEFIELD_CACHE_MIN_SECS", "PHASEFIELD_CACHE_MAX_BYTES"):   # the suite's
+        for var in ("PHASEFIELD_CACHE_MIN_SECS", "PHASEFIELD_CACHE_MAX_BYTES"):  # the suite's
             monkeypatch.delenv(var, raising=False)
         assert use_compilation_cache(0.3) == str(tmp_path / "c") and (tmp_path / "c").is_dir()
         assert [getattr(jax.config, k) for k in names] == [str(tmp_path / "c"), 0.3, 8 << 30]
@@ -153,18 +167,21 @@ def test_a_cache_written_without_a_size_limit_still_takes_writes(tmp_path, monke
 
     folder = tmp_path / "c"
     folder.mkdir()
-    (folder / "old-cache").write_bytes(b"x" * 10)                      # no atime: unsized era
+    (folder / "old-cache").write_bytes(b"x" * 10)  # no atime: unsized era
     (folder / "kept-cache").write_bytes(b"y" * 10)
     (folder / "kept-atime").write_bytes((123).to_bytes(8, "little"))
-    names = ("jax_compilation_cache_dir", "jax_persistent_cache_min_compile_time_secs",
-             "jax_compilation_cache_max_size")
+    names = (
+        "jax_compilation_cache_dir",
+        "jax_persistent_cache_min_compile_time_secs",
+        "jax_compilation_cache_max_size",
+    )
     before = {k: getattr(jax.config, k) for k in names}
     try:
         monkeypatch.setenv("PHASEFIELD_CACHE", str(folder))
         monkeypatch.setenv("PHASEFIELD_CACHE_MAX_BYTES", "-1")
         assert use_compilation_cache(0.3) == str(folder)
-        assert not (folder / "old-atime").exists()                      # no limit: untouched
-        monkeypatch.delenv("PHASEFIELD_CACHE_MAX_BYTES")                  # the default limit
+        assert not (folder / "old-atime").exists()  # no limit: untouched
+        monkeypatch.delenv("PHASEFIELD_CACHE_MAX_BYTES")  # the default limit
         assert use_compilation_cache(0.3) == str(folder)
     finally:
         for k, v in before.items():
@@ -172,7 +189,7 @@ def test_a_cache_written_without_a_size_limit_still_takes_writes(tmp_path, monke
     stamp = int.from_bytes((folder / "old-atime").read_bytes(), "little")
     assert stamp == os.stat(folder / "old-cache").st_mtime_ns
     assert int.from_bytes((folder / "kept-atime").read_bytes(), "little") == 123
-    lru = pytest.importorskip("jax._src.lru_cache")                       # JAX's own cache class
+    lru = pytest.importorskip("jax._src.lru_cache")  # JAX's own cache class
     cache = lru.LRUCache(str(folder), max_size=8 << 30)
     cache.put("new", b"z" * 10)
     assert (folder / "new-cache").read_bytes() == b"z" * 10

@@ -2,32 +2,31 @@
 layers gives today's numbers, and the generic fixed-point / exponent machinery built on
 any block's maps agrees with the paper's closed forms (an independent route: closed forms
 and a mesh search written for the paper block alone)."""
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from phasefield import HParams, layers, theory
-from phasefield.layers import paper
-from phasefield.layers import Grad, Kernel
+from phasefield.layers import Grad, Kernel, paper
 
 TOL = 1e-12
-BISTABLE = dict(sigma_w=8.175, sigma_a=6.875, alpha_a=.705, alpha_m=.41, n_tokens=128)
+BISTABLE = dict(sigma_w=8.175, sigma_a=6.875, alpha_a=0.705, alpha_m=0.41, n_tokens=128)
 
 # points spanning both phases, small and large sigma_A, several activations and options
 POINTS = [
-    dict(sigma_w=2.0, sigma_a=1.0, alpha_a=.5, alpha_m=.5),
-    dict(sigma_w=0.7, sigma_a=0.4, alpha_a=.3, alpha_m=.8, n_tokens=8),
-    dict(sigma_w=3.5, sigma_a=2.5, alpha_a=.9, alpha_m=.2, n_tokens=64),
-    dict(sigma_w=1.3, sigma_a=1.7, alpha_a=.2, alpha_m=.95, activation="gelu"),
-    dict(sigma_w=1.1, sigma_a=0.8, alpha_a=.6, alpha_m=.6, activation="relu", mlp_layers=2),
-    dict(sigma_w=2.5, sigma_a=1.2, alpha_a=.4, alpha_m=.7, activation="erf", n_tokens=2),
-    dict(sigma_w=1.6, sigma_a=2.0, alpha_a=.5, alpha_m=.5, softmax_correction=True),
-    dict(sigma_w=2.2, sigma_a=1.5, alpha_a=.45, alpha_m=.6, attention="exact", n_tokens=16),
+    dict(sigma_w=2.0, sigma_a=1.0, alpha_a=0.5, alpha_m=0.5),
+    dict(sigma_w=0.7, sigma_a=0.4, alpha_a=0.3, alpha_m=0.8, n_tokens=8),
+    dict(sigma_w=3.5, sigma_a=2.5, alpha_a=0.9, alpha_m=0.2, n_tokens=64),
+    dict(sigma_w=1.3, sigma_a=1.7, alpha_a=0.2, alpha_m=0.95, activation="gelu"),
+    dict(sigma_w=1.1, sigma_a=0.8, alpha_a=0.6, alpha_m=0.6, activation="relu", mlp_layers=2),
+    dict(sigma_w=2.5, sigma_a=1.2, alpha_a=0.4, alpha_m=0.7, activation="erf", n_tokens=2),
+    dict(sigma_w=1.6, sigma_a=2.0, alpha_a=0.5, alpha_m=0.5, softmax_correction=True),
+    dict(sigma_w=2.2, sigma_a=1.5, alpha_a=0.45, alpha_m=0.6, attention="exact", n_tokens=16),
     BISTABLE,
 ]
-KEYS = ("lambda_a", "lambda_g", "lambda_g_inf", "q_star", "rho_star", "n_stable",
-        "rho_star_min", "rho_star_max")
+KEYS = ("lambda_a", "lambda_g", "lambda_g_inf", "q_star", "rho_star", "n_stable", "rho_star_min", "rho_star_max")
 
 
 def _close(a, b, tol=TOL):
@@ -60,7 +59,7 @@ def test_paper_preset_trajectory_and_lambda_g_from_any_input(pt):
 
 def test_lambda_a_three_ways():
     """Forward transverse multiplier (autodiff) = backward token-difference mode = closed form."""
-    hp = HParams(sigma_w=2.7, sigma_a=1.3, alpha_a=.35, alpha_m=.75)
+    hp = HParams(sigma_w=2.7, sigma_a=1.3, alpha_a=0.35, alpha_m=0.75)
     block, ctx = layers.prepare(layers.presets.paper(hp), hp.n_tokens)
     with jax.enable_x64(True):
         q_star = layers.depth.norm_fixed_point(block, ctx, 1.0)
@@ -68,12 +67,12 @@ def test_lambda_a_three_ways():
         m = layers.depth.gradient_matrix(block, ctx, Kernel(q_star, q_star))
     ref = paper.exponents(hp)["lambda_a"]
     assert _close(fwd, ref) and _close(jnp.log(m[0, 0]), ref)
-    assert abs(float(m[0, 1])) < 1e-15          # triangular at collapse: a' ignores b
+    assert abs(float(m[0, 1])) < 1e-15  # triangular at collapse: a' ignores b
     assert _close(m[1, 1], paper.mean_mode(hp))
 
 
 def test_block_pytree_vmaps_over_every_leaf():
-    hps = [HParams(sigma_w=s, sigma_a=a, alpha_a=.5, alpha_m=.5) for s, a in [(1.5, 0.5), (2.5, 1.5)]]
+    hps = [HParams(sigma_w=s, sigma_a=a, alpha_a=0.5, alpha_m=0.5) for s, a in [(1.5, 0.5), (2.5, 1.5)]]
     with jax.enable_x64(True):
         prepared = [layers.prepare(layers.presets.paper(hp), 32) for hp in hps]
         stacked = jax.tree_util.tree_map(lambda *x: jnp.stack(x), *[b for b, _ in prepared])
@@ -88,7 +87,7 @@ def test_stale_mlp_table_gives_nan_not_another_answer():
     ctx = layers.Context(jnp.asarray(32.0))
     with jax.enable_x64(True):
         good = layers.MLP(sigma_w=2.0).prepare(ctx)
-        stale = good.replace(sigma_w=3.0)        # says sigma_w = 3, carries sigma_w = 2's tables
+        stale = good.replace(sigma_w=3.0)  # says sigma_w = 3, carries sigma_w = 2's tables
         k = Kernel(1.0, 0.4)
         assert np.isfinite(float(good.forward(k, ctx).p))
         assert np.isnan(float(stale.forward(k, ctx).p))
@@ -113,7 +112,12 @@ def test_multi_head_map_equals_single_head():
             assert float(a.q) == float(b.q) and float(a.p) == float(b.p)
 
 
-@pytest.mark.parametrize("bad", [dict(kind="batch"), ])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        dict(kind="batch"),
+    ],
+)
 def test_bad_layer_options_raise_one_line(bad):
     with pytest.raises(ValueError, match="unknown norm"):
         layers.Norm(**bad)
@@ -128,6 +132,7 @@ def test_bad_layer_options_raise_one_line(bad):
 
 
 # ---- two hazards: a kernel built for another sigma_w, a traced sigma beyond the tables ----
+
 
 def test_stale_kernel_is_refused():
     """paper.exponents(hp, kernel built for another sigma_w) raises (concrete) or is NaN
@@ -151,8 +156,9 @@ def test_traced_sigma_beyond_the_tables_is_nan_not_silent():
     hp = HParams(sigma_w=15.0)
     ref = float(paper.exponents(hp)["lambda_a"])
     with jax.enable_x64(True):
-        f = lambda s, **kw: paper.exponents(hp.replace(sigma_w=s),
-                                             theory.kernel(hp.replace(sigma_w=s), **kw))["lambda_a"]
+        f = lambda s, **kw: paper.exponents(hp.replace(sigma_w=s), theory.kernel(hp.replace(sigma_w=s), **kw))[
+            "lambda_a"
+        ]
         assert np.isnan(float(jax.jit(f)(15.0)))
         assert _close(jax.jit(f)(5.0), paper.exponents(HParams(sigma_w=5.0))["lambda_a"], 1e-9)
         assert _close(jax.jit(lambda s: f(s, sigma_max=20.0))(15.0), ref, 1e-9)
@@ -160,14 +166,16 @@ def test_traced_sigma_beyond_the_tables_is_nan_not_silent():
 
 # ---- the standard blocks (presets) -----------------------------------------------------------
 
+
 @pytest.mark.parametrize("s", [0.55, 2.0])
 def test_silu_tables_within_1e9_of_dense_reference(s):
     """SwiGLU's gate: the numeric silu tables against the dense NumPy reference."""
     from phasefield import activations
     from phasefield.theory import mlp, quadrature
+
     rhos = [-0.9, -0.3, 0.0, 0.4, 0.8, 0.99]
     kern = mlp.kernel(HParams(sigma_w=s, activation="silu"))
-    f = lambda fn: (lambda x: np.asarray(fn(jnp.asarray(x))))
+    f = lambda fn: lambda x: np.asarray(fn(jnp.asarray(x)))
     g, dg = f(activations.get("silu")), f(activations.derivative("silu"))
     with jax.enable_x64(True):
         pp, dd = (np.asarray(v) for v in mlp._pair(kern, 0, jnp.asarray(rhos)))
@@ -193,7 +201,7 @@ def test_glu_maps_against_monte_carlo():
 
         def one(key):
             kx, kw, ku = jax.random.split(key, 3)
-            x = (c @ jax.random.normal(kx, (n, d), jnp.float64))
+            x = c @ jax.random.normal(kx, (n, d), jnp.float64)
             params = mod.init(kw, x)
             y, vjp = jax.vjp(lambda z: mod.apply(params, z), x)
             u = jax.random.normal(ku, y.shape, y.dtype)
@@ -219,20 +227,22 @@ def test_angle_rate_is_the_limit_of_nearby_tokens():
     rate = np.log((1.0 - float(p[-1] / q[-1])) / 1e-7) / 6
     assert abs(float(fd["angle_rate"]) - rate) < 1e-5, (float(fd["angle_rate"]), rate)
     spread = np.sum(np.log(np.asarray(fd["angle_multipliers"]))) / 6
-    assert abs(float(fd["angle_rate"]) - spread) > 0.05     # the norm's growth is not negligible here
+    assert abs(float(fd["angle_rate"]) - spread) > 0.05  # the norm's growth is not negligible here
 
 
 # pre-LN (LayerNorm, 4 heads with W_O, GELU 4x, identity residual) and rms-swiglu (RMSNorm,
 # the GLU layer): every layer kind of the presets; post-ln and deepscalelm are the same
 # layers composed otherwise, checked at widths 256..4096 by scripts/validate_blocks.py
-@pytest.mark.parametrize("name,kw", [("pre-ln", dict(sigma=1.0, alpha=1.0)),
-                                     ("rms-swiglu", dict(sigma=1.0, alpha=1.0))])
+@pytest.mark.parametrize(
+    "name,kw", [("pre-ln", dict(sigma=1.0, alpha=1.0)), ("rms-swiglu", dict(sigma=1.0, alpha=1.0))]
+)
 def test_preset_theory_against_its_own_network(name, kw):
     """Each preset's maps against random stacks of its own Flax module (lazy weights) at
     d = 512, 4 heads, 24 draws, 4 blocks: per-layer rho and lambda_g(4) within 4 standard
     errors plus the O(1/d) bias bound 2/d (scripts/validate_blocks.py extrapolates the
     same measurements to d -> inf at widths up to 4096: docs/blocks.md)."""
     from phasefield.layers import measure
+
     block = layers.presets.get(name, heads=4, **kw)
     n, d, depth, draws = 16, 512, 4, 24
     fd = layers.finite_depth(block, q0=1.0, rho0=0.5, n_tokens=n, depth=depth)
@@ -262,6 +272,7 @@ def test_presets_are_pytrees_of_their_numbers():
         k0 = Kernel(jnp.asarray(1.0), jnp.asarray(0.5))
         lg = jax.jit(jax.vmap(lambda b: layers.depth.gradient_exponent(b, ctx, k0, 5)))(stacked)
     for s, v in zip(sig, lg):
-        one = layers.gradient_exponent(layers.presets.pre_ln(sigma=s, alpha=0.5, heads=4), 1.0, 0.5,
-                                       n_tokens=16, depth=5)
+        one = layers.gradient_exponent(
+            layers.presets.pre_ln(sigma=s, alpha=0.5, heads=4), 1.0, 0.5, n_tokens=16, depth=5
+        )
         assert _close(v, one, 1e-12)

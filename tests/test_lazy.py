@@ -16,6 +16,7 @@ false-alarm rate of the 14 z-scores per configuration -- q, p at 4 layers, 4 cos
 lambda_a, lambda_g -- near 0.1 %, 0.3 % over the three configurations). A negative control (the VJP without its noise
 term) shows the lambda_g comparison has the power to see a wrong sampler.
 """
+
 from __future__ import annotations
 
 import jax
@@ -25,7 +26,7 @@ import pytest
 
 from phasefield import HParams
 from phasefield.block import Block
-from phasefield.layers import weights as block     # the lazy sampler behind every block's network
+from phasefield.layers import weights as block  # the lazy sampler behind every block's network
 from phasefield.layers.weights import random_linear
 from phasefield.simulate import measure, stack
 
@@ -37,8 +38,7 @@ def _assemble(x, scales, draws, rng):
     sampler's basis of the token span (zero columns for dropped directions)."""
     q = block.token_basis(x)
     proj = jnp.eye(x.shape[1], dtype=x.dtype) - q @ q.T
-    wc = [s * jnp.asarray(rng.normal(size=(x.shape[1], w.shape[1])), x.dtype)
-          for s, w in zip(scales, draws)]
+    wc = [s * jnp.asarray(rng.normal(size=(x.shape[1], w.shape[1])), x.dtype) for s, w in zip(scales, draws)]
     return [s * q @ w + proj @ c for s, w, c in zip(scales, draws, wc)], wc
 
 
@@ -69,10 +69,8 @@ def test_random_linear_is_dense_autodiff(rank):
             np.testing.assert_allclose(a, b, atol=1e-12)
         np.testing.assert_allclose(vjp(cts)[0], vjpd(cts)[0], atol=1e-11)
         # the scales' cotangent is exact too: d/ds_j of <U_j, Y_j> = <U_j, Y_j> / s_j
-        gs = jax.grad(lambda sc: sum(jnp.sum(u * y) for u, y in
-                                     zip(cts, random_linear(x, sc, draws, noise))))(scales)
-        np.testing.assert_allclose(gs, [float(jnp.sum(u * y)) / s for u, y, s in zip(cts, ys, scales)],
-                                   rtol=1e-12)
+        gs = jax.grad(lambda sc: sum(jnp.sum(u * y) for u, y in zip(cts, random_linear(x, sc, draws, noise))))(scales)
+        np.testing.assert_allclose(gs, [float(jnp.sum(u * y)) / s for u, y, s in zip(cts, ys, scales)], rtol=1e-12)
 
 
 @pytest.mark.usefixtures("float64")
@@ -81,8 +79,9 @@ def test_lazy_block_is_dense_block_with_assembled_weights(monkeypatch, causal, m
     """The whole lazy block (forward and VJP) equals autodiff of the dense Block with the
     lazy draws assembled into explicit kernels (every map; the MLP's later layers act on
     phi(h), so their QR is of phi(h))."""
-    hp = HParams(sigma_w=1.7, sigma_a=2.0, sigma_v=0.8, alpha_a=0.6, alpha_m=0.7,
-                 mlp_layers=mlp_layers).astype(jnp.float64)
+    hp = HParams(sigma_w=1.7, sigma_a=2.0, sigma_v=0.8, alpha_a=0.6, alpha_m=0.7, mlp_layers=mlp_layers).astype(
+        jnp.float64
+    )
     n, d, mlp_hidden = 4, 8, 6
     rng = np.random.default_rng(7)
     kernels = []  # explicit weights, in call order: (q, k, v), dense_0, ..., dense_k
@@ -115,9 +114,10 @@ def test_lazy_block_is_dense_block_with_assembled_weights(monkeypatch, causal, m
     @jax.jit  # one compilation instead of hundreds of eager ops
     def both(x, u):
         y, vjp = jax.vjp(lambda x: lazy.apply({}, x, rngs={"lazy": jax.random.key(3)}), x)
-        params = {"attention": dict(zip(("query", "key", "value"),
-                                        ({"kernel": w} for w in kernels[0]))),
-                  "mlp": {f"dense_{i}": {"kernel": w[0]} for i, w in enumerate(kernels[1:])}}
+        params = {
+            "attention": dict(zip(("query", "key", "value"), ({"kernel": w} for w in kernels[0]))),
+            "mlp": {f"dense_{i}": {"kernel": w[0]} for i, w in enumerate(kernels[1:])},
+        }
         yd, vjpd = jax.vjp(lambda x: dense.apply({"params": params}, x), x)
         return y, vjp(u)[0], yd, vjpd(u)[0], params
 
@@ -144,8 +144,12 @@ def test_token_basis_is_stable_at_collapse():
     assert float(jnp.max(jnp.abs(y - y[:1]))) <= 1e-5 * float(jnp.max(jnp.abs(y)))
     hps = jax.tree_util.tree_map(lambda v: jnp.stack([v, 0.5 * v]), hp.astype(jnp.float32))
     g = lambda h: jax.vjp(lambda x: f(h, x), x)[1](y)[0]
-    np.testing.assert_allclose(jax.vmap(g)(hps)[0], g(hp.astype(jnp.float32)), rtol=1e-4,
-                               atol=1e-4 * float(jnp.max(jnp.abs(g(hp.astype(jnp.float32))))))
+    np.testing.assert_allclose(
+        jax.vmap(g)(hps)[0],
+        g(hp.astype(jnp.float32)),
+        rtol=1e-4,
+        atol=1e-4 * float(jnp.max(jnp.abs(g(hp.astype(jnp.float32))))),
+    )
 
 
 def test_lazy_stack_layers_and_causality():
@@ -163,7 +167,7 @@ def test_lazy_stack_layers_and_causality():
     y, vjp = jax.vjp(lambda x: stack.stack_forward(hp, key, x, depth, causal=True), x)
     for i in range(n):
         (g,) = vjp(jnp.zeros_like(y).at[i].set(1.0))
-        assert float(jnp.max(jnp.abs(g[i + 1:]), initial=0.0)) == 0.0
+        assert float(jnp.max(jnp.abs(g[i + 1 :]), initial=0.0)) == 0.0
         assert float(jnp.linalg.norm(g[i])) > 0.1
 
 
@@ -187,23 +191,21 @@ def _compare(hp, *, n, d, depth, draws, causal, mlp_hidden, seeds=(101, 202)):
             kx, kw = jax.random.split(key)
             x = stack.simplex_tokens(kx, n, d, 1.0, 0.4, exact=True)
             reduce = lambda x: (*measure.token_stats(x)[:2], measure.cosines(x))
-            return stack.stack_forward(hp, kw, x, depth, causal=causal, mlp_hidden=mlp_hidden,
-                                       reduce=reduce, weights=w)[1]
+            return stack.stack_forward(
+                hp, kw, x, depth, causal=causal, mlp_hidden=mlp_hidden, reduce=reduce, weights=w
+            )[1]
 
         q, p, cos = forward(keys)
         la = measure.angle_draws(hp, keys, 1.2, eps=1e-2, **opts)
         a, b = measure.gradient_draws(hp, keys, 1.2, depth=depth, **opts)
-        stats[w] = (np.asarray(q), np.asarray(p), np.asarray(cos)[:, -1], np.asarray(la),
-                    np.asarray(a), np.asarray(b))
+        stats[w] = (np.asarray(q), np.asarray(p), np.asarray(cos)[:, -1], np.asarray(la), np.asarray(a), np.asarray(b))
     (qd, pd, cd, lad, ad, bd), (ql, pl, cl, lal, al, bl) = stats["dense"], stats["lazy"]
-    for name, xd, xl in (("q", qd[:, 1:], ql[:, 1:]), ("p", pd[:, 1:], pl[:, 1:]),
-                         ("lambda_a", lad, lal)):
+    for name, xd, xl in (("q", qd[:, 1:], ql[:, 1:]), ("p", pd[:, 1:], pl[:, 1:]), ("lambda_a", lad, lal)):
         out[name] = _z(*measure.mean_se(xl), *measure.mean_se(xd))
     edges = np.quantile(cd, [0.25, 0.5, 0.75])
     frac = lambda c: np.stack([np.mean(np.digitize(c, edges) == k, axis=1) for k in range(4)], 1)
     out["cosine_bins"] = _z(*measure.mean_se(frac(cl)), *measure.mean_se(frac(cd)))
-    out["lambda_g"] = _z(*measure.log_ratio_of_means(al, bl, 1 / depth),
-                         *measure.log_ratio_of_means(ad, bd, 1 / depth))
+    out["lambda_g"] = _z(*measure.log_ratio_of_means(al, bl, 1 / depth), *measure.log_ratio_of_means(ad, bd, 1 / depth))
     return out
 
 
@@ -211,12 +213,11 @@ def _compare(hp, *, n, d, depth, draws, causal, mlp_hidden, seeds=(101, 202)):
 # causal masks and k = 2 hidden layers (hidden width != d) share one case (compiles dominate)
 @pytest.mark.parametrize("causal,mlp_layers,mlp_hidden", [(False, 1, None), (True, 2, 24)])
 def test_lazy_and_dense_are_the_same_distribution(causal, mlp_layers, mlp_hidden):
-    hp = HParams(sigma_w=2.0, sigma_a=3.0, alpha_a=0.7, alpha_m=0.6, n_tokens=8, depth=4,
-                 mlp_layers=mlp_layers)
+    hp = HParams(sigma_w=2.0, sigma_a=3.0, alpha_a=0.7, alpha_m=0.6, n_tokens=8, depth=4, mlp_layers=mlp_layers)
     z = _compare(hp, n=8, d=16, depth=4, draws=1024, causal=causal, mlp_hidden=mlp_hidden)
     summary = {k: round(float(np.max(np.abs(v))), 2) for k, v in z.items()}
     print("max |z|:", summary)
-    for k, v in summary.items():
+    for v in summary.values():
         assert v < Z_MAX, summary
 
 
@@ -234,7 +235,6 @@ def test_lambda_g_comparison_detects_a_missing_noise_term(monkeypatch):
     keys = jax.random.split(jax.random.key(9), 256)
     res = {}
     for w in ("dense", "lazy"):
-        a, b = measure.gradient_draws(hp, keys, 1.2, n=8, d=16, depth=4, causal=False,
-                                      mlp_hidden=None, weights=w)
+        a, b = measure.gradient_draws(hp, keys, 1.2, n=8, d=16, depth=4, causal=False, mlp_hidden=None, weights=w)
         res[w] = measure.log_ratio_of_means(np.asarray(a), np.asarray(b), 1 / 4)
     assert abs(_z(*res["lazy"], *res["dense"])) > 3 * Z_MAX, res

@@ -1,6 +1,7 @@
 """A real multi-process sweep: two processes on localhost, ``jax.distributed``
 with a local coordinator (CPU), one shared output; the assembled file must equal the
 single-process one."""
+
 from __future__ import annotations
 
 import json
@@ -15,9 +16,25 @@ import pytest
 
 from phasefield import io
 
-ARGS = {"paper": ["sweep", "--sigma-w", "0.5:3:5", "--alpha", "0.2,0.6", "--chunk", "2", "--quiet"],
-        "pre-ln": ["sweep", "--block", "pre-ln:heads=2", "--axis", "sigma=0.4,1.1,1.7", "--axis", "alpha=0.3,0.8",
-                   "--depth", "2", "--n-tokens", "4", "--chunk", "2", "--quiet"]}
+ARGS = {
+    "paper": ["sweep", "--sigma-w", "0.5:3:5", "--alpha", "0.2,0.6", "--chunk", "2", "--quiet"],
+    "pre-ln": [
+        "sweep",
+        "--block",
+        "pre-ln:heads=2",
+        "--axis",
+        "sigma=0.4,1.1,1.7",
+        "--axis",
+        "alpha=0.3,0.8",
+        "--depth",
+        "2",
+        "--n-tokens",
+        "4",
+        "--chunk",
+        "2",
+        "--quiet",
+    ],
+}
 
 # one CPU device per process; the other XLA flags the suite set (its fast compiles) are kept.
 # Each process runs the sweeps of argv[3] (a JSON list of argument lists) in turn, one output
@@ -65,9 +82,16 @@ def two_process_sweeps(tmp_path_factory):
     files = {b: folder / f"shared-{b}.nc" for b in blocks}
     argv = json.dumps([[*ARGS[b], "--out", str(files[b])] for b in blocks])
     addr = f"127.0.0.1:{_free_port()}"
-    procs = [subprocess.Popen([sys.executable, "-c", WORKER, addr, str(i), argv],
-                              env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for i in range(2)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", WORKER, addr, str(i), argv],
+            env=_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(2)
+    ]
     outs = []
     try:
         for p in procs:
@@ -76,7 +100,7 @@ def two_process_sweeps(tmp_path_factory):
         for p in procs:
             if p.poll() is None:
                 p.kill()
-    for p, (out, err) in zip(procs, outs):
+    for p, (_out, err) in zip(procs, outs):
         assert p.returncode == 0, err[-2000:]
     sections = [out.split(SECTION)[1:] for out, _ in outs]
     assert all(len(s) == len(blocks) for s in sections)
@@ -88,7 +112,7 @@ def test_two_processes_assemble_the_single_process_file(tmp_path, block, two_pro
     from phasefield.cli import main
 
     args = ARGS[block]
-    single = tmp_path / "single.nc"          # this process (no interpreter start-up to pay)
+    single = tmp_path / "single.nc"  # this process (no interpreter start-up to pay)
     assert main([*args, "--out", str(single)]) == 0
 
     shared, outs = two_process_sweeps[block]
@@ -103,5 +127,5 @@ def test_two_processes_assemble_the_single_process_file(tmp_path, block, two_pro
     for v in a.data_vars:
         np.testing.assert_allclose(b[v].values, a[v].values, rtol=1e-12, atol=1e-14)
         assert np.array_equal(np.isfinite(b[v].values), np.isfinite(a[v].values))
-        assert block != "paper" or np.isfinite(b[v].values).all()   # (pre-ln: lambda_a NaN, no fixed point)
+        assert block != "paper" or np.isfinite(b[v].values).all()  # (pre-ln: lambda_a NaN, no fixed point)
     assert not os.path.exists(str(shared) + ".chunks")

@@ -1,5 +1,6 @@
 """The notebooks cannot rot: they match their build script, carry no outputs, and every
 code cell runs (in-process, no Jupyter kernel) with PHASEFIELD_NOTEBOOK_SMALL=1."""
+
 from __future__ import annotations
 
 import glob
@@ -15,8 +16,7 @@ NOTEBOOKS = sorted(glob.glob(os.path.join(NB_DIR, "*.ipynb")))
 
 
 def _builder():
-    spec = importlib.util.spec_from_file_location("build_notebooks",
-                                                  os.path.join(NB_DIR, "build_notebooks.py"))
+    spec = importlib.util.spec_from_file_location("build_notebooks", os.path.join(NB_DIR, "build_notebooks.py"))
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
@@ -28,8 +28,9 @@ def test_notebooks_exist_and_match_build_script():
     assert sorted(os.path.basename(p) for p in NOTEBOOKS) == sorted(b.NOTEBOOKS)
     for path in NOTEBOOKS:
         with open(path) as f:
-            assert f.read() == b.render(os.path.basename(path)), \
+            assert f.read() == b.render(os.path.basename(path)), (
                 f"{path} is out of date: run notebooks/build_notebooks.py"
+            )
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=os.path.basename)

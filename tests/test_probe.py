@@ -2,6 +2,7 @@
 routes, the probe against the theory on phasefield's own blocks, bad input, the CLI, the
 ViT's input geometry through the probe, and Hugging Face models (skipped without
 transformers)."""
+
 from __future__ import annotations
 
 import json
@@ -58,7 +59,9 @@ def _by_hand(params, depth=3):
     return xs
 
 
-@pytest.mark.parametrize("blocks", [Blk, "Blk", r"layer_\d+", lambda m, meth: meth == "__call__" and isinstance(m, Blk)])
+@pytest.mark.parametrize(
+    "blocks", [Blk, "Blk", r"layer_\d+", lambda m, meth: meth == "__call__" and isinstance(m, Blk)]
+)
 def test_blocks_are_found_by_class_name_path_or_filter(blocks):
     _, init, apply = _net()
     params = init(jax.random.PRNGKey(0))
@@ -99,7 +102,7 @@ def test_the_module_is_callable_and_a_stack_callable_works_too():
     params = init(jax.random.PRNGKey(0))
     x0 = _by_hand(params)[0]
 
-    def stack(p, x):       # per-block tokens from the first block's input
+    def stack(p, x):  # per-block tokens from the first block's input
         out = []
         for i in range(3):
             w = p["params"][f"layer_{i}"]["w"]
@@ -139,16 +142,16 @@ def test_gradient_per_block_equals_the_explicit_jacobian():
     u = jax.random.normal(ku, xs[0].shape, xs[0].dtype)
     p = params["params"]
 
-    def from_block(l, x, upto=3):           # x_l -> x_upto written out
+    def from_block(l, x, upto=3):  # x_l -> x_upto written out
         for i in range(l, upto):
             w = p[f"layer_{i}"]["w"]
             x = x + 0.5 * jnp.tanh(x @ w["kernel"] + w["bias"])
         return x
 
     for l in range(4):
-        jac = jax.jacobian(lambda x: from_block(l, x))(xs[l])          # [out..., in...]
+        jac = jax.jacobian(lambda x: from_block(l, x))(xs[l])  # [out..., in...]
         g = jnp.tensordot(u, jac, axes=u.ndim)
-        np.testing.assert_allclose(res["grad"][l], jnp.sum(g ** 2) / u.size, rtol=1e-4)
+        np.testing.assert_allclose(res["grad"][l], jnp.sum(g**2) / u.size, rtol=1e-4)
     # a stack callable gives the whole stack's gradient only
     run_s = capture.runner(None, xs[0], stack=lambda pp, x: [from_block(0, x, k) for k in range(1, 4)])
     res_s = measure.one(init, run_s, key, 1e-3, with_deltas=False)
@@ -170,11 +173,13 @@ def test_theory_gradient_curve_equals_gradient_exponent_of_each_sub_stack():
 # ---- the probe against the theory on phasefield's own blocks (modest size; d = 1024 in
 # scripts/probe_blocks.py, docs/probe.md), where scripts/validate_blocks.py finds the
 # theory valid (sigma <= 1 for the standard presets)
-CASES = [("paper", dict(hp=HParams(sigma_w=2.0, alpha_a=0.6, alpha_m=0.6, n_tokens=8, softmax_correction=True))),
-         ("pre-ln", dict(sigma=0.55, alpha=0.3, heads=2)),
-         ("post-ln", dict(sigma=0.55, alpha=1.0, heads=2)),
-         ("rms-swiglu", dict(sigma=1.0, alpha=0.5, heads=2)),
-         ("deepscalelm", dict(heads=2))]
+CASES = [
+    ("paper", dict(hp=HParams(sigma_w=2.0, alpha_a=0.6, alpha_m=0.6, n_tokens=8, softmax_correction=True))),
+    ("pre-ln", dict(sigma=0.55, alpha=0.3, heads=2)),
+    ("post-ln", dict(sigma=0.55, alpha=1.0, heads=2)),
+    ("rms-swiglu", dict(sigma=1.0, alpha=0.5, heads=2)),
+    ("deepscalelm", dict(heads=2)),
+]
 
 
 @pytest.mark.parametrize("name,kw", CASES, ids=[c[0] for c in CASES])
@@ -199,13 +204,32 @@ def test_dense_weights_agree_with_the_theory_too():
 # ---- the command line
 def _cli(argv, tmp_path, monkeypatch):
     from phasefield.cli import main
+
     monkeypatch.chdir(tmp_path)
     return main(argv)
 
 
 def test_cli_json_and_figure(tmp_path, monkeypatch, capsys):
-    code = _cli(["probe", "--block", "pre-ln:heads=2", "--width", "32", "--depth", "2",
-                 "--n-tokens", "4", "--inits", "3", "--json", "--figure", "f.png"], tmp_path, monkeypatch)
+    code = _cli(
+        [
+            "probe",
+            "--block",
+            "pre-ln:heads=2",
+            "--width",
+            "32",
+            "--depth",
+            "2",
+            "--n-tokens",
+            "4",
+            "--inits",
+            "3",
+            "--json",
+            "--figure",
+            "f.png",
+        ],
+        tmp_path,
+        monkeypatch,
+    )
     out = capsys.readouterr().out
     assert code == 0
     doc = json.loads(out)
@@ -213,7 +237,7 @@ def test_cli_json_and_figure(tmp_path, monkeypatch, capsys):
     assert (tmp_path / "f.png").stat().st_size > 1000
 
 
-MODEL_FILE = '''
+MODEL_FILE = """
 import jax.numpy as jnp
 from flax import linen as nn
 from phasefield.probe import Model
@@ -237,22 +261,25 @@ def make(blocks="B"):
 
 def not_a_model():
     return 3
-'''
+"""
 
 
-@pytest.mark.parametrize("argv,needle", [
-    (["--model", "no_such_module_xyz:make"], "cannot import"),
-    (["--model", "m.py:nope"], "no factory"),
-    (["--model", "m.py:not_a_model"], "must return"),
-    (["--model", "m.py:make", "--set", "blocks=Nothing"], "no block matching"),
-    (["--model", "m.py:make", "--set", "bogus=1"], "refused its arguments"),
-    (["--model", "nan.py:make"], "not finite"),
-    (["--preset", "nope"], "unknown block"),
-    (["--model", "m.py:make", "--preset", "paper"], "one of them"),
-    (["--block", "pre-ln:sigma=0"], "outside"),
-    (["--block", "pre-ln", "--preset", "paper"], "one of --block"),
-    (["--block", "pre-ln:heads=2", "--set", "heads=3"], "given twice"),
-])
+@pytest.mark.parametrize(
+    "argv,needle",
+    [
+        (["--model", "no_such_module_xyz:make"], "cannot import"),
+        (["--model", "m.py:nope"], "no factory"),
+        (["--model", "m.py:not_a_model"], "must return"),
+        (["--model", "m.py:make", "--set", "blocks=Nothing"], "no block matching"),
+        (["--model", "m.py:make", "--set", "bogus=1"], "refused its arguments"),
+        (["--model", "nan.py:make"], "not finite"),
+        (["--preset", "nope"], "unknown block"),
+        (["--model", "m.py:make", "--preset", "paper"], "one of them"),
+        (["--block", "pre-ln:sigma=0"], "outside"),
+        (["--block", "pre-ln", "--preset", "paper"], "one of --block"),
+        (["--block", "pre-ln:heads=2", "--set", "heads=3"], "given twice"),
+    ],
+)
 def test_cli_bad_input_is_one_line_and_exit_2(argv, needle, tmp_path, monkeypatch, capsys):
     (tmp_path / "m.py").write_text(MODEL_FILE.format(scale="0.5"))
     (tmp_path / "nan.py").write_text(MODEL_FILE.format(scale="jnp.nan"))
@@ -308,7 +335,8 @@ def test_vit_input_geometry_uses_the_probe_with_unchanged_numbers():
 def test_hf_gpt2_bert_vit_at_random_init():
     pytest.importorskip("transformers")
     from phasefield.probe import hf
+
     for factory in (hf.gpt2, hf.bert, hf.vit):
-        m = factory(depth=2, width=32, heads=2, n_tokens=5, batch=1)     # ViT: 2 x 2 patches + cls
+        m = factory(depth=2, width=32, heads=2, n_tokens=5, batch=1)  # ViT: 2 x 2 patches + cls
         res = phasefield.probe(m, inits=2)
         assert res.depth == 2 and np.all(np.isfinite(res.ds["grad"].values))

@@ -1,6 +1,7 @@
 """QK-norm attention (phasefield/layers/qknorm.py, the layer kind added in one file): its
 mean-field maps against random networks of its own Flax module, at token norms q != 1
 where QK-norm and plain attention differ."""
+
 import functools
 
 import jax
@@ -27,7 +28,7 @@ def _block(cls, **kw):
 CASES = [(1.0, "paper"), (1.5, "exact")]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _network(gain, amap):
     """Per-layer q and rho, and |J^T u|^2, of the QK-norm stack: 24 draws, d = 512, 4 heads
     (computed once per case for the whole module)."""

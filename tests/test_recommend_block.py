@@ -1,6 +1,7 @@
 """``phasefield recommend --block pre-ln|post-ln|rms-swiglu``: the points nearest to criticality
 of a standard block, checked point by point against the block's library rates, the paragraph
 where no point meets both criteria, and bad input (one line, exit 2)."""
+
 import json
 import math
 
@@ -9,8 +10,18 @@ import pytest
 from phasefield import layers
 from phasefield.cli import main
 
-SMALL = ["--depth", "4", "--n-tokens", "4", "--axis", "sigma=0.5,1", "--axis", "alpha_attn=0.3,0.6",
-         "--axis", "alpha_mlp=0.3,0.6"]
+SMALL = [
+    "--depth",
+    "4",
+    "--n-tokens",
+    "4",
+    "--axis",
+    "sigma=0.5,1",
+    "--axis",
+    "alpha_attn=0.3,0.6",
+    "--axis",
+    "alpha_mlp=0.3,0.6",
+]
 
 
 def _run(capsys, *argv):
@@ -21,8 +32,18 @@ def _run(capsys, *argv):
 
 @pytest.mark.parametrize("block", ["pre-ln", "post-ln"])
 def test_recommend_a_standard_block(capsys, block):
-    rc, out, err = _run(capsys, "recommend", "--block", f"{block}:heads=2", *SMALL, "--max-gradient-factor", "10",
-                        "--max-angle-rate", "0.5", "--json")
+    rc, out, err = _run(
+        capsys,
+        "recommend",
+        "--block",
+        f"{block}:heads=2",
+        *SMALL,
+        "--max-gradient-factor",
+        "10",
+        "--max-angle-rate",
+        "0.5",
+        "--json",
+    )
     assert rc == 0, err
     res = json.loads(out)
     assert res["block"] == block and res["found"] and res["points"]
@@ -33,32 +54,45 @@ def test_recommend_a_standard_block(capsys, block):
     fd = layers.finite_depth(blk, q0=1.0, rho0=0.5, n_tokens=4, depth=4)
     assert p["lambda_g"] == pytest.approx(float(fd["lambda_g"]), abs=1e-12)
     assert p["angle_rate"] == pytest.approx(float(fd["angle_rate"]), abs=1e-12)
-    assert p["distance"] == pytest.approx(max(abs(p["lambda_g"]) * 4 / math.log(10), abs(p["angle_rate"]) / 0.5),
-                                          abs=1e-12)
+    assert p["distance"] == pytest.approx(
+        max(abs(p["lambda_g"]) * 4 / math.log(10), abs(p["angle_rate"]) / 0.5), abs=1e-12
+    )
 
 
 def test_recommend_says_when_no_point_meets_both(capsys):
-    rc, out, err = _run(capsys, "recommend", "--block", "pre-ln:heads=2", *SMALL, "--max-gradient-factor", "1.000001",
-                        "--max-angle-rate", "1e-9")
+    rc, out, err = _run(
+        capsys,
+        "recommend",
+        "--block",
+        "pre-ln:heads=2",
+        *SMALL,
+        "--max-gradient-factor",
+        "1.000001",
+        "--max-angle-rate",
+        "1e-9",
+    )
     assert rc == 0, err
     assert "No point of the box keeps the gradient within a factor 1 over 4 blocks" in out
     assert "The trade-off" in out and "nearest points" in out
 
 
-@pytest.mark.parametrize("argv,msg", [
-    (["--block", "deepscalelm"], "recommend --block takes paper, pre-ln"),
-    (["--block", "pre-ln", "--axis", "heads=1,2"], "not a number of the block"),
-    (["--block", "pre-ln", "--axis", "alpha=0.2,0.4"], "alpha sets both"),
-    (["--block", "pre-ln", "--axis", "sigma=0:1:3"], "outside"),
-    (["--block", "pre-ln", "--axis", "sigma=0.1:2:17"], "at most 16"),
-    (["--block", "pre-ln", "--sigma-w", "1"], "block pre-ln has no number for --sigma-w"),
-    (["--block", "pre-ln", "--no-loss"], "--no-loss is for the paper block"),
-    (["--block", "post-ln", "--max-angle-rate", "0"], "--max-angle-rate"),
-    (["--block", "post-ln", "--max-gradient-factor", "1"], "--max-gradient-factor"),
-    (["--max-angle-rate", "0.1"], "is for a standard block"),
-    (["--axis", "sigma_w=1,2"], "--axis sets the box of a standard block"),
-    (["--block", "paper:mlp_layers=2"], "cannot fix mlp_layers"),
-])
+@pytest.mark.parametrize(
+    "argv,msg",
+    [
+        (["--block", "deepscalelm"], "recommend --block takes paper, pre-ln"),
+        (["--block", "pre-ln", "--axis", "heads=1,2"], "not a number of the block"),
+        (["--block", "pre-ln", "--axis", "alpha=0.2,0.4"], "alpha sets both"),
+        (["--block", "pre-ln", "--axis", "sigma=0:1:3"], "outside"),
+        (["--block", "pre-ln", "--axis", "sigma=0.1:2:17"], "at most 16"),
+        (["--block", "pre-ln", "--sigma-w", "1"], "block pre-ln has no number for --sigma-w"),
+        (["--block", "pre-ln", "--no-loss"], "--no-loss is for the paper block"),
+        (["--block", "post-ln", "--max-angle-rate", "0"], "--max-angle-rate"),
+        (["--block", "post-ln", "--max-gradient-factor", "1"], "--max-gradient-factor"),
+        (["--max-angle-rate", "0.1"], "is for a standard block"),
+        (["--axis", "sigma_w=1,2"], "--axis sets the box of a standard block"),
+        (["--block", "paper:mlp_layers=2"], "cannot fix mlp_layers"),
+    ],
+)
 def test_recommend_block_bad_input(capsys, argv, msg):
     rc, out, err = _run(capsys, "recommend", *argv)
     assert rc == 2 and msg in err and len(err.strip().splitlines()) == 1 and not out, err

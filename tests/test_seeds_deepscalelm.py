@@ -1,4 +1,5 @@
 """DeepScaleLM moment rules (seed 002) against direct Monte-Carlo and small simulations."""
+
 from __future__ import annotations
 
 import math
@@ -116,8 +117,9 @@ def test_dslm_init_keeps_unit_variance():
     assert inc.min() > 0.3 and inc.max() / inc.min() < 3
 
 
-@pytest.mark.parametrize("arch,init,qk_grad", [("pre-ln", "xavier", False), ("post-ln", "dslm", False),
-                                               ("post-ln", "xavier", True)])
+@pytest.mark.parametrize(
+    "arch,init,qk_grad", [("pre-ln", "xavier", False), ("post-ln", "dslm", False), ("post-ln", "xavier", True)]
+)
 def test_stack_against_simulation(arch, init, qk_grad):
     """Paper's validation criterion (Sec. 2.4): relative errors within 10% (value path, and
     the full gradient with the query/key path)."""
@@ -125,8 +127,7 @@ def test_stack_against_simulation(arch, init, qk_grad):
     if qk_grad:  # L = 64 as before the exact finite-L softmax moments (the log-normal was ~20% high at L <= 32)
         L = 64
     lam2, beta2 = ds.dslm_scaling(layers, 1.0) if init == "dslm" else (1.0, 1.0)
-    sim = ds.simulate_stack(K(7), arch, layers, d, L, init, 0.1, lam2, beta2, r0=0.2, draws=24,
-                            qk_grad=qk_grad)
+    sim = ds.simulate_stack(K(7), arch, layers, d, L, init, 0.1, lam2, beta2, r0=0.2, draws=24, qk_grad=qk_grad)
     th = sim["theory"]
     for q in ("var", "r", "g_var"):
         err = np.abs(th[q] - sim[q]) / np.abs(sim[q])
@@ -198,8 +199,15 @@ def test_softmax_row_moments_exact_finite_L():
     A, B = (np.exp(math.sqrt(s) * v) for v in (z, w))
     A, B = A / A.sum(1, keepdims=True), B / B.sum(1, keepdims=True)
     S2 = (A**2).sum(1)
-    mc = dict(S2=S2, S3=(A**3).sum(1), S2sq=S2**2, P=(A * B).sum(1), R=(A * B**2).sum(1),
-              P2=(A * B).sum(1) ** 2, S2S2=S2 * (B**2).sum(1))
+    mc = dict(
+        S2=S2,
+        S3=(A**3).sum(1),
+        S2sq=S2**2,
+        P=(A * B).sum(1),
+        R=(A * B**2).sum(1),
+        P2=(A * B).sum(1) ** 2,
+        S2S2=S2 * (B**2).sum(1),
+    )
     q = ds.softmax_row_moments(s, rho, L)
     for k, v in mc.items():
         assert abs(q[k] - v.mean()) < 4 * v.std() / math.sqrt(n), k
@@ -216,9 +224,11 @@ def test_sha_backward_finite_L_softmax_moments():
     mc, _, g = _sha_check(L, d_in, r, vl, 0.0, 96, 21)
     q = ds.softmax_row_moments((1 - r) * vl, r, L)
     base = (1 - r) ** 2 * vl / d_in
-    th = dict(value=q["S2"],
-              query=base * (1 + (d_in - 1) * q["S2"] - 2 * (d_in + 1) * q["S3"] + (d_in + 2) * q["S2sq"]),
-              key=(1 - r) * vl * (q["S2"] - 2 * q["S3"] + q["S2sq"]))
+    th = dict(
+        value=q["S2"],
+        query=base * (1 + (d_in - 1) * q["S2"] - 2 * (d_in + 1) * q["S3"] + (d_in + 2) * q["S2sq"]),
+        key=(1 - r) * vl * (q["S2"] - 2 * q["S3"] + q["S2sq"]),
+    )
     th["all"] = float(ds.sha_bwd(g, L, vl, r, d_in=d_in).var)
     assert th["all"] == pytest.approx(th["value"] + th["query"] + th["key"], rel=1e-12)
     for path, extra in (("value", 0.0), ("query", 0.0), ("key", 0.05), ("all", 0.03)):
@@ -235,7 +245,11 @@ def test_sha_backward_finite_L_softmax_moments():
 def _spectrum(d, factors, seed=0):
     """Squared singular values of a product of Gaussian matrices, mean 1 (kappa ~ factors + 1)."""
     rng = np.random.default_rng(seed)
-    m = np.linalg.multi_dot([rng.normal(size=(d, d)) for _ in range(factors)]) if factors > 1 else rng.normal(size=(d, d))
+    m = (
+        np.linalg.multi_dot([rng.normal(size=(d, d)) for _ in range(factors)])
+        if factors > 1
+        else rng.normal(size=(d, d))
+    )
     s = np.linalg.svd(m, compute_uv=False) ** 2
     return s / s.mean()
 
@@ -252,8 +266,8 @@ def test_sha_anisotropic_tokens_kappa():
     v, g = ds.Fwd(0.0, 1.0, 0.0), ds.Bwd(1.0, 0.0)
     m, se = mc["out"]["var"], mc["out"]["var_se"]
     assert abs(m - float(ds.sha(v, L, vl, d_in=d_in, kappa=kappa).var)) < 4 * se
-    assert abs(m - float(ds.sha(v, L, vl, d_in=d_in).var)) > 6 * se         # 3x below
-    L, d_in, r, vl = 256, 64, 0.78, 1.0            # the DSLM-init attention input at L = 256
+    assert abs(m - float(ds.sha(v, L, vl, d_in=d_in).var)) > 6 * se  # 3x below
+    L, d_in, r, vl = 256, 64, 0.78, 1.0  # the DSLM-init attention input at L = 256
     spec = _spectrum(d_in, 3)
     kappa = d_in * np.sum(spec**2) / np.sum(spec) ** 2
     mc = ds.simulate_sha(K(32), L, d_in, d_in, r, vl, 0.0, 64, spectrum=spec)
@@ -269,6 +283,7 @@ def test_kappa_estimator_removes_the_finite_L_bias():
     covariance, less its finite-L bias: unbiased for Gaussian rows (the raw value is off by
     d / (L - 1) = 0.25 here)."""
     from phasefield.seeds.deepscalelm.simulate import _kappa
+
     L, d = 256, 64
     for factors in (1, 3):
         spec = np.ones(d) if factors == 1 else _spectrum(d, factors)
@@ -277,7 +292,7 @@ def test_kappa_estimator_removes_the_finite_L_bias():
         with jax.enable_x64(True):
             k = np.asarray(jax.vmap(_kappa)(x))
         assert abs(k.mean() - kappa) < 4 * k.std(ddof=1) / np.sqrt(k.size), (k.mean(), kappa)
-        raw = k * (1 + 1 / (L - 1)) + d / (L - 1)      # the uncorrected sample value
+        raw = k * (1 + 1 / (L - 1)) + d / (L - 1)  # the uncorrected sample value
         assert abs(raw.mean() - kappa) > 0.2
 
 
@@ -296,6 +311,7 @@ def _aniso_tokens(key, L, d, r, spec):
 def _kappa_mc(key, f, draws):
     """Mean and standard error over draws of the (bias-corrected) kappa of f(key)'s rows."""
     from phasefield.seeds.deepscalelm.simulate import _kappa
+
     with jax.enable_x64(True):
         k = np.asarray(jax.lax.map(lambda kk: _kappa(f(kk)), jax.random.split(key, draws)))
     return k.mean(), k.std(ddof=1) / math.sqrt(draws)
@@ -310,8 +326,14 @@ def test_kappa_linear_and_ffn_rules():
     spec = _spectrum(d, 1)
     k_in = d * np.sum(spec**2) / np.sum(spec) ** 2
     x = ds.Fwd(0.0, 1.0, r)
-    m, se = _kappa_mc(K(50), lambda k: _aniso_tokens(k, L, d, r, spec)
-                      @ (jax.random.normal(jax.random.fold_in(k, 1), (d, d), jnp.float64) / math.sqrt(d)), draws)
+    m, se = _kappa_mc(
+        K(50),
+        lambda k: (
+            _aniso_tokens(k, L, d, r, spec)
+            @ (jax.random.normal(jax.random.fold_in(k, 1), (d, d), jnp.float64) / math.sqrt(d))
+        ),
+        draws,
+    )
     assert abs(m - ds.kappa_linear(k_in, d, d)) < 4 * se + 0.01 * m, (m, se, ds.kappa_linear(k_in, d, d))
     ini = ds.dslm_init(d, p)
 
@@ -340,7 +362,8 @@ def test_kappa_residual_cross_term():
         kx, k1, k2 = jax.random.split(k, 3)
         X = _aniso_tokens(kx, L, d, r, np.ones(d))
         y = jax.nn.relu(X @ (jax.random.normal(k1, (d, 4 * d), jnp.float64) * math.sqrt(ini["w1"]))) @ (
-            jax.random.normal(k2, (4 * d, d), jnp.float64) * math.sqrt(ini["w2"]))
+            jax.random.normal(k2, (4 * d, d), jnp.float64) * math.sqrt(ini["w2"])
+        )
         return math.sqrt(lam2) * X + math.sqrt(beta2) * y
 
     m, se = _kappa_mc(K(52), res, draws)
@@ -361,7 +384,7 @@ def test_kappa_attention_rule():
     attention outputs is far above the rule (the output tokens are mixtures of the same L
     inputs, so the estimator's i.i.d. finite-L correction is too small; docs/seeds.md)."""
     L, d, r, draws = 1024, 16, 0.5, 32
-    ini = dict(qk=math.sqrt(0.5) / d, v=1.0 / d, o=1.0 / d)   # sigma_M^2 = 0.5
+    ini = dict(qk=math.sqrt(0.5) / d, v=1.0 / d, o=1.0 / d)  # sigma_M^2 = 0.5
 
     def att(k):
         kx, kq, kk, kv, ko = jax.random.split(k, 5)
@@ -375,7 +398,7 @@ def test_kappa_attention_rule():
     x = ds.Fwd(0.0, 1.0, r)
     th, _ = ds.kappa_attention(x, 1.0, d, L, ini)
     assert abs(m - th) < 4 * se + 0.05 * m, (m, se, th)
-    mix_only = ds.kappa_linear(ds.kappa_linear(1.0, d, d), d, d)   # value mixing keeps S's shape
+    mix_only = ds.kappa_linear(ds.kappa_linear(1.0, d, d), d, d)  # value mixing keeps S's shape
     assert abs(m - mix_only) > 4 * se + 0.05 * m, (m, se, mix_only)
 
 
@@ -412,6 +435,7 @@ def test_layernorm_backward_norm_fluctuation():
     cv2 (``norm_cv2_block``-style product) gives the measured factor within 4 se + 1 %
     (Gamma approximation of s^2); (d-2)/(d-3) is rejected."""
     from phasefield.seeds.deepscalelm.simulate import _correlated
+
     d, L, r = 64, 32, 0.5
 
     def sample(k):
@@ -455,6 +479,7 @@ def test_norm_cv2_of_the_ffn_output():
     within 4 se (delta method over draws); the old value with a separate first-layer
     (1 + 2/(4d)) factor (4.08/d) is rejected."""
     from phasefield.seeds.deepscalelm.simulate import _correlated, _ln
+
     d, L, r, p, draws = 64, 32, 0.5, 0.1, 4096
     ini = ds.dslm_init(d, p)
 
@@ -486,6 +511,7 @@ def test_first_post_ln_layernorm_norm_fluctuation():
     factor E|dL/du|^2 var_u / E|dL/dz|^2 agrees with the tracked value (``norm_cv2_residual``,
     coupled) within 4 se + 1 % and rejects (d-2)/(d-3)."""
     from phasefield.seeds.deepscalelm.simulate import _correlated
+
     d, L, r, p, lam2 = 64, 32, 0.2, 0.1, 0.5
     ini = ds.dslm_init(d, p)
 
@@ -533,8 +559,12 @@ def test_stack_uses_the_norm_fluctuation_where_validated():
     fluctuation exceeds chi^2's there; at the inner post-LN LayerNorms with a skip path, where it
     is off, the tracked value is below chi^2's)."""
     args = dict(layers=2, d=64, L=32, init="dslm", p=0.1, var0=1.0, r0=0.2)
-    for arch, (lam2, beta2), on in (("pre-ln", (0.0, 1.0), True), ("pre-ln", (0.5, 0.5), True),
-                                    ("post-ln", (0.0, 1.0), True), ("post-ln", (0.5, 0.5), False)):
+    for arch, (lam2, beta2), on in (
+        ("pre-ln", (0.0, 1.0), True),
+        ("pre-ln", (0.5, 0.5), True),
+        ("post-ln", (0.0, 1.0), True),
+        ("post-ln", (0.5, 0.5), False),
+    ):
         g = {f: ds.stack(arch, lam2=lam2, beta2=beta2, ln_fluct=f, **args)["g_var"] for f in ("auto", True, False)}
         if on:
             np.testing.assert_array_equal(g["auto"], g[on])

@@ -1,4 +1,5 @@
 """Noci et al. 2022 formulas against autodiff on random attention blocks (seeds 000/003)."""
+
 from __future__ import annotations
 
 import jax
@@ -96,7 +97,8 @@ def test_temperature_eq46_eq47():
     n, d, rho = 4, 8, 0.3
     tau = float(rc.temperature(1.3, rho, n, d))
     assert float(rc.query_grad_gaussian(1.3, rho, n, d, tau=tau)) == pytest.approx(
-        float(rc.value_grad_gaussian(1.3, rho, n, d)), rel=1e-12)
+        float(rc.value_grad_gaussian(1.3, rho, n, d)), rel=1e-12
+    )
     X = rc.gaussian_tokens(K(2), n, d, 1.0, rho)
     W = rc.draw_weights(K(3), d, d)
     gn = jax.jit(rc.gradient_norms, static_argnames="mode")

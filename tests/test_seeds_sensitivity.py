@@ -1,4 +1,5 @@
 """Sensitivity (Catformer appendix, seed 004): estimator, closed forms, composition rules."""
+
 from __future__ import annotations
 
 import math
@@ -49,14 +50,16 @@ def _lin(shape):
     return lambda k: jax.random.normal(k, shape, jnp.float64) / math.sqrt(shape[0])
 
 
-def _S(f, sp, key=K(3), draws=2048, x_dim=6):
+def _S(f, sp, key=None, draws=2048, x_dim=6):
+    key = K(3) if key is None else key
     S, se = sn.estimate(f, sp, lambda k: jax.random.normal(k, (x_dim,), jnp.float64), key, draws)
     return float(S[0]), float(se[0])
 
 
 def test_rule_identity():
-    S, se = sn.estimate(lambda u, x: u, lambda k: jax.random.normal(k, (7,), jnp.float64),
-                        lambda k: jnp.zeros(()), K(4), 256)
+    S, se = sn.estimate(
+        lambda u, x: u, lambda k: jax.random.normal(k, (7,), jnp.float64), lambda k: jnp.zeros(()), K(4), 256
+    )
     assert abs(float(S[0]) - 1.0) < 4 * float(se[0])
 
 

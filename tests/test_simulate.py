@@ -2,6 +2,7 @@
 exponents against closed forms (docs/theory.md §6-7) with tolerances from standard errors.
 These use the dense reference weights (``weights="dense"``, the numbers measured before the
 lazy sampler); tests/test_lazy.py shows the lazy default is the same distribution."""
+
 from __future__ import annotations
 
 import jax
@@ -44,7 +45,7 @@ def test_block_weight_variances():
     d = 256
     p = stack.block_params(hp, jax.random.key(0), 4, d)["params"]
     var = lambda w: float(jnp.var(w))
-    se = np.sqrt(2.0 / d ** 2)  # relative standard error of a variance from d^2 samples
+    se = np.sqrt(2.0 / d**2)  # relative standard error of a variance from d^2 samples
     for name, expect in (("query", 3.0 / d), ("key", 3.0 / d), ("value", 0.25 / d)):
         assert var(p["attention"][name]["kernel"]) == pytest.approx(expect, rel=5 * se)
     for name in ("dense_0", "dense_1"):
@@ -68,7 +69,7 @@ def test_simplex_and_group_tokens_moments():
     xe = stack.simplex_tokens(jax.random.key(4), n, d, 1.5, 0.6, exact=True)
     np.testing.assert_allclose(np.asarray(xe @ xe.T) / d, 0.9 * np.eye(n) + 0.6, atol=1e-5)
     xc = stack.collapsed_tokens(jax.random.key(3), n, d, 0.8)
-    np.testing.assert_allclose(jnp.sum(xc ** 2, -1) / d, 0.8, rtol=1e-5)
+    np.testing.assert_allclose(jnp.sum(xc**2, -1) / d, 0.8, rtol=1e-5)
     assert float(measure.token_stats(xc)[2]) == pytest.approx(0.0, abs=1e-6)
 
 
@@ -77,14 +78,12 @@ def test_causal_mask_in_stack():
     hp = HParams(sigma_w=1.5)
     n, d = 5, 16
     x = stack.simplex_tokens(jax.random.key(0), n, d, 1.0, 0.3)
-    jac = jax.jacrev(lambda x: stack.stack_forward(hp, jax.random.key(2), x, 2, causal=True,
-                                                   weights="dense"))(x)
-    norms = jnp.sqrt(jnp.sum(jac ** 2, axis=(1, 3)))  # [i, j]
+    jac = jax.jacrev(lambda x: stack.stack_forward(hp, jax.random.key(2), x, 2, causal=True, weights="dense"))(x)
+    norms = jnp.sqrt(jnp.sum(jac**2, axis=(1, 3)))  # [i, j]
     assert float(jnp.max(jnp.triu(norms, 1))) == 0.0
     assert float(jnp.min(jnp.diag(norms))) > 0.1
-    jac_full = jax.jacrev(lambda x: stack.stack_forward(hp, jax.random.key(2), x, 2,
-                                                        weights="dense"))(x)
-    assert float(jnp.max(jnp.triu(jnp.sqrt(jnp.sum(jac_full ** 2, axis=(1, 3))), 1))) > 1e-3
+    jac_full = jax.jacrev(lambda x: stack.stack_forward(hp, jax.random.key(2), x, 2, weights="dense"))(x)
+    assert float(jnp.max(jnp.triu(jnp.sqrt(jnp.sum(jac_full**2, axis=(1, 3))), 1))) > 1e-3
 
 
 # points on both sides of lambda_a = 0 (sigma_w ~ 1.95) and lambda_g(16) = 0 (~ 1.8)
@@ -104,8 +103,7 @@ def test_angle_exponent_against_closed_form(sigma_w, alpha):
 def test_gradient_exponent_against_closed_form(sigma_w, alpha):
     hp = HParams(sigma_w=sigma_w, sigma_a=1.0, alpha_a=alpha, alpha_m=alpha)
     q_star, _, lam_g = closed_form_exponents(hp, depth=16)
-    m, se = measure.gradient_exponent(hp, width=256, seeds=16, q_star=q_star, seed=11,
-                                      weights="dense")
+    m, se = measure.gradient_exponent(hp, width=256, seeds=16, q_star=q_star, seed=11, weights="dense")
     assert 0 < se < 0.01  # so that the 0.03 tolerance is >= 3 standard errors
     assert abs(m - lam_g) < 0.03, (m, se, lam_g)
 
@@ -117,8 +115,7 @@ def test_gradient_exponent_vjp_matches_frobenius_norm():
     n, d, depth = 4, 16, 3
     key = jax.random.key(0)
     ka, kg = measure.exponent_keys(0, 2)
-    a, b = measure.gradient_draws(hp, kg, 1.0, n=n, d=d, depth=depth, dtype=jnp.float64,
-                                  weights="dense")
+    a, b = measure.gradient_draws(hp, kg, 1.0, n=n, d=d, depth=depth, dtype=jnp.float64, weights="dense")
     # the same draw's Jacobian, rebuilt from the same key split
     kx, kw, ku = jax.random.split(kg[0], 3)
     x = stack.collapsed_tokens(kx, n, d, 1.0, jnp.float64)
@@ -126,7 +123,7 @@ def test_gradient_exponent_vjp_matches_frobenius_norm():
     u = jax.random.normal(ku, (n, d), jnp.float64)
     jac = jax.jacrev(f)(x).reshape(n * d, n * d)
     np.testing.assert_allclose(float(a[0]), float(jnp.sum((jac.T @ u.ravel()) ** 2)), rtol=1e-9)
-    np.testing.assert_allclose(float(b[0]), float(jnp.sum(u ** 2)), rtol=1e-12)
+    np.testing.assert_allclose(float(b[0]), float(jnp.sum(u**2)), rtol=1e-12)
     del key
 
 
@@ -144,8 +141,7 @@ def test_token_geometry_shapes_and_consistency():
     hp = HParams(sigma_w=2.0, n_tokens=8, depth=4)
     g = measure.token_geometry(hp, 1.0, 0.3, width=64, seeds=3, seed=1, weights="dense")
     assert g["norms"].shape == (5, 3 * 8) and g["cosines"].shape == (5, 3 * 28)
-    t = measure.transients(hp, 1.0, 0.3, width=64, seeds=3, seed=1, exact_input=False,
-                           weights="dense")
+    t = measure.transients(hp, 1.0, 0.3, width=64, seeds=3, seed=1, exact_input=False, weights="dense")
     # same draws: the mean squared norm is the transients' q
     np.testing.assert_allclose(g["norms"].mean(1), t["q"], rtol=1e-5)
     assert np.all(np.abs(g["cosines"]) <= 1 + 1e-6)

@@ -7,6 +7,7 @@ agreement tolerance is 4 standard errors plus the O(1/d) finite-width bias bound
 tests/test_layers.py::test_preset_theory_against_its_own_network (scripts/
 validate_simulate_blocks.py checks 3 se at width 4096, without the bias term).
 """
+
 from __future__ import annotations
 
 import json
@@ -81,8 +82,22 @@ def test_cli_sweep_block_and_compare(measured, tmp_path, capsys):
     import xarray as xr
 
     sim_nc, th_nc = tmp_path / "sim.nc", tmp_path / "th.nc"
-    assert main(["simulate", "sweep", "--block", "pre-ln:alpha=0.5,heads=2", "--axis", "sigma=0.5,1",
-                 *CLI_SHAPE, "-o", str(sim_nc)]) == 0
+    assert (
+        main(
+            [
+                "simulate",
+                "sweep",
+                "--block",
+                "pre-ln:alpha=0.5,heads=2",
+                "--axis",
+                "sigma=0.5,1",
+                *CLI_SHAPE,
+                "-o",
+                str(sim_nc),
+            ]
+        )
+        == 0
+    )
     assert not (tmp_path / "sim.nc.parts").exists()
     ds = xr.open_dataset(sim_nc, engine="h5netcdf").load()
     assert ds["angle_rate"].dims == ("sigma",) and ds.attrs["block"] == "pre-ln"
@@ -90,13 +105,30 @@ def test_cli_sweep_block_and_compare(measured, tmp_path, capsys):
     for q in blocks.QUANTITIES:
         assert q + "_se" in ds
         np.testing.assert_allclose(float(ds[q].sel(sigma=1.0)), sim[q], rtol=1e-12, atol=0)
-    assert main(["block", "sweep", "--block", "pre-ln:alpha=0.5,heads=2", "--axis", "sigma=0.5,1",
-                 "--n-tokens", str(N), "--depth", str(L), "--out", str(th_nc)]) == 0
+    assert (
+        main(
+            [
+                "block",
+                "sweep",
+                "--block",
+                "pre-ln:alpha=0.5,heads=2",
+                "--axis",
+                "sigma=0.5,1",
+                "--n-tokens",
+                str(N),
+                "--depth",
+                str(L),
+                "--out",
+                str(th_nc),
+            ]
+        )
+        == 0
+    )
     capsys.readouterr()
     assert main(["compare", str(th_nc), str(sim_nc), "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
     got = {r["quantity"] for r in rows}
-    assert got == {"angle_rate", "lambda_g_input", "lambda_g_collapse", "rho_L", "q_L"}   # no lambda_a: NaN
+    assert got == {"angle_rate", "lambda_g_input", "lambda_g_collapse", "rho_L", "q_L"}  # no lambda_a: NaN
     for r in rows:
         if r["phase"] == "all":
             assert r["points"] == 2 and np.isfinite(r["max_z"]) and np.isfinite(r["mean_z"]), r
@@ -133,22 +165,25 @@ def test_lazy_and_dense_weights_agree(measured):
         assert abs(lazy[q] - dense[q]) <= 4 * se, (q, lazy[q], dense[q], se)
 
 
-@pytest.mark.parametrize("argv", [
-    ["simulate", "exponents", "--block", PRE, "--sigma-w", "2"],
-    ["simulate", "exponents", "--block", "nope"],
-    ["simulate", "exponents", "--block", "pre-ln:sigma=-1"],
-    ["simulate", "exponents", "--block", PRE, "--rho0", "2"],
-    ["simulate", "exponents", "--block", PRE, "--draws", "1"],
-    ["simulate", "exponents", "--q0", "2"],
-    ["simulate", "exponents", "--theory"],
-    ["simulate", "sweep", "--block", PRE, "-o", "x.nc"],
-    ["simulate", "sweep", "--block", PRE, "--axis", "heads=1,2", "-o", "x.nc"],
-    ["simulate", "sweep", "--block", PRE, "--axis", "sigma=1:2", "-o", "x.nc"],
-    ["simulate", "sweep", "--block", PRE, "--axis", "sigma=1,2", "--chunk", "2", "-o", "x.nc"],
-    ["simulate", "sweep", "--block", PRE, "--axis", "alpha=1,2", "-o", "x.nc"],
-    ["simulate", "sweep", "--block", PRE, "--axis", "depth=1,2", "--n-tokens", "2,3", "-o", "x.nc"],
-    ["simulate", "sweep", "--axis", "sigma=1,2", "-o", "x.nc"],
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["simulate", "exponents", "--block", PRE, "--sigma-w", "2"],
+        ["simulate", "exponents", "--block", "nope"],
+        ["simulate", "exponents", "--block", "pre-ln:sigma=-1"],
+        ["simulate", "exponents", "--block", PRE, "--rho0", "2"],
+        ["simulate", "exponents", "--block", PRE, "--draws", "1"],
+        ["simulate", "exponents", "--q0", "2"],
+        ["simulate", "exponents", "--theory"],
+        ["simulate", "sweep", "--block", PRE, "-o", "x.nc"],
+        ["simulate", "sweep", "--block", PRE, "--axis", "heads=1,2", "-o", "x.nc"],
+        ["simulate", "sweep", "--block", PRE, "--axis", "sigma=1:2", "-o", "x.nc"],
+        ["simulate", "sweep", "--block", PRE, "--axis", "sigma=1,2", "--chunk", "2", "-o", "x.nc"],
+        ["simulate", "sweep", "--block", PRE, "--axis", "alpha=1,2", "-o", "x.nc"],
+        ["simulate", "sweep", "--block", PRE, "--axis", "depth=1,2", "--n-tokens", "2,3", "-o", "x.nc"],
+        ["simulate", "sweep", "--axis", "sigma=1,2", "-o", "x.nc"],
+    ],
+)
 def test_bad_block_input_one_line_exit_2(argv, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     assert main(argv) == 2

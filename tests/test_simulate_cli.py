@@ -1,4 +1,5 @@
 """CLI of the simulator: ``phasefield simulate exponents|sweep`` and ``phasefield compare``."""
+
 from __future__ import annotations
 
 import json
@@ -12,8 +13,25 @@ SMALL = ["--width", "32", "--seeds", "2", "--n-tokens", "4", "--depth", "2"]
 
 
 def test_exponents_json(capsys):
-    assert main(["simulate", "exponents", "--sigma-w", "2", "--sigma-a", "1", "--alpha-a", ".5",
-                 "--alpha-m", ".5", *SMALL, "--json"]) == 0
+    assert (
+        main(
+            [
+                "simulate",
+                "exponents",
+                "--sigma-w",
+                "2",
+                "--sigma-a",
+                "1",
+                "--alpha-a",
+                ".5",
+                "--alpha-m",
+                ".5",
+                *SMALL,
+                "--json",
+            ]
+        )
+        == 0
+    )
     out = json.loads(capsys.readouterr().out)
     for k in ("lambda_a", "lambda_a_se", "lambda_g", "lambda_g_se"):
         assert np.isfinite(out[k])
@@ -26,11 +44,13 @@ def test_exponents_causal_text(capsys):
 
 
 def test_bad_input_one_line_exit_2(capsys):
-    for argv in (["simulate", "exponents", "--sigma-w", "-1", *SMALL],
-                 ["simulate", "exponents", "--seeds", "1"],
-                 ["simulate", "exponents", "--activation", "nope", *SMALL],
-                 ["simulate", "exponents", "--residual", "identity", *SMALL],
-                 ["simulate", "sweep", "--sigma-w", "1:2", "-o", "x.nc"]):
+    for argv in (
+        ["simulate", "exponents", "--sigma-w", "-1", *SMALL],
+        ["simulate", "exponents", "--seeds", "1"],
+        ["simulate", "exponents", "--activation", "nope", *SMALL],
+        ["simulate", "exponents", "--residual", "identity", *SMALL],
+        ["simulate", "sweep", "--sigma-w", "1:2", "-o", "x.nc"],
+    ):
         assert main(argv) == 2
         err = capsys.readouterr().err.strip()
         assert err.startswith("phasefield: error:") and "\n" not in err
@@ -38,8 +58,26 @@ def test_bad_input_one_line_exit_2(capsys):
 
 def test_sweep_and_compare(tmp_path, capsys):
     out = tmp_path / "sim.nc"
-    argv = ["simulate", "sweep", "--sigma-w", "1,2.5", "--alpha", ".3:.7:2", "--width", "32",
-            "--seeds", "2", "--n-tokens", "4", "--depth", "2", "--chunk", "3", "-o", str(out)]
+    argv = [
+        "simulate",
+        "sweep",
+        "--sigma-w",
+        "1,2.5",
+        "--alpha",
+        ".3:.7:2",
+        "--width",
+        "32",
+        "--seeds",
+        "2",
+        "--n-tokens",
+        "4",
+        "--depth",
+        "2",
+        "--chunk",
+        "3",
+        "-o",
+        str(out),
+    ]
     assert main(argv) == 0
     ds = xr.open_dataset(out, engine="h5netcdf").load()
     assert ds.lambda_a.dims == ("sigma_w", "alpha")
@@ -66,8 +104,7 @@ def test_sweep_matches_single_point(tmp_path):
     from phasefield import HParams
     from phasefield.simulate import measure, sweep
 
-    ds = sweep.sweep(width=32, seeds=3, sigma_w=np.array([1.0, 2.0]),
-                     base=HParams(n_tokens=4, depth=3), seed=4)
+    ds = sweep.sweep(width=32, seeds=3, sigma_w=np.array([1.0, 2.0]), base=HParams(n_tokens=4, depth=3), seed=4)
     res = measure.exponents(HParams(sigma_w=2.0, n_tokens=4, depth=3), width=32, seeds=3, seed=4)
     got = ds.sel(sigma_w=2.0)
     for k in ("lambda_a", "lambda_a_se", "lambda_g", "lambda_g_se"):

@@ -7,6 +7,7 @@ needed for a ~0.9 % standard error), and q also within 4 standard errors per lay
 lambda_a 3 standard errors, lambda_g(16) 0.03 (checked to be >= 3 standard errors).
 Lazy weights, the simulator's default (exact in distribution: tests/test_lazy.py; the
 tolerances above were set with dense reference weights)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -14,9 +15,8 @@ import pytest
 
 import phasefield  # noqa: F401
 from phasefield import HParams
-from phasefield.simulate import measure
-
 from phasefield.layers import paper  # noqa: E402  (the lead's theory engine; no skip)
+from phasefield.simulate import measure
 
 # (sigma_w, sigma_A, alpha): ordered/vanishing, ordered/vanishing near the lambda_g
 # boundary, chaotic/exploding near the lambda_a boundary, deep chaotic/exploding
@@ -29,8 +29,7 @@ def test_transients_match_theory(sigma_w, sigma_a, alpha):
     sim = measure.transients(hp, 1.0, 0.5, width=512, seeds=64, seed=21, weights="lazy")
     q, p = (np.asarray(v, float) for v in paper.trajectory(hp, 1.0, 0.5, 16))
     z = np.abs(sim["q"] - q)[1:] / sim["q_se"][1:]
-    print(f"max |z| of q over the layers: {z.max():.2f}, max |rho - theory| "
-          f"{np.abs(sim['rho'] - p / q).max():.4f}")
+    print(f"max |z| of q over the layers: {z.max():.2f}, max |rho - theory| {np.abs(sim['rho'] - p / q).max():.4f}")
     assert q.shape == sim["q"].shape == (17,)
     assert np.all(3 * sim["q_se"][1:] / q[1:] <= 0.03), sim["q_se"] / q
     assert np.all(2 * sim["rho_se"] <= 0.03), sim["rho_se"]
@@ -49,11 +48,9 @@ def test_exponents_match_theory(sigma_w, sigma_a, alpha):
     th = paper.exponents(hp)
     q_star = float(paper.collapsed_fixed_point(hp)[0])
     assert measure.q_star_reference(hp) == pytest.approx(q_star, rel=1e-6)
-    la, la_se = measure.angle_exponent(hp, width=256, seeds=16, q_star=q_star, seed=11,
-                                       weights="lazy")
+    la, la_se = measure.angle_exponent(hp, width=256, seeds=16, q_star=q_star, seed=11, weights="lazy")
     assert abs(la - float(th["lambda_a"])) < 3 * la_se
-    lg, lg_se = measure.gradient_exponent(hp, width=256, seeds=16, q_star=q_star, seed=11,
-                                          weights="lazy")
+    lg, lg_se = measure.gradient_exponent(hp, width=256, seeds=16, q_star=q_star, seed=11, weights="lazy")
     assert lg_se < 0.01
     assert abs(lg - float(th["lambda_g"])) < 0.03
 

@@ -2,6 +2,7 @@
 block compiles nothing once one point of it ran, and the tables that make this so (MLP
 kernels padded to one size, attention tables of one grid per cap, read from the
 interpolant in the logit scale) give the numbers of the routes they replace."""
+
 from __future__ import annotations
 
 import jax
@@ -29,14 +30,28 @@ class _Compiles:
 _COUNTER = _Compiles()
 
 
-@pytest.mark.parametrize("name, points", [
-    ("paper", [dict(sigma_w=0.7, alpha_a=0.3, alpha_m=0.6), dict(sigma_w=1.3, sigma_a=1.7, alpha_a=0.8),
-               dict(sigma_w=2.6, alpha_a=0.1, alpha_m=0.2)]),
-    ("rms-swiglu", [dict(sigma=0.4, alpha=0.2, attention="paper", softmax_correction=False),
-                    dict(sigma=1.1, alpha=0.7, attention="paper", softmax_correction=False),
-                    dict(sigma=1.9, alpha=0.05, attention="paper", softmax_correction=False)]),
-    ("pre-ln", [dict(sigma=0.5, alpha=0.3), dict(sigma=0.9, alpha=0.9), dict(sigma=1.4, alpha=0.2)]),
-])
+@pytest.mark.parametrize(
+    "name, points",
+    [
+        (
+            "paper",
+            [
+                dict(sigma_w=0.7, alpha_a=0.3, alpha_m=0.6),
+                dict(sigma_w=1.3, sigma_a=1.7, alpha_a=0.8),
+                dict(sigma_w=2.6, alpha_a=0.1, alpha_m=0.2),
+            ],
+        ),
+        (
+            "rms-swiglu",
+            [
+                dict(sigma=0.4, alpha=0.2, attention="paper", softmax_correction=False),
+                dict(sigma=1.1, alpha=0.7, attention="paper", softmax_correction=False),
+                dict(sigma=1.9, alpha=0.05, attention="paper", softmax_correction=False),
+            ],
+        ),
+        ("pre-ln", [dict(sigma=0.5, alpha=0.3), dict(sigma=0.9, alpha=0.9), dict(sigma=1.4, alpha=0.2)]),
+    ],
+)
 def test_a_new_point_compiles_nothing(name, points):
     first, *rest = points
     layers.rates(spec.build(name, first), n_tokens=16, depth=16)

@@ -1,27 +1,29 @@
 """The suite's own set-up (tests/conftest.py): one fresh persistent compilation
 cache per run shared by the workers and the subprocesses, compiled programs kept until the
 process has many memory maps, the heaviest files handed out first."""
+
 import os
 import subprocess
 import sys
 
-import jax
-
 import conftest
+import jax
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def test_the_run_shares_one_compilation_cache_with_its_subprocesses():
-    folder = conftest._CACHE    # None: PHASEFIELD_TEST_CACHE=off (or a folder that cannot be made)
+    folder = conftest._CACHE  # None: PHASEFIELD_TEST_CACHE=off (or a folder that cannot be made)
     if folder is None:
         assert os.environ["PHASEFIELD_CACHE"] == "off"
         return
     assert folder == os.environ["PHASEFIELD_TEST_CACHE"] and os.path.isdir(folder)
     assert os.environ["PHASEFIELD_CACHE"] == folder == jax.config.jax_compilation_cache_dir
     # a subprocess (the CLI's set-up) resolves the same folder
-    code = ("import os, jax; from phasefield._runtime import use_compilation_cache; "
-            "print(use_compilation_cache(0.5), jax.config.jax_compilation_cache_dir)")
+    code = (
+        "import os, jax; from phasefield._runtime import use_compilation_cache; "
+        "print(use_compilation_cache(0.5), jax.config.jax_compilation_cache_dir)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split() == [folder, folder]
@@ -40,7 +42,7 @@ def test_the_suite_lowers_without_source_locations():
 def test_memory_maps_are_counted_and_the_mark_is_below_the_kernel_limit():
     n = conftest.memory_maps()
     assert n > 0
-    with open(os.path.join(HERE, "conftest.py")) as fh:   # sanity: a count, not a constant
+    with open(os.path.join(HERE, "conftest.py")) as fh:  # sanity: a count, not a constant
         assert "/proc/self/maps" in fh.read()
     limit = conftest._map_limit()
     assert limit > 0
@@ -73,8 +75,8 @@ print(start, full, maps())
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
     assert out.returncode == 0, out.stderr[-2000:]
     start, full, after = map(int, out.stdout.split())
-    assert full - start >= 60                      # at least one map per program
-    assert after - start < (full - start) / 4       # most of them released
+    assert full - start >= 60  # at least one map per program
+    assert after - start < (full - start) / 4  # most of them released
 
 
 def test_every_test_file_has_its_cost_and_the_heaviest_go_first():
@@ -86,12 +88,18 @@ def test_every_test_file_has_its_cost_and_the_heaviest_go_first():
         def __init__(self, name, i):
             self.path, self.i = type("P", (), {"name": name})(), i
 
-    items = [Item(f, i) for i, f in enumerate(["test_imports.py", "test_vit.py", "test_new.py",
-                                                "test_vit.py", "test_imports.py"])]
+    items = [
+        Item(f, i)
+        for i, f in enumerate(["test_imports.py", "test_vit.py", "test_new.py", "test_vit.py", "test_imports.py"])
+    ]
     conftest.pytest_collection_modifyitems(None, items)
     assert [(it.path.name, it.i) for it in items] == [
-        ("test_vit.py", 1), ("test_vit.py", 3), ("test_new.py", 2), ("test_imports.py", 0),
-        ("test_imports.py", 4)]
+        ("test_vit.py", 1),
+        ("test_vit.py", 3),
+        ("test_new.py", 2),
+        ("test_imports.py", 0),
+        ("test_imports.py", 4),
+    ]
 
 
 _NUMBERS = """
@@ -129,16 +137,22 @@ def test_fast_compiles_give_the_numbers_of_xlas_defaults():
 
     flags = os.environ.get("XLA_FLAGS", "")
     if not all(f in flags for f in FAST_COMPILE_FLAGS):
-        pytest.skip("this run compiles with XLA's defaults (PHASEFIELD_TEST_XLA=default, or a jaxlib "
-                    "without the flags)")
+        pytest.skip(
+            "this run compiles with XLA's defaults (PHASEFIELD_TEST_XLA=default, or a jaxlib without the flags)"
+        )
     base = " ".join(f for f in flags.split() if f.split("=")[0] not in _FAST_NAMES)
     code = _NUMBERS + "import json, os\nprint(json.dumps(dict(out, flags=os.environ.get('XLA_FLAGS', ''))))\n"
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
-                         env=dict(os.environ, XLA_FLAGS=base, PHASEFIELD_CACHE="off"))
+    res = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=dict(os.environ, XLA_FLAGS=base, PHASEFIELD_CACHE="off"),
+    )
     assert res.returncode == 0, res.stderr[-2000:]
     default = json.loads(res.stdout.strip().splitlines()[-1])
     fast = {}
-    exec(_NUMBERS, fast)                       # noqa: S102 - the same code, in this process
+    exec(_NUMBERS, fast)  # noqa: S102 - the same code, in this process
     fast = fast["out"]
     assert "optimization_level" not in default.pop("flags") and "optimization_level=0" in flags
     assert default.keys() == fast.keys()

@@ -1,4 +1,5 @@
 """Theory sweeps (labeled grids, chunking, resume) and the theory CLI."""
+
 from __future__ import annotations
 
 import json
@@ -12,9 +13,9 @@ import xarray as xr
 
 import phasefield
 from phasefield import HParams, grid
-from phasefield.layers import paper
 from phasefield import sweep as sweep_mod
 from phasefield.cli import main
+from phasefield.layers import paper
 
 SW = np.array([0.7, 1.9, 3.2])
 ALPHA = np.array([0.1, 0.5, 0.9])
@@ -43,16 +44,24 @@ def test_tiled_sweep_equals_the_thorough_path_across_bistable_regions(monkeypatc
     fast = phasefield.sweep(**kw)
     ref = phasefield.sweep(**kw, _thorough=True)
     counts = set(fast.n_stable.values.ravel().tolist())
-    assert {1.0, 2.0} <= counts, counts                      # single and bistable points
+    assert {1.0, 2.0} <= counts, counts  # single and bistable points
     # tiles of the first rows skip the search: no_roots holds on whole tiles there, and
     # wherever it holds the search finds the collapsed point alone
     from phasefield.layers.paper import fixed_points
+
     kern = jax.tree.map(jnp.asarray, sweep_mod.build_kernels(sw))
     s_i, a_i = np.meshgrid(np.arange(sw.size), np.arange(al.size), indexing="ij")
     with jax.enable_x64(True):
-        cert = np.asarray(jax.jit(jax.vmap(lambda i, a: fixed_points.no_roots(
-            HParams(sigma_w=kern.sigma_w[i], sigma_a=6.875, alpha_a=a, alpha_m=a, n_tokens=128.0),
-            jax.tree.map(lambda x: x[i], kern))))(jnp.asarray(s_i.ravel()), jnp.asarray(al[a_i.ravel()])))
+        cert = np.asarray(
+            jax.jit(
+                jax.vmap(
+                    lambda i, a: fixed_points.no_roots(
+                        HParams(sigma_w=kern.sigma_w[i], sigma_a=6.875, alpha_a=a, alpha_m=a, n_tokens=128.0),
+                        jax.tree.map(lambda x: x[i], kern),
+                    )
+                )
+            )(jnp.asarray(s_i.ravel()), jnp.asarray(al[a_i.ravel()]))
+        )
     assert cert[:16].all() and not cert.all()
     assert np.all(ref.n_stable.values.ravel()[cert] == 1) and np.all(ref.rho_star.values.ravel()[cert] == 1)
     for k in sweep_mod.VARIABLES:
@@ -73,7 +82,7 @@ def test_tiles_on_cpu_devices_one_vmap_on_accelerators():
     (the thorough path: ~21x faster on an H100, docs/benchmarks.md)."""
     from types import SimpleNamespace
 
-    assert sweep_mod._tiled_on(jax.local_devices(backend="cpu"))   # CPU devices, wherever the suite runs
+    assert sweep_mod._tiled_on(jax.local_devices(backend="cpu"))  # CPU devices, wherever the suite runs
     assert not sweep_mod._tiled_on([SimpleNamespace(platform="gpu")])
     assert not sweep_mod._tiled_on([SimpleNamespace(platform="cpu"), SimpleNamespace(platform="tpu")])
 
@@ -90,9 +99,10 @@ def test_separate_alphas_and_depth_axis():
 
 
 # the paper block (closed form) and a standard block (the layers evaluator): one chunk driver
-RESUME = {"paper": dict(sigma_w=SW, alpha=ALPHA),
-          "pre-ln": dict(block="pre-ln:heads=2", axes={"sigma": [0.4, 1.1, 1.7], "alpha": ALPHA}, n_tokens=4,
-                         depth=2)}   # (the grid of tests/test_sweep_blocks.py: its compiled programs)
+RESUME = {
+    "paper": dict(sigma_w=SW, alpha=ALPHA),
+    "pre-ln": dict(block="pre-ln:heads=2", axes={"sigma": [0.4, 1.1, 1.7], "alpha": ALPHA}, n_tokens=4, depth=2),
+}  # (the grid of tests/test_sweep_blocks.py: its compiled programs)
 
 
 @pytest.mark.parametrize("block", sorted(RESUME))
@@ -112,12 +122,12 @@ def test_chunked_sweep_resumes_without_recomputing(tmp_path, monkeypatch, block)
     monkeypatch.setattr(grid.ChunkStore, "save", failing)
     with pytest.raises(KeyboardInterrupt):
         sweep_mod.sweep(**kw, out=str(out), chunk_size=2, devices=one)
-    assert not out.exists()                                  # no complete-looking file
+    assert not out.exists()  # no complete-looking file
     assert len(list((tmp_path / "grid.nc.chunks").glob("chunk_*.npz"))) == 2
     calls.clear()
     monkeypatch.setattr(grid.ChunkStore, "save", lambda st, i, v: (calls.append(i), real(st, i, v)))
     ds = sweep_mod.sweep(**kw, out=str(out), chunk_size=2, devices=one)
-    assert len(calls) == 5 - 2                               # 9 points / 2 = 5 chunks, 2 reused
+    assert len(calls) == 5 - 2  # 9 points / 2 = 5 chunks, 2 reused
     assert out.exists() and not (tmp_path / "grid.nc.chunks").exists()
     full = phasefield.sweep(**kw) if block == "paper" else phasefield.sweep(**kw, chunk_size=2, devices=one)
     xr.testing.assert_allclose(ds, full)
@@ -135,6 +145,7 @@ def test_stale_chunks_of_another_sweep_are_refused(tmp_path):
 
 def test_sharded_over_two_devices_equals_one():
     import jax
+
     devs = jax.local_devices()
     if len(devs) < 2:
         pytest.skip("one local device")
@@ -145,6 +156,7 @@ def test_sharded_over_two_devices_equals_one():
 
 # ---- CLI ------------------------------------------------------------------------------------
 
+
 def run(capsys, *args):
     code = main(list(args))
     out, err = capsys.readouterr()
@@ -152,8 +164,23 @@ def run(capsys, *args):
 
 
 def test_cli_exponents_json(capsys):
-    code, out, _ = run(capsys, "exponents", "--sigma-w", "2", "--sigma-a", "1", "--alpha-a", ".5",
-                       "--alpha-m", ".5", "--n-tokens", "32", "--depth", "16", "--json")
+    code, out, _ = run(
+        capsys,
+        "exponents",
+        "--sigma-w",
+        "2",
+        "--sigma-a",
+        "1",
+        "--alpha-a",
+        ".5",
+        "--alpha-m",
+        ".5",
+        "--n-tokens",
+        "32",
+        "--depth",
+        "16",
+        "--json",
+    )
     assert code == 0
     res = json.loads(out)
     for k in ("lambda_a", "lambda_g", "lambda_g_inf", "q_star", "rho_star"):
@@ -173,19 +200,45 @@ def test_cli_trajectory_json(capsys):
 
 def test_cli_sweep_writes_netcdf(tmp_path, capsys):
     out = tmp_path / "s.nc"
-    code, msg, _ = run(capsys, "sweep", "--sigma-w", "0.5:4:5", "--alpha", "0.1:0.9:4", "--sigma-a", "1",
-                       "--n-tokens", "32", "--depth", "16", "--out", str(out), "--quiet")
+    code, msg, _ = run(
+        capsys,
+        "sweep",
+        "--sigma-w",
+        "0.5:4:5",
+        "--alpha",
+        "0.1:0.9:4",
+        "--sigma-a",
+        "1",
+        "--n-tokens",
+        "32",
+        "--depth",
+        "16",
+        "--out",
+        str(out),
+        "--quiet",
+    )
     assert code == 0, msg
     ds = xr.open_dataset(out)
     assert dict(ds.sizes) == {"sigma_w": 5, "alpha": 4}
     assert set(sweep_mod.VARIABLES) <= set(ds.data_vars)
 
 
-@pytest.mark.parametrize("args", [
-    ["--alpha", "1.5"], ["--alpha-a", "-0.1"], ["--sigma-w", "0"], ["--sigma-a", "-1"], ["--n-tokens", "1"],
-    ["--depth", "0"], ["--sigma-w", "1:2"], ["--sigma-w", "a:b:3"], ["--activation", "softsign"],
-    ["--residual", "none"], ["--alpha", ".5", "--alpha-m", ".4"],
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--alpha", "1.5"],
+        ["--alpha-a", "-0.1"],
+        ["--sigma-w", "0"],
+        ["--sigma-a", "-1"],
+        ["--n-tokens", "1"],
+        ["--depth", "0"],
+        ["--sigma-w", "1:2"],
+        ["--sigma-w", "a:b:3"],
+        ["--activation", "softsign"],
+        ["--residual", "none"],
+        ["--alpha", ".5", "--alpha-m", ".4"],
+    ],
+)
 def test_cli_bad_input_exits_2_with_one_line_and_no_file(tmp_path, capsys, args):
     out = tmp_path / "bad.nc"
     code, stdout, err = run(capsys, "sweep", *args, "--out", str(out))

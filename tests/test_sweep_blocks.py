@@ -5,6 +5,7 @@ The standard blocks' grids equal the layers library point by point (an independe
 ``layers.finite_depth`` / ``layers.exponents`` of ``layers.spec.build``); the paper block's
 spellings (keywords, ``block=``, ``axes=``) give bit-identical numbers; bad input is one
 line, exit 2, no file."""
+
 from __future__ import annotations
 
 import os
@@ -22,8 +23,10 @@ from phasefield.layers import sweep as layers_sweep
 # of the resume, corrupt-chunk and two-process tests (tests/test_sweep.py, test_hardening.py,
 # test_multiprocess.py): they share its compiled programs
 PRE_LN = ({"heads": 2}, {"sigma": [0.4, 1.1, 1.7], "alpha": [0.3, 0.8]})
-CASES = {"pre-ln": PRE_LN,      # no finite fixed point: lambda_a NaN
-         "post-ln": ({"heads": 2, "alpha_attn": 0.5}, {"sigma": [0.6, 1.3, 1.7], "alpha_mlp": [0.2, 0.7]})}
+CASES = {
+    "pre-ln": PRE_LN,  # no finite fixed point: lambda_a NaN
+    "post-ln": ({"heads": 2, "alpha_attn": 0.5}, {"sigma": [0.6, 1.3, 1.7], "alpha_mlp": [0.2, 0.7]}),
+}
 
 
 @pytest.fixture(scope="module", params=sorted(CASES))
@@ -43,9 +46,14 @@ def _library(name, kw, n_tokens, depth):
         la = layers.exponents(blk, n_tokens=n_tokens, depth=depth)["lambda_a"]
     else:
         la = np.nan
-    return dict(angle_rate=fd["angle_rate"], lambda_g_input=fd["lambda_g"],
-                lambda_g_collapse=fd["lambda_g_collapsed"], lambda_a=la,
-                rho_L=np.asarray(fd["rho"])[-1], q_L=np.asarray(fd["q"])[-1])
+    return dict(
+        angle_rate=fd["angle_rate"],
+        lambda_g_input=fd["lambda_g"],
+        lambda_g_collapse=fd["lambda_g_collapsed"],
+        lambda_a=la,
+        rho_L=np.asarray(fd["rho"])[-1],
+        q_L=np.asarray(fd["q"])[-1],
+    )
 
 
 def test_a_standard_block_sweep_equals_the_layers_library_point_by_point(block_grid):
@@ -71,7 +79,7 @@ def test_depth_and_n_tokens_are_axes_of_a_standard_block(block_grid):
         pytest.skip("one block")
     ds = phasefield.sweep(block=(name, fixed), axes=dict(axes, depth=[2]), n_tokens=[4, 6], chunk_size=2)
     assert ds.lambda_a.dims == ("n_tokens", "depth") + tuple(axes)
-    for v in ref.data_vars:      # n = 4: the fixture's grid
+    for v in ref.data_vars:  # n = 4: the fixture's grid
         assert np.array_equal(ds[v].sel(n_tokens=4, depth=2).values, ref[v].values, equal_nan=True), v
     want = _library(name, dict(fixed, sigma=1.1, alpha=0.8), 6, 2)
     pt = ds.sel(n_tokens=6, depth=2, sigma=1.1, alpha=0.8)
@@ -82,9 +90,11 @@ def test_depth_and_n_tokens_are_axes_of_a_standard_block(block_grid):
 def test_the_paper_block_spellings_give_bit_identical_numbers():
     sw, al = np.array([0.7, 1.9, 3.2]), np.array([0.1, 0.9])
     ref = phasefield.sweep(sigma_w=sw, alpha=al, sigma_a=2.0, n_tokens=8, depth=4)
-    for kw in (dict(block="paper:sigma_a=2", axes={"sigma_w": sw, "alpha": al}),
-               dict(block=("paper", {"sigma_a": 2.0}), sigma_w=sw, axes={"alpha": al}),
-               dict(block="paper", axes={"sigma_w": sw, "alpha": al, "sigma_a": 2.0})):
+    for kw in (
+        dict(block="paper:sigma_a=2", axes={"sigma_w": sw, "alpha": al}),
+        dict(block=("paper", {"sigma_a": 2.0}), sigma_w=sw, axes={"alpha": al}),
+        dict(block="paper", axes={"sigma_w": sw, "alpha": al, "sigma_a": 2.0}),
+    ):
         ds = phasefield.sweep(**kw, n_tokens=8, depth=4)
         assert list(ds.data_vars) == list(ref.data_vars)
         for v in ref.data_vars:
@@ -94,36 +104,44 @@ def test_the_paper_block_spellings_give_bit_identical_numbers():
     assert "alias" in ref.lambda_g.attrs["long_name"] or "earlier name" in ref.lambda_g.attrs["long_name"]
 
 
-@pytest.mark.parametrize("kw,msg", [
-    (dict(block="pre-ln", sigma_w=1.0, axes={"sigma": [1.0]}), "numbers of the paper block"),
-    (dict(block="pre-ln:sigma=1", axes={"sigma": [0.5, 1.0]}), "both an axis and a fixed"),
-    (dict(block="pre-ln", axes={"sigma_w": [1.0]}), "no number"),
-    (dict(block="deepscalelm", axes={"k": [1.0]}, depth=[2, 4]), "depth"),
-    (dict(block="paper", axes={"sigma": [1.0]}), "no number"),
-    (dict(block="paper:sigma_w=2", sigma_w=[1.0, 2.0]), "given twice"),
-    (dict(block="paper", q0=2.0), "q0"),
-    (dict(block="pre-ln", axes={"sigma": np.linspace(0.1, 1, 10_000), "alpha": np.linspace(0, 1, 10_000)}),
-     "more than the limit"),
-])
+@pytest.mark.parametrize(
+    "kw,msg",
+    [
+        (dict(block="pre-ln", sigma_w=1.0, axes={"sigma": [1.0]}), "numbers of the paper block"),
+        (dict(block="pre-ln:sigma=1", axes={"sigma": [0.5, 1.0]}), "both an axis and a fixed"),
+        (dict(block="pre-ln", axes={"sigma_w": [1.0]}), "no number"),
+        (dict(block="deepscalelm", axes={"k": [1.0]}, depth=[2, 4]), "depth"),
+        (dict(block="paper", axes={"sigma": [1.0]}), "no number"),
+        (dict(block="paper:sigma_w=2", sigma_w=[1.0, 2.0]), "given twice"),
+        (dict(block="paper", q0=2.0), "q0"),
+        (
+            dict(block="pre-ln", axes={"sigma": np.linspace(0.1, 1, 10_000), "alpha": np.linspace(0, 1, 10_000)}),
+            "more than the limit",
+        ),
+    ],
+)
 def test_bad_library_input_is_one_line_value_error(kw, msg, tmp_path):
     with pytest.raises(ValueError, match=msg):
         phasefield.sweep(**kw, out=str(tmp_path / "x.nc"))
     assert not os.listdir(tmp_path)
 
 
-@pytest.mark.parametrize("args,msg", [
-    (["--block", "pre-ln", "--axis", "sigma=1,2", "--alpha", "0.5"], "options of the paper block"),
-    (["--block", "pre-ln", "--axis", "sigma=1,2", "--activation", "relu"], "options of the paper block"),
-    (["--block", "pre-ln", "--axis", "nope=1,2"], "no number"),
-    (["--block", "pre-ln", "--axis", "sigma=1:2"], "malformed range for --axis sigma"),
-    (["--block", "deepscalelm", "--axis", "k=1,2", "--depth", "2,4"], "depth"),
-    (["--block", "pre-ln:sigma=1", "--axis", "sigma=1,2"], "both in --block and an --axis"),
-    (["--block", "pre-ln", "--axis", "sigma=0.1:1:2000", "--axis", "alpha=0:1:1000"], "at most"),
-    (["--block", "pre-ln", "--axis", "depth=2", "--depth", "3"], "both an --axis and --depth"),
-    (["--axis", "sigma_w=1,2", "--sigma-w", "1"], "given twice"),
-    (["--axis", "sigma=1,2"], "block paper has no number"),
-    (["--sigma-w", "1,2", "--q0", "2"], "--q0"),
-])
+@pytest.mark.parametrize(
+    "args,msg",
+    [
+        (["--block", "pre-ln", "--axis", "sigma=1,2", "--alpha", "0.5"], "options of the paper block"),
+        (["--block", "pre-ln", "--axis", "sigma=1,2", "--activation", "relu"], "options of the paper block"),
+        (["--block", "pre-ln", "--axis", "nope=1,2"], "no number"),
+        (["--block", "pre-ln", "--axis", "sigma=1:2"], "malformed range for --axis sigma"),
+        (["--block", "deepscalelm", "--axis", "k=1,2", "--depth", "2,4"], "depth"),
+        (["--block", "pre-ln:sigma=1", "--axis", "sigma=1,2"], "both in --block and an --axis"),
+        (["--block", "pre-ln", "--axis", "sigma=0.1:1:2000", "--axis", "alpha=0:1:1000"], "at most"),
+        (["--block", "pre-ln", "--axis", "depth=2", "--depth", "3"], "both an --axis and --depth"),
+        (["--axis", "sigma_w=1,2", "--sigma-w", "1"], "given twice"),
+        (["--axis", "sigma=1,2"], "block paper has no number"),
+        (["--sigma-w", "1,2", "--q0", "2"], "--q0"),
+    ],
+)
 @pytest.mark.parametrize("command", [["sweep"], ["block", "sweep"]])
 def test_bad_cli_input_exits_2_in_one_line_with_no_file(capsys, tmp_path, command, args, msg):
     code = main(command + args + ["--out", str(tmp_path / "x.nc")])

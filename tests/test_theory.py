@@ -1,5 +1,6 @@
 """The (q, p) mean-field engine (docs/theory.md §2–7) against closed forms, limits, autodiff and
 the independent dense reference of ``phasefield.theory.reference``."""
+
 from __future__ import annotations
 
 import math
@@ -15,11 +16,17 @@ from phasefield.layers import paper
 from phasefield.theory import attention, mlp, quadrature
 from phasefield.theory.reference import ReferencePoint
 
-pytestmark = pytest.mark.usefixtures("float64")   # the tests' own jit/vmap/grad of theory
+pytestmark = pytest.mark.usefixtures("float64")  # the tests' own jit/vmap/grad of theory
 
 # points on both sides of both boundaries (sigma_w, sigma_a, alpha_a, alpha_m)
-POINTS = [(1.0, 1.0, 0.5, 0.5), (2.0, 1.0, 0.5, 0.5), (3.0, 1.0, 0.5, 0.5),
-          (2.5, 2.0, 0.3, 0.8), (6.0, 0.5, 0.9, 0.9), (1.5, 3.0, 0.2, 0.95)]
+POINTS = [
+    (1.0, 1.0, 0.5, 0.5),
+    (2.0, 1.0, 0.5, 0.5),
+    (3.0, 1.0, 0.5, 0.5),
+    (2.5, 2.0, 0.3, 0.8),
+    (6.0, 0.5, 0.9, 0.9),
+    (1.5, 3.0, 0.2, 0.95),
+]
 
 
 def hp_of(pt, **kw):
@@ -29,10 +36,11 @@ def hp_of(pt, **kw):
 
 # ---- attention ------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("rho", [-1 / 31, 0.0, 0.3, 0.9, 1.0])
 def test_attention_small_sigma_a_is_rank_one(rho):
     q_a, p_a = attention.forward(HParams(sigma_a=1e-4, n_tokens=32, sigma_v=1.3), jnp.asarray(rho))
-    mean = 1.3 ** 2 * (1 + 31 * rho) / 32
+    mean = 1.3**2 * (1 + 31 * rho) / 32
     assert float(q_a) == pytest.approx(mean, abs=1e-7)
     assert float(p_a) == pytest.approx(mean, abs=1e-7)
 
@@ -78,7 +86,7 @@ def test_tanh_tables_within_1e9_of_dense_reference(s):
 def test_folded_trapezoid_equals_the_full_rule(n_v):
     """The symmetry folds of expect_2d sum the same nodes as the unfolded rule."""
     t = jnp.tanh
-    t_copy = lambda x: jnp.tanh(x)            # not ``is t``: disables the v fold
+    t_copy = lambda x: jnp.tanh(x)  # not ``is t``: disables the v fold
     dt = lambda x: 1 - jnp.tanh(x) ** 2
     for theta in (0.0, 0.4, 1.9, math.pi):
         folded = quadrature.expect_2d(((t, t), (dt, dt)), 2.3, theta, 96, n_v, parity=True)
@@ -90,8 +98,11 @@ def test_gelu_tables_not_odd_within_1e9():
     s = 1.7
     kern = mlp.kernel(HParams(sigma_w=s, activation="gelu"))
     from phasefield import activations
-    g, dg = (lambda f: (lambda x: np.asarray(f(jnp.asarray(x)))))(activations.get("gelu")), \
-        (lambda f: (lambda x: np.asarray(f(jnp.asarray(x)))))(activations.derivative("gelu"))
+
+    g, dg = (
+        (lambda f: lambda x: np.asarray(f(jnp.asarray(x))))(activations.get("gelu")),
+        (lambda f: lambda x: np.asarray(f(jnp.asarray(x))))(activations.derivative("gelu")),
+    )
     pp, dd = (np.asarray(v) for v in mlp._pair(kern, 0, jnp.asarray(RHOS)))
     np.testing.assert_allclose(pp, [quadrature.reference_2d(g, g, s, r) for r in RHOS], atol=1e-9)
     np.testing.assert_allclose(dd, [quadrature.reference_2d(dg, dg, s, r) for r in RHOS], atol=1e-9)
@@ -100,8 +111,8 @@ def test_gelu_tables_not_odd_within_1e9():
 @pytest.mark.parametrize("s", [0.3, 1.0, 3.0])
 def test_erf_and_relu_closed_forms_match_quadrature(s):
     from scipy.special import erf
+
     derf = lambda x: 2 / math.sqrt(math.pi) * np.exp(-x * x)
-    relu, drelu = (lambda x: np.maximum(x, 0)), (lambda x: (x > 0).astype(float))
     rhos = np.array([-0.9, -0.2, 0.3, 0.8, 0.999])
     k_erf = mlp.kernel(HParams(sigma_w=s, activation="erf"))
     pp, dd = (np.asarray(v) for v in mlp._pair(k_erf, 0, jnp.asarray(rhos)))
@@ -113,6 +124,7 @@ def test_erf_and_relu_closed_forms_match_quadrature(s):
     # E[relu(h2) | z] = m Phi(m/v) + v phi(m/v) with m = s rho z, v = s sqrt(1 - rho^2)
     from scipy.integrate import quad
     from scipy.stats import norm
+
     for r, got_pp, got_dd in zip(rhos, pp, dd):
         v = s * math.sqrt(1 - r * r)
         e_relu = lambda z: (s * r * z) * norm.cdf(s * r * z / v) + v * norm.pdf(s * r * z / v)
@@ -143,7 +155,9 @@ def test_two_layer_mlp_composes_poole_maps():
         p1 = s * s * quadrature.reference_2d(t, t, s, r)
         p2 = s * s * quadrature.reference_2d(t, t, math.sqrt(q2), p1 / q2)
         assert float(mlp.p_m(kern, jnp.asarray(r))) == pytest.approx(p2, abs=1e-9)
-    assert float(kern.q_m) == pytest.approx(s * s * quadrature.reference_1d(lambda x: t(x) ** 2, math.sqrt(q2)), abs=1e-9)
+    assert float(kern.q_m) == pytest.approx(
+        s * s * quadrature.reference_1d(lambda x: t(x) ** 2, math.sqrt(q2)), abs=1e-9
+    )
 
 
 def _bits(tree):
@@ -163,6 +177,7 @@ def test_mlp_kernel_per_layer_tables_equal_one_program_bitwise(act, k, s):
 
 
 # ---- block map and fixed points -------------------------------------------------------------
+
 
 @pytest.mark.parametrize("pt", POINTS)
 def test_rho_one_is_invariant_and_collapsed_point_is_fixed(pt):
@@ -198,6 +213,7 @@ def test_identity_residual_collapsed_point_is_at_infinity():
 
 
 # ---- exponents ------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("pt", POINTS)
 @pytest.mark.parametrize("kw", [{}, {"activation": "erf"}, {"mlp_layers": 2}])
@@ -239,16 +255,21 @@ def test_collapsed_lambda_g_closed_form_equals_the_scan():
 def test_theory_md_check_values():
     la = float(paper.angle_exponent(HParams(sigma_w=3.0, sigma_a=1.0, alpha_a=0.5, alpha_m=0.5)))
     assert la == pytest.approx(0.2855, abs=5e-5)
-    lg = float(paper.exponents(HParams(sigma_w=1.0, sigma_a=1.0, alpha_a=0.5, alpha_m=0.5, n_tokens=32,
-                                        depth=16))["lambda_g"])
+    lg = float(
+        paper.exponents(HParams(sigma_w=1.0, sigma_a=1.0, alpha_a=0.5, alpha_m=0.5, n_tokens=32, depth=16))["lambda_g"]
+    )
     assert lg == pytest.approx(-0.188, abs=5e-4)
 
 
 def test_scalar_vmap_jit_agree():
     pts = np.array(POINTS)
     kw = dict(sigma_w=pts[:, 0], sigma_a=pts[:, 1], alpha_a=pts[:, 2], alpha_m=pts[:, 3])
-    hps = HParams(**{k: jnp.asarray(v) for k, v in kw.items()}, n_tokens=jnp.full(len(pts), 32.0),
-                  depth=jnp.full(len(pts), 16.0), sigma_v=jnp.ones(len(pts)))
+    hps = HParams(
+        **{k: jnp.asarray(v) for k, v in kw.items()},
+        n_tokens=jnp.full(len(pts), 32.0),
+        depth=jnp.full(len(pts), 16.0),
+        sigma_v=jnp.ones(len(pts)),
+    )
     kern = jax.vmap(lambda s: mlp.kernel(HParams(sigma_w=s), 768, 257))(hps.sigma_w)
     vm = jax.vmap(paper.exponents)(hps, kern)
     jt = jax.jit(jax.vmap(paper.exponents))(hps, kern)
@@ -265,7 +286,9 @@ def test_grad_in_every_numeric_field():
     g = jax.jit(jax.grad(f))(hp)
     for name in ("sigma_w", "alpha_a", "alpha_m", "sigma_v", "n_tokens", "depth"):
         eps = 1e-5
-        fd = (f(hp.replace(**{name: getattr(hp, name) + eps})) - f(hp.replace(**{name: getattr(hp, name) - eps}))) / (2 * eps)
+        fd = (f(hp.replace(**{name: getattr(hp, name) + eps})) - f(hp.replace(**{name: getattr(hp, name) - eps}))) / (
+            2 * eps
+        )
         assert float(getattr(g, name)) == pytest.approx(float(fd), rel=1e-5, abs=1e-9), name
     # lambda_g_inf's gradient (through the root search) on smaller MLP tables: its compile
     # time grows with the table sizes (60 s at 192 x 65, 20 s at 32 x 17 on 2 cores)
@@ -274,8 +297,13 @@ def test_grad_in_every_numeric_field():
 
 
 def test_no_nan_over_an_extreme_grid():
-    ds = phasefield.sweep(sigma_w=[0.05, 1.0, 20.0], sigma_a=[0.05, 1.0, 20.0], alpha=[0.01, 0.5, 0.999],
-                          n_tokens=[2, 32, 4096], depth=[1, 16, 64])
+    ds = phasefield.sweep(
+        sigma_w=[0.05, 1.0, 20.0],
+        sigma_a=[0.05, 1.0, 20.0],
+        alpha=[0.01, 0.5, 0.999],
+        n_tokens=[2, 32, 4096],
+        depth=[1, 16, 64],
+    )
     for k in ds.data_vars:
         assert bool(np.isfinite(ds[k]).all()), k
     assert float(ds.rho_star.min()) >= -1.0 and float(ds.rho_star.max()) <= 1.0

@@ -9,6 +9,7 @@ a working directory outside the repository it then runs ``phasefield exponents -
 imports ``phasefield.probe`` and ``phasefield.layers``, and asks the packaged predictor
 (``phasefield predict``, ``phasefield/vit/trainability_model.json``) for a prediction.
 """
+
 import json
 import os
 import shutil
@@ -36,8 +37,9 @@ def test_wheel_installs_and_runs_outside_the_repository(tmp_path):
     src.mkdir()
     for name in ("setup.cfg", "pyproject.toml", "README.md"):
         shutil.copy(os.path.join(ROOT, name), src / name)
-    shutil.copytree(os.path.join(ROOT, "phasefield"), src / "phasefield",
-                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    shutil.copytree(
+        os.path.join(ROOT, "phasefield"), src / "phasefield", ignore=shutil.ignore_patterns("__pycache__", "*.pyc")
+    )
     dist = tmp_path / "dist"
     _run([sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", dist, src])
     (wheel,) = dist.glob("phasefield-*.whl")
@@ -61,19 +63,65 @@ def test_wheel_installs_and_runs_outside_the_repository(tmp_path):
     env["PHASEFIELD_HOST_DEVICES"] = "1"
 
     # 3. the installed package, not the repository's
-    out = _run([py, "-c", "import phasefield, sys; phasefield.probe; phasefield.layers; "
-                          "assert callable(phasefield.probe); print(phasefield.__file__)"],
-               cwd=cwd, env=env).stdout.strip()
+    out = _run(
+        [
+            py,
+            "-c",
+            "import phasefield, sys; phasefield.probe; phasefield.layers; "
+            "assert callable(phasefield.probe); print(phasefield.__file__)",
+        ],
+        cwd=cwd,
+        env=env,
+    ).stdout.strip()
     assert out.startswith(str(venv)), out
     assert not out.startswith(ROOT + os.sep), out
 
     exe = venv / "bin" / "phasefield"
-    ex = json.loads(_run([exe, "exponents", "--sigma-w", "2", "--sigma-a", "1", "--alpha-a", ".5",
-                          "--alpha-m", ".5", "--n-tokens", "32", "--depth", "16", "--json"],
-                         cwd=cwd, env=env).stdout)
+    ex = json.loads(
+        _run(
+            [
+                exe,
+                "exponents",
+                "--sigma-w",
+                "2",
+                "--sigma-a",
+                "1",
+                "--alpha-a",
+                ".5",
+                "--alpha-m",
+                ".5",
+                "--n-tokens",
+                "32",
+                "--depth",
+                "16",
+                "--json",
+            ],
+            cwd=cwd,
+            env=env,
+        ).stdout
+    )
     assert abs(ex["lambda_a"] - 0.0246) < 1e-3
-    pred = json.loads(_run([exe, "predict", "--sigma-w", "1.2", "--sigma-a", "1", "--alpha-a", ".4",
-                            "--alpha-m", ".6", "--depth", "24", "--json"], cwd=cwd, env=env).stdout)
+    pred = json.loads(
+        _run(
+            [
+                exe,
+                "predict",
+                "--sigma-w",
+                "1.2",
+                "--sigma-a",
+                "1",
+                "--alpha-a",
+                ".4",
+                "--alpha-m",
+                ".6",
+                "--depth",
+                "24",
+                "--json",
+            ],
+            cwd=cwd,
+            env=env,
+        ).stdout
+    )
     assert 0 < pred["predicted_loss"] < pred["chance_loss"]
     assert pred["interval"][0] <= pred["predicted_loss"] <= pred["interval"][1]
-    assert os.listdir(cwd) == []          # nothing written to the working directory
+    assert os.listdir(cwd) == []  # nothing written to the working directory

@@ -1,25 +1,26 @@
 """Phase-diagram figures of the seed paper (Figs. 2–6) and the phase diagram itself.
 
-    from phasefield import figures
-    figures.make_figures("out/figs", quick=True)              # compute, save data, draw
-    figures.make_figures("out/figs2", from_path="out/figs/sweep.nc",
-                         sim_path="out/figs/sim.nc")          # redraw, no recomputation
-    figures.phase.critical_point(ds)                          # where lambda_a = lambda_g = 0
+from phasefield import figures
+figures.make_figures("out/figs", quick=True)              # compute, save data, draw
+figures.make_figures("out/figs2", from_path="out/figs/sweep.nc",
+                     sim_path="out/figs/sim.nc")          # redraw, no recomputation
+figures.phase.critical_point(ds)                          # where lambda_a = lambda_g = 0
 
-    settings   what to compute: grid sizes, widths, presets (full, quick, tiny)
-    compute    computing the datasets (theory sweeps, simulations), resumably
-    files      the datasets' netCDF files: writing, loading
-    agreement  theory vs simulation on the simulated grids
-    paper   the figure functions (matplotlib, Agg backend), drawn from datasets only
-    phase   phase classification, zero contours and their intersection
-    style   sizes (single column, 3.4 in), symbols, diverging colour scales
-    demo    ``phasefield demo``: sweep + quick simulation + figures + summary
+settings   what to compute: grid sizes, widths, presets (full, quick, tiny)
+compute    computing the datasets (theory sweeps, simulations), resumably
+files      the datasets' netCDF files: writing, loading
+agreement  theory vs simulation on the simulated grids
+paper   the figure functions (matplotlib, Agg backend), drawn from datasets only
+phase   phase classification, zero contours and their intersection
+style   sizes (single column, 3.4 in), symbols, diverging colour scales
+demo    ``phasefield demo``: sweep + quick simulation + figures + summary
 """
+
 from __future__ import annotations
 
 import os
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from . import phase  # noqa: F401  (light: numpy only at import)
 
@@ -41,9 +42,16 @@ def load_inputs(from_path: str | None, sim_path: str | None, echo: Callable = pr
     return theory, sim
 
 
-def make_figures(out_dir: str, quick: bool = False, from_path: str | None = None,
-                 sim_path: str | None = None, settings=None, echo: Callable = print,
-                 progress: bool = True, inputs: tuple | None = None) -> dict:
+def make_figures(
+    out_dir: str,
+    quick: bool = False,
+    from_path: str | None = None,
+    sim_path: str | None = None,
+    settings=None,
+    echo: Callable = print,
+    progress: bool = True,
+    inputs: tuple | None = None,
+) -> dict:
     """Write the figures (PNG + PDF) and the datasets they were drawn from
     (``sweep.nc``, ``sim.nc``) into ``out_dir``.
 
@@ -79,15 +87,13 @@ def _make(out_dir, s, t0, theory, sim, from_path, sim_path, echo, progress):
     from . import compute, files, paper
 
     if theory is None:
-        theory, computed_sim = compute.compute(out_dir, s, echo=echo, progress=progress,
-                                               with_sim=sim is None)
+        theory, computed_sim = compute.compute(out_dir, s, echo=echo, progress=progress, with_sim=sim is None)
         if sim is None:
             sim = computed_sim
         else:
             files.save_groups(sim, os.path.join(out_dir, files.SIM_FILE))
     else:
-        for groups, fname, src in ((theory, files.THEORY_FILE, from_path),
-                                   (sim, files.SIM_FILE, sim_path)):
+        for groups, fname, src in ((theory, files.THEORY_FILE, from_path), (sim, files.SIM_FILE, sim_path)):
             if groups and not _same(src, os.path.join(out_dir, fname)):
                 files.save_groups(groups, os.path.join(out_dir, fname))
     sim = sim or {}

@@ -1,5 +1,6 @@
 """Theory vs simulation on the figures' simulated grids: the theory at the simulated points
 (:func:`theory_at`) and the median / max errors (:func:`agreement`)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -41,14 +42,21 @@ def agreement(theory_groups: dict, sim_groups: dict, name: str = "alpha_sigma_w"
         th, how = theory_at(theory_groups[name], sim)
     else:
         th, _ = theory_at(th, sim)
-    out = dict(grid=name, theory=how, points=int(np.prod([sim.sizes[d] for d in sim.dims])),
-               width=int(sim.attrs.get("width", 0)), seeds=int(sim.attrs.get("seeds", 0)))
+    out = dict(
+        grid=name,
+        theory=how,
+        points=int(np.prod([sim.sizes[d] for d in sim.dims])),
+        width=int(sim.attrs.get("width", 0)),
+        seeds=int(sim.attrs.get("seeds", 0)),
+    )
     for v in ("lambda_a", "lambda_g"):
         a = np.asarray(sim[v].transpose(*th[v].dims).values, float)
         b = np.asarray(th[v].values, float)
         err = np.abs(a - b)[np.isfinite(a - b)]
-        out[v] = dict(median=float(np.median(err)) if err.size else float("nan"),
-                      max=float(np.max(err)) if err.size else float("nan"))
+        out[v] = dict(
+            median=float(np.median(err)) if err.size else float("nan"),
+            max=float(np.max(err)) if err.size else float("nan"),
+        )
         if f"{v}_se" in sim:
             se = np.asarray(sim[f"{v}_se"].values, float)
             out[v]["median_se"] = float(np.nanmedian(se))

@@ -6,14 +6,18 @@ zero contour, and the simulation's measured signs beside the theory where given.
 points of this block at the widest width are drawn as markers, filled where the measured
 rate is positive (chaotic / exploding), open where negative.
 """
+
 from __future__ import annotations
 
 import numpy as np
 
 from .style import context, diverging_norm, extend, save
 
-TITLES = {"angle_rate": "angle rate (1/L) log[(1-ρ_L)/(1-ρ_0)]", "lambda_g": "gradient rate λ_g(L)",
-          "lambda_g_input": "gradient rate λ_g(L)"}
+TITLES = {
+    "angle_rate": "angle rate (1/L) log[(1-ρ_L)/(1-ρ_0)]",
+    "lambda_g": "gradient rate λ_g(L)",
+    "lambda_g_input": "gradient rate λ_g(L)",
+}
 
 
 def _gradient_name(ds) -> str:
@@ -52,18 +56,22 @@ def phase_diagram(ds, out_dir: str, name: str, sim=None, formats=("png",)) -> li
             fig.colorbar(im, ax=ax, extend=extend(norm, z))
             for r in pts:
                 v = r["sim"].get(var, r["sim"].get("lambda_g")) if var == grad else r["sim"][var]
-                if v is None or not np.isfinite(v):     # not measurable (e.g. below float32 resolution)
+                if v is None or not np.isfinite(v):  # not measurable (e.g. below float32 resolution)
                     ax.plot(r["point"][x], r["point"][y], "x", ms=6, color="k")
                     continue
-                ax.plot(r["point"][x], r["point"][y], "o", ms=6, mec="k",
-                        mfc="k" if v > 0 else "white")
+                ax.plot(r["point"][x], r["point"][y], "o", ms=6, mec="k", mfc="k" if v > 0 else "white")
             depth = ds.attrs.get("depth")
-            ax.set_title(TITLES[var] + (f", L = {depth}" if depth is not None and x != "depth" and y != "depth" else ""),
-                         fontsize=8)
+            ax.set_title(
+                TITLES[var] + (f", L = {depth}" if depth is not None and x != "depth" and y != "depth" else ""),
+                fontsize=8,
+            )
             ax.set_xlabel(x)
             ax.set_ylabel(y)
             if y == "depth":
                 ax.set_yscale("log", base=2)
-        fig.suptitle(f"{block}: theory (colour, black line: zero)"
-                     + (f"; simulation at d = {pts[0]['width']} (filled: > 0, x: not measurable)" if pts else ""), fontsize=8)
+        fig.suptitle(
+            f"{block}: theory (colour, black line: zero)"
+            + (f"; simulation at d = {pts[0]['width']} (filled: > 0, x: not measurable)" if pts else ""),
+            fontsize=8,
+        )
         return save(fig, out_dir, name, formats)

@@ -8,11 +8,12 @@ the CPU in a few minutes, then a short summary:
 
 The summary is printed and written to ``OUT/summary.json`` and ``OUT/summary.txt``.
 """
+
 from __future__ import annotations
 
 import os
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from . import phase
 
@@ -26,22 +27,27 @@ def summarize(result: dict) -> dict:
     if "alpha_sigma_w" in theory:
         ds = theory["alpha_sigma_w"]
         cp = phase.critical_point(ds, "alpha", "sigma_w")
-        fixed = {k: float(ds[k].values) for k in ("sigma_a", "n_tokens", "depth")
-                 if k in ds.coords and ds[k].size == 1}
+        fixed = {k: float(ds[k].values) for k in ("sigma_a", "n_tokens", "depth") if k in ds.coords and ds[k].size == 1}
         out["critical_point"] = cp
         out["critical_point_text"] = phase.describe(cp, fixed)
         # the edge of chaos and lambda_g along it, for context
         edge = []
         for line, gv in phase.zero_crossings(
-                phase.slice2d(ds, "alpha", "sigma_w", "lambda_a").values,
-                phase.slice2d(ds, "alpha", "sigma_w", "lambda_g").values,
-                ds["alpha"].values, ds["sigma_w"].values)[1]:
+            phase.slice2d(ds, "alpha", "sigma_w", "lambda_a").values,
+            phase.slice2d(ds, "alpha", "sigma_w", "lambda_g").values,
+            ds["alpha"].values,
+            ds["sigma_w"].values,
+        )[1]:
             for a in (0.25, 0.5, 0.75):
                 i = int(abs(line[:, 0] - a).argmin())
                 if abs(line[i, 0] - a) < 0.03:
-                    edge.append(dict(alpha=round(float(line[i, 0]), 3),
-                                     sigma_w=round(float(line[i, 1]), 3),
-                                     lambda_g=round(float(gv[i]), 4)))
+                    edge.append(
+                        dict(
+                            alpha=round(float(line[i, 0]), 3),
+                            sigma_w=round(float(line[i, 1]), 3),
+                            lambda_g=round(float(gv[i]), 4),
+                        )
+                    )
         out["edge_of_chaos"] = edge
     agree = {}
     for name in ("alpha_sigma_w", "sigma_a_alpha"):
@@ -62,16 +68,25 @@ def format_summary(summary: dict) -> str:
         lines.append(summary["critical_point_text"])
         cp = summary.get("critical_point") or {}
         if cp.get("kind") == "closest":
-            lines.append("  (on lambda_a = 0, lambda_g(L) > 0 for every alpha > 0: the mean-token "
-                         "gradient mode grows, docs/theory.md §7)")
+            lines.append(
+                "  (on lambda_a = 0, lambda_g(L) > 0 for every alpha > 0: the mean-token "
+                "gradient mode grows, docs/theory.md §7)"
+            )
         for e in summary.get("edge_of_chaos", []):
-            lines.append(f"  on lambda_a = 0 at alpha = {e['alpha']:.2f}: sigma_w = {e['sigma_w']:.3f}, "
-                         f"lambda_g(L) = {e['lambda_g']:+.4f}")
-    names = {"alpha_sigma_w": "(alpha, sigma_w) grid", "sigma_a_alpha": "(sigma_A, alpha) grid",
-             "causal": "causal (alpha, sigma_w) grid vs full-Gram theory"}
+            lines.append(
+                f"  on lambda_a = 0 at alpha = {e['alpha']:.2f}: sigma_w = {e['sigma_w']:.3f}, "
+                f"lambda_g(L) = {e['lambda_g']:+.4f}"
+            )
+    names = {
+        "alpha_sigma_w": "(alpha, sigma_w) grid",
+        "sigma_a_alpha": "(sigma_A, alpha) grid",
+        "causal": "causal (alpha, sigma_w) grid vs full-Gram theory",
+    }
     for name, a in summary.get("agreement", {}).items():
-        lines.append(f"theory vs simulation, {names.get(name, name)}: {a['points']} points, "
-                     f"width {a['width']}, {a['seeds']} draws")
+        lines.append(
+            f"theory vs simulation, {names.get(name, name)}: {a['points']} points, "
+            f"width {a['width']}, {a['seeds']} draws"
+        )
         for v in ("lambda_a", "lambda_g"):
             r = a[v]
             se = f", median se {r['median_se']:.3f}" if "median_se" in r else ""
@@ -82,7 +97,8 @@ def format_summary(summary: dict) -> str:
 
 def run(out_dir: str, settings=None, echo: Callable = print, progress: bool = True) -> dict:
     """Run the demo into ``out_dir``; returns the summary dict."""
-    from . import make_figures, settings as presets
+    from . import make_figures
+    from . import settings as presets
 
     t0 = time.time()
     res = make_figures(out_dir, settings=settings or presets.QUICK, echo=echo, progress=progress)
@@ -92,7 +108,7 @@ def run(out_dir: str, settings=None, echo: Callable = print, progress: bool = Tr
     echo(text)
     from .. import io
 
-    io.write_json(os.path.join(out_dir, "summary.json"), summary)   # NaN -> null (RFC 8259)
+    io.write_json(os.path.join(out_dir, "summary.json"), summary)  # NaN -> null (RFC 8259)
     with io.atomic_path(os.path.join(out_dir, "summary.txt")) as tmp, open(tmp, "w") as f:
         f.write(text.lstrip() + "\n")
     return summary

@@ -22,6 +22,7 @@ sweep`` is accepted too; its slice is recognised from its dimensions.
 
 They are computed by :mod:`.compute`.
 """
+
 from __future__ import annotations
 
 import os
@@ -48,8 +49,10 @@ def _recognise(ds, path):
             if name == "alpha_sigma_w" and int(ds.attrs.get("causal", 0)):
                 return "causal"
             return name
-    raise ValueError(f"{path}: expected a 2-D grid over (alpha, sigma_w) or (sigma_a, alpha); "
-                     f"got dimensions ({', '.join(ds.dims) or 'none'})")
+    raise ValueError(
+        f"{path}: expected a 2-D grid over (alpha, sigma_w) or (sigma_a, alpha); "
+        f"got dimensions ({', '.join(ds.dims) or 'none'})"
+    )
 
 
 def load_groups(path: str, kind: str = "theory") -> dict:

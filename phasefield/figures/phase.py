@@ -15,6 +15,7 @@
   mean-mode eigenvalue μ = 1 + α_A² σ_V² / (β_A² q*) > 1 (docs/theory.md §7), so λ_g(L) > 0 for
   every α > 0 and the two contours meet only in the limit α → 0.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -39,10 +40,13 @@ def classify(ds, angle: str = "lambda_a", gradient: str = "lambda_g"):
     ok = np.isfinite(la) & np.isfinite(lg)
     code = xr.where(ok, code, -1).astype(np.int8)
     code.name = "phase"
-    code.attrs = dict(long_name="phase (angle exponent x gradient exponent)",
-                      flag_values=np.array(list(PHASES), np.int8),
-                      flag_meanings=" ".join(v.replace(", ", "_") for v in PHASES.values()),
-                      angle=angle, gradient=gradient)
+    code.attrs = dict(
+        long_name="phase (angle exponent x gradient exponent)",
+        flag_values=np.array(list(PHASES), np.int8),
+        flag_meanings=" ".join(v.replace(", ", "_") for v in PHASES.values()),
+        angle=angle,
+        gradient=gradient,
+    )
     return code
 
 
@@ -66,8 +70,10 @@ def slice2d(ds, x: str, y: str, var: str | None = None):
     extra = [d for d in obj.dims if d not in (x, y)]
     bad = [d for d in extra if obj.sizes[d] != 1]
     if bad:
-        raise ValueError(f"cannot take the ({x}, {y}) slice: dimension(s) {', '.join(bad)} have "
-                         "more than one value; select one first")
+        raise ValueError(
+            f"cannot take the ({x}, {y}) slice: dimension(s) {', '.join(bad)} have "
+            "more than one value; select one first"
+        )
     if extra:
         obj = obj.isel({d: 0 for d in extra})
     return obj.transpose(y, x)
@@ -81,8 +87,7 @@ def zero_contour(z, x, y, level: float = 0.0) -> list[np.ndarray]:
     z = np.ma.masked_invalid(np.asarray(z, float))
     if z.count() == 0:
         return []
-    gen = contourpy.contour_generator(np.asarray(x, float), np.asarray(y, float), z,
-                                      line_type="Separate")
+    gen = contourpy.contour_generator(np.asarray(x, float), np.asarray(y, float), z, line_type="Separate")
     return [np.asarray(p, float) for p in gen.lines(level) if len(p) >= 2]
 
 
@@ -129,8 +134,9 @@ def zero_crossings(f, g, x, y):
     return out, lines
 
 
-def critical_point(ds, x: str = "alpha", y: str = "sigma_w", angle: str = "lambda_a",
-                   gradient: str = "lambda_g") -> dict | None:
+def critical_point(
+    ds, x: str = "alpha", y: str = "sigma_w", angle: str = "lambda_a", gradient: str = "lambda_g"
+) -> dict | None:
     """Where λ_a = λ_g = 0 on the (x, y) slice of a theory grid (see the module docstring).
 
     Returns ``None`` when the λ_a = 0 contour does not enter the grid, else a dict
@@ -167,8 +173,7 @@ def critical_point(ds, x: str = "alpha", y: str = "sigma_w", angle: str = "lambd
     span = max(abs(xs.max() - xs.min()), 1e-300)
     result["at_edge"] = bool(min(abs(px - xs.min()), abs(px - xs.max())) < 1e-6 * span)
     pt = np.array([[px, py]])
-    result.update({x: float(px), y: float(py), angle: float(la_at(pt)[0]),
-                   gradient: float(g_at(pt)[0])})
+    result.update({x: float(px), y: float(py), angle: float(la_at(pt)[0]), gradient: float(g_at(pt)[0])})
     return result
 
 
@@ -186,7 +191,11 @@ def describe(cp: dict | None, fixed: dict | None = None) -> str:
     g = cp[cp["gradient"]]
     gs = f"{g:+.1e}" if 0 < abs(g) < 1e-3 else f"{g:+.4f}"
     if cp.get("at_edge"):
-        return (f"the zero contours do not cross inside the grid; they meet at its {x} edge: "
-                f"{where}, where {cp['gradient']} = {gs} (for {x} -> 0 both exponents vanish)")
-    return (f"the zero contours do not cross inside the grid; closest approach on lambda_a = 0 "
-            f"at {where}, where {cp['gradient']} = {gs}")
+        return (
+            f"the zero contours do not cross inside the grid; they meet at its {x} edge: "
+            f"{where}, where {cp['gradient']} = {gs} (for {x} -> 0 both exponents vanish)"
+        )
+    return (
+        f"the zero contours do not cross inside the grid; closest approach on lambda_a = 0 "
+        f"at {where}, where {cp['gradient']} = {gs}"
+    )

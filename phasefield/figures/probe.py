@@ -2,6 +2,7 @@
 of nearby tokens and gradient norm against depth, with standard errors over
 initializations, and the theory's curves beside them when the model is a phasefield block.
 Drawn from a :class:`phasefield.probe.ProbeResult` only (no computation)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -15,18 +16,28 @@ def probe_figure(res, path: str) -> None:
     blocks = ds["block"].values
     with style.context() as plt:
         fig, axes = plt.subplots(1, 4, figsize=(2 * style.COLUMN, 1.7))
-        panels = [("q", [("q_data", "your inputs", "o"), ("q_sym", "symmetric start", "s")], "q", True),
-                  ("mean cosine ρ", [("rho_data", "your inputs", "o"), ("rho_sym", "symmetric start", "s")],
-                   "rho", False),
-                  ("angle growth per block", [("angle", "nearby tokens", "o")], "angle", False),
-                  ("gradient |∂(u·x_L)/∂x_l|²", [("grad", "your inputs", "o")], "grad", True)]
+        panels = [
+            ("q", [("q_data", "your inputs", "o"), ("q_sym", "symmetric start", "s")], "q", True),
+            ("mean cosine ρ", [("rho_data", "your inputs", "o"), ("rho_sym", "symmetric start", "s")], "rho", False),
+            ("angle growth per block", [("angle", "nearby tokens", "o")], "angle", False),
+            ("gradient |∂(u·x_L)/∂x_l|²", [("grad", "your inputs", "o")], "grad", True),
+        ]
         for ax, (title, series, tkey, logy) in zip(axes, panels):
             for var, label, marker in series:
                 if var not in ds:
                     continue
                 y, se = ds[var].values, ds[var + "_se"].values
-                ax.errorbar(blocks, y, yerr=se, marker=marker, ms=2.5, lw=0.8, capsize=1.5,
-                            color=style.SIM_COLOR if marker == "o" else "tab:green", label=label)
+                ax.errorbar(
+                    blocks,
+                    y,
+                    yerr=se,
+                    marker=marker,
+                    ms=2.5,
+                    lw=0.8,
+                    capsize=1.5,
+                    color=style.SIM_COLOR if marker == "o" else "tab:green",
+                    label=label,
+                )
             if th is not None:
                 t = np.exp(th["log_grad"]) if tkey == "grad" else th[tkey]
                 ax.plot(blocks, t, "--", color=style.THEORY_COLOR, label="theory")
@@ -34,6 +45,7 @@ def probe_figure(res, path: str) -> None:
                 ax.axhline(0.0, color="0.6", lw=0.5)
             if logy:
                 from matplotlib.ticker import NullFormatter
+
                 ax.set_yscale("log")
                 ax.yaxis.set_minor_formatter(NullFormatter())
             ax.set_title(title)

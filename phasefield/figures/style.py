@@ -1,5 +1,6 @@
 """Shared look of the figures: single-column sizes, symbols, diverging colour scales
 centred at zero, and PNG + PDF output (matplotlib, Agg backend)."""
+
 from __future__ import annotations
 
 import contextlib
@@ -9,9 +10,9 @@ import numpy as np
 
 from ..io import atomic_path
 
-COLUMN = 3.4          # single-column width (inches)
-DPI = 200             # PNG resolution
-CMAP = "RdBu_r"       # diverging: blue < 0 < red
+COLUMN = 3.4  # single-column width (inches)
+DPI = 200  # PNG resolution
+CMAP = "RdBu_r"  # diverging: blue < 0 < red
 SYMBOLS = {
     "sigma_w": r"$\sigma_w$",
     "sigma_a": r"$\sigma_A$",
@@ -122,6 +123,14 @@ def save(fig, out_dir: str, name: str, formats=("png", "pdf")) -> list[str]:
 
 
 def panel_label(ax, text):
-    ax.text(0.02, 0.98, text, transform=ax.transAxes, ha="left", va="top", fontsize=7,
-            fontweight="bold", bbox=dict(boxstyle="round,pad=0.15", fc="white", ec="none",
-                                         alpha=0.7))
+    ax.text(
+        0.02,
+        0.98,
+        text,
+        transform=ax.transAxes,
+        ha="left",
+        va="top",
+        fontsize=7,
+        fontweight="bold",
+        bbox=dict(boxstyle="round,pad=0.15", fc="white", ec="none", alpha=0.7),
+    )

@@ -21,20 +21,21 @@ Mean field on input ``(q, rho)``: the logits are those of normalized tokens with
 ``sigma_A q`` and ``sigma_V sqrt(q)``, and the backward map is theirs with the input norm
 q (whose ``1/q`` is the chain rule of ``x = sqrt(q) x_hat``).
 """
+
 from __future__ import annotations
 
-from typing import Any, NamedTuple, Optional
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 from flax import linen as nn
 from flax import struct
 
-from .weights import check_weights, linear
 from ..theory import attention as att_maps
 from ..theory.attention import exact_table
 from .base import Layer
 from .state import Grad, Kernel, as_float
+from .weights import check_weights, linear
 
 MAPS = ("paper", "exact")
 SCALES = ("sqrt", "inv")
@@ -42,6 +43,7 @@ SCALES = ("sqrt", "inv")
 
 class _AttHP(NamedTuple):
     """The fields the maps of :mod:`phasefield.theory.attention` read."""
+
     sigma_a: Any
     sigma_v: Any
     n_tokens: Any
@@ -53,14 +55,14 @@ class _AttHP(NamedTuple):
 class Attention(Layer):
     sigma_a: Any = 1.0
     sigma_v: Any = 1.0
-    sigma_o: Any = None          # None: no output projection (the paper's block)
+    sigma_o: Any = None  # None: no output projection (the paper's block)
     heads: int = struct.field(pytree_node=False, default=1)
     scale: str = struct.field(pytree_node=False, default="sqrt")
-    width: Optional[int] = struct.field(pytree_node=False, default=None)
+    width: int | None = struct.field(pytree_node=False, default=None)
     map: str = struct.field(pytree_node=False, default="paper")
     softmax_correction: bool = struct.field(pytree_node=False, default=False)
-    att: Any = None              # the exact map's tables (prepare)
-    name: Optional[str] = struct.field(pytree_node=False, default=None)   # its Flax module's (None: automatic)
+    att: Any = None  # the exact map's tables (prepare)
+    name: str | None = struct.field(pytree_node=False, default=None)  # its Flax module's (None: automatic)
 
     def __post_init__(self):
         if self.map not in MAPS:
@@ -85,8 +87,9 @@ class Attention(Layer):
         return self._logit_scale() * q
 
     def _hp(self, ctx, q):
-        return _AttHP(self.logit_std(q), as_float(self.sigma_v) * jnp.sqrt(q), ctx.n_tokens,
-                      self.map, self.softmax_correction)
+        return _AttHP(
+            self.logit_std(q), as_float(self.sigma_v) * jnp.sqrt(q), ctx.n_tokens, self.map, self.softmax_correction
+        )
 
     def _out_scale(self):
         return 1.0 if self.sigma_o is None else jnp.square(as_float(self.sigma_o))
@@ -149,13 +152,12 @@ class AttentionModule(nn.Module):
         dh = d // h
         qk_std = jnp.sqrt(jnp.asarray(lay.sigma_a) / d)
         v_std = jnp.asarray(lay.sigma_v) / jnp.sqrt(d)
-        q, k, v = linear(self.weights, (d, d, d), (qk_std, qk_std, v_std),
-                          ("query", "key", "value"))(x)
+        q, k, v = linear(self.weights, (d, d, d), (qk_std, qk_std, v_std), ("query", "key", "value"))(x)
         split = lambda t: t.reshape(*batch, n, h, dh)
         q, k, v = self.queries_keys(split(q), split(k)) + (split(v),)
         div = dh if lay.scale == "inv" else jnp.sqrt(dh)
         spec = ("...ihd,...jhd->...hij", "...hij,...jhd->...ihd")
-        if h == 1:   # one head: the same sums without a head axis (the paper block's rounding, bitwise)
+        if h == 1:  # one head: the same sums without a head axis (the paper block's rounding, bitwise)
             q, k, v = q[..., 0, :], k[..., 0, :], v[..., 0, :]
             spec = ("...id,...jd->...ij", "...ij,...jd->...id")
         logits = jnp.einsum(spec[0], q, k) / jnp.asarray(div, x.dtype)

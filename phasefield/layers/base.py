@@ -21,9 +21,10 @@ Every layer is a ``flax.struct`` dataclass: its sweepable numbers are pytree lea
 :class:`Serial` composes layers; a block is a ``Serial`` and the presets
 (:mod:`.presets`) are named compositions.
 """
+
 from __future__ import annotations
 
-from typing import Any, Tuple
+from typing import Any
 
 import jax
 from flax import linen as nn
@@ -39,13 +40,13 @@ class Layer:
     def prepare(self, ctx: Context):
         return self
 
-    def forward(self, k: Kernel, ctx: Context) -> Kernel:   # pragma: no cover - interface
+    def forward(self, k: Kernel, ctx: Context) -> Kernel:  # pragma: no cover - interface
         raise NotImplementedError
 
-    def backward(self, k: Kernel, g: Grad, ctx: Context) -> Grad:   # pragma: no cover
+    def backward(self, k: Kernel, g: Grad, ctx: Context) -> Grad:  # pragma: no cover
         raise NotImplementedError
 
-    def module(self, weights: str = "dense", causal: bool = False, name=None) -> nn.Module:   # pragma: no cover
+    def module(self, weights: str = "dense", causal: bool = False, name=None) -> nn.Module:  # pragma: no cover
         raise NotImplementedError
 
     def call(self, x, weights: str, causal: bool):
@@ -67,7 +68,7 @@ class Layer:
 class Serial(Layer):
     """``layers[-1] o ... o layers[0]``."""
 
-    layers: Tuple[Any, ...]
+    layers: tuple[Any, ...]
 
     def prepare(self, ctx):
         return self.replace(layers=tuple(layer.prepare(ctx) for layer in self.layers))

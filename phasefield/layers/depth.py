@@ -27,6 +27,7 @@ leaf); ``block`` must be prepared (:meth:`prepare`, done by the public entry poi
   they change with L. Where the block has a finite fixed point and ``q0 = q*`` the angle
   rate is lambda_a and ``lambda_g_collapsed`` is lambda_g(L).
 """
+
 from __future__ import annotations
 
 import jax
@@ -36,15 +37,16 @@ from ..theory.attention import exact_table
 from .state import Grad, Kernel
 
 NEWTON_STEPS = 2
-MESH = 49                # cosine mesh of the root search
-BISECTION_STEPS = 10     # per root bracket (a mesh cell: width <= 0.05 -> 5e-5), then Newton
-ROOT_NEWTON_STEPS = 3    # quadratic from 5e-5: machine precision
+MESH = 49  # cosine mesh of the root search
+BISECTION_STEPS = 10  # per root bracket (a mesh cell: width <= 0.05 -> 5e-5), then Newton
+ROOT_NEWTON_STEPS = 3  # quadratic from 5e-5: machine precision
 MAX_ROOTS = 4
-RHO0 = 0.5               # the input cosine whose attractor is reported as rho_star
+RHO0 = 0.5  # the input cosine whose attractor is reported as rho_star
 
 
 def trajectory(block, ctx, k0: Kernel, depth: int):
     """(q, p) arrays of length depth + 1 (index 0: the input)."""
+
     def step(k, _):
         k1 = block.forward(k, ctx)
         return k1, (k1.q, k1.p)
@@ -62,6 +64,7 @@ def backward_rate(block, ctx, qs, ps, depth: int):
     """lambda_g(L) along the forward trajectory ``(qs, ps)`` [L + 1] of :func:`trajectory`
     (its first L geometries are the backward maps' inputs): :func:`gradient_exponent` for a
     caller that has the trajectory already (one forward scan in the compiled program, not two)."""
+
     def step(carry, x):
         a, b, log_scale = carry
         g = block.backward(Kernel(*x), Grad(a, b), ctx)
@@ -69,8 +72,7 @@ def backward_rate(block, ctx, qs, ps, depth: int):
         return (g.a / s, g.b / s, log_scale + jnp.log(s)), None
 
     one = jnp.ones_like(qs[0])
-    (_, _, log_total), _ = jax.lax.scan(step, (one, 0.0 * one, 0.0 * one), (qs[:-1], ps[:-1]),
-                                        reverse=True)
+    (_, _, log_total), _ = jax.lax.scan(step, (one, 0.0 * one, 0.0 * one), (qs[:-1], ps[:-1]), reverse=True)
     return log_total / depth
 
 
@@ -81,17 +83,17 @@ def norm_fixed_point(block, ctx, rho):
     def newton(q, _):
         done = jnp.isinf(q)
         val, slope = jax.jvp(f, (jnp.where(done, 1.0, q),), (jnp.ones_like(q),))
-        grows = done | (slope >= 0.0)          # d q'/dq >= 1: no finite fixed point
+        grows = done | (slope >= 0.0)  # d q'/dq >= 1: no finite fixed point
         q_new = q - val / jnp.where(grows, -1.0, slope)
         return jnp.where(grows, jnp.inf, q_new), None
 
-    q, _ = jax.lax.scan(newton, jnp.ones_like(jnp.asarray(rho, jnp.result_type(float))), None,
-                        length=NEWTON_STEPS)
+    q, _ = jax.lax.scan(newton, jnp.ones_like(jnp.asarray(rho, jnp.result_type(float))), None, length=NEWTON_STEPS)
     return q
 
 
 def transverse_multiplier(block, ctx, q):
     """m(q) = d(q' - p') / d(q - p) at the collapsed geometry (q, q)."""
+
     def gap(u):
         k1 = block.forward(Kernel(q, q - u), ctx)
         return k1.q - k1.p
@@ -141,7 +143,7 @@ def stable_points(block, ctx, la=None):
         la = angle_exponent(block, ctx)
     tiny = jnp.asarray(1e-300, dt)
     g = g.at[0].set(jnp.where(g[0] > 0, g[0], tiny))
-    g = g.at[-1].set(jnp.where(la > 0, -tiny, tiny))      # sign just below rho = 1
+    g = g.at[-1].set(jnp.where(la > 0, -tiny, tiny))  # sign just below rho = 1
     down = (g[:-1] > 0) & (g[1:] <= 0)
     change = down | ((g[:-1] <= 0) & (g[1:] > 0))
     (idx,) = jnp.nonzero(change, size=MAX_ROOTS, fill_value=0)
@@ -154,6 +156,7 @@ def stable_points(block, ctx, la=None):
 def bisection(fv, lo, hi, pos_lo, steps):
     """``steps`` bisections of the brackets [lo, hi] of the vectorized ``fv`` (sign at lo:
     ``pos_lo``)."""
+
     def bisect(_, bracket):
         a, b = bracket
         mid = 0.5 * (a + b)
@@ -191,8 +194,13 @@ def attractors_of(roots, stable, collapsed_stable, g0, rho0) -> dict:
     up = jnp.where(jnp.isfinite(above), above, 1.0)
     dn = jnp.where(jnp.isfinite(below), below, jnp.nan)
     rho_star = jnp.where(g0 > 0, up, jnp.where(g0 < 0, dn, rho0))
-    return dict(rho=roots, stable=stable, collapsed_stable=collapsed_stable,
-                n_stable=jnp.sum(stable) + collapsed_stable.astype(jnp.int32), rho_star=rho_star)
+    return dict(
+        rho=roots,
+        stable=stable,
+        collapsed_stable=collapsed_stable,
+        n_stable=jnp.sum(stable) + collapsed_stable.astype(jnp.int32),
+        rho_star=rho_star,
+    )
 
 
 def gradient_matrix(block, ctx, k: Kernel):
@@ -221,8 +229,9 @@ def exponents(block, ctx, depth: int) -> dict:
     coll = rho >= 1.0
     q_att = jnp.where(coll, qs, norm_fixed_point(block, ctx, jnp.where(coll, 0.5, rho)))
     lg_inf = jnp.log(top_eigenvalue(gradient_matrix(block, ctx, Kernel(q_att, rho * q_att))))
-    stab = jnp.concatenate([jnp.where(fp["stable"], fp["rho"], jnp.nan),
-                            jnp.where(fp["collapsed_stable"], 1.0, jnp.nan)[None]])
+    stab = jnp.concatenate(
+        [jnp.where(fp["stable"], fp["rho"], jnp.nan), jnp.where(fp["collapsed_stable"], 1.0, jnp.nan)[None]]
+    )
     lo = jnp.where(jnp.isnan(stab), jnp.inf, stab).min()
     hi = jnp.where(jnp.isnan(stab), -jnp.inf, stab).max()
     nan = jnp.nan * q_star
@@ -251,12 +260,14 @@ def finite_depth(block, ctx, k0: Kernel, depth: int) -> dict:
         angle_rate=rate,
         lambda_g=backward_rate(block, ctx, qs, ps, depth),
         lambda_g_collapsed=backward_rate(block, ctx, qc, pc, depth),
-        q=qs, rho=ps / qs, q_collapsed=qc, angle_multipliers=m,
+        q=qs,
+        rho=ps / qs,
+        q_collapsed=qc,
+        angle_multipliers=m,
     )
 
 
-FIXED_POINT_KEYS = ("lambda_a", "lambda_g_inf", "q_star", "rho_star", "n_stable", "rho_star_min",
-                    "rho_star_max")
+FIXED_POINT_KEYS = ("lambda_a", "lambda_g_inf", "q_star", "rho_star", "n_stable", "rho_star_min", "rho_star_max")
 
 
 def rates(block, ctx, k0: Kernel, depth: int) -> dict:
@@ -276,4 +287,3 @@ def rates(block, ctx, k0: Kernel, depth: int) -> dict:
     none = lambda _: {k: jnp.full(v.shape, fill.get(k, jnp.nan), v.dtype) for k, v in shapes.items()}
     out.update(jax.lax.cond(fin, fixed, none, None), has_fixed_point=fin)
     return out
-

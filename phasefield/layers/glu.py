@@ -15,6 +15,7 @@ gate path gives ``sigma_g^2 K' sigma_v^2 rho``, the value path ``sigma_v^2 K``; 
 term vanishes): Price's theorem for the product kernel. ``sigma_out`` is the output layer's
 fan-in scale (std ``sigma_out / sqrt(mult d)``).
 """
+
 from __future__ import annotations
 
 import math
@@ -25,21 +26,21 @@ from flax import linen as nn
 from flax import struct
 
 from .. import activations
-from .weights import check_weights, linear
 from ..theory import mlp as mlp_maps
 from .base import Layer
 from .mlp import _MLPHP
 from .state import Grad, Kernel, as_float
+from .weights import check_weights, linear
 
 
 @struct.dataclass
 class GLU(Layer):
-    sigma_g: Any = 1.0           # gate W_g: std sigma_g / sqrt(d)
-    sigma_v: Any = 1.0           # value W_v: std sigma_v / sqrt(d)
-    sigma_out: Any = 1.0         # output W_2: std sigma_out / sqrt(mult d)
+    sigma_g: Any = 1.0  # gate W_g: std sigma_g / sqrt(d)
+    sigma_v: Any = 1.0  # value W_v: std sigma_v / sqrt(d)
+    sigma_out: Any = 1.0  # output W_2: std sigma_out / sqrt(mult d)
     activation: str = struct.field(pytree_node=False, default="silu")
     mult: float = struct.field(pytree_node=False, default=8.0 / 3.0)
-    kern: Any = None             # the gate's MLPKernel (prepare)
+    kern: Any = None  # the gate's MLPKernel (prepare)
 
     def __post_init__(self):
         activations.get(self.activation)
@@ -57,8 +58,7 @@ class GLU(Layer):
 
     def forward(self, k, ctx):
         c, rho = self._c(k), k.rho
-        return Kernel(c * jnp.broadcast_to(self.kern.q_m, jnp.shape(rho)),
-                      c * rho * mlp_maps.p_m(self.kern, rho))
+        return Kernel(c * jnp.broadcast_to(self.kern.q_m, jnp.shape(rho)), c * rho * mlp_maps.p_m(self.kern, rho))
 
     def backward(self, k, g, ctx):
         kern, c, rho = self.kern, self._c(k), k.rho
@@ -82,10 +82,12 @@ class GLUModule(nn.Module):
         d = x.shape[-1]
         hidden = max(1, int(round(lay.mult * d)))
         std = math.sqrt(d)
-        gate, value = linear(self.weights, (hidden, hidden),
-                              (jnp.asarray(lay.sigma_g) / std, jnp.asarray(lay.sigma_v) / std),
-                              ("gate", "value"))(x)
+        gate, value = linear(
+            self.weights,
+            (hidden, hidden),
+            (jnp.asarray(lay.sigma_g) / std, jnp.asarray(lay.sigma_v) / std),
+            ("gate", "value"),
+        )(x)
         h = activations.get(lay.activation)(gate) * value
-        (out,) = linear(self.weights, (d,), (jnp.asarray(lay.sigma_out) / math.sqrt(hidden),),
-                         ("out",))(h)
+        (out,) = linear(self.weights, (d,), (jnp.asarray(lay.sigma_out) / math.sqrt(hidden),), ("out",))(h)
         return out

@@ -4,6 +4,7 @@ weights) and the measurements that the mean-field maps predict (docs/theory.md Â
 Pure in ``(block, key, ...)``: ``jit``/``vmap`` over draws. Depth ``L`` blocks with
 independent weights (one key each) run in a ``lax.scan``; the block's numbers may be traced.
 """
+
 from __future__ import annotations
 
 import jax

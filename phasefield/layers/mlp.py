@@ -12,19 +12,20 @@ outside any trace, sized from the concrete sigma_w) and are *checked*, never tru
 the layer's sigma_w is not the kernel's, or the input norm is not 1 (no norm before the
 MLP), every output is NaN rather than the answer for another sigma_w.
 """
+
 from __future__ import annotations
 
-from typing import Any, NamedTuple, Optional
+from typing import Any, NamedTuple
 
 import jax.numpy as jnp
 from flax import linen as nn
 from flax import struct
 
 from .. import activations
-from .weights import check_weights, linear
 from ..theory import mlp as mlp_maps
 from .base import Layer
 from .state import Grad, Kernel, as_float
+from .weights import check_weights, linear
 
 
 class _MLPHP(NamedTuple):
@@ -39,12 +40,12 @@ class MLP(Layer):
     activation: str = struct.field(pytree_node=False, default="tanh")
     layers: int = struct.field(pytree_node=False, default=1)
     mult: float = struct.field(pytree_node=False, default=1.0)
-    sigma_out: Any = None        # fan-in scale of the output layer (None: sigma_w)
-    kern: Any = None             # MLPKernel (prepare)
-    name: Optional[str] = struct.field(pytree_node=False, default=None)   # its Flax module's (None: automatic)
+    sigma_out: Any = None  # fan-in scale of the output layer (None: sigma_w)
+    kern: Any = None  # MLPKernel (prepare)
+    name: str | None = struct.field(pytree_node=False, default=None)  # its Flax module's (None: automatic)
 
     def __post_init__(self):
-        activations.get(self.activation)     # ValueError for an unknown one
+        activations.get(self.activation)  # ValueError for an unknown one
         if not (isinstance(self.layers, int) and self.layers >= 1):
             raise ValueError(f"mlp layers must be an integer >= 1 (got {self.layers!r})")
 
@@ -64,8 +65,9 @@ class MLP(Layer):
     def forward(self, k, ctx):
         kern = self.kern
         rho = k.rho
-        return Kernel(self._checked(k, jnp.broadcast_to(kern.q_m, jnp.shape(rho))),
-                      self._checked(k, mlp_maps.p_m(kern, rho)))
+        return Kernel(
+            self._checked(k, jnp.broadcast_to(kern.q_m, jnp.shape(rho))), self._checked(k, mlp_maps.p_m(kern, rho))
+        )
 
     def backward(self, k, g, ctx):
         kern = self.kern

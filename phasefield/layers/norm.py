@@ -7,18 +7,19 @@ the zero-mean random features of a random network, so it changes q and p by O(1/
 Backward: ``LN'(x) = (sqrt(d) / |x|) (I - x x^T / |x|^2)`` removes one direction of d, so
 at infinite width the gradient Gram is divided by q: ``(a, b) -> (a, b) / q``.
 """
+
 from __future__ import annotations
 
 import jax.numpy as jnp
 from flax import linen as nn
 from flax import struct
 
-from .weights import normalize
 from .base import Layer
-from .state import Grad, Kernel
+from .state import Kernel
+from .weights import normalize
 
 KINDS = ("rms", "layernorm", "rmsnorm")
-EPS = 1e-6   # the epsilon of the trainable LayerNorm / RMSNorm modules (none for "rms")
+EPS = 1e-6  # the epsilon of the trainable LayerNorm / RMSNorm modules (none for "rms")
 
 
 @struct.dataclass

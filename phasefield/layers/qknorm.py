@@ -17,6 +17,7 @@ to O(1/d_head). So every map of :class:`Attention` applies with the logit scale 
 in place of ``sigma_A q`` (:meth:`QKNormAttention.logit_std`), and the exact-softmax map
 (``map="exact"``, tables built for the logit scale) holds at every token norm.
 """
+
 from __future__ import annotations
 
 from typing import Any

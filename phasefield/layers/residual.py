@@ -7,6 +7,7 @@ DeepScaleLM's). A 1/sqrt(L) or 1/L^gamma branch scale is just the number ``alpha
 The branch carries fresh weights, so residual and branch are uncorrelated: forward
 ``(q, p) -> beta^2 (q, p) + alpha^2 f(q, p)``, backward ``G -> beta^2 G + alpha^2 f'(G)``.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -24,7 +25,7 @@ KINDS = ("unit-norm", "identity", "explicit")
 class Residual(Layer):
     branch: Any
     alpha: Any = 0.5
-    beta: Any = None             # used only by kind="explicit"
+    beta: Any = None  # used only by kind="explicit"
     kind: str = struct.field(pytree_node=False, default="unit-norm")
 
     def __post_init__(self):

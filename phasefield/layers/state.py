@@ -9,6 +9,7 @@ backward (docs/theory.md §2, §7).
 
 All three are pytrees whose numbers are leaves, so ``vmap``/``jit``/``grad`` go through them.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -37,13 +38,13 @@ class Grad:
         return self.a + self.b
 
     @staticmethod
-    def from_diag_off(diag, off) -> "Grad":
+    def from_diag_off(diag, off) -> Grad:
         return Grad(diag - off, off)
 
-    def scale(self, c) -> "Grad":
+    def scale(self, c) -> Grad:
         return Grad(c * self.a, c * self.b)
 
-    def __add__(self, other: "Grad") -> "Grad":
+    def __add__(self, other: Grad) -> Grad:
         return Grad(self.a + other.a, self.b + other.b)
 
 

@@ -23,6 +23,7 @@ the exact map per point: the reference path, the same numbers to ~1e-13.
     p = sweep.plan("pre-ln", {"attention": "exact"}, {"sigma": s, "alpha": a}, 16, [16])
     out = sweep.evaluate_chunk(p, {"sigma": flat_s, "alpha": flat_a}, 16)   # OUTPUTS -> arrays
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -40,7 +41,7 @@ from . import spec
 from .attention import Attention
 from .base import Serial
 from .glu import GLU
-from .mlp import MLP, _MLPHP
+from .mlp import _MLPHP, MLP
 from .residual import Residual
 from .state import Context, Kernel
 
@@ -52,13 +53,19 @@ VARIABLES = {
     "rho_L": "token cosine after L blocks from rho0",
     "q_L": "token squared norm per component after L blocks from q0",
 }
-SYMBOLS = dict(angle_rate="(1/L) log[(1-ρ_L)/(1-ρ_0)]", lambda_g_input="λ_g(L; q0, ρ0)",
-               lambda_g_collapse="λ_g(L)", lambda_a="λ_a", rho_L="ρ_L", q_L="q_L")
+SYMBOLS = dict(
+    angle_rate="(1/L) log[(1-ρ_L)/(1-ρ_0)]",
+    lambda_g_input="λ_g(L; q0, ρ0)",
+    lambda_g_collapse="λ_g(L)",
+    lambda_a="λ_a",
+    rho_L="ρ_L",
+    q_L="q_L",
+)
 CHUNK = 1024
-MESH_TABLES = 97   # mesh of the per-logit-scale interpolants (the stable-point search's 33 reach
-                   # rounding only up to sigma_A ~ 1; 97 nodes up to sigma_A = 4, tail <= 1e-13)
-CHUNK_EXACT = 64    # the exact-softmax map and the softmax correction integrate a logit grid
-                    # per point and layer (~30 MB a point): 1024 points would need ~30 GB
+MESH_TABLES = 97  # mesh of the per-logit-scale interpolants (the stable-point search's 33 reach
+# rounding only up to sigma_A ~ 1; 97 nodes up to sigma_A = 4, tail <= 1e-13)
+CHUNK_EXACT = 64  # the exact-softmax map and the softmax correction integrate a logit grid
+# per point and layer (~30 MB a point): 1024 points would need ~30 GB
 
 
 def map_leaves(layer, fn):
@@ -115,20 +122,24 @@ def prepare_traced(block, ctx, att_max, mlp_max, kernels=None):
         if isinstance(leaf, (MLP, GLU)) and i in kernels:
             return leaf.replace(kern=kernels[i])
         if isinstance(leaf, MLP):
-            return leaf.replace(kern=mlp_maps.kernel(_MLPHP(leaf.sigma_w, leaf.activation, leaf.layers),
-                                                     sigma_max=mlp_max))
+            return leaf.replace(
+                kern=mlp_maps.kernel(_MLPHP(leaf.sigma_w, leaf.activation, leaf.layers), sigma_max=mlp_max)
+            )
         if isinstance(leaf, GLU):
-            return leaf.replace(kern=mlp_maps.kernel(_MLPHP(leaf.sigma_g, leaf.activation, 1),
-                                                     sigma_max=mlp_max))
+            return leaf.replace(kern=mlp_maps.kernel(_MLPHP(leaf.sigma_g, leaf.activation, 1), sigma_max=mlp_max))
         return leaf.prepare(ctx)
+
     return map_leaves(block, prep)
 
 
 def _logit_scales(block, npts):
     """The attention leaves' logit scales at each of ``npts`` points (a block built from
     per-point arrays): ``[n_attention, npts]``."""
-    return [np.broadcast_to(np.asarray(a._logit_scale(), np.float64), (npts,))
-            for a in _leaves(block) if isinstance(a, Attention)]
+    return [
+        np.broadcast_to(np.asarray(a._logit_scale(), np.float64), (npts,))
+        for a in _leaves(block)
+        if isinstance(a, Attention)
+    ]
 
 
 def _mlp_scales(block, npts):
@@ -137,7 +148,9 @@ def _mlp_scales(block, npts):
     out = []
     for i, leaf in enumerate(_leaves(block)):
         if isinstance(leaf, MLP):
-            out.append((i, np.broadcast_to(np.asarray(leaf.sigma_w, np.float64), (npts,)), leaf.activation, leaf.layers))
+            out.append(
+                (i, np.broadcast_to(np.asarray(leaf.sigma_w, np.float64), (npts,)), leaf.activation, leaf.layers)
+            )
         elif isinstance(leaf, GLU):
             out.append((i, np.broadcast_to(np.asarray(leaf.sigma_g, np.float64), (npts,)), leaf.activation, 1))
     return out
@@ -165,7 +178,7 @@ def mesh_tables(name, fixed, keys, flat, n_tokens, att_max):
         return None
     scales = _logit_scales(block, npts)
     if any(not np.array_equal(s_, scales[0]) for s_ in scales[1:]):
-        return None                      # two logit scales at a point: one table each would be needed
+        return None  # two logit scales at a point: one table each would be needed
     uniq, index = np.unique(scales[0], return_inverse=True)
     kern = atts[0].prepare(Context(n_tokens), sigma_max=max(att_max, 1e-3)).att
     s, t, interp, interp_t = exact_table.scale_tables(uniq, float(n_tokens))
@@ -186,12 +199,13 @@ def _point(name, fixed, keys, n_tokens, depth, q0, rho0, scales=(None, None), ta
     """The point function of values ``keys`` (then, with ``tables``, the attention mesh
     tables' index and (S, T); then, per MLP/GLU leaf position of ``mlp``, its kernel index
     and stacked kernels)."""
+
     def f(*values):
         values = list(values)
         kernels = {}
         for pos in reversed(mlp):
             kidx, kerns = values.pop(-2), values.pop(-1)
-            kernels[pos] = jax.tree_util.tree_map(lambda x: x[kidx], kerns)   # gathered per point
+            kernels[pos] = jax.tree_util.tree_map(lambda x: x[kidx], kerns)  # gathered per point
         if tables is not None:
             *values, idx, s, t = values
         kw = dict(fixed, **dict(zip(keys, values)))
@@ -206,10 +220,15 @@ def _point(name, fixed, keys, n_tokens, depth, q0, rho0, scales=(None, None), ta
         dt = jnp.result_type(float)
         k0 = Kernel(jnp.asarray(q0, dt), jnp.asarray(q0 * rho0, dt))
         fd = depth_fns.finite_depth(block, ctx, k0, depth)
-        return dict(angle_rate=fd["angle_rate"], lambda_g=fd["lambda_g"],
-                    lambda_g_collapsed=fd["lambda_g_collapsed"],
-                    lambda_a=depth_fns.angle_exponent(block, ctx),
-                    rho_L=fd["rho"][-1], q_L=fd["q"][-1])
+        return dict(
+            angle_rate=fd["angle_rate"],
+            lambda_g=fd["lambda_g"],
+            lambda_g_collapsed=fd["lambda_g_collapsed"],
+            lambda_a=depth_fns.angle_exponent(block, ctx),
+            rho_L=fd["rho"][-1],
+            q_L=fd["q"][-1],
+        )
+
     return f
 
 
@@ -220,7 +239,7 @@ def _compiled(name, fixed_items, keys, n_tokens, depth, q0, rho0, scales, tables
     return jax.jit(jax.vmap(f, in_axes=axes))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _mlp_kernels_fn(activation, layers, mlp_max):
     """Compiled MLP kernels of a vector of input scales, as the per-point path builds them
     under the trace (tables sized for ``mlp_max``): the same numbers, built once per scale."""
@@ -242,6 +261,7 @@ class Plan:
     mesh tables per distinct logit scale (``att``: distinct scales, S, T as device arrays,
     static) and the MLP/GLU kernels per distinct input scale (``mlp``: per leaf position,
     (distinct scales, stacked kernels)); ``chunk``: the preferred chunk size (points)."""
+
     name: str
     fixed: dict
     keys: tuple
@@ -257,8 +277,16 @@ class Plan:
 
 
 @float64
-def plan(name: str, fixed: dict, axes: dict, n_tokens: int, depth_values: list,
-         q0: float = 1.0, rho0: float = 0.5, mesh: bool = True) -> Plan:
+def plan(
+    name: str,
+    fixed: dict,
+    axes: dict,
+    n_tokens: int,
+    depth_values: list,
+    q0: float = 1.0,
+    rho0: float = 0.5,
+    mesh: bool = True,
+) -> Plan:
     """Everything computed once per sweep; ``axes``: number name -> 1-D values of the grid (no
     ``depth``). With ``mesh`` (default), the tables the points read are built here, once per
     distinct scale, outside any trace, and gathered per point by an index
@@ -271,8 +299,10 @@ def plan(name: str, fixed: dict, axes: dict, n_tokens: int, depth_values: list,
     grids = [np.asarray(axes[k], float) for k in keys]
     flat = [m.ravel() for m in np.meshgrid(*grids, indexing="ij")] if grids else []
     scales = table_scales(name, fixed, {k: axes[k] for k in keys})
-    exact = any(isinstance(x, Attention) and (x.map == "exact" or x.softmax_correction)
-                for x in _leaves(spec.build(name, fixed)))
+    exact = any(
+        isinstance(x, Attention) and (x.map == "exact" or x.softmax_correction)
+        for x in _leaves(spec.build(name, fixed))
+    )
     att, mlp = None, ()
     if flat and mesh:
         # distinct values per axis suffice: every table scale is a function of the numbers
@@ -290,13 +320,31 @@ def plan(name: str, fixed: dict, axes: dict, n_tokens: int, depth_values: list,
             kern = _mlp_kernels_fn(act, int(layers), float(scales[1]))(jnp.asarray(_padded(uniq, _pow2(len(uniq)))))
             out.append((pos, uniq, kern))
         mlp = tuple(out)
-    chunk = CHUNK_EXACT if exact and att is None else CHUNK   # mesh values: no logit grid per point
-    return Plan(name, dict(fixed), keys, int(n_tokens), tuple(int(d) for d in depth_values), float(q0),
-                float(rho0), scales, att, mlp, bool(mesh), chunk)
+    chunk = CHUNK_EXACT if exact and att is None else CHUNK  # mesh values: no logit grid per point
+    return Plan(
+        name,
+        dict(fixed),
+        keys,
+        int(n_tokens),
+        tuple(int(d) for d in depth_values),
+        float(q0),
+        float(rho0),
+        scales,
+        att,
+        mlp,
+        bool(mesh),
+        chunk,
+    )
 
 
-OUTPUTS = dict(angle_rate="angle_rate", lambda_g_input="lambda_g", lambda_g_collapse="lambda_g_collapsed",
-               lambda_a="lambda_a", rho_L="rho_L", q_L="q_L")   # evaluate_chunk's names -> the point's
+OUTPUTS = dict(
+    angle_rate="angle_rate",
+    lambda_g_input="lambda_g",
+    lambda_g_collapse="lambda_g_collapsed",
+    lambda_a="lambda_a",
+    rho_L="rho_L",
+    q_L="q_L",
+)  # evaluate_chunk's names -> the point's
 
 
 def _index(uniq, x):
@@ -335,8 +383,18 @@ def evaluate_chunk(plan: Plan, values: dict, depth: int) -> dict:
     by_pos = {pos: sig for pos, sig, _, _ in _mlp_scales(block, npts)} if p.mlp else {}
     for pos, uniq, kern in p.mlp:
         args += [_like(_index(uniq, by_pos[pos]), args[0]), kern]
-    f = _compiled(p.name, fixed_items, p.keys, p.n_tokens, int(depth), p.q0, p.rho0, p.scales,
-                  None if p.att is None else p.att[3], tuple(pos for pos, _, _ in p.mlp))
+    f = _compiled(
+        p.name,
+        fixed_items,
+        p.keys,
+        p.n_tokens,
+        int(depth),
+        p.q0,
+        p.rho0,
+        p.scales,
+        None if p.att is None else p.att[3],
+        tuple(pos for pos, _, _ in p.mlp),
+    )
     out = f(*args)
     return {v: np.asarray(out[k], np.float64) for v, k in OUTPUTS.items()}
 
@@ -359,8 +417,9 @@ def check(name: str, axes: dict, fixed: dict) -> tuple[dict, list]:
             raise ValueError(f"axis {key} must be a non-empty list of values")
         if key == "depth":
             if name == "deepscalelm":
-                raise ValueError("deepscalelm's depth sets its residual scale: sweep it with 'k' or "
-                                 "run one depth at a time")
+                raise ValueError(
+                    "deepscalelm's depth sets its residual scale: sweep it with 'k' or run one depth at a time"
+                )
             depths = [int(v) for v in values]
             if any(v != int(v) or not 1 <= v <= 10_000 for v in values):
                 raise ValueError("axis depth must hold integers in [1, 10000]")
@@ -370,8 +429,9 @@ def check(name: str, axes: dict, fixed: dict) -> tuple[dict, list]:
                 raise ValueError("axis n_tokens must hold integers in [2, 1000000]")
             continue
         if key not in nums:
-            raise ValueError(f"block {name} has no number {key!r} to sweep; it has "
-                             f"{', '.join(list(nums) + ['depth', 'n_tokens'])}")
+            raise ValueError(
+                f"block {name} has no number {key!r} to sweep; it has {', '.join(list(nums) + ['depth', 'n_tokens'])}"
+            )
         for v in (values.min(), values.max()):
             spec.check(name, dict(fixed, **{key: v}))
     fixed = spec.check(name, fixed)
@@ -382,9 +442,22 @@ def check(name: str, axes: dict, fixed: dict) -> tuple[dict, list]:
 
 
 @float64
-def sweep(name: str, axes: dict, fixed: dict | None = None, n_tokens: int = 32, depth: int = 16,
-          q0: float = 1.0, rho0: float = 0.5, chunk: int | None = None, progress: bool = False,
-          mesh: bool = True, out=None, devices=None, wait: float = 24 * 3600.0, log=None):
+def sweep(
+    name: str,
+    axes: dict,
+    fixed: dict | None = None,
+    n_tokens: int = 32,
+    depth: int = 16,
+    q0: float = 1.0,
+    rho0: float = 0.5,
+    chunk: int | None = None,
+    progress: bool = False,
+    mesh: bool = True,
+    out=None,
+    devices=None,
+    wait: float = 24 * 3600.0,
+    log=None,
+):
     """The grid ``axes`` (name -> values; ``depth`` and ``n_tokens`` may be axes) of block
     ``name`` through the chunk driver (:mod:`phasefield.chunks`: ``out`` -> chunk store,
     resume, lock, multi-host, atomic netCDF write; the chunk's points split over ``devices``,
@@ -417,7 +490,7 @@ def sweep(name: str, axes: dict, fixed: dict | None = None, n_tokens: int = 32, 
     devices = list(devices) if devices is not None else jax.local_devices()
     ndev = len(devices) if flat else 1
     size = int(chunk or plans[0].chunk)
-    size = -(-min(size, npts) // ndev) * ndev            # whole points per device
+    size = -(-min(size, npts) // ndev) * ndev  # whole points per device
     per_slab = -(-npts // size)
     slabs = [(i, j) for i in range(len(n_list)) for j in range(len(depth_list))]
     total = len(slabs) * npts
@@ -429,17 +502,34 @@ def sweep(name: str, axes: dict, fixed: dict | None = None, n_tokens: int = 32, 
     def evaluate(c):
         s, off = divmod(c, per_slab)
         i, j = slabs[s]
-        idx = np.arange(off * size, (off + 1) * size) % npts     # the last chunk padded by wrapping
+        idx = np.arange(off * size, (off + 1) * size) % npts  # the last chunk padded by wrapping
         values = driver.shard({k: jnp.asarray(a[idx]) for k, a in zip(num_keys, flat)}, devices[:ndev])
         return evaluate_chunk(plans[i], values, depth_list[j])
 
-    store_spec = dict(source="phasefield.layers.sweep", block=name,
-                      fixed={k: (v if isinstance(v, (bool, int, float)) else str(v)) for k, v in fixed.items()},
-                      axes={k: g.tolist() for k, g in zip(num_keys, grids)}, n_tokens=n_list, depth=depth_list,
-                      q0=float(q0), rho0=float(rho0), mesh=bool(mesh), chunk=size, version=1)
+    store_spec = dict(
+        source="phasefield.layers.sweep",
+        block=name,
+        fixed={k: (v if isinstance(v, (bool, int, float)) else str(v)) for k, v in fixed.items()},
+        axes={k: g.tolist() for k, g in zip(num_keys, grids)},
+        n_tokens=n_list,
+        depth=depth_list,
+        q0=float(q0),
+        rho0=float(rho0),
+        mesh=bool(mesh),
+        chunk=size,
+        version=1,
+    )
     with driver.Driver(out, store_spec, log=log) as drv:
-        results = drv.run(evaluate, len(slabs) * per_slab, span, total, tuple(VARIABLES), progress=progress,
-                          desc=f"{name} sweep", wait=wait)
+        results = drv.run(
+            evaluate,
+            len(slabs) * per_slab,
+            span,
+            total,
+            tuple(VARIABLES),
+            progress=progress,
+            desc=f"{name} sweep",
+            wait=wait,
+        )
         if results is None:
             return None
         dims = (["n_tokens"] if n_axis else []) + (["depth"] if depths is not None else []) + list(num_keys)
@@ -448,10 +538,16 @@ def sweep(name: str, axes: dict, fixed: dict | None = None, n_tokens: int = 32, 
             coords["n_tokens"] = np.asarray(n_list)
         if depths is not None:
             coords["depth"] = np.asarray(depths)
-        data = {v: (dims, results[v].reshape(lead + shape), dict(long_name=VARIABLES[v], symbol=SYMBOLS[v]))
-                for v in VARIABLES}
-        attrs = dict(block=name, q0=float(q0), rho0=float(rho0),
-                     **{f"fixed_{k}": (str(v) if isinstance(v, (str, bool)) else v) for k, v in fixed.items()})
+        data = {
+            v: (dims, results[v].reshape(lead + shape), dict(long_name=VARIABLES[v], symbol=SYMBOLS[v]))
+            for v in VARIABLES
+        }
+        attrs = dict(
+            block=name,
+            q0=float(q0),
+            rho0=float(rho0),
+            **{f"fixed_{k}": (str(v) if isinstance(v, (str, bool)) else v) for k, v in fixed.items()},
+        )
         if not n_axis:
             attrs["n_tokens"] = int(n_tokens)
         if depths is None:
@@ -466,5 +562,3 @@ def phase_labels(angle, grad):
     a = np.where(np.asarray(angle) > 0, "chaotic", "ordered")
     g = np.where(np.asarray(grad) > 0, "exploding", "vanishing")
     return np.char.add(np.char.add(a, "/"), g)
-
-

@@ -10,9 +10,11 @@
 Every layer module builds its linear maps with :func:`linear` (one call per input: the lazy
 maps on one input share its token basis).
 """
+
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -172,6 +174,5 @@ def linear(weights, features, stds, names):
     check_weights(weights)
     if weights == "lazy":
         return RandomLinear(tuple(features), tuple(stds), name="lazy_" + "_".join(names))
-    layers = [nn.Dense(f, use_bias=False, kernel_init=_normal(s), name=nm)
-              for f, s, nm in zip(features, stds, names)]
+    layers = [nn.Dense(f, use_bias=False, kernel_init=_normal(s), name=nm) for f, s, nm in zip(features, stds, names)]
     return lambda x: tuple(layer(x) for layer in layers)

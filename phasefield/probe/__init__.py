@@ -16,12 +16,14 @@ presets) and :mod:`.hf` (Hugging Face Flax GPT-2, ViT, BERT at random init).
 
 The module itself is callable: ``phasefield.probe(...)`` is :func:`probe`.
 """
+
 from __future__ import annotations
 
 import dataclasses
 import sys
 import types
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any
 
 import jax
 import numpy as np
@@ -41,14 +43,26 @@ class Model:
     apply_fn: Callable
     inputs: Any
     blocks: Any = None
-    stack: Optional[Callable] = None
+    stack: Callable | None = None
     block: Any = None
     name: str = "model"
 
 
-def probe(init_fn, apply_fn=None, inputs=None, blocks=None, stack=None, inits: int = 16, seed: int = 0,
-          eps: float = EPS, start=None, gradient: bool = True, chunk: int = 1, block=None,
-          name: str = "model") -> ProbeResult:
+def probe(
+    init_fn,
+    apply_fn=None,
+    inputs=None,
+    blocks=None,
+    stack=None,
+    inits: int = 16,
+    seed: int = 0,
+    eps: float = EPS,
+    start=None,
+    gradient: bool = True,
+    chunk: int = 1,
+    block=None,
+    name: str = "model",
+) -> ProbeResult:
     """Measure a model's blocks over ``inits`` independent initializations (module
     docstring). ``init_fn`` may also be a :class:`Model`. ``start=(q0, rho0)``: the
     permutation-symmetric start (default: the geometry of the tokens entering the first
@@ -70,8 +84,9 @@ def probe(init_fn, apply_fn=None, inputs=None, blocks=None, stack=None, inits: i
     run = capture.runner(apply_fn, inputs, blocks=blocks, stack=stack)
     keys = jax.random.split(jax.random.PRNGKey(int(seed)), int(inits))
     st = None if start is None else tuple(float(s) for s in start)
-    raw = jax.device_get(measure.many(init_fn, run, keys, float(eps), st, gradient, max(1, int(chunk)),
-                                          with_deltas=stack is None))
+    raw = jax.device_get(
+        measure.many(init_fn, run, keys, float(eps), st, gradient, max(1, int(chunk)), with_deltas=stack is None)
+    )
     L = np.asarray(raw["q_data"]).shape[1] - 1
     bad = int(np.min(raw["finite"]))
     if bad < L:
@@ -85,6 +100,7 @@ def probe(init_fn, apply_fn=None, inputs=None, blocks=None, stack=None, inits: i
     th = None
     if block is not None:
         from . import theory
+
         n_tokens = int(np.shape(jax.eval_shape(lambda: run(init_fn(keys[0]))[0]))[-2])
         th = theory.curves(block, n_tokens, L, q0, rho0, float(eps), grad_start=data0)
     return ProbeResult(name=name, ds=ds, start=(q0, rho0), eps=float(eps), theory=th)

@@ -21,10 +21,12 @@ Two ways to name the blocks:
 entering the first block (``inject`` when given), ``outs`` ``[L, *x0.shape]``. Pure and
 traceable: ``jit``/``vmap``/``vjp`` apply.
 """
+
 from __future__ import annotations
 
 import re
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -50,6 +52,7 @@ def module_filter(blocks) -> Callable[[Any, str], bool]:
                 return True
             name = mod.name or ""
             return bool(pat.fullmatch(name) or pat.fullmatch("/".join(map(str, mod.path))))
+
         return by_name
     if callable(blocks):
         return blocks
@@ -102,6 +105,7 @@ def runner(apply_fn, inputs, blocks=None, stack=None):
     if (blocks is None) == (stack is None):
         raise ValueError("name the blocks with exactly one of blocks= (Flax modules) or stack= (a callable)")
     if stack is not None:
+
         def run_stack(params, inject=None, deltas=None):
             if deltas is not None:
                 raise ValueError("deltas need Flax blocks (blocks=), not a stack callable")
@@ -109,9 +113,11 @@ def runner(apply_fn, inputs, blocks=None, stack=None):
             outs = stack(params, x0)
             outs = jnp.stack(list(outs)) if isinstance(outs, (list, tuple)) else jnp.asarray(outs)
             if outs.ndim != jnp.ndim(x0) + 1 or outs.shape[1:] != jnp.shape(x0):
-                raise ValueError(f"stack() must return per-block tokens shaped like its input {jnp.shape(x0)}, "
-                                 f"got {outs.shape}")
+                raise ValueError(
+                    f"stack() must return per-block tokens shaped like its input {jnp.shape(x0)}, got {outs.shape}"
+                )
             return x0, outs
+
         return run_stack
 
     match = module_filter(blocks)
@@ -123,13 +129,14 @@ def runner(apply_fn, inputs, blocks=None, stack=None):
             if state["inside"] or not match(context.module, context.method_name):
                 return next_fun(*args, **kwargs)
             if not args:
-                raise ValueError(f"block {context.module.name!r} takes its tokens as a keyword; "
-                                 "name a module whose first positional argument is the tokens")
+                raise ValueError(
+                    f"block {context.module.name!r} takes its tokens as a keyword; "
+                    "name a module whose first positional argument is the tokens"
+                )
             if state["x0"] is None:
                 if inject is not None:
                     if jnp.shape(inject) != jnp.shape(args[0]):
-                        raise ValueError(f"the first block's input is {jnp.shape(args[0])}, "
-                                         f"not {jnp.shape(inject)}")
+                        raise ValueError(f"the first block's input is {jnp.shape(args[0])}, not {jnp.shape(inject)}")
                     args = (inject.astype(args[0].dtype),) + tuple(args[1:])
                 state["x0"] = args[0]
             state["inside"] += 1
@@ -156,4 +163,5 @@ def runner(apply_fn, inputs, blocks=None, stack=None):
         if bad:
             raise ValueError(f"a block's output {bad[0]} is not shaped like its input {x0.shape}")
         return x0, jnp.stack(state["outs"])
+
     return run

@@ -4,6 +4,7 @@ permutation-symmetric tokens the theory starts from are :func:`phasefield.layers
 Tokens are ``[..., n, d]``: the last two axes are the n tokens of one sequence and their
 d components; leading axes are a batch of sequences, averaged over.
 """
+
 from __future__ import annotations
 
 import jax.numpy as jnp

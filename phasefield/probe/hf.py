@@ -15,6 +15,7 @@ every weight N(0, 0.02^2) (Flax GPT-2's Conv1D ignores ``initializer_range``: 0.
 hard-coded); Flax ViT draws its dense kernels truncated-normal with variance
 0.02^2 / fan_in (so std 0.02 there is a rescaling by sqrt(fan_in)).
 """
+
 from __future__ import annotations
 
 import jax
@@ -28,8 +29,7 @@ def _transformers():
     try:
         import transformers
     except ImportError:
-        raise ValueError("the Hugging Face models need transformers 4.x: pip install 'phasefield[probe-hf]'") \
-            from None
+        raise ValueError("the Hugging Face models need transformers 4.x: pip install 'phasefield[probe-hf]'") from None
     if not hasattr(transformers, "FlaxGPT2Model"):
         raise ValueError(f"transformers {transformers.__version__} has no Flax models; install transformers<5")
     return transformers
@@ -77,46 +77,109 @@ def _make(module, inputs, call, block_cls, block_re, shipped_std, proj_re, std, 
     return Model(init_fn, apply_fn, inputs, blocks=block_cls, name=label)
 
 
-def gpt2(depth: int = 12, width: int = 768, heads: int = 12, n_tokens: int = 64, batch: int = 2, std=None,
-         scaled: bool = False, vocab: int = 50257, seed: int = 0) -> Model:
+def gpt2(
+    depth: int = 12,
+    width: int = 768,
+    heads: int = 12,
+    n_tokens: int = 64,
+    batch: int = 2,
+    std=None,
+    scaled: bool = False,
+    vocab: int = 50257,
+    seed: int = 0,
+) -> Model:
     """Flax GPT-2 (``FlaxGPT2Module``) at random init; inputs: random token ids."""
     _check(depth=depth, width=width, heads=heads, n_tokens=n_tokens, batch=batch, vocab=vocab)
     tr = _transformers()
-    cfg = tr.GPT2Config(n_layer=depth, n_embd=width, n_head=heads, n_positions=max(1024, n_tokens),
-                        vocab_size=vocab, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+    cfg = tr.GPT2Config(
+        n_layer=depth,
+        n_embd=width,
+        n_head=heads,
+        n_positions=max(1024, n_tokens),
+        vocab_size=vocab,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+    )
     module = tr.FlaxGPT2Model(cfg, _do_init=False).module
     ids = jax.random.randint(jax.random.PRNGKey(seed), (batch, n_tokens), 0, vocab)
 
     def call(x):
-        return dict(input_ids=x, attention_mask=jnp.ones_like(x),
-                    position_ids=jnp.broadcast_to(jnp.arange(x.shape[-1]), x.shape), deterministic=True)
+        return dict(
+            input_ids=x,
+            attention_mask=jnp.ones_like(x),
+            position_ids=jnp.broadcast_to(jnp.arange(x.shape[-1]), x.shape),
+            deterministic=True,
+        )
 
-    return _make(module, ids, call, "FlaxGPT2Block", r"(^|/)h/", lambda x: 0.02, r"c_proj/kernel$", std, scaled,
-                 depth, "GPT-2")
+    return _make(
+        module, ids, call, "FlaxGPT2Block", r"(^|/)h/", lambda x: 0.02, r"c_proj/kernel$", std, scaled, depth, "GPT-2"
+    )
 
 
-def bert(depth: int = 12, width: int = 768, heads: int = 12, n_tokens: int = 64, batch: int = 2, std=None,
-         scaled: bool = False, vocab: int = 30522, seed: int = 0) -> Model:
+def bert(
+    depth: int = 12,
+    width: int = 768,
+    heads: int = 12,
+    n_tokens: int = 64,
+    batch: int = 2,
+    std=None,
+    scaled: bool = False,
+    vocab: int = 30522,
+    seed: int = 0,
+) -> Model:
     """Flax BERT (``FlaxBertModule``, post-LN) at random init; inputs: random token ids."""
     _check(depth=depth, width=width, heads=heads, n_tokens=n_tokens, batch=batch, vocab=vocab)
     tr = _transformers()
-    cfg = tr.BertConfig(num_hidden_layers=depth, hidden_size=width, num_attention_heads=heads,
-                        intermediate_size=4 * width, vocab_size=vocab, max_position_embeddings=max(512, n_tokens),
-                        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    cfg = tr.BertConfig(
+        num_hidden_layers=depth,
+        hidden_size=width,
+        num_attention_heads=heads,
+        intermediate_size=4 * width,
+        vocab_size=vocab,
+        max_position_embeddings=max(512, n_tokens),
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+    )
     module = tr.FlaxBertModel(cfg, _do_init=False, add_pooling_layer=False).module
     ids = jax.random.randint(jax.random.PRNGKey(seed), (batch, n_tokens), 0, vocab)
 
     def call(x):
-        return dict(input_ids=x, attention_mask=jnp.ones_like(x), token_type_ids=jnp.zeros_like(x),
-                    position_ids=jnp.broadcast_to(jnp.arange(x.shape[-1]), x.shape), head_mask=None,
-                    deterministic=True)
+        return dict(
+            input_ids=x,
+            attention_mask=jnp.ones_like(x),
+            token_type_ids=jnp.zeros_like(x),
+            position_ids=jnp.broadcast_to(jnp.arange(x.shape[-1]), x.shape),
+            head_mask=None,
+            deterministic=True,
+        )
 
-    return _make(module, ids, call, "FlaxBertLayer", r"encoder/layer/", lambda x: cfg.initializer_range,
-                 r"output/dense/kernel$", std, scaled, depth, "BERT")
+    return _make(
+        module,
+        ids,
+        call,
+        "FlaxBertLayer",
+        r"encoder/layer/",
+        lambda x: cfg.initializer_range,
+        r"output/dense/kernel$",
+        std,
+        scaled,
+        depth,
+        "BERT",
+    )
 
 
-def vit(depth: int = 12, width: int = 768, heads: int = 12, n_tokens: int = 17, batch: int = 2, std=None,
-        scaled: bool = False, patch: int = 16, seed: int = 0) -> Model:
+def vit(
+    depth: int = 12,
+    width: int = 768,
+    heads: int = 12,
+    n_tokens: int = 17,
+    batch: int = 2,
+    std=None,
+    scaled: bool = False,
+    patch: int = 16,
+    seed: int = 0,
+) -> Model:
     """Flax ViT (``FlaxViTModule``) at random init; ``n_tokens - 1`` must be a square (the
     patches of a square image); inputs: standard normal pixels."""
     _check(depth=depth, width=width, heads=heads, n_tokens=n_tokens, batch=batch, patch=patch)
@@ -124,9 +187,16 @@ def vit(depth: int = 12, width: int = 768, heads: int = 12, n_tokens: int = 17, 
     if side * side != n_tokens - 1:
         raise ValueError(f"ViT: n_tokens - 1 must be a square number of patches, got {n_tokens - 1}")
     tr = _transformers()
-    cfg = tr.ViTConfig(num_hidden_layers=depth, hidden_size=width, num_attention_heads=heads,
-                       intermediate_size=4 * width, image_size=side * patch, patch_size=patch,
-                       hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    cfg = tr.ViTConfig(
+        num_hidden_layers=depth,
+        hidden_size=width,
+        num_attention_heads=heads,
+        intermediate_size=4 * width,
+        image_size=side * patch,
+        patch_size=patch,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+    )
     module = tr.FlaxViTModel(cfg, _do_init=False, add_pooling_layer=False).module
     pix = jax.random.normal(jax.random.PRNGKey(seed), (batch, side * patch, side * patch, 3))
 
@@ -134,5 +204,16 @@ def vit(depth: int = 12, width: int = 768, heads: int = 12, n_tokens: int = 17, 
         return dict(pixel_values=x, deterministic=True)
 
     fan_in_std = lambda x: cfg.initializer_range / np.sqrt(np.prod(x.shape[:-1]))
-    return _make(module, pix, call, "FlaxViTLayer", r"encoder/layer/", fan_in_std, r"output/dense/kernel$",
-                 std, scaled, depth, "ViT")
+    return _make(
+        module,
+        pix,
+        call,
+        "FlaxViTLayer",
+        r"encoder/layer/",
+        fan_in_std,
+        r"output/dense/kernel$",
+        std,
+        scaled,
+        depth,
+        "ViT",
+    )

@@ -18,6 +18,7 @@ For one draw of the parameters, from the tokens ``x0`` entering the first block:
 * ``finite``: i for the first block output ``outs[i]`` that is not finite (L: none), in any
   of the three forward passes; ``grad_finite``: whether the input's gradient is finite.
 """
+
 from __future__ import annotations
 
 import jax
@@ -46,7 +47,7 @@ def one(init_fn, run, key, eps, start=None, gradient=True, with_deltas=True):
     x0 = jax.lax.stop_gradient(x0)
     q_d, rho_d, _ = _profile(x0, outs)
     q0, rho0 = (q_d[0], rho_d[0]) if start is None else start
-    rho0 = jnp.clip(rho0, 0.0, 1.0)          # a shared Gaussian direction cannot make rho < 0
+    rho0 = jnp.clip(rho0, 0.0, 1.0)  # a shared Gaussian direction cannot make rho < 0
     dt = x0.dtype
     xs = symmetric_tokens(ks, x0.shape, q0, rho0, dt)
     _, outs_s = run(params, xs)

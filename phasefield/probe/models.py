@@ -8,6 +8,7 @@
 ``weights="lazy"`` samples the same Gaussian maps lazily (``phasefield.block``: exact in
 distribution, O(n^2 d) per map instead of O(n d^2), the params are a key).
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -47,8 +48,18 @@ class Stack(nn.Module):
         return x
 
 
-def stack(block, depth: int = 8, width: int = 256, n_tokens: int = 16, batch: int = 1, weights: str = "dense",
-          q0: float = Q0, rho0: float = RHO0, seed: int = 0, name: str = "phasefield block") -> Model:
+def stack(
+    block,
+    depth: int = 8,
+    width: int = 256,
+    n_tokens: int = 16,
+    batch: int = 1,
+    weights: str = "dense",
+    q0: float = Q0,
+    rho0: float = RHO0,
+    seed: int = 0,
+    name: str = "phasefield block",
+) -> Model:
     """A :class:`Model` of ``depth`` copies of ``block`` on ``batch`` sequences of permutation-
     symmetric tokens at (q0, rho0) (one fixed draw, ``seed``)."""
     check_weights(weights)
@@ -67,16 +78,26 @@ def stack(block, depth: int = 8, width: int = 256, n_tokens: int = 16, batch: in
     return Model(init_fn, apply_fn, x, blocks=r"block_\d+", block=block, name=name)
 
 
-def preset(name: str = "paper", depth: int = 8, width: int = 256, n_tokens: int = 16, batch: int = 1,
-           weights: str = "dense", q0: float = Q0, rho0: float = RHO0, seed: int = 0, hp: HParams | None = None,
-           **numbers) -> Model:
+def preset(
+    name: str = "paper",
+    depth: int = 8,
+    width: int = 256,
+    n_tokens: int = 16,
+    batch: int = 1,
+    weights: str = "dense",
+    q0: float = Q0,
+    rho0: float = RHO0,
+    seed: int = 0,
+    hp: HParams | None = None,
+    **numbers,
+) -> Model:
     """:func:`stack` of the preset ``name`` (``paper`` from ``hp``, the others from keyword
     numbers such as ``sigma``, ``alpha``, ``heads``; ``deepscalelm`` scales its residuals
     for this ``depth``)."""
     if name == "deepscalelm":
         numbers.setdefault("depth", depth)
     if name == "paper" and hp is None:
-        hp = HParams(softmax_correction=True)     # the network has the softmax path: so has the theory
+        hp = HParams(softmax_correction=True)  # the network has the softmax path: so has the theory
     block = layers.presets.get(name, hp, **numbers)
     label = name + "".join(f" {k}={v}" for k, v in numbers.items())
     return stack(block, depth, width, n_tokens, batch, weights, q0, rho0, seed, name=label)

@@ -12,17 +12,17 @@ Phase: ordered (lambda_a < 0: nearby tokens merge, rank collapse) or chaotic (> 
 vanishing (lambda_g < 0) or exploding (> 0) gradients; within 3 standard errors of 0 it is
 "edge" / "stable".
 """
+
 from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Optional
 
 import numpy as np
 import xarray as xr
 
 Z = 3.0
-RESOLUTION = 1e-5    # relative: float32 rounding and the norms' epsilon (1e-6)
+RESOLUTION = 1e-5  # relative: float32 rounding and the norms' epsilon (1e-6)
 PER_BLOCK = ("q_data", "rho_data", "q_sym", "rho_sym", "gap", "angle", "grad")
 
 
@@ -65,7 +65,7 @@ class ProbeResult:
     ds: xr.Dataset
     start: tuple
     eps: float
-    theory: Optional[dict] = None
+    theory: dict | None = None
 
     @property
     def depth(self) -> int:
@@ -92,8 +92,10 @@ class ProbeResult:
     def phase(self) -> tuple:
         la, la_se = self.lambda_a
         lg, lg_se = self.lambda_g
-        return (classify(la, la_se, "ordered", "chaotic", "edge"),
-                classify(lg, lg_se, "vanishing", "exploding", "stable"))
+        return (
+            classify(la, la_se, "ordered", "chaotic", "edge"),
+            classify(lg, lg_se, "vanishing", "exploding", "stable"),
+        )
 
     def theory_rates(self) -> dict:
         if self.theory is None:
@@ -107,24 +109,34 @@ class ProbeResult:
         ang, grad = self.phase
         L = self.depth
         r0, rl = float(self.ds["rho_data"][0]), float(self.ds["rho_data"][-1])
-        words = {"ordered": "ordered (nearby tokens merge)", "chaotic": "chaotic (nearby tokens separate)",
-                 "edge": "at the edge of chaos (nearby tokens keep their angle)", "undetermined": "undetermined"}
+        words = {
+            "ordered": "ordered (nearby tokens merge)",
+            "chaotic": "chaotic (nearby tokens separate)",
+            "edge": "at the edge of chaos (nearby tokens keep their angle)",
+            "undetermined": "undetermined",
+        }
         out = [f"{self.name}: {words[ang]}, {grad} gradients, over {L} blocks and {self.inits} initializations."]
-        out.append(f"The angle between nearby tokens changes by a factor {math.exp(la):.3f} per block "
-                   f"(lambda_a = {la:+.4f} +- {la_se:.4f}); the mean token cosine of your inputs goes "
-                   f"from {r0:.3f} to {rl:.3f}" + (" (rank collapse)." if rl > 0.9 and rl > r0 else "."))
+        out.append(
+            f"The angle between nearby tokens changes by a factor {math.exp(la):.3f} per block "
+            f"(lambda_a = {la:+.4f} +- {la_se:.4f}); the mean token cosine of your inputs goes "
+            f"from {r0:.3f} to {rl:.3f}" + (" (rank collapse)." if rl > 0.9 and rl > r0 else ".")
+        )
         if np.isfinite(lg):
             q0, qL = float(self.ds["q_data"][0]), float(self.ds["q_data"][-1])
-            out.append(f"A gradient entering at block {L}'s output reaches the first block's input "
-                       f"{math.exp(lg * L):.3g} times as large (squared norm; lambda_g(L) = {lg:+.4f} "
-                       f"+- {lg_se:.4f} per block), while the tokens' squared norm grows {qL / q0:.3g} times "
-                       f"(behind normalizations, gradients scale as 1/norm).")
-        advice = {("ordered", "vanishing"): "Deeper, it loses token information and gradient: a larger init "
-                                            "std or branch scale moves it toward the edge.",
-                  ("chaotic", "exploding"): "Deeper, nearby inputs decorrelate and gradients blow up: a smaller "
-                                            "init std or branch scale moves it toward the edge.",
-                  ("ordered", "exploding"): "Tokens merge while gradients grow: check the residual scaling.",
-                  ("chaotic", "vanishing"): "Tokens separate while gradients shrink: check the normalization."}
+            out.append(
+                f"A gradient entering at block {L}'s output reaches the first block's input "
+                f"{math.exp(lg * L):.3g} times as large (squared norm; lambda_g(L) = {lg:+.4f} "
+                f"+- {lg_se:.4f} per block), while the tokens' squared norm grows {qL / q0:.3g} times "
+                f"(behind normalizations, gradients scale as 1/norm)."
+            )
+        advice = {
+            ("ordered", "vanishing"): "Deeper, it loses token information and gradient: a larger init "
+            "std or branch scale moves it toward the edge.",
+            ("chaotic", "exploding"): "Deeper, nearby inputs decorrelate and gradients blow up: a smaller "
+            "init std or branch scale moves it toward the edge.",
+            ("ordered", "exploding"): "Tokens merge while gradients grow: check the residual scaling.",
+            ("chaotic", "vanishing"): "Tokens separate while gradients shrink: check the normalization.",
+        }
         if (ang, grad) in advice:
             out.append(advice[(ang, grad)])
         elif ang == "edge" or grad == "stable":
@@ -136,9 +148,20 @@ class ProbeResult:
         lg, lg_se = self.lambda_g
         per = {k: self.ds[k].values.tolist() for k in PER_BLOCK if k in self.ds}
         per.update({k + "_se": self.ds[k + "_se"].values.tolist() for k in PER_BLOCK if k in self.ds})
-        out = dict(model=self.name, depth=self.depth, inits=self.inits, start=list(self.start), eps=self.eps,
-                   lambda_a=la, lambda_a_se=la_se, lambda_g=lg, lambda_g_se=lg_se,
-                   phase=list(self.phase), verdict=self.verdict(), blocks=per)
+        out = dict(
+            model=self.name,
+            depth=self.depth,
+            inits=self.inits,
+            start=list(self.start),
+            eps=self.eps,
+            lambda_a=la,
+            lambda_a_se=la_se,
+            lambda_g=lg,
+            lambda_g_se=lg_se,
+            phase=list(self.phase),
+            verdict=self.verdict(),
+            blocks=per,
+        )
         if self.theory is not None:
             out["theory"] = {k: np.asarray(v, float).tolist() for k, v in self.theory.items()}
             out["theory"].update(self.theory_rates())

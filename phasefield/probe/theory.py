@@ -12,6 +12,7 @@ of :mod:`phasefield.layers`, e.g. a preset), in float64:
 The backward curve is one jitted backward map applied along the trajectory (the tests
 check it against :func:`phasefield.layers.gradient_exponent` of the sub-stack from block l).
 """
+
 from __future__ import annotations
 
 import jax
@@ -41,5 +42,6 @@ def curves(block, n_tokens: int, depth: int, q0: float, rho0: float, eps: float,
             log_grad.append(total)
         log_grad = log_grad[::-1]
     gap = 1.0 - pn / qn
-    return dict(q=q, rho=p / q, gap=gap, angle=np.concatenate([[np.nan], np.diff(np.log(gap))]),
-                log_grad=np.asarray(log_grad))
+    return dict(
+        q=q, rho=p / q, gap=gap, angle=np.concatenate([[np.nan], np.diff(np.log(gap))]), log_grad=np.asarray(log_grad)
+    )

@@ -1,4 +1,5 @@
 """One figure per seed module (matplotlib, Agg). Each returns the data it plotted."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -22,8 +23,10 @@ def rank_collapse_figure(path, n=8, d=16, draws=256, seed=0):
 
     plt = _plt()
     rhos = np.linspace(0.0, 0.9, 7)
-    mc = [rc.mc_gradient_norms(jax.random.PRNGKey(seed + i), n=n, d=d, rho=float(r), draws=draws)
-          for i, r in enumerate(rhos)]
+    mc = [
+        rc.mc_gradient_norms(jax.random.PRNGKey(seed + i), n=n, d=d, rho=float(r), draws=draws)
+        for i, r in enumerate(rhos)
+    ]
     fig, ax = plt.subplots(1, 2, figsize=(10, 4))
     rr = np.linspace(0, 0.95, 100)
     ax[0].plot(rr, rc.value_grad_gaussian(1.0, rr, n, d), "C0-", label="Eq. 17 (values)")
@@ -84,8 +87,20 @@ def deepscalelm_figure(path, layers=8, d=128, L=32, p=0.1, draws=8, seed=0):
     out = {}
     for c, (arch, init) in enumerate(DSLM_FIGURE_STACKS):
         lam2, beta2 = _dslm_scaling(init, layers)  # simulate_stack computes the theory once
-        sim = ds.simulate_stack(jax.random.PRNGKey(seed + c), arch, layers, d, L, init, p, lam2, beta2,
-                                draws=draws, qk_grad=True, kappa="auto")
+        sim = ds.simulate_stack(
+            jax.random.PRNGKey(seed + c),
+            arch,
+            layers,
+            d,
+            L,
+            init,
+            p,
+            lam2,
+            beta2,
+            draws=draws,
+            qk_grad=True,
+            kappa="auto",
+        )
         th = sim["theory"]
         x = np.arange(2 * layers + 1) / 2
         lab = f"{arch}, {init}"
@@ -95,15 +110,19 @@ def deepscalelm_figure(path, layers=8, d=128, L=32, p=0.1, draws=8, seed=0):
         ax[1].plot(x, sim["r"], f"C{c}o", ms=4)
         ax[2].plot(x, th["g_var"], f"C{c}-", label=lab)
         ax[2].plot(x, sim["g_var"], f"C{c}o", ms=4)
-        out[lab] = dict(theory={k: np.asarray(v).tolist() for k, v in th.items() if k != "inits"},
-                        sim={k: np.asarray(sim[k]).tolist() for k in ("var", "r", "g_var")})
+        out[lab] = dict(
+            theory={k: np.asarray(v).tolist() for k, v in th.items() if k != "inits"},
+            sim={k: np.asarray(sim[k]).tolist() for k in ("var", "r", "g_var")},
+        )
     for a, t in zip(ax, ("forward variance", "token correlation r", "gradient variance")):
         a.set_xlabel("layer")
         a.set_title(t)
     ax[2].set_yscale("log")
     ax[0].legend(fontsize=7)
-    fig.suptitle(f"DeepScaleLM moments, d={d}, L={L}, p={p} (lines: theory with the kappa closure; "
-                 "dots: simulation incl. Q/K gradient)")
+    fig.suptitle(
+        f"DeepScaleLM moments, d={d}, L={L}, p={p} (lines: theory with the kappa closure; "
+        "dots: simulation incl. Q/K gradient)"
+    )
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

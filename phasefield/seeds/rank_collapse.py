@@ -28,6 +28,7 @@ Formulas (all pure float64 functions of their arguments):
 * Lemmas 3.2-3.3, Thm 3.3  ``forward_moments`` / ``forward_closed_form`` / ``depth_limit``
   for C(X) = n^2 |x_bar|^2 and ||X||_F^2 with per-layer residual scales (alpha1_l, alpha2_l).
 """
+
 from __future__ import annotations
 
 import math
@@ -99,8 +100,14 @@ def _scales(X, sigma_q2, sigma_k2, sigma_v2, d_k):
     """n, d and the default weight variances (1/d_k for queries and keys, 1/d for values)."""
     n, d = X.shape[-2], X.shape[-1]
     d_k = d if d_k is None else d_k
-    return (n, d, d_k, 1.0 / d_k if sigma_q2 is None else sigma_q2,
-            1.0 / d_k if sigma_k2 is None else sigma_k2, 1.0 / d if sigma_v2 is None else sigma_v2)
+    return (
+        n,
+        d,
+        d_k,
+        1.0 / d_k if sigma_q2 is None else sigma_q2,
+        1.0 / d_k if sigma_k2 is None else sigma_k2,
+        1.0 / d if sigma_v2 is None else sigma_v2,
+    )
 
 
 @float64
@@ -108,8 +115,7 @@ def input_grad_sq_bound(X, sigma_q2=None, sigma_k2=None, sigma_v2=None, d_k=None
     """Lemma 3.1 Eq. 8 as printed: 8 s_q^2 s_k^2 s_v^2 d_k d_v / n ||X^T L X||^2 + 2 d_v^2 s_v^2."""
     n, d, d_k, sigma_q2, sigma_k2, sigma_v2 = _scales(X, sigma_q2, sigma_k2, sigma_v2, d_k)
     B = centered_gram(X)
-    return (8 * sigma_q2 * sigma_k2 * sigma_v2 * d_k * d / n * jnp.sum(B * B, axis=(-2, -1))
-            + 2 * d**2 * sigma_v2)
+    return 8 * sigma_q2 * sigma_k2 * sigma_v2 * d_k * d / n * jnp.sum(B * B, axis=(-2, -1)) + 2 * d**2 * sigma_v2
 
 
 @float64
@@ -121,8 +127,12 @@ def input_grad_terms(X, sigma_q2=None, sigma_k2=None, sigma_v2=None, d_k=None):
     b2 = jnp.sum(B * B, axis=(-2, -1))
     trb = jnp.trace(B, axis1=-2, axis2=-1)
     s = sigma_q2 * sigma_k2 * sigma_v2
-    return dict(A1=s * d**2 * b2 / n, A2=s * d**2 * frob2(X) * trb / n**2,
-                cross=2 * s * d * b2 / n**2, A3=jnp.broadcast_to(sigma_v2 * d**2, b2.shape))
+    return dict(
+        A1=s * d**2 * b2 / n,
+        A2=s * d**2 * frob2(X) * trb / n**2,
+        cross=2 * s * d * b2 / n**2,
+        A3=jnp.broadcast_to(sigma_v2 * d**2, b2.shape),
+    )
 
 
 @float64
@@ -259,9 +269,11 @@ def draw_weights(key, d_v, d_k, sigma_q2=None, sigma_k2=None, sigma_v2=None):
     sigma_k2 = 1.0 / d_k if sigma_k2 is None else sigma_k2
     sigma_v2 = 1.0 / d_v if sigma_v2 is None else sigma_v2
     kq, kk, kv = jax.random.split(key, 3)
-    return (jax.random.normal(kq, (d_v, d_k), jnp.float64) * jnp.sqrt(sigma_q2),
-            jax.random.normal(kk, (d_v, d_k), jnp.float64) * jnp.sqrt(sigma_k2),
-            jax.random.normal(kv, (d_v, d_v), jnp.float64) * jnp.sqrt(sigma_v2))
+    return (
+        jax.random.normal(kq, (d_v, d_k), jnp.float64) * jnp.sqrt(sigma_q2),
+        jax.random.normal(kk, (d_v, d_k), jnp.float64) * jnp.sqrt(sigma_k2),
+        jax.random.normal(kv, (d_v, d_v), jnp.float64) * jnp.sqrt(sigma_v2),
+    )
 
 
 def _sq(t):
@@ -314,8 +326,22 @@ def _mc(key, X, draws, d_k, mode, tau, sigma_x, rho, fixed_X, n, d, sq2, sk2, sv
 
 
 @float64
-def mc_gradient_norms(key, *, X=None, n=None, d=None, sigma_x=1.0, rho=0.0, draws=64, d_k=None,
-                      mode="uniform", tau=1.0, sigma_q2=None, sigma_k2=None, sigma_v2=None):
+def mc_gradient_norms(
+    key,
+    *,
+    X=None,
+    n=None,
+    d=None,
+    sigma_x=1.0,
+    rho=0.0,
+    draws=64,
+    d_k=None,
+    mode="uniform",
+    tau=1.0,
+    sigma_q2=None,
+    sigma_k2=None,
+    sigma_v2=None,
+):
     """Monte-Carlo means and standard errors of the four squared gradient norms.
 
     With X given the expectation is over the weights only (as in Lemma 3.1); otherwise X is
@@ -330,8 +356,22 @@ def mc_gradient_norms(key, *, X=None, n=None, d=None, sigma_x=1.0, rho=0.0, draw
     sq2 = 1.0 / d_k if sigma_q2 is None else sigma_q2
     sk2 = 1.0 / d_k if sigma_k2 is None else sigma_k2
     sv2 = 1.0 / d if sigma_v2 is None else sigma_v2
-    out = _mc(key, X, int(draws), d_k, mode, float(tau), float(sigma_x), float(rho), fixed, int(n),
-              int(d), float(sq2), float(sk2), float(sv2))
+    out = _mc(
+        key,
+        X,
+        int(draws),
+        d_k,
+        mode,
+        float(tau),
+        float(sigma_x),
+        float(rho),
+        fixed,
+        int(n),
+        int(d),
+        float(sq2),
+        float(sk2),
+        float(sv2),
+    )
     res = {}
     for k, v in out.items():
         v = np.asarray(v)
@@ -371,13 +411,11 @@ def stack_forward(X, key, depth, alpha1, alpha2, mode="uniform", d_k=None, activ
 @float64
 def mc_stack_forward(key, X, depth, alpha1, alpha2, draws=256, mode="uniform", activation="linear"):
     """Means and standard errors over weight draws of C(X^l), ||X^l||^2 (l = 0..L)."""
-    f = jax.jit(jax.vmap(lambda k: stack_forward(X, k, depth, alpha1, alpha2, mode,
-                                                 activation=activation)))
+    f = jax.jit(jax.vmap(lambda k: stack_forward(X, k, depth, alpha1, alpha2, mode, activation=activation)))
     C, F = f(jax.random.split(key, draws))
     C, F = np.asarray(C), np.asarray(F)
     se = lambda a: a.std(axis=0, ddof=1) / math.sqrt(a.shape[0])
-    return dict(C=C.mean(0), C_se=se(C), F=F.mean(0), F_se=se(F),
-                rho=correlation(C.mean(0), F.mean(0), X.shape[0]))
+    return dict(C=C.mean(0), C_se=se(C), F=F.mean(0), F_se=se(F), rho=correlation(C.mean(0), F.mean(0), X.shape[0]))
 
 
 @float64

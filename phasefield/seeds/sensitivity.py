@@ -23,6 +23,7 @@ width. ``norm="layernorm"`` uses sqrt(dim) x / |x|, which removes the radial par
 every perturbation but also divides by the fluctuating norm (E[d/chi^2_d] = d/(d-2)): a
 per-layer O(1/d) excess that compounds with depth; it is measured, not modelled.
 """
+
 from __future__ import annotations
 
 import math
@@ -34,8 +35,17 @@ import numpy as np
 
 from ..theory.precision import float64
 
-ARCHS = ("feedforward", "pre-norm", "post-norm", "no-norm", "weighted-pre", "weighted-post",
-         "rescalenet", "admin", "catformer")
+ARCHS = (
+    "feedforward",
+    "pre-norm",
+    "post-norm",
+    "no-norm",
+    "weighted-pre",
+    "weighted-post",
+    "rescalenet",
+    "admin",
+    "catformer",
+)
 NORMS = ("deterministic", "layernorm")
 
 
@@ -204,37 +214,72 @@ def _estimator(f, sample_params, sample_input, method, delta):
 
 
 @float64
-def profile(arch, depth=8, width=32, draws=256, key=None, alpha=0.5, beta=None,
-            norm="deterministic", method="jvp", delta=1e-5):
+def profile(
+    arch, depth=8, width=32, draws=256, key=None, alpha=0.5, beta=None, norm="deterministic", method="jvp", delta=1e-5
+):
     """Measured S[x_hat_i], i = 1..depth, with standard errors, and the closed form."""
     key = jax.random.PRNGKey(0) if key is None else key
-    est = _profile_estimator(arch, int(depth), int(width), float(alpha),
-                             None if beta is None else float(beta), norm, method, float(delta))
+    est = _profile_estimator(
+        arch, int(depth), int(width), float(alpha), None if beta is None else float(beta), norm, method, float(delta)
+    )
     S, se = _ratio(*est(jax.random.split(key, draws)))
-    return dict(arch=arch, depth=depth, width=width, draws=draws, norm=norm, method=method,
-                S=S, se=se, theory=closed_form(arch, depth, alpha, beta))
+    return dict(
+        arch=arch,
+        depth=depth,
+        width=width,
+        draws=draws,
+        norm=norm,
+        method=method,
+        S=S,
+        se=se,
+        theory=closed_form(arch, depth, alpha, beta),
+    )
 
 
 @lru_cache(maxsize=64)
 def _profile_estimator(arch, depth, width, alpha, beta, norm, method, delta):
     f = partial(forward, arch=arch, alpha=alpha, beta=beta, norm=norm)
-    return _estimator(lambda p, x: f(p, x), lambda k: init_params(k, arch, depth, width),
-                      lambda k: jax.random.normal(k, (width,), jnp.float64), method, delta)
+    return _estimator(
+        lambda p, x: f(p, x),
+        lambda k: init_params(k, arch, depth, width),
+        lambda k: jax.random.normal(k, (width,), jnp.float64),
+        method,
+        delta,
+    )
 
 
 # --------------------------------------------------------------------------------------
 # the seed-001 block
 # --------------------------------------------------------------------------------------
 @float64
-def block_sensitivity(alpha_a, alpha_m, sigma_w=1.0, sigma_a=1.0, n_tokens=8, width=32, rho0=0.5,
-                      draws=64, key=None, activation="tanh", residual="unit-norm", method="jvp"):
+def block_sensitivity(
+    alpha_a,
+    alpha_m,
+    sigma_w=1.0,
+    sigma_a=1.0,
+    n_tokens=8,
+    width=32,
+    rho0=0.5,
+    draws=64,
+    key=None,
+    activation="tanh",
+    residual="unit-norm",
+    method="jvp",
+):
     """Sensitivity of one phasefield.block.Block output to all its weights, at input tokens
     with q = 1 and cosine rho0 (fresh tokens per draw), perturbations from Block.init."""
     from ..block import Block
     from ..config import HParams
 
-    hp = HParams(sigma_w=sigma_w, sigma_a=sigma_a, alpha_a=alpha_a, alpha_m=alpha_m,
-                 n_tokens=n_tokens, activation=activation, residual=residual)
+    hp = HParams(
+        sigma_w=sigma_w,
+        sigma_a=sigma_a,
+        alpha_a=alpha_a,
+        alpha_m=alpha_m,
+        n_tokens=n_tokens,
+        activation=activation,
+        residual=residual,
+    )
     blk = Block(hp)
     key = jax.random.PRNGKey(0) if key is None else key
     x_shape = jnp.zeros((n_tokens, width), jnp.float64)
@@ -246,8 +291,7 @@ def block_sensitivity(alpha_a, alpha_m, sigma_w=1.0, sigma_a=1.0, n_tokens=8, wi
         e = jax.random.normal(k2, (n_tokens, width), jnp.float64)
         return math.sqrt(rho0) * g + math.sqrt(1 - rho0) * e
 
-    S, se = estimate(lambda p, x: blk.apply({"params": p}, x), sample_params, sample_input, key,
-                     draws, method)
+    S, se = estimate(lambda p, x: blk.apply({"params": p}, x), sample_params, sample_input, key, draws, method)
     return float(S[0]), float(se[0])
 
 

@@ -9,9 +9,9 @@ with the mean-field theory.
     sweep    simulated exponents on a hyperparameter grid (netCDF, theory-sweep format)
     compare  theory-vs-simulation agreement tables
 """
+
 from . import blocks  # noqa: F401
-from .measure import (angle_exponent, gradient_exponent, group_cosines,  # noqa: F401
-                      token_geometry, transients)
+from .measure import angle_exponent, gradient_exponent, group_cosines, token_geometry, transients  # noqa: F401
 
 
 def exponents(block, **kw) -> dict:

@@ -29,6 +29,7 @@ nearby tokens to 1 - rho ~ 1e-8 merges them).
 :func:`sweep` measures a grid of the block's numbers (by name, as the block sweep) and
 returns an ``xarray.Dataset`` with the theory's variable names plus ``<name>_se``.
 """
+
 from __future__ import annotations
 
 from functools import partial
@@ -51,7 +52,7 @@ QUANTITIES = ("angle_rate", "lambda_g_input", "lambda_g_collapse", "lambda_a", "
 # the theory's names (layers.finite_depth, the block sweep) -> these
 THEORY_NAMES = {"lambda_g": "lambda_g_input", "lambda_g_collapsed": "lambda_g_collapse"}
 DEFAULT_EPS = 1e-4
-RESOLUTION = 1e-6   # relative floor of the standard errors in z-scores (z_scores)
+RESOLUTION = 1e-6  # relative floor of the standard errors in z-scores (z_scores)
 GPU_MEMORY_BUDGET = 4e9
 
 
@@ -114,7 +115,7 @@ def angle_draws(block, keys, q0, eps, q_star, *, n, d, depth, weights, batch, wi
     ``with_fixed_point``, from (q_star, 1 - eps) (vmapped together): ``[draws, 1 or 2,
     depth + 1]``."""
     block = _cast(block, jnp.float64)
-    q = jnp.stack([jnp.asarray(q0, jnp.float64), jnp.asarray(q_star, jnp.float64)])[:2 if with_fixed_point else 1]
+    q = jnp.stack([jnp.asarray(q0, jnp.float64), jnp.asarray(q_star, jnp.float64)])[: 2 if with_fixed_point else 1]
 
     def one(key):
         ks = jax.random.split(jax.random.fold_in(key, 1), q.shape[0])
@@ -136,9 +137,15 @@ def theory(block, n_tokens=32, depth=16, q0=1.0, rho0=0.5) -> dict:
     blk, ctx = layers.prepare(block, n_tokens)
     q_star = float(layers.q_star(block, n_tokens=n_tokens))
     la = float(_angle_exponent(blk, ctx)) if np.isfinite(q_star) else float("nan")
-    return dict(angle_rate=float(fd["angle_rate"]), lambda_g_input=float(fd["lambda_g"]),
-                lambda_g_collapse=float(fd["lambda_g_collapsed"]), lambda_a=la,
-                rho_L=float(fd["rho"][-1]), q_L=float(fd["q"][-1]), q_star=q_star)
+    return dict(
+        angle_rate=float(fd["angle_rate"]),
+        lambda_g_input=float(fd["lambda_g"]),
+        lambda_g_collapse=float(fd["lambda_g_collapsed"]),
+        lambda_a=la,
+        rho_L=float(fd["rho"][-1]),
+        q_L=float(fd["q"][-1]),
+        q_star=q_star,
+    )
 
 
 # ---------------------------------------------------------------- measurements
@@ -161,9 +168,22 @@ def check(width, draws, n_tokens, depth, q0, rho0, eps, weights):
         raise ValueError(f"eps must lie in (0, 1) (got {eps})")
 
 
-def exponents(block, *, width=512, draws=16, n_tokens=32, depth=16, q0=1.0, rho0=0.5,
-              eps=DEFAULT_EPS, weights="lazy", dtype=jnp.float32, seed=0, batch=None,
-              q_star=None) -> dict:
+def exponents(
+    block,
+    *,
+    width=512,
+    draws=16,
+    n_tokens=32,
+    depth=16,
+    q0=1.0,
+    rho0=0.5,
+    eps=DEFAULT_EPS,
+    weights="lazy",
+    dtype=jnp.float32,
+    seed=0,
+    batch=None,
+    q_star=None,
+) -> dict:
     """:data:`QUANTITIES` of ``block`` (a spec string, ``(name, keywords)`` or a block) at
     finite ``width``, each with ``<name>_se`` over ``draws`` independent draws (module
     docstring), and per layer ``q, q_se, rho, rho_se`` (length depth + 1) and ``q_star``.
@@ -182,11 +202,14 @@ def exponents(block, *, width=512, draws=16, n_tokens=32, depth=16, q0=1.0, rho0
     dt = jnp.dtype(dtype)
     opts = dict(n=n, d=d, depth=L, weights=weights, batch=batch)
     with jax.enable_x64(True):
-        fw = jax.device_get(forward_draws(_leaves_as(block, dt), keys, np.asarray(q0, dt),
-                                          np.asarray(rho0, dt), dtype=dt, **opts))
+        fw = jax.device_get(
+            forward_draws(_leaves_as(block, dt), keys, np.asarray(q0, dt), np.asarray(rho0, dt), dtype=dt, **opts)
+        )
         f64 = [np.asarray(v, np.float64) for v in (q0, eps, q_star if fixed else 1.0)]
-        gap = np.asarray(jax.device_get(angle_draws(_leaves_as(block, np.float64), keys, *f64,
-                                                    with_fixed_point=fixed, **opts)), np.float64)
+        gap = np.asarray(
+            jax.device_get(angle_draws(_leaves_as(block, np.float64), keys, *f64, with_fixed_point=fixed, **opts)),
+            np.float64,
+        )
     q, p = (np.asarray(fw[k][:, 0], np.float64) for k in ("q", "p"))
     (gi, gc), (ui, uc) = (np.asarray(fw[k], np.float64).T for k in ("g", "u"))
     rate = np.log(gap[:, 0, -1] / gap[:, 0, 0]) / L
@@ -200,7 +223,7 @@ def exponents(block, *, width=512, draws=16, n_tokens=32, depth=16, q0=1.0, rho0
         out[name], out[name + "_se"] = float(m), float(se)
     m, se = mean_se(rate)
     out["angle_rate"], out["angle_rate_se"] = float(m), float(se)
-    if fixed:      # one block from (q*, 1 - eps)
+    if fixed:  # one block from (q*, 1 - eps)
         m, se = mean_se(np.log(gap[:, 1, 1] / gap[:, 1, 0]))
         out["lambda_a"], out["lambda_a_se"] = float(m), float(se)
     else:
@@ -223,9 +246,24 @@ def z_scores(sim: dict, th: dict) -> dict:
 
 
 # ---------------------------------------------------------------- grids
-def sweep(name: str, axes: dict, fixed: dict | None = None, *, n_tokens=32, depth=16, q0=1.0, rho0=0.5,
-          width=512, draws=16, eps=DEFAULT_EPS, weights="lazy", dtype=jnp.float32, seed=0,
-          parts_dir=None, progress=False):
+def sweep(
+    name: str,
+    axes: dict,
+    fixed: dict | None = None,
+    *,
+    n_tokens=32,
+    depth=16,
+    q0=1.0,
+    rho0=0.5,
+    width=512,
+    draws=16,
+    eps=DEFAULT_EPS,
+    weights="lazy",
+    dtype=jnp.float32,
+    seed=0,
+    parts_dir=None,
+    progress=False,
+):
     """:func:`exponents` on the grid ``axes`` (name -> values: numbers of preset ``name``
     and at most one ``depth``, as :func:`phasefield.layers.sweep.sweep`) with the other
     numbers ``fixed``: an ``xarray.Dataset`` with the variables :data:`QUANTITIES`, their
@@ -250,14 +288,30 @@ def sweep(name: str, axes: dict, fixed: dict | None = None, *, n_tokens=32, dept
     out = {v: np.full(len(points), np.nan) for v in names}
     store = None
     if parts_dir is not None:
-        store = grid.ChunkStore(parts_dir, dict(
-            source="phasefield.simulate.blocks.sweep", block=name, fixed=fixed, dims=dims,
-            coords=[np.asarray(c, np.float64).tolist() for c in coords], n_tokens=int(n_tokens),
-            depth=int(depth), q0=float(q0), rho0=float(rho0), width=int(width), draws=int(draws),
-            eps=float(eps), weights=weights, dtype=jnp.dtype(dtype).name, seed=int(seed)))
+        store = grid.ChunkStore(
+            parts_dir,
+            dict(
+                source="phasefield.simulate.blocks.sweep",
+                block=name,
+                fixed=fixed,
+                dims=dims,
+                coords=[np.asarray(c, np.float64).tolist() for c in coords],
+                n_tokens=int(n_tokens),
+                depth=int(depth),
+                q0=float(q0),
+                rho0=float(rho0),
+                width=int(width),
+                draws=int(draws),
+                eps=float(eps),
+                weights=weights,
+                dtype=jnp.dtype(dtype).name,
+                seed=int(seed),
+            ),
+        )
     bar = None
     if progress:
         from tqdm.auto import tqdm
+
         bar = tqdm(total=len(points), unit="pt", desc=f"simulate {name}")
     try:
         for i, idx in enumerate(points):
@@ -266,8 +320,19 @@ def sweep(name: str, axes: dict, fixed: dict | None = None, *, n_tokens=32, dept
             else:
                 at = {k: float(c[j]) for k, c, j in zip(dims, coords, idx)}
                 L = int(at.pop("depth", depth_list[0]))
-                r = exponents((name, dict(fixed, **at)), width=width, draws=draws, n_tokens=n_tokens,
-                              depth=L, q0=q0, rho0=rho0, eps=eps, weights=weights, dtype=dtype, seed=seed)
+                r = exponents(
+                    (name, dict(fixed, **at)),
+                    width=width,
+                    draws=draws,
+                    n_tokens=n_tokens,
+                    depth=L,
+                    q0=q0,
+                    rho0=rho0,
+                    eps=eps,
+                    weights=weights,
+                    dtype=dtype,
+                    seed=seed,
+                )
                 res = {v: np.asarray(r[v], np.float64) for v in names}
                 if store is not None:
                     store.save(i, res)
@@ -280,22 +345,34 @@ def sweep(name: str, axes: dict, fixed: dict | None = None, *, n_tokens=32, dept
             bar.close()
         if store is not None:
             store.close()
-    long = {"angle_rate": "angle rate of nearby tokens (1/L) log[(1 - rho_L)/(1 - rho_0)] from rho_0 = 1 - eps",
-            "lambda_g_input": "(1/L) log(E|J^T u|^2 / E|u|^2) from (q0, rho0)",
-            "lambda_g_collapse": "(1/L) log(E|J^T u|^2 / E|u|^2) from identical tokens of norm q0",
-            "lambda_a": "log[(1 - rho')/(1 - rho)] of one block at (q*, 1 - eps) (NaN: no finite q*)",
-            "rho_L": "token cosine after L blocks from (q0, rho0)",
-            "q_L": "token squared norm per component after L blocks from (q0, rho0)",
-            "q_star": "the theory's collapsed fixed point q* (input of lambda_a)"}
+    long = {
+        "angle_rate": "angle rate of nearby tokens (1/L) log[(1 - rho_L)/(1 - rho_0)] from rho_0 = 1 - eps",
+        "lambda_g_input": "(1/L) log(E|J^T u|^2 / E|u|^2) from (q0, rho0)",
+        "lambda_g_collapse": "(1/L) log(E|J^T u|^2 / E|u|^2) from identical tokens of norm q0",
+        "lambda_a": "log[(1 - rho')/(1 - rho)] of one block at (q*, 1 - eps) (NaN: no finite q*)",
+        "rho_L": "token cosine after L blocks from (q0, rho0)",
+        "q_L": "token squared norm per component after L blocks from (q0, rho0)",
+        "q_star": "the theory's collapsed fixed point q* (input of lambda_a)",
+    }
     data = {}
     for v in names:
         base = v[:-3] if v.endswith("_se") else v
         attrs = dict(long_name=("standard error of " if v.endswith("_se") else "") + long[base])
         data[v] = (dims, out[v].reshape(shape), attrs)
-    attrs = dict(source="phasefield.simulate.blocks.sweep", block=name, n_tokens=int(n_tokens), q0=float(q0),
-                 rho0=float(rho0), width=int(width), draws=int(draws), eps=float(eps), weights=weights,
-                 dtype=jnp.dtype(dtype).name, seed=int(seed),
-                 **{f"fixed_{k}": (str(v) if isinstance(v, (str, bool)) else v) for k, v in fixed.items()})
+    attrs = dict(
+        source="phasefield.simulate.blocks.sweep",
+        block=name,
+        n_tokens=int(n_tokens),
+        q0=float(q0),
+        rho0=float(rho0),
+        width=int(width),
+        draws=int(draws),
+        eps=float(eps),
+        weights=weights,
+        dtype=jnp.dtype(dtype).name,
+        seed=int(seed),
+        **{f"fixed_{k}": (str(v) if isinstance(v, (str, bool)) else v) for k, v in fixed.items()},
+    )
     if depths is None:
         attrs["depth"] = int(depth)
     return xr.Dataset(data, coords=dict(zip(dims, coords)), attrs=attrs)

@@ -15,6 +15,7 @@ error and, where the simulation carries ``<name>_se``, the same statistics of
 design (a LayerNorm's epsilon moves q after the norm by up to 1e-6, which the theory leaves
 out), not by noise.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -66,6 +67,7 @@ def open_grid(path) -> xr.Dataset:
 def align(theory: xr.Dataset, sim: xr.Dataset):
     """Inner-join the two grids on shared coordinates; length-1 dimensions present in
     only one of them are dropped (squeezed)."""
+
     def squeeze_extra(ds, other):
         extra = [d for d in ds.dims if d not in other.dims]
         bad = [d for d in extra if ds.sizes[d] != 1]
@@ -87,8 +89,10 @@ def align(theory: xr.Dataset, sim: xr.Dataset):
 
 def phases(theory: xr.Dataset) -> dict:
     """Boolean masks of the theory's phases (module docstring)."""
-    shape_of = next((k for k in ("lambda_a", "angle_rate", "lambda_g", "lambda_g_input") if k in theory),
-                    next(iter(theory.data_vars)))
+    shape_of = next(
+        (k for k in ("lambda_a", "angle_rate", "lambda_g", "lambda_g_input") if k in theory),
+        next(iter(theory.data_vars)),
+    )
     out = {"all": xr.ones_like(theory[shape_of], dtype=bool)}
     angle = theory["lambda_a"] if "lambda_a" in theory else None
     if "angle_rate" in theory:
@@ -112,15 +116,17 @@ def agreement(theory: xr.Dataset, sim: xr.Dataset, quantities=None) -> list[dict
     th, si = align(theory_names(theory), sim)
     quantities = common_quantities(th, si, quantities)
     if not quantities:
-        raise ValueError("the two grids have no quantity in common "
-                         f"(theory: {sorted(theory.data_vars)}, simulation: {sorted(sim.data_vars)})")
+        raise ValueError(
+            "the two grids have no quantity in common "
+            f"(theory: {sorted(theory.data_vars)}, simulation: {sorted(sim.data_vars)})"
+        )
     rows = []
     masks = phases(th)
     for q in quantities:
         diff = si[q] - th[q]
         err = np.abs(diff)
         if not np.any(np.isfinite(np.asarray(err.values))):
-            continue     # nothing to compare (e.g. lambda_a of a block without a fixed point)
+            continue  # nothing to compare (e.g. lambda_a of a block without a fixed point)
         z = None
         if q + "_se" in si:
             floor = RESOLUTION * np.maximum(1.0, np.abs(th[q]))
@@ -141,8 +147,11 @@ def agreement(theory: xr.Dataset, sim: xr.Dataset, quantities=None) -> list[dict
 def _stats(e, suffix):
     if e.size == 0:
         return {f"median{suffix}": float("nan"), f"p90{suffix}": float("nan"), f"max{suffix}": float("nan")}
-    return {f"median{suffix}": float(np.median(e)), f"p90{suffix}": float(np.percentile(e, 90)),
-            f"max{suffix}": float(np.max(e))}
+    return {
+        f"median{suffix}": float(np.median(e)),
+        f"p90{suffix}": float(np.percentile(e, 90)),
+        f"max{suffix}": float(np.max(e)),
+    }
 
 
 def format_table(rows: list[dict]) -> str:
@@ -153,8 +162,10 @@ def format_table(rows: list[dict]) -> str:
         head += f" {'med/se':>7} {'p90/se':>7} {'max/se':>7} {'mean z':>7}"
     lines = [head, "-" * len(head)]
     for r in rows:
-        line = (f"{r['quantity']:<17} {r['phase']:<10} {r['points']:>6d} {r['median']:>9.4f} "
-                f"{r['p90']:>9.4f} {r['max']:>9.4f}")
+        line = (
+            f"{r['quantity']:<17} {r['phase']:<10} {r['points']:>6d} {r['median']:>9.4f} "
+            f"{r['p90']:>9.4f} {r['max']:>9.4f}"
+        )
         if has_z:
             line += "".join(f" {r.get(k, float('nan')):>7.2f}" for k in ("median_z", "p90_z", "max_z", "mean_z"))
         lines.append(line)
@@ -165,15 +176,20 @@ def format_markdown(rows: list[dict]) -> str:
     """The same table in Markdown."""
     has_z = any("median_z" in r for r in rows)
     cols = ["quantity", "phase", "points", "median", "p90", "max"] + (
-        ["median_z", "p90_z", "max_z", "mean_z"] if has_z else [])
+        ["median_z", "p90_z", "max_z", "mean_z"] if has_z else []
+    )
     names = {"median_z": "median/se", "p90_z": "p90/se", "max_z": "max/se", "mean_z": "mean z"}
-    out = ["| " + " | ".join(names.get(c, c) for c in cols) + " |",
-           "|" + "|".join("---" for _ in cols) + "|"]
+    out = ["| " + " | ".join(names.get(c, c) for c in cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
     for r in rows:
         cells = []
         for c in cols:
             v = r.get(c, "")
-            cells.append(f"{v:.4f}" if isinstance(v, float) and not c.endswith("_z")
-                         else f"{v:.2f}" if isinstance(v, float) else str(v))
+            cells.append(
+                f"{v:.4f}"
+                if isinstance(v, float) and not c.endswith("_z")
+                else f"{v:.2f}"
+                if isinstance(v, float)
+                else str(v)
+            )
         out.append("| " + " | ".join(cells) + " |")
     return "\n".join(out)

@@ -17,6 +17,7 @@ and returns numpy arrays. The ``*_draws`` kernels underneath are pure jit-able f
 of ``(hp, key, ...)``; :mod:`phasefield.simulate.sweep` vmaps them over hyperparameter
 points (sharing the weight draws between points: common random numbers).
 """
+
 from __future__ import annotations
 
 from functools import partial
@@ -26,12 +27,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import grid
-from ..layers import paper
-from ..config import HParams
 from .._runtime import optimized_jit
+from ..config import HParams
+from ..layers import paper
 from ..theory.precision import float64
-from .stack import (DEFAULT_WEIGHTS, block_forward, collapsed_tokens, simplex_tokens,
-                    stack_forward, two_group_tokens)
+from .stack import DEFAULT_WEIGHTS, block_forward, collapsed_tokens, simplex_tokens, stack_forward, two_group_tokens
 
 DEFAULT_EPS = 1e-3
 # bytes of live weights and residuals per draw batch of the gradient kernel (memory-bound on
@@ -86,27 +86,44 @@ def _large(hp, keys, *args, n, d, depth, **kwargs):  # noqa: ARG001 - the kernel
     return keys.shape[0] * depth * n * d * d >= OPTIMIZE_ABOVE
 
 
-@partial(optimized_jit, when=_large, static_argnames=("n", "d", "depth", "causal", "mlp_hidden",
-                                                      "dtype", "exact_input", "weights"))
-def transient_draws(hp, keys, q0, p0, *, n, d, depth, causal=False, mlp_hidden=None,
-                    dtype=jnp.float32, exact_input=True, weights=DEFAULT_WEIGHTS):
+@partial(
+    optimized_jit,
+    when=_large,
+    static_argnames=("n", "d", "depth", "causal", "mlp_hidden", "dtype", "exact_input", "weights"),
+)
+def transient_draws(
+    hp,
+    keys,
+    q0,
+    p0,
+    *,
+    n,
+    d,
+    depth,
+    causal=False,
+    mlp_hidden=None,
+    dtype=jnp.float32,
+    exact_input=True,
+    weights=DEFAULT_WEIGHTS,
+):
     """Per draw and layer (q, p, u): arrays ``[draws, depth + 1]``."""
     hp = hp.astype(dtype)
 
     def one(key):
         kx, kw = jax.random.split(key)
         x = simplex_tokens(kx, n, d, q0, p0, dtype, exact=exact_input)
-        _, stats = stack_forward(hp, kw, x, depth, causal=causal, mlp_hidden=mlp_hidden,
-                                 reduce=token_stats, weights=weights)
+        _, stats = stack_forward(
+            hp, kw, x, depth, causal=causal, mlp_hidden=mlp_hidden, reduce=token_stats, weights=weights
+        )
         return stats
 
     return jax.vmap(one)(keys)
 
 
-@partial(jax.jit, static_argnames=("n", "d", "depth", "causal", "mlp_hidden", "dtype",
-                                   "weights"))
-def geometry_draws(hp, keys, q0, p0, *, n, d, depth, causal=False, mlp_hidden=None,
-                   dtype=jnp.float32, weights=DEFAULT_WEIGHTS):
+@partial(jax.jit, static_argnames=("n", "d", "depth", "causal", "mlp_hidden", "dtype", "weights"))
+def geometry_draws(
+    hp, keys, q0, p0, *, n, d, depth, causal=False, mlp_hidden=None, dtype=jnp.float32, weights=DEFAULT_WEIGHTS
+):
     """Per draw and layer: squared norms / d ``[draws, depth+1, n]`` and pairwise cosines
     ``[draws, depth+1, n(n-1)/2]``."""
     hp = hp.astype(dtype)
@@ -117,30 +134,53 @@ def geometry_draws(hp, keys, q0, p0, *, n, d, depth, causal=False, mlp_hidden=No
     def one(key):
         kx, kw = jax.random.split(key)
         x = simplex_tokens(kx, n, d, q0, p0, dtype)
-        return stack_forward(hp, kw, x, depth, causal=causal, mlp_hidden=mlp_hidden,
-                             reduce=reduce, weights=weights)[1]
+        return stack_forward(hp, kw, x, depth, causal=causal, mlp_hidden=mlp_hidden, reduce=reduce, weights=weights)[1]
 
     return jax.vmap(one)(keys)
 
 
-@partial(jax.jit, static_argnames=("n", "d", "depth", "causal", "mlp_hidden", "dtype",
-                                   "weights"))
-def group_draws(hp, keys, q0, p_intra, p_inter, *, n, d, depth, causal=False,
-                mlp_hidden=None, dtype=jnp.float32, weights=DEFAULT_WEIGHTS):
+@partial(jax.jit, static_argnames=("n", "d", "depth", "causal", "mlp_hidden", "dtype", "weights"))
+def group_draws(
+    hp,
+    keys,
+    q0,
+    p_intra,
+    p_inter,
+    *,
+    n,
+    d,
+    depth,
+    causal=False,
+    mlp_hidden=None,
+    dtype=jnp.float32,
+    weights=DEFAULT_WEIGHTS,
+):
     """Per draw and layer (intra, inter) group cosines, ``[draws, depth + 1]`` each."""
     hp = hp.astype(dtype)
 
     def one(key):
         kx, kw = jax.random.split(key)
         x = two_group_tokens(kx, n, d, q0, p_intra, p_inter, dtype)
-        return stack_forward(hp, kw, x, depth, causal=causal, mlp_hidden=mlp_hidden,
-                             reduce=group_stats, weights=weights)[1]
+        return stack_forward(
+            hp, kw, x, depth, causal=causal, mlp_hidden=mlp_hidden, reduce=group_stats, weights=weights
+        )[1]
 
     return jax.vmap(one)(keys)
 
 
-def angle_draws(hp, keys, q_star, *, n, d, eps=DEFAULT_EPS, causal=False, mlp_hidden=None,
-                dtype=jnp.float32, weights=DEFAULT_WEIGHTS):
+def angle_draws(
+    hp,
+    keys,
+    q_star,
+    *,
+    n,
+    d,
+    eps=DEFAULT_EPS,
+    causal=False,
+    mlp_hidden=None,
+    dtype=jnp.float32,
+    weights=DEFAULT_WEIGHTS,
+):
     """Per draw ``log[(1 - rho') / (1 - rho)]`` for one random block, input tokens at
     ``q = q*``, ``rho = 1 - eps`` (docs/theory.md §6, paper App. A). rho is the draw's
     realised cosine (``p/q`` averaged over token pairs), before and after the block."""
@@ -158,8 +198,20 @@ def angle_draws(hp, keys, q_star, *, n, d, eps=DEFAULT_EPS, causal=False, mlp_hi
     return jax.vmap(one)(keys)
 
 
-def gradient_draws(hp, keys, q_star, *, n, d, depth, causal=False, mlp_hidden=None,
-                   dtype=jnp.float32, draw_batch=None, weights=DEFAULT_WEIGHTS):
+def gradient_draws(
+    hp,
+    keys,
+    q_star,
+    *,
+    n,
+    d,
+    depth,
+    causal=False,
+    mlp_hidden=None,
+    dtype=jnp.float32,
+    draw_batch=None,
+    weights=DEFAULT_WEIGHTS,
+):
     """Per draw ``(|J^T u|^2, |u|^2)`` with ``J = dX_L/dX_0`` of a depth-``depth`` random
     stack, X_0 = n identical tokens of squared norm ``q* d`` (the collapsed fixed point),
     ``u ~ N(0, I)`` shaped like X_L (docs/theory.md §7). Draws run ``draw_batch`` at a time
@@ -170,8 +222,9 @@ def gradient_draws(hp, keys, q_star, *, n, d, depth, causal=False, mlp_hidden=No
     def one(key):
         kx, kw, ku = jax.random.split(key, 3)
         x = collapsed_tokens(kx, n, d, q_star, dtype)
-        f = lambda x0: stack_forward(hp, kw, x0, depth, causal=causal, mlp_hidden=mlp_hidden,
-                                     remat=True, weights=weights)
+        f = lambda x0: stack_forward(
+            hp, kw, x0, depth, causal=causal, mlp_hidden=mlp_hidden, remat=True, weights=weights
+        )
         y, vjp = jax.vjp(f, x)
         u = jax.random.normal(ku, y.shape, dtype)
         (g,) = vjp(u)
@@ -180,18 +233,21 @@ def gradient_draws(hp, keys, q_star, *, n, d, depth, causal=False, mlp_hidden=No
     return jax.lax.map(one, keys, batch_size=draw_batch)
 
 
-def default_draw_batch(n, d, depth, mlp_hidden=None, points=1, itemsize=4,
-                       budget=MEMORY_BUDGET, weights=DEFAULT_WEIGHTS):
+def default_draw_batch(
+    n, d, depth, mlp_hidden=None, points=1, itemsize=4, budget=MEMORY_BUDGET, weights=DEFAULT_WEIGHTS
+):
     """How many draws to vmap at once so that the memory of the gradient kernel
     (:func:`phasefield.grid.simulation_bytes`) fits ``budget`` bytes."""
     per_draw = grid.simulation_bytes(d, n, depth, mlp_hidden, itemsize, points, weights)
     return int(max(1, min(1024, budget // max(per_draw, 1))))
 
 
-_gradient_jit = optimized_jit(gradient_draws, when=_large, static_argnames=(
-    "n", "d", "depth", "causal", "mlp_hidden", "dtype", "draw_batch", "weights"))
-_angle_jit = jax.jit(angle_draws, static_argnames=(
-    "n", "d", "causal", "mlp_hidden", "dtype", "weights"))
+_gradient_jit = optimized_jit(
+    gradient_draws,
+    when=_large,
+    static_argnames=("n", "d", "depth", "causal", "mlp_hidden", "dtype", "draw_batch", "weights"),
+)
+_angle_jit = jax.jit(angle_draws, static_argnames=("n", "d", "causal", "mlp_hidden", "dtype", "weights"))
 
 
 # ---------------------------------------------------------------- estimators
@@ -230,7 +286,9 @@ def shard_draws(keys):
     devices = jax.local_devices()
     if len(devices) < 2 or keys.shape[0] % len(devices) or devices[0].platform == "cpu":
         return keys
-    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+    from jax.sharding import Mesh, NamedSharding
+    from jax.sharding import PartitionSpec as P
+
     return jax.device_put(keys, NamedSharding(Mesh(np.array(devices), ("draws",)), P("draws")))
 
 
@@ -265,27 +323,50 @@ def q_star_reference(hp: HParams) -> float:
     w = np.exp(-0.5 * z * z)
     w /= w.sum()
     sw = float(hp.sigma_w)
-    var = sw ** 2  # pre-activation variance of the first layer (normalised input)
+    var = sw**2  # pre-activation variance of the first layer (normalised input)
     for _ in range(hp.mlp_layers):
-        qm = sw ** 2 * float(np.sum(w * np.asarray(phi(np.sqrt(var) * z)) ** 2))
+        qm = sw**2 * float(np.sum(w * np.asarray(phi(np.sqrt(var) * z)) ** 2))
         var = qm
     aa, am, sv = float(hp.alpha_a), float(hp.alpha_m), float(hp.sigma_v)
     ba2, bm2 = float(hp.beta_a) ** 2, float(hp.beta_m) ** 2
-    return (bm2 * aa ** 2 * sv ** 2 + am ** 2 * qm) / (1.0 - ba2 * bm2)
+    return (bm2 * aa**2 * sv**2 + am**2 * qm) / (1.0 - ba2 * bm2)
 
 
 # ---------------------------------------------------------------- public measurements
-def transients(hp: HParams, q0, p0, *, width=512, seeds=16, depth=None, causal=False,
-               mlp_hidden=None, dtype=jnp.float32, seed=0, exact_input=True,
-               weights=DEFAULT_WEIGHTS) -> dict:
+def transients(
+    hp: HParams,
+    q0,
+    p0,
+    *,
+    width=512,
+    seeds=16,
+    depth=None,
+    causal=False,
+    mlp_hidden=None,
+    dtype=jnp.float32,
+    seed=0,
+    exact_input=True,
+    weights=DEFAULT_WEIGHTS,
+) -> dict:
     """Per-layer q, p and rho = p/q (each averaged over draws, with ``*_se``), arrays of
     length depth+1 (index 0 is the input), from simplex tokens with (q0, p0)
     (``exact_input``: input Gram exactly (q0, p0), see :func:`stack.simplex_tokens`)."""
     n, d = _check(hp, width)
     depth = int(np.asarray(hp.depth)) if depth is None else int(depth)
-    q, p, u = transient_draws(hp, _keys(seed, seeds), q0, p0, n=n, d=d, depth=depth,
-                              causal=causal, mlp_hidden=mlp_hidden, dtype=dtype,
-                              exact_input=bool(exact_input), weights=weights)
+    q, p, u = transient_draws(
+        hp,
+        _keys(seed, seeds),
+        q0,
+        p0,
+        n=n,
+        d=d,
+        depth=depth,
+        causal=causal,
+        mlp_hidden=mlp_hidden,
+        dtype=dtype,
+        exact_input=bool(exact_input),
+        weights=weights,
+    )
     q, p = np.asarray(q, np.float64), np.asarray(p, np.float64)
     out = {}
     for name, arr in (("q", q), ("p", p), ("rho", p / q)):
@@ -294,24 +375,58 @@ def transients(hp: HParams, q0, p0, *, width=512, seeds=16, depth=None, causal=F
     return out
 
 
-def token_geometry(hp: HParams, q0, p0, *, width=512, seeds=16, depth=None, causal=False,
-                   mlp_hidden=None, dtype=jnp.float32, seed=0, weights=DEFAULT_WEIGHTS) -> dict:
+def token_geometry(
+    hp: HParams,
+    q0,
+    p0,
+    *,
+    width=512,
+    seeds=16,
+    depth=None,
+    causal=False,
+    mlp_hidden=None,
+    dtype=jnp.float32,
+    seed=0,
+    weights=DEFAULT_WEIGHTS,
+) -> dict:
     """Full per-layer samples for histograms (paper Fig. 2): ``norms`` ``[depth+1,
     seeds*n]`` (squared norm / d of every token) and ``cosines`` ``[depth+1,
     seeds*n(n-1)/2]`` (every token pair), pooled over draws."""
     n, d = _check(hp, width)
     depth = int(np.asarray(hp.depth)) if depth is None else int(depth)
-    norms, cos = geometry_draws(hp, _keys(seed, seeds), q0, p0, n=n, d=d, depth=depth,
-                                causal=causal, mlp_hidden=mlp_hidden, dtype=dtype,
-                                weights=weights)
+    norms, cos = geometry_draws(
+        hp,
+        _keys(seed, seeds),
+        q0,
+        p0,
+        n=n,
+        d=d,
+        depth=depth,
+        causal=causal,
+        mlp_hidden=mlp_hidden,
+        dtype=dtype,
+        weights=weights,
+    )
     norms = np.moveaxis(np.asarray(norms, np.float64), 1, 0).reshape(depth + 1, -1)
     cos = np.moveaxis(np.asarray(cos, np.float64), 1, 0).reshape(depth + 1, -1)
     return {"layer": np.arange(depth + 1), "norms": norms, "cosines": cos}
 
 
-def group_cosines(hp: HParams, q0, p_intra, p_inter, *, width=512, seeds=16, depth=None,
-                  causal=False, mlp_hidden=None, dtype=jnp.float32, seed=0,
-                  weights=DEFAULT_WEIGHTS) -> dict:
+def group_cosines(
+    hp: HParams,
+    q0,
+    p_intra,
+    p_inter,
+    *,
+    width=512,
+    seeds=16,
+    depth=None,
+    causal=False,
+    mlp_hidden=None,
+    dtype=jnp.float32,
+    seed=0,
+    weights=DEFAULT_WEIGHTS,
+) -> dict:
     """Permutation-symmetry restoration (paper Eq. 12, Fig. 3): per layer the mean
     intra-group and inter-group cosine of two groups of n/2 tokens and their ratio
     ``inter/intra`` (-> 1 when symmetry is restored), each with ``*_se``."""
@@ -319,9 +434,20 @@ def group_cosines(hp: HParams, q0, p_intra, p_inter, *, width=512, seeds=16, dep
     if not (0 <= p_inter < p_intra <= q0):
         raise ValueError("need 0 <= p_inter < p_intra <= q0 for the two-group input")
     depth = int(np.asarray(hp.depth)) if depth is None else int(depth)
-    intra, inter = group_draws(hp, _keys(seed, seeds), q0, p_intra, p_inter, n=n, d=d,
-                               depth=depth, causal=causal, mlp_hidden=mlp_hidden, dtype=dtype,
-                               weights=weights)
+    intra, inter = group_draws(
+        hp,
+        _keys(seed, seeds),
+        q0,
+        p_intra,
+        p_inter,
+        n=n,
+        d=d,
+        depth=depth,
+        causal=causal,
+        mlp_hidden=mlp_hidden,
+        dtype=dtype,
+        weights=weights,
+    )
     intra, inter = np.asarray(intra, np.float64), np.asarray(inter, np.float64)
     out = {"layer": np.arange(depth + 1)}
     for name, arr in (("intra", intra), ("inter", inter), ("ratio", inter / intra)):
@@ -329,41 +455,99 @@ def group_cosines(hp: HParams, q0, p_intra, p_inter, *, width=512, seeds=16, dep
     return out
 
 
-def angle_exponent(hp: HParams, *, width=512, seeds=16, eps=DEFAULT_EPS, q_star=None,
-                   causal=False, mlp_hidden=None, dtype=jnp.float32, seed=0,
-                   weights=DEFAULT_WEIGHTS):
+def angle_exponent(
+    hp: HParams,
+    *,
+    width=512,
+    seeds=16,
+    eps=DEFAULT_EPS,
+    q_star=None,
+    causal=False,
+    mlp_hidden=None,
+    dtype=jnp.float32,
+    seed=0,
+    weights=DEFAULT_WEIGHTS,
+):
     """Numerical lambda_a and its standard error over draws (docs/theory.md §6)."""
     n, d = _check(hp, width)
     q_star = collapsed_q_star(hp) if q_star is None else float(q_star)
-    vals = _angle_jit(hp, exponent_keys(seed, seeds)[0], q_star, n=n, d=d, eps=eps, causal=causal,
-                      mlp_hidden=mlp_hidden, dtype=dtype, weights=weights)
+    vals = _angle_jit(
+        hp,
+        exponent_keys(seed, seeds)[0],
+        q_star,
+        n=n,
+        d=d,
+        eps=eps,
+        causal=causal,
+        mlp_hidden=mlp_hidden,
+        dtype=dtype,
+        weights=weights,
+    )
     m, se = mean_se(vals)
     return float(m), float(se)
 
 
-def gradient_exponent(hp: HParams, *, width=512, seeds=16, depth=None, q_star=None,
-                      causal=False, mlp_hidden=None, dtype=jnp.float32, seed=0,
-                      draw_batch=None, weights=DEFAULT_WEIGHTS):
+def gradient_exponent(
+    hp: HParams,
+    *,
+    width=512,
+    seeds=16,
+    depth=None,
+    q_star=None,
+    causal=False,
+    mlp_hidden=None,
+    dtype=jnp.float32,
+    seed=0,
+    draw_batch=None,
+    weights=DEFAULT_WEIGHTS,
+):
     """Numerical lambda_g(L) and its delta-method standard error (docs/theory.md §7)."""
     n, d = _check(hp, width)
     depth = int(np.asarray(hp.depth)) if depth is None else int(depth)
     q_star = collapsed_q_star(hp) if q_star is None else float(q_star)
     draw_batch = draw_batch or default_draw_batch(n, d, depth, mlp_hidden, weights=weights)
-    a, b = _gradient_jit(hp, exponent_keys(seed, seeds)[1], q_star, n=n, d=d, depth=depth,
-                         causal=causal, mlp_hidden=mlp_hidden, dtype=dtype,
-                         draw_batch=draw_batch, weights=weights)
+    a, b = _gradient_jit(
+        hp,
+        exponent_keys(seed, seeds)[1],
+        q_star,
+        n=n,
+        d=d,
+        depth=depth,
+        causal=causal,
+        mlp_hidden=mlp_hidden,
+        dtype=dtype,
+        draw_batch=draw_batch,
+        weights=weights,
+    )
     m, se = log_ratio_of_means(a, b, scale=1.0 / depth)
     return float(m), float(se)
 
 
-def exponents(hp: HParams, *, width=512, seeds=16, eps=DEFAULT_EPS, causal=False,
-              mlp_hidden=None, dtype=jnp.float32, seed=0, weights=DEFAULT_WEIGHTS) -> dict:
+def exponents(
+    hp: HParams,
+    *,
+    width=512,
+    seeds=16,
+    eps=DEFAULT_EPS,
+    causal=False,
+    mlp_hidden=None,
+    dtype=jnp.float32,
+    seed=0,
+    weights=DEFAULT_WEIGHTS,
+) -> dict:
     """``lambda_a, lambda_a_se, lambda_g, lambda_g_se`` (lambda_g at depth ``hp.depth``)
     and the ``q_star`` the inputs were built from."""
     q_star = collapsed_q_star(hp)
-    opts = dict(width=width, seeds=seeds, q_star=q_star, causal=causal, mlp_hidden=mlp_hidden,
-                dtype=dtype, seed=seed, weights=weights)
+    opts = dict(
+        width=width,
+        seeds=seeds,
+        q_star=q_star,
+        causal=causal,
+        mlp_hidden=mlp_hidden,
+        dtype=dtype,
+        seed=seed,
+        weights=weights,
+    )
     la, la_se = angle_exponent(hp, eps=eps, **opts)
     lg, lg_se = gradient_exponent(hp, **opts)
-    return {"lambda_a": la, "lambda_a_se": la_se, "lambda_g": lg, "lambda_g_se": lg_se,
-            "q_star": q_star}
+    return {"lambda_a": la, "lambda_a_se": la_se, "lambda_g": lg, "lambda_g_se": lg_se, "q_star": q_star}

@@ -19,9 +19,8 @@ of §7 needs (lazy weights: one VJP per draw; full Jacobians need dense weights)
 All functions are pure in ``(hp, key, tokens)``, so they ``jit`` and ``vmap`` over draws
 (keys) and over hyperparameter points (the numeric leaves of :class:`HParams`).
 """
-from __future__ import annotations
 
-from typing import Optional
+from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
@@ -32,8 +31,9 @@ from ..config import HParams
 DEFAULT_WEIGHTS = "lazy"
 
 
-def block_forward(hp: HParams, key, x, *, causal: bool = False, mlp_hidden: Optional[int] = None,
-                  weights: str = DEFAULT_WEIGHTS):
+def block_forward(
+    hp: HParams, key, x, *, causal: bool = False, mlp_hidden: int | None = None, weights: str = DEFAULT_WEIGHTS
+):
     """One random block applied to tokens ``x`` (``[n, d]``) with weights drawn from ``key``
     (``weights``: ``"lazy"`` or ``"dense"``, see the module docstring)."""
     check_weights(weights)
@@ -44,8 +44,9 @@ def block_forward(hp: HParams, key, x, *, causal: bool = False, mlp_hidden: Opti
     return out
 
 
-def block_params(hp: HParams, key, n: int, d: int, *, causal: bool = False,
-                 mlp_hidden: Optional[int] = None, dtype=jnp.float32):
+def block_params(
+    hp: HParams, key, n: int, d: int, *, causal: bool = False, mlp_hidden: int | None = None, dtype=jnp.float32
+):
     """The parameters :func:`block_forward` draws from ``key`` (for inspection and tests)."""
     x = jnp.zeros((n, d), dtype)
     return Block(hp, causal=causal, mlp_hidden=mlp_hidden).init({"params": key}, x)
@@ -56,9 +57,19 @@ def layer_keys(key, depth: int):
     return jax.random.split(key, depth)
 
 
-def stack_forward(hp: HParams, key, x, depth: int, *, causal: bool = False,
-                  mlp_hidden: Optional[int] = None, return_all: bool = False,
-                  reduce=None, remat: bool = False, weights: str = DEFAULT_WEIGHTS):
+def stack_forward(
+    hp: HParams,
+    key,
+    x,
+    depth: int,
+    *,
+    causal: bool = False,
+    mlp_hidden: int | None = None,
+    return_all: bool = False,
+    reduce=None,
+    remat: bool = False,
+    weights: str = DEFAULT_WEIGHTS,
+):
     """Apply ``depth`` independent random blocks to ``x`` (``[n, d]``), weights ``"lazy"``
     (default) or ``"dense"``.
 
@@ -69,8 +80,7 @@ def stack_forward(hp: HParams, key, x, depth: int, *, causal: bool = False,
     """
     keys = layer_keys(key, depth)
 
-    fwd = lambda h, k: block_forward(hp, k, h, causal=causal, mlp_hidden=mlp_hidden,
-                                     weights=weights)
+    fwd = lambda h, k: block_forward(hp, k, h, causal=causal, mlp_hidden=mlp_hidden, weights=weights)
     if remat:
         fwd = jax.checkpoint(fwd)
 
@@ -127,8 +137,7 @@ def two_group_tokens(key, n: int, d: int, q, p_intra, p_inter, dtype=jnp.float32
     e = jax.random.normal(ke, (n, d), dtype)
     group = (jnp.arange(n) >= n // 2).astype(jnp.int32)
     q, pi, po = (jnp.asarray(v, dtype) for v in (q, p_intra, p_inter))
-    return (jnp.sqrt(po) * g + jnp.sqrt(jnp.maximum(pi - po, 0)) * h[group]
-            + jnp.sqrt(jnp.maximum(q - pi, 0)) * e)
+    return jnp.sqrt(po) * g + jnp.sqrt(jnp.maximum(pi - po, 0)) * h[group] + jnp.sqrt(jnp.maximum(q - pi, 0)) * e
 
 
 def collapsed_tokens(key, n: int, d: int, q, dtype=jnp.float32):

@@ -12,11 +12,11 @@ amortises the cost of the Gaussian sampling. With lazily sampled weights (the de
 chunks are stored under a parts directory (:class:`phasefield.grid.ChunkStore`) so an
 interrupted sweep resumes where it stopped.
 """
+
 from __future__ import annotations
 
 import itertools
 from functools import partial
-from typing import Optional
 
 import jax
 import jax.numpy as jnp
@@ -24,9 +24,9 @@ import numpy as np
 import xarray as xr
 
 from .. import grid
-from ..layers import paper
-from ..config import HParams, NUMERIC_FIELDS
 from ..block import check_weights
+from ..config import NUMERIC_FIELDS, HParams
+from ..layers import paper
 from ..theory.precision import float64
 from . import measure
 
@@ -34,14 +34,13 @@ AXES = grid.AXES
 VARIABLES = ("lambda_a", "lambda_a_se", "lambda_g", "lambda_g_se", "q_star")
 
 
-@partial(jax.jit, static_argnames=("n", "d", "depth", "eps", "causal", "mlp_hidden", "dtype",
-                                   "draw_batch", "weights"))
-def _chunk_kernel(hp, keys_a, keys_g, q_star, *, n, d, depth, eps, causal, mlp_hidden, dtype,
-                  draw_batch, weights):
+@partial(jax.jit, static_argnames=("n", "d", "depth", "eps", "causal", "mlp_hidden", "dtype", "draw_batch", "weights"))
+def _chunk_kernel(hp, keys_a, keys_g, q_star, *, n, d, depth, eps, causal, mlp_hidden, dtype, draw_batch, weights):
     opts = dict(n=n, d=d, causal=causal, mlp_hidden=mlp_hidden, dtype=dtype, weights=weights)
     la = jax.vmap(lambda h, qs: measure.angle_draws(h, keys_a, qs, eps=eps, **opts))(hp, q_star)
-    a, b = jax.vmap(lambda h, qs: measure.gradient_draws(
-        h, keys_g, qs, depth=depth, draw_batch=draw_batch, **opts))(hp, q_star)
+    a, b = jax.vmap(lambda h, qs: measure.gradient_draws(h, keys_g, qs, depth=depth, draw_batch=draw_batch, **opts))(
+        hp, q_star
+    )
     return la, a, b
 
 
@@ -67,11 +66,22 @@ def grid_points(base: HParams, axes: dict):
     return dims, coords, points
 
 
-def sweep(*, width: int = 512, seeds: int = 16, eps: float = measure.DEFAULT_EPS,
-          causal: bool = False, mlp_hidden: Optional[int] = None, dtype=jnp.float32,
-          seed: int = 0, base: Optional[HParams] = None, chunk: int = 16,
-          parts_dir: Optional[str] = None, progress: bool = False,
-          weights: str = measure.DEFAULT_WEIGHTS, **axes) -> xr.Dataset:
+def sweep(
+    *,
+    width: int = 512,
+    seeds: int = 16,
+    eps: float = measure.DEFAULT_EPS,
+    causal: bool = False,
+    mlp_hidden: int | None = None,
+    dtype=jnp.float32,
+    seed: int = 0,
+    base: HParams | None = None,
+    chunk: int = 16,
+    parts_dir: str | None = None,
+    progress: bool = False,
+    weights: str = measure.DEFAULT_WEIGHTS,
+    **axes,
+) -> xr.Dataset:
     """Simulate ``lambda_a, lambda_g`` (with ``_se``) on the grid spanned by ``axes``
     (keyword arrays named as in :data:`AXES`; ``alpha`` sets alpha_a = alpha_m).
 
@@ -90,11 +100,21 @@ def sweep(*, width: int = 512, seeds: int = 16, eps: float = measure.DEFAULT_EPS
     base.validate()
     grid.check_values(coords)
     d = int(width)
-    config = dict(width=d, seeds=int(seeds), eps=float(eps), causal=bool(causal),
-                  mlp_hidden=mlp_hidden, dtype=jnp.dtype(dtype).name, seed=int(seed),
-                  chunk=int(chunk), activation=base.activation, mlp_layers=base.mlp_layers,
-                  residual=base.residual, axes={k: coords[k].tolist() for k in dims},
-                  base={k: float(getattr(base, k)) for k in NUMERIC_FIELDS})
+    config = dict(
+        width=d,
+        seeds=int(seeds),
+        eps=float(eps),
+        causal=bool(causal),
+        mlp_hidden=mlp_hidden,
+        dtype=jnp.dtype(dtype).name,
+        seed=int(seed),
+        chunk=int(chunk),
+        activation=base.activation,
+        mlp_layers=base.mlp_layers,
+        residual=base.residual,
+        axes={k: coords[k].tolist() for k in dims},
+        base={k: float(getattr(base, k)) for k in NUMERIC_FIELDS},
+    )
     if weights != "dense":  # dense keeps the tags of parts written before the lazy sampler
         config["weights"] = weights
     store = grid.ChunkStore(parts_dir, dict(source="phasefield.simulate.sweep", **config)) if parts_dir else None
@@ -104,21 +124,33 @@ def sweep(*, width: int = 512, seeds: int = 16, eps: float = measure.DEFAULT_EPS
         groups: dict = {}
         for i, f in enumerate(points):
             groups.setdefault((int(round(f["n_tokens"])), int(round(f["depth"]))), []).append(i)
-        jobs = [(nd, idx[s:s + chunk]) for nd, idx in groups.items() for s in range(0, len(idx), chunk)]
+        jobs = [(nd, idx[s : s + chunk]) for nd, idx in groups.items() for s in range(0, len(idx), chunk)]
 
         out = {v: np.full(len(points), np.nan) for v in VARIABLES}
         keys_a, keys_g = measure.exponent_keys(seed, int(seeds))
         bar = None
         if progress:
             from tqdm.auto import tqdm
+
             bar = tqdm(total=len(points), unit="pt", desc="simulate sweep")
         for j, ((n, depth), idx) in enumerate(jobs):
             if store is not None and store.has(j):
                 res = store.load(j)
             else:
-                res = _run_chunk(base, [points[i] for i in idx], keys_a, keys_g, n=n, d=d,
-                                 depth=depth, eps=eps, causal=causal, mlp_hidden=mlp_hidden,
-                                 dtype=dtype, weights=weights)
+                res = _run_chunk(
+                    base,
+                    [points[i] for i in idx],
+                    keys_a,
+                    keys_g,
+                    n=n,
+                    d=d,
+                    depth=depth,
+                    eps=eps,
+                    causal=causal,
+                    mlp_hidden=mlp_hidden,
+                    dtype=dtype,
+                    weights=weights,
+                )
                 if store is not None:
                     store.save(j, res)
             for v in VARIABLES:
@@ -139,28 +171,48 @@ def sweep(*, width: int = 512, seeds: int = 16, eps: float = measure.DEFAULT_EPS
         {v: (dims, out[v].reshape(shape)) for v in VARIABLES},
         coords={**{k: coords[k] for k in dims}, **fixed},
     )
-    ds.attrs.update({
-        "source": "phasefield.simulate.sweep",
-        "width": d, "seeds": int(seeds), "eps": float(eps), "causal": int(bool(causal)),
-        "dtype": jnp.dtype(dtype).name, "seed": int(seed), "weights": weights,
-        "activation": base.activation, "mlp_layers": base.mlp_layers, "residual": base.residual,
-    })
+    ds.attrs.update(
+        {
+            "source": "phasefield.simulate.sweep",
+            "width": d,
+            "seeds": int(seeds),
+            "eps": float(eps),
+            "causal": int(bool(causal)),
+            "dtype": jnp.dtype(dtype).name,
+            "seed": int(seed),
+            "weights": weights,
+            "activation": base.activation,
+            "mlp_layers": base.mlp_layers,
+            "residual": base.residual,
+        }
+    )
     ds["lambda_a"].attrs["long_name"] = "angle exponent, one block, rho = 1 - eps at q*"
     ds["lambda_g"].attrs["long_name"] = "gradient exponent lambda_g(L), VJP from the collapsed point"
     return ds
 
 
-def _run_chunk(base, fields, keys_a, keys_g, *, n, d, depth, eps, causal, mlp_hidden, dtype,
-               weights):
+def _run_chunk(base, fields, keys_a, keys_g, *, n, d, depth, eps, causal, mlp_hidden, dtype, weights):
     P = len(fields)
     hp = base.replace(**{k: np.asarray([f[k] for f in fields], np.float64) for k in NUMERIC_FIELDS})
     q_star = _q_star_batch(hp)
-    draw_batch = measure.default_draw_batch(n, d, depth, mlp_hidden, points=P,
-                                            itemsize=jnp.dtype(dtype).itemsize, weights=weights)
-    la, a, b = _chunk_kernel(hp, keys_a, keys_g, jnp.asarray(q_star), n=n, d=d, depth=depth,
-                             eps=float(eps), causal=bool(causal), mlp_hidden=mlp_hidden,
-                             dtype=dtype, draw_batch=draw_batch, weights=weights)
+    draw_batch = measure.default_draw_batch(
+        n, d, depth, mlp_hidden, points=P, itemsize=jnp.dtype(dtype).itemsize, weights=weights
+    )
+    la, a, b = _chunk_kernel(
+        hp,
+        keys_a,
+        keys_g,
+        jnp.asarray(q_star),
+        n=n,
+        d=d,
+        depth=depth,
+        eps=float(eps),
+        causal=bool(causal),
+        mlp_hidden=mlp_hidden,
+        dtype=dtype,
+        draw_batch=draw_batch,
+        weights=weights,
+    )
     la_m, la_se = measure.mean_se(np.asarray(la), axis=1)
     lg_m, lg_se = measure.log_ratio_of_means(np.asarray(a), np.asarray(b), scale=1.0 / depth, axis=1)
-    return {"lambda_a": la_m, "lambda_a_se": la_se, "lambda_g": lg_m, "lambda_g_se": lg_se,
-            "q_star": q_star}
+    return {"lambda_a": la_m, "lambda_a_se": la_se, "lambda_g": lg_m, "lambda_g_se": lg_se, "q_star": q_star}

@@ -22,5 +22,6 @@ This package holds the kernels and imports nothing from the rest of phasefield a
 layers (:mod:`phasefield.layers`); the paper's block map, its fixed points, exponents and
 full-Gram mean field are :mod:`phasefield.layers.paper` (``paper.exponents(hp)``).
 """
+
 from .attention import forward as attention_map  # noqa: F401
 from .mlp import MLPKernel, d_m, kernel, p_m  # noqa: F401

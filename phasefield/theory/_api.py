@@ -10,6 +10,7 @@ compiles once per sizes; :mod:`.attention.exact_table`), reads a missing
 ``num_layers`` from the concrete ``hp.depth``, and runs the rest under ``jax.jit``.
 Inside a user's own ``jit``/``vmap`` (traced hp) the same code simply inlines.
 """
+
 from __future__ import annotations
 
 import functools
@@ -36,10 +37,10 @@ def public(*static_argnames: str):
             hp = a["hp"]
             if "kern" in a and a["kern"] is None:
                 a["kern"] = mlp.kernel(hp)
-            elif "kern" in a:   # a kernel of another sigma_w is refused, never used
+            elif "kern" in a:  # a kernel of another sigma_w is refused, never used
                 a["kern"] = mlp.bind(hp, a["kern"])
             if "kern" in a and hp.attention == "exact" and a["kern"].att is None:
-                with_values = exact_table.concrete_logits(hp) is not None   # (else: in the trace)
+                with_values = exact_table.concrete_logits(hp) is not None  # (else: in the trace)
                 a["kern"] = a["kern"].replace(att=exact_table.kernel(hp, with_values=with_values))
             if "num_layers" in a and a["num_layers"] is None:
                 a["num_layers"] = int(hp.depth)

@@ -23,6 +23,7 @@ Build a kernel with :func:`kernel` (``hp`` may be traced; sizes are static and c
 concrete ``sigma_w`` when available). Sweeps build one kernel per unique ``sigma_w`` and
 reuse it across every other axis.
 """
+
 from __future__ import annotations
 
 import functools
@@ -40,7 +41,7 @@ from .precision import float64
 
 CLOSED_FORMS = ("erf", "relu", "linear", "gelu")
 ODD = ("tanh", "erf", "linear")
-DEFAULT_SIGMA_MAX = 10.0   # table resolution used when sigma_w is traced
+DEFAULT_SIGMA_MAX = 10.0  # table resolution used when sigma_w is traced
 # tanh tables take the plain 2-D rule up to this grid size (s <~ 4), the erf split above it:
 # the split's fixed 129-node local rules cost 5-12x the plain rule's at s <= 2,
 # both agree with a dense reference to the same digits (tests/test_cost.py)
@@ -54,12 +55,12 @@ PAD_CHEB = 257
 
 @struct.dataclass
 class MLPKernel:
-    sigma_w: Any                 # scalar
-    q_layers: Any                # [k] pre-activation variances of the hidden layers
-    e_phi2: Any                  # [k] E[phi(h_l)^2]
-    e_dphi2: Any                 # [k] E[phi'(h_l)^2]
-    c_pp: Any                    # [k, K] Chebyshev coefficients of E[phi phi](rho) (K=0: closed form)
-    c_dd: Any                    # [k, K] Chebyshev coefficients of E[phi' phi'](rho)
+    sigma_w: Any  # scalar
+    q_layers: Any  # [k] pre-activation variances of the hidden layers
+    e_phi2: Any  # [k] E[phi(h_l)^2]
+    e_dphi2: Any  # [k] E[phi'(h_l)^2]
+    c_pp: Any  # [k, K] Chebyshev coefficients of E[phi phi](rho) (K=0: closed form)
+    c_dd: Any  # [k, K] Chebyshev coefficients of E[phi' phi'](rho)
     activation: str = struct.field(pytree_node=False, default="tanh")
     # the attention branch's tables riding along (exact mode: an
     # attention.exact_table.ExactKernel, its grid sizes static; None: sized from hp)
@@ -72,7 +73,7 @@ class MLPKernel:
     @property
     def q_m(self):
         """q_M = sigma_w^2 E[phi(h_k)^2]."""
-        return self.sigma_w ** 2 * self.e_phi2[..., -1]
+        return self.sigma_w**2 * self.e_phi2[..., -1]
 
     @property
     def d_one(self):
@@ -81,6 +82,7 @@ class MLPKernel:
 
 
 # ---- sizes ------------------------------------------------------------------------------
+
 
 def table_sizes(s_max: float) -> tuple[int, int]:
     """(trapezoid nodes per direction, Chebyshev nodes) that resolve pre-activation scale s_max."""
@@ -107,7 +109,7 @@ def layer_scales(sigma_w, activation: str, layers: int):
         qs.append(q)
         e2.append(ep)
         d2.append(ed)
-        q = sigma_w ** 2 * ep
+        q = sigma_w**2 * ep
     return jnp.stack(qs, -1), jnp.stack(e2, -1), jnp.stack(d2, -1)
 
 
@@ -122,18 +124,20 @@ def _e_sq(activation, s, phi, dphi):
         return s * s, jnp.ones_like(s)
     if activation in smoothed.SPLIT:  # tanh = erf(K h) + rest(h): fixed-size rules at any s
         rest, erf_k = smoothed.tanh_rest, lambda x: smoothed.erf_given(x, 0.0)
-        e_pp = (smoothed.erf_pair(s * s, 1.0) + quadrature.expect_1d_local(lambda x: rest(x) ** 2, s)
-                + 2.0 * quadrature.expect_1d_local(lambda x: rest(x) * erf_k(x), s))
+        e_pp = (
+            smoothed.erf_pair(s * s, 1.0)
+            + quadrature.expect_1d_local(lambda x: rest(x) ** 2, s)
+            + 2.0 * quadrature.expect_1d_local(lambda x: rest(x) * erf_k(x), s)
+        )
         return e_pp, quadrature.expect_1d_local(lambda x: dphi(x) ** 2, s)
-    return (quadrature.expect_1d(lambda x: phi(x) ** 2, s),
-            quadrature.expect_1d(lambda x: dphi(x) ** 2, s))
+    return (quadrature.expect_1d(lambda x: phi(x) ** 2, s), quadrature.expect_1d(lambda x: dphi(x) ** 2, s))
 
 
 # ---- construction -------------------------------------------------------------------------
 
+
 @float64
-def kernel(hp, n_grid: int | None = None, n_cheb: int | None = None,
-           sigma_max: float | None = None) -> MLPKernel:
+def kernel(hp, n_grid: int | None = None, n_cheb: int | None = None, sigma_max: float | None = None) -> MLPKernel:
     """The MLP kernel of ``hp`` (its sigma_w, activation, mlp_layers).
 
     Table sizes (static) follow the concrete sigma_w; with a concrete sigma_w the
@@ -191,25 +195,30 @@ def pad(kern: MLPKernel, size: int) -> MLPKernel:
 
 def _poison(kern: MLPKernel, ok) -> MLPKernel:
     """``kern`` with every number NaN where ``ok`` is False (ok: the kernel's batch shape)."""
+
     def f(x):
         okb = jnp.reshape(ok, jnp.shape(ok) + (1,) * (jnp.ndim(x) - jnp.ndim(ok)))
         return jnp.where(okb, x, jnp.nan)
-    return kern.replace(**{name: f(getattr(kern, name))
-                           for name in ("q_layers", "e_phi2", "e_dphi2", "c_pp", "c_dd")})
+
+    return kern.replace(**{name: f(getattr(kern, name)) for name in ("q_layers", "e_phi2", "e_dphi2", "c_pp", "c_dd")})
 
 
 def bind(hp, kern: MLPKernel) -> MLPKernel:
     """``kern`` checked against ``hp``: a kernel built for another sigma_w (a stale kernel)
     raises ``ValueError`` when both are concrete, and turns every number NaN when traced."""
     if kern.activation != hp.activation or kern.layers != int(hp.mlp_layers):
-        raise ValueError(f"the MLP kernel is for activation {kern.activation!r} with {kern.layers} "
-                         f"layer(s), not {hp.activation!r} with {hp.mlp_layers}; build it with "
-                         f"theory.kernel(hp)")
+        raise ValueError(
+            f"the MLP kernel is for activation {kern.activation!r} with {kern.layers} "
+            f"layer(s), not {hp.activation!r} with {hp.mlp_layers}; build it with "
+            f"theory.kernel(hp)"
+        )
     ks, hs = _concrete_array(kern.sigma_w), _concrete_array(hp.sigma_w)
     if ks is not None and hs is not None:
         if not np.array_equal(*np.broadcast_arrays(ks, hs)):
-            raise ValueError(f"the MLP kernel was built for sigma_w = {np.ravel(ks)[:3].tolist()} but "
-                             f"hp.sigma_w = {np.ravel(hs)[:3].tolist()}; build it with theory.kernel(hp)")
+            raise ValueError(
+                f"the MLP kernel was built for sigma_w = {np.ravel(ks)[:3].tolist()} but "
+                f"hp.sigma_w = {np.ravel(hs)[:3].tolist()}; build it with theory.kernel(hp)"
+            )
         return kern
     return _poison(kern, kern.sigma_w == jnp.asarray(hp.sigma_w, jnp.result_type(float)))
 
@@ -221,12 +230,12 @@ def _concrete_array(x):
         return None
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _layer_scales_jit(act, k):
     return jax.jit(lambda s: layer_scales(s, act, k))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _tables_jit(act, n_grid, n_cheb):
     return jax.jit(lambda q, e_one, d_one: _tables(act, jnp.sqrt(q), n_grid, n_cheb, e_one, d_one))
 
@@ -241,10 +250,11 @@ def _build_concrete(sigma_w, act, k, n_grid, n_cheb, scales):
     if act in smoothed.SPLIT and n_grid > PLAIN_GRID_MAX:
         n_grid = PLAIN_GRID_MAX + 1
     tab = _tables_jit(act, n_grid, n_cheb)
-    q, e, d = (np.asarray(x) for x in scales)     # numpy slices: no program per layer index
+    q, e, d = (np.asarray(x) for x in scales)  # numpy slices: no program per layer index
     c_pp, c_dd = zip(*(tab(q[..., layer], e[..., layer], d[..., layer]) for layer in range(k)))
-    return MLPKernel(sigma_w, q_l, e2, d2, jnp.asarray(np.stack(c_pp, -2)),
-                     jnp.asarray(np.stack(c_dd, -2)), activation=act)
+    return MLPKernel(
+        sigma_w, q_l, e2, d2, jnp.asarray(np.stack(c_pp, -2)), jnp.asarray(np.stack(c_dd, -2)), activation=act
+    )
 
 
 def _build(sigma_w, act, k, n_grid, n_cheb):
@@ -254,8 +264,7 @@ def _build(sigma_w, act, k, n_grid, n_cheb):
         return MLPKernel(sigma_w, q_l, e2, d2, empty, empty, activation=act)
     c_pp, c_dd = [], []
     for layer in range(k):
-        pp, dd = _tables(act, jnp.sqrt(q_l[..., layer]), n_grid, n_cheb,
-                         e2[..., layer], d2[..., layer])
+        pp, dd = _tables(act, jnp.sqrt(q_l[..., layer]), n_grid, n_cheb, e2[..., layer], d2[..., layer])
         c_pp.append(pp)
         c_dd.append(dd)
     return MLPKernel(sigma_w, q_l, e2, d2, jnp.stack(c_pp, -2), jnp.stack(c_dd, -2), activation=act)
@@ -287,12 +296,11 @@ def _tables(act, s, n_grid, n_cheb, e_one, d_one, groups: int = 4, split: bool |
         n_loc = quadrature.N_LOCAL
 
         def node(s_, t):
-            rr, dd_ = quadrature.expect_2d(((rest, rest), (dphi, dphi)), s_, t, n_loc, n_loc,
-                                           parity=True, local=True)
+            rr, dd_ = quadrature.expect_2d(((rest, rest), (dphi, dphi)), s_, t, n_loc, n_loc, parity=True, local=True)
             r = jnp.cos(t)
-            cross, = quadrature.expect_2d_conditional(((rest, smoothed.erf_given),), s_, r, n_loc,
-                                                      local=True)
+            (cross,) = quadrature.expect_2d_conditional(((rest, smoothed.erf_given),), s_, r, n_loc, local=True)
             return smoothed.erf_pair(s_ * s_, r) + 2.0 * cross + rr, dd_
+
         plan = None
     else:
         bounds = np.linspace(0, m, groups + 1).astype(int)
@@ -311,7 +319,8 @@ def _tables(act, s, n_grid, n_cheb, e_one, d_one, groups: int = 4, split: bool |
             pp, dd = [], []
             for theta, n_v in plan:
                 node2 = lambda t, n_v=n_v: quadrature.expect_2d(
-                    ((phi, phi), (dphi, dphi)), s_, t, n_grid, n_v, parity=odd)
+                    ((phi, phi), (dphi, dphi)), s_, t, n_grid, n_v, parity=odd
+                )
                 a, b = jax.lax.map(node2, theta)
                 pp.append(a)
                 dd.append(b)
@@ -345,17 +354,18 @@ def clenshaw(coef, x, unroll=8):
     """sum_k coef[k] T_k(x) (Clenshaw recurrence; coef along the last axis). A scan traced
     once and unrolled ``unroll`` steps per iteration: a Python loop traced 4 K operations per
     call, the largest tracing cost of a sweep under vmap (same operations, same result)."""
+
     def step(carry, c):
         b1, b2 = carry
         return (2.0 * x * b1 - b2 + c, b1), None
 
     coef = jnp.moveaxis(coef, -1, 0)
-    (b1, b2), _ = jax.lax.scan(step, (jnp.zeros_like(x), jnp.zeros_like(x)), coef[1:][::-1],
-                               unroll=unroll)
+    (b1, b2), _ = jax.lax.scan(step, (jnp.zeros_like(x), jnp.zeros_like(x)), coef[1:][::-1], unroll=unroll)
     return x * b1 - b2 + coef[0]
 
 
 # ---- per-layer pair expectations ----------------------------------------------------------
+
 
 def _pair(kern: MLPKernel, layer: int, rho):
     """(E[phi phi], E[phi' phi']) at hidden layer ``layer`` and correlation rho."""
@@ -366,8 +376,10 @@ def _pair(kern: MLPKernel, layer: int, rho):
         return smoothed.gelu_pair(s2, rho)
     if act == "erf":
         den = 1.0 + 2.0 * s2
-        return ((2 / math.pi) * jnp.arcsin(2 * s2 * rho / den),
-                (4 / math.pi) / jnp.sqrt(den * den - 4 * s2 * s2 * rho * rho))
+        return (
+            (2 / math.pi) * jnp.arcsin(2 * s2 * rho / den),
+            (4 / math.pi) / jnp.sqrt(den * den - 4 * s2 * s2 * rho * rho),
+        )
     if act == "relu":
         theta = jnp.arccos(rho)
         return s2 / 2 * _arccos_j1(rho), (math.pi - theta) / (2 * math.pi)
@@ -394,16 +406,16 @@ def _arccos_j1_jvp(primals, tangents):
 def _chain(sigma_w, q_layers, e_dd):
     """d p_M / d rho = prod_l sigma_w^2 q_l E[phi'phi']_l / prod_{l>=2} q_l."""
     k = q_layers.shape[-1]
-    out = sigma_w ** 2 * q_layers[..., 0] * e_dd[..., 0]
+    out = sigma_w**2 * q_layers[..., 0] * e_dd[..., 0]
     for layer in range(1, k):
-        out = out * sigma_w ** 2 * e_dd[..., layer]
+        out = out * sigma_w**2 * e_dd[..., layer]
     return out
 
 
 def _forward_layers(kern: MLPKernel, rho):
     """Correlations rho_l entering each hidden layer, the output p_M, and the E' values."""
     k = kern.layers
-    sw2 = kern.sigma_w ** 2
+    sw2 = kern.sigma_w**2
     e_dd = []
     for layer in range(k):
         e_pp, e_d = _pair(kern, layer, rho)

@@ -9,6 +9,7 @@ Inside your *own* ``jit``/``vmap``/``grad`` of a theory function, enter the scop
 ``with jax.enable_x64(True): jax.vmap(paper.exponents)(hps)`` (:mod:`phasefield.layers.paper`), so the traced inputs are
 float64 as well (the scope cannot change the dtype of tracers created outside it).
 """
+
 from __future__ import annotations
 
 import functools
@@ -18,6 +19,7 @@ import jax
 
 def float64(fn):
     """Run ``fn`` under ``jax.enable_x64(True)``."""
+
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         with jax.enable_x64(True):

@@ -20,6 +20,7 @@ Two implementations:
 * :func:`reference_2d` / :func:`reference_1d` — NumPy, grid sized from concrete values
   with a finer spacing constant; the dense reference the tests and benchmarks use.
 """
+
 from __future__ import annotations
 
 import math
@@ -28,12 +29,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-R_LOCAL = 19.2       # |f(h)| < 1e-16 beyond (localized integrands: tanh - erf, sech^2)
-N_LOCAL = 129        # local axis: 64 spacings of C_TABLE / scale = R_LOCAL / scale
-Z_MAX = 9.0          # |z| range; the Gaussian weight there is exp(-40.5) ~ 3e-18
-H_MAX = 0.5          # coarsest spacing (Gaussian alone: error ~ exp(-2 pi^2 / h^2))
-C_TABLE = 0.3        # spacing constant of the JAX tables: h = C / (s a)
-C_REFERENCE = 0.2    # spacing constant of the dense reference
+R_LOCAL = 19.2  # |f(h)| < 1e-16 beyond (localized integrands: tanh - erf, sech^2)
+N_LOCAL = 129  # local axis: 64 spacings of C_TABLE / scale = R_LOCAL / scale
+Z_MAX = 9.0  # |z| range; the Gaussian weight there is exp(-40.5) ~ 3e-18
+H_MAX = 0.5  # coarsest spacing (Gaussian alone: error ~ exp(-2 pi^2 / h^2))
+C_TABLE = 0.3  # spacing constant of the JAX tables: h = C / (s a)
+C_REFERENCE = 0.2  # spacing constant of the dense reference
 _INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
 
 
@@ -59,14 +60,14 @@ def _axis(scale, n: int, c: float, fold: bool = False, local: bool = False):
     """
     h = jnp.minimum(H_MAX, c / jnp.maximum(scale, 1e-300))
     if not local:
-        h = jnp.maximum(h, 2.0 * Z_MAX / (n - 1))       # never narrower than the grid covers
+        h = jnp.maximum(h, 2.0 * Z_MAX / (n - 1))  # never narrower than the grid covers
     # the rule's value does not depend on its spacing (to its accuracy): keep the spacing
     # out of autodiff, so derivatives flow through the integrand only
     h = jax.lax.stop_gradient(h)
     j = np.arange(n) - 0.5 * (n - 1)
     factor = np.ones(n)
     if fold:
-        j = j[n // 2:]
+        j = j[n // 2 :]
         factor = np.where(j == 0, 1.0, 2.0)
     x = jnp.asarray(j, jnp.result_type(float)) * h
     w = jnp.exp(-0.5 * x * x) * h * _INV_SQRT_2PI * factor
@@ -89,8 +90,7 @@ def expect_1d_local(f, s, n: int = 4 * (N_LOCAL - 1) + 1):
     return jnp.sum(w * f(s * z))
 
 
-def expect_2d(pairs, s, theta, n: int, n_v: int | None = None, parity: bool = False,
-              local: bool = False):
+def expect_2d(pairs, s, theta, n: int, n_v: int | None = None, parity: bool = False, local: bool = False):
     """E[f(h1) g(h2)] for each (f, g) in ``pairs`` at correlation cos(theta).
 
     ``theta`` is a scalar in [0, pi]; ``n`` (static) nodes along u, ``n_v`` along v
@@ -119,6 +119,7 @@ def expect_2d(pairs, s, theta, n: int, n_v: int | None = None, parity: bool = Fa
 
 # ---- NumPy dense reference -------------------------------------------------------------
 
+
 def _np_axis(scale: float, c: float):
     h = min(H_MAX, c / max(scale, 1e-300))
     m = int(math.ceil(Z_MAX / h))
@@ -144,6 +145,7 @@ def reference_2d(f, g, s: float, rho: float, c: float = C_REFERENCE) -> float:
 
 
 # ---- conditional (one-dimensional) rule for activations with a closed Gaussian smoothing ----
+
 
 def expect_2d_conditional(pairs, s, rho, n: int, local: bool = False):
     """E[f(h1) g(h2)] for each (f, G) in ``pairs`` at correlation ``rho``, by one 1-D rule.

@@ -17,6 +17,7 @@ tables whose node count grows like s^2).
 * tanh: ``tanh = erf(K h) + rest(h)``, the erf part in closed form, ``rest`` and tanh'
   localized (fixed-size rules at any s).
 """
+
 from __future__ import annotations
 
 import math
@@ -29,7 +30,7 @@ _INV_SQRT_2 = 1.0 / math.sqrt(2.0)
 
 
 def _cdf(x):
-    return 0.5 * erfc(-x * _INV_SQRT_2)      # accurate in the lower tail too
+    return 0.5 * erfc(-x * _INV_SQRT_2)  # accurate in the lower tail too
 
 
 def _pdf(x):
@@ -95,6 +96,7 @@ def erf_given(m, c):
 #     m_o = r P + sqrt(1 - r^2) / (2 pi)             = E[X1 X2 1{X >= 0}]
 # |r| <= a / (a + 1) < 1, so nothing is singular, rho = +-1 included.
 
+
 def gelu_pair(s2, rho):
     """(E[gelu(h1) gelu(h2)], E[gelu'(h1) gelu'(h2)]), (h1, h2) ~ N(0, s2 [[1, rho], [rho, 1]])."""
     # written against cancellation: a - k is exact near k = a (Sterbenz), so are
@@ -113,7 +115,7 @@ def gelu_pair(s2, rho):
     p = jnp.arctan2(root, -r) / (2.0 * math.pi)
     m_d = p + r * root / (2.0 * math.pi)
     m_o = r * p + root / (2.0 * math.pi)
-    cov_e = k / det                     # k - al k - be a
+    cov_e = k / det  # k - al k - be a
     e_pp = cov_e * p + v * (2.0 * al * be * m_d + (al * al + be * be) * m_o)
     # gelu' = Phi(h) + h phi(h): E[Phi Phi] = P; Gaussian tilts give the other two terms
     #   E[Phi(h1) h2 phi(h2)] = k / (2 pi v sqrt(det)),  E[h1 phi(h1) h2 phi(h2)] = k / (2 pi det^1.5)

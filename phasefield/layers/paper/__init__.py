@@ -21,8 +21,21 @@ Modules (imports point down)::
     lyapunov       lambda_g and :func:`exponents`, everything at one point (§7)
     gram           full-Gram / causal mean field and its figure helpers (§8)
 """
+
 from .block import attention_step, backward_block, block_map, gradient_matrix, trajectory  # noqa: F401
-from .fixed_points import (angle_exponent, angle_growth, collapsed_fixed_point,  # noqa: F401
-                           simplex_fixed_point, stable_fixed_point, stable_points)
-from .lyapunov import (attractors, exponents, gradient_exponent, gradient_exponent_collapsed,  # noqa: F401
-                       gradient_exponent_inf, mean_mode)
+from .fixed_points import (  # noqa: F401
+    angle_exponent,
+    angle_growth,
+    collapsed_fixed_point,
+    simplex_fixed_point,
+    stable_fixed_point,
+    stable_points,
+)
+from .lyapunov import (  # noqa: F401
+    attractors,
+    exponents,
+    gradient_exponent,
+    gradient_exponent_collapsed,
+    gradient_exponent_inf,
+    mean_mode,
+)

@@ -15,6 +15,7 @@ Backward (gradient Gram ``G = a I + b 11^T``), MLP branch at its input (q_z, rho
 then the attention branch at the block input (q, rho) (:func:`attention.backward`; with
 ``hp.softmax_correction`` it includes the softmax path).
 """
+
 from __future__ import annotations
 
 import jax
@@ -24,17 +25,19 @@ from ...theory._api import public
 from .. import presets
 from ..state import Context, Grad, Kernel
 
-
 # The paper's block is one composition of phasefield.layers (presets.paper): its two
 # residual sublayers, with the tables this module's callers already hold riding along.
 
+
 def _sublayers(hp, kern=None, att=None):
     attn, mlp = presets.paper(hp).layers
-    attn = attn.replace(branch=attn.branch.replace(
-        layers=(attn.branch.layers[0], attn.branch.layers[1].replace(att=att))))
+    attn = attn.replace(
+        branch=attn.branch.replace(layers=(attn.branch.layers[0], attn.branch.layers[1].replace(att=att)))
+    )
     if kern is not None:
-        mlp = mlp.replace(branch=mlp.branch.replace(
-            layers=(mlp.branch.layers[0], mlp.branch.layers[1].replace(kern=kern))))
+        mlp = mlp.replace(
+            branch=mlp.branch.replace(layers=(mlp.branch.layers[0], mlp.branch.layers[1].replace(kern=kern)))
+        )
     return attn, mlp
 
 
@@ -43,6 +46,7 @@ def _ctx(hp):
 
 
 # ---- forward ------------------------------------------------------------------------------
+
 
 def attention_step(hp, q, p, att=None):
     """(q_z, p_z): the state between the two branches (``att``: the exact map's sizes,
@@ -88,6 +92,7 @@ def trajectory(hp, q0, p0, num_layers: int | None = None, kern=None, return_z: b
 
 # ---- backward -----------------------------------------------------------------------------
 
+
 def backward_block(hp, kern, q, rho, q_z, rho_z, a, b):
     """Gradient Gram (a, b) at a block's output -> (a, b) at its input."""
     attn, mlp = _sublayers(hp, kern, kern.att)
@@ -113,4 +118,4 @@ def gradient_matrix(hp, kern, q, rho, q_z, rho_z):
     # both columns in one call (a, b of shape [2]): the attention expectations at (q, rho)
     # are computed once, not once per column (the exact map's are costly)
     diag, off = backward_block(hp, kern, q, rho, q_z, rho_z, jnp.stack([one, zero]), jnp.stack([zero, one]))
-    return jnp.moveaxis(jnp.stack([diag, off]), 1, -1)     # [diag/off, ..., column a/b]
+    return jnp.moveaxis(jnp.stack([diag, off]), 1, -1)  # [diag/off, ..., column a/b]

@@ -39,6 +39,7 @@ which are finite at the two places where the old form 0/0 was NaN:
   ``1 - rho`` shrinks quadratically per block at the collapsed point, so
   ``lambda_a = -inf`` is the true value (JSON output writes it as the string "-inf").
 """
+
 from __future__ import annotations
 
 import jax
@@ -54,14 +55,14 @@ from . import block
 # per bracket (a mesh cell: width <= 0.03 -> 3e-5), then Newton, quadratic from 3e-5:
 # machine precision (one refiner for every block: depth.refine_brackets)
 BISECTION_STEPS, NEWTON_STEPS = depth.BISECTION_STEPS, depth.ROOT_NEWTON_STEPS
-MESH = 49                  # rho mesh for the root search (paper attention map)
-MESH_EXACT = exact_table.MESH   # coarser mesh for the (costly) exact-softmax map
-MAX_ROOTS = 4              # sign changes refined per point (the smallest rho first);
-                           # a bistable point has 3 (stable, unstable, stable)
-RHO0 = exact_table.RHO0    # default input cosine: the attractor reported as rho_star
+MESH = 49  # rho mesh for the root search (paper attention map)
+MESH_EXACT = exact_table.MESH  # coarser mesh for the (costly) exact-softmax map
+MAX_ROOTS = 4  # sign changes refined per point (the smallest rho first);
+# a bistable point has 3 (stable, unstable, stable)
+RHO0 = exact_table.RHO0  # default input cosine: the attractor reported as rho_star
 TABLE_BISECTION_STEPS = 48  # exact map: bisection on the mesh interpolant (cheap) ...
-POLISH_STEPS = 3           # ... then Newton steps on the exact map (value exact, slope of
-                           # the interpolant: from its ~1e-7 root error, 1e-12 then 1e-17)
+POLISH_STEPS = 3  # ... then Newton steps on the exact map (value exact, slope of
+# the interpolant: from its ~1e-7 root error, 1e-12 then 1e-17)
 
 
 def weights(hp):
@@ -75,7 +76,7 @@ def weights(hp):
     wm = jnp.where(zero, 0.5, am2 / s_safe)
     if hp.residual == "identity":
         r = jnp.zeros_like(s)
-    else:   # (1 - (1 - a)(1 - m)) / s without the cancellation at small alpha
+    else:  # (1 - (1 - a)(1 - m)) / s without the cancellation at small alpha
         r = jnp.where(zero, 1.0, 1.0 - aa2 * am2 / s_safe)
     return ba2, bm2, aa2, am2, wa, wm, r
 
@@ -150,12 +151,13 @@ def angle_exponent(hp, kern=None, method: str = "closed"):
         num = ba2 * am2 * (kern.d_one - kern.q_m) - aa2 * jnp.square(hp.sigma_v)
         return jnp.log1p(num * _inv(qz_star))
     if method == "autodiff":
+
         def f(x):
             q, u = x[0], x[1]
             q1, p1 = block.block_map(hp, q, q - u, kern)
             return jnp.stack([q1, q1 - p1])
 
-        if hp.residual == "identity":   # no finite q*: the multiplier -> 1 as q -> inf
+        if hp.residual == "identity":  # no finite q*: the multiplier -> 1 as q -> inf
             return jnp.zeros_like(q_star)
         jac = jax.jacfwd(f)(jnp.stack([q_star, jnp.zeros_like(q_star)]))
         return jnp.log(jac[1, 1])
@@ -217,8 +219,13 @@ def _mesh_search(hp, kern, table: bool, per_root: bool = False):
     f = lambda x: _residual(hp, kern, x)
     mesh = _mesh(hp)
     if not table:
-        both = jax.vmap(f)(jnp.concatenate([mesh, jnp.asarray([RHO0], mesh.dtype)]))   # one batch
-        return mesh, both[:-1], both[-1], lambda lo, hi, f_lo, count: _refine(f, lo, hi, f_lo, count if per_root else None)
+        both = jax.vmap(f)(jnp.concatenate([mesh, jnp.asarray([RHO0], mesh.dtype)]))  # one batch
+        return (
+            mesh,
+            both[:-1],
+            both[-1],
+            lambda lo, hi, f_lo, count: _refine(f, lo, hi, f_lo, count if per_root else None),
+        )
     att = kern.att if kern.att is not None else exact_table.kernel(hp)
     s = att.s if att.s is not None else exact_table.values(hp, att.n_a, att.n_z)
     pts = exact_table.mesh_points(hp.n_tokens)
@@ -230,7 +237,7 @@ def _mesh_search(hp, kern, table: bool, per_root: bool = False):
     return mesh, both[:-1], both[-1], lambda lo, hi, f_lo, count: _refine_table(f, f_table, lo, hi, f_lo, count)
 
 
-NO_ROOT_MARGIN = 1e-9      # lower bound of g needed by :func:`no_roots` (the tables' error: ~1e-12)
+NO_ROOT_MARGIN = 1e-9  # lower bound of g needed by :func:`no_roots` (the tables' error: ~1e-12)
 
 
 def no_roots(hp, kern):
@@ -250,13 +257,14 @@ def no_roots(hp, kern):
     mesh = _mesh(hp)
     pts = jnp.concatenate([mesh[1:-1], jnp.asarray([RHO0], mesh.dtype)])
     zero = jnp.zeros((), mesh.dtype)
-    b0, b1 = mlp.p_m(kern, zero), mlp.d_m(kern, zero)     # p_M(0), p_M'(0) (tables: ~1e-12)
+    b0, b1 = mlp.p_m(kern, zero), mlp.d_m(kern, zero)  # p_M(0), p_M'(0) (tables: ~1e-12)
 
     def lower(rho):
         inv_q, q_a, p_a = _norm_at(hp, kern, rho)
         rho_z = (ba2 * rho + aa2 * p_a * inv_q) / (ba2 + aa2 * q_a * inv_q)
-        lb = jnp.where(rho_z >= 0, jnp.maximum(kern.q_m - kern.d_one * (1.0 - rho_z), b0 + b1 * rho_z),
-                       rho_z * kern.q_m)
+        lb = jnp.where(
+            rho_z >= 0, jnp.maximum(kern.q_m - kern.d_one * (1.0 - rho_z), b0 + b1 * rho_z), rho_z * kern.q_m
+        )
         num = bm2 * wa * (p_a - rho * q_a) + wm * (lb - rho * kern.q_m)
         return num / (bm2 * wa * q_a + wm * kern.q_m)
 
@@ -267,8 +275,13 @@ def collapsed_only(hp, kern):
     """:func:`stable_points`' answer where :func:`no_roots` holds (no search)."""
     dt = jnp.result_type(float)
     stable, collapsed = jnp.zeros((MAX_ROOTS,), bool), jnp.ones((), bool)
-    return dict(rho=jnp.full((MAX_ROOTS,), jnp.nan, dt), stable=stable, collapsed_stable=collapsed,
-                n_stable=jnp.sum(stable) + collapsed.astype(jnp.int32), rho_star=jnp.ones((), dt))
+    return dict(
+        rho=jnp.full((MAX_ROOTS,), jnp.nan, dt),
+        stable=stable,
+        collapsed_stable=collapsed,
+        n_stable=jnp.sum(stable) + collapsed.astype(jnp.int32),
+        rho_star=jnp.ones((), dt),
+    )
 
 
 @public()
@@ -330,12 +343,11 @@ def state_at(hp, kern, rho):
     q_c, qz_c = collapsed_fixed_point(hp, kern)
     coll = rho >= 1.0
     rho_s = jnp.where(coll, 0.5, rho)
-    inv_q, q_a, p_a = _norm_at(hp, kern, rho_s)   # (the exact map: its sizes from kern.att)
+    inv_q, q_a, p_a = _norm_at(hp, kern, rho_s)  # (the exact map: its sizes from kern.att)
     q = jnp.where(inv_q > 0, 1.0 / jnp.where(inv_q > 0, inv_q, 1.0), jnp.inf)
     q_z = ba2 * q + aa2 * q_a
     rho_z = (ba2 * rho_s + aa2 * p_a * inv_q) / (ba2 + aa2 * q_a * inv_q)
-    return (jnp.where(coll, q_c, q), rho, jnp.where(coll, qz_c, q_z),
-            jnp.where(coll, 1.0, rho_z))
+    return (jnp.where(coll, q_c, q), rho, jnp.where(coll, qz_c, q_z), jnp.where(coll, 1.0, rho_z))
 
 
 @public()

@@ -20,6 +20,7 @@ paper mode *is* the (q, p) engine (tested to 1e-10). ``n`` is the (static) size 
 Public helpers for the figures: :func:`two_group_trajectory` (paper Fig. 3, Eq. 12),
 :func:`causal_exponents` and :func:`causal_geometry` (paper Fig. 6).
 """
+
 from __future__ import annotations
 
 import jax
@@ -44,6 +45,7 @@ def _at_collapse(hp):
 
 
 # ---- Gram helpers ----------------------------------------------------------------------
+
 
 @float64
 def cosines(c):
@@ -82,6 +84,7 @@ def two_group_gram(n: int, q, rho_intra, rho_inter):
 
 # ---- block maps ---------------------------------------------------------------------------
 
+
 def attention_step(hp, c, mask):
     """C^z: the Gram between the two branches."""
     ca = attention.gram_forward(hp, cosines(c), mask)
@@ -104,8 +107,7 @@ def block_map(hp, c, causal: bool = False, kern=None):
 
 
 @float64
-def trajectory(hp, c0, num_layers: int | None = None, causal: bool = False, kern=None,
-               return_z: bool = False):
+def trajectory(hp, c0, num_layers: int | None = None, causal: bool = False, kern=None, return_z: bool = False):
     """Grams [L + 1, n, n] (index 0 = input); with ``return_z`` also C^z [L, n, n]."""
     kern = _kern(hp, kern)
     num_layers = int(hp.depth) if num_layers is None else int(num_layers)
@@ -137,8 +139,9 @@ def backward_block(hp, kern, c, cz, g, mask):
 
 
 @float64
-def gradient_exponent(hp, c0, num_layers: int | None = None, causal: bool = False, kern=None,
-                      return_grams: bool = False):
+def gradient_exponent(
+    hp, c0, num_layers: int | None = None, causal: bool = False, kern=None, return_grams: bool = False
+):
     """lambda_g(L) = (1/L) log(tr G_0 / n) with G_L = I, from input Gram c0 (docs/theory.md §7)."""
     kern = _kern(hp, kern)
     num_layers = int(hp.depth) if num_layers is None else int(num_layers)
@@ -154,13 +157,13 @@ def gradient_exponent(hp, c0, num_layers: int | None = None, causal: bool = Fals
         return (g / s, log_scale + jnp.log(s)), g / s
 
     g0 = jnp.eye(n, dtype=cs.dtype)
-    (g, log_total), gs = jax.lax.scan(step, (g0, jnp.zeros((), cs.dtype)), (cs[:-1], czs),
-                                      reverse=True)
+    (g, log_total), gs = jax.lax.scan(step, (g0, jnp.zeros((), cs.dtype)), (cs[:-1], czs), reverse=True)
     lam = log_total / num_layers
     return (lam, gs) if return_grams else lam
 
 
 # ---- figures: two groups (Fig. 3) and causal attention (Fig. 6) ----------------------------
+
 
 @float64
 def group_cosines(c):
@@ -177,8 +180,7 @@ def group_cosines(c):
 
 
 @float64
-def two_group_trajectory(hp, q0, rho_intra, rho_inter, num_layers: int | None = None,
-                         causal: bool = False, kern=None):
+def two_group_trajectory(hp, q0, rho_intra, rho_inter, num_layers: int | None = None, causal: bool = False, kern=None):
     """Symmetry restoration from the two-group input of paper Eq. 12 (Fig. 3).
 
     Returns ``(intra, inter)``: per-layer mean intra-group and inter-group cosines, arrays
@@ -191,8 +193,7 @@ def two_group_trajectory(hp, q0, rho_intra, rho_inter, num_layers: int | None = 
 
 
 @float64
-def causal_geometry(hp, q0, rho0, num_layers: int | None = None, causal: bool = True,
-                    kern=None) -> dict:
+def causal_geometry(hp, q0, rho0, num_layers: int | None = None, causal: bool = True, kern=None) -> dict:
     """Per-position token norms ``norms [L+1, n]`` (``C_ii``, squared norm / d) and cosines
     ``cosines [L+1, n, n]`` from a permutation-symmetric input (q0, rho0)."""
     n = int(np.asarray(hp.n_tokens))

@@ -10,6 +10,7 @@ per-block factors ``t_l = 1 + alpha_M^2 D(1) / q_z,l`` and ``(1 + alpha_A^2 sigm
 on the linear norm path ``q_l = q_0 + l c``; the products over l are ratios of Gamma
 functions, so lambda_g(L) stays in closed form (traceable in L).
 """
+
 from __future__ import annotations
 
 import jax
@@ -60,7 +61,7 @@ def _identity_lambda_g(hp, kern, L, n):
     pos = c > 0
     cs = jnp.where(pos, c, 1.0)
     q0 = jnp.asarray(IDENTITY_Q0, L.dtype)
-    x0 = (q0 + aa2 * sv2) / cs                 # q_z,l / c = l + x0
+    x0 = (q0 + aa2 * sv2) / cs  # q_z,l / c = l + x0
     log_t = _log_rising_ratio(x0, am2 * kern.d_one / cs, L)
     log_mean = log_t + _log_rising_ratio(q0 / cs, aa2 * sv2 / cs, L)
     out = jnp.logaddexp(jnp.log1p(-1.0 / n) + log_t, log_mean - jnp.log(n)) / L
@@ -127,9 +128,10 @@ def attractors(hp, kern=None):
     """Every stable cosine, [MAX_ROOTS + 1] ascending and NaN-padded (1 = the collapsed
     point rho = 1 when it attracts)."""
     fp = fixed_points.stable_points(hp, kern)
-    rho_stable = jnp.concatenate([jnp.where(fp["stable"], fp["rho"], jnp.nan),
-                                  jnp.where(fp["collapsed_stable"], 1.0, jnp.nan)[None]])
-    return jnp.sort(rho_stable)     # NaN sorts last
+    rho_stable = jnp.concatenate(
+        [jnp.where(fp["stable"], fp["rho"], jnp.nan), jnp.where(fp["collapsed_stable"], 1.0, jnp.nan)[None]]
+    )
+    return jnp.sort(rho_stable)  # NaN sorts last
 
 
 @public()
@@ -156,11 +158,15 @@ def _exponents(hp, kern, per_root: bool = False, search: bool = True):
     search, for points where ``fixed_points.no_roots`` holds (the sweep's tiles)."""
     la = fixed_points.angle_exponent(hp, kern)
     q_star, qz_star = fixed_points.collapsed_fixed_point(hp, kern)
-    fp = (fixed_points._stable_points(hp, kern, hp.attention == "exact", per_root) if search
-          else fixed_points.collapsed_only(hp, kern))
+    fp = (
+        fixed_points._stable_points(hp, kern, hp.attention == "exact", per_root)
+        if search
+        else fixed_points.collapsed_only(hp, kern)
+    )
     state = fixed_points.state_at(hp, kern, fp["rho_star"])
-    rho_stable = jnp.concatenate([jnp.where(fp["stable"], fp["rho"], jnp.nan),
-                                  jnp.where(fp["collapsed_stable"], 1.0, jnp.nan)[None]])
+    rho_stable = jnp.concatenate(
+        [jnp.where(fp["stable"], fp["rho"], jnp.nan), jnp.where(fp["collapsed_stable"], 1.0, jnp.nan)[None]]
+    )
     # every output is a scalar (sweeps stack them); the list of stable cosines is
     # fixed_points.stable_points (or :func:`attractors`)
     lo = jnp.where(jnp.isnan(rho_stable), jnp.inf, rho_stable).min()

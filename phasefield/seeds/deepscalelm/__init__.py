@@ -7,11 +7,45 @@
 
 Everything is re-exported here (``phasefield.seeds.deepscalelm.<name>``).
 """
-from .moments import (ARCHS, INITS, Bwd, Fwd, attention_block, attention_block_bwd, dropout,  # noqa: F401
-                      dropout_bwd, dslm_init, dslm_scaling, ffn_block, ffn_block_bwd, layernorm,
-                      layernorm_bwd, linear, linear_bwd, logit_variance, relu, relu_bwd, relu_corr,
-                      residual, residual_bwd, resolve_init, sha, sha_bwd, softmax, softmax_bwd, stack,
-                      kappa_attention, kappa_dropout, kappa_ffn, kappa_linear, kappa_relu, kappa_residual,
-                      norm_cv2_block, norm_cv2_residual,
-                      softmax_row_moments, xavier_init)
+
+from .moments import (  # noqa: F401
+    ARCHS,
+    INITS,
+    Bwd,
+    Fwd,
+    attention_block,
+    attention_block_bwd,
+    dropout,
+    dropout_bwd,
+    dslm_init,
+    dslm_scaling,
+    ffn_block,
+    ffn_block_bwd,
+    kappa_attention,
+    kappa_dropout,
+    kappa_ffn,
+    kappa_linear,
+    kappa_relu,
+    kappa_residual,
+    layernorm,
+    layernorm_bwd,
+    linear,
+    linear_bwd,
+    logit_variance,
+    norm_cv2_block,
+    norm_cv2_residual,
+    relu,
+    relu_bwd,
+    relu_corr,
+    residual,
+    residual_bwd,
+    resolve_init,
+    sha,
+    sha_bwd,
+    softmax,
+    softmax_bwd,
+    softmax_row_moments,
+    stack,
+    xavier_init,
+)
 from .simulate import PATHS, simulate_sha, simulate_stack, validate  # noqa: F401

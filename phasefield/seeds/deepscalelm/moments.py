@@ -33,6 +33,7 @@ The other post-LN LayerNorms with a skip path keep the chi^2 value: other O(1/d)
 the post-LN backward are still missing there, and the chi^2 value offsets part of them
 (docs/seeds.md).
 """
+
 from __future__ import annotations
 
 import functools
@@ -169,9 +170,15 @@ def softmax_row_moments(s, rho, L):
         return dict(S2=u, S3=u * u, S2sq=u * u, P=u, R=u * u, P2=u * u, S2S2=u * u)
     a, b = _exact_moments(math.sqrt(s / (1.0 - rho)), rho, L)
     pairs = L * (L - 1)
-    return dict(S2=L * a["a2"], S3=L * a["a3"], S2sq=L * a["a4"] + pairs * a["a2a2"],
-                P=L * b["ab"], R=L * b["a2b"], P2=L * b["a2b2"] + pairs * b["abab"],
-                S2S2=L * b["a2b2"] + pairs * b["a2_b2"])
+    return dict(
+        S2=L * a["a2"],
+        S3=L * a["a3"],
+        S2sq=L * a["a4"] + pairs * a["a2a2"],
+        P=L * b["ab"],
+        R=L * b["a2b"],
+        P2=L * b["a2b2"] + pairs * b["abab"],
+        S2S2=L * b["a2b2"] + pairs * b["a2_b2"],
+    )
 
 
 @float64
@@ -185,8 +192,7 @@ def _exact_moments(sigma_a, rho, L):
 @functools.partial(jax.jit, static_argnames=("L", "n_a", "n_z"))
 def _exact_moments_jit(sigma_a, rho, L, n_a, n_z):
     hp = HParams(sigma_a=sigma_a, n_tokens=L)
-    return (exact.row_moments(hp, rho, n_a, n_z),
-            exact.pair_moments(hp, rho, n_a, n_z, higher=True))
+    return (exact.row_moments(hp, rho, n_a, n_z), exact.pair_moments(hp, rho, n_a, n_z, higher=True))
 
 
 def _softmax_weights(r, var_logit, L):
@@ -270,12 +276,15 @@ def sha_bwd(g: Bwd, L, var_logit=0.0, r_in=0.0, exact=True, d_in=None, kappa=1.0
     if d_in is not None:
         d = d_in
         base = (1 - r_in) ** 2 * var_logit / d  # (1 - r)^2 var_logit / d_in, T without (L-1)/L
-        a1, b1 = 1 - 2 * q["S2"] + q["S2sq"], q["S2"] - 2 * q["S3"] + q["S2sq"]          # one row
-        a2, b2 = 1 - 2 * q["S2"] + q["S2S2"], q["P"] - 2 * q["R"] + q["P2"]             # two rows
+        a1, b1 = 1 - 2 * q["S2"] + q["S2sq"], q["S2"] - 2 * q["S3"] + q["S2sq"]  # one row
+        a2, b2 = 1 - 2 * q["S2"] + q["S2S2"], q["P"] - 2 * q["R"] + q["P2"]  # two rows
         var_q = base * ((a1 + b1) * kappa + b1 * d)
         cov_q = g.r * base * ((a2 + b2) * kappa + b2 * d)
-        var_k = (1 - r_in) * var_logit * (q["S2"] - 2 * q["S3"] + q["S2sq"]
-                                          + g.r * r_in * (L - 1) * (q["P"] - 2 * q["R"] + q["P2"]))
+        var_k = (
+            (1 - r_in)
+            * var_logit
+            * (q["S2"] - 2 * q["S3"] + q["S2sq"] + g.r * r_in * (L - 1) * (q["P"] - 2 * q["R"] + q["P2"]))
+        )
         var, cov = var + var_q + var_k, cov + cov_q - var_k / (L - 1)
     return Bwd(g.var * var, cov / var)
 
@@ -403,6 +412,7 @@ def _relu_unit_moments(x: Fwd):
     Returns s, E v, E v^2 (v_a: within-sequence variance of the unit's output) and E phi^2
     (phi_a = Phi(hbar_a / sqrt s) = E relu'), averaged over units by Gauss-Hermite quadrature."""
     from scipy.special import ndtr
+
     q, r = float(x.var), min(max(float(x.r), 0.0), 1.0)
     s = (1 - r) * q
     z, w = _GH
@@ -478,8 +488,11 @@ def kappa_attention(x: Fwd, kappa, d, L, init, p=0.0):
     mix = q["S2"] - q["P"]
     # per-unit traces (tr / d) of X = mix S + f K, in x units
     t1 = mix * m1 + f * sb2 * d * m1 * m2
-    t2 = (mix * mix * m2 + 2 * mix * f * sb2 * d * m1 * m3
-          + f * f * sb2**2 * d * d * (m1 * m1 * m4 + m2**3 + m1 * m1 * m2 * m2))
+    t2 = (
+        mix * mix * m2
+        + 2 * mix * f * sb2 * d * m1 * m3
+        + f * f * sb2**2 * d * d * (m1 * m1 * m4 + m2**3 + m1 * m1 * m2 * m2)
+    )
     k = kappa_linear(kappa_linear(t2 / t1**2, d, d), d, d)
     v = linear(x, d, init["v"])
     h = sha(v, L, s2, True, d_in=d, kappa=kappa)
@@ -546,9 +559,29 @@ def dslm_init(d, p=0.0, mult=4, r=None, L=None, exact=True):
 # whole stacks (App. E)
 # --------------------------------------------------------------------------------------
 @float64
-def stack(arch="pre-ln", layers=4, d=256, L=64, init="xavier", p=0.0, lam2=1.0, beta2=1.0,
-          var0=1.0, r0=0.2, g_var=1.0, g_r=0.0, exact=True, approx=False, mult=4, ln_exact=True,
-          qk_grad=True, kappa=None, kappa0=1.0, ln_fluct="auto", norm_response=True):
+def stack(
+    arch="pre-ln",
+    layers=4,
+    d=256,
+    L=64,
+    init="xavier",
+    p=0.0,
+    lam2=1.0,
+    beta2=1.0,
+    var0=1.0,
+    r0=0.2,
+    g_var=1.0,
+    g_r=0.0,
+    exact=True,
+    approx=False,
+    mult=4,
+    ln_exact=True,
+    qk_grad=True,
+    kappa=None,
+    kappa0=1.0,
+    ln_fluct="auto",
+    norm_response=True,
+):
     """Moments through ``layers`` transformer layers (attention + FFN sublayers).
 
     Returns dict of numpy arrays over the 2 * layers + 1 sublayer boundaries: forward
@@ -609,8 +642,7 @@ def stack(arch="pre-ln", layers=4, d=256, L=64, init="xavier", p=0.0, lam2=1.0, 
             y, c = ffn_block(xin, d, ini, p, mult, approx)
         u = residual(x, y, lam2, beta2)
         if auto:
-            ky, cross = (kappa_attention(xin, k, d, L, ini, p) if kind == "attn"
-                         else kappa_ffn(xin, k, d, ini, p, mult))
+            ky, cross = kappa_attention(xin, k, d, L, ini, p) if kind == "attn" else kappa_ffn(xin, k, d, ini, p, mult)
             scale = float(x.var) + float(x.mu) ** 2 if arch == "pre-ln" else 1.0  # Cov(x, y) = l Cov(LN x, y)
             k = kappa_residual(x, k, y, ky, lam2, beta2, cross * scale)
             ks.append(k)
@@ -623,9 +655,11 @@ def stack(arch="pre-ln", layers=4, d=256, L=64, init="xavier", p=0.0, lam2=1.0, 
         xs.append(x)
     worst = max([c for cache in caches for c in cache[5:] if c is not None] + [0.0])
     if d_ln is not None and worst >= 1:
-        raise ValueError(f"width d = {d} is too small for the finite-width LayerNorm rules: the tracked "
-                         f"norm fluctuation cv^2 = {worst:.3g} >= 1, so E[1/s^2] diverges (use a larger d, "
-                         "ln_fluct=False or ln_exact=False)")
+        raise ValueError(
+            f"width d = {d} is too small for the finite-width LayerNorm rules: the tracked "
+            f"norm fluctuation cv^2 = {worst:.3g} >= 1, so E[1/s^2] diverges (use a larger d, "
+            "ln_fluct=False or ln_exact=False)"
+        )
     g = Bwd(float(g_var), float(g_r))
     gs, resp, resps = [g], 0.0, [0.0]
     for kind, c, ini, xin_, u, cv_x, cv_u in reversed(caches):
@@ -643,10 +677,16 @@ def stack(arch="pre-ln", layers=4, d=256, L=64, init="xavier", p=0.0, lam2=1.0, 
         gs.append(g)
         resps.append(resp)
     gs = gs[::-1]
-    return dict(var=np.array([float(v.var) for v in xs]), r=np.array([float(v.r) for v in xs]),
-                g_var=np.array([float(v.var) for v in gs]), g_r=np.array([float(v.r) for v in gs]),
-                g_norm_response=np.array(resps[::-1]), inits=[c[2] for c in caches], kappa=np.array(k_att),
-                kappa_all=np.array(ks) if auto else None)
+    return dict(
+        var=np.array([float(v.var) for v in xs]),
+        r=np.array([float(v.r) for v in xs]),
+        g_var=np.array([float(v.var) for v in gs]),
+        g_r=np.array([float(v.r) for v in gs]),
+        g_norm_response=np.array(resps[::-1]),
+        inits=[c[2] for c in caches],
+        kappa=np.array(k_att),
+        kappa_all=np.array(ks) if auto else None,
+    )
 
 
 def _norm_response(g: Bwd, gb: Bwd, resp, x: Fwd, out: Fwd, cv2, lam2, beta2):

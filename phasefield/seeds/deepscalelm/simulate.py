@@ -1,5 +1,6 @@
 """Finite-width Monte Carlo of the DeepScaleLM moment rules: one attention head
 (``simulate_sha``), whole stacks (``simulate_stack``) and the validation grid (``validate``)."""
+
 from __future__ import annotations
 
 import itertools
@@ -51,8 +52,9 @@ def _kappa(x):
 
 
 @float64
-def simulate_sha(key, L, d_in, d_v, r, var_logit, r_g=0.0, draws=64, var_x=1.0, var_g=1.0,
-                 sigma_v2=None, batch=8, spectrum=None):
+def simulate_sha(
+    key, L, d_in, d_v, r, var_logit, r_g=0.0, draws=64, var_x=1.0, var_g=1.0, sigma_v2=None, batch=8, spectrum=None
+):
     """Monte Carlo of one head O = softmax(X W_Q (X W_K)^T / sqrt(d_v)) X W_V.
 
     X: L tokens of width d_in, entries N(0, var_x), token correlation r; W_Q, W_K with
@@ -93,14 +95,33 @@ def simulate_sha(key, L, d_in, d_v, r, var_logit, r_g=0.0, draws=64, var_x=1.0, 
     cnt = m[..., 3]
     stats = np.stack([m[..., 1] / cnt, m[..., 2] / (cnt * (L - 1))], -1)  # draws x 5 x (var, cov)
     mean, se = stats.mean(0), stats.std(0, ddof=1) / math.sqrt(draws)
-    return {name: dict(var=mean[i, 0], var_se=se[i, 0], cov=mean[i, 1], cov_se=se[i, 1])
-            for i, name in enumerate(("out",) + PATHS)}
+    return {
+        name: dict(var=mean[i, 0], var_se=se[i, 0], cov=mean[i, 1], cov_se=se[i, 1])
+        for i, name in enumerate(("out",) + PATHS)
+    }
 
 
 @float64
-def simulate_stack(key, arch="pre-ln", layers=4, d=64, L=16, init="xavier", p=0.0, lam2=1.0,
-                   beta2=1.0, var0=1.0, r0=0.2, draws=8, mult=4, qk_grad=True, exact=True, ln_exact=True,
-                   batch=64, kappa=None):
+def simulate_stack(
+    key,
+    arch="pre-ln",
+    layers=4,
+    d=64,
+    L=16,
+    init="xavier",
+    p=0.0,
+    lam2=1.0,
+    beta2=1.0,
+    var0=1.0,
+    r0=0.2,
+    draws=8,
+    mult=4,
+    qk_grad=True,
+    exact=True,
+    ln_exact=True,
+    batch=64,
+    kappa=None,
+):
     """Finite-width simulation of the stack of ``stack`` (same init, scaling, dropout).
     Draws run ``batch`` at a time (vmapped; memory bounded by the batch).
 
@@ -118,8 +139,23 @@ def simulate_stack(key, arch="pre-ln", layers=4, d=64, L=16, init="xavier", p=0.
     and draws (``stack``'s ``g_norm_response``; ``_se`` by jackknife over draws; NaN where the
     norms do not vary)."""
     n_sub = 2 * layers
-    th = stack(arch, layers, d, L, init, p, lam2, beta2, var0, r0, exact=exact, mult=mult,
-               ln_exact=ln_exact, qk_grad=qk_grad, kappa=kappa)
+    th = stack(
+        arch,
+        layers,
+        d,
+        L,
+        init,
+        p,
+        lam2,
+        beta2,
+        var0,
+        r0,
+        exact=exact,
+        mult=mult,
+        ln_exact=ln_exact,
+        qk_grad=qk_grad,
+        kappa=kappa,
+    )
     sv = {k: jnp.array([ini[k] for ini in th["inits"]]) for k in ("qk", "v", "o", "w1", "w2")}
     lam, beta = math.sqrt(lam2), math.sqrt(beta2)
 
@@ -149,8 +185,9 @@ def simulate_stack(key, arch="pre-ln", layers=4, d=64, L=16, init="xavier", p=0.
 
             x = x0 + probes[0]
             pair = lambda a: a.reshape((layers, 2) + a.shape[1:])
-            _, (outs, kaps, kall) = jax.lax.scan(layer, x, (pair(kws), pair(kds), {k: pair(v) for k, v in sv.items()},
-                                                            pair(probes[1:])))
+            _, (outs, kaps, kall) = jax.lax.scan(
+                layer, x, (pair(kws), pair(kds), {k: pair(v) for k, v in sv.items()}, pair(probes[1:]))
+            )
             kall = jnp.concatenate([_kappa(jax.lax.stop_gradient(x))[None], kall.reshape(n_sub)])
             return jnp.concatenate([x[None], outs.reshape((n_sub, L, d))]), (kaps, kall)
 
@@ -169,8 +206,12 @@ def simulate_stack(key, arch="pre-ln", layers=4, d=64, L=16, init="xavier", p=0.
     else:
         mx, mg, kaps, kall, ne = optimized_jit(jax.vmap(one))(keys)
     kaps, kall = np.asarray(kaps), np.asarray(kall)
-    out = {"kappa": kaps.mean(0), "kappa_se": kaps.std(0, ddof=1) / math.sqrt(draws) if draws > 1 else np.nan,
-           "kappa_all": kall.mean(0), "kappa_all_se": kall.std(0, ddof=1) / math.sqrt(draws) if draws > 1 else np.nan}
+    out = {
+        "kappa": kaps.mean(0),
+        "kappa_se": kaps.std(0, ddof=1) / math.sqrt(draws) if draws > 1 else np.nan,
+        "kappa_all": kall.mean(0),
+        "kappa_all_se": kall.std(0, ddof=1) / math.sqrt(draws) if draws > 1 else np.nan,
+    }
     for name, m in (("", np.asarray(mx)), ("g_", np.asarray(mg))):
         total = m.sum(0)
         out[name + "var"], out[name + "r"] = _var_r(total, L)
@@ -183,8 +224,9 @@ def simulate_stack(key, arch="pre-ln", layers=4, d=64, L=16, init="xavier", p=0.
     total = ne.sum(0)
     out["g_norm_response"] = _response(total, draws * L)
     loo = np.array([_response(total - ne[i], (draws - 1) * L) for i in range(draws)]) if draws > 1 else None
-    out["g_norm_response_se"] = (np.sqrt((draws - 1) / draws * np.sum((loo - loo.mean(0)) ** 2, 0))
-                                 if loo is not None else np.nan)
+    out["g_norm_response_se"] = (
+        np.sqrt((draws - 1) / draws * np.sum((loo - loo.mean(0)) ** 2, 0)) if loo is not None else np.nan
+    )
     out["theory"] = th
     return out
 
@@ -214,6 +256,7 @@ def branch(key, init, d, is_attn, mult=4, qk_grad=True):
             xq = xin if qk_grad else jax.lax.stop_gradient(xin)
             A = jax.nn.softmax((xq @ WQ) @ (xq @ WK).T / math.sqrt(d), axis=-1)
             return A @ (xin @ WV) @ WO
+
         return attention
     W1 = jax.random.normal(ks[0], (d, mult * d)) * jnp.sqrt(init["w1"])
     W2 = jax.random.normal(ks[1], (mult * d, d)) * jnp.sqrt(init["w2"])
@@ -229,9 +272,23 @@ def _var_r(m, L):
 
 
 @float64
-def validate(key, archs=ARCHS, widths=(64, 128, 256), depths=(1, 2, 4, 8), inits=("xavier", "dslm"),
-             p=0.1, seq_lens=(32,), draws=8, r0=0.2, k=2.0, qk_grad=True, exact=True, ln_exact=True,
-             batch=64, kappa=None):
+def validate(
+    key,
+    archs=ARCHS,
+    widths=(64, 128, 256),
+    depths=(1, 2, 4, 8),
+    inits=("xavier", "dslm"),
+    p=0.1,
+    seq_lens=(32,),
+    draws=8,
+    r0=0.2,
+    k=2.0,
+    qk_grad=True,
+    exact=True,
+    ln_exact=True,
+    batch=64,
+    kappa=None,
+):
     """Relative errors |theory - sim| / |sim| over a grid: var, r (forward) at every sublayer
     output, g_var (backward) at every sublayer input; per boundary also ``z`` = (theory - sim)
     / se and ``rel_se`` = se / |sim| (jackknife over draws), and the values themselves (``sim``,
@@ -242,8 +299,25 @@ def validate(key, archs=ARCHS, widths=(64, 128, 256), depths=(1, 2, 4, 8), inits
     for arch, init, d, N, L in itertools.product(archs, inits, widths, depths, seq_lens):
         lam2, beta2 = dslm_scaling(N, min(k, N)) if init.startswith("dslm") else (1.0, 1.0)
         key, sub = jax.random.split(key)
-        sim = simulate_stack(sub, arch, N, d, L, init, p, lam2, beta2, 1.0, r0, draws,
-                             qk_grad=qk_grad, exact=exact, ln_exact=ln_exact, batch=batch, kappa=kappa)
+        sim = simulate_stack(
+            sub,
+            arch,
+            N,
+            d,
+            L,
+            init,
+            p,
+            lam2,
+            beta2,
+            1.0,
+            r0,
+            draws,
+            qk_grad=qk_grad,
+            exact=exact,
+            ln_exact=ln_exact,
+            batch=batch,
+            kappa=kappa,
+        )
         th = sim["theory"]
         for q in ("var", "r", "g_var"):
             part = slice(None, -1) if q == "g_var" else slice(1, None)
@@ -252,13 +326,27 @@ def validate(key, archs=ARCHS, widths=(64, 128, 256), depths=(1, 2, 4, 8), inits
             # exact quantities (post-LN forward variance is 1 in every draw): se ~ rounding
             exact_q = se <= 1e-9 * np.abs(sim[q][part])
             z = np.where(exact_q, 0.0, diff / np.where(exact_q, 1.0, se))
-            rows.append(dict(arch=arch, init=init, width=d, depth=N, seq_len=L, quantity=q,
-                             max_rel_err=float(err.max()), errs=err.tolist(), z=z.tolist(),
-                             rel_se=(sim[q + "_se"][part] / np.abs(sim[q][part])).tolist(),
-                             sim=sim[q][part].tolist(), se=se.tolist(), theory=th[q][part].tolist(),
-                             kappa_sim=sim["kappa_all"].tolist(), kappa_sim_se=np.atleast_1d(sim["kappa_all_se"]).tolist(),
-                             kappa_th=th["kappa"].tolist(),
-                             kappa_th_all=None if th["kappa_all"] is None else th["kappa_all"].tolist()))
+            rows.append(
+                dict(
+                    arch=arch,
+                    init=init,
+                    width=d,
+                    depth=N,
+                    seq_len=L,
+                    quantity=q,
+                    max_rel_err=float(err.max()),
+                    errs=err.tolist(),
+                    z=z.tolist(),
+                    rel_se=(sim[q + "_se"][part] / np.abs(sim[q][part])).tolist(),
+                    sim=sim[q][part].tolist(),
+                    se=se.tolist(),
+                    theory=th[q][part].tolist(),
+                    kappa_sim=sim["kappa_all"].tolist(),
+                    kappa_sim_se=np.atleast_1d(sim["kappa_all_se"]).tolist(),
+                    kappa_th=th["kappa"].tolist(),
+                    kappa_th_all=None if th["kappa_all"] is None else th["kappa_all"].tolist(),
+                )
+            )
     summary = {}
     for q in ("var", "r", "g_var"):
         e = np.concatenate([r["errs"] for r in rows if r["quantity"] == q])

@@ -14,9 +14,11 @@ Modules (imports point down): :mod:`.paper` (Assumption 3.2, paper Eq. 10), :mod
 stable-point mesh, built outside the trace), :mod:`.full_gram` (both modes on a full
 Gram), :mod:`.softmax` (the softmax-derivative terms).
 """
+
 from __future__ import annotations
 
-from typing import Callable, NamedTuple
+from collections.abc import Callable
+from typing import NamedTuple
 
 import jax.numpy as jnp
 
@@ -41,8 +43,7 @@ def mode(hp) -> Mode:
     try:
         return MODES[hp.attention]
     except KeyError:
-        raise ValueError(f"unknown attention map {hp.attention!r}; choose one of "
-                         f"{', '.join(MODES)}") from None
+        raise ValueError(f"unknown attention map {hp.attention!r}; choose one of {', '.join(MODES)}") from None
 
 
 def _att_kw(hp, att):

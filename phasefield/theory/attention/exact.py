@@ -34,6 +34,7 @@ ranges), so everything is deterministic, ``jit``/``vmap``-able and differentiabl
 large (4096): it only enters as an exponent. The same machinery gives the higher moments
 (``E[A^3]``, ``E[A^2 B]``, ...) used by :mod:`.softmax`.
 """
+
 from __future__ import annotations
 
 import math
@@ -42,25 +43,26 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-Z_MAX = 8.0            # standard-normal range of the Gaussian trapezoid rules
-A_LOW_PAD = 32.0       # a < -(log n + Z_MAX tau + A_LOW_PAD): integrand < n^-p e^-32
-A_HIGH_PAD = 12.0      # a > Z_MAX tau + A_HIGH_PAD: g_p(a + s) = 0 in float64
-H_A = 0.3              # target a-spacing (trapezoid error ~ exp(-pi^2 / h): 5e-15; 0.4 gave
-                       # up to 7e-11 in S at grids sized to a concrete sigma_A, n)
-H_X = 0.45             # target logit spacing tau * dz
+Z_MAX = 8.0  # standard-normal range of the Gaussian trapezoid rules
+A_LOW_PAD = 32.0  # a < -(log n + Z_MAX tau + A_LOW_PAD): integrand < n^-p e^-32
+A_HIGH_PAD = 12.0  # a > Z_MAX tau + A_HIGH_PAD: g_p(a + s) = 0 in float64
+H_A = 0.3  # target a-spacing (trapezoid error ~ exp(-pi^2 / h): 5e-15; 0.4 gave
+# up to 7e-11 in S at grids sized to a concrete sigma_A, n)
+H_X = 0.45  # target logit spacing tau * dz
 DEFAULT_SIGMA_MAX = 4.5
 DEFAULT_N_MAX = 4096
-N_GH = 16              # Gauss-Hermite nodes of the shared logit part c when it is narrow ...
+N_GH = 16  # Gauss-Hermite nodes of the shared logit part c when it is narrow ...
 SIGMA_C_LATTICE = 0.2  # ... below this std; from it on, the lattice rule with spacing
-LATTICE_REFINE = 8     # nodes on multiples of h / 8, spacing <= sigma_c / C_SPACING and
-C_SPACING = 1.4        # <= SPACING_MAX (trapezoid error ~ exp(-2 pi^2 C_SPACING^2) and
-SPACING_MAX = 0.2      # A exp(-pi^2 / spacing + pi^2 / (8 sigma_c^2)), A ~ e^{e^v} <~ 1e4 the
-                       # growth of g_p off the real axis: ~1e-14; 0.26 left 3e-11 in H_22)
-MAX_VALUES = 1.2e8      # cost bound on n_a x n_z^2 (the direct pair rule's work; the pair
-                        # tables now cost less, but the mesh grows with it): sigma_A <~ 10
+LATTICE_REFINE = 8  # nodes on multiples of h / 8, spacing <= sigma_c / C_SPACING and
+C_SPACING = 1.4  # <= SPACING_MAX (trapezoid error ~ exp(-2 pi^2 C_SPACING^2) and
+SPACING_MAX = 0.2  # A exp(-pi^2 / spacing + pi^2 / (8 sigma_c^2)), A ~ e^{e^v} <~ 1e4 the
+# growth of g_p off the real axis: ~1e-14; 0.26 left 3e-11 in H_22)
+MAX_VALUES = 1.2e8  # cost bound on n_a x n_z^2 (the direct pair rule's work; the pair
+# tables now cost less, but the mesh grows with it): sigma_A <~ 10
 
 
 # ---- grid sizes (static) -------------------------------------------------------------
+
 
 def _concrete(x):
     try:
@@ -89,13 +91,16 @@ def sizes(hp=None, sigma_max: float | None = None, n_max: float | None = None) -
     span = math.log(n) + 2 * Z_MAX * s + A_LOW_PAD + A_HIGH_PAD
     n_a = max(96, int(math.ceil(span / H_A)) + 1)
     if n_a * n_z * n_z > MAX_VALUES:
-        raise ValueError(f"the exact attention map at sigma_A = {s / 1.05:g}, n = {n:g} needs a logit grid "
-                         f"of {n_a} x {n_z} points, over its cost limit (n_a n_z^2 = {n_a * n_z * n_z:.1e} > "
-                         f"{MAX_VALUES:.1e}, about sigma_A <= 10); use --attention paper or a smaller sigma_A")
+        raise ValueError(
+            f"the exact attention map at sigma_A = {s / 1.05:g}, n = {n:g} needs a logit grid "
+            f"of {n_a} x {n_z} points, over its cost limit (n_a n_z^2 = {n_a * n_z * n_z:.1e} > "
+            f"{MAX_VALUES:.1e}, about sigma_A <= 10); use --attention paper or a smaller sigma_A"
+        )
     return n_a, n_z
 
 
 # ---- building blocks -----------------------------------------------------------------
+
 
 def _safe_sqrt(x):
     pos = x > 0
@@ -127,8 +132,8 @@ class _Grid:
         self.n = jnp.asarray(hp.n_tokens, dt)
         self.rho = rho
         self.tau = _safe_sqrt(jnp.square(hp.sigma_a) * (1.0 - rho))
-        self.sigma_c = self.tau * _safe_sqrt(jnp.abs(rho))          # shared part of two rows' logits
-        self.sigma_d = self.tau * _safe_sqrt(1.0 - jnp.abs(rho))    # own part
+        self.sigma_c = self.tau * _safe_sqrt(jnp.abs(rho))  # shared part of two rows' logits
+        self.sigma_d = self.tau * _safe_sqrt(1.0 - jnp.abs(rho))  # own part
         lo = -(jnp.log(self.n) + Z_MAX * self.tau + A_LOW_PAD)
         hi = Z_MAX * self.tau + A_HIGH_PAD
         j = jnp.arange(n_a, dtype=dt) / (n_a - 1)
@@ -162,8 +167,7 @@ def lattice_nodes(n_a: int, n_z: int) -> tuple[int, int]:
     s = (n_z - 1) * H_X / (2 * Z_MAX)
     step_max = H_A / LATTICE_REFINE
     step_min = (math.log(2.0) + A_LOW_PAD + A_HIGH_PAD) / (n_a - 1) / LATTICE_REFINE
-    need = max(SIGMA_C_LATTICE / (SIGMA_C_LATTICE / C_SPACING - step_max),
-               (s / 2) / (SPACING_MAX - step_max))
+    need = max(SIGMA_C_LATTICE / (SIGMA_C_LATTICE / C_SPACING - step_max), (s / 2) / (SPACING_MAX - step_max))
     n = int(math.ceil(Z_MAX * need)) + 1
     return n, n * max(1, int(SPACING_MAX / step_min))
 
@@ -214,7 +218,7 @@ def _pair_tables(grid, pairs):
         sc = jnp.where(grid.sigma_c > 0, grid.sigma_c, 1.0)
         wc = jnp.exp(-0.5 * jnp.square(k * step / sc))
         out = contract({p: tab[idx] for p, tab in zip(ps, tables)}, wc / jnp.sum(wc))
-        covered = Z_MAX * grid.sigma_c <= n_c * mult * step   # else sizes too small for sigma_A, n
+        covered = Z_MAX * grid.sigma_c <= n_c * mult * step  # else sizes too small for sigma_A, n
         return {pr: jnp.where(covered, v, jnp.nan) for pr, v in out.items()}
 
     # a real branch for one rho (lax.map over the mesh: exact_table.values); under vmap
@@ -224,13 +228,14 @@ def _pair_tables(grid, pairs):
 
 # ---- moments -------------------------------------------------------------------------
 
+
 def row_moments(hp, rho, n_a=None, n_z=None):
     """One softmax row of n i.i.d. N(0, tau^2) logits: dict of E[A_1], E[A_1^2], E[A_1^3],
     E[A_1^4], E[A_1^2 A_2^2] (exact up to quadrature)."""
     if n_a is None or n_z is None:
         n_a, n_z = sizes(hp)
     gr = _Grid(hp, rho, n_a, n_z)
-    h = dict(zip(range(5), _u_tables(gr.a, gr.tau, gr, range(5))))   # h_p(a) = E g_p(a + tau z)
+    h = dict(zip(range(5), _u_tables(gr.a, gr.tau, gr, range(5))))  # h_p(a) = E g_p(a + tau z)
     phi_log = _safe_log(h[0])
     w_n1 = _pow(phi_log, gr.n - 1.0) * gr.wa
     w_n2 = _pow(phi_log, gr.n - 2.0) * gr.wa
@@ -276,8 +281,8 @@ def s_values(hp, rho, n_a=None, n_z=None):
 def t_values(hp, rho, n_a=None, n_z=None):
     """(T_1, T_rho) of the softmax-derivative term (:mod:`.softmax`) at token cosine rho::
 
-        T_1   = E[ sum_l A_l^2 (1 - 2 A_l) + (sum_l A_l^2)^2 ]       (one row A)
-        T_rho = E[ sum_l A_l B_l (1 - A_l - B_l) + (A . B)^2 ]      (rows A, B, i != k)
+    T_1   = E[ sum_l A_l^2 (1 - 2 A_l) + (sum_l A_l^2)^2 ]       (one row A)
+    T_rho = E[ sum_l A_l B_l (1 - A_l - B_l) + (A . B)^2 ]      (rows A, B, i != k)
     """
     rm = row_moments(hp, rho, n_a, n_z)
     pm = pair_moments(hp, rho, n_a, n_z, higher=True)
@@ -316,6 +321,7 @@ def forward_from_s(hp, rho, s1, sr):
 
 # ---- the maps (signatures of .paper, plus the grid sizes ``att``) ---------------------------
 
+
 def _s_at(hp, rho, att):
     """(S_1, S_rho) at rho: from the Chebyshev interpolant of ``att``'s mesh values where it
     is the exact map to rounding (``att.interp``, :mod:`.exact_table`), else by quadrature."""
@@ -333,8 +339,8 @@ def backward(hp, q, rho, a, b, att=None):
     """Values-path backward map with exact E[A A] (see :func:`.paper.backward`)."""
     n = jnp.asarray(hp.n_tokens, jnp.result_type(float))
     s1, sr = _s_at(hp, rho, att)
-    d1, o1 = s1, (1.0 - s1) / (n - 1.0)         # sum_i E[A_im A_im'],  m = m' / m != m'
-    dr, orr = (n - 1.0) * sr, 1.0 - sr          # sum_{i != k} E[A_im A_km']
+    d1, o1 = s1, (1.0 - s1) / (n - 1.0)  # sum_i E[A_im A_im'],  m = m' / m != m'
+    dr, orr = (n - 1.0) * sr, 1.0 - sr  # sum_{i != k} E[A_im A_km']
     scale = jnp.square(hp.sigma_v) / q
     diag = scale * (a * d1 + b * (d1 + dr))
     off = scale * (a * o1 + b * (o1 + orr))
@@ -342,6 +348,7 @@ def backward(hp, q, rho, a, b, att=None):
 
 
 # ---- brute-force reference (tests) -------------------------------------------------------
+
 
 def monte_carlo_s(sigma_a, rho, n, samples=200_000, seed=0, batch=20_000):
     """Brute-force S_1, S_rho (and standard errors) from the full n x n logit field
@@ -361,5 +368,4 @@ def monte_carlo_s(sigma_a, rho, n, samples=200_000, seed=0, batch=20_000):
         s1.append(np.sum(a[:, 0] ** 2, -1))
         sr.append(np.sum(a[:, 0] * a[:, 1], -1))
     s1, sr = np.concatenate(s1), np.concatenate(sr)
-    return (s1.mean(), s1.std(ddof=1) / math.sqrt(s1.size),
-            sr.mean(), sr.std(ddof=1) / math.sqrt(sr.size))
+    return (s1.mean(), s1.std(ddof=1) / math.sqrt(s1.size), sr.mean(), sr.std(ddof=1) / math.sqrt(sr.size))

@@ -14,6 +14,7 @@ It may also carry ``s``: (S_1, S_rho) at the stable-point mesh of
 them; :func:`interpolate` is their barycentric (Chebyshev) interpolant, which the root
 search bisects on before a polish on the exact map.
 """
+
 from __future__ import annotations
 
 import functools
@@ -28,20 +29,20 @@ from flax import struct
 from ..precision import float64
 from . import exact
 
-MESH = 33          # rho mesh of the stable-point search for the exact map
-RHO0 = 0.5         # default input cosine of the stable-point search (its attractor: rho_star)
+MESH = 33  # rho mesh of the stable-point search for the exact map
+RHO0 = 0.5  # default input cosine of the stable-point search (its attractor: rho_star)
 
 
 INTERP_TAIL = 1e-13  # Chebyshev tail of the mesh values below which their interpolant is
-                     # the exact map to rounding (measured: max error ~ tail / 20, <= 2e-15)
+# the exact map to rounding (measured: max error ~ tail / 20, <= 2e-15)
 
 
 @struct.dataclass
 class ExactKernel:
-    s: Any                    # [2, MESH + 1] (S_1, S_rho) at mesh_points(n), or None
+    s: Any  # [2, MESH + 1] (S_1, S_rho) at mesh_points(n), or None
     n_a: int = struct.field(pytree_node=False, default=0)
     n_z: int = struct.field(pytree_node=False, default=0)
-    interp: bool = struct.field(pytree_node=False, default=False)   # s's interpolant is exact
+    interp: bool = struct.field(pytree_node=False, default=False)  # s's interpolant is exact
     # the softmax-derivative term's (T_1, T_rho) at mesh_points(n), or None (block sweeps)
     t: Any = None
     interp_t: bool = struct.field(pytree_node=False, default=False)  # t's interpolant is exact
@@ -73,12 +74,12 @@ def values(hp, n_a: int, n_z: int, m: int = MESH):
     return jnp.stack([s1, sr])
 
 
-class _Logits(NamedTuple):      # the two fields of hp that (S_1, S_rho) read
+class _Logits(NamedTuple):  # the two fields of hp that (S_1, S_rho) read
     sigma_a: Any
     n_tokens: Any
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def values_fn(n_a: int, n_z: int):
     """Compiled :func:`values` of arrays (sigma_A, n), one pair after the other (lax.map, so
     each evaluation takes only its own branch of the pair rule)."""
@@ -91,13 +92,15 @@ def t_values(hp, n_a: int, n_z: int, m: int = MESH):
     return jnp.stack([t1, tr])
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def tables_fn(n_a: int, n_z: int, m: int = MESH):
     """Compiled (S, T) values on an ``m``-point mesh of arrays (sigma_A, n), one pair after
     the other."""
+
     def one(x):
         hp = _Logits(*x)
         return values(hp, n_a, n_z, m), t_values(hp, n_a, n_z, m)
+
     return jax.jit(lambda sigma_a, n: jax.lax.map(one, (sigma_a, n)))
 
 
@@ -115,7 +118,7 @@ def chebyshev_tail(s) -> float:
     """Largest of the last 6 Chebyshev coefficients of the mesh values ``s`` [..., MESH + 1]
     (NumPy; the mesh is Chebyshev-Lobatto in rho): the interpolant's error is about a
     twentieth of it once it reaches rounding (S is analytic in rho)."""
-    v = np.asarray(s, np.float64)[..., :np.shape(s)[-1] - 1]      # the mesh (the last value is at RHO0)
+    v = np.asarray(s, np.float64)[..., : np.shape(s)[-1] - 1]  # the mesh (the last value is at RHO0)
     return float(np.max(np.abs(chebyshev_coefficients(v)[..., -6:])))
 
 
@@ -160,7 +163,7 @@ def _mesh_values(sigma_a: float, n: float, n_a: int, n_z: int) -> np.ndarray:
 def interpolate(hp, s, rho):
     """(S_1, S_rho) at rho from the mesh values ``s`` [2, MESH + 1] (barycentric formula of
     the Chebyshev–Lobatto nodes; equal to ``s`` at the nodes)."""
-    m = s.shape[-1] - 1                           # the mesh size (static)
+    m = s.shape[-1] - 1  # the mesh size (static)
     nodes = mesh(hp.n_tokens, m)
     vals = s[:, :m]
     w = jnp.where(jnp.arange(m) % 2 == 0, 1.0, -1.0).at[0].mul(0.5).at[-1].mul(0.5)
@@ -175,14 +178,14 @@ def interpolate(hp, s, rho):
 
 # ---- tables of many logit scales (block sweeps) ----------------------------------------------
 
-MESH_FULL = 97            # the mesh every scale's values are returned on (S and T are analytic
-                          # in rho; 97 Chebyshev-Lobatto nodes reach rounding up to sigma_A ~ 4)
-SIZE_FLOOR = 0.25         # exact.sizes' smallest logit scale: every scale below shares its grid
+MESH_FULL = 97  # the mesh every scale's values are returned on (S and T are analytic
+# in rho; 97 Chebyshev-Lobatto nodes reach rounding up to sigma_A ~ 4)
+SIZE_FLOOR = 0.25  # exact.sizes' smallest logit scale: every scale below shares its grid
 
 
-CAPS = (SIZE_FLOOR, 1.0, 2.0, 2.0 ** 1.5, 4.0)   # then ratio sqrt(2) up: the grid's cost grows
-                                                # ~ sigma_A^2 and the mesh with it, so the
-                                                # buckets narrow where the tables cost most
+CAPS = (SIZE_FLOOR, 1.0, 2.0, 2.0**1.5, 4.0)  # then ratio sqrt(2) up: the grid's cost grows
+# ~ sigma_A^2 and the mesh with it, so the
+# buckets narrow where the tables cost most
 
 
 def bucket_caps(sigma_a) -> np.ndarray:
@@ -194,7 +197,7 @@ def bucket_caps(sigma_a) -> np.ndarray:
     top = max(float(sa.max()), CAPS[-1]) if sa.size else CAPS[-1]
     ladder = list(CAPS)
     while ladder[-1] < top:
-        ladder.append(ladder[-1] * 2.0 ** 0.5)
+        ladder.append(ladder[-1] * 2.0**0.5)
     ladder = np.asarray(ladder)
     caps = ladder[np.minimum(np.searchsorted(ladder, sa * (1.0 - 1e-12)), len(ladder) - 1)]
     return np.minimum(caps, sa.max()) if sa.size else caps
@@ -207,10 +210,10 @@ def first_mesh(cap: float) -> int:
     return 33 if cap <= 1.0 else 49 if cap <= 2.0 else 65 if cap <= 2.9 else 81 if cap <= 4.0 else MESH_FULL
 
 
-LEVEL_RATIO = 1.5        # successive half-widths of the truncated shared-logit lattices
-LEVEL_LEAST = 16          # the narrowest (sigma_c just above SIGMA_C_LATTICE needs <= 17)
-Z_KEEP = exact.Z_MAX + 1.0   # a truncated lattice reaches 9 sigma_c: the nodes it drops weigh
-                             # < exp(-40.5) ~ 3e-18 of the central one
+LEVEL_RATIO = 1.5  # successive half-widths of the truncated shared-logit lattices
+LEVEL_LEAST = 16  # the narrowest (sigma_c just above SIGMA_C_LATTICE needs <= 17)
+Z_KEEP = exact.Z_MAX + 1.0  # a truncated lattice reaches 9 sigma_c: the nodes it drops weigh
+# < exp(-40.5) ~ 3e-18 of the central one
 
 
 def lattice_levels(n_a: int, n_z: int) -> tuple:
@@ -226,7 +229,7 @@ def lattice_levels(n_a: int, n_z: int) -> tuple:
     return tuple(out) + (n_c,)
 
 
-Z_LEVEL_RATIO = 1.4      # successive sizes of the z-rules of the one-dimensional u tables
+Z_LEVEL_RATIO = 1.4  # successive sizes of the z-rules of the one-dimensional u tables
 
 
 def z_levels(n_z: int) -> tuple:
@@ -283,6 +286,7 @@ def _pair_st(gr, levels, zs=None):
             lt, lb = (u[p] * w)[:half_a], (u[p] * w)[half_a:]
             rt, rb = uf[p][:half_a], uf[p][half_a:]
             return lt @ rt.T, lt @ rb.T, lb @ rb.T
+
         return sym(0), sym(1), (u[2] * w) @ (uf[2] - 2.0 * uf[1]).T
 
     def narrow():
@@ -291,7 +295,7 @@ def _pair_st(gr, levels, zs=None):
         return contract(dict(zip(ps, _u_tables(v, gr.sigma_d, ps, zs))), wt)
 
     n_full, k_max = exact.lattice_nodes(n_a, n_z)
-    top = k_max // n_full                       # largest multiple of the fine step
+    top = k_max // n_full  # largest multiple of the fine step
     step = gr.h / exact.LATTICE_REFINE
     mult = jnp.floor(jnp.minimum(gr.sigma_c / exact.C_SPACING, exact.SPACING_MAX) / step)
     mult = jnp.clip(mult, 1, top).astype(jnp.int32)
@@ -313,7 +317,7 @@ def _pair_st(gr, levels, zs=None):
     def lattice():
         tables = _u_tables(fine, gr.sigma_d, ps, zs)
         reach = jnp.asarray(levels[:-1], dt) * mult * step
-        level = jnp.sum(reach < Z_KEEP * gr.sigma_c)          # first level reaching Z_KEEP sigma_c
+        level = jnp.sum(reach < Z_KEEP * gr.sigma_c)  # first level reaching Z_KEEP sigma_c
         return jax.lax.switch(level, [functools.partial(wide, n_c) for n_c in levels], tables)
 
     return jax.lax.cond(gr.sigma_c >= exact.SIGMA_C_LATTICE, lattice, narrow)
@@ -330,11 +334,11 @@ def _powers(f, n):
     return exact._pow(f_log, n - 1.0), exact._pow(f_log, n - 2.0)
 
 
-A_LEVEL_RATIO = 1.2      # successive sizes of the pair moments' a-grids
-H_PAIR = 0.25            # their spacing at most (pre-LN 128 scales against one full grid:
-                         # 0.25 left 2e-14 relative in S, 0.3 left 1e-13 and cut the tables'
-                         # CPU time ~20 %; the row moments stay on the full a-grid: at
-                         # spacing 0.28 they left 1e-13 in S_1, 7e-11 in T_1)
+A_LEVEL_RATIO = 1.2  # successive sizes of the pair moments' a-grids
+H_PAIR = 0.25  # their spacing at most (pre-LN 128 scales against one full grid:
+# 0.25 left 2e-14 relative in S, 0.3 left 1e-13 and cut the tables'
+# CPU time ~20 %; the row moments stay on the full a-grid: at
+# spacing 0.28 they left 1e-13 in S_1, 7e-11 in T_1)
 
 
 def _first_reaching(values, reach, bound):
@@ -357,7 +361,7 @@ def grid_levels(n_a: int, n_z: int, n: float | None = None) -> tuple:
     that the shared and own logit stds sigma_c, sigma_d <= tau of its taus can pick (``n``
     tokens, static, else any n >= 2)."""
     pad = math.log(max(float(n or 2.0), 2.0)) + exact.A_LOW_PAD + exact.A_HIGH_PAD
-    sizes, x = [], max(96.0, math.ceil((pad + 2 * exact.Z_MAX * 0.25) / H_PAIR) + 1.0)   # tau <= 0.25
+    sizes, x = [], max(96.0, math.ceil((pad + 2 * exact.Z_MAX * 0.25) / H_PAIR) + 1.0)  # tau <= 0.25
     while x < n_a / 1.1:
         sizes.append(int(math.ceil(x)))
         x *= A_LEVEL_RATIO
@@ -368,7 +372,7 @@ def grid_levels(n_a: int, n_z: int, n: float | None = None) -> tuple:
     for m in sizes:
         lv, zs = lattice_levels(m, n_z), z_levels(n_z)
         if m < n_a:
-            tau = ((m - 1) * H_PAIR - pad) / (2 * exact.Z_MAX)        # the largest it serves
+            tau = ((m - 1) * H_PAIR - pad) / (2 * exact.Z_MAX)  # the largest it serves
             need = Z_KEEP * max(lo / (lo / exact.C_SPACING - step_max), tau / (exact.SPACING_MAX - step_max))
             lv = _first_reaching(lv, lv, need)
             zs = _first_reaching(zs, [(z - 1) * exact.H_X / (2 * exact.Z_MAX * 1.05) for z in zs], tau)
@@ -383,7 +387,7 @@ def _sums(hp, rho, n_a, n_z, levels, zs, n_static):
     gr = exact._Grid(hp, rho, n_a, n_z)
     f, h11, h2x = _pair_st(gr, levels, zs)
     n = gr.n if n_static is None else n_static
-    wt, wb = gr.wa[:n_a // 2], gr.wa[n_a // 2:]
+    wt, wb = gr.wa[: n_a // 2], gr.wa[n_a // 2 :]
     ab = abab = 0.0
     w1 = []
     for fb, hb, w2, twice in zip(f, h11, (wt[:, None] * wt, wt[:, None] * wb, wb[:, None] * wb), (1.0, 2.0, 1.0)):
@@ -411,16 +415,17 @@ def st_point(hp, rho, n_a: int, n_z: int, levels=None, zs=None, n_static=None, g
         tau = exact._safe_sqrt(jnp.square(hp.sigma_a) * (1.0 - jnp.clip(jnp.asarray(rho, dt), -1.0, 1.0)))
         span = jnp.log(jnp.asarray(hp.n_tokens, dt)) + 2 * exact.Z_MAX * tau + exact.A_LOW_PAD + exact.A_HIGH_PAD
         sizes = jnp.asarray([m for m, _, _ in grids[:-1]], dt)
-        index = jnp.sum((sizes - 1.0) * H_PAIR < span)      # the first a-grid with spacing <= H_PAIR
-        ab, abab, x = jax.lax.switch(index, [functools.partial(_sums, hp, rho, m, n_z, lv, z, n_static)
-                                             for m, lv, z in grids])
+        index = jnp.sum((sizes - 1.0) * H_PAIR < span)  # the first a-grid with spacing <= H_PAIR
+        ab, abab, x = jax.lax.switch(
+            index, [functools.partial(_sums, hp, rho, m, n_z, lv, z, n_static) for m, lv, z in grids]
+        )
     n = jnp.asarray(hp.n_tokens, jnp.result_type(float))
     t1 = n * rm["a2"] - 2.0 * n * rm["a3"] + n * rm["a4"] + n * (n - 1.0) * rm["a2a2"]
     tr = n * ab + n * x + n * (n - 1.0) * abab
     return (n * rm["a2"], n * ab), (t1, tr)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def st_mesh_fn(n_a: int, n_z: int, n: int | None = None):
     """Compiled (S, T) [2, MESH_FULL + 1] each of one (sigma_A, n) at the first ``count`` of
     the points ``rho`` [MESH_FULL + 1] (NaN after them): one program for every scale up to
@@ -436,14 +441,17 @@ def st_mesh_fn(n_a: int, n_z: int, n: int | None = None):
 
         def point(x):
             i, r = x
-            return jax.lax.cond(i < count, lambda: st_point(hp, r, n_a, n_z, n_static=n, grids=grids),
-                                lambda: ((nan, nan), (nan, nan)))
+            return jax.lax.cond(
+                i < count, lambda: st_point(hp, r, n_a, n_z, n_static=n, grids=grids), lambda: ((nan, nan), (nan, nan))
+            )
+
         (s1, sr), (t1, tr) = jax.lax.map(point, (jnp.arange(rho.shape[0]), rho))
         return jnp.stack([s1, sr]), jnp.stack([t1, tr])
+
     return jax.jit(one)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _mesh_points(n: float, m: int) -> np.ndarray:
     """:func:`mesh_points` of (n, m) padded with RHO0 to MESH_FULL + 1 (:func:`st_mesh_fn`)."""
     with jax.enable_x64(True):
@@ -451,14 +459,16 @@ def _mesh_points(n: float, m: int) -> np.ndarray:
     return np.concatenate([pts, np.full(MESH_FULL + 1 - m, RHO0)])
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _mesh_fn():
     """:func:`mesh` of (n, m) with m traced (its first m of MESH_FULL entries): one program
     for every mesh size."""
+
     def fn(n, m):
         lo = -1.0 / (n - 1.0)
         t = (1.0 - jnp.cos(jnp.pi * jnp.arange(MESH_FULL, dtype=n.dtype) / (m - 1))) / 2.0
         return lo + (1.0 - lo) * t
+
     return jax.jit(fn)
 
 
@@ -469,7 +479,7 @@ def _st_values(sigma_a: float, n: float, n_a: int, n_z: int, m: int):
     same scales reads them)."""
     fn = st_mesh_fn(n_a, n_z, int(n) if float(n).is_integer() else None)
     s, t = fn(jnp.asarray(sigma_a), jnp.asarray(n), jnp.asarray(_mesh_points(float(n), m)), jnp.asarray(m + 1))
-    s, t = np.asarray(s)[:, :m + 1], np.asarray(t)[:, :m + 1]
+    s, t = np.asarray(s)[:, : m + 1], np.asarray(t)[:, : m + 1]
     s.flags.writeable = t.flags.writeable = False
     return s, t
 
@@ -488,7 +498,7 @@ def barycentric_matrix(src, dst) -> np.ndarray:
     c = w / np.where(hit, 1.0, d)
     c = c / c.sum(1, keepdims=True)
     rows = hit.any(1)
-    c[rows] = hit[rows].astype(np.float64)                 # on a node: its value
+    c[rows] = hit[rows].astype(np.float64)  # on a node: its value
     return c
 
 
@@ -500,14 +510,14 @@ def resample(vals, n, m_to: int = MESH_FULL) -> np.ndarray:
     m = vals.shape[-1] - 1
     if m == m_to:
         return vals
-    src, dst = _mesh_points(float(n), m)[:m], _mesh_points(float(n), m_to)[:m_to]   # where the values are
+    src, dst = _mesh_points(float(n), m)[:m], _mesh_points(float(n), m_to)[:m_to]  # where the values are
     return np.concatenate([vals[..., :m] @ barycentric_matrix(src, dst).T, vals[..., m:]], -1)
 
 
-SCALE_NODES = (29, 57)    # Chebyshev–Lobatto node counts in the logit scale (nested: the second
-                          # holds the first), tried in turn on a range of scales
+SCALE_NODES = (29, 57)  # Chebyshev–Lobatto node counts in the logit scale (nested: the second
+# holds the first), tried in turn on a range of scales
 SCALE_TAIL = INTERP_TAIL  # tail of the coefficients in the scale (relative to the values' size,
-                          # at least 1) below which the interpolant stands for the tables
+# at least 1) below which the interpolant stands for the tables
 
 
 def scale_nodes(lo: float, hi: float, m: int) -> np.ndarray:
@@ -565,7 +575,7 @@ def _range_tables(sa, n, n_a, n_z, lo, hi, nodes, top):
         x = scale_nodes(lo, hi, m)
         s, t = _direct_tables(x, n, n_a, n_z, top)
         if not (np.all(np.isfinite(s)) and np.all(np.isfinite(t))):
-            return _direct_tables(sa, n, n_a, n_z, top)             # halving would not mend it
+            return _direct_tables(sa, n, n_a, n_z, top)  # halving would not mend it
         if max(scale_tail(s), scale_tail(t)) <= SCALE_TAIL:
             c = barycentric_matrix(x, sa)
             return np.tensordot(c, s, axes=1), np.tensordot(c, t, axes=1)
@@ -605,8 +615,8 @@ def _direct_tables(sa, n, n_a, n_z, top):
 
 # ---- one point's tables (the layers' prepare) -------------------------------------------------
 
-POINT_CAP = exact.DEFAULT_SIGMA_MAX   # every logit scale up to this one is integrated on the
-                                      # grid of this one (its levels adapt the work to the scale)
+POINT_CAP = exact.DEFAULT_SIGMA_MAX  # every logit scale up to this one is integrated on the
+# grid of this one (its levels adapt the work to the scale)
 
 
 def point_cap(sigma_a: float) -> float:
@@ -617,7 +627,7 @@ def point_cap(sigma_a: float) -> float:
         return POINT_CAP
     cap = CAPS[-1]
     while cap < sigma_a * (1.0 - 1e-12):
-        cap *= 2.0 ** 0.5
+        cap *= 2.0**0.5
     return cap
 
 
@@ -640,12 +650,13 @@ def point_kernel(sigma_a: float, n: float, values: bool = True) -> ExactKernel:
     if not values:
         return ExactKernel(None, n_a=n_a, n_z=n_z)
     s, t = _point_values(sa, n, n_a, n_z, cap)
-    return ExactKernel(jnp.asarray(s), n_a=n_a, n_z=n_z, interp=interpolant_exact(s), t=jnp.asarray(t),
-                       interp_t=interpolant_exact(t))
+    return ExactKernel(
+        jnp.asarray(s), n_a=n_a, n_z=n_z, interp=interpolant_exact(s), t=jnp.asarray(t), interp_t=interpolant_exact(t)
+    )
 
 
-DIRECT_SCALES = 4      # scales of one (n, cap) integrated one by one before the interpolant
-_seen: dict = {}       # (n, n_a, n_z, cap) -> distinct scales asked for so far
+DIRECT_SCALES = 4  # scales of one (n, cap) integrated one by one before the interpolant
+_seen: dict = {}  # (n, n_a, n_z, cap) -> distinct scales asked for so far
 
 
 def _point_values(sa: float, n: float, n_a: int, n_z: int, cap: float):
@@ -682,6 +693,4 @@ def _scale_pieces(n, n_a, n_z, lo, hi, top, depth: int = 0) -> tuple:
     if depth >= 4:
         return ()
     mid = 0.5 * (lo + hi)
-    return (_scale_pieces(n, n_a, n_z, lo, mid, top, depth + 1)
-            + _scale_pieces(n, n_a, n_z, mid, hi, top, depth + 1))
-
+    return _scale_pieces(n, n_a, n_z, lo, mid, top, depth + 1) + _scale_pieces(n, n_a, n_z, mid, hi, top, depth + 1)

@@ -11,6 +11,7 @@ matrix ``R`` and an allowed-(query, key) mask, in both modes.
 Forward ``C^A = sigma_V^2 E[A R A^T]``; backward (values path)
 ``sum_ik E[A_im A_km'] G_ik``. The mode is chosen by :mod:`phasefield.theory.attention`.
 """
+
 from __future__ import annotations
 
 import functools
@@ -38,7 +39,7 @@ def paper_weights(hp, r, mask):
 @functools.lru_cache(maxsize=16)
 def _mc_normals(n: int, samples: int, seed: int) -> np.ndarray:
     z = np.random.default_rng(seed).standard_normal((samples // 2, n, n))
-    return np.concatenate([z, -z])          # antithetic pairs
+    return np.concatenate([z, -z])  # antithetic pairs
 
 
 def mc_attention(hp, r, mask, samples: int = MC_SAMPLES, seed: int = MC_SEED):

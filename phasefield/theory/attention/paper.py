@@ -14,6 +14,7 @@ The backward (values-path) map of §7 uses the same weights; see :func:`backward
 The exact-softmax map (no Assumption 3.2) is :mod:`.exact`; the choice between them is
 made in :mod:`phasefield.theory.attention` by ``hp.attention``.
 """
+
 from __future__ import annotations
 
 import jax
@@ -45,8 +46,8 @@ def backward(hp, q, rho, a, b):
     """
     n = jnp.asarray(hp.n_tokens, jnp.result_type(float))
     w1, wr = weights(hp, rho)
-    d1, o1 = 1.0 - w1, w1 / (n - 1.0)          # sum_i E[A_im A_im'],  m = m' / m != m'
-    dr, orr = (n - 1.0) * (1.0 - wr), wr        # sum_{i != k} E[A_im A_km']
+    d1, o1 = 1.0 - w1, w1 / (n - 1.0)  # sum_i E[A_im A_im'],  m = m' / m != m'
+    dr, orr = (n - 1.0) * (1.0 - wr), wr  # sum_{i != k} E[A_im A_km']
     scale = jnp.square(hp.sigma_v) / q
     diag = scale * (a * d1 + b * (d1 + dr))
     off = scale * (a * o1 + b * (o1 + orr))

@@ -26,6 +26,7 @@ computed without Assumption 3.2 by :func:`.exact.t_values`, and adds::
 attention samples of :func:`.full_gram.mc_attention`. Switched on by
 ``HParams(softmax_correction=True)`` (:mod:`phasefield.theory.attention` adds it).
 """
+
 from __future__ import annotations
 
 import jax.numpy as jnp
@@ -37,7 +38,7 @@ from .full_gram import MC_SAMPLES, mc_attention
 def t_values(hp, rho, att=None):
     """(T_1, T_rho) at token cosine rho (exact softmax expectations, :func:`.exact.t_values`;
     ``att``: grid sizes, :func:`.exact.grid_sizes`, and possibly the mesh values ``att.t``)."""
-    if att is not None and getattr(att, "interp_t", False):    # mesh values of this (sigma_A, n)
+    if att is not None and getattr(att, "interp_t", False):  # mesh values of this (sigma_A, n)
         return exact_table.interpolate(hp, att.t, rho)
     return exact.t_values(hp, rho, *exact.grid_sizes(hp, att))
 
@@ -55,9 +56,9 @@ def softmax_term(hp, q, rho, a, b, att=None):
 def gram_softmax_term(hp, r, g, mask, samples=None):
     """sigma_A^2 sigma_V^2 (query + key terms) for cosine matrix r and gradient Gram g
     (before alpha_A^2 / sqrt(q q')), averaged over the fixed Monte-Carlo attention samples."""
-    a = mc_attention(hp, r, mask, samples or MC_SAMPLES)           # [s, n, n]
-    u = a @ r                                                      # U = A R
-    v = u @ jnp.swapaxes(a, -1, -2)                                # V = A R A^T
+    a = mc_attention(hp, r, mask, samples or MC_SAMPLES)  # [s, n, n]
+    u = a @ r  # U = A R
+    v = u @ jnp.swapaxes(a, -1, -2)  # V = A R A^T
     # query path: G .* E[A (R.R) A^T - A (U.U)^T - (U.U) A^T + V.V]
     t2 = a @ jnp.swapaxes(u * u, -1, -2)
     qmat = a @ (r * r) @ jnp.swapaxes(a, -1, -2) - t2 - jnp.swapaxes(t2, -1, -2) + v * v
