@@ -1,28 +1,18 @@
-"""The standard blocks' shipped loss predictors (issue 35): one model per block inside the
-package, loaded by block, refused for another block, and the block study's analysis
-(scripts/trainability_study.py, the blocks' section) on a tiny subset of the post-LN study."""
+"""The standard blocks' shipped loss predictors: one model per block inside the package,
+loaded by block, refused for another block, and the block study's analysis
+(:mod:`phasefield.vit.study.blocks`) on a tiny subset of the post-LN study."""
+
 from __future__ import annotations
 
-import importlib.util
 import math
-import os
 
 import numpy as np
 import pytest
 
 from phasefield.vit import analysis, failure
 from phasefield.vit import predict as vp
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-@pytest.fixture(scope="module")
-def study():
-    spec = importlib.util.spec_from_file_location("trainability_study_blocks",
-                                                  os.path.join(ROOT, "scripts", "trainability_study.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+from phasefield.vit.study import blocks as study
+from phasefield.vit.study import registry
 
 
 @pytest.mark.parametrize("block", ["pre-ln", "post-ln"])
@@ -38,10 +28,12 @@ def test_each_block_has_its_shipped_model(block):
 
 def test_a_model_of_another_block_is_refused_in_one_line():
     pre = vp.load_model(block="pre-ln")
-    for call in (lambda: vp.predict(1.0, 1.0, 0.5, 0.5, 16, pre, block="post-ln"),
-                 lambda: vp.check_block(pre, "pre-ln:heads=12"),
-                 lambda: vp.check_block(vp.load_model(), "pre-ln"),
-                 lambda: vp.load_model(block="rms-swiglu")):
+    for call in (
+        lambda: vp.predict(1.0, 1.0, 0.5, 0.5, 16, pre, block="post-ln"),
+        lambda: vp.check_block(pre, "pre-ln:heads=12"),
+        lambda: vp.check_block(vp.load_model(), "pre-ln"),
+        lambda: vp.load_model(block="rms-swiglu"),
+    ):
         with pytest.raises(ValueError) as exc:
             call()
         assert isinstance(exc.value, vp.FitError) and "\n" not in str(exc.value)
@@ -64,21 +56,27 @@ def test_block_predictions():
     assert p[0] < 0.2 < 0.8 < p[1]
 
 
-def test_rule_of_three_and_rates_vs_raw(study):
+def test_rule_of_three_and_rates_vs_raw():
     """The two pieces of the blocks' analysis on a made-up report: P(fail) without failures
     is 3 / N, and the paired comparison is the mean difference of squared errors +- its se."""
     y = np.array([0.1, 0.2, 0.3, 0.4, 0.5, 0.6])
     L = np.array([8, 8, 8, 16, 16, 16])
     oof = {"a": y + 0.01, "b": y - 0.05, "c": y + 0.02, "d": y}
     models = {k: dict(oof=v.tolist(), cv_r2=0.5, cv_rmse=0.1) for k, v in oof.items()}
-    rep = dict(models=models, table=dict(loss=y.tolist(), depth=L.tolist(), run_failed=[[0, 0]] * 6,
-                                         run_losses=[[v, v] for v in y]),
-               best_exponent_model="a", best_raw_model="b", transfer={}, L_sat=math.log(10))
+    rep = dict(
+        models=models,
+        table=dict(loss=y.tolist(), depth=L.tolist(), run_failed=[[0, 0]] * 6, run_losses=[[v, v] for v in y]),
+        best_exponent_model="a",
+        best_raw_model="b",
+        transfer={},
+        L_sat=math.log(10),
+    )
     r = study.rates_vs_raw(rep)
     first = r["pairs"][0]
     d = (oof["a"] - y) ** 2 - (oof["b"] - y) ** 2
     assert first["all"]["mean"] == pytest.approx(d.mean()) and first["all"]["se"] == pytest.approx(
-        d.std(ddof=1) / np.sqrt(6))
+        d.std(ddof=1) / np.sqrt(6)
+    )
     assert first["by_depth"]["8"]["mean"] == pytest.approx(d[:3].mean())
     doc, cv = study.block_failure_doc(rep, dict(name="a"), 2, 1)
     assert doc["n_runs"] == 12 and cv["bound"] == pytest.approx(0.25)
@@ -86,7 +84,7 @@ def test_rule_of_three_and_rates_vs_raw(study):
     np.testing.assert_allclose(p, 0.25, rtol=1e-12)
 
 
-def test_block_analysis_on_a_tiny_subset(study, monkeypatch):
+def test_block_analysis_on_a_tiny_subset(monkeypatch):
     """The blocks' analyze (fit_sweep with the block's cached features, nested CV, rates vs raw,
     Platt failure model) on 16 post-LN configurations with a few linear candidates (cheap)."""
     keep = ("depth_max", "lambda_a_only", "linear_hp", "linear_hybrid", "constant")
@@ -94,12 +92,15 @@ def test_block_analysis_on_a_tiny_subset(study, monkeypatch):
     monkeypatch.setattr(analysis, "model_specs", lambda tab: {k: v for k, v in specs(tab).items() if k in keep})
     monkeypatch.setattr(analysis, "CANDIDATES", ("constant", "linear_hp", "linear_hybrid"))
     monkeypatch.setattr(failure, "CANDIDATES", {k: failure.CANDIDATES[k] for k in ("logistic_raw",)})
-    args = study.main.__globals__["argparse"].Namespace(
-        study="post-ln", plan=None, settings=None, out=None, seeds=None, folds=3, repeats=1, ship=False, subset=16)
-    rep, model = study.block_analyze(args)
+    rep, model = study.analyze_block(registry.study("post-ln"), "post-ln", folds=3, repeats=1, subset=16)
     assert rep["n_configs"] == 16 and model["block"] == "post-ln" and model["name"] in keep
     assert rep["nested"]["r2"] is not None and rep["rates_vs_raw"]["pairs"]
     assert 0 < model["failure"]["n_failed"] < model["failure"]["n_runs"] == 48
     # (16 configurations, 3 folds: the scores are a smoke check of the pipeline, not a result)
     f = rep["failure"]["shipped"]
-    assert 0.0 <= f["auc"] <= 1.0 and f["n_runs"] == 48 and f["reliability"] and "logistic_raw" in rep["failure"]["candidates"]
+    assert (
+        0.0 <= f["auc"] <= 1.0
+        and f["n_runs"] == 48
+        and f["reliability"]
+        and "logistic_raw" in rep["failure"]["candidates"]
+    )

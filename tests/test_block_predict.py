@@ -1,6 +1,7 @@
 """fit / predict / recommend on runs of a phasefield.layers block (issue 24): the features
 and the theory point are the block's, the fit records its block, and a model is never
 applied to another block than the one it was fitted on."""
+
 from __future__ import annotations
 
 import json
@@ -30,8 +31,10 @@ SIGMA_LEVELS = np.array([0.55, 0.8, 1.2])
 def _configs(n=12):
     rng = np.random.default_rng(3)
     sig = SIGMA_LEVELS[np.argmin(np.abs(rng.uniform(0.3, 1.5, n)[:, None] - SIGMA_LEVELS), 1)]
-    return [dict(sigma_w=float(s), sigma_a=1.0, alpha_a=float(a), alpha_m=float(a), lr=1e-3, depth=2)
-            for s, a in zip(sig, rng.uniform(0.2, 1.0, n))]
+    return [
+        dict(sigma_w=float(s), sigma_a=1.0, alpha_a=float(a), alpha_m=float(a), lr=1e-3, depth=2)
+        for s, a in zip(sig, rng.uniform(0.2, 1.0, n))
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -42,11 +45,15 @@ def block_study():
     configs = _configs(10)
     feats = F.block_features(cfg, configs, Q0, RHO0, maps=("paper",))
     from phasefield.vit.design import config_id
+
     order = [config_id(c) for c in configs]
     rng = np.random.default_rng(0)
     loss = 0.4 + 3.0 * np.abs(feats["lambda_g"])
-    rows = [dict(c, seed=s, test_loss=float(loss[i] + 0.01 * rng.standard_normal()), test_acc=0.5, diverged=False)
-            for i, c in enumerate(configs) for s in range(2)]
+    rows = [
+        dict(c, seed=s, test_loss=float(loss[i] + 0.01 * rng.standard_normal()), test_acc=0.5, diverged=False)
+        for i, c in enumerate(configs)
+        for s in range(2)
+    ]
     return cfg, configs, feats, order, rows
 
 
@@ -62,8 +69,9 @@ def test_block_features_are_the_blocks(block_study):
     for i in (0, 5):
         c = configs[i]
         for corr, name in ((False, "lambda_g_in_paper"), (True, "lambda_g_in_paper_corr")):
-            blk = layers.presets.get("pre-ln", sigma=c["sigma_w"], alpha=c["alpha_a"], heads=2,
-                                     attention="paper", softmax_correction=corr)
+            blk = layers.presets.get(
+                "pre-ln", sigma=c["sigma_w"], alpha=c["alpha_a"], heads=2, attention="paper", softmax_correction=corr
+            )
             fd = layers.finite_depth(blk, q0=Q0, rho0=RHO0, n_tokens=cfg.n_tokens, depth=2)
             assert feats[name][i] == pytest.approx(float(fd["lambda_g"]), abs=1e-12)
         rho_l = float(np.asarray(fd["rho"])[-1])
@@ -76,7 +84,7 @@ def test_block_features_are_the_blocks(block_study):
 def test_a_map_that_does_not_answer_gives_no_features():
     """post-LN's first attention reads the raw embedding (q0 != 1), where the exact map's
     tables do not answer: its features are left out (no NaN column reaches a model)."""
-    cfg = TrainConfig(block="post-ln:heads=4", depth=2, width=16)   # the shipped post-LN model's
+    cfg = TrainConfig(block="post-ln:heads=4", depth=2, width=16)  # the shipped post-LN model's
     feats = F.block_features(cfg, _configs(1), Q0, RHO0, maps=("paper", "exact"))
     assert "lambda_g_in_paper" in feats and not any(k.endswith("exact") or "_exact_" in k for k in feats)
     assert all(np.all(np.isfinite(v)) for k, v in feats.items() if k not in ("lambda_g_inf", "rho_star"))
@@ -157,9 +165,11 @@ def test_uniform_attention_tables_are_the_exact_maps_at_the_collapsed_point():
 # two below the fitted depths (8-32: a warning) at depth 2, whose reference programs
 # block_study and the map test above compile already (the same maps, n = 17 tokens and table
 # sizes), and one inside at depth 8
-POINTS = [dict(sigma_w=1.0, sigma_a=1.0, alpha_a=0.5, alpha_m=0.5, depth=2),
-          dict(sigma_w=2.4, sigma_a=1.0, alpha_a=1.0, alpha_m=0.9, depth=2),
-          dict(sigma_w=0.35, sigma_a=1.0, alpha_a=0.9, alpha_m=0.2, depth=8)]
+POINTS = [
+    dict(sigma_w=1.0, sigma_a=1.0, alpha_a=0.5, alpha_m=0.5, depth=2),
+    dict(sigma_w=2.4, sigma_a=1.0, alpha_a=1.0, alpha_m=0.9, depth=2),
+    dict(sigma_w=0.35, sigma_a=1.0, alpha_a=0.9, alpha_m=0.2, depth=8),
+]
 
 
 @pytest.mark.parametrize("block", ["pre-ln", "post-ln"])
@@ -177,7 +187,7 @@ def test_fast_block_rates_equal_the_reference_route(block):
     assert fast is not None and all(np.all(np.isfinite(v)) for v in fast.values())
     cols = [np.array([c[k] for c in POINTS], float) for k in ("sigma_w", "sigma_a", "alpha_a", "alpha_m", "depth")]
     got = vp.predict(*cols, doc)
-    want = vp.predict(*cols, doc, reference=True)     # features.block_theory (~10 CPU s a post-LN point)
+    want = vp.predict(*cols, doc, reference=True)  # features.block_theory (~10 CPU s a post-LN point)
     for i, (g, w) in enumerate(zip(got, want)):
         assert g["lambda_a"] == fast["lambda_a"][i] and g["lambda_g"] == fast["lambda_g"][i]
         for k in ("lambda_a", "lambda_g", "predicted_loss", "p_fail"):

@@ -1,5 +1,6 @@
 """P(fails to train) (issue 35): the shared criterion, the failure model, its grouped CV and
 scores, its serialization, and predict / recommend carrying and respecting it."""
+
 from __future__ import annotations
 
 import json
@@ -29,8 +30,10 @@ def test_a_run_fails_when_it_diverged_or_ended_within_five_percent_of_chance():
     assert not analysis.at_chance(r(0.94 * L_SAT), L_SAT) and not analysis.at_chance(r(0.1), L_SAT)
     assert analysis.at_chance(r(float("nan")), L_SAT) and analysis.at_chance(r(None), L_SAT)
     assert analysis.at_chance(r(0.1, diverged=True), L_SAT) and analysis.at_chance(r(5.0), L_SAT)
-    rows = [dict(sigma_w=1.0, sigma_a=1.0, alpha_a=0.5, alpha_m=0.5, depth=16, lr=1e-3, seed=s, test_loss=v)
-            for s, v in enumerate((0.2, 2.25, float("nan")))]
+    rows = [
+        dict(sigma_w=1.0, sigma_a=1.0, alpha_a=0.5, alpha_m=0.5, depth=16, lr=1e-3, seed=s, test_loss=v)
+        for s, v in enumerate((0.2, 2.25, float("nan")))
+    ]
     tab = analysis.configurations(rows, 10)
     assert tab["run_failed"] == [[0, 1, 1]] and tab["n_failed"].tolist() == [2]
     T = FL.run_table(tab)
@@ -46,7 +49,7 @@ def test_grouped_folds_never_split_a_configuration():
             assert not set(groups[tr]) & set(groups[te])
             assert len(tr) + len(te) == len(groups)
             seen[te] += 1
-        assert (seen == 1).all()     # every run is tested exactly once
+        assert (seen == 1).all()  # every run is tested exactly once
     # uneven group sizes, shuffled rows
     g = np.random.default_rng(0).permutation(np.repeat(np.arange(10), [1, 2, 3, 4, 1, 2, 3, 4, 1, 2]))
     for tr, te in FL.grouped_folds(g, 3, 1):
@@ -61,7 +64,7 @@ def test_auc_brier_and_reliability():
     rng = np.random.default_rng(1)
     y = rng.integers(0, 2, 200)
     p = np.clip(0.3 * y + rng.uniform(0, 0.7, 200), 0, 1)
-    p[:20] = 0.5                     # ties
+    p[:20] = 0.5  # ties
     assert FL.auc(y, p) == pytest.approx(roc_auc_score(y, p), abs=1e-12)
     assert FL.auc([0, 0, 1], [0.1, 0.2, 0.9]) == 1.0 and FL.auc([0, 0, 1], [0.9, 0.8, 0.1]) == 0.0
     assert math.isnan(FL.auc([1, 1], [0.2, 0.3]))
@@ -136,7 +139,7 @@ def test_packaged_model_carries_a_calibrated_failure_probability():
     p = np.array([r["p_fail"] for r in res])
     y = np.array([r["predicted_loss"] for r in res])
     assert ((0 <= p) & (p <= 1)).all()
-    o = np.argsort(y)              # monotone in the predicted loss it scales
+    o = np.argsort(y)  # monotone in the predicted loss it scales
     assert (np.diff(p[o]) >= -1e-12).all()
     mid = P.predict(1.65, 2.15, 0.5, 0.5, 16, doc)["p_fail"]
     edge = P.predict(1.65, 4.0, 0.95, 0.95, 16, doc)["p_fail"]
@@ -150,8 +153,9 @@ def test_packaged_model_carries_a_calibrated_failure_probability():
 
 
 def test_predict_cli_prints_and_json_carries_p_fail(capsys, tmp_path):
-    code, out, err = run(capsys, "predict", "--sigma-w", "1.2", "--alpha-a", "0.9", "--alpha-m", "0.95",
-                         "--sigma-a", "3", "--json")
+    code, out, err = run(
+        capsys, "predict", "--sigma-w", "1.2", "--alpha-a", "0.9", "--alpha-m", "0.95", "--sigma-a", "3", "--json"
+    )
     assert code == 0, err
     res = json.loads(out)
     assert 0 <= res["p_fail"] <= 1 and "0.95 log C" in res["fail_criterion"]
@@ -188,8 +192,9 @@ def test_recommend_never_proposes_a_point_above_max_fail_prob():
 
     doc = _harsh_doc()
     level = 0.3
-    res = R.recommend(n_tokens=17, depth=16, fixed=dict(sigma_a=3.5), candidates=64, top=3, model=doc,
-                      max_fail_prob=level)
+    res = R.recommend(
+        n_tokens=17, depth=16, fixed=dict(sigma_a=3.5), candidates=64, top=3, model=doc, max_fail_prob=level
+    )
     assert res["max_fail_prob"] == level and res["excluded"]["evaluated"] > 0
     proposed = res["critical"] + [res["lowest_predicted_loss"]]
     for c in proposed:
@@ -203,13 +208,18 @@ def test_recommend_never_proposes_a_point_above_max_fail_prob():
 def test_recommend_cli_max_fail_prob(capsys, tmp_path):
     path = tmp_path / "harsh.json"
     path.write_text(json.dumps(_harsh_doc()))
-    code, out, err = run(capsys, "recommend", "--fit", str(path), "--sigma-a", "3.5", "--max-fail-prob", "0.3",
-                         "--json")
+    code, out, err = run(
+        capsys, "recommend", "--fit", str(path), "--sigma-a", "3.5", "--max-fail-prob", "0.3", "--json"
+    )
     assert code == 0, err
     res = json.loads(out)
     assert res["lowest_predicted_loss"]["p_fail"] <= 0.3 and all(c["p_fail"] <= 0.3 for c in res["critical"])
-    for args in (("--max-fail-prob", "0"), ("--max-fail-prob", "1.5"), ("--max-fail-prob", "0.1", "--no-loss"),
-                 ("--max-fail-prob", "nan")):
+    for args in (
+        ("--max-fail-prob", "0"),
+        ("--max-fail-prob", "1.5"),
+        ("--max-fail-prob", "0.1", "--no-loss"),
+        ("--max-fail-prob", "nan"),
+    ):
         code, out, err = run(capsys, "recommend", "--fit", str(path), *args)
         assert code == 2 and err.count("\n") == 1 and "Traceback" not in err and out == "", args
     code, out, err = run(capsys, "recommend", "--fit", str(path), "--max-fail-prob", "0")

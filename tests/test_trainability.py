@@ -1,5 +1,6 @@
 """The trainability study's pieces: designs, loss models, the cross-validated analysis, the
 shipped predictor and recommend (issue 15)."""
+
 from __future__ import annotations
 
 import math
@@ -38,14 +39,14 @@ def test_expand_names_runs_by_value_and_depth():
     assert len({design.config_id(r) for r in runs}) == 6  # seeds share their configuration
     assert {r["depth"] for r in runs} == {8, 16}
     # a configuration that fixes its own depth is not multiplied by the depth list
-    one = design.expand([dict(sigma_w=1, sigma_a=1, alpha_a=.5, alpha_m=.5, depth=4)], depths=(8, 16))
+    one = design.expand([dict(sigma_w=1, sigma_a=1, alpha_a=0.5, alpha_m=0.5, depth=4)], depths=(8, 16))
     assert [r["depth"] for r in one] == [4]
 
 
 def test_read_points(tmp_path):
     p = tmp_path / "p.csv"
     p.write_text("sigma_w,sigma_a,alpha_a,alpha_m,lr\n1,2,.1,.2,0.01\n")
-    assert design.read_points(str(p)) == [dict(sigma_w=1.0, sigma_a=2.0, alpha_a=.1, alpha_m=.2, lr=0.01)]
+    assert design.read_points(str(p)) == [dict(sigma_w=1.0, sigma_a=2.0, alpha_a=0.1, alpha_m=0.2, lr=0.01)]
     p.write_text("sigma_w,alpha\n1,.5\n")
     with pytest.raises(design.DesignError, match="sigma_a"):
         design.read_points(str(p))
@@ -53,7 +54,7 @@ def test_read_points(tmp_path):
     with pytest.raises(design.DesignError, match="line 2"):
         design.read_points(str(p))
     with pytest.raises(design.DesignError, match="must lie in"):
-        design.check_configs([dict(sigma_w=1, sigma_a=1, alpha_a=1.5, alpha_m=.5)])
+        design.check_configs([dict(sigma_w=1, sigma_a=1, alpha_a=1.5, alpha_m=0.5)])
 
 
 # ------------------------------------------------------------------------------ models
@@ -82,8 +83,8 @@ def test_v_shape_fits_take_scipys_own_steps(form, monkeypatch):
         X = rng.normal(size=(m, 2))
         y = np.minimum(L_SAT, 0.5 + np.maximum(0.8 * abs(X[:, 0] - 0.1), 0.5 * abs(X[:, 1] + 0.2)))
         y = y + 0.05 * rng.standard_normal(m)
-        curve = lambda t, X=X: cls.curve(t, X, L_SAT)   # noqa: E731
-        res = lambda t, X=X, y=y: cls.curve(t, X, L_SAT) - y   # noqa: E731
+        curve = lambda t, X=X: cls.curve(t, X, L_SAT)  # noqa: E731
+        res = lambda t, X=X, y=y: cls.curve(t, X, L_SAT) - y  # noqa: E731
         for scale in (1e-3, 1.0, 30.0):
             t = rng.normal(size=k) * scale
             t[rng.random(k) < 0.3] = 0.0
@@ -92,13 +93,13 @@ def test_v_shape_fits_take_scipys_own_steps(form, monkeypatch):
             np.testing.assert_array_equal(got, want)
             assert got.shape == want.shape and got.strides == want.strides
         fitted = cls(["a", "g"], L_SAT).fit(X, y, seed=m).theta
-        starts = []     # the starts the fit draws, each run below by scipy's own 2-point Jacobian
+        starts = []  # the starts the fit draws, each run below by scipy's own 2-point Jacobian
         with monkeypatch.context() as mp:
             mp.setattr(M, "_least_squares", lambda c, yy, s, real=M._least_squares: starts.extend(s) or real(c, yy, s))
             cls(["a", "g"], L_SAT).fit(X, y, seed=m)
         runs = [least_squares(res, x0, method="trf", max_nfev=2000) for x0 in starts]
         best = min(runs, key=lambda r: r.cost).x
-        for i in (1, 3) if form == "max" else (1,):     # the fitted slopes' signs, as fit sets them
+        for i in (1, 3) if form == "max" else (1,):  # the fitted slopes' signs, as fit sets them
             best[i] = abs(best[i])
         np.testing.assert_array_equal(fitted, best)
 
@@ -151,8 +152,9 @@ def test_gp_posterior_mean_matches_sklearn(nu):
     g = M.make("gp", ["sigma_w", "sigma_a", "alpha_a"], L_SAT, nu=nu).fit(X, y)
     s = g.state
     Zof = lambda A: (np.column_stack([np.log(A[:, 0]), np.log(A[:, 1]), A[:, 2]]) - s["mean"]) / s["std"]
-    k = (ConstantKernel(s["constant"], "fixed") * Matern(s["length_scale"], "fixed", nu=nu)
-         + WhiteKernel(s["noise"], "fixed"))
+    k = ConstantKernel(s["constant"], "fixed") * Matern(s["length_scale"], "fixed", nu=nu) + WhiteKernel(
+        s["noise"], "fixed"
+    )
     ref = GaussianProcessRegressor(k, normalize_y=True, optimizer=None).fit(Zof(X), y)
     Xn = np.column_stack([rng.uniform(0.3, 3, 40), rng.uniform(0.3, 4, 40), rng.uniform(0.05, 0.95, 40)])
     np.testing.assert_allclose(g.predict(Xn), np.clip(ref.predict(Zof(Xn)), 0, L_SAT), rtol=0, atol=1e-10)
@@ -175,7 +177,7 @@ def test_gp_learns_a_smooth_loss_its_noise_and_which_features_matter():
     g = M.make("gp", ["sigma_w", "sigma_a", "alpha_a"], L_SAT).fit(X, y)
     assert M.rmse(f(Xn), g.predict(Xn)) < 0.05
     noise_var = g.state["noise"] * g.state["y_std"] ** 2
-    assert 0.5 < noise_var / 0.05 ** 2 < 1.7
+    assert 0.5 < noise_var / 0.05**2 < 1.7
     ls = g.state["length_scale"]
     assert ls[1] > 5 * max(ls[0], ls[2])
 
@@ -211,8 +213,13 @@ def test_scaled_interval_covers_where_seeds_scatter_and_the_binned_one_does_not(
     rng = np.random.default_rng(5)
 
     def table(n):
-        t = dict(sigma_w=rng.uniform(0.3, 3, n), sigma_a=rng.uniform(0.3, 4, n), alpha_a=rng.uniform(0.05, 0.95, n),
-                 alpha_m=rng.uniform(0.05, 0.95, n), depth=np.full(n, 16.0))
+        t = dict(
+            sigma_w=rng.uniform(0.3, 3, n),
+            sigma_a=rng.uniform(0.3, 4, n),
+            alpha_a=rng.uniform(0.05, 0.95, n),
+            alpha_m=rng.uniform(0.05, 0.95, n),
+            depth=np.full(n, 16.0),
+        )
         f = 0.5 + 0.4 * t["alpha_a"] ** 2
         sd = np.where(t["alpha_m"] > 0.7, 0.4, 0.04)
         t["run_losses"] = [list(m + s * rng.normal(size=3)) for m, s in zip(f, sd)]
@@ -264,8 +271,11 @@ def _study(n_per_depth=12, seeds=3, noise=0.05, seed=0):
     lg = np.sin(3 * aa) * (L / 16) * la
     truth = M.MaxForm.curve([0.2, 1.5, 0.0, 1.0, 0.0], np.stack([la, lg], 1), L_SAT)
     feats = dict(lambda_a=la, lambda_g=lg, lambda_g_inf=lg, rho_star=np.ones_like(la))
-    rows = [dict(c, seed=s, test_loss=float(truth[i] + noise * rng.standard_normal()), test_acc=0.9, diverged=False)
-            for i, c in enumerate(configs) for s in range(seeds)]
+    rows = [
+        dict(c, seed=s, test_loss=float(truth[i] + noise * rng.standard_normal()), test_acc=0.9, diverged=False)
+        for i, c in enumerate(configs)
+        for s in range(seeds)
+    ]
     return rows, feats, order, truth
 
 
@@ -337,17 +347,29 @@ def test_effective_depth_models_learn_a_loss_set_by_the_summed_branch_variance(t
     eff = col("depth") * (col("alpha_a") ** 2 + col("alpha_m") ** 2)
     np.testing.assert_allclose(analysis.effective_depth(col("depth"), col("alpha_a"), col("alpha_m")), eff)
     truth = 0.1 + 0.08 * eff + 0.05 * col("sigma_a")
-    feats = dict(lambda_a=np.log(col("sigma_w")), lambda_g=col("alpha_a") - 0.5, lambda_g_inf=col("alpha_a"),
-                 rho_star=np.ones(len(configs)))
-    rows = [dict(c, seed=s, test_loss=float(truth[i] + 0.03 * rng.standard_normal()), test_acc=0.9, diverged=False)
-            for i, c in enumerate(configs) for s in range(2)]
+    feats = dict(
+        lambda_a=np.log(col("sigma_w")),
+        lambda_g=col("alpha_a") - 0.5,
+        lambda_g_inf=col("alpha_a"),
+        rho_star=np.ones(len(configs)),
+    )
+    rows = [
+        dict(c, seed=s, test_loss=float(truth[i] + 0.03 * rng.standard_normal()), test_acc=0.9, diverged=False)
+        for i, c in enumerate(configs)
+        for s in range(2)
+    ]
     rep = analysis.analyze(rows, 10, feats, order, k=4, repeats=1, nested_cv=False)
     ms = rep["models"]
     tab = rep["table"]
-    np.testing.assert_allclose(tab["effective_depth"], np.asarray(tab["depth"]) * (
-        np.asarray(tab["alpha_a"]) ** 2 + np.asarray(tab["alpha_m"]) ** 2))
-    np.testing.assert_allclose(np.asarray(tab["effective_depth_attention"]) + np.asarray(tab["effective_depth_mlp"]),
-                               tab["effective_depth"], rtol=1e-14)
+    np.testing.assert_allclose(
+        tab["effective_depth"],
+        np.asarray(tab["depth"]) * (np.asarray(tab["alpha_a"]) ** 2 + np.asarray(tab["alpha_m"]) ** 2),
+    )
+    np.testing.assert_allclose(
+        np.asarray(tab["effective_depth_attention"]) + np.asarray(tab["effective_depth_mlp"]),
+        tab["effective_depth"],
+        rtol=1e-14,
+    )
     assert ms["linear_hp_eff"]["cv_rmse"] < 0.5 * min(ms["linear_hp"]["cv_rmse"], ms["depth_max"]["cv_rmse"])
     assert "effective_depth" in ms[rep["best_model"]]["features"]
     t = rep["transfer"]["depth_le8_to_ge16"]
@@ -414,9 +436,16 @@ def test_predict_computes_the_models_features_as_the_full_route_does():
     res = P.predict(sw, sa, aa, am, 16, doc)
     configs = [dict(sigma_w=a, sigma_a=b, alpha_a=c, alpha_m=d, depth=16) for a, b, c, d in zip(sw, sa, aa, am)]
     ref = F.features(cfg, configs, doc["input_geometry"]["q0"], doc["input_geometry"]["rho0"], maps=("paper",))
-    ref.update({k: np.array([c[k] for c in configs], float) for k in ("sigma_w", "sigma_a", "alpha_a", "alpha_m", "depth")})
-    ref.update(L_lambda_a=16 * ref["lambda_a"], L_lambda_g=16 * ref["lambda_g"], effective_depth=16 * (aa ** 2 + am ** 2),
-               effective_depth_attention=16 * aa ** 2, effective_depth_mlp=16 * am ** 2)
+    ref.update(
+        {k: np.array([c[k] for c in configs], float) for k in ("sigma_w", "sigma_a", "alpha_a", "alpha_m", "depth")}
+    )
+    ref.update(
+        L_lambda_a=16 * ref["lambda_a"],
+        L_lambda_g=16 * ref["lambda_g"],
+        effective_depth=16 * (aa**2 + am**2),
+        effective_depth_attention=16 * aa**2,
+        effective_depth_mlp=16 * am**2,
+    )
     for i, r in enumerate(res):
         assert r["lambda_a"] == pytest.approx(ref["lambda_a"][i], abs=1e-12)
         assert r["lambda_g"] == pytest.approx(ref["lambda_g"][i], abs=1e-12)
@@ -457,15 +486,32 @@ def test_fit_cli_pools_sweeps_of_one_training_config(capsys, tmp_path):
 
     rows, feats, order, _ = _study(n_per_depth=4, seeds=2)
     half = {c for c in order[::2]}
-    pick = lambda keep: ([r for r in rows if (design.config_id(r) in half) == keep],
-                         {k: np.asarray(v)[[(c in half) == keep for c in order]] for k, v in feats.items()},
-                         [c for c in order if (c in half) == keep])
+    pick = lambda keep: (
+        [r for r in rows if (design.config_id(r) in half) == keep],
+        {k: np.asarray(v)[[(c in half) == keep for c in order]] for k, v in feats.items()},
+        [c for c in order if (c in half) == keep],
+    )
     a = _study_dir(tmp_path / "a", *pick(True))
     b = _study_dir(tmp_path / "b", *pick(False))
     fit = tmp_path / "fit.json"
     fig = tmp_path / "fig7.png"
-    code = main(["fit", "--runs", str(a), "--runs", str(b), "--out", str(fit), "--folds", "2", "--repeats", "1",
-                 "--figure", str(fig)])
+    code = main(
+        [
+            "fit",
+            "--runs",
+            str(a),
+            "--runs",
+            str(b),
+            "--out",
+            str(fit),
+            "--folds",
+            "2",
+            "--repeats",
+            "1",
+            "--figure",
+            str(fig),
+        ]
+    )
     stdout, err = capsys.readouterr()
     assert code == 0, err
     doc = json.loads(fit.read_text())
@@ -499,8 +545,17 @@ def test_fit_sweep_computes_the_features_a_cache_lacks(monkeypatch):
 
     monkeypatch.setattr(F, "features", fake)
     keep = order[:7]
-    doc = P.fit_sweep(rows, 10, TrainConfig(), dict(q0=1.6, rho0=0.06), {k: v[:7] for k, v in feats.items()}, keep,
-                      k=4, repeats=1, nested_cv=False)
+    doc = P.fit_sweep(
+        rows,
+        10,
+        TrainConfig(),
+        dict(q0=1.6, rho0=0.06),
+        {k: v[:7] for k, v in feats.items()},
+        keep,
+        k=4,
+        repeats=1,
+        nested_cv=False,
+    )
     assert calls == [5] and doc["report"]["n_configs"] == 12
     tab = doc["report"]["table"]
     i = tab["config"].index(order[9])
@@ -518,8 +573,10 @@ def test_fit_cli_on_few_configurations_fits_and_says_it_cannot_cross_validate(ca
     out = _study_dir(tmp_path / "study", rows, feats, order)
     fit = tmp_path / "fit.json"
     # fit --block checks the block the runs were trained with (one line, exit 2, no file)
-    for block, msg in (("pre-ln", "were trained with block paper, not pre-ln"),
-                       ("paper:sigma_w=1", "names the block, not its numbers")):
+    for block, msg in (
+        ("pre-ln", "were trained with block paper, not pre-ln"),
+        ("paper:sigma_w=1", "names the block, not its numbers"),
+    ):
         assert main(["fit", "--runs", str(out), "--out", str(fit), "--block", block]) == 2
         _, err = capsys.readouterr()
         assert msg in err and len(err.strip().splitlines()) == 1 and not fit.exists(), err

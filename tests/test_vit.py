@@ -1,4 +1,5 @@
 """ViT trainer, data pipeline, sweep bookkeeping and the loss-from-exponents predictor."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -13,14 +14,14 @@ import pytest
 
 from phasefield import block as shared_block
 from phasefield.vit import data as vdata
-from phasefield.vit import model as vmodel
 from phasefield.vit import design as vdesign
+from phasefield.vit import model as vmodel
 from phasefield.vit import sweep as vsweep
 from phasefield.vit.train import TrainConfig, Trainer, diverged, make_points
 
-
-TINY = TrainConfig(dataset="digits", image_size=8, patch_size=2, width=16, depth=2, epochs=3,
-                   batch_size=32, eval_batch_size=128)
+TINY = TrainConfig(
+    dataset="digits", image_size=8, patch_size=2, width=16, depth=2, epochs=3, batch_size=32, eval_batch_size=128
+)
 
 
 @pytest.fixture(scope="module")
@@ -31,8 +32,13 @@ def digits(tmp_path_factory):
 @pytest.fixture(scope="module")
 def small(digits):
     """A 256/128-image slice of digits: fast enough for several compiled trainings."""
-    return dataclasses.replace(digits, x_train=digits.x_train[:256], y_train=digits.y_train[:256],
-                               x_test=digits.x_test[:128], y_test=digits.y_test[:128])
+    return dataclasses.replace(
+        digits,
+        x_train=digits.x_train[:256],
+        y_train=digits.y_train[:256],
+        x_test=digits.x_test[:128],
+        y_test=digits.y_test[:128],
+    )
 
 
 @pytest.fixture(scope="module")
@@ -99,7 +105,7 @@ def test_tfds_loading_on_mock_food101(tmp_path):
     np.testing.assert_array_equal(d.x_train, d2.x_train)
     # and a full (mock-sized) training step runs on it
     cfg = TrainConfig(dataset="food101", image_size=16, patch_size=8, width=8, depth=1, epochs=1, batch_size=4)
-    params, m = Trainer(cfg, d).train_many(make_points(cfg, [1.0], [1.0], [.5], [.5], [1e-3], [0]))
+    params, m = Trainer(cfg, d).train_many(make_points(cfg, [1.0], [1.0], [0.5], [0.5], [1e-3], [0]))
     assert m["step_loss"].shape == (1, 1, 1) and np.isfinite(m["train_loss"]).all()
 
 
@@ -112,8 +118,9 @@ def test_bad_dataset_name_is_a_one_line_error(tmp_path):
 
 # ------------------------------------------------------------------------------ training
 def test_vmapped_training_matches_one_at_a_time_and_flags_divergence(trainer):
-    pts = make_points(TINY, [1.0, 2.0, 1.0], [1.0, 1.0, 1.0], [0.5, 0.3, 0.5], [0.5, 0.3, 0.5],
-                      [1e-2, 1e-2, 1e30], [0, 1, 0])
+    pts = make_points(
+        TINY, [1.0, 2.0, 1.0], [1.0, 1.0, 1.0], [0.5, 0.3, 0.5], [0.5, 0.3, 0.5], [1e-2, 1e-2, 1e30], [0, 1, 0]
+    )
     params, m = trainer.train_many(pts)
     assert m["step_loss"].shape == (3, TINY.epochs, 256 // 32)
     # one compiled epoch serves every epoch: the state init hands back is sharded by run like
@@ -186,8 +193,14 @@ def test_sweep_records_theory_exponents():
 
     for i in (0, 1):
         with jax.enable_x64(True):
-            hp = cfg.hparams(runs[i]["sigma_w"], runs[i]["sigma_a"], runs[i]["alpha_a"], runs[i]["alpha_m"],
-                             depth=runs[i]["depth"], dtype=jnp.float64)
+            hp = cfg.hparams(
+                runs[i]["sigma_w"],
+                runs[i]["sigma_a"],
+                runs[i]["alpha_a"],
+                runs[i]["alpha_m"],
+                depth=runs[i]["depth"],
+                dtype=jnp.float64,
+            )
         assert lam["lambda_g"][i] == pytest.approx(float(paper.exponents(hp)["lambda_g"]), abs=1e-10)
     assert runs[0]["depth"] == 8 and runs[1]["depth"] == 16
 
@@ -195,10 +208,11 @@ def test_sweep_records_theory_exponents():
 def _sharded_check(data_dir):
     """Train 3 runs on all devices (padded to 4, sharded) and on one device; same numbers."""
     d = vdata.load("digits", 8, data_dir=data_dir)
-    d = dataclasses.replace(d, x_train=d.x_train[:128], y_train=d.y_train[:128], x_test=d.x_test[:64],
-                            y_test=d.y_test[:64])
+    d = dataclasses.replace(
+        d, x_train=d.x_train[:128], y_train=d.y_train[:128], x_test=d.x_test[:64], y_test=d.y_test[:64]
+    )
     cfg = TrainConfig(width=8, depth=1, epochs=1, batch_size=64, eval_batch_size=64)
-    pts = make_points(cfg, [1, 2, 3], [1] * 3, [.5] * 3, [.5] * 3, [1e-3] * 3, [0, 1, 2])
+    pts = make_points(cfg, [1, 2, 3], [1] * 3, [0.5] * 3, [0.5] * 3, [1e-3] * 3, [0, 1, 2])
     tr = Trainer(cfg, d)
     assert len(tr.devices) >= 2, tr.devices
     p, m = tr.train_many(pts)
@@ -220,8 +234,10 @@ def test_chunk_is_sharded_over_devices_and_matches_one_device(tmp_path):
     import subprocess
     import sys
 
-    code = f"import sys; sys.path.insert(0, {os.path.dirname(__file__)!r}); import test_vit; " \
-           f"test_vit._sharded_check({str(tmp_path)!r}); print('SHARDED-OK')"
+    code = (
+        f"import sys; sys.path.insert(0, {os.path.dirname(__file__)!r}); import test_vit; "
+        f"test_vit._sharded_check({str(tmp_path)!r}); print('SHARDED-OK')"
+    )
     env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2", JAX_PLATFORMS="cpu")
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0 and "SHARDED-OK" in r.stdout, r.stderr[-2000:]
@@ -229,8 +245,10 @@ def test_chunk_is_sharded_over_devices_and_matches_one_device(tmp_path):
 
 # every preset (the paper block trains in the tests above; one compile each, ~10 s);
 # scripts/train_presets.py trains them at width 32, 4 blocks, 10 epochs
-@pytest.mark.parametrize("spec_text", ["pre-ln:heads=2", "post-ln:heads=2", "rms-swiglu:heads=2",
-                                       "deepscalelm:heads=2", "pre-ln:heads=2,qk_norm=true"])
+@pytest.mark.parametrize(
+    "spec_text",
+    ["pre-ln:heads=2", "post-ln:heads=2", "rms-swiglu:heads=2", "deepscalelm:heads=2", "pre-ln:heads=2,qk_norm=true"],
+)
 def test_the_trainer_trains_every_preset(small, spec_text):
     """A preset's own Flax module in the ViT (digits, width 16, 2 blocks, 5 epochs, sigma =
     0.55, alpha = 0.5, Adam 1e-2): the loss is finite and falls well below chance (pre-ln and
@@ -239,8 +257,10 @@ def test_the_trainer_trains_every_preset(small, spec_text):
     tr = Trainer(cfg, small)
     pts = make_points(cfg, [0.55], [1.0], [0.5], [0.5], [1e-2], [0])
     params, metrics = tr.train_many(pts)
-    assert np.all(np.isfinite(metrics["test_loss"])) and float(metrics["train_loss"][0]) < math.log(10) - 0.5, \
-        (spec_text, metrics["train_loss"])
+    assert np.all(np.isfinite(metrics["test_loss"])) and float(metrics["train_loss"][0]) < math.log(10) - 0.5, (
+        spec_text,
+        metrics["train_loss"],
+    )
     # the layers' module is in the model: the attention of a block with 2 heads has W_O
     leaves = jax.tree_util.tree_leaves_with_path(params)
     assert any("out" in jax.tree_util.keystr(p) for p, _ in leaves), spec_text
@@ -248,21 +268,30 @@ def test_the_trainer_trains_every_preset(small, spec_text):
 
 def test_block_sweep_records_the_block_theory():
     from phasefield import layers
+
     cfg = dataclasses.replace(TINY, block="pre-ln:heads=2")
-    runs = [dict(sigma_w=0.55, sigma_a=1.0, alpha_a=0.5, alpha_m=0.5, depth=2),
-            dict(sigma_w=1.0, sigma_a=1.0, alpha_a=1.0, alpha_m=1.0, depth=3)]
+    runs = [
+        dict(sigma_w=0.55, sigma_a=1.0, alpha_a=0.5, alpha_m=0.5, depth=2),
+        dict(sigma_w=1.0, sigma_a=1.0, alpha_a=1.0, alpha_m=1.0, depth=3),
+    ]
     lam = vsweep.theory_exponents(cfg, runs)
     for i, r in enumerate(runs):
         blk = layers.presets.get("pre-ln", heads=2, sigma=r["sigma_w"], alpha=r["alpha_a"])
         fd = layers.finite_depth(blk, q0=1.0, rho0=1.0, n_tokens=cfg.n_tokens, depth=r["depth"])
         assert lam["lambda_g"][i] == pytest.approx(float(fd["lambda_g_collapsed"]), abs=1e-12)
-        assert lam["lambda_a"][i] == pytest.approx(float(fd["angle_rate"]), abs=1e-12)   # no fixed point
+        assert lam["lambda_a"][i] == pytest.approx(float(fd["angle_rate"]), abs=1e-12)  # no fixed point
         assert np.isnan(lam["lambda_g_inf"][i])
 
 
-@pytest.mark.parametrize("spec_text,msg", [("pre-ln:sigma=1", "come from the runs"),
-                                           ("paper:sigma_w=2", "come from the runs"),
-                                           ("pre-ln:heads=3", "multiple of heads"), ("gpt-9", "unknown block")])
+@pytest.mark.parametrize(
+    "spec_text,msg",
+    [
+        ("pre-ln:sigma=1", "come from the runs"),
+        ("paper:sigma_w=2", "come from the runs"),
+        ("pre-ln:heads=3", "multiple of heads"),
+        ("gpt-9", "unknown block"),
+    ],
+)
 def test_bad_block_in_a_train_config(spec_text, msg):
     with pytest.raises(ValueError, match=msg):
         dataclasses.replace(TINY, block=spec_text).validate()

@@ -6,4 +6,5 @@ train    pure ``train(point, ...)`` vmapped over hyperparameter points, sharded 
 sweep    resumable grid sweeps with metrics, results tables and orbax checkpoints
 predict  loss = min(log C, b + max(w_a|lambda_a - c_a|, w_g|lambda_g - c_g|)) and baselines
 figure   the paper's Fig. 7
+study    the trainability study the shipped predictors were fitted on (scripts/trainability_study.py)
 """

@@ -16,6 +16,7 @@ over several fold shuffles:
 A run that diverged (non-finite or far above chance) counts as chance loss log C in its
 configuration's mean.
 """
+
 from __future__ import annotations
 
 import math
@@ -94,10 +95,14 @@ def noise_floor(tab: dict) -> dict:
         return dict(rmse=math.nan, r2_max=math.nan, seed_sd=math.nan, n_configs=0)
     noise = float(np.mean(tab["loss_var"][ok] / tab["n_seeds"][ok]))
     var = float(np.var(tab["loss"]))
-    return dict(rmse=math.sqrt(noise), r2_max=1.0 - noise / var if var > 0 else math.nan,
-                seed_sd=float(np.sqrt(np.mean(tab["loss_var"][ok]))),
-                seed_sd_max=float(np.sqrt(np.max(tab["loss_var"][ok]))), n_configs=int(ok.sum()),
-                seeds=int(np.median(tab["n_seeds"])))
+    return dict(
+        rmse=math.sqrt(noise),
+        r2_max=1.0 - noise / var if var > 0 else math.nan,
+        seed_sd=float(np.sqrt(np.mean(tab["loss_var"][ok]))),
+        seed_sd_max=float(np.sqrt(np.max(tab["loss_var"][ok]))),
+        n_configs=int(ok.sum()),
+        seeds=int(np.median(tab["n_seeds"])),
+    )
 
 
 def effective_depth(depth, alpha_a, alpha_m):
@@ -111,9 +116,11 @@ def effective_depths(depth, alpha_a, alpha_m) -> dict:
     """The :data:`EFFECTIVE` columns: the effective depth and its attention (L alpha_A^2) and
     MLP (L alpha_M^2) parts."""
     L = np.asarray(depth, float)
-    return dict(effective_depth=effective_depth(L, alpha_a, alpha_m),
-                effective_depth_attention=L * np.asarray(alpha_a, float) ** 2,
-                effective_depth_mlp=L * np.asarray(alpha_m, float) ** 2)
+    return dict(
+        effective_depth=effective_depth(L, alpha_a, alpha_m),
+        effective_depth_attention=L * np.asarray(alpha_a, float) ** 2,
+        effective_depth_mlp=L * np.asarray(alpha_m, float) ** 2,
+    )
 
 
 def add_features(tab: dict, feats: dict) -> dict:
@@ -153,14 +160,21 @@ def model_specs(tab: dict) -> dict:
     inputs = [k for k in ("lambda_a_in_exact", "lambda_g_in_exact_corr", "rho_out_exact") if k in tab]
     if inputs:
         specs["trees_input_exact"] = ("trees", tuple(inputs), "exponents")
-        specs["trees_all_exponents"] = ("trees", ("lambda_a", "lambda_g", "lambda_g_inf") + tuple(inputs)
-                                        + ("L_lambda_a", "L_lambda_g"), "exponents")
+        specs["trees_all_exponents"] = (
+            "trees",
+            ("lambda_a", "lambda_g", "lambda_g_inf") + tuple(inputs) + ("L_lambda_a", "L_lambda_g"),
+            "exponents",
+        )
         specs["poly2_all_exponents"] = ("poly", ("lambda_a", "lambda_g") + tuple(inputs), "exponents")
         specs["two_part_exponents"] = ("two_part", ("lambda_a", "lambda_g") + tuple(inputs), "exponents")
     specs["poly2_collapsed"] = ("poly", ("lambda_a", "lambda_g", "L_lambda_a", "L_lambda_g"), "exponents")
     specs["forest_collapsed_L"] = ("forest", ("lambda_a", "lambda_g", "L_lambda_a", "L_lambda_g"), "exponents")
-    specs["two_part_collapsed_L"] = ("two_part", ("lambda_a", "lambda_g", "L_lambda_a", "L_lambda_g"), "exponents",
-                                     dict(reg_kind="forest"))
+    specs["two_part_collapsed_L"] = (
+        "two_part",
+        ("lambda_a", "lambda_g", "L_lambda_a", "L_lambda_g"),
+        "exponents",
+        dict(reg_kind="forest"),
+    )
     raw = varying_raw(tab)
     specs["linear_hp"] = ("poly", raw, "raw", dict(degree=1))
     specs["quad_hp"] = ("poly", raw, "raw", dict(degree=2))
@@ -168,11 +182,10 @@ def model_specs(tab: dict) -> dict:
     specs["forest_hp"] = ("forest", raw, "raw")
     specs["two_part_hp"] = ("two_part", raw, "raw")
     specs["two_part_forest_hp"] = ("two_part", raw, "raw", dict(reg_kind="forest"))
-    # the raw values with the effective depths (functions of them: group 'raw'). Chosen on
-    # 2026-11-25: the linear/two-part/ensemble forms after the 64 configurations of the main
-    # study and the depth study's first blocks; the forest on the branches' effective depths and
-    # its ensemble after the box's corners (97 configurations); scored since on configurations
-    # trained afterwards
+    # the raw values with the effective depths (functions of them: group 'raw'): the
+    # linear/two-part/ensemble forms chosen on the first 64 configurations (study.registry.
+    # FAMILIES_FIXED_ON), the forest on the branches' effective depths and its ensemble after the
+    # box's corners; every configuration trained later scores them as a held-out set
     if "effective_depth" in tab:
         eff = raw + ("effective_depth",)
         branches = raw + ("effective_depth_attention", "effective_depth_mlp")
@@ -180,8 +193,8 @@ def model_specs(tab: dict) -> dict:
         specs["two_part_hp_eff"] = ("two_part", eff, "raw")
         specs["two_part_eff"] = ("two_part", ("effective_depth", "sigma_a", "sigma_w"), "raw")
         specs["forest_hp_eff"] = ("forest", branches, "raw")
-    # Gaussian processes (added 2026-11-26, sixth stop, after the held-out sets 'holdout' and
-    # 'holdout-boundary' showed every tree/linear family at R2 0.4-0.6 on fresh configurations)
+    # Gaussian processes: the held-out sets 'holdout' and 'holdout-boundary' showed every
+    # tree/linear family at R2 0.4-0.6 on fresh configurations
     specs["gp_hp"] = ("gp", raw, "raw")
     specs["gp_hp_rough"] = ("gp", raw, "raw", dict(nu=0.5))
     # hybrids: the raw values and the collapsed exponents together
@@ -194,11 +207,15 @@ def model_specs(tab: dict) -> dict:
     # means of models of different families (lower variance on a small, bimodal table)
     if "effective_depth" in tab:
         specs["linear_hybrid_eff"] = ("poly", hyb + ("effective_depth",), "hybrid", dict(degree=1))
-    ensembles = [("ensemble_hp", ("two_part_hp", "quad_hp", "linear_hp"), "raw"),
-                 ("ensemble_hybrid", ("two_part_hp", "linear_hybrid", "depth_max"), "hybrid")]
+    ensembles = [
+        ("ensemble_hp", ("two_part_hp", "quad_hp", "linear_hp"), "raw"),
+        ("ensemble_hybrid", ("two_part_hp", "linear_hybrid", "depth_max"), "hybrid"),
+    ]
     if "effective_depth" in tab:
-        ensembles += [("ensemble_hp_eff", ("linear_hp_eff", "two_part_hp_eff"), "raw"),
-                      ("ensemble_eff_forest", ("linear_hp_eff", "two_part_eff", "forest_hp_eff"), "raw")]
+        ensembles += [
+            ("ensemble_hp_eff", ("linear_hp_eff", "two_part_hp_eff"), "raw"),
+            ("ensemble_eff_forest", ("linear_hp_eff", "two_part_eff", "forest_hp_eff"), "raw"),
+        ]
     for name, members, group in ensembles:
         mem = [(specs[m][0], tuple(specs[m][1]), specs[m][3] if len(specs[m]) > 3 else {}) for m in members]
         specs[name] = ("ensemble", tuple(dict.fromkeys(f for m in mem for f in m[1])), group, dict(members=mem))
@@ -230,8 +247,9 @@ def cross_validate(spec, tab, k=5, repeats=5, seed=0) -> dict:
             mask[tr] = True
             preds[rep, te] = fit_model(spec, tab, mask, seed=seed).predict(X[te])
         rmses.append(M.rmse(y, preds[rep]))
-    return dict(cv_rmse=float(np.mean(rmses)), cv_rmse_sd=float(np.std(rmses)), cv_r2=M.r2(y, preds.mean(0)),
-                oof=preds.mean(0))
+    return dict(
+        cv_rmse=float(np.mean(rmses)), cv_rmse_sd=float(np.std(rmses)), cv_r2=M.r2(y, preds.mean(0)), oof=preds.mean(0)
+    )
 
 
 def transfer(spec, tab, train, test, seed=0) -> dict:
@@ -239,8 +257,12 @@ def transfer(spec, tab, train, test, seed=0) -> dict:
         return dict(rmse=math.nan, n_train=int(train.sum()), n_test=int(test.sum()))
     m = fit_model(spec, tab, train, seed)
     yhat = m.predict(_X(tab, spec[1])[test])
-    return dict(rmse=M.rmse(tab["loss"][test], yhat), n_train=int(train.sum()), n_test=int(test.sum()),
-                sq_err=((tab["loss"][test] - yhat) ** 2).tolist())
+    return dict(
+        rmse=M.rmse(tab["loss"][test], yhat),
+        n_train=int(train.sum()),
+        n_test=int(test.sum()),
+        sq_err=((tab["loss"][test] - yhat) ** 2).tolist(),
+    )
 
 
 def transfer_splits(tab) -> dict:
@@ -248,7 +270,7 @@ def transfer_splits(tab) -> dict:
     out = {}
     if (L == 32).any() and ((L == 8) | (L == 16)).any():
         out["depth_8_16_to_32"] = ((L == 8) | (L == 16), L == 32)
-    if (L <= 8).any() and (L >= 16).any():      # issue 27: fit shallow, predict deep
+    if (L <= 8).any() and (L >= 16).any():  # fit shallow, predict deep
         out["depth_le8_to_ge16"] = (L <= 8, L >= 16)
     if (sa > 2).any() and (sa <= 2).any():
         out["sigma_a_le2_to_gt2"] = (sa <= 2, sa > 2)
@@ -304,12 +326,18 @@ def conformal(pred, run_losses, level: float = 0.8, min_bin: int = 30, max_bins:
     b = np.searchsorted(edges, p, side="right")
     overall = _quantiles(e, level)
     bins = [(_quantiles(e[b == j], level) if (b == j).sum() >= 10 else dict(overall)) for j in range(n_bins)]
-    return dict(level=level, lo=overall["lo"], hi=overall["hi"], edges=edges.tolist(), bins=bins,
-                n_residuals=int(len(e)), method="split conformal on out-of-fold residuals of single runs, "
-                f"{n_bins} bin(s) of the predicted loss")
+    return dict(
+        level=level,
+        lo=overall["lo"],
+        hi=overall["hi"],
+        edges=edges.tolist(),
+        bins=bins,
+        n_residuals=int(len(e)),
+        method=f"split conformal on out-of-fold residuals of single runs, {n_bins} bin(s) of the predicted loss",
+    )
 
 
-SCALE_OFFSET = 0.05   # x the median absolute residual: keeps log() finite without flattening small scales
+SCALE_OFFSET = 0.05  # x the median absolute residual: keeps log() finite without flattening small scales
 
 
 def _scale_model(tab: dict, pred, mask, seed: int = 0) -> M.GP:
@@ -351,17 +379,26 @@ def conformal_scaled(tab: dict, pred, level: float = 0.8, k: int = 5, seed: int 
         mask[tr] = True
         s[te] = np.exp(_scale_model(tab, pred, mask, seed).mean(X[te]))
     counts = [len(r) for r in tab["run_losses"]]
-    e = (np.concatenate([np.asarray(r, float) for r in tab["run_losses"]]) - np.repeat(pred, counts)) / np.repeat(s, counts)
+    e = (np.concatenate([np.asarray(r, float) for r in tab["run_losses"]]) - np.repeat(pred, counts)) / np.repeat(
+        s, counts
+    )
     q = _quantiles(e, level)
     final = _scale_model(tab, pred, np.ones(n, bool), seed)
     # the CV coverage with the cross-fitted scales (the shipped scale has seen every configuration)
-    inside = ((q["lo"] <= e) & (e <= q["hi"]))
+    inside = (q["lo"] <= e) & (e <= q["hi"])
     means = [q["lo"] * si <= float(np.mean(r)) - p <= q["hi"] * si for r, p, si in zip(tab["run_losses"], pred, s)]
-    return dict(level=level, lo=q["lo"], hi=q["hi"], scale=final.to_json(), n_residuals=int(len(e)),
-                cv_coverage=dict(runs=float(np.mean(inside)), means=float(np.mean(means)), n_runs=int(len(e)),
-                                 n_configs=int(n)),
-                method="normalized split conformal on out-of-fold residuals of single runs, "
-                "scaled by a Gaussian process of the mean absolute residual (cross-fitted)")
+    return dict(
+        level=level,
+        lo=q["lo"],
+        hi=q["hi"],
+        scale=final.to_json(),
+        n_residuals=int(len(e)),
+        cv_coverage=dict(
+            runs=float(np.mean(inside)), means=float(np.mean(means)), n_runs=int(len(e)), n_configs=int(n)
+        ),
+        method="normalized split conformal on out-of-fold residuals of single runs, "
+        "scaled by a Gaussian process of the mean absolute residual (cross-fitted)",
+    )
 
 
 def make_interval(kind: str, tab: dict, pred, level: float = 0.8, k: int = 5, seed: int = 0) -> dict:
@@ -407,8 +444,9 @@ def coverage(iv: dict, pred, run_losses, cols=None) -> dict:
     return bounds_coverage(*interval_bounds(iv, pred, cols), run_losses)
 
 
-def select_and_fit(tab: dict, names, specs, k: int = 5, repeats: int = 1, seed: int = 0, level: float = 0.8,
-                   interval: str = "binned"):
+def select_and_fit(
+    tab: dict, names, specs, k: int = 5, repeats: int = 1, seed: int = 0, level: float = 0.8, interval: str = "binned"
+):
     """The shipping procedure on a table: the model of ``names`` with the lowest CV RMSE,
     its conformal interval (``interval``: :func:`make_interval`) from its CV residuals,
     refitted on every configuration."""
@@ -418,8 +456,9 @@ def select_and_fit(tab: dict, names, specs, k: int = 5, repeats: int = 1, seed: 
     return best, fit_model(specs[best], tab, seed=seed), iv
 
 
-def evaluate_split(tab: dict, train, test, names, specs, k: int = 5, seed: int = 0, repeats: int = 2,
-                   interval: str = "binned") -> dict:
+def evaluate_split(
+    tab: dict, train, test, names, specs, k: int = 5, seed: int = 0, repeats: int = 2, interval: str = "binned"
+) -> dict:
     """Run the whole shipping procedure (selection, interval, refit) on the ``train``
     configurations and score it on the ``test`` ones, which it never saw."""
     sub = subset(tab, train)
@@ -428,12 +467,27 @@ def evaluate_split(tab: dict, train, test, names, specs, k: int = 5, seed: int =
     te = subset(tab, test)
     yhat = model.predict(_X(te, specs[best][1]))
     lo, hi = interval_bounds(iv, yhat, te)
-    return dict(chosen=best, pred=yhat.tolist(), loss=te["loss"].tolist(), run_losses=te["run_losses"], interval=iv,
-                bounds=[lo.tolist(), hi.tolist()], coverage=bounds_coverage(lo, hi, te["run_losses"]))
+    return dict(
+        chosen=best,
+        pred=yhat.tolist(),
+        loss=te["loss"].tolist(),
+        run_losses=te["run_losses"],
+        interval=iv,
+        bounds=[lo.tolist(), hi.tolist()],
+        coverage=bounds_coverage(lo, hi, te["run_losses"]),
+    )
 
 
-def nested(tab: dict, names, specs, k: int = 5, repeats: int = 1, seed: int = 0, inner_repeats: int = 2,
-           interval: str = "binned") -> dict:
+def nested(
+    tab: dict,
+    names,
+    specs,
+    k: int = 5,
+    repeats: int = 1,
+    seed: int = 0,
+    inner_repeats: int = 2,
+    interval: str = "binned",
+) -> dict:
     """Grouped nested cross-validation of the shipping procedure: each outer fold of
     configurations is held out, the model is selected, its interval calibrated and the model
     refitted on the rest (inner k-fold CV), then scored on the held-out fold."""
@@ -453,21 +507,44 @@ def nested(tab: dict, names, specs, k: int = 5, repeats: int = 1, seed: int = 0,
                 covered_m.append(a <= float(np.mean(runs)) <= b)
             chosen.append(r["chosen"])
     y = tab["loss"]
-    return dict(r2=M.r2(y, preds.mean(0)), rmse=float(np.mean([M.rmse(y, p) for p in preds])),
-                coverage_runs=float(np.mean(covered)), coverage_means=float(np.mean(covered_m)),
-                n_runs=len(covered), k_folds=k, repeats=repeats,
-                chosen={c: chosen.count(c) for c in sorted(set(chosen))})
+    return dict(
+        r2=M.r2(y, preds.mean(0)),
+        rmse=float(np.mean([M.rmse(y, p) for p in preds])),
+        coverage_runs=float(np.mean(covered)),
+        coverage_means=float(np.mean(covered_m)),
+        n_runs=len(covered),
+        k_folds=k,
+        repeats=repeats,
+        chosen={c: chosen.count(c) for c in sorted(set(chosen))},
+    )
 
 
 # the candidates of the shipped model: a few per family, so that choosing among them by CV
 # does not chase the noise of a table of ~100 configurations (every other model is scored and
 # reported all the same; the selection's own noise is what the nested CV measures)
-CANDIDATES = ("constant", "linear_hp", "quad_hp", "two_part_hp", "ensemble_hp",
-              "linear_hp_eff", "two_part_hp_eff", "two_part_eff", "ensemble_hp_eff", "forest_hp_eff",
-              "ensemble_eff_forest",
-              "depth_max", "forest_collapsed_L",
-              "linear_hybrid", "forest_hybrid", "two_part_forest_hybrid", "ensemble_hybrid", "linear_hybrid_eff",
-              "gp_hp", "gp_hp_rough", "gp_hybrid")
+CANDIDATES = (
+    "constant",
+    "linear_hp",
+    "quad_hp",
+    "two_part_hp",
+    "ensemble_hp",
+    "linear_hp_eff",
+    "two_part_hp_eff",
+    "two_part_eff",
+    "ensemble_hp_eff",
+    "forest_hp_eff",
+    "ensemble_eff_forest",
+    "depth_max",
+    "forest_collapsed_L",
+    "linear_hybrid",
+    "forest_hybrid",
+    "two_part_forest_hybrid",
+    "ensemble_hybrid",
+    "linear_hybrid_eff",
+    "gp_hp",
+    "gp_hp_rough",
+    "gp_hybrid",
+)
 
 
 def shippable(specs: dict) -> list[str]:
@@ -476,8 +553,17 @@ def shippable(specs: dict) -> list[str]:
     return [nm for nm in CANDIDATES if nm in specs and set(specs[nm][1]) <= CHEAP]
 
 
-def analyze(rows: list[dict], num_classes: int, feats: dict, configs_order: list[str], k: int = 5,
-            repeats: int = 5, seed: int = 0, nested_cv: bool = True, interval: str = "binned") -> dict:
+def analyze(
+    rows: list[dict],
+    num_classes: int,
+    feats: dict,
+    configs_order: list[str],
+    k: int = 5,
+    repeats: int = 5,
+    seed: int = 0,
+    nested_cv: bool = True,
+    interval: str = "binned",
+) -> dict:
     """The whole report. ``feats`` are arrays aligned with ``configs_order`` (config ids);
     ``interval``: the shipped model's interval (:func:`make_interval`)."""
     tab = configurations(rows, num_classes)
@@ -499,10 +585,17 @@ def analyze(rows: list[dict], num_classes: int, feats: dict, configs_order: list
         cv = cross_validate(spec, tab, k, repeats, seed)
         full = fit_model(spec, tab, seed=seed)
         yhat = full.predict(_X(tab, spec[1]))
-        res[name] = dict(kind=spec[0], features=list(spec[1]), group=spec[2], r2=M.r2(tab["loss"], yhat),
-                         cv_rmse=cv["cv_rmse"], cv_rmse_sd=cv["cv_rmse_sd"], cv_r2=cv["cv_r2"],
-                         cv_over_floor=cv["cv_rmse"] / floor["rmse"] if floor["rmse"] > 0 else math.nan,
-                         oof=cv["oof"].tolist())
+        res[name] = dict(
+            kind=spec[0],
+            features=list(spec[1]),
+            group=spec[2],
+            r2=M.r2(tab["loss"], yhat),
+            cv_rmse=cv["cv_rmse"],
+            cv_rmse_sd=cv["cv_rmse_sd"],
+            cv_r2=cv["cv_r2"],
+            cv_over_floor=cv["cv_rmse"] / floor["rmse"] if floor["rmse"] > 0 else math.nan,
+            oof=cv["oof"].tolist(),
+        )
     transfers = {}
     for split, (tr, te) in transfer_splits(tab).items():
         transfers[split] = {name: transfer(spec, tab, tr, te, seed) for name, spec in specs.items()}
@@ -524,17 +617,38 @@ def analyze(rows: list[dict], num_classes: int, feats: dict, configs_order: list
     comparisons = {}
     for r in raw:
         comparisons[r] = paired((np.array(res[best]["oof"]) - y) ** 2, (np.array(res[r]["oof"]) - y) ** 2)
-    for split, t in transfers.items():
-        t["_best_vs_raw"] = {r: paired(t[best]["sq_err"], t[r]["sq_err"]) for r in raw
-                             if "sq_err" in t[best] and "sq_err" in t[r]}
-        t["_best_hybrid_vs_raw"] = {r: paired(t[best_hyb]["sq_err"], t[r]["sq_err"]) for r in raw
-                                    if "sq_err" in t[best_hyb] and "sq_err" in t[r]}
-    return dict(n_configs=n, n_runs=len(rows), seeds=floor.get("seeds"), L_sat=tab["L_sat"], lr=tab["lrs"][0],
-                depths=sorted({int(v) for v in tab["depth"]}), k_folds=k, repeats=repeats, noise_floor=floor,
-                models=res, transfer=transfers, best_exponent_model=best, best_raw_model=best_raw,
-                best_hybrid_model=best_hyb, best_model=best_all, shippable=ship, interval=iv, nested=nest,
-                best_vs_raw_cv=comparisons, cross_validated=True, table={kk: (v.tolist() if isinstance(v, np.ndarray) else v)
-                                                   for kk, v in tab.items()})
+    for t in transfers.values():
+        t["_best_vs_raw"] = {
+            r: paired(t[best]["sq_err"], t[r]["sq_err"]) for r in raw if "sq_err" in t[best] and "sq_err" in t[r]
+        }
+        t["_best_hybrid_vs_raw"] = {
+            r: paired(t[best_hyb]["sq_err"], t[r]["sq_err"])
+            for r in raw
+            if "sq_err" in t[best_hyb] and "sq_err" in t[r]
+        }
+    return dict(
+        n_configs=n,
+        n_runs=len(rows),
+        seeds=floor.get("seeds"),
+        L_sat=tab["L_sat"],
+        lr=tab["lrs"][0],
+        depths=sorted({int(v) for v in tab["depth"]}),
+        k_folds=k,
+        repeats=repeats,
+        noise_floor=floor,
+        models=res,
+        transfer=transfers,
+        best_exponent_model=best,
+        best_raw_model=best_raw,
+        best_hybrid_model=best_hyb,
+        best_model=best_all,
+        shippable=ship,
+        interval=iv,
+        nested=nest,
+        best_vs_raw_cv=comparisons,
+        cross_validated=True,
+        table={kk: (v.tolist() if isinstance(v, np.ndarray) else v) for kk, v in tab.items()},
+    )
 
 
 def _uncrossvalidated(tab: dict, rows: list[dict], k: int) -> dict:
@@ -549,14 +663,41 @@ def _uncrossvalidated(tab: dict, rows: list[dict], k: int) -> dict:
     yhat = model.predict(_X(tab, specs[name][1]))
     interval = conformal(yhat, tab["run_losses"], max_bins=1)
     interval["method"] = "in-sample residuals of single runs (not cross-validated: optimistic)"
-    res = {name: dict(kind=specs[name][0], features=list(specs[name][1]), group=specs[name][2],
-                      r2=M.r2(tab["loss"], yhat), cv_rmse=None, cv_rmse_sd=None, cv_r2=None, cv_over_floor=None,
-                      oof=yhat.tolist())}
-    return dict(n_configs=n, n_runs=len(rows), seeds=int(np.median(tab["n_seeds"])), L_sat=tab["L_sat"],
-                lr=tab["lrs"][0], depths=sorted({int(v) for v in tab["depth"]}), k_folds=k, repeats=0,
-                noise_floor=noise_floor(tab), models=res, transfer={}, best_exponent_model=None,
-                best_raw_model=name, best_hybrid_model=None, best_model=name, shippable=[name], interval=interval,
-                nested=None, best_vs_raw_cv={}, cross_validated=False,
-                message=f"{n} configurations: too few to cross-validate (needs >= {max(10, 2 * k)}); "
-                        f"fitted {name} on all of them, with no CV score",
-                table={kk: (v.tolist() if isinstance(v, np.ndarray) else v) for kk, v in tab.items()})
+    res = {
+        name: dict(
+            kind=specs[name][0],
+            features=list(specs[name][1]),
+            group=specs[name][2],
+            r2=M.r2(tab["loss"], yhat),
+            cv_rmse=None,
+            cv_rmse_sd=None,
+            cv_r2=None,
+            cv_over_floor=None,
+            oof=yhat.tolist(),
+        )
+    }
+    return dict(
+        n_configs=n,
+        n_runs=len(rows),
+        seeds=int(np.median(tab["n_seeds"])),
+        L_sat=tab["L_sat"],
+        lr=tab["lrs"][0],
+        depths=sorted({int(v) for v in tab["depth"]}),
+        k_folds=k,
+        repeats=0,
+        noise_floor=noise_floor(tab),
+        models=res,
+        transfer={},
+        best_exponent_model=None,
+        best_raw_model=name,
+        best_hybrid_model=None,
+        best_model=name,
+        shippable=[name],
+        interval=interval,
+        nested=None,
+        best_vs_raw_cv={},
+        cross_validated=False,
+        message=f"{n} configurations: too few to cross-validate (needs >= {max(10, 2 * k)}); "
+        f"fitted {name} on all of them, with no CV score",
+        table={kk: (v.tolist() if isinstance(v, np.ndarray) else v) for kk, v in tab.items()},
+    )

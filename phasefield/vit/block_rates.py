@@ -1,5 +1,5 @@
 """The collapsed-point rates a block model reads (``lambda_a``, ``lambda_g``), fast: the
-route of ``predict --block`` (issue 35).
+route of ``predict --block``.
 
 :func:`phasefield.vit.features.block_theory` (the reference) integrates the exact-softmax map
 (and its softmax-derivative term) by quadrature at every layer of every trajectory, on the
@@ -32,6 +32,7 @@ is not finite, or for a block this does not cover (another attention class, the 
 block, deepscalelm) :func:`rates` returns None and the caller takes the reference route.
 The two agree to ~1e-14 (tests/test_block_predict.py).
 """
+
 from __future__ import annotations
 
 import functools
@@ -39,7 +40,7 @@ import functools
 import numpy as np
 
 OUT = ("lambda_a", "lambda_g")
-RHO_TOL = 1e-12     # the largest |1 - rho| along the collapsed trajectory this route accepts
+RHO_TOL = 1e-12  # the largest |1 - rho| along the collapsed trajectory this route accepts
 
 
 def uniform_tables(n: float, m: int | None = None):
@@ -49,7 +50,7 @@ def uniform_tables(n: float, m: int | None = None):
 
     m = exact_table.MESH if m is None else m
     s = np.full((2, m + 1), 1.0 / n)
-    t = np.full((2, m + 1), 1.0 / n - 1.0 / n ** 2)
+    t = np.full((2, m + 1), 1.0 / n - 1.0 / n**2)
     return s, t
 
 
@@ -88,10 +89,11 @@ def _point(name, fixed, run_numbers, n_tokens, depth, scales):
         qc, pc = D.trajectory(block, ctx, k1, depth)
         angle_rate, _ = D.collapsed_angle_rate(block, ctx, qc, depth)
         stray = jnp.max(jnp.abs(1.0 - pc / qc))
-        lambda_g = D.backward_rate(block, ctx, qc, pc, depth)     # along the trajectory above
+        lambda_g = D.backward_rate(block, ctx, qc, pc, depth)  # along the trajectory above
         # lambda_a of layers.depth.exponents where the norm has a finite fixed point
         _, fin, _, la = D.collapsed_point(block, ctx)
         return dict(lambda_a=jnp.where(fin, la, angle_rate), lambda_g=lambda_g, stray=stray)
+
     return f
 
 
@@ -118,11 +120,11 @@ def rates(cfg, configs: list[dict], attention: str | None = None) -> dict | None
     name, kw = cfg.block_spec()
     run_numbers = tuple(sorted(RUN_NUMBERS.get(name, {}).items()))
     if not configs or {r for r, _ in run_numbers} != {"sigma_w", "alpha_a", "alpha_m"} or "depth" in kw:
-        return None                   # the paper block, deepscalelm (its depth sets a scale)
+        return None  # the paper block, deepscalelm (its depth sets a scale)
     over = {} if attention is None else dict(attention=attention)
     blocks = _blocks(cfg, configs, **over)
     if any(type(a) is not Attention for b in blocks for a in _attention_leaves(b)):
-        return None                   # another attention (QK-norm): not covered here
+        return None  # another attention (QK-norm): not covered here
     scales = _scales(cfg, blocks, **over)
     s, t = uniform_tables(float(cfg.n_tokens))
     vals = {run: np.array([float(c[run]) for c in configs]) for run, _ in run_numbers}
@@ -135,10 +137,11 @@ def rates(cfg, configs: list[dict], attention: str | None = None) -> dict | None
             # padded to a power of two (repeating the last point): few compiled sizes
             sel = np.pad(idx, (0, (1 << max(0, (len(idx) - 1).bit_length())) - len(idx)), mode="edge")
             f = _compiled(name, fixed, run_numbers, int(cfg.n_tokens), int(L), scales)
-            res = jax.device_get(f({k: jnp.asarray(v[sel], jnp.float64) for k, v in vals.items()},
-                                   jnp.asarray(s), jnp.asarray(t)))
-            if not np.all(np.asarray(res["stray"])[:len(idx)] <= RHO_TOL):
-                return None           # the trajectory left rho = 1 (or is not finite): integrate
+            res = jax.device_get(
+                f({k: jnp.asarray(v[sel], jnp.float64) for k, v in vals.items()}, jnp.asarray(s), jnp.asarray(t))
+            )
+            if not np.all(np.asarray(res["stray"])[: len(idx)] <= RHO_TOL):
+                return None  # the trajectory left rho = 1 (or is not finite): integrate
             for k in OUT:
-                out[k][idx] = np.asarray(res[k], np.float64)[:len(idx)]
+                out[k][idx] = np.asarray(res[k], np.float64)[: len(idx)]
     return out

@@ -20,6 +20,7 @@ Sources
                    split is ``test`` when the dataset has one, else ``validation``.
 The prepared arrays are cached as ``<data_dir>/<name>_<size>px.npz`` (written atomically).
 """
+
 from __future__ import annotations
 
 import os
@@ -29,9 +30,11 @@ import numpy as np
 
 from .. import io
 
-ONE_D = {"mnist1d": 40}   # 1-D data sets and their signal length
+ONE_D = {"mnist1d": 40}  # 1-D data sets and their signal length
 
-DEFAULT_DATA_DIR = os.environ.get("PHASEFIELD_DATA", os.path.join(os.path.expanduser("~"), ".cache", "phasefield", "data"))
+DEFAULT_DATA_DIR = os.environ.get(
+    "PHASEFIELD_DATA", os.path.join(os.path.expanduser("~"), ".cache", "phasefield", "data")
+)
 
 
 class DataError(ValueError):
@@ -65,11 +68,14 @@ def resize(images: np.ndarray, size: int) -> np.ndarray:
     if img.shape[0] == size and img.shape[1] == size:
         return img
     if img.dtype == np.uint8:
-        chans = [np.asarray(Image.fromarray(img[..., c]).resize((size, size), Image.BILINEAR))
-                 for c in range(img.shape[-1])]
+        chans = [
+            np.asarray(Image.fromarray(img[..., c]).resize((size, size), Image.BILINEAR)) for c in range(img.shape[-1])
+        ]
         return np.stack(chans, axis=-1).astype(np.uint8)
-    chans = [np.asarray(Image.fromarray(img[..., c].astype(np.float32), mode="F").resize((size, size), Image.BILINEAR))
-             for c in range(img.shape[-1])]
+    chans = [
+        np.asarray(Image.fromarray(img[..., c].astype(np.float32), mode="F").resize((size, size), Image.BILINEAR))
+        for c in range(img.shape[-1])
+    ]
     return np.stack(chans, axis=-1).astype(np.float32)
 
 
@@ -88,17 +94,25 @@ def _digits(size: int) -> Data:
 
 def _mnist1d(size: int) -> Data:
     if size != ONE_D["mnist1d"]:
-        raise DataError(f"mnist1d signals have {ONE_D['mnist1d']} samples: use image size {ONE_D['mnist1d']} "
-                        f"(got {size})")
+        raise DataError(
+            f"mnist1d signals have {ONE_D['mnist1d']} samples: use image size {ONE_D['mnist1d']} (got {size})"
+        )
     try:
         from mnist1d.data import get_dataset_args, make_dataset
     except ImportError:
         raise DataError("the mnist1d data set needs the optional package: pip install 'phasefield[mnist1d]'") from None
-    d = make_dataset(get_dataset_args())        # the package's default set (its seed 42)
+    d = make_dataset(get_dataset_args())  # the package's default set (its seed 42)
     lo, hi = float(np.min(d["x"])), float(np.max(d["x"]))
     scaled = lambda a: ((np.asarray(a, np.float64) - lo) / (hi - lo)).astype(np.float32)[:, :, None, None]
-    return Data(scaled(d["x"]), np.asarray(d["y"], np.int32), scaled(d["x_test"]), np.asarray(d["y_test"], np.int32),
-                10, 1.0, "mnist1d")
+    return Data(
+        scaled(d["x"]),
+        np.asarray(d["y"], np.int32),
+        scaled(d["x_test"]),
+        np.asarray(d["y_test"], np.int32),
+        10,
+        1.0,
+        "mnist1d",
+    )
 
 
 def _tfds_split(name: str, split: str, size: int, data_dir, download: bool):
@@ -126,15 +140,19 @@ def _tfds(name: str, size: int, data_dir=None, download: bool = False) -> Data:
     try:
         import tensorflow_datasets as tfds
     except ImportError:
-        raise DataError(f"dataset {name!r} needs tensorflow-datasets (pip install 'phasefield[train]'); "
-                        "the bundled 'digits' works offline") from None
+        raise DataError(
+            f"dataset {name!r} needs tensorflow-datasets (pip install 'phasefield[train]'); "
+            "the bundled 'digits' works offline"
+        ) from None
     try:
         builder = tfds.builder(name, data_dir=data_dir)
     except Exception as exc:  # unknown name
         raise DataError(f"unknown tensorflow-datasets dataset {name!r}: {str(exc).splitlines()[0]}") from None
     feats = builder.info.features
     if "image" not in feats or "label" not in feats or not hasattr(feats["label"], "num_classes"):
-        raise DataError(f"dataset {name!r} is not an image-classification dataset (needs 'image' and a ClassLabel 'label')")
+        raise DataError(
+            f"dataset {name!r} is not an image-classification dataset (needs 'image' and a ClassLabel 'label')"
+        )
     num_classes = int(feats["label"].num_classes)
     splits = set(builder.info.splits.keys()) if builder.info.splits else set()
     test = "test" if ("test" in splits or not splits) else "validation"
@@ -149,8 +167,10 @@ def _tfds(name: str, size: int, data_dir=None, download: bool = False) -> Data:
     except DataError:
         raise
     except Exception as exc:
-        raise DataError(f"cannot read dataset {name!r} (prepare it with tfds first, or pass --download): "
-                        f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
+        raise DataError(
+            f"cannot read dataset {name!r} (prepare it with tfds first, or pass --download): "
+            f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
+        ) from None
     return Data(xtr, ytr, xte, yte, num_classes, 255.0, name)
 
 
@@ -158,16 +178,18 @@ def cache_path(name: str, size: int, data_dir=None) -> str:
     return os.path.join(data_dir or DEFAULT_DATA_DIR, f"{name.replace('/', '_').replace(':', '_')}_{size}px.npz")
 
 
-def load(name: str = "digits", image_size: int = 8, data_dir=None, tfds_dir=None, download: bool = False,
-         cache: bool = True) -> Data:
+def load(
+    name: str = "digits", image_size: int = 8, data_dir=None, tfds_dir=None, download: bool = False, cache: bool = True
+) -> Data:
     """Load ``name`` resized to ``image_size``, from the .npz cache or by preparing it once."""
     if image_size < 1:
         raise DataError(f"image size must be >= 1 (got {image_size})")
     path = cache_path(name, image_size, data_dir)
     if cache and os.path.exists(path):
         with np.load(path) as z:
-            return Data(z["x_train"], z["y_train"], z["x_test"], z["y_test"], int(z["num_classes"]),
-                        float(z["scale"]), name)
+            return Data(
+                z["x_train"], z["y_train"], z["x_test"], z["y_test"], int(z["num_classes"]), float(z["scale"]), name
+            )
     if name == "digits":
         data = _digits(image_size)
     elif name == "mnist1d":
@@ -177,6 +199,13 @@ def load(name: str = "digits", image_size: int = 8, data_dir=None, tfds_dir=None
     if cache:
         with io.atomic_path(path) as tmp:
             with open(tmp, "wb") as f:
-                np.savez(f, x_train=data.x_train, y_train=data.y_train, x_test=data.x_test,
-                         y_test=data.y_test, num_classes=data.num_classes, scale=data.scale)
+                np.savez(
+                    f,
+                    x_train=data.x_train,
+                    y_train=data.y_train,
+                    x_test=data.x_test,
+                    y_test=data.y_test,
+                    num_classes=data.num_classes,
+                    scale=data.scale,
+                )
     return data

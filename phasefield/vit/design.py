@@ -13,13 +13,14 @@ without its seed; ``seeds`` copies of each configuration are trained (seeds 0..s
     read_points(path)  any list of configurations from a CSV file
     expand(configs)    configurations x depths x learning rates x seeds -> runs
 """
+
 from __future__ import annotations
 
 import csv
 import itertools
 import math
 import warnings
-from typing import Iterable, Optional, Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 
@@ -37,8 +38,10 @@ class DesignError(ValueError):
 def config_id(run: dict) -> str:
     """The name of a run's configuration (its values but the seed): the seeds of one
     configuration share it."""
-    return (f"sw{run['sigma_w']:.6g}_sa{run['sigma_a']:.6g}_aa{run['alpha_a']:.6g}_am{run['alpha_m']:.6g}"
-            f"_lr{run['lr']:.6g}_L{int(run['depth'])}")
+    return (
+        f"sw{run['sigma_w']:.6g}_sa{run['sigma_a']:.6g}_aa{run['alpha_a']:.6g}_am{run['alpha_m']:.6g}"
+        f"_lr{run['lr']:.6g}_L{int(run['depth'])}"
+    )
 
 
 def run_id(run: dict) -> str:
@@ -46,14 +49,15 @@ def run_id(run: dict) -> str:
     return f"{config_id(run)}_s{int(run['seed'])}"
 
 
-def expand(configs: Iterable[dict], depths: Sequence[int] = (16,), lrs: Sequence[float] = (1e-3,),
-           seeds: int = 1) -> list[dict]:
+def expand(
+    configs: Iterable[dict], depths: Sequence[int] = (16,), lrs: Sequence[float] = (1e-3,), seeds: int = 1
+) -> list[dict]:
     """Every configuration at every depth and learning rate it does not fix itself, times
     ``seeds`` seeds; duplicates (same values) are kept once, in first-seen order."""
     out, seen = [], set()
     for c in configs:
-        for depth in ([c["depth"]] if c.get("depth") is not None else depths):
-            for lr in ([c["lr"]] if c.get("lr") is not None else lrs):
+        for depth in [c["depth"]] if c.get("depth") is not None else depths:
+            for lr in [c["lr"]] if c.get("lr") is not None else lrs:
                 for s in range(seeds):
                     r = {k: float(c[k]) for k in HP_NAMES}
                     r.update(depth=int(depth), lr=float(lr), seed=int(s))
@@ -64,12 +68,18 @@ def expand(configs: Iterable[dict], depths: Sequence[int] = (16,), lrs: Sequence
     return out
 
 
-def grid(sigma_w: Iterable[float], alpha_a: Iterable[float], alpha_m: Optional[Iterable[float]] = None,
-         sigma_a: Iterable[float] = (1.0,)) -> list[dict]:
+def grid(
+    sigma_w: Iterable[float],
+    alpha_a: Iterable[float],
+    alpha_m: Iterable[float] | None = None,
+    sigma_a: Iterable[float] = (1.0,),
+) -> list[dict]:
     """Configurations of the Cartesian product; ``alpha_m=None`` ties alpha_M to alpha_A."""
     am_list = [None] if alpha_m is None else list(alpha_m)
-    return [dict(sigma_w=float(sw), sigma_a=float(sa), alpha_a=float(aa), alpha_m=float(aa if am is None else am))
-            for sa, aa, am, sw in itertools.product(sigma_a, alpha_a, am_list, sigma_w)]
+    return [
+        dict(sigma_w=float(sw), sigma_a=float(sa), alpha_a=float(aa), alpha_m=float(aa if am is None else am))
+        for sa, aa, am, sw in itertools.product(sigma_a, alpha_a, am_list, sigma_w)
+    ]
 
 
 def sobol(n: int, bounds: dict, seed: int = 0) -> list[dict]:
@@ -82,7 +92,7 @@ def sobol(n: int, bounds: dict, seed: int = 0) -> list[dict]:
 
     if not (isinstance(n, (int, np.integer)) and n >= 1):
         raise DesignError(f"a Sobol design needs n >= 1 points (got {n!r})")
-    if n > 2 ** 20:
+    if n > 2**20:
         raise DesignError(f"a Sobol design of {n} points is too large (at most 2^20)")
     free = [k for k in HP_NAMES if bounds[k][1] > bounds[k][0]]
     for k in HP_NAMES:
@@ -122,8 +132,12 @@ def read_points(path: str) -> list[dict]:
     out = []
     for i, r in enumerate(rows, start=2):
         try:
-            c = dict(sigma_w=float(r["sigma_w"]), sigma_a=float(r["sigma_a"]),
-                     alpha_a=float(r.get("alpha_a") or r["alpha"]), alpha_m=float(r.get("alpha_m") or r["alpha"]))
+            c = dict(
+                sigma_w=float(r["sigma_w"]),
+                sigma_a=float(r["sigma_a"]),
+                alpha_a=float(r.get("alpha_a") or r["alpha"]),
+                alpha_m=float(r.get("alpha_m") or r["alpha"]),
+            )
             if r.get("depth") not in (None, ""):
                 d = float(r["depth"])
                 if d != round(d):

@@ -4,8 +4,8 @@
 the study and this model share): a run *fails* when it diverged (flagged by the sweep, a
 missing or non-finite loss, or a loss above 2 log C) or its final test loss is within 5 % of
 chance, ``test_loss >= 0.95 log C`` (digits: C = 10, chance log 10 = 2.303, so >= 2.187).
-On the 579 runs of the study (2026-11-25) the runs' losses leave a gap there: none lies in
-[0.90, 0.95) log C.
+On the study's runs the losses leave a gap there: on the first 579 (the main, depth,
+corners and faces studies) none lies in [0.90, 0.95) log C.
 
 **Model** (``SHIPPED`` = "platt_loss", chosen by the grouped CV below among the
 ``CANDIDATES``): Platt scaling of the shipped loss model's prediction,
@@ -24,6 +24,7 @@ configurations, so the seeds of one configuration are never split between the tr
 the test folds): AUC over runs, Brier score, log loss and a reliability table
 (:func:`reliability`: predicted probability bins against the observed failure rate).
 """
+
 from __future__ import annotations
 
 import math
@@ -32,11 +33,11 @@ import numpy as np
 
 from . import models as M
 
-# the family and features, fixed on 2026-11-25 on the 193 configurations x 3 seeds of the
-# main, depth, corners and faces studies (grouped 5-fold CV x 5 repeats, ``CANDIDATES``)
-# before any configuration of the boundary ('edges') study was trained
-# (stacked "platt_loss": AUC 0.961, Brier 0.037; best direct logistic AUC 0.951-0.955, Brier 0.037-0.038).
-# Refitted 2026-11-26 (sixth stop) on 581 configurations, stacked on the shipped gp_hp: AUC 0.963
+# the family, chosen among ``CANDIDATES`` by grouped 5-fold CV x 5 repeats on the 193
+# configurations x 3 seeds of the main, depth, corners and faces studies, before any run of the
+# boundary ('edges') study (stacked "platt_loss": AUC 0.961, Brier 0.037; the best direct
+# logistic: AUC 0.951-0.955, Brier 0.037-0.038). The shipped model's data, fit and scores are in
+# its file (its "provenance" and "failure" entries).
 SHIPPED = "platt_loss"
 
 
@@ -71,7 +72,7 @@ class Logistic:
         self.mean, self.std = Z.mean(0), Z.std(0)
         self.std[self.std == 0] = 1.0
         y = np.asarray(y, int)
-        if y.min() == y.max():          # one class only: a constant probability
+        if y.min() == y.max():  # one class only: a constant probability
             self.coef = np.zeros(self._design(X[:1]).shape[1])
             p = float(np.clip(y.mean(), 1e-3, 1 - 1e-3))
             self.intercept = math.log(p / (1 - p))
@@ -87,9 +88,17 @@ class Logistic:
         return M.expit(self.score(np.atleast_2d(np.asarray(X, float))))
 
     def to_json(self) -> dict:
-        return dict(kind=self.kind, features=self.features, degree=self.degree, C=self.C, log=self.log,
-                    mean=self.mean.tolist(), std=self.std.tolist(), coef=self.coef.tolist(),
-                    intercept=self.intercept)
+        return dict(
+            kind=self.kind,
+            features=self.features,
+            degree=self.degree,
+            C=self.C,
+            log=self.log,
+            mean=self.mean.tolist(),
+            std=self.std.tolist(),
+            coef=self.coef.tolist(),
+            intercept=self.intercept,
+        )
 
 
 class ForestClassifier:
@@ -104,8 +113,9 @@ class ForestClassifier:
     def fit(self, X, y, seed=0):
         from sklearn.ensemble import RandomForestRegressor
 
-        f = RandomForestRegressor(n_estimators=200, min_samples_leaf=self.min_samples_leaf, max_features=0.6,
-                                  random_state=seed).fit(X, np.asarray(y, float))
+        f = RandomForestRegressor(
+            n_estimators=200, min_samples_leaf=self.min_samples_leaf, max_features=0.6, random_state=seed
+        ).fit(X, np.asarray(y, float))
         self.trees = [M._tree_doc(e.tree_) for e in f.estimators_]
         return self
 
@@ -121,8 +131,16 @@ def from_json(doc: dict):
     if not isinstance(doc, dict):
         raise ValueError("failure model: not an object")
     if doc.get("kind") == "logistic":
-        m = Logistic(doc["features"], doc["degree"], doc["C"], doc["mean"], doc["std"], doc["coef"], doc["intercept"],
-                     doc.get("log", ()))
+        m = Logistic(
+            doc["features"],
+            doc["degree"],
+            doc["C"],
+            doc["mean"],
+            doc["std"],
+            doc["coef"],
+            doc["intercept"],
+            doc.get("log", ()),
+        )
         if len(m.mean) != len(m.features) or len(m.std) != len(m.features):
             raise ValueError("failure model: mean/std do not match its features")
         if len(m.coef) != M._monomials(np.zeros((1, len(m.features))), m.degree).shape[1] - 1:
@@ -139,26 +157,46 @@ RAW4 = ("sigma_w", "sigma_a", "alpha_a", "alpha_m")
 CANDIDATES = {
     "logistic_raw": ("logistic", RAW4 + ("depth",), dict(degree=1)),
     "logistic_raw_eff": ("logistic", RAW4 + ("depth", "effective_depth"), dict(degree=1)),
-    "logistic_branches": ("logistic", ("sigma_w", "sigma_a", "effective_depth_attention", "effective_depth_mlp"),
-                          dict(degree=1)),
-    "logistic_sw_sa_eff2": ("logistic", ("sigma_w", "sigma_a", "effective_depth_attention", "effective_depth_mlp"),
-                            dict(degree=2)),
+    "logistic_branches": (
+        "logistic",
+        ("sigma_w", "sigma_a", "effective_depth_attention", "effective_depth_mlp"),
+        dict(degree=1),
+    ),
+    "logistic_sw_sa_eff2": (
+        "logistic",
+        ("sigma_w", "sigma_a", "effective_depth_attention", "effective_depth_mlp"),
+        dict(degree=2),
+    ),
     "logistic_raw_eff2": ("logistic", RAW4 + ("depth", "effective_depth"), dict(degree=2)),
-    "logistic_log_branches2": ("logistic", ("sigma_w", "sigma_a", "effective_depth_attention", "effective_depth_mlp"),
-                               dict(degree=2, log=("sigma_w", "sigma_a", "effective_depth_attention",
-                                                   "effective_depth_mlp"))),
-    "logistic_hybrid": ("logistic", ("sigma_w", "sigma_a", "effective_depth_attention", "effective_depth_mlp",
-                                     "lambda_a", "lambda_g"), dict(degree=1)),
+    "logistic_log_branches2": (
+        "logistic",
+        ("sigma_w", "sigma_a", "effective_depth_attention", "effective_depth_mlp"),
+        dict(degree=2, log=("sigma_w", "sigma_a", "effective_depth_attention", "effective_depth_mlp")),
+    ),
+    "logistic_hybrid": (
+        "logistic",
+        ("sigma_w", "sigma_a", "effective_depth_attention", "effective_depth_mlp", "lambda_a", "lambda_g"),
+        dict(degree=1),
+    ),
     "logistic_raw_eff_C01": ("logistic", RAW4 + ("depth", "effective_depth"), dict(degree=1, C=0.1)),
     "logistic_raw_eff_C10": ("logistic", RAW4 + ("depth", "effective_depth"), dict(degree=1, C=10.0)),
-    "logistic_log_raw_eff": ("logistic", RAW4 + ("depth", "effective_depth"),
-                             dict(degree=1, log=("sigma_w", "sigma_a", "depth", "effective_depth"))),
-    "logistic_raw_branches": ("logistic", RAW4 + ("depth", "effective_depth_attention", "effective_depth_mlp"),
-                              dict(degree=1)),
+    "logistic_log_raw_eff": (
+        "logistic",
+        RAW4 + ("depth", "effective_depth"),
+        dict(degree=1, log=("sigma_w", "sigma_a", "depth", "effective_depth")),
+    ),
+    "logistic_raw_branches": (
+        "logistic",
+        RAW4 + ("depth", "effective_depth_attention", "effective_depth_mlp"),
+        dict(degree=1),
+    ),
     "logistic_eff3": ("logistic", ("effective_depth", "sigma_a", "sigma_w"), dict(degree=1)),
     "logistic_raw_eff2_C01": ("logistic", RAW4 + ("depth", "effective_depth"), dict(degree=2, C=0.05)),
-    "logistic_raw_eff_lambda": ("logistic", RAW4 + ("depth", "effective_depth", "lambda_a", "lambda_g"),
-                                dict(degree=1)),
+    "logistic_raw_eff_lambda": (
+        "logistic",
+        RAW4 + ("depth", "effective_depth", "lambda_a", "lambda_g"),
+        dict(degree=1),
+    ),
     "forest_raw_eff_leaf12": ("forest", RAW4 + ("depth", "effective_depth"), dict(min_samples_leaf=12)),
     "forest_branches": ("forest", RAW4 + ("depth", "effective_depth_attention", "effective_depth_mlp"), {}),
 }
@@ -174,8 +212,9 @@ def fit_platt(pred, run_failed, C: float = 1.0) -> Logistic:
     return Logistic(["predicted_loss"], degree=1, C=C).fit(x, y)
 
 
-def cross_validate_stacked(tab: dict, table: dict, loss_spec, k: int = 5, repeats: int = 5, seed: int = 0,
-                           inner_k: int = 5) -> dict:
+def cross_validate_stacked(
+    tab: dict, table: dict, loss_spec, k: int = 5, repeats: int = 5, seed: int = 0, inner_k: int = 5
+) -> dict:
     """Grouped CV of "platt_loss" (nested): per outer fold, the loss model (``loss_spec``, a
     :func:`analysis.model_specs` entry) is cross-validated on the training configurations
     alone (``inner_k`` folds) to get their out-of-fold predictions, Platt's logistic is fitted
@@ -197,8 +236,13 @@ def cross_validate_stacked(tab: dict, table: dict, loss_spec, k: int = 5, repeat
             P[rep, te] = platt.predict_proba(full[g[te]][:, None])
     p = P.mean(0)
     out = scores(y, p)
-    out.update(auc_repeats=[auc(y, q) for q in P], brier_repeats=[brier(y, q) for q in P], oof=p.tolist(),
-               k_folds=k, repeats=repeats)
+    out.update(
+        auc_repeats=[auc(y, q) for q in P],
+        brier_repeats=[brier(y, q) for q in P],
+        oof=p.tolist(),
+        k_folds=k,
+        repeats=repeats,
+    )
     return out
 
 
@@ -249,7 +293,7 @@ def auc(y, p) -> float:
     from scipy.stats import rankdata
 
     r = rankdata(np.concatenate([pos, neg]))
-    return float((r[:len(pos)].sum() - len(pos) * (len(pos) + 1) / 2) / (len(pos) * len(neg)))
+    return float((r[: len(pos)].sum() - len(pos) * (len(pos) + 1) / 2) / (len(pos) * len(neg)))
 
 
 def brier(y, p) -> float:
@@ -272,17 +316,31 @@ def reliability(y, p, edges=RELIABILITY_EDGES) -> list[dict]:
     out = []
     for j in range(len(edges) - 1):
         m = b == j
-        out.append(dict(lo=float(edges[j]), hi=float(edges[j + 1]), n=int(m.sum()),
-                        mean_pred=float(p[m].mean()) if m.any() else None,
-                        observed=float(y[m].mean()) if m.any() else None, failed=int(y[m].sum())))
+        out.append(
+            dict(
+                lo=float(edges[j]),
+                hi=float(edges[j + 1]),
+                n=int(m.sum()),
+                mean_pred=float(p[m].mean()) if m.any() else None,
+                observed=float(y[m].mean()) if m.any() else None,
+                failed=int(y[m].sum()),
+            )
+        )
     return out
 
 
 def scores(y, p) -> dict:
     y = np.asarray(y, int)
-    return dict(auc=auc(y, p), brier=brier(y, p), log_loss=log_loss(y, p), n_runs=int(len(y)),
-                n_failed=int(y.sum()), base_rate=float(np.mean(y)),
-                brier_base=brier(y, np.full(len(y), np.mean(y))), reliability=reliability(y, p))
+    return dict(
+        auc=auc(y, p),
+        brier=brier(y, p),
+        log_loss=log_loss(y, p),
+        n_runs=int(len(y)),
+        n_failed=int(y.sum()),
+        base_rate=float(np.mean(y)),
+        brier_base=brier(y, np.full(len(y), np.mean(y))),
+        reliability=reliability(y, p),
+    )
 
 
 def cross_validate(spec, table: dict, k: int = 5, repeats: int = 5, seed: int = 0) -> dict:
@@ -296,8 +354,13 @@ def cross_validate(spec, table: dict, k: int = 5, repeats: int = 5, seed: int = 
             P[rep, te] = make(spec).fit(X[tr], y[tr], seed=seed).predict_proba(X[te])
     p = P.mean(0)
     out = scores(y, p)
-    out.update(auc_repeats=[auc(y, q) for q in P], brier_repeats=[brier(y, q) for q in P], oof=p.tolist(),
-               k_folds=k, repeats=repeats)
+    out.update(
+        auc_repeats=[auc(y, q) for q in P],
+        brier_repeats=[brier(y, q) for q in P],
+        oof=p.tolist(),
+        k_folds=k,
+        repeats=repeats,
+    )
     return out
 
 

@@ -1,5 +1,5 @@
 """What the theory says about one training configuration: the exponents a trained ViT is
-compared with (issue 15).
+compared with.
 
 Two places to start the mean-field map from:
 
@@ -19,6 +19,7 @@ Two places to start the mean-field map from:
 The features are computed per configuration (sigma_w, sigma_A, alpha_A, alpha_M, depth), in
 float64, one jitted call per point.
 """
+
 from __future__ import annotations
 
 import functools
@@ -38,7 +39,6 @@ def input_geometry(cfg, data, inits: int = 8, images: int = 256) -> dict:
     initialization hyperparameters). Returns q0, p0, rho0 = p0 / q0 and their standard
     errors over the initialisations."""
     import jax
-
     import jax.numpy as jnp
 
     from ..probe.capture import first_input
@@ -59,8 +59,15 @@ def input_geometry(cfg, data, inits: int = 8, images: int = 256) -> dict:
     qs, ps = np.array(qs), np.array(ps)
     rho = ps / qs
     se = lambda v: float(np.std(v, ddof=1) / np.sqrt(len(v))) if len(v) > 1 else float("nan")
-    return dict(q0=float(qs.mean()), p0=float(ps.mean()), rho0=float(rho.mean()), q0_se=se(qs), rho0_se=se(rho),
-                inits=inits, images=images)
+    return dict(
+        q0=float(qs.mean()),
+        p0=float(ps.mean()),
+        rho0=float(rho.mean()),
+        q0_se=se(qs),
+        rho0_se=se(rho),
+        inits=inits,
+        images=images,
+    )
 
 
 def _traced_features(hp, q0, rho0, L: int, maps) -> dict:
@@ -70,8 +77,9 @@ def _traced_features(hp, q0, rho0, L: int, maps) -> dict:
     from ..layers import paper
 
     ex = paper.exponents(hp)
-    out = dict(lambda_a=ex["lambda_a"], lambda_g=ex["lambda_g"], lambda_g_inf=ex["lambda_g_inf"],
-               rho_star=ex["rho_star"])
+    out = dict(
+        lambda_a=ex["lambda_a"], lambda_g=ex["lambda_g"], lambda_g_inf=ex["lambda_g_inf"], rho_star=ex["rho_star"]
+    )
     p0 = rho0 * q0
     for m in maps:
         hpm = hp.replace(attention=m)
@@ -81,16 +89,18 @@ def _traced_features(hp, q0, rho0, L: int, maps) -> dict:
         out[f"lambda_a_in_{m}"] = jnp.log(jnp.maximum(1.0 - rho_l, 1e-300) / (1.0 - rho0)) / L
         for corr in (False, True):
             out[f"lambda_g_in_{m}" + ("_corr" if corr else "")] = paper.gradient_exponent(
-                hpm.replace(softmax_correction=corr), q0, p0, num_layers=L)
+                hpm.replace(softmax_correction=corr), q0, p0, num_layers=L
+            )
     return out
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _compiled(L: int, maps: tuple, batch_size: int):
     import jax
 
-    return jax.jit(lambda h, q0, rho0: jax.lax.map(lambda x: _traced_features(x, q0, rho0, L, maps), h,
-                                                   batch_size=batch_size))
+    return jax.jit(
+        lambda h, q0, rho0: jax.lax.map(lambda x: _traced_features(x, q0, rho0, L, maps), h, batch_size=batch_size)
+    )
 
 
 def features(cfg, configs: list[dict], q0: float, rho0: float, maps=MAPS, batch_size: int = 4) -> dict:
@@ -122,11 +132,17 @@ def _features(cfg, configs, q0, rho0, maps, batch_size):
         # pad to a multiple of batch_size (repeating the last point): 1 to batch_size points
         # share one compiled program (a predict call of one point, then of two, compiled twice)
         take = np.pad(idx, (0, -len(idx) % batch_size), mode="edge")
-        hp = cfg.hparams(col("sigma_w")[take], col("sigma_a")[take], col("alpha_a")[take], col("alpha_m")[take],
-                         depth=np.full(len(take), L, float), dtype=jnp.float64)
+        hp = cfg.hparams(
+            col("sigma_w")[take],
+            col("sigma_a")[take],
+            col("alpha_a")[take],
+            col("alpha_m")[take],
+            depth=np.full(len(take), L, float),
+            dtype=jnp.float64,
+        )
         res = jax.device_get(_compiled(L, tuple(maps), batch_size)(hp, jnp.float64(q0), jnp.float64(rho0)))
         for k, v in res.items():
-            out.setdefault(k, np.full(n, np.nan))[idx] = np.asarray(v, float)[:len(idx)]
+            out.setdefault(k, np.full(n, np.nan))[idx] = np.asarray(v, float)[: len(idx)]
     return out
 
 
@@ -140,8 +156,18 @@ SCALE_NUMBERS = dict(sigma_w=2.5, sigma_a=1.0, alpha_a=1.0, alpha_m=1.0)
 def _blocks(cfg, configs, **over):
     from ..config import HParams
 
-    return [cfg.block_for(HParams(sigma_w=float(c["sigma_w"]), sigma_a=float(c["sigma_a"]),
-                                  alpha_a=float(c["alpha_a"]), alpha_m=float(c["alpha_m"])), **over) for c in configs]
+    return [
+        cfg.block_for(
+            HParams(
+                sigma_w=float(c["sigma_w"]),
+                sigma_a=float(c["sigma_a"]),
+                alpha_a=float(c["alpha_a"]),
+                alpha_m=float(c["alpha_m"]),
+            ),
+            **over,
+        )
+        for c in configs
+    ]
 
 
 def _scales(cfg, blocks, **over):

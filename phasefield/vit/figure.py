@@ -11,6 +11,7 @@ failure_slice  P(fails to train) of a model document over (sigma_w, alpha_M) at 
            other two at mid-box and at the corner alpha_A = 0.95, sigma_A = 4, with the
            measured failure fraction of every L = 16 configuration marked
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -44,8 +45,18 @@ def fig7(report: dict, path: str, dpi: int = 150, dataset: str = "digits") -> No
         x = np.asarray(t[key])
         for d in sorted(set(L.tolist())):
             m = L == d
-            ax.errorbar(x[m], y[m], yerr=se[m], fmt="o", ms=4, color=_color(d), ecolor=_color(d), elinewidth=0.8,
-                        capsize=1.5, label=f"L = {int(d)}")
+            ax.errorbar(
+                x[m],
+                y[m],
+                yerr=se[m],
+                fmt="o",
+                ms=4,
+                color=_color(d),
+                ecolor=_color(d),
+                elinewidth=0.8,
+                capsize=1.5,
+                label=f"L = {int(d)}",
+            )
         ax.axvline(0.0, color="0.6", lw=0.8, ls="--")
         ax.axhline(report["L_sat"], color="0.6", lw=0.8, ls=":")
         ax.set_xlabel(name + " (collapsed point)")
@@ -58,13 +69,14 @@ def fig7(report: dict, path: str, dpi: int = 150, dataset: str = "digits") -> No
     lo, hi = float(min(y.min(), oof.min())), float(max(y.max(), oof.max()))
     ax.plot([lo, hi], [lo, hi], color="0.4", lw=0.8)
     mm = report["models"][best]
-    ax.set_title(f"{best}: CV RMSE {mm['cv_rmse']:.3f} (floor {report['noise_floor']['rmse']:.3f}), "
-                 f"CV $R^2$ {mm['cv_r2']:.2f}", fontsize=9)
+    ax.set_title(
+        f"{best}: CV RMSE {mm['cv_rmse']:.3f} (floor {report['noise_floor']['rmse']:.3f}), CV $R^2$ {mm['cv_r2']:.2f}",
+        fontsize=9,
+    )
     ax.set_xlabel("measured test loss (seed mean)")
     ax.set_ylabel("cross-validated prediction")
     seeds = report.get("seeds") or int(np.median(np.asarray(report["table"]["n_seeds"])))
-    fig.suptitle(f"{dataset} ViT, {report['n_configs']} configurations x {seeds} seed{'s' * (seeds != 1)}",
-                 fontsize=10)
+    fig.suptitle(f"{dataset} ViT, {report['n_configs']} configurations x {seeds} seed{'s' * (seeds != 1)}", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=dpi)
     plt.close(fig)
@@ -78,9 +90,17 @@ def plane(report: dict, path: str, dpi: int = 150) -> None:
     fig, axes = plt.subplots(1, len(depths), figsize=(4.4 * len(depths), 3.9), squeeze=False)
     for ax, d in zip(axes[0], depths):
         m = L == d
-        sc = ax.scatter(np.asarray(t["lambda_a"])[m], np.asarray(t["lambda_g"])[m], c=y[m], cmap="viridis",
-                        vmin=float(y.min()), vmax=float(min(y.max(), report["L_sat"])), s=40, edgecolor="k",
-                        linewidth=0.3)
+        sc = ax.scatter(
+            np.asarray(t["lambda_a"])[m],
+            np.asarray(t["lambda_g"])[m],
+            c=y[m],
+            cmap="viridis",
+            vmin=float(y.min()),
+            vmax=float(min(y.max(), report["L_sat"])),
+            s=40,
+            edgecolor="k",
+            linewidth=0.3,
+        )
         ax.axvline(0, color="0.6", lw=0.8, ls="--")
         ax.axhline(0, color="0.6", lw=0.8, ls="--")
         ax.set_xlabel(r"$\lambda_a$")
@@ -108,8 +128,10 @@ def transfer(report: dict, path: str, dpi: int = 150, top: int | None = None) ->
     fig, axes = plt.subplots(1, len(splits), figsize=(6.5 * len(splits), 1.6 + 0.22 * n_bars), squeeze=False)
     for ax, s in zip(axes[0], splits):
         t = report["transfer"][s]
-        items = sorted(((m, d["rmse"]) for m, d in t.items() if not m.startswith("_") and np.isfinite(d["rmse"])),
-                       key=lambda kv: kv[1])[:top]
+        items = sorted(
+            ((m, d["rmse"]) for m, d in t.items() if not m.startswith("_") and np.isfinite(d["rmse"])),
+            key=lambda kv: kv[1],
+        )[:top]
         names = [m for m, _ in items]
         colors = [GROUP_COLORS.get(report["models"][m]["group"], "tab:gray") for m in names]
         vals = np.array([v for _, v in items])
@@ -126,9 +148,13 @@ def transfer(report: dict, path: str, dpi: int = 150, top: int | None = None) ->
         ax.set_title(f"{s}: train {n['n_train']}, test {n['n_test']} configurations", fontsize=9)
         ax.set_xlabel("RMSE on the held-out configurations")
         floor = ax.get_legend_handles_labels()[0]
-        ax.legend(floor + [Patch(color=c) for c in GROUP_COLORS.values()],
-                  ["noise floor", "exponents only", "raw hyperparameters", "both (hybrid)"], fontsize=8,
-                  frameon=False, loc="upper right")
+        ax.legend(
+            floor + [Patch(color=c) for c in GROUP_COLORS.values()],
+            ["noise floor", "exponents only", "raw hyperparameters", "both (hybrid)"],
+            fontsize=8,
+            frameon=False,
+            loc="upper right",
+        )
     fig.tight_layout()
     fig.savefig(path, dpi=dpi)
     plt.close(fig)
@@ -152,9 +178,19 @@ def shipped(report: dict, path: str, dpi: int = 150, held_out=None) -> None:
         for ax, x, xe, yy, ye in ((axes[0], eff, None, y, se), (axes[1], y, se, oof, None)):
             for sel, face in ((m & ~new, _color(d)), (m & new, "none")):
                 if sel.any():
-                    ax.errorbar(x[sel], yy[sel], xerr=None if xe is None else xe[sel],
-                                yerr=None if ye is None else ye[sel], fmt="o", ms=4, mfc=face, color=_color(d),
-                                elinewidth=0.8, capsize=1.5, label=f"L = {int(d)}" if face != "none" else None)
+                    ax.errorbar(
+                        x[sel],
+                        yy[sel],
+                        xerr=None if xe is None else xe[sel],
+                        yerr=None if ye is None else ye[sel],
+                        fmt="o",
+                        ms=4,
+                        mfc=face,
+                        color=_color(d),
+                        elinewidth=0.8,
+                        capsize=1.5,
+                        label=f"L = {int(d)}" if face != "none" else None,
+                    )
     axes[0].axhline(report["L_sat"], color="0.6", lw=0.8, ls=":")
     axes[0].set_xlabel(r"effective depth $L(\alpha_A^2 + \alpha_M^2)$")
     axes[0].set_ylabel("test loss (seed mean ± se)")
@@ -162,9 +198,15 @@ def shipped(report: dict, path: str, dpi: int = 150, held_out=None) -> None:
     lo, hi = float(min(y.min(), oof.min())), float(max(y.max(), oof.max()))
     axes[1].plot([lo, hi], [lo, hi], color="0.4", lw=0.8)
     mm = report["models"][best]
-    axes[1].set_title(f"shipped {best} ({mm['group']}): CV RMSE {mm['cv_rmse']:.3f}, CV $R^2$ {mm['cv_r2']:.2f}"
-                      + (f"\nopen markers: {int(new.sum())} configurations trained after the families were fixed"
-                         if new.any() else ""), fontsize=9)
+    axes[1].set_title(
+        f"shipped {best} ({mm['group']}): CV RMSE {mm['cv_rmse']:.3f}, CV $R^2$ {mm['cv_r2']:.2f}"
+        + (
+            f"\nopen markers: {int(new.sum())} configurations trained after the families were fixed"
+            if new.any()
+            else ""
+        ),
+        fontsize=9,
+    )
     axes[1].set_xlabel("measured test loss (seed mean)")
     axes[1].set_ylabel("cross-validated prediction")
     fig.tight_layout()
@@ -191,11 +233,32 @@ def failure_slice(doc: dict, tab: dict, path: str, dpi: int = 150, held_out: dic
         im = ax.pcolormesh(sw, am, p, vmin=0, vmax=1, cmap="magma_r", shading="auto")
         cs = ax.contour(sw, am, p, levels=[0.1, 0.5], colors=["tab:cyan", "white"], linewidths=1.2)
         ax.clabel(cs, fmt="%.1f", fontsize=8)
-        ax.scatter(np.asarray(tab["sigma_w"])[m], np.asarray(tab["alpha_m"])[m], c=frac[m], vmin=0, vmax=1,
-                   cmap="magma_r", edgecolors="tab:green", s=36, linewidths=1.0, label="trained (L = 16; fraction failed)")
+        ax.scatter(
+            np.asarray(tab["sigma_w"])[m],
+            np.asarray(tab["alpha_m"])[m],
+            c=frac[m],
+            vmin=0,
+            vmax=1,
+            cmap="magma_r",
+            edgecolors="tab:green",
+            s=36,
+            linewidths=1.0,
+            label="trained (L = 16; fraction failed)",
+        )
         if held_out is not None:
-            ax.scatter(held_out["sigma_w"], held_out["alpha_m"], c=held_out["frac"], vmin=0, vmax=1, cmap="magma_r",
-                       marker="s", edgecolors="tab:blue", s=40, linewidths=1.0, label="held out (edges)")
+            ax.scatter(
+                held_out["sigma_w"],
+                held_out["alpha_m"],
+                c=held_out["frac"],
+                vmin=0,
+                vmax=1,
+                cmap="magma_r",
+                marker="s",
+                edgecolors="tab:blue",
+                s=40,
+                linewidths=1.0,
+                label="held out (edges)",
+            )
         ax.set_xlabel(r"$\sigma_w$")
         ax.set_title(rf"P(fail), L = 16, $\sigma_A$ = {sa:g}, $\alpha_A$ = {aa:g}", fontsize=10)
     axes[0].set_ylabel(r"$\alpha_M$")

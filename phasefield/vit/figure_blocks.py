@@ -1,4 +1,4 @@
-"""Figures of the standard blocks' loss predictors (issue 35; matplotlib, Agg backend).
+"""Figures of the standard blocks' loss predictors (matplotlib, Agg backend).
 
 predicted_vs_measured  per block: the shipped model's cross-validated (out-of-fold) prediction
            of each configuration against its measured seed-mean loss (seed standard errors),
@@ -8,6 +8,7 @@ block_failure_slice    P(fails to train) of a block's model over (sigma, alpha) 
            fraction of each trained configuration of that depth at (sigma, the root mean
            square of its two alphas: the same effective depth L (alpha_attn^2 + alpha_mlp^2))
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -35,8 +36,11 @@ def predicted_vs_measured(reports: dict, path: str, dpi: int = 150) -> None:
             m = np.asarray(tab["depth"]) == L
             ax.errorbar(p[m], y[m], yerr=se[m], fmt="o", ms=3.5, color=_color(L), elinewidth=0.7, label=f"L = {L}")
         nest = rep.get("nested") or {}
-        ax.set_title(f"{block}: {doc['name']} (CV R$^2$ {rep['models'][doc['name']]['cv_r2']:.2f}, nested "
-                     f"{nest.get('r2', float('nan')):.2f})", fontsize=9)
+        ax.set_title(
+            f"{block}: {doc['name']} (CV R$^2$ {rep['models'][doc['name']]['cv_r2']:.2f}, nested "
+            f"{nest.get('r2', float('nan')):.2f})",
+            fontsize=9,
+        )
         ax.set_xlabel("predicted loss (out of fold)")
         ax.set_ylabel("measured test loss (seed mean)")
         ax.set_xlim(lo_ax, hi_ax)
@@ -47,8 +51,9 @@ def predicted_vs_measured(reports: dict, path: str, dpi: int = 150) -> None:
     plt.close(fig)
 
 
-def block_failure_slice(doc: dict, tab: dict, path: str, depths=(16, 32), n: int = 21, dpi: int = 150,
-                        held_out: dict | None = None) -> None:
+def block_failure_slice(
+    doc: dict, tab: dict, path: str, depths=(16, 32), n: int = 21, dpi: int = 150, held_out: dict | None = None
+) -> None:
     """P(fail) of ``doc`` over sigma x alpha (alpha_attn = alpha_mlp = alpha) at each of
     ``depths`` (an n x n grid over the fitted box), contours at 0.1 and 0.5, the measured failure
     fraction of ``tab``'s configurations of that depth as circles at (sigma, rms alpha) and of
@@ -73,11 +78,23 @@ def block_failure_slice(doc: dict, tab: dict, path: str, depths=(16, 32), n: int
                 continue
             m = np.asarray(t["depth"]) == L
             frac = np.array([np.mean(r) for r in t["run_failed"]])
-            ax.scatter(np.asarray(t["sigma_w"])[m], rms(t)[m], c=frac[m], vmin=0, vmax=1, cmap="magma_r",
-                       marker=marker, edgecolors=edge, s=36, linewidths=1.0, label=f"{label} (fraction failed)")
+            ax.scatter(
+                np.asarray(t["sigma_w"])[m],
+                rms(t)[m],
+                c=frac[m],
+                vmin=0,
+                vmax=1,
+                cmap="magma_r",
+                marker=marker,
+                edgecolors=edge,
+                s=36,
+                linewidths=1.0,
+                label=f"{label} (fraction failed)",
+            )
         ax.set_xlabel(r"$\sigma$")
-        ax.set_title(rf"{doc.get('block', '')}: P(fail), L = {L}, $\alpha_{{attn}} = \alpha_{{mlp}} = \alpha$",
-                     fontsize=10)
+        ax.set_title(
+            rf"{doc.get('block', '')}: P(fail), L = {L}, $\alpha_{{attn}} = \alpha_{{mlp}} = \alpha$", fontsize=10
+        )
     axes[0][0].set_ylabel(r"$\alpha$ (measured: rms of $\alpha_{attn}$, $\alpha_{mlp}$)")
     axes[0][0].legend(fontsize=7, loc="lower right")
     fig.colorbar(im, ax=axes[0].tolist(), label="P(fails to train)")

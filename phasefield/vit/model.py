@@ -12,11 +12,11 @@ depth axis), so a 16-block model compiles as fast as a 1-block one. Every numeri
 ``hp`` may be a traced value: ``jax.vmap`` of ``init``/``apply`` over hyperparameter points
 works.
 """
+
 from __future__ import annotations
 
 from typing import Any
 
-import jax
 import jax.numpy as jnp
 from flax import linen as nn
 
@@ -49,7 +49,7 @@ class ViT(nn.Module):
     depth: int = 16
     mlp_hidden: int | None = None
     pos_std: float = 1.0  # positional embeddings ~ N(0, pos_std^2): "initialized at random"
-    block: Any = None     # a phasefield.layers block (pre-ln, post-ln, ...): replaces hp's paper block
+    block: Any = None  # a phasefield.layers block (pre-ln, post-ln, ...): replaces hp's paper block
 
     @nn.compact
     def __call__(self, patches):
@@ -61,8 +61,7 @@ class ViT(nn.Module):
         cls = self.param("cls_pos_embedding", init, (1, d), jnp.float32)
         x = x + pos.astype(x.dtype)
         x = jnp.concatenate([jnp.broadcast_to(cls.astype(x.dtype), (b, 1, d)), x], axis=1)
-        scan = nn.scan(_Layer, variable_axes={"params": 0}, split_rngs={"params": True},
-                       length=self.depth)
+        scan = nn.scan(_Layer, variable_axes={"params": 0}, split_rngs={"params": True}, length=self.depth)
         x, _ = scan(self.hp, self.mlp_hidden, self.block, name="blocks")(x, None)
         return nn.Dense(self.num_classes, name="head")(normalize(x[:, 0]))
 

@@ -15,6 +15,7 @@ resource. ``X`` is a 2-d array whose columns are the model's named features.
                  feature, plus white noise for the seeds' scatter) on standardized, partly
                  log-scaled features, evaluated from its training points and weights
 """
+
 from __future__ import annotations
 
 import itertools
@@ -57,10 +58,10 @@ def forward_differences(curve, theta, y):
     vectors to (k, m) curves, element by element, so every entry is the same floating-point
     operations as one vector at a time. scipy's per-column calls were ~38 % of a fit's time (a V-shape
     fit of ~20 points takes a median of 23 evaluations from a start, so the calls' overhead
-    dominates: tests/test_trainability.py, 2026-11-27)."""
+    dominates: tests/test_trainability.py)."""
     theta = np.asarray(theta, float)
     h = np.finfo(float).eps ** 0.5 * ((theta >= 0).astype(float) * 2 - 1) * np.maximum(1.0, np.abs(theta))
-    rows = np.repeat(theta[None], theta.size + 1, axis=0)     # theta, then theta + h_i e_i
+    rows = np.repeat(theta[None], theta.size + 1, axis=0)  # theta, then theta + h_i e_i
     idx = np.arange(theta.size)
     rows[idx + 1, idx] = theta + h
     res = curve(rows) - y
@@ -109,12 +110,24 @@ class MaxForm(Model):
         la, lg = X[:, 0], X[:, 1]
         b0, span = float(np.min(y)), float(np.ptp(y) or 1.0)
         sa, sg = float(np.std(la) or 1.0), float(np.std(lg) or 1.0)
-        starts = [np.array([b0, span / sa, 0.0, span / sg, 0.0]), np.array([b0, span / sa, 0.0, 0.0, 0.0]),
-                  np.array([b0, 0.0, 0.0, span / sg, 0.0]),
-                  np.array([b0, span / sa, float(np.median(la)), span / sg, float(np.median(lg))])]
+        starts = [
+            np.array([b0, span / sa, 0.0, span / sg, 0.0]),
+            np.array([b0, span / sa, 0.0, 0.0, 0.0]),
+            np.array([b0, 0.0, 0.0, span / sg, 0.0]),
+            np.array([b0, span / sa, float(np.median(la)), span / sg, float(np.median(lg))]),
+        ]
         for _ in range(24):
-            starts.append(np.array([rng.uniform(b0 - span / 2, b0 + span / 2), rng.uniform(0, 3) * span / sa,
-                                    rng.choice(la), rng.uniform(0, 3) * span / sg, rng.choice(lg)]))
+            starts.append(
+                np.array(
+                    [
+                        rng.uniform(b0 - span / 2, b0 + span / 2),
+                        rng.uniform(0, 3) * span / sa,
+                        rng.choice(la),
+                        rng.uniform(0, 3) * span / sg,
+                        rng.choice(lg),
+                    ]
+                )
+            )
         t = _least_squares(lambda t: self.curve(t, X, self.l_sat), y, starts)
         t[1], t[3] = abs(t[1]), abs(t[3])
         self.theta = t
@@ -124,8 +137,11 @@ class MaxForm(Model):
         return self.clip(self.curve(self.theta, X, self.l_sat))
 
     def _state(self):
-        return dict(theta=self.theta.tolist(), form="min(L_sat, b + max(w_a|x1 - c_a|, w_g|x2 - c_g|))",
-                    names=["b", "w_a", "c_a", "w_g", "c_g"])
+        return dict(
+            theta=self.theta.tolist(),
+            form="min(L_sat, b + max(w_a|x1 - c_a|, w_g|x2 - c_g|))",
+            names=["b", "w_a", "c_a", "w_g", "c_g"],
+        )
 
 
 class OneForm(Model):
@@ -146,8 +162,10 @@ class OneForm(Model):
         x = X[:, 0]
         b0, span, s = float(np.min(y)), float(np.ptp(y) or 1.0), float(np.std(x) or 1.0)
         starts = [np.array([b0, span / s, 0.0]), np.array([b0, span / s, float(np.median(x))])]
-        starts += [np.array([rng.uniform(b0 - span / 2, b0 + span / 2), rng.uniform(0, 3) * span / s, rng.choice(x)])
-                   for _ in range(12)]
+        starts += [
+            np.array([rng.uniform(b0 - span / 2, b0 + span / 2), rng.uniform(0, 3) * span / s, rng.choice(x)])
+            for _ in range(12)
+        ]
         t = _least_squares(lambda t: self.curve(t, X, self.l_sat), y, starts)
         t[1] = abs(t[1])
         self.theta = t
@@ -198,8 +216,13 @@ class Poly(Model):
         return self.clip(self._design(X) @ self.coef)
 
     def _state(self):
-        return dict(degree=self.degree, ridge=self.ridge, mean=self.mean.tolist(), std=self.std.tolist(),
-                    coef=self.coef.tolist())
+        return dict(
+            degree=self.degree,
+            ridge=self.ridge,
+            mean=self.mean.tolist(),
+            std=self.std.tolist(),
+            coef=self.coef.tolist(),
+        )
 
 
 # ------------------------------------------------------------------ boosted trees
@@ -225,9 +248,15 @@ class Trees(Model):
         self.trees = []
         for est in g.estimators_[:, 0]:
             t = est.tree_
-            self.trees.append(dict(left=t.children_left.tolist(), right=t.children_right.tolist(),
-                                   feature=t.feature.tolist(), threshold=t.threshold.tolist(),
-                                   value=t.value[:, 0, 0].tolist()))
+            self.trees.append(
+                dict(
+                    left=t.children_left.tolist(),
+                    right=t.children_right.tolist(),
+                    feature=t.feature.tolist(),
+                    threshold=t.threshold.tolist(),
+                    value=t.value[:, 0, 0].tolist(),
+                )
+            )
         return self
 
     def predict(self, X):
@@ -246,8 +275,13 @@ FOREST_PARAMS = dict(n_estimators=200, min_samples_leaf=3, max_features=0.6)
 
 
 def _tree_doc(t) -> dict:
-    return dict(left=t.children_left.tolist(), right=t.children_right.tolist(), feature=t.feature.tolist(),
-                threshold=t.threshold.tolist(), value=t.value[:, 0, 0].tolist())
+    return dict(
+        left=t.children_left.tolist(),
+        right=t.children_right.tolist(),
+        feature=t.feature.tolist(),
+        threshold=t.threshold.tolist(),
+        value=t.value[:, 0, 0].tolist(),
+    )
 
 
 def _tree_predict(t: dict, X: np.ndarray) -> np.ndarray:
@@ -307,8 +341,9 @@ class TwoPart(Model):
         ok = y < self.threshold * self.l_sat
         self.reg = None
         if ok.sum() > 8:
-            self.reg = (Forest(self.features, self.l_sat) if self.reg_kind == "forest"
-                        else Poly(self.features, self.l_sat)).fit(X[ok], y[ok], seed=seed)
+            self.reg = (
+                Forest(self.features, self.l_sat) if self.reg_kind == "forest" else Poly(self.features, self.l_sat)
+            ).fit(X[ok], y[ok], seed=seed)
         self.untrained = float(np.mean(y[~ok])) if (~ok).any() else self.l_sat
         if ok.all() or not ok.any():
             self.clf = dict(constant=float(ok.mean()))
@@ -317,7 +352,9 @@ class TwoPart(Model):
         std[std == 0] = 1.0
         Z = _monomials((X - mean) / std, 2)[:, 1:]
         lr = LogisticRegression(C=1.0, max_iter=2000).fit(Z, ok)
-        self.clf = dict(mean=mean.tolist(), std=std.tolist(), coef=lr.coef_[0].tolist(), intercept=float(lr.intercept_[0]))
+        self.clf = dict(
+            mean=mean.tolist(), std=std.tolist(), coef=lr.coef_[0].tolist(), intercept=float(lr.intercept_[0])
+        )
         return self
 
     def p_train(self, X):
@@ -333,8 +370,13 @@ class TwoPart(Model):
         return self.clip(p * trained + (1 - p) * self.untrained)
 
     def _state(self):
-        return dict(clf=self.clf, reg=None if self.reg is None else self.reg.to_json(), untrained=self.untrained,
-                    threshold=self.threshold, reg_kind=self.reg_kind)
+        return dict(
+            clf=self.clf,
+            reg=None if self.reg is None else self.reg.to_json(),
+            untrained=self.untrained,
+            threshold=self.threshold,
+            reg_kind=self.reg_kind,
+        )
 
 
 # ------------------------------------------------------------------ ensemble
@@ -425,18 +467,27 @@ class GP(Model):
         mean, std = Z.mean(0), Z.std(0)
         std[std == 0] = 1.0
         Z = (Z - mean) / std
-        kernel = (ConstantKernel(1.0, (1e-3, 1e3)) * Matern(np.ones(Z.shape[1]), (1e-2, 1e3), nu=self.nu)
-                  + WhiteKernel(0.1, (1e-4, 1.0)))
-        with warnings.catch_warnings():   # a feature that does not matter ends at the length's upper bound
+        kernel = ConstantKernel(1.0, (1e-3, 1e3)) * Matern(np.ones(Z.shape[1]), (1e-2, 1e3), nu=self.nu) + WhiteKernel(
+            0.1, (1e-4, 1.0)
+        )
+        with warnings.catch_warnings():  # a feature that does not matter ends at the length's upper bound
             warnings.simplefilter("ignore", ConvergenceWarning)
-            g = GaussianProcessRegressor(kernel, normalize_y=True, n_restarts_optimizer=self.restarts,
-                                         random_state=seed).fit(Z, np.asarray(y, float))
+            g = GaussianProcessRegressor(
+                kernel, normalize_y=True, n_restarts_optimizer=self.restarts, random_state=seed
+            ).fit(Z, np.asarray(y, float))
         k = g.kernel_
-        self.state = dict(mean=mean.tolist(), std=std.tolist(), constant=float(k.k1.k1.constant_value),
-                          length_scale=np.atleast_1d(k.k1.k2.length_scale).astype(float).tolist(),
-                          noise=float(k.k2.noise_level), X=Z.tolist(), alpha=np.asarray(g.alpha_, float).tolist(),
-                          y_mean=float(g._y_train_mean), y_std=float(g._y_train_std),
-                          log_marginal_likelihood=float(g.log_marginal_likelihood_value_))
+        self.state = dict(
+            mean=mean.tolist(),
+            std=std.tolist(),
+            constant=float(k.k1.k1.constant_value),
+            length_scale=np.atleast_1d(k.k1.k2.length_scale).astype(float).tolist(),
+            noise=float(k.k2.noise_level),
+            X=Z.tolist(),
+            alpha=np.asarray(g.alpha_, float).tolist(),
+            y_mean=float(g._y_train_mean),
+            y_std=float(g._y_train_std),
+            log_marginal_likelihood=float(g.log_marginal_likelihood_value_),
+        )
         return self
 
     def mean(self, X):
@@ -453,8 +504,16 @@ class GP(Model):
         return dict(log=self.log, nu=self.nu, state=self.state)
 
 
-KINDS = {"max": MaxForm, "one": OneForm, "poly": Poly, "trees": Trees, "forest": Forest, "two_part": TwoPart,
-         "ensemble": Ensemble, "gp": GP}
+KINDS = {
+    "max": MaxForm,
+    "one": OneForm,
+    "poly": Poly,
+    "trees": Trees,
+    "forest": Forest,
+    "two_part": TwoPart,
+    "ensemble": Ensemble,
+    "gp": GP,
+}
 
 
 def make(kind: str, features, l_sat: float, **kw) -> Model:

@@ -18,6 +18,7 @@ model (an older fit file) cannot be filtered: the result then says so in its war
 Exponents are the collapsed-point lambda_a and lambda_g(L) of :func:`phasefield.layers.paper.exponents`
 at the given number of tokens, depth and activation.
 """
+
 from __future__ import annotations
 
 import math
@@ -47,16 +48,34 @@ def _exponents(points: np.ndarray, n_tokens: int, depth: int, activation: str):
     m = 1 << max(0, (k - 1).bit_length())
     p = np.pad(points, ((0, m - k), (0, 0)), mode="edge")
     # numpy leaves (no eager jnp ops: least_squares calls this ~2,000 times)
-    hp = HParams(sigma_w=p[:, 0], sigma_a=p[:, 1], alpha_a=p[:, 2], alpha_m=p[:, 3], sigma_v=np.ones(m),
-                 n_tokens=np.full(m, float(n_tokens)), depth=np.full(m, float(depth)), activation=activation)
+    hp = HParams(
+        sigma_w=p[:, 0],
+        sigma_a=p[:, 1],
+        alpha_a=p[:, 2],
+        alpha_m=p[:, 3],
+        sigma_v=np.ones(m),
+        n_tokens=np.full(m, float(n_tokens)),
+        depth=np.full(m, float(depth)),
+        activation=activation,
+    )
     with jax.enable_x64(True):
         la, lg = jax.device_get(_compiled_collapsed()(hp))
     return np.asarray(la, float)[:k], np.asarray(lg, float)[:k]
 
 
-def recommend(n_tokens: int = 17, depth: int = 16, activation: str = "tanh", fixed: dict | None = None,
-              box: dict | None = None, candidates: int = 1024, top: int = 5, model: dict | None = None,
-              predict_loss: bool = True, seed: int = 0, max_fail_prob: float = MAX_FAIL_PROB) -> dict:
+def recommend(
+    n_tokens: int = 17,
+    depth: int = 16,
+    activation: str = "tanh",
+    fixed: dict | None = None,
+    box: dict | None = None,
+    candidates: int = 1024,
+    top: int = 5,
+    model: dict | None = None,
+    predict_loss: bool = True,
+    seed: int = 0,
+    max_fail_prob: float = MAX_FAIL_PROB,
+) -> dict:
     """Recommended initializations (see the module doc). ``fixed``: {name: value} for any of
     sigma_w, sigma_a, alpha_a, alpha_m; ``box``: {name: (lo, hi)} for the free ones."""
     from scipy.optimize import least_squares
@@ -102,14 +121,27 @@ def recommend(n_tokens: int = 17, depth: int = 16, activation: str = "tanh", fix
     if not free:
         chosen = [(float(score[0]), u[0])]
     critical = []
-    for res, x in chosen:
+    for _res, x in chosen:
         p = full(x)[0]
         a, g = _exponents(p[None], n_tokens, depth, activation)
-        critical.append(dict(zip(NAMES, map(float, p)), lambda_a=float(a[0]), lambda_g=float(g[0]),
-                             exact=bool(np.hypot(a[0], g[0]) < 1e-6)))
-    out = dict(n_tokens=n_tokens, depth=depth, activation=activation, fixed=fixed,
-               box={k: list(box[k]) for k in free}, critical=critical, candidates=int(len(pts)),
-               critical_found=bool(critical and critical[0]["exact"]))
+        critical.append(
+            dict(
+                zip(NAMES, map(float, p)),
+                lambda_a=float(a[0]),
+                lambda_g=float(g[0]),
+                exact=bool(np.hypot(a[0], g[0]) < 1e-6),
+            )
+        )
+    out = dict(
+        n_tokens=n_tokens,
+        depth=depth,
+        activation=activation,
+        fixed=fixed,
+        box={k: list(box[k]) for k in free},
+        critical=critical,
+        candidates=int(len(pts)),
+        critical_found=bool(critical and critical[0]["exact"]),
+    )
     if predict_loss:
         from . import predict as P
 
@@ -118,7 +150,7 @@ def recommend(n_tokens: int = 17, depth: int = 16, activation: str = "tanh", fix
         eval_pts = np.concatenate([pts[sub]] + [full(x) for _, x in chosen])
         preds = P.predict(eval_pts[:, 0], eval_pts[:, 1], eval_pts[:, 2], eval_pts[:, 3], depth, doc)
         preds = preds if isinstance(preds, list) else [preds]
-        for c, pr in zip(critical, preds[len(sub):]):
+        for c, pr in zip(critical, preds[len(sub) :]):
             c["predicted_loss"] = pr["predicted_loss"]
             c["p_fail"] = pr["p_fail"]
         filtered = preds[0]["p_fail"] is not None
@@ -130,8 +162,10 @@ def recommend(n_tokens: int = 17, depth: int = 16, activation: str = "tanh", fix
         out["excluded"] = dict(critical=n_crit - len(critical), evaluated=len(preds) - len(allowed))
         if not allowed:
             lowest = min(r["p_fail"] for r in preds)
-            raise RecommendError(f"no point of the {len(preds)} evaluated has P(fail) <= {max_fail_prob:g} "
-                                 f"(the lowest is {lowest:.3g}): raise --max-fail-prob or widen the box")
+            raise RecommendError(
+                f"no point of the {len(preds)} evaluated has P(fail) <= {max_fail_prob:g} "
+                f"(the lowest is {lowest:.3g}): raise --max-fail-prob or widen the box"
+            )
         best = min(allowed, key=lambda r: r["predicted_loss"])
         warn = list(best["warnings"])
         if not filtered:
@@ -140,8 +174,15 @@ def recommend(n_tokens: int = 17, depth: int = 16, activation: str = "tanh", fix
             warn.append(f"the loss model was fitted at n_tokens = {doc['n_tokens']}, not {n_tokens}")
         if activation != doc["train_config"].get("activation", "tanh"):
             warn.append(f"the loss model was fitted with {doc['train_config'].get('activation')}, not {activation}")
-        out["lowest_predicted_loss"] = dict({k: best[k] for k in NAMES}, predicted_loss=best["predicted_loss"],
-                                            interval=best["interval"], p_fail=best["p_fail"], lambda_a=best["lambda_a"],
-                                            lambda_g=best["lambda_g"], model=best["model"], warnings=warn,
-                                            evaluated=int(len(eval_pts)))
+        out["lowest_predicted_loss"] = dict(
+            {k: best[k] for k in NAMES},
+            predicted_loss=best["predicted_loss"],
+            interval=best["interval"],
+            p_fail=best["p_fail"],
+            lambda_a=best["lambda_a"],
+            lambda_g=best["lambda_g"],
+            model=best["model"],
+            warnings=warn,
+            evaluated=int(len(eval_pts)),
+        )
     return out

@@ -13,6 +13,7 @@ criteria met). The block's theory is evaluated on a coarse grid of the box
 (:func:`phasefield.layers.sweep.sweep`), then on a finer grid around the best coarse point
 (same size and largest sigma, so the compiled program is reused); the points are ranked by d.
 """
+
 from __future__ import annotations
 
 import math
@@ -21,7 +22,7 @@ import numpy as np
 
 BLOCKS = ("pre-ln", "post-ln", "rms-swiglu")
 BOX = dict(sigma=(0.3, 2.0), alpha_attn=(0.2, 1.0), alpha_mlp=(0.2, 1.0))
-COARSE = dict(sigma=4, alpha_attn=6, alpha_mlp=6)   # the exact map's tables cost ~1 CPU s per distinct sigma
+COARSE = dict(sigma=4, alpha_attn=6, alpha_mlp=6)  # the exact map's tables cost ~1 CPU s per distinct sigma
 KEYS = ("sigma", "alpha_attn", "alpha_mlp")
 
 
@@ -38,10 +39,18 @@ def _points(ds, depth, log_f, rate):
     grids = np.meshgrid(*[np.asarray(ds[k].values, float) for k in KEYS], indexing="ij")
     d = np.maximum(np.abs(lg) * depth / log_f, np.abs(ar) / rate)
     d = np.where(np.isfinite(d), d, np.inf)
-    return [dict(sigma=float(s), alpha_attn=float(a), alpha_mlp=float(m), lambda_g=float(g),
-                 gradient_factor=float(math.exp(g * depth)) if abs(g * depth) < 700 else float("inf"),
-                 angle_rate=float(r), distance=float(x))
-            for s, a, m, g, r, x in zip(*(v.ravel() for v in (*grids, lg, ar, d)))]
+    return [
+        dict(
+            sigma=float(s),
+            alpha_attn=float(a),
+            alpha_mlp=float(m),
+            lambda_g=float(g),
+            gradient_factor=float(math.exp(g * depth)) if abs(g * depth) < 700 else float("inf"),
+            angle_rate=float(r),
+            distance=float(x),
+        )
+        for s, a, m, g, r, x in zip(*(v.ravel() for v in (*grids, lg, ar, d)))
+    ]
 
 
 def _local(values, best, lo, hi, n):
@@ -72,9 +81,16 @@ def _refined(coarse: dict, best: dict) -> dict:
     return fine
 
 
-def recommend(name: str, depth: int = 16, n_tokens: int = 32, max_factor: float = 10.0,
-              max_angle_rate: float = 0.05, axes: dict | None = None, fixed: dict | None = None,
-              top: int = 5) -> dict:
+def recommend(
+    name: str,
+    depth: int = 16,
+    n_tokens: int = 32,
+    max_factor: float = 10.0,
+    max_angle_rate: float = 0.05,
+    axes: dict | None = None,
+    fixed: dict | None = None,
+    top: int = 5,
+) -> dict:
     """The ``top`` points nearest to criticality (module docstring) of the grid ``axes``
     (sigma, alpha_attn, alpha_mlp -> ascending values; default :func:`default_axes`; one value
     fixes a number) and a refined grid around the best; ``fixed`` the block's other keywords
@@ -100,10 +116,18 @@ def recommend(name: str, depth: int = 16, n_tokens: int = 32, max_factor: float 
         raise ValueError(f"block {name}: the theory gives no finite rate on the grid")
     ranked = sorted(finite, key=lambda p: p["distance"])
     met = [p for p in ranked if p["distance"] <= 1.0]
-    res = dict(block=name, depth=int(depth), n_tokens=int(n_tokens), max_gradient_factor=float(max_factor),
-               max_angle_rate=float(max_angle_rate),
-               box={k: [float(v.min()), float(v.max())] for k, v in coarse.items()},
-               fixed=fixed, found=bool(met), points=(met or ranked)[:top], evaluated=len(pts))
+    res = dict(
+        block=name,
+        depth=int(depth),
+        n_tokens=int(n_tokens),
+        max_gradient_factor=float(max_factor),
+        max_angle_rate=float(max_angle_rate),
+        box={k: [float(v.min()), float(v.max())] for k, v in coarse.items()},
+        fixed=fixed,
+        found=bool(met),
+        points=(met or ranked)[:top],
+        evaluated=len(pts),
+    )
     lows = [k for k, v in coarse.items() if len(v) > 1 and all(p[k] == v.min() for p in res["points"][:1])]
     res["at_lower_edge"] = lows
     if not met:
@@ -121,10 +145,12 @@ def no_point_message(res) -> str:
     """One paragraph: no point meets both criteria, and the trade-off the user faces."""
     g, a, L = res["best_gradient"], res["best_angle"], res["depth"]
     f = res["max_gradient_factor"]
-    return (f"No point of the box keeps the gradient within a factor {f:g} over {L} blocks and the angle rate "
-            f"within +-{res['max_angle_rate']:g} per block at once ({res['block']}, n = {res['n_tokens']}). "
-            f"The trade-off: the gradient factor closest to 1 is {g['gradient_factor']:.3g} ({_at(g)}), where "
-            f"nearby tokens change their distance at {g['angle_rate']:+.3g} per block; the smallest angle rate is "
-            f"{a['angle_rate']:+.3g} ({_at(a)}), where the gradient changes by a factor "
-            f"{a['gradient_factor']:.3g}. Choose which to keep, or relax --max-gradient-factor / "
-            f"--max-angle-rate, widen the box (--axis sigma=LO:HI:N ...) or use fewer blocks.")
+    return (
+        f"No point of the box keeps the gradient within a factor {f:g} over {L} blocks and the angle rate "
+        f"within +-{res['max_angle_rate']:g} per block at once ({res['block']}, n = {res['n_tokens']}). "
+        f"The trade-off: the gradient factor closest to 1 is {g['gradient_factor']:.3g} ({_at(g)}), where "
+        f"nearby tokens change their distance at {g['angle_rate']:+.3g} per block; the smallest angle rate is "
+        f"{a['angle_rate']:+.3g} ({_at(a)}), where the gradient changes by a factor "
+        f"{a['gradient_factor']:.3g}. Choose which to keep, or relax --max-gradient-factor / "
+        f"--max-angle-rate, widen the box (--axis sigma=LO:HI:N ...) or use fewer blocks."
+    )

@@ -18,6 +18,7 @@ or ends far above chance (more than twice log C) is recorded with ``diverged = t
 sweep goes on. ``metrics=False`` / ``checkpoints=False`` keep only the results tables (the
 trainability study commits those).
 """
+
 from __future__ import annotations
 
 import csv
@@ -26,7 +27,7 @@ import json
 import math
 import os
 import time
-from typing import Callable, Optional
+from collections.abc import Callable
 
 import numpy as np
 
@@ -35,9 +36,27 @@ from ..config import HParams
 from .design import run_id
 from .train import TrainConfig, Trainer, chance_loss, diverged, make_points, steps_per_epoch
 
-RESULT_FIELDS = ("run", "sigma_w", "sigma_a", "alpha_a", "alpha_m", "lr", "seed", "n_tokens", "depth",
-                 "train_loss", "train_acc", "test_loss", "test_acc", "diverged",
-                 "lambda_a", "lambda_g", "lambda_g_inf", "chunk", "seconds")
+RESULT_FIELDS = (
+    "run",
+    "sigma_w",
+    "sigma_a",
+    "alpha_a",
+    "alpha_m",
+    "lr",
+    "seed",
+    "n_tokens",
+    "depth",
+    "train_loss",
+    "train_acc",
+    "test_loss",
+    "test_acc",
+    "diverged",
+    "lambda_a",
+    "lambda_g",
+    "lambda_g_inf",
+    "chunk",
+    "seconds",
+)
 
 
 class SweepError(ValueError):
@@ -60,8 +79,9 @@ def theory_exponents(cfg: TrainConfig, runs: list[dict]):
         return {k: th[k] for k in ("lambda_a", "lambda_g", "lambda_g_inf")}
     col = lambda k: np.array([r.get(k, cfg.depth) if k == "depth" else r[k] for r in runs], float)
     with jax.enable_x64(True):
-        hp = cfg.hparams(col("sigma_w"), col("sigma_a"), col("alpha_a"), col("alpha_m"), depth=col("depth"),
-                         dtype=jnp.float64)
+        hp = cfg.hparams(
+            col("sigma_w"), col("sigma_a"), col("alpha_a"), col("alpha_m"), depth=col("depth"), dtype=jnp.float64
+        )
         ex = jax.device_get(jax.jit(jax.vmap(paper.exponents))(hp))
     return {k: np.asarray(ex[k], float).reshape(n) for k in ("lambda_a", "lambda_g", "lambda_g_inf")}
 
@@ -84,8 +104,7 @@ def block_theory(cfg: TrainConfig, runs: list[dict], **over):
             blk = cfg.block_for(HParams(sigma_w=key[0], sigma_a=key[1], alpha_a=key[2], alpha_m=key[3]), **over)
             r = layers.rates(blk, q0=1.0, rho0=1.0, n_tokens=cfg.n_tokens, depth=depth)
             lam_a = r["lambda_a"] if r["has_fixed_point"] else r["angle_rate"]
-            cache[key] = (float(lam_a), float(r["lambda_g_collapsed"]), float(r["lambda_g_inf"]),
-                          float(r["rho_star"]))
+            cache[key] = (float(lam_a), float(r["lambda_g_collapsed"]), float(r["lambda_g_inf"]), float(r["rho_star"]))
         for k, v in zip(keys, cache[key]):
             out[k][i] = v
     return out
@@ -134,8 +153,10 @@ def _repair_tail(path: str) -> None:
 
 
 def write_tables(out_dir: str, rows: list[dict]) -> None:
-    rows = sorted(rows, key=lambda r: (r.get("depth") or 0, r["sigma_a"], r["alpha_a"], r["alpha_m"], r["sigma_w"],
-                                       r["lr"], r["seed"]))
+    rows = sorted(
+        rows,
+        key=lambda r: (r.get("depth") or 0, r["sigma_a"], r["alpha_a"], r["alpha_m"], r["sigma_w"], r["lr"], r["seed"]),
+    )
     _write_atomic(os.path.join(out_dir, "results.json"), json.dumps(rows, indent=1) + "\n")
     import io as _io
 
@@ -152,13 +173,33 @@ def _metrics_lines(cfg: TrainConfig, n_train: int, m: dict, i: int) -> str:
     lines = []
     for e in range(cfg.epochs):
         for s in range(spe):
-            lines.append(dict(step=e * spe + s + 1, epoch=e + 1, train_loss=_clean(m["step_loss"][i, e, s]),
-                              train_acc=_clean(m["step_acc"][i, e, s])))
-        lines.append(dict(step=(e + 1) * spe, epoch=e + 1, epoch_train_loss=_clean(np.mean(m["step_loss"][i, e])),
-                          test_loss=_clean(m["test_loss"][i, e]), test_acc=_clean(m["test_acc"][i, e])))
-    lines.append(dict(step=cfg.epochs * spe, final=True, train_loss=_clean(m["train_loss"][i]),
-                      train_acc=_clean(m["train_acc"][i]), test_loss=_clean(m["final_test_loss"][i]),
-                      test_acc=_clean(m["final_test_acc"][i])))
+            lines.append(
+                dict(
+                    step=e * spe + s + 1,
+                    epoch=e + 1,
+                    train_loss=_clean(m["step_loss"][i, e, s]),
+                    train_acc=_clean(m["step_acc"][i, e, s]),
+                )
+            )
+        lines.append(
+            dict(
+                step=(e + 1) * spe,
+                epoch=e + 1,
+                epoch_train_loss=_clean(np.mean(m["step_loss"][i, e])),
+                test_loss=_clean(m["test_loss"][i, e]),
+                test_acc=_clean(m["test_acc"][i, e]),
+            )
+        )
+    lines.append(
+        dict(
+            step=cfg.epochs * spe,
+            final=True,
+            train_loss=_clean(m["train_loss"][i]),
+            train_acc=_clean(m["train_acc"][i]),
+            test_loss=_clean(m["final_test_loss"][i]),
+            test_acc=_clean(m["final_test_acc"][i]),
+        )
+    )
     return "".join(json.dumps(l) + "\n" for l in lines)
 
 
@@ -193,7 +234,7 @@ def _config_doc(cfg: TrainConfig) -> dict:
     return d
 
 
-def prepare_dir(out_dir: str, cfg: TrainConfig, num_classes: Optional[int] = None, metrics: bool = True) -> None:
+def prepare_dir(out_dir: str, cfg: TrainConfig, num_classes: int | None = None, metrics: bool = True) -> None:
     os.makedirs(os.path.join(out_dir, "metrics") if metrics else out_dir, exist_ok=True)
     path = os.path.join(out_dir, "sweep.json")
     if os.path.exists(path):
@@ -206,8 +247,10 @@ def prepare_dir(out_dir: str, cfg: TrainConfig, num_classes: Optional[int] = Non
         new = _config_doc(cfg)
         if old != new:
             diff = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
-            raise SweepError(f"{out_dir} holds a sweep with a different training config ({', '.join(diff)}); "
-                             "use a new --out directory")
+            raise SweepError(
+                f"{out_dir} holds a sweep with a different training config ({', '.join(diff)}); "
+                "use a new --out directory"
+            )
     else:
         _write_atomic(path, json.dumps({"config": cfg.to_dict(), "num_classes": num_classes}, indent=1) + "\n")
 
@@ -238,18 +281,33 @@ def check_size(cfg: TrainConfig, runs: list[dict], chunk: int) -> None:
     depth = max([int(r.get("depth") or cfg.depth) for r in runs] or [cfg.depth])
     n, d = cfg.n_tokens, cfg.width
     h = cfg.mlp_hidden or 4 * d
-    per_run = 4 * (3 * cfg.batch_size * depth * n * (6 * d + 2 * h + 2 * n)
-                   + 4 * (4 * d * d + 2 * d * h) + cfg.image_size ** 2 * 3 * d)
+    per_run = 4 * (
+        3 * cfg.batch_size * depth * n * (6 * d + 2 * h + 2 * n)
+        + 4 * (4 * d * d + 2 * d * h)
+        + cfg.image_size**2 * 3 * d
+    )
     together = min(int(chunk), max(len(runs), 1))
-    grid.check_memory(per_run * together, f"training {together} runs of depth {depth} at width {d} "
-                      f"(batch {cfg.batch_size}, {n} tokens) at once", "use a smaller --chunk, --depth, "
-                      "--width or --batch-size")
+    grid.check_memory(
+        per_run * together,
+        f"training {together} runs of depth {depth} at width {d} (batch {cfg.batch_size}, {n} tokens) at once",
+        "use a smaller --chunk, --depth, --width or --batch-size",
+    )
 
 
-def run_sweep(cfg: TrainConfig, runs: list[dict], out_dir: str, data, chunk: int = 12,
-              progress: bool = True, log: Callable[[str], None] = print, trainer: Optional[Trainer] = None,
-              metrics: bool = True, checkpoints: bool = True, trainers: Optional[dict] = None,
-              theory: bool = True) -> dict:
+def run_sweep(
+    cfg: TrainConfig,
+    runs: list[dict],
+    out_dir: str,
+    data,
+    chunk: int = 12,
+    progress: bool = True,
+    log: Callable[[str], None] = print,
+    trainer: Trainer | None = None,
+    metrics: bool = True,
+    checkpoints: bool = True,
+    trainers: dict | None = None,
+    theory: bool = True,
+) -> dict:
     """Train every run of ``runs`` not yet finished in ``out_dir``; returns a summary dict.
     ``theory=False`` leaves the rows' lambda columns empty (computed later, e.g. on another
     machine: the training is then all the work).
@@ -271,8 +329,11 @@ def run_sweep(cfg: TrainConfig, runs: list[dict], out_dir: str, data, chunk: int
     if not todo:
         write_tables(out_dir, read_results(out_dir))
         return summary
-    lam = (theory_exponents(cfg, todo) if theory
-           else {k: np.full(len(todo), np.nan) for k in ("lambda_a", "lambda_g", "lambda_g_inf")})
+    lam = (
+        theory_exponents(cfg, todo)
+        if theory
+        else {k: np.full(len(todo), np.nan) for k in ("lambda_a", "lambda_g", "lambda_g_inf")}
+    )
     for i, r in enumerate(todo):
         r.update({k: _clean(v[i]) for k, v in lam.items()})
     trainers = {} if trainers is None else trainers
@@ -287,8 +348,13 @@ def run_sweep(cfg: TrainConfig, runs: list[dict], out_dir: str, data, chunk: int
     if progress:
         from tqdm.auto import tqdm
 
-        bar = tqdm(total=len(runs), initial=len(runs) - len(todo), unit="run", desc="train-sweep",
-                   bar_format="{l_bar}{bar}| {n:.1f}/{total_fmt} [{elapsed}<{remaining}{postfix}]")
+        bar = tqdm(
+            total=len(runs),
+            initial=len(runs) - len(todo),
+            unit="run",
+            desc="train-sweep",
+            bar_format="{l_bar}{bar}| {n:.1f}/{total_fmt} [{elapsed}<{remaining}{postfix}]",
+        )
     t_all = time.time()
     try:
         for depth, part in _chunks(todo, chunk):
@@ -296,8 +362,9 @@ def run_sweep(cfg: TrainConfig, runs: list[dict], out_dir: str, data, chunk: int
                 trainers[depth] = Trainer(dataclasses.replace(cfg, depth=depth), data)
             dcfg = trainers[depth].cfg
             col = lambda k: [r[k] for r in part]
-            pts = make_points(dcfg, col("sigma_w"), col("sigma_a"), col("alpha_a"), col("alpha_m"), col("lr"),
-                              col("seed"))
+            pts = make_points(
+                dcfg, col("sigma_w"), col("sigma_a"), col("alpha_a"), col("alpha_m"), col("lr"), col("seed")
+            )
             t0 = time.time()
             on_epoch = None
             if bar is not None:
@@ -312,13 +379,23 @@ def run_sweep(cfg: TrainConfig, runs: list[dict], out_dir: str, data, chunk: int
             lines = []
             for i, r in enumerate(part):
                 if metrics:
-                    _write_atomic(os.path.join(out_dir, "metrics", r["run"] + ".jsonl"),
-                                  _metrics_lines(dcfg, len(data.y_train), m, i))
-                row = dict(r, n_tokens=dcfg.n_tokens, depth=depth,
-                           train_loss=_clean(m["train_loss"][i]), train_acc=_clean(m["train_acc"][i]),
-                           test_loss=_clean(m["final_test_loss"][i]), test_acc=_clean(m["final_test_acc"][i]),
-                           diverged=bool(bad[i]), chunk=name, seconds=dt / len(part),
-                           test_loss_curve=[_clean(v) for v in m["test_loss"][i]])
+                    _write_atomic(
+                        os.path.join(out_dir, "metrics", r["run"] + ".jsonl"),
+                        _metrics_lines(dcfg, len(data.y_train), m, i),
+                    )
+                row = dict(
+                    r,
+                    n_tokens=dcfg.n_tokens,
+                    depth=depth,
+                    train_loss=_clean(m["train_loss"][i]),
+                    train_acc=_clean(m["train_acc"][i]),
+                    test_loss=_clean(m["final_test_loss"][i]),
+                    test_acc=_clean(m["final_test_acc"][i]),
+                    diverged=bool(bad[i]),
+                    chunk=name,
+                    seconds=dt / len(part),
+                    test_loss_curve=[_clean(v) for v in m["test_loss"][i]],
+                )
                 lines.append(json.dumps({k: row.get(k) for k in RESULT_FIELDS + ("test_loss_curve",)}) + "\n")
             with open(results, "a") as f:
                 f.write("".join(lines))

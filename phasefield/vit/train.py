@@ -11,11 +11,13 @@ code"); per-run numbers (sigma_w, sigma_A, alpha_A, alpha_M, learning rate, seed
 leaves. The learning rate is injected into Adam with ``optax.inject_hyperparams`` so it is
 traced state, not a compile-time constant.
 """
+
 from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -40,7 +42,9 @@ OPTIMIZERS = {"adam": optax.adam, "sgd_momentum": sgd_momentum}
 _STD_RUN = dict(sigma_w="sigma", alpha_a="alpha_attn", alpha_m="alpha_mlp")
 RUN_NUMBERS = {
     "paper": dict(sigma_w="sigma_w", sigma_a="sigma_a", alpha_a="alpha_a", alpha_m="alpha_m"),
-    "pre-ln": _STD_RUN, "post-ln": _STD_RUN, "rms-swiglu": _STD_RUN,
+    "pre-ln": _STD_RUN,
+    "post-ln": _STD_RUN,
+    "rms-swiglu": _STD_RUN,
     "deepscalelm": dict(sigma_a="sigma_a"),
 }
 
@@ -66,15 +70,16 @@ class TrainConfig:
     eval_batch_size: int = 512
     activation: str = "tanh"
     mlp_layers: int = 1
-    mlp_hidden: Optional[int] = None
+    mlp_hidden: int | None = None
     sigma_v: float = 1.0
     pos_std: float = 1.0
     optimizer: str = "adam"
-    block: str = "paper"      # a layers block spec (NAME[:k=v,...]); its init numbers come from the runs
+    block: str = "paper"  # a layers block spec (NAME[:k=v,...]); its init numbers come from the runs
 
     def block_spec(self) -> tuple:
         """(preset name, fixed keywords) of ``block``."""
         from ..layers import spec
+
         return spec.parse(self.block)
 
     def block_for(self, hp: HParams, **over):
@@ -87,6 +92,7 @@ class TrainConfig:
         if name == "paper":
             return None
         from ..layers import spec
+
         numbers = {number: getattr(hp, run) for run, number in RUN_NUMBERS[name].items()}
         if name == "deepscalelm":
             return spec.build(name, {"depth": self.depth, **kw, **numbers, **over})
@@ -95,6 +101,7 @@ class TrainConfig:
     @property
     def n_tokens(self) -> int:
         from .data import ONE_D
+
         return n_tokens(self.image_size, self.patch_size, 1 if self.dataset in ONE_D else 2)
 
     def to_dict(self) -> dict:
@@ -106,12 +113,21 @@ class TrainConfig:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict) -> "TrainConfig":
+    def from_dict(cls, d: dict) -> TrainConfig:
         names = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in d.items() if k in names})
 
-    def validate(self) -> "TrainConfig":
-        for k in ("image_size", "patch_size", "width", "depth", "epochs", "batch_size", "eval_batch_size", "mlp_layers"):
+    def validate(self) -> TrainConfig:
+        for k in (
+            "image_size",
+            "patch_size",
+            "width",
+            "depth",
+            "epochs",
+            "batch_size",
+            "eval_batch_size",
+            "mlp_layers",
+        ):
             v = getattr(self, k)
             if not (isinstance(v, int) and v >= 1):
                 raise ValueError(f"{k.replace('_', '-')} must be an integer >= 1 (got {v!r})")
@@ -125,8 +141,10 @@ class TrainConfig:
         name, kw = self.block_spec()
         taken = set(RUN_NUMBERS[name].values()) | ({"alpha"} if "alpha_attn" in RUN_NUMBERS[name].values() else set())
         if name == "paper" and kw or taken & set(kw):
-            raise ValueError(f"block {name}: {', '.join(sorted(kw if name == 'paper' else taken & set(kw)))} "
-                             f"come from the runs ({run_mapping(name)}), not the block spec")
+            raise ValueError(
+                f"block {name}: {', '.join(sorted(kw if name == 'paper' else taken & set(kw)))} "
+                f"come from the runs ({run_mapping(name)}), not the block spec"
+            )
         heads = kw.get("heads", 1 if name == "paper" else 12)
         if self.width % heads:
             raise ValueError(f"block {name}: width {self.width} is not a multiple of heads {heads}")
@@ -140,9 +158,17 @@ class TrainConfig:
         depth = self.depth if depth is None else depth
         vals = jnp.broadcast_arrays(*(jnp.asarray(v, dtype) for v in (sigma_w, sigma_a, alpha_a, alpha_m, depth)))
         sw, sa, aa, am, L = vals
-        return HParams(sigma_w=sw, sigma_a=sa, alpha_a=aa, alpha_m=am, sigma_v=jnp.full(sw.shape, self.sigma_v, dtype),
-                       n_tokens=jnp.full(sw.shape, self.n_tokens, dtype), depth=L, activation=self.activation,
-                       mlp_layers=self.mlp_layers)
+        return HParams(
+            sigma_w=sw,
+            sigma_a=sa,
+            alpha_a=aa,
+            alpha_m=am,
+            sigma_v=jnp.full(sw.shape, self.sigma_v, dtype),
+            n_tokens=jnp.full(sw.shape, self.n_tokens, dtype),
+            depth=L,
+            activation=self.activation,
+            mlp_layers=self.mlp_layers,
+        )
 
 
 @struct.dataclass
@@ -156,20 +182,30 @@ class Point:
 
 def make_points(cfg: TrainConfig, sigma_w, sigma_a, alpha_a, alpha_m, lr, seed) -> Point:
     """Stack per-run values (1-d sequences of equal length) into a batched :class:`Point`."""
-    return Point(hp=cfg.hparams(np.asarray(sigma_w), np.asarray(sigma_a), np.asarray(alpha_a), np.asarray(alpha_m)),
-                 lr=jnp.asarray(np.asarray(lr), jnp.float32), seed=jnp.asarray(np.asarray(seed), jnp.uint32))
+    return Point(
+        hp=cfg.hparams(np.asarray(sigma_w), np.asarray(sigma_a), np.asarray(alpha_a), np.asarray(alpha_m)),
+        lr=jnp.asarray(np.asarray(lr), jnp.float32),
+        seed=jnp.asarray(np.asarray(seed), jnp.uint32),
+    )
 
 
 def model_for(cfg: TrainConfig, hp: HParams, num_classes: int) -> ViT:
-    return ViT(hp=hp, num_classes=num_classes, width=cfg.width, depth=cfg.depth,
-               mlp_hidden=cfg.mlp_hidden, pos_std=cfg.pos_std, block=cfg.block_for(hp))
+    return ViT(
+        hp=hp,
+        num_classes=num_classes,
+        width=cfg.width,
+        depth=cfg.depth,
+        mlp_hidden=cfg.mlp_hidden,
+        pos_std=cfg.pos_std,
+        block=cfg.block_for(hp),
+    )
 
 
 def steps_per_epoch(cfg: TrainConfig, n_train: int) -> int:
     return max(1, n_train // min(cfg.batch_size, n_train))
 
 
-def make_train_parts(cfg: TrainConfig, num_classes: int, scale: float, eval_batch_size: Optional[int] = None):
+def make_train_parts(cfg: TrainConfig, num_classes: int, scale: float, eval_batch_size: int | None = None):
     """The training run cut at epoch boundaries: three pure functions
 
         init(point, x_train)                          -> state
@@ -215,8 +251,13 @@ def make_train_parts(cfg: TrainConfig, num_classes: int, scale: float, eval_batc
         model, tx = parts(point)
         k_init, k_data = jax.random.split(jax.random.PRNGKey(point.seed))
         params = model.init(k_init, preprocess(x_train[:1], scale, ps))["params"]
-        return dict(point=point, params=params, opt_state=tx.init(params), epoch=jnp.zeros((), jnp.int32),
-                    keys=jax.random.split(k_data, cfg.epochs))
+        return dict(
+            point=point,
+            params=params,
+            opt_state=tx.init(params),
+            epoch=jnp.zeros((), jnp.int32),
+            keys=jax.random.split(k_data, cfg.epochs),
+        )
 
     def epoch(state, x_train, y_train, x_test, y_test):
         model, tx = parts(state["point"])
@@ -251,15 +292,16 @@ def make_train_parts(cfg: TrainConfig, num_classes: int, scale: float, eval_batc
     return init, epoch, final
 
 
-def make_train(cfg: TrainConfig, num_classes: int, scale: float, eval_batch_size: Optional[int] = None):
+def make_train(cfg: TrainConfig, num_classes: int, scale: float, eval_batch_size: int | None = None):
     """Return ``train(point, x_train, y_train, x_test, y_test) -> (params, metrics)`` (pure):
     :func:`make_train_parts` composed, every epoch in one ``lax.scan``."""
     init, epoch, final = make_train_parts(cfg, num_classes, scale, eval_batch_size)
 
     def train(point: Point, x_train, y_train, x_test, y_test):
         state = init(point, x_train)
-        state, hist = jax.lax.scan(lambda s, _: epoch(s, x_train, y_train, x_test, y_test), state, None,
-                                   length=cfg.epochs)
+        state, hist = jax.lax.scan(
+            lambda s, _: epoch(s, x_train, y_train, x_test, y_test), state, None, length=cfg.epochs
+        )
         return state["params"], assemble_metrics(hist, final(state, x_train, y_train))
 
     return train
@@ -279,7 +321,7 @@ def assemble_metrics(hist: dict, fin: dict) -> dict:
 CPU_COMPILER_OPTIONS = {"xla_cpu_experimental_ynn_fusion_type": "LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT"}
 
 
-def compiler_options(devices) -> Optional[dict]:
+def compiler_options(devices) -> dict | None:
     """Compiler options for the training programs on ``devices`` (None: XLA's defaults).
 
     Only on CPU, only when the user has not set the YNN fusion flag in XLA_FLAGS, and only
@@ -304,8 +346,9 @@ class Trainer:
         # under vmap every model evaluates its own batch: K x 512 images of activations do not
         # stay in a CPU core's cache (~8 % of the chunk's time at K = 16); evaluate in
         # training-sized batches instead
-        init, epoch, final = make_train_parts(cfg, data.num_classes, data.scale,
-                                              min(cfg.eval_batch_size, cfg.batch_size))
+        init, epoch, final = make_train_parts(
+            cfg, data.num_classes, data.scale, min(cfg.eval_batch_size, cfg.batch_size)
+        )
         opts = compiler_options(self.devices) if xla_options == "auto" else xla_options
         self.xla_options = opts
         vm = lambda f, n_data: jax.jit(jax.vmap(f, in_axes=(0,) + (None,) * n_data), compiler_options=opts)
@@ -319,20 +362,24 @@ class Trainer:
             d = self.data
             rep = None
             if len(self.devices) > 1:
-                from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+                from jax.sharding import Mesh, NamedSharding
+                from jax.sharding import PartitionSpec as P
 
                 rep = NamedSharding(Mesh(np.array(self.devices), ("config",)), P())
             put = (lambda a: jax.device_put(a, rep)) if rep is not None else jnp.asarray
-            self._arrays = tuple(put(a) for a in (d.x_train, d.y_train.astype(np.int32), d.x_test, d.y_test.astype(np.int32)))
+            self._arrays = tuple(
+                put(a) for a in (d.x_train, d.y_train.astype(np.int32), d.x_test, d.y_test.astype(np.int32))
+            )
         return self._arrays
 
-    def train_many(self, points: Point, on_epoch: Optional[Callable[[int], None]] = None):
+    def train_many(self, points: Point, on_epoch: Callable[[int], None] | None = None):
         """Train every run of the batched ``points`` together (vmapped, sharded over the devices),
         one compiled epoch at a time; ``on_epoch(e)`` is called after epoch e. Numpy results."""
         k = int(np.shape(points.lr)[0])
         nd = len(self.devices)
         if nd > 1:
-            from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+            from jax.sharding import Mesh, NamedSharding
+            from jax.sharding import PartitionSpec as P
 
             kp = -(-k // nd) * nd
             if kp != k:  # pad by repeating the last run; the copies are dropped below
@@ -341,8 +388,8 @@ class Trainer:
             points = jax.device_put(points, sh)
         xtr, ytr, xte, yte = self.arrays()
         state = self._init(points, xtr)
-        if nd > 1:   # init hands back parts of the state replicated, every epoch sharded by run:
-            state = jax.device_put(state, sh)   # one epoch program, not one for the first epoch
+        if nd > 1:  # init hands back parts of the state replicated, every epoch sharded by run:
+            state = jax.device_put(state, sh)  # one epoch program, not one for the first epoch
         hist = []
         for e in range(self.cfg.epochs):  # one compiled epoch per call: progress, prompt Ctrl-C
             state, m = self._epoch(state, xtr, ytr, xte, yte)

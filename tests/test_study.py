@@ -1,0 +1,197 @@
+"""The trainability study as a library (:mod:`phasefield.vit.study`): its registry against the
+committed result tables, the provenance every shipped model file carries, the writers that
+put it there, and the script as a thin command line over the library."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import importlib.util
+import io as _io
+import json
+import os
+import re
+
+import pytest
+
+from phasefield.vit import predict as vp
+from phasefield.vit.study import blocks, heldout, loss, pooled, training
+from phasefield.vit.study import provenance as P
+from phasefield.vit.study import registry as R
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SUBCOMMANDS = ("run", "plan", "features", "analyze", "score", "failure", "heldout")
+
+
+@pytest.fixture(scope="module")
+def script():
+    spec = importlib.util.spec_from_file_location(
+        "trainability_study_cli", os.path.join(ROOT, "scripts", "trainability_study.py")
+    )
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _shipped(block):
+    path = os.path.join(R.PACKAGE_DIR, vp.BLOCK_RESOURCES[block])
+    with open(path) as f:
+        return path, json.load(f)
+
+
+@pytest.mark.parametrize("block", sorted(vp.BLOCK_RESOURCES))
+def test_every_shipped_model_records_its_provenance(block):
+    """data (the studies and their committed tables), procedure, the regenerating commands,
+    the version and the date, first in the file; the loader keeps it and predicts as before."""
+    path, doc = _shipped(block)
+    assert next(iter(doc)) == "provenance"
+    prov = P.of(doc)
+    assert set(prov) >= {"data", "procedure", "command", "phasefield_version", "fitted"}
+    data = prov["data"]
+    assert data["dataset"] == doc["train_config"]["dataset"] == "digits"
+    assert data["studies"] and set(data["studies"]) <= set(R.STUDIES)
+    assert data["tables"] == [os.path.relpath(R.STUDIES[s]["out"], R.ROOT) for s in data["studies"]]
+    for table in data["tables"]:
+        assert os.path.exists(os.path.join(ROOT, table, "results.jsonl")), table
+    assert (data["n_configs"], data["n_runs"]) == (doc["n_configs"], doc["n_runs"])
+    proc = prov["procedure"]
+    assert proc["model"] == doc["name"] and proc["kind"] == doc["kind"] and proc["family"] == doc["family"]
+    assert {"loss", "interval", "failure"} <= set(proc)
+    for cmd in prov["command"]:
+        words = cmd.split()
+        assert words[:2] == ["python", "scripts/trainability_study.py"] and words[2] in SUBCOMMANDS, cmd
+        if "--study" in words:
+            assert words[words.index("--study") + 1] in R.STUDIES
+    assert any(" --ship" in c for c in prov["command"])
+    assert re.fullmatch(r"\d+\.\d+\.\d+", prov["phasefield_version"])
+    datetime.date.fromisoformat(prov["fitted"])
+    if block == "paper":
+        assert data["studies"] == list(R.POOLED)
+    else:
+        assert data["studies"] == [block] and doc["study"] == data["tables"][0]
+    loaded = vp.load_model(block=block)
+    assert loaded["provenance"] == prov
+    assert vp.load_model(path) == loaded
+
+
+def test_provenance_plays_no_part_in_a_prediction():
+    doc = vp.load_model()
+    bare = {k: v for k, v in doc.items() if k != "provenance"}
+    a = vp.predict([0.8, 1.5], [1.0, 2.0], [0.3, 0.6], [0.2, 0.9], [16, 8], doc)
+    b = vp.predict([0.8, 1.5], [1.0, 2.0], [0.3, 0.6], [0.2, 0.9], [16, 8], bare)
+    assert a == b
+
+
+def test_the_writers_put_the_provenance_in(tmp_path, monkeypatch):
+    """``analyze --ship`` (the paper block and a standard block) and ``failure --ship``'s
+    update write the provenance first and leave every fitted number as it was."""
+    _, paper = _shipped("paper")
+    model = {k: v for k, v in paper.items() if k != "provenance"}
+    monkeypatch.setattr(R, "model_path", lambda block="paper": str(tmp_path / f"{block}.json"))
+    path = loss.ship(dict(model=model, studies=list(R.POOLED), interval_kind="scaled"), 5, 5)
+    with open(path) as f:
+        written = json.load(f)
+    prov = written.pop("provenance")
+    assert written == model
+    assert prov["command"] == [
+        "python scripts/trainability_study.py analyze --ship",
+        "python scripts/trainability_study.py failure --ship",
+    ]
+    assert prov["phasefield_version"] == P.version() and prov["fitted"] == datetime.date.today().isoformat()
+    assert prov["procedure"] == paper["provenance"]["procedure"] and prov["data"] == paper["provenance"]["data"]
+    # failure --ship: the failure entry and command follow its CV options
+    again = P.with_failure(dict(written, provenance=prov), list(R.POOLED), 3, 2)
+    assert again["command"][-1] == "python scripts/trainability_study.py failure --ship --folds 3 --repeats 2"
+    assert sum("failure" in c.split() for c in again["command"]) == 1 and "x 2" in again["procedure"]["failure"]
+    assert again["data"] == prov["data"]
+    assert P.with_failure(model, list(R.POOLED), 5, 5)["data"]["studies"] == list(R.POOLED)
+
+    _, pre = _shipped("pre-ln")
+    model = {k: v for k, v in pre.items() if k != "provenance"}
+    path = blocks.ship(model, "pre-ln", 5, 1)
+    doc = vp.load_model(path, block="pre-ln")
+    assert next(iter(doc)) == "provenance" and {k: v for k, v in doc.items() if k != "provenance"} == model
+    assert (
+        doc["provenance"]["command"]
+        == pre["provenance"]["command"]
+        == [
+            "python scripts/trainability_study.py features --study pre-ln",
+            "python scripts/trainability_study.py analyze --study pre-ln --ship --repeats 1",
+        ]
+    )
+    assert "rule of three" in doc["provenance"]["procedure"]["failure"]
+
+
+def test_the_registry_reproduces_the_committed_designs():
+    """The Sobol designs the registry plans are the configurations in the committed tables
+    (the paths resolve from the package to docs/data/trainability)."""
+    from phasefield.vit import sweep as vsweep
+    from phasefield.vit.design import config_id
+
+    assert R.STUDIES["main"]["out"] == R.DEFAULT_OUT == os.path.join(ROOT, "docs", "data", "trainability")
+    assert set(R.POOLED) <= set(R.STUDIES) and not set(R.POOLED) & {s for p in R.HELDOUT.values() for s in p}
+    for st in R.STUDIES.values():
+        assert st["out"].startswith(R.DEFAULT_OUT) and (st.get("holdout_of") in (None, *R.STUDIES))
+    trained = {
+        config_id(r) for d in (R.STUDIES["main"]["out"], R.STUDIES["depth"]["out"]) for r in vsweep.read_results(d)
+    }
+    first = pooled.planned_first()
+    assert len(first) == 64 and first <= trained
+    for name in ("corners", "faces", "edges", "holdout3"):
+        st = R.study(name)
+        want = {
+            config_id(dict(c, lr=1e-3))
+            for d, lo, hi in R.blocks(R.parse_plan(st["plan"]))
+            for c in R.study_configs(st, d, hi)[lo:hi]
+        }
+        assert want == {config_id(r) for r in vsweep.read_results(st["out"])}, name
+    edges = R.configs(16, 20, "edges")
+    assert all(c["alpha_m"] == R.BOUNDS["alpha_m"][1] for c in edges[:12])
+    assert R.study("main", plan="16:8", out=None)["plan"] == "16:8"
+
+
+def test_heldout_pooling_reproduces_the_committed_report(tmp_path, monkeypatch):
+    monkeypatch.setattr(heldout, "report_path", lambda name: str(tmp_path / f"{name}.json"))
+    rep = heldout.pool("holdout2", resamples=20)
+    with open(os.path.join(R.DEFAULT_OUT, "heldout2.json")) as f:
+        committed = json.load(f)
+    for k in (
+        "n_configs",
+        "n_runs",
+        "n_failed",
+        "model",
+        "r2_runs",
+        "r2_means",
+        "coverage_runs",
+        "auc",
+        "brier",
+        "brier_base",
+        "reliability",
+        "per_study",
+    ):
+        assert rep[k] == committed[k], k
+    with pytest.raises(R.StudyError, match="holdout2 or holdout3"):
+        heldout.pool("main")
+
+
+def test_the_script_is_a_thin_command_line(script, capsys):
+    """Every study is a --study choice; 'plan' prints the library's projected cost; a library
+    refusal is a one-line exit."""
+    assert script.STUDIES is R.STUDIES
+    script.main(["plan", "--study", "corners"])
+    lines = capsys.readouterr().out.splitlines()
+    cost = training.plan_cost(R.study("corners"))
+    assert len(lines) == len(cost) and lines[-1].endswith(f"(cumulative {cost[-1]['cumulative'] / 60:5.1f} min)")
+    with pytest.raises(SystemExit) as exc:
+        script.main(["heldout", "--study", "main"])
+    assert str(exc.value) == "heldout pools holdout2 or holdout3 (--study), not main"
+    with pytest.raises(SystemExit) as exc, contextlib.redirect_stderr(_io.StringIO()):
+        script.main(["plan", "--study", "nonesuch"])
+    assert exc.value.code == 2
+    # the script holds no study logic: every def is a command, a printer or the parser
+    defs = [
+        n
+        for n in vars(script)
+        if callable(getattr(script, n)) and getattr(getattr(script, n), "__module__", "") == script.__name__
+    ]
+    assert all(n.startswith(("cmd_", "block_", "_print", "_study", "main")) for n in defs), defs
