@@ -21,20 +21,33 @@ transformers), ``sweep`` (grids; ``phasefield.sweep(...)`` is :func:`phasefield.
 (the other seed papers' theories), ``cli``. Imports point one way: cli -> vit, figures,
 sweep, ... -> layers -> theory (``tests/test_imports.py``).
 """
+
 from __future__ import annotations
 
 import importlib
+from typing import TYPE_CHECKING
 
-from ._runtime import use_all_cpu_cores
-from .config import HParams
+if TYPE_CHECKING:  # for readers and documentation tools; at run time __getattr__ loads them
+    from ._runtime import use_all_cpu_cores
+    from .config import HParams
 
 __all__ = ["HParams", "theory", "layers", "sweep", "simulate", "probe", "use_all_cpu_cores"]
-__version__ = "0.1.0"
+# the release: the one place it is written (setup.cfg, ``phasefield --version`` and the
+# CHANGELOG's latest section follow it; tests/test_cli_start.py checks they agree)
+__version__ = "0.2.0"
 
 _LAZY = ("theory", "layers", "sweep", "simulate", "probe", "figures", "vit", "seeds")
+# names loaded on first use, like the subpackages: importing phasefield imports no JAX
+_NAMES = {"HParams": "config", "use_all_cpu_cores": "_runtime"}
 
 
 def __getattr__(name):  # lazy subpackages: ``phasefield.sweep(...)`` works without an import
     if name in _LAZY:
         return importlib.import_module(f"{__name__}.{name}")
+    if name in _NAMES:
+        return getattr(importlib.import_module(f"{__name__}.{_NAMES[name]}"), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY) | set(_NAMES))

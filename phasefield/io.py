@@ -12,10 +12,13 @@ the common cases; :func:`read_netcdf` / :func:`read_netcdf_groups` read them bac
 * :func:`check_output` checks an output path before any work starts (empty, a directory,
   an unwritable or read-only place, ``/proc``, too little free space): one-line
   ``ValueError``.
+* JSON from a user (block, fit and results files) is read by :func:`read_json` /
+  :func:`loads_json`: a size and a nesting limit, each a one-line ``ValueError``.
 * JSON is RFC 8259: no bare NaN/Infinity. :func:`finite` turns NaN and ±inf into ``null``
   (None) and NumPy values into plain ones; :func:`dumps` and :func:`write_json` use it
   with ``allow_nan=False``.
 """
+
 from __future__ import annotations
 
 import errno
@@ -77,8 +80,9 @@ def clean_stale_parts(path) -> list:
             continue
         full = os.path.join(d, n)
         try:
-            stale = ((m.group("host") == host and not _alive(int(m.group("pid"))))
-                     or now - os.path.getmtime(full) > STALE_PART_SECONDS)
+            stale = (m.group("host") == host and not _alive(int(m.group("pid")))) or now - os.path.getmtime(
+                full
+            ) > STALE_PART_SECONDS
             if stale:
                 os.remove(full)
                 removed.append(full)
@@ -102,8 +106,9 @@ def atomic_path(path):
     os.makedirs(d, exist_ok=True)
     clean_stale_parts(path)
     ext = os.path.splitext(path)[1]
-    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.{_host()}-{os.getpid()}.",
-                               suffix=".part" + ext, dir=d)
+    fd, tmp = tempfile.mkstemp(
+        prefix=f".{os.path.basename(path)}.{_host()}-{os.getpid()}.", suffix=".part" + ext, dir=d
+    )
     os.close(fd)
     try:
         yield tmp
@@ -210,7 +215,9 @@ def check_output(path, flag: str = "--out", kind: str = "file", need_bytes: int 
             raise ValueError(f"{flag} {path}: {d} is not a directory")
         d = parent
     if os.path.realpath(d).startswith(("/proc", "/sys")):
-        raise ValueError(f"{flag} {path}: cannot write files under {os.path.realpath(d).split(os.sep)[1] and '/' + os.path.realpath(d).split(os.sep)[1]}")
+        raise ValueError(
+            f"{flag} {path}: cannot write files under {os.path.realpath(d).split(os.sep)[1] and '/' + os.path.realpath(d).split(os.sep)[1]}"
+        )
     try:
         fd, probe = tempfile.mkstemp(prefix=".phasefield-probe.", dir=d)
         os.close(fd)
@@ -220,8 +227,7 @@ def check_output(path, flag: str = "--out", kind: str = "file", need_bytes: int 
     free = shutil.disk_usage(d).free
     need = int(need_bytes) + (16 << 20)
     if free < need:
-        raise ValueError(f"{flag} {path}: not enough free space in {d} ({_fmt(free)} free, about "
-                         f"{_fmt(need)} needed)")
+        raise ValueError(f"{flag} {path}: not enough free space in {d} ({_fmt(free)} free, about {_fmt(need)} needed)")
 
 
 def _fmt(n: float) -> str:
@@ -236,7 +242,7 @@ def remove_empty_dirs(folder) -> None:
     folder = os.fspath(folder)
     if not os.path.isdir(folder):
         return
-    for root, dirs, files in os.walk(folder, topdown=False):
+    for root, _dirs, _files in os.walk(folder, topdown=False):
         try:
             os.rmdir(root)
         except OSError:
@@ -266,8 +272,10 @@ def dir_lock(folder, name: str = ".lock"):
     except OSError:
         owner = os.read(fd, 64).decode(errors="replace").strip()
         os.close(fd)
-        raise StoreLocked(f"another phasefield process{' (' + owner + ')' if owner else ''} is writing "
-                          f"{folder}; wait for it to finish or choose another --out") from None
+        raise StoreLocked(
+            f"another phasefield process{' (' + owner + ')' if owner else ''} is writing "
+            f"{folder}; wait for it to finish or choose another --out"
+        ) from None
     os.ftruncate(fd, 0)
     os.write(fd, f"pid {os.getpid()} on {socket.gethostname()}".encode())
     ok = False
@@ -303,9 +311,57 @@ def write_json(path, obj, indent=1) -> None:
         f.write(text)
 
 
-def read_json(path):
-    with open(path) as f:
-        return json.load(f)
+# JSON read from a user (block, fit and results files; --set values): at most this many bytes
+# (a fit file is under 1 MiB) and this many levels of nesting (a fit file has 6); beyond
+# either, one-line ValueError instead of exhausting memory or Python's recursion limit
+JSON_MAX_BYTES = 256 << 20
+JSON_MAX_DEPTH = 100
+_JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
+_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
+
+
+def json_depth(text: str, limit: int | None = None) -> int:
+    """The deepest nesting of ``[`` and ``{`` in JSON ``text`` (brackets inside strings do
+    not count); with ``limit``, the scan ends once past it and returns a level beyond it."""
+    brackets = _NOT_BRACKET.sub("", _JSON_STRING.sub("", text)).encode("ascii")
+    deepest, level, chunk = 0, 0, 1 << 20
+    for start in range(0, len(brackets), chunk):
+        b = np.frombuffer(brackets, np.uint8, min(chunk, len(brackets) - start), start)
+        run = level + np.cumsum(np.where((b == ord("[")) | (b == ord("{")), 1, -1), dtype=np.int64)
+        deepest, level = max(deepest, int(run.max())), int(run[-1])
+        if limit is not None and deepest > limit:
+            break
+    return deepest
+
+
+def loads_json(text, what: str = "JSON", max_bytes: int | None = None, max_depth: int | None = None):
+    """``json.loads`` for text from a user: ValueError (one line, naming ``what``) when it is
+    longer than ``max_bytes`` or nested deeper than ``max_depth`` (default
+    :data:`JSON_MAX_BYTES`, :data:`JSON_MAX_DEPTH`); malformed JSON raises
+    ``json.JSONDecodeError`` (a ValueError) as ``json.loads`` does."""
+    max_bytes = JSON_MAX_BYTES if max_bytes is None else max_bytes
+    max_depth = JSON_MAX_DEPTH if max_depth is None else max_depth
+    if isinstance(text, (bytes, bytearray)):
+        text = text.decode("utf-8")
+    if len(text) > max_bytes:
+        raise ValueError(f"{what} is too large ({len(text):,} characters; the limit is {max_bytes:,})")
+    if json_depth(text, max_depth) > max_depth:
+        raise ValueError(f"{what} is nested more than {max_depth} levels deep")
+    return json.loads(text)
+
+
+def read_json(path, what: str | None = None, max_bytes: int | None = None, max_depth: int | None = None):
+    """A JSON file, read through :func:`loads_json` (``what`` names it in the message; default
+    its path): a file larger than ``max_bytes`` is refused before it is read. ``OSError`` and
+    ``UnicodeDecodeError`` as ``open``/``read`` raise them."""
+    what = what or str(path)
+    max_bytes = JSON_MAX_BYTES if max_bytes is None else max_bytes
+    with open(path, encoding="utf-8") as f:
+        size = os.fstat(f.fileno()).st_size
+        if size > max_bytes:
+            raise ValueError(f"{what} is too large ({size:,} bytes; the limit is {max_bytes:,})")
+        text = f.read(max_bytes + 1)
+    return loads_json(text, what, max_bytes, max_depth)
 
 
 def append_jsonl(path, record) -> None:
@@ -323,7 +379,7 @@ def read_jsonl(path) -> list:
         with open(path) as f:
             for line in f:
                 try:
-                    records.append(json.loads(line))
+                    records.append(loads_json(line, f"a line of {path}"))
                 except json.JSONDecodeError:
                     continue
     return records

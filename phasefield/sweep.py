@@ -67,7 +67,7 @@ import numpy as np
 from . import grid, io
 from .config import HParams
 from .layers.paper import fixed_points
-from .layers.paper.lyapunov import _exponents
+from .layers.paper.lyapunov import exponents_of
 from .theory import mlp
 from .theory.attention import exact, exact_table
 from .theory.precision import float64
@@ -241,7 +241,7 @@ def _evaluate_fn(
         return hp, kern
 
     def point(*args, search=True):
-        out = _exponents(*setup(*args), not thorough, search)
+        out = exponents_of(*setup(*args), not thorough, search)
         return {k: out[k] for k in VARIABLES}
 
     vfn = jax.vmap(point, in_axes=(0, 0, None, 0, None))

@@ -175,8 +175,8 @@ def test_exact_attention_pair_rule_equals_direct_rules(sigma_a, n, rho):
     test_exact.py)."""
     hp = HParams(sigma_a=sigma_a, n_tokens=n)
     n_a, n_z = exact.sizes(hp)
-    gr = exact._Grid(hp, jnp.asarray(rho), n_a, n_z)
-    fine = exact._Grid(hp, jnp.asarray(rho), n_a, 2 * n_z + 1)
+    gr = exact.Grid(hp, jnp.asarray(rho), n_a, n_z)
+    fine = exact.Grid(hp, jnp.asarray(rho), n_a, 2 * n_z + 1)
     pairs = [(0, 0), (1, 1), (2, 1), (2, 2), (2, 0), (0, 2)]
     new = {k: np.asarray(v) for k, v in exact._pair_tables(gr, pairs).items()}
     wide = float(gr.sigma_c) >= exact.SIGMA_C_LATTICE

@@ -133,7 +133,7 @@ def test_table_search_equals_direct_search(sigma_a, n, corr):
     att = exact_table.kernel(base, with_values=True)
     pts = [(8.0, 0.7, 0.4)]  # (2.0, .5, .5) too when measured; one for suite time
     with jax.enable_x64(True):
-        fns = {t: jax.jit(lambda hp, k, t=t: fixed_points._stable_points(hp, k, t)) for t in (True, False)}
+        fns = {t: jax.jit(lambda hp, k, t=t: fixed_points.stable_points_of(hp, k, t)) for t in (True, False)}
         for sw, aa, am in pts:
             hp = base.replace(sigma_w=sw, alpha_a=aa, alpha_m=am)
             kern = mlp.kernel(hp).replace(att=att)

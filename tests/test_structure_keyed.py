@@ -12,7 +12,7 @@ import pytest
 
 from phasefield import layers
 from phasefield.layers import spec
-from phasefield.layers.mlp import _MLPHP
+from phasefield.layers.mlp import MLPHP
 from phasefield.theory import mlp as mlp_maps
 from phasefield.theory.attention import exact_table
 
@@ -67,7 +67,7 @@ def test_padded_kernel_is_the_same_function(act):
     """A kernel sized by its size class and padded with zero Chebyshev coefficients gives
     the series of its own class's sizes bit for bit."""
     with jax.enable_x64(True):
-        hp = _MLPHP(1.7, act, 2)
+        hp = MLPHP(1.7, act, 2)
         kern = mlp_maps.kernel(hp)
         assert kern.c_pp.shape[-1] == mlp_maps.PAD_CHEB
         own = mlp_maps.kernel(hp, *mlp_maps.table_sizes(mlp_maps.size_class(1.7 * 1.0)))

@@ -417,7 +417,7 @@ def test_recommend_finds_the_point_nearest_to_criticality():
 
     u = qmc.Sobol(2, scramble=True, seed=0).random_base2(5)
     pts = np.stack([0.3 + 2.7 * u[:, 0], np.ones(32), 0.05 + 0.9 * u[:, 1], np.full(32, 0.5)], 1)
-    la, lg = R._exponents(pts, 17, 16, "tanh")
+    la, lg = R.exponents_of(pts, 17, 16, "tanh")
     assert math.hypot(c["lambda_a"], c["lambda_g"]) < np.hypot(la, lg).min()
     assert math.hypot(c["lambda_a"], c["lambda_g"]) < 0.01
 

@@ -1,27 +1,35 @@
 """``phasefield block exponents|sweep``: any block (a preset, ``NAME:key=value,...`` or a
 JSON spec file) — its rates and exponents at one point; ``block sweep`` is the alias of
 ``phasefield sweep`` (:mod:`phasefield.cli.sweep`), its phase diagram over its numbers."""
+
 from __future__ import annotations
 
 import click
 
 from .common import check, option
 
-BLOCK_HELP = ("a preset (paper, pre-ln, post-ln, rms-swiglu, deepscalelm), NAME:key=value,... "
-              "(e.g. pre-ln:sigma=0.55,alpha=0.2,heads=12) or a JSON file {\"block\": NAME, ...}")
+BLOCK_HELP = (
+    "a preset (paper, pre-ln, post-ln, rms-swiglu, deepscalelm), NAME:key=value,... "
+    '(e.g. pre-ln:sigma=0.55,alpha=0.2,heads=12) or a JSON file {"block": NAME, ...}'
+)
 
 
 def _spec(text):
     from ..layers import spec
+
     return check(spec.parse, text)
 
 
 def _geometry_options(f):
-    for o in reversed([
-        click.option("--n-tokens", type=float, default=32, show_default=True, help="tokens n, [2, 1,000,000]"),
-        click.option("--q0", type=float, default=1.0, show_default=True, help="input squared norm per component"),
-        click.option("--rho0", type=float, default=0.5, show_default=True, help="input token cosine, [-1/(n-1), 1]"),
-    ]):
+    for o in reversed(
+        [
+            click.option("--n-tokens", type=float, default=32, show_default=True, help="tokens n, [2, 1,000,000]"),
+            click.option("--q0", type=float, default=1.0, show_default=True, help="input squared norm per component"),
+            click.option(
+                "--rho0", type=float, default=0.5, show_default=True, help="input token cosine, [-1/(n-1), 1]"
+            ),
+        ]
+    ):
         f = o(f)
     return f
 
@@ -44,7 +52,7 @@ def register(cli):
     def block():
         """Any block: its rates at one point (exponents) and phase diagrams (sweep)."""
 
-    from .theory import exponents_options, run_exponents, EXPONENTS_HELP
+    from .theory import EXPONENTS_HELP, exponents_options, run_exponents
 
     @block.command("exponents", help="The same command as `phasefield exponents` (an alias). " + EXPONENTS_HELP)
     @exponents_options
@@ -52,4 +60,5 @@ def register(cli):
         run_exponents(block_spec, q0, rho0, as_json, kw)
 
     from .sweep import sweep_command
-    block.add_command(sweep_command, "sweep")   # the alias of ``phasefield sweep`` (same command)
+
+    block.add_command(sweep_command, "sweep")  # the alias of ``phasefield sweep`` (same command)

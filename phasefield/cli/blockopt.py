@@ -10,21 +10,33 @@ grid axes ``--axis NAME=start:stop:count`` (or ``NAME=a,b,c``) over the block's 
 A paper flag given with another block, a number given twice (in ``--block`` and by its flag
 or an ``--axis``), or an axis the block has no number for: one line (:class:`UsageError`).
 """
+
 from __future__ import annotations
 
 import click
 
 from .common import UsageError, check, parse_range
 
-BLOCK_HELP = ("the block: a preset (paper, pre-ln, post-ln, rms-swiglu, deepscalelm), NAME:key=value,... "
-              "(e.g. pre-ln:sigma=0.55,alpha=0.2,heads=12) or a JSON file {\"block\": NAME, ...}")
+BLOCK_HELP = (
+    "the block: a preset (paper, pre-ln, post-ln, rms-swiglu, deepscalelm), NAME:key=value,... "
+    '(e.g. pre-ln:sigma=0.55,alpha=0.2,heads=12) or a JSON file {"block": NAME, ...}'
+)
 AXIS_HELP = "NAME=start:stop:count or NAME=a,b,c: an axis over a number of the block (repeat it)"
 
 # the paper flags (click parameter names) -> the paper block's numbers they set
-PAPER_FLAGS = dict(sigma_w=("sigma_w",), sigma_a=("sigma_a",), sigma_v=("sigma_v",),
-                   alpha=("alpha_a", "alpha_m"), alpha_a=("alpha_a",), alpha_m=("alpha_m",),
-                   activation=("activation",), mlp_layers=("mlp_layers",), residual=("residual",),
-                   attention=("attention",), softmax_correction=("softmax_correction",))
+PAPER_FLAGS = dict(
+    sigma_w=("sigma_w",),
+    sigma_a=("sigma_a",),
+    sigma_v=("sigma_v",),
+    alpha=("alpha_a", "alpha_m"),
+    alpha_a=("alpha_a",),
+    alpha_m=("alpha_m",),
+    activation=("activation",),
+    mlp_layers=("mlp_layers",),
+    residual=("residual",),
+    attention=("attention",),
+    softmax_correction=("softmax_correction",),
+)
 
 
 def block_option(default: str | None = "paper", axes: bool = False, help: str = BLOCK_HELP):
@@ -77,8 +89,9 @@ def parse_axes(texts, allowed=None) -> dict:
     return out
 
 
-def resolve(spec_text: str, axis_texts=(), flags: dict | None = None, extra_axes=(),
-            grid: bool = False) -> tuple[str, dict, dict]:
+def resolve(
+    spec_text: str, axis_texts=(), flags: dict | None = None, extra_axes=(), grid: bool = False
+) -> tuple[str, dict, dict]:
     """``(name, fixed, axes)`` of a command's block: ``fixed`` the block's checked keywords
     (the paper flags in ``flags`` folded in as the paper block's numbers, unchecked: the
     command checks them with its flags' messages), ``axes`` name ->
@@ -91,8 +104,10 @@ def resolve(spec_text: str, axis_texts=(), flags: dict | None = None, extra_axes
     if flags and name != "paper":
         f = next(iter(flags))
         numbers = ", ".join(spec.NUMBERS[name])
-        raise UsageError(f"block {name} has no number for {flag(f)} (a number of the paper block); it takes "
-                         f"{numbers}: give them as --block {name}:KEY=VALUE" + (" or --axis KEY=RANGE" if grid else ""))
+        raise UsageError(
+            f"block {name} has no number for {flag(f)} (a number of the paper block); it takes "
+            f"{numbers}: give them as --block {name}:KEY=VALUE" + (" or --axis KEY=RANGE" if grid else "")
+        )
     if "alpha" in flags and ("alpha_a" in flags or "alpha_m" in flags):
         raise UsageError("give --alpha (ties alpha_a = alpha_m) or --alpha-a/--alpha-m, not both")
     for f, v in flags.items():

@@ -4,13 +4,13 @@ The logic lives in the library: axes, the branch-weight rule and the range check
 :mod:`phasefield.grid`, atomic files in :mod:`phasefield.io` (``atomic_path`` is re-exported
 here for the commands that write files).
 """
+
 from __future__ import annotations
 
 import click
 import numpy as np
 
-from .. import grid
-from .. import io
+from .. import grid, io
 from ..io import atomic_path, json_default  # noqa: F401  (re-exported for the commands)
 
 
@@ -61,10 +61,12 @@ def point_options(n_tokens: int = 32, depth: int = 16):
         click.option("--sigma-w", type=float, default=1.0, show_default=True, help="MLP weight scale σ_w"),
         click.option("--sigma-a", type=float, default=1.0, show_default=True, help="attention logit scale σ_A"),
         click.option("--alpha", type=float, default=None, help="sets α_A = α_M"),
-        click.option("--alpha-a", type=float, default=None,
-                     help=f"attention branch weight α_A [{grid.DEFAULT_BRANCH_WEIGHT}]"),
-        click.option("--alpha-m", type=float, default=None,
-                     help=f"MLP branch weight α_M [{grid.DEFAULT_BRANCH_WEIGHT}]"),
+        click.option(
+            "--alpha-a", type=float, default=None, help=f"attention branch weight α_A [{grid.DEFAULT_BRANCH_WEIGHT}]"
+        ),
+        click.option(
+            "--alpha-m", type=float, default=None, help=f"MLP branch weight α_M [{grid.DEFAULT_BRANCH_WEIGHT}]"
+        ),
         click.option("--sigma-v", type=float, default=1.0, show_default=True, help="value weight scale σ_V"),
         click.option("--n-tokens", type=int, default=n_tokens, show_default=True),
         click.option("--depth", type=int, default=depth, show_default=True),
@@ -83,12 +85,26 @@ def point_hparams(sigma_w, sigma_a, alpha, alpha_a, alpha_m, sigma_v, n_tokens, 
     from ..config import HParams
 
     tied = grid.branch_weights(alpha, alpha_a, alpha_m)
-    check_hparams_values({k: v for k, v in dict(tied, sigma_w=sigma_w, sigma_a=sigma_a, sigma_v=sigma_v,
-                                                n_tokens=n_tokens, depth=depth).items() if v is not None})
+    check_hparams_values(
+        {
+            k: v
+            for k, v in dict(
+                tied, sigma_w=sigma_w, sigma_a=sigma_a, sigma_v=sigma_v, n_tokens=n_tokens, depth=depth
+            ).items()
+            if v is not None
+        }
+    )
     w = grid.untie(tied)
-    return HParams(sigma_w=float(sigma_w), sigma_a=float(sigma_a), alpha_a=float(w["alpha_a"]),
-                   alpha_m=float(w["alpha_m"]), sigma_v=float(sigma_v), n_tokens=int(n_tokens),
-                   depth=int(depth), **static).validate()
+    return HParams(
+        sigma_w=float(sigma_w),
+        sigma_a=float(sigma_a),
+        alpha_a=float(w["alpha_a"]),
+        alpha_m=float(w["alpha_m"]),
+        sigma_v=float(sigma_v),
+        n_tokens=int(n_tokens),
+        depth=int(depth),
+        **static,
+    ).validate()
 
 
 def grid_options(f):
@@ -114,8 +130,7 @@ def grid_values(sigma_w, sigma_a, alpha, alpha_a, alpha_m, sigma_v, n_tokens, de
         weights = grid.branch_weights(alpha, alpha_a, alpha_m, default=str(grid.DEFAULT_BRANCH_WEIGHT))
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    raw = dict(sigma_w=sigma_w, sigma_a=sigma_a, sigma_v=sigma_v, n_tokens=n_tokens, depth=depth,
-               **weights)
+    raw = dict(sigma_w=sigma_w, sigma_a=sigma_a, sigma_v=sigma_v, n_tokens=n_tokens, depth=depth, **weights)
     vals = {k: parse_range(v, k) for k, v in raw.items()}
     check_hparams_values(vals)
     return vals

@@ -1,4 +1,5 @@
 """``phasefield figures`` and ``phasefield demo``."""
+
 from __future__ import annotations
 
 import os
@@ -7,7 +8,7 @@ import click
 
 from .common import UsageError, output
 
-FIGURES_BYTES = 256 << 20   # free space a figures/demo run needs (PNG, PDF, sweep.nc, sim.nc)
+FIGURES_BYTES = 256 << 20  # free space a figures/demo run needs (PNG, PDF, sweep.nc, sim.nc)
 
 
 def _check_out(out):
@@ -59,15 +60,27 @@ def register(cli):
 
     @cli.command("figures")
     @click.option("--out", "-o", required=True, help="output directory (PNG, PDF and the .nc data)")
-    @click.option("--quick", is_flag=True,
-                  help="coarse grids and small simulations (a few minutes on a CPU)")
-    @click.option("--from", "from_path", default=None, metavar="SWEEP.nc",
-                  help="redraw from a saved theory file (no recomputation)")
-    @click.option("--sim", "sim_path", default=None, metavar="SIM.nc",
-                  help="saved simulations (default with --from: sim.nc beside it, if any)")
-    @block_option(default=None, axes=True,
-                  help="draw the phase diagram of this block (a preset, NAME:k=v,... or a JSON file) over two "
-                       "--axis instead of the paper's figures")
+    @click.option("--quick", is_flag=True, help="coarse grids and small simulations (a few minutes on a CPU)")
+    @click.option(
+        "--from",
+        "from_path",
+        default=None,
+        metavar="SWEEP.nc",
+        help="redraw from a saved theory file (no recomputation)",
+    )
+    @click.option(
+        "--sim",
+        "sim_path",
+        default=None,
+        metavar="SIM.nc",
+        help="saved simulations (default with --from: sim.nc beside it, if any)",
+    )
+    @block_option(
+        default=None,
+        axes=True,
+        help="draw the phase diagram of this block (a preset, NAME:k=v,... or a JSON file) over two "
+        "--axis instead of the paper's figures",
+    )
     @click.option("--depth", type=int, default=16, show_default=True, help="blocks L of a --block diagram")
     @click.option("--n-tokens", type=int, default=32, show_default=True, help="tokens n of a --block diagram")
     def figures_cmd(out, quick, from_path, sim_path, block_spec, axis_texts, depth, n_tokens):
@@ -86,8 +99,10 @@ def register(cli):
             return _block_diagram(out, quick, from_path, sim_path, block_spec or "paper", axis_texts, depth, n_tokens)
         for opt in ("depth", "n_tokens"):
             if click.get_current_context().get_parameter_source(opt) != click.core.ParameterSource.DEFAULT:
-                raise UsageError(f"--{opt.replace('_', '-')} sets a --block diagram's theory; the paper's figures "
-                                 "use their own settings")
+                raise UsageError(
+                    f"--{opt.replace('_', '-')} sets a --block diagram's theory; the paper's figures "
+                    "use their own settings"
+                )
         _check_out(out)
         _check_file(from_path, "--from")
         _check_file(sim_path, "--sim")
@@ -99,8 +114,9 @@ def register(cli):
             raise UsageError(str(exc)) from None
         if theory is not None and "alpha_sigma_w" not in theory and "sigma_a_alpha" not in theory:
             raise UsageError(f"{from_path}: no (alpha, sigma_w) or (sigma_a, alpha) theory grid")
-        res = make_figures(out, quick=quick, from_path=from_path, sim_path=sim_path,
-                           echo=click.echo, inputs=(theory, sim))
+        res = make_figures(
+            out, quick=quick, from_path=from_path, sim_path=sim_path, echo=click.echo, inputs=(theory, sim)
+        )
         n = len([p for p in res["paths"] if p.endswith(".png")])
         click.echo(f"wrote {n} figures (PNG + PDF) to {out} in {res['seconds']:.0f} s")
 

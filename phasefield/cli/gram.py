@@ -1,5 +1,6 @@
 """``phasefield gram ...``: the full-Gram mean field (causal mask, any initial Gram), the
 exact-softmax map and the softmax-derivative correction (docs/beyond.md)."""
+
 from __future__ import annotations
 
 import click
@@ -7,14 +8,19 @@ import click
 from .common import UsageError, echo_json, option, point_hparams, point_options
 
 MAX_TOKENS = 128
-MAX_DEPTH = 4096   # the full-Gram map is iterated L times on an n x n Gram
+MAX_DEPTH = 4096  # the full-Gram map is iterated L times on an n x n Gram
 
 
 def _point(f):
     opts = [
         click.option("--activation", default="tanh", show_default=True),
-        click.option("--attention", type=click.Choice(["paper", "exact"]), default="paper",
-                     show_default=True, help="E[A A]: ratio of expectations or exact softmax"),
+        click.option(
+            "--attention",
+            type=click.Choice(["paper", "exact"]),
+            default="paper",
+            show_default=True,
+            help="E[A A]: ratio of expectations or exact softmax",
+        ),
         click.option("--causal", is_flag=True, help="causal attention mask"),
         click.option("--json", "as_json", is_flag=True, help="print one JSON object"),
     ]
@@ -27,8 +33,9 @@ def _hp(sigma_w, sigma_a, alpha, alpha_a, alpha_m, sigma_v, n_tokens, depth, act
     if not 2 <= n_tokens <= MAX_TOKENS:
         raise UsageError(f"--n-tokens must lie in [2, {MAX_TOKENS}] for the full-Gram map (got {n_tokens})")
     option("--depth", depth, 1, MAX_DEPTH, integer=True)
-    return point_hparams(sigma_w, sigma_a, alpha, alpha_a, alpha_m, sigma_v, n_tokens, depth,
-                         activation=activation, attention=attention)
+    return point_hparams(
+        sigma_w, sigma_a, alpha, alpha_a, alpha_m, sigma_v, n_tokens, depth, activation=activation, attention=attention
+    )
 
 
 def _check_input(q0, rho0, n):
@@ -47,10 +54,29 @@ def register(cli):
     @_point
     @click.option("--q0", type=float, default=1.0, show_default=True, help="input squared norm / d")
     @click.option("--rho0", type=float, default=0.3, show_default=True, help="input token cosine")
-    @click.option("--rho-inter", type=float, default=None,
-                  help="two-group input (paper Eq. 12): cosine across the groups (--rho0 inside)")
-    def trajectory(sigma_w, sigma_a, alpha, alpha_a, alpha_m, sigma_v, n_tokens, depth, activation,
-                   attention, causal, as_json, q0, rho0, rho_inter):
+    @click.option(
+        "--rho-inter",
+        type=float,
+        default=None,
+        help="two-group input (paper Eq. 12): cosine across the groups (--rho0 inside)",
+    )
+    def trajectory(
+        sigma_w,
+        sigma_a,
+        alpha,
+        alpha_a,
+        alpha_m,
+        sigma_v,
+        n_tokens,
+        depth,
+        activation,
+        attention,
+        causal,
+        as_json,
+        q0,
+        rho0,
+        rho_inter,
+    ):
         """Per-layer token norms and cosines (per position with --causal)."""
         hp = _hp(sigma_w, sigma_a, alpha, alpha_a, alpha_m, sigma_v, n_tokens, depth, activation, attention)
         _check_input(q0, rho0, n_tokens)
@@ -63,8 +89,12 @@ def register(cli):
             if not -1.0 <= rho_inter <= rho0:
                 raise UsageError(f"--rho-inter must lie in [-1, --rho0] (got {rho_inter:g})")
             intra, inter = gram.two_group_trajectory(hp, q0, rho0, rho_inter, depth, causal=causal)
-            res = dict(layer=list(range(depth + 1)), intra=np.asarray(intra), inter=np.asarray(inter),
-                       ratio=np.asarray(inter) / np.asarray(intra))
+            res = dict(
+                layer=list(range(depth + 1)),
+                intra=np.asarray(intra),
+                inter=np.asarray(inter),
+                ratio=np.asarray(inter) / np.asarray(intra),
+            )
             if as_json:
                 echo_json(res)
             else:
@@ -76,8 +106,14 @@ def register(cli):
         norms, cos = np.asarray(geo["norms"]), np.asarray(geo["cosines"])
         iu = np.triu_indices(n_tokens, 1)
         mean_prev = np.array([[c[i, :i].mean() if i else np.nan for i in range(n_tokens)] for c in cos])
-        res = dict(layer=list(range(depth + 1)), causal=causal, norms=norms, cosines=cos,
-                   mean_cosine=cos[:, iu[0], iu[1]].mean(-1), mean_cosine_with_earlier=mean_prev)
+        res = dict(
+            layer=list(range(depth + 1)),
+            causal=causal,
+            norms=norms,
+            cosines=cos,
+            mean_cosine=cos[:, iu[0], iu[1]].mean(-1),
+            mean_cosine_with_earlier=mean_prev,
+        )
         if as_json:
             echo_json(res)
         else:
@@ -87,12 +123,28 @@ def register(cli):
 
     @gram_group.command("exponents")
     @_point
-    @click.option("--softmax-correction", is_flag=True,
-                  help="also lambda_g from (q0, rho0) with the query/key-path term")
+    @click.option(
+        "--softmax-correction", is_flag=True, help="also lambda_g from (q0, rho0) with the query/key-path term"
+    )
     @click.option("--q0", type=float, default=1.0, show_default=True)
     @click.option("--rho0", type=float, default=0.3, show_default=True)
-    def exponents(sigma_w, sigma_a, alpha, alpha_a, alpha_m, sigma_v, n_tokens, depth, activation,
-                  attention, causal, as_json, softmax_correction, q0, rho0):
+    def exponents(
+        sigma_w,
+        sigma_a,
+        alpha,
+        alpha_a,
+        alpha_m,
+        sigma_v,
+        n_tokens,
+        depth,
+        activation,
+        attention,
+        causal,
+        as_json,
+        softmax_correction,
+        q0,
+        rho0,
+    ):
         """lambda_a and lambda_g(depth) of the full-Gram map (causal with --causal)."""
         hp = _hp(sigma_w, sigma_a, alpha, alpha_a, alpha_m, sigma_v, n_tokens, depth, activation, attention)
         _check_input(q0, rho0, n_tokens)
@@ -103,7 +155,8 @@ def register(cli):
         res["lambda_g_rho0"] = float(gram.gradient_exponent(hp, c0, depth, causal))
         if softmax_correction:
             res["lambda_g_rho0_corrected"] = float(
-                gram.gradient_exponent(hp.replace(softmax_correction=True), c0, depth, causal))
+                gram.gradient_exponent(hp.replace(softmax_correction=True), c0, depth, causal)
+            )
         res.update(n_tokens=n_tokens, depth=depth, causal=causal, attention=attention, q0=q0, rho0=rho0)
         if as_json:
             echo_json(res)

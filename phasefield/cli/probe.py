@@ -14,15 +14,16 @@ is its alias) is the factory :func:`phasefield.probe.models.preset` for that
 phasefield block (its keywords: the preset's numbers, e.g. sigma, alpha, heads; for
 ``paper`` the HParams fields).
 """
+
 from __future__ import annotations
 
 import importlib
 import importlib.util
-import json
 import os
 
 import click
 
+from .. import io
 from .common import UsageError, atomic_path, check, echo_json, option, output
 
 INITS_MAX = 10_000
@@ -34,7 +35,7 @@ def _value(text):
     if low in ("true", "false"):
         return low == "true"
     try:
-        return json.loads(text)
+        return io.loads_json(text, "the value")
     except ValueError:
         return text
 
@@ -80,14 +81,18 @@ def _model(model, preset, kw):
         raise UsageError("give --model module:factory or --preset NAME (one of them)")
     if preset is not None:
         from ..layers.presets import NAMES
+
         if preset not in NAMES:
             raise UsageError(f"--preset: unknown block {preset!r}; choose one of {', '.join(NAMES)}")
         from ..probe import models
+
         fn = models.preset
         if preset == "paper":
             from ..config import HParams
-            hp_keys = [k for k in list(kw) if k not in ("depth", "width", "n_tokens", "batch", "weights", "q0", "rho0",
-                                                        "seed")]
+
+            hp_keys = [
+                k for k in list(kw) if k not in ("depth", "width", "n_tokens", "batch", "weights", "q0", "rho0", "seed")
+            ]
             try:
                 # the network has the softmax-derivative path: so has the theory, unless told
                 kw["hp"] = HParams(**{"softmax_correction": True, **{k: kw.pop(k) for k in hp_keys}})
@@ -111,17 +116,23 @@ def _table(res):
     for b in ds["block"].values:
         ang = ds["angle"].values[b]
         g = ds["grad"].values[b] if "grad" in ds else float("nan")
-        lines.append(f"{b:5d} {ds['q_data'].values[b]:10.4g} {ds['rho_data'].values[b]:10.4f} "
-                     f"{ds['rho_sym'].values[b]:10.4f} {ang:+11.4f} {g:12.4g}")
+        lines.append(
+            f"{b:5d} {ds['q_data'].values[b]:10.4g} {ds['rho_data'].values[b]:10.4f} "
+            f"{ds['rho_sym'].values[b]:10.4f} {ang:+11.4f} {g:12.4g}"
+        )
     return "\n".join(lines)
 
 
 def register(cli):
     @cli.command("probe")
     @click.option("--model", default=None, help="module:factory (or file.py:factory) returning a probe.Model")
-    @click.option("--block", "block_spec", default=None,
-                  help="a phasefield block and its numbers: NAME[:k=v,...] or a JSON file (as on every command; "
-                       "--preset NAME --set k=v is the same)")
+    @click.option(
+        "--block",
+        "block_spec",
+        default=None,
+        help="a phasefield block and its numbers: NAME[:k=v,...] or a JSON file (as on every command; "
+        "--preset NAME --set k=v is the same)",
+    )
     @click.option("--preset", default=None, help="a phasefield block: paper, pre-ln, post-ln, rms-swiglu, deepscalelm")
     @click.option("--set", "settings", multiple=True, metavar="KEY=VALUE", help="a keyword of the factory (repeat)")
     @click.option("--depth", type=int, default=None, help="blocks (passed to the factory)")
@@ -134,8 +145,22 @@ def register(cli):
     @click.option("--no-gradient", is_flag=True, help="skip the vector-Jacobian products")
     @click.option("--json", "as_json", is_flag=True, help="one JSON object on stdout")
     @click.option("--figure", default=None, help="coordinate-check figure (PNG or PDF)")
-    def probe_cmd(model, block_spec, preset, settings, depth, width, n_tokens, inits, seed, eps, chunk, no_gradient,
-                  as_json, figure):
+    def probe_cmd(
+        model,
+        block_spec,
+        preset,
+        settings,
+        depth,
+        width,
+        n_tokens,
+        inits,
+        seed,
+        eps,
+        chunk,
+        no_gradient,
+        as_json,
+        figure,
+    ):
         """Measure a model's blocks at initialization over independent inits: per-block q,
         rho, angle growth of nearby tokens and gradient growth, the phase and a verdict
         (docs/probe.md)."""
@@ -148,6 +173,7 @@ def register(cli):
             if preset is not None or model is not None:
                 raise UsageError("give one of --block, --preset or --model")
             from ..layers import spec
+
             preset, numbers = check(spec.parse, block_spec)
             both = sorted(set(numbers) & set(kw))
             if both:
@@ -161,6 +187,7 @@ def register(cli):
             output(figure, "--figure", need_bytes=16 << 20)
         m = _model(model, preset, kw)
         from .. import probe as P
+
         try:
             res = P.probe(m, inits=inits, seed=seed, eps=eps, chunk=chunk, gradient=not no_gradient)
         except ValueError:
@@ -170,10 +197,12 @@ def register(cli):
         except Exception as exc:  # noqa: BLE001 - the user's model failed: one line
             if "RESOURCE_EXHAUSTED" in str(exc):
                 raise
-            raise UsageError(f"probing the model failed: {type(exc).__name__}: {' '.join(str(exc).split())[:300]}") \
-                from None
+            raise UsageError(
+                f"probing the model failed: {type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
+            ) from None
         if figure is not None:
             from ..figures.probe import probe_figure
+
             with atomic_path(figure) as tmp:
                 probe_figure(res, tmp)
         if as_json:

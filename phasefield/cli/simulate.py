@@ -3,6 +3,7 @@
 Without ``--block`` the commands simulate the paper block (``--sigma-w`` ... options, its
 ``lambda_a, lambda_g``); with ``--block SPEC`` any block (``phasefield.simulate.blocks``:
 the quantities of its theory under the same names)."""
+
 from __future__ import annotations
 
 import os
@@ -10,9 +11,20 @@ import os
 import click
 import numpy as np
 
-from .common import (UsageError, atomic_path, check, echo_json, grid_options, grid_values, option,
-                     output, parse_range, point_hparams, point_options)
 from .blockopt import parse_axes
+from .common import (
+    UsageError,
+    atomic_path,
+    check,
+    echo_json,
+    grid_options,
+    grid_values,
+    option,
+    output,
+    parse_range,
+    point_hparams,
+    point_options,
+)
 
 DTYPES = ("float32", "float64")
 WIDTH_MAX = {"dense": 8192, "lazy": 65536}  # lazy keeps n x d slabs, not d x d matrices
@@ -22,23 +34,45 @@ MLP_HIDDEN_MAX = 65_536
 
 def _sim_options(f):
     opts = [
-        click.option("--width", type=int, default=512, show_default=True, help=f"embedding width d [2, {WIDTH_MAX['dense']}] dense, [2, {WIDTH_MAX['lazy']}] lazy"),
-        click.option("--seeds", "--draws", "seeds", type=int, default=16, show_default=True,
-                     help=f"independent draws [2, {SEEDS_MAX:,}]"),
+        click.option(
+            "--width",
+            type=int,
+            default=512,
+            show_default=True,
+            help=f"embedding width d [2, {WIDTH_MAX['dense']}] dense, [2, {WIDTH_MAX['lazy']}] lazy",
+        ),
+        click.option(
+            "--seeds",
+            "--draws",
+            "seeds",
+            type=int,
+            default=16,
+            show_default=True,
+            help=f"independent draws [2, {SEEDS_MAX:,}]",
+        ),
         click.option("--seed", type=int, default=0, show_default=True, help="base random seed"),
         click.option("--causal", is_flag=True, help="causal attention mask"),
-        click.option("--eps", type=float, default=None,
-                     help="1 - rho of the nearby tokens of lambda_a (and angle_rate) "
-                          "[1e-3; 1e-4 with --block]"),
+        click.option(
+            "--eps",
+            type=float,
+            default=None,
+            help="1 - rho of the nearby tokens of lambda_a (and angle_rate) [1e-3; 1e-4 with --block]",
+        ),
         click.option("--mlp-hidden", type=int, default=None, help="MLP hidden width (default d)"),
         click.option("--dtype", type=click.Choice(DTYPES), default="float32", show_default=True),
         click.option("--activation", default="tanh", show_default=True),
         click.option("--mlp-layers", type=int, default=1, show_default=True, help="[1, 16]"),
-        click.option("--residual", type=click.Choice(["unit-norm", "identity"]), default="unit-norm",
-                     show_default=True),
-        click.option("--weights", type=click.Choice(["lazy", "dense"]), default="lazy",
-                     show_default=True, help="lazily sampled linear maps (exact in distribution, "
-                     "O(n^2 d) per block) or every d x d matrix drawn (the reference)"),
+        click.option(
+            "--residual", type=click.Choice(["unit-norm", "identity"]), default="unit-norm", show_default=True
+        ),
+        click.option(
+            "--weights",
+            type=click.Choice(["lazy", "dense"]),
+            default="lazy",
+            show_default=True,
+            help="lazily sampled linear maps (exact in distribution, "
+            "O(n^2 d) per block) or every d x d matrix drawn (the reference)",
+        ),
     ]
     for o in reversed(opts):
         f = o(f)
@@ -54,8 +88,7 @@ def _check_sim(width, seeds, eps, mlp_hidden, residual, seed=0, mlp_layers=1, we
     option("--seed", seed, 0, 2**31 - 1, integer=True)
     option("--mlp-layers", mlp_layers, 1, 16, integer=True)
     if residual != "unit-norm":
-        raise UsageError("the exponents need the collapsed fixed point, which exists only for "
-                         "--residual unit-norm")
+        raise UsageError("the exponents need the collapsed fixed point, which exists only for --residual unit-norm")
 
 
 def _check_memory(width, n_tokens, depth, mlp_hidden, dtype, points, weights):
@@ -63,26 +96,44 @@ def _check_memory(width, n_tokens, depth, mlp_hidden, dtype, points, weights):
     from .. import grid
 
     itemsize = 8 if dtype == "float64" else 4
-    check(grid.check_memory, grid.simulation_bytes(width, n_tokens, depth, mlp_hidden, itemsize, points, weights),
-          f"a simulation with --width {width}, --n-tokens {n_tokens}, --depth {depth}"
-          + (f" ({points} points at once)" if points > 1 else ""),
-          "use a smaller --width, --n-tokens, --depth" + (" or --chunk" if points > 1 else ""))
+    check(
+        grid.check_memory,
+        grid.simulation_bytes(width, n_tokens, depth, mlp_hidden, itemsize, points, weights),
+        f"a simulation with --width {width}, --n-tokens {n_tokens}, --depth {depth}"
+        + (f" ({points} points at once)" if points > 1 else ""),
+        "use a smaller --width, --n-tokens, --depth" + (" or --chunk" if points > 1 else ""),
+    )
 
 
 # ---------------------------------------------------------------- any block (--block)
-BLOCK_HELP = ("simulate any block: a preset (paper, pre-ln, post-ln, rms-swiglu, deepscalelm), "
-              "NAME:key=value,... (e.g. pre-ln:sigma=0.55,alpha=0.2,heads=12) or a JSON file "
-              "{\"block\": NAME, ...}; its theory's quantities under the same names")
-PAPER_ONLY = ("sigma_w", "sigma_a", "alpha", "alpha_a", "alpha_m", "sigma_v", "causal", "mlp_hidden",
-              "activation", "mlp_layers", "residual")
+BLOCK_HELP = (
+    "simulate any block: a preset (paper, pre-ln, post-ln, rms-swiglu, deepscalelm), "
+    "NAME:key=value,... (e.g. pre-ln:sigma=0.55,alpha=0.2,heads=12) or a JSON file "
+    '{"block": NAME, ...}; its theory\'s quantities under the same names'
+)
+PAPER_ONLY = (
+    "sigma_w",
+    "sigma_a",
+    "alpha",
+    "alpha_a",
+    "alpha_m",
+    "sigma_v",
+    "causal",
+    "mlp_hidden",
+    "activation",
+    "mlp_layers",
+    "residual",
+)
 
 
 def _block_options(f):
-    for o in reversed([
-        click.option("--block", "spec_text", default=None, help=BLOCK_HELP),
-        click.option("--q0", type=float, default=None, help="with --block: input squared norm per component [1]"),
-        click.option("--rho0", type=float, default=None, help="with --block: input token cosine [0.5]"),
-    ]):
+    for o in reversed(
+        [
+            click.option("--block", "spec_text", default=None, help=BLOCK_HELP),
+            click.option("--q0", type=float, default=None, help="with --block: input squared norm per component [1]"),
+            click.option("--rho0", type=float, default=None, help="with --block: input token cosine [0.5]"),
+        ]
+    ):
         f = o(f)
     return f
 
@@ -99,8 +150,7 @@ def _flag(name):
     return "--" + name.replace("_", "-")
 
 
-def _block_setup(spec_text, q0, rho0, n_tokens, depth, width, seeds, seed, eps, weights, dtype,
-                 depth_axis=False):
+def _block_setup(spec_text, q0, rho0, n_tokens, depth, width, seeds, seed, eps, weights, dtype, depth_axis=False):
     """Checked (name, keywords, n, depth, q0, rho0, eps) of a --block command; one-line
     UsageError for paper-only options and values out of range."""
     from ..layers import spec
@@ -108,8 +158,10 @@ def _block_setup(spec_text, q0, rho0, n_tokens, depth, width, seeds, seed, eps, 
 
     extra = _given(PAPER_ONLY)
     if extra:
-        raise UsageError(f"{', '.join(_flag(n) for n in extra)}: options of the paper block; with --block "
-                         "give a block's numbers in its spec (e.g. --block paper:sigma_w=2)")
+        raise UsageError(
+            f"{', '.join(_flag(n) for n in extra)}: options of the paper block; with --block "
+            "give a block's numbers in its spec (e.g. --block paper:sigma_w=2)"
+        )
     name, kw = check(spec.parse, spec_text)
     option("--width", width, 2, WIDTH_MAX[weights], integer=True, hint=f" with --weights {weights}")
     option("--seeds", seeds, 2, SEEDS_MAX, integer=True, hint=" (>= 2 to give a standard error)")
@@ -119,8 +171,10 @@ def _block_setup(spec_text, q0, rho0, n_tokens, depth, width, seeds, seed, eps, 
     n = parse_range(n_tokens, "n_tokens") if isinstance(n_tokens, str) else np.asarray([n_tokens])
     L = parse_range(depth, "depth") if isinstance(depth, str) else np.asarray([depth])
     if n.size != 1 or (L.size != 1 and not depth_axis):
-        raise UsageError("with --block, --n-tokens and --depth take one value each"
-                         + (" (sweep the depth with --axis depth=...)" if depth_axis else ""))
+        raise UsageError(
+            "with --block, --n-tokens and --depth take one value each"
+            + (" (sweep the depth with --axis depth=...)" if depth_axis else "")
+        )
     n, L = float(n[0]), float(L[0])
     option("--n-tokens", n, 2, 4096, integer=True)
     option("--depth", L, 1, 10_000, integer=True)
@@ -132,19 +186,45 @@ def _block_setup(spec_text, q0, rho0, n_tokens, depth, width, seeds, seed, eps, 
     return name, kw, int(n), int(L), float(q0), float(rho0), float(eps)
 
 
-def _block_exponents(spec_text, q0, rho0, n_tokens, depth, width, seeds, seed, eps, weights, dtype,
-                     as_json, with_theory):
+def _block_exponents(
+    spec_text, q0, rho0, n_tokens, depth, width, seeds, seed, eps, weights, dtype, as_json, with_theory
+):
     import jax.numpy as jnp
 
     from ..simulate import blocks
 
-    name, kw, n, L, q0, rho0, eps = _block_setup(spec_text, q0, rho0, n_tokens, depth, width, seeds, seed,
-                                                 eps, weights, dtype)
+    name, kw, n, L, q0, rho0, eps = _block_setup(
+        spec_text, q0, rho0, n_tokens, depth, width, seeds, seed, eps, weights, dtype
+    )
     th = blocks.theory((name, kw), n_tokens=n, depth=L, q0=q0, rho0=rho0)
-    res = blocks.exponents((name, kw), width=width, draws=seeds, n_tokens=n, depth=L, q0=q0, rho0=rho0,
-                           eps=eps, weights=weights, dtype=jnp.dtype(dtype), seed=seed, q_star=th["q_star"])
-    out = dict(block=name, spec=kw, width=width, draws=seeds, seed=seed, n_tokens=n, depth=L, q0=q0, rho0=rho0,
-               eps=eps, weights=weights, dtype=dtype)
+    res = blocks.exponents(
+        (name, kw),
+        width=width,
+        draws=seeds,
+        n_tokens=n,
+        depth=L,
+        q0=q0,
+        rho0=rho0,
+        eps=eps,
+        weights=weights,
+        dtype=jnp.dtype(dtype),
+        seed=seed,
+        q_star=th["q_star"],
+    )
+    out = dict(
+        block=name,
+        spec=kw,
+        width=width,
+        draws=seeds,
+        seed=seed,
+        n_tokens=n,
+        depth=L,
+        q0=q0,
+        rho0=rho0,
+        eps=eps,
+        weights=weights,
+        dtype=dtype,
+    )
     out.update({k: res[k] for k in blocks.QUANTITIES + tuple(k + "_se" for k in blocks.QUANTITIES)})
     out["q_star"] = res["q_star"]
     for k in ("q", "q_se", "rho", "rho_se"):
@@ -155,8 +235,10 @@ def _block_exponents(spec_text, q0, rho0, n_tokens, depth, width, seeds, seed, e
     if as_json:
         echo_json(out)
         return
-    click.echo(f"block = {name} {', '.join(f'{k}={v}' for k, v in kw.items())}   (width {width}, "
-               f"{seeds} draws, {weights} weights, n = {n}, L = {L}, q0 = {q0:g}, rho0 = {rho0:g})")
+    click.echo(
+        f"block = {name} {', '.join(f'{k}={v}' for k, v in kw.items())}   (width {width}, "
+        f"{seeds} draws, {weights} weights, n = {n}, L = {L}, q0 = {q0:g}, rho0 = {rho0:g})"
+    )
     for k in blocks.QUANTITIES:
         line = f"{k:<17} = {res[k]:+.4f} +- {res[k + '_se']:.4f}"
         if k == "lambda_a" and not np.isfinite(res[k]):
@@ -180,8 +262,9 @@ def _block_sweep(spec_text, axes, q0, rho0, n_tokens, depth, width, seeds, seed,
 
     if not axes:
         raise UsageError("--block needs at least one --axis NAME=start:stop:count")
-    name, kw, n, L, q0, rho0, eps = _block_setup(spec_text, q0, rho0, n_tokens, depth, width, seeds, seed,
-                                                 eps, weights, dtype)
+    name, kw, n, L, q0, rho0, eps = _block_setup(
+        spec_text, q0, rho0, n_tokens, depth, width, seeds, seed, eps, weights, dtype
+    )
     parsed = parse_axes(axes)
     if set(kw) & set(parsed):
         raise UsageError(f"{', '.join(sorted(set(kw) & set(parsed)))}: both in --block and an --axis")
@@ -193,8 +276,24 @@ def _block_sweep(spec_text, axes, q0, rho0, n_tokens, depth, width, seeds, seed,
         _check_memory(width, n, int(max(parsed["depth"])), 4 * int(width), dtype, 1, weights)
     output(out, need_bytes=2 * 8 * 16 * total)
     parts = os.fspath(out) + ".parts"
-    ds = check(blocks.sweep, name, parsed, kw, n_tokens=n, depth=L, q0=q0, rho0=rho0, width=width, draws=seeds,
-               eps=eps, weights=weights, dtype=jnp.dtype(dtype), seed=seed, parts_dir=parts, progress=True)
+    ds = check(
+        blocks.sweep,
+        name,
+        parsed,
+        kw,
+        n_tokens=n,
+        depth=L,
+        q0=q0,
+        rho0=rho0,
+        width=width,
+        draws=seeds,
+        eps=eps,
+        weights=weights,
+        dtype=jnp.dtype(dtype),
+        seed=seed,
+        parts_dir=parts,
+        progress=True,
+    )
     from .. import io
 
     io.write_netcdf(ds, out)
@@ -202,7 +301,6 @@ def _block_sweep(spec_text, axes, q0, rho0, n_tokens, depth, width, seeds, seed,
 
     shutil.rmtree(parts, ignore_errors=True)
     click.echo(f"wrote {out} ({' x '.join(f'{k}={ds.sizes[k]}' for k in ds.dims)} points)")
-
 
 
 def register(cli):
@@ -214,33 +312,76 @@ def register(cli):
     @point_options()
     @_sim_options
     @_block_options
-    @click.option("--theory", "with_theory", is_flag=True,
-                  help="with --block: also the theory's values and z = (sim - theory)/se")
+    @click.option(
+        "--theory", "with_theory", is_flag=True, help="with --block: also the theory's values and z = (sim - theory)/se"
+    )
     @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
-    def exponents(sigma_w, sigma_a, alpha, alpha_a, alpha_m, sigma_v, n_tokens, depth, width, seeds,
-                  seed, causal, eps, mlp_hidden, dtype, activation, mlp_layers, residual, weights,
-                  spec_text, q0, rho0, with_theory, as_json):
+    def exponents(
+        sigma_w,
+        sigma_a,
+        alpha,
+        alpha_a,
+        alpha_m,
+        sigma_v,
+        n_tokens,
+        depth,
+        width,
+        seeds,
+        seed,
+        causal,
+        eps,
+        mlp_hidden,
+        dtype,
+        activation,
+        mlp_layers,
+        residual,
+        weights,
+        spec_text,
+        q0,
+        rho0,
+        with_theory,
+        as_json,
+    ):
         """Numerical lambda_a and lambda_g(depth) of the paper block with standard errors at
         one point; with --block, any block's angle_rate, lambda_g_input, lambda_g_collapse,
         lambda_a, rho_L, q_L (the names of its theory) with standard errors."""
         if spec_text is not None:
-            return _block_exponents(spec_text, q0, rho0, n_tokens, depth, width, seeds, seed, eps, weights,
-                                    dtype, as_json, with_theory)
+            return _block_exponents(
+                spec_text, q0, rho0, n_tokens, depth, width, seeds, seed, eps, weights, dtype, as_json, with_theory
+            )
         _no_block_options(q0=q0, rho0=rho0, theory=with_theory)
         eps = 1e-3 if eps is None else eps
         _check_sim(width, seeds, eps, mlp_hidden, residual, seed, mlp_layers, weights)
-        hp = point_hparams(sigma_w, sigma_a, alpha, alpha_a, alpha_m, sigma_v, n_tokens, depth,
-                           activation=activation, mlp_layers=int(mlp_layers), residual=residual)
+        hp = point_hparams(
+            sigma_w,
+            sigma_a,
+            alpha,
+            alpha_a,
+            alpha_m,
+            sigma_v,
+            n_tokens,
+            depth,
+            activation=activation,
+            mlp_layers=int(mlp_layers),
+            residual=residual,
+        )
         _check_memory(width, n_tokens, depth, mlp_hidden, dtype, 1, weights)
         import jax.numpy as jnp
 
         from ..simulate import measure
 
-        res = measure.exponents(hp, width=width, seeds=seeds, eps=eps, causal=causal,
-                                mlp_hidden=mlp_hidden, dtype=jnp.dtype(dtype), seed=seed,
-                                weights=weights)
-        res.update(width=width, seeds=seeds, depth=depth, n_tokens=n_tokens, causal=causal,
-                   weights=weights)
+        res = measure.exponents(
+            hp,
+            width=width,
+            seeds=seeds,
+            eps=eps,
+            causal=causal,
+            mlp_hidden=mlp_hidden,
+            dtype=jnp.dtype(dtype),
+            seed=seed,
+            weights=weights,
+        )
+        res.update(width=width, seeds=seeds, depth=depth, n_tokens=n_tokens, causal=causal, weights=weights)
         if as_json:
             echo_json(res)
         else:
@@ -251,15 +392,44 @@ def register(cli):
     @simulate.command("sweep")
     @grid_options
     @_sim_options
-    @click.option("--chunk", type=int, default=16, show_default=True,
-                  help="points vmapped together (sharing their random draws)")
+    @click.option(
+        "--chunk", type=int, default=16, show_default=True, help="points vmapped together (sharing their random draws)"
+    )
     @_block_options
-    @click.option("--axis", "axes", multiple=True,
-                  help="with --block: NAME=start:stop:count or NAME=a,b,c (a number of the block or depth)")
+    @click.option(
+        "--axis",
+        "axes",
+        multiple=True,
+        help="with --block: NAME=start:stop:count or NAME=a,b,c (a number of the block or depth)",
+    )
     @click.option("--out", "-o", required=True, help="output netCDF file")
-    def sweep_cmd(sigma_w, sigma_a, alpha_a, alpha_m, alpha, sigma_v, n_tokens, depth, width, seeds,
-                  seed, causal, eps, mlp_hidden, dtype, activation, mlp_layers, residual, weights,
-                  chunk, spec_text, q0, rho0, axes, out):
+    def sweep_cmd(
+        sigma_w,
+        sigma_a,
+        alpha_a,
+        alpha_m,
+        alpha,
+        sigma_v,
+        n_tokens,
+        depth,
+        width,
+        seeds,
+        seed,
+        causal,
+        eps,
+        mlp_hidden,
+        dtype,
+        activation,
+        mlp_layers,
+        residual,
+        weights,
+        chunk,
+        spec_text,
+        q0,
+        rho0,
+        axes,
+        out,
+    ):
         """Simulated exponents on a grid, in the theory sweep's format plus *_se variables;
         with --block and --axis, any block's quantities in the block sweep's format (the same
         variable names) plus *_se.
@@ -268,8 +438,9 @@ def register(cli):
         if spec_text is not None:
             if _given(("chunk",)):
                 raise UsageError("--chunk: the paper block's sweep only (a block sweep runs point by point)")
-            return _block_sweep(spec_text, axes, q0, rho0, n_tokens, depth, width, seeds, seed, eps, weights,
-                                dtype, out)
+            return _block_sweep(
+                spec_text, axes, q0, rho0, n_tokens, depth, width, seeds, seed, eps, weights, dtype, out
+            )
         _no_block_options(q0=q0, rho0=rho0, axis=axes or None)
         eps = 1e-3 if eps is None else eps
         _check_sim(width, seeds, eps, mlp_hidden, residual, seed, mlp_layers, weights)
@@ -278,8 +449,9 @@ def register(cli):
         option("--chunk", chunk, 1, 4096, integer=True)
         vals = grid_values(sigma_w, sigma_a, alpha, alpha_a, alpha_m, sigma_v, n_tokens, depth)
         total = check(grid.check_grid, [v.size for v in vals.values()], 8 * 8, "simulated grid")
-        _check_memory(width, int(vals["n_tokens"].max()), int(vals["depth"].max()), mlp_hidden, dtype,
-                      min(chunk, total), weights)
+        _check_memory(
+            width, int(vals["n_tokens"].max()), int(vals["depth"].max()), mlp_hidden, dtype, min(chunk, total), weights
+        )
         output(out, need_bytes=2 * 8 * 8 * total)
         from ..config import HParams
 
@@ -298,9 +470,21 @@ def register(cli):
         from ..simulate import sweep as simsweep
 
         parts = os.fspath(out) + ".parts"
-        ds = simsweep.sweep(width=width, seeds=seeds, eps=eps, causal=causal, mlp_hidden=mlp_hidden,
-                            dtype=jnp.dtype(dtype), seed=seed, base=base, chunk=chunk,
-                            parts_dir=parts, progress=True, weights=weights, **axes)
+        ds = simsweep.sweep(
+            width=width,
+            seeds=seeds,
+            eps=eps,
+            causal=causal,
+            mlp_hidden=mlp_hidden,
+            dtype=jnp.dtype(dtype),
+            seed=seed,
+            base=base,
+            chunk=chunk,
+            parts_dir=parts,
+            progress=True,
+            weights=weights,
+            **axes,
+        )
         with atomic_path(out) as tmp:
             ds.to_netcdf(tmp, engine="h5netcdf")
         import shutil

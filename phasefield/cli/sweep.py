@@ -6,6 +6,7 @@ The paper block (no ``--block``, or ``--block paper[:...]``) takes its numbers a
 takes ``--axis NAME=...`` over the numbers of its preset (``phasefield.layers.spec.NUMBERS``).
 ``--depth`` and ``--n-tokens`` are a number or a range (an axis) for every block.
 """
+
 from __future__ import annotations
 
 import os
@@ -13,14 +14,16 @@ import os
 import click
 import numpy as np
 
-from .common import UsageError, check, check_hparams_values, option, output, parse_range
 from .blockopt import parse_axes
+from .common import UsageError, check, check_hparams_values, option, output, parse_range
 
-BLOCK_HELP = ("a preset (paper, pre-ln, post-ln, rms-swiglu, deepscalelm), NAME:key=value,... "
-              "(e.g. pre-ln:sigma=0.55,alpha=0.2,heads=12) or a JSON file {\"block\": NAME, ...}; default paper")
+BLOCK_HELP = (
+    "a preset (paper, pre-ln, post-ln, rms-swiglu, deepscalelm), NAME:key=value,... "
+    '(e.g. pre-ln:sigma=0.55,alpha=0.2,heads=12) or a JSON file {"block": NAME, ...}; default paper'
+)
 PAPER_FLAGS = ("sigma_w", "sigma_a", "alpha", "alpha_a", "alpha_m", "sigma_v")
 PAPER_STATIC = ("activation", "mlp_layers", "residual", "attention", "softmax_correction")
-GENERIC_POINTS_MAX = 1 << 20    # the layers evaluator: ~ms a point
+GENERIC_POINTS_MAX = 1 << 20  # the layers evaluator: ~ms a point
 
 
 def _flag(k):
@@ -30,9 +33,13 @@ def _flag(k):
 def _options(f):
     opts = [
         click.option("--block", "spec_text", default=None, help=BLOCK_HELP),
-        click.option("--axis", "axes", multiple=True,
-                     help="NAME=start:stop:count or NAME=a,b,c: a number of the block (or depth, n_tokens) "
-                          "as an axis; repeat for more"),
+        click.option(
+            "--axis",
+            "axes",
+            multiple=True,
+            help="NAME=start:stop:count or NAME=a,b,c: a number of the block (or depth, n_tokens) "
+            "as an axis; repeat for more",
+        ),
         click.option("--sigma-w", default=None, help="paper block: start:stop:count, a,b,c or x [1.0]"),
         click.option("--sigma-a", default=None, help="paper block [1.0]"),
         click.option("--alpha", default=None, help="paper block: sets alpha_a = alpha_m (one axis)"),
@@ -45,13 +52,20 @@ def _options(f):
         click.option("--mlp-layers", type=int, default=None, help="paper block: [1, 16] [1]"),
         click.option("--residual", default=None, help="paper block: unit-norm or identity [unit-norm]"),
         click.option("--attention", default=None, help="paper block: paper or exact [paper]"),
-        click.option("--softmax-correction", is_flag=True, default=None,
-                     help="paper block: the softmax-derivative path in the backward map (λ_g^∞)"),
+        click.option(
+            "--softmax-correction",
+            is_flag=True,
+            default=None,
+            help="paper block: the softmax-derivative path in the backward map (λ_g^∞)",
+        ),
         click.option("--q0", type=float, default=None, help="other blocks: input squared norm per component [1]"),
         click.option("--rho0", type=float, default=None, help="other blocks: input token cosine [0.5]"),
-        click.option("--chunk", type=int, default=None,
-                     help="points per compiled chunk [paper: 65536; other blocks: 1024, 64 integrating "
-                          "the exact map per point]"),
+        click.option(
+            "--chunk",
+            type=int,
+            default=None,
+            help="points per compiled chunk [paper: 65536; other blocks: 1024, 64 integrating the exact map per point]",
+        ),
         click.option("--out", "-o", required=True, help="output netCDF file (.nc)"),
         click.option("--progress/--quiet", default=True, show_default=True, help="progress bar"),
         click.option("--figure", default=None, help="other blocks: PNG of the phase diagram (two axes)"),
@@ -60,7 +74,6 @@ def _options(f):
     for o in reversed(opts):
         f = o(f)
     return f
-
 
 
 def _put(values, where, key, arr, src):
@@ -90,20 +103,20 @@ def sweep_command(spec_text, axes, n_tokens, depth, q0, rho0, chunk, out, progre
         return _paper(kw, parsed, chunk, out, progress, q0, rho0, figure, sim, **paper)
     given = [_flag(k) for k, v in paper.items() if v is not None]
     if given:
-        raise UsageError(f"{', '.join(given)}: options of the paper block; block {name} takes "
-                         f"--axis NAME=... over its numbers")
+        raise UsageError(
+            f"{', '.join(given)}: options of the paper block; block {name} takes --axis NAME=... over its numbers"
+        )
     return _generic(name, kw, parsed, chunk, out, progress, q0, rho0, figure, sim)
 
 
 def _spec(text):
     from ..layers import spec
+
     return check(spec.parse, text)
 
 
 def _generic(name, kw, parsed, chunk, out, progress, q0, rho0, figure, sim):
-    import json
-
-    from .. import grid
+    from .. import grid, io
     from ..layers import sweep as layers_sweep
 
     check_hparams_values({k: parsed[k] for k in ("n_tokens", "depth") if k in parsed})
@@ -132,12 +145,13 @@ def _generic(name, kw, parsed, chunk, out, progress, q0, rho0, figure, sim):
             raise UsageError(f"--sim {sim}: no such file")
         try:
             with open(sim) as f:
-                rows = [json.loads(line) for line in f if line.strip()]
+                rows = [io.loads_json(line, f"line {i + 1}") for i, line in enumerate(f) if line.strip()]
         except (OSError, ValueError) as exc:
             raise UsageError(f"--sim {sim}: {exc}") from None
     ds = _run(out, block=(name, kw), axes=parsed, q0=q0, rho0=rho0, chunk_size=chunk, progress=progress, **scalars)
     if ds is not None and figure is not None:
         from ..figures.blocks import phase_diagram
+
         base = os.path.splitext(os.path.basename(figure))[0]
         phase_diagram(ds, os.path.dirname(os.path.abspath(figure)), base, sim=rows)
         click.echo(f"wrote {figure}")
@@ -150,8 +164,10 @@ def _paper(kw, parsed, chunk, out, progress, q0, rho0, figure, sim, **flags):
 
     for opt, v in (("--q0", q0), ("--rho0", rho0), ("--figure", figure), ("--sim", sim)):
         if v is not None:
-            raise UsageError(f"{opt} is an option of the other blocks (the paper block's sweep starts from its "
-                             f"collapsed fixed point; its figures: phasefield figures)")
+            raise UsageError(
+                f"{opt} is an option of the other blocks (the paper block's sweep starts from its "
+                f"collapsed fixed point; its figures: phasefield figures)"
+            )
     values, where = {}, {}
     for k, v in kw.items():
         if k in PAPER_NUMBERS:
@@ -161,8 +177,9 @@ def _paper(kw, parsed, chunk, out, progress, q0, rho0, figure, sim, **flags):
             _put(values, where, k, parse_range(flags[k], k), _flag(k))
     for k, v in parsed.items():
         if k not in PAPER_NUMBERS and k not in ("n_tokens", "depth"):
-            raise UsageError(f"block paper has no number {k!r} to sweep; it has "
-                             f"{', '.join(PAPER_NUMBERS + ('n_tokens', 'depth'))}")
+            raise UsageError(
+                f"block paper has no number {k!r} to sweep; it has {', '.join(PAPER_NUMBERS + ('n_tokens', 'depth'))}"
+            )
         _put(values, where, k, v, "--axis" if k not in ("n_tokens", "depth") else "--axis or " + _flag(k))
     static = {k: kw[k] for k in PAPER_STATIC if k in kw}
     for k in PAPER_STATIC:
@@ -170,15 +187,30 @@ def _paper(kw, parsed, chunk, out, progress, q0, rho0, figure, sim, **flags):
             if k in static:
                 raise UsageError(f"{k} is given twice (--block and {_flag(k)})")
             static[k] = flags[k]
-    static = dict(dict(activation="tanh", mlp_layers=1, residual="unit-norm", attention="paper",
-                       softmax_correction=False), **static)
+    static = dict(
+        dict(activation="tanh", mlp_layers=1, residual="unit-norm", attention="paper", softmax_correction=False),
+        **static,
+    )
     try:
-        weights = grid.branch_weights(values.pop("alpha", None), values.pop("alpha_a", None),
-                                      values.pop("alpha_m", None), default=np.array([grid.DEFAULT_BRANCH_WEIGHT]))
+        weights = grid.branch_weights(
+            values.pop("alpha", None),
+            values.pop("alpha_a", None),
+            values.pop("alpha_m", None),
+            default=np.array([grid.DEFAULT_BRANCH_WEIGHT]),
+        )
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    vals = dict(dict(sigma_w=np.array([1.0]), sigma_a=np.array([1.0]), sigma_v=np.array([1.0]),
-                     n_tokens=np.array([32.0]), depth=np.array([16.0])), **values, **weights)
+    vals = dict(
+        dict(
+            sigma_w=np.array([1.0]),
+            sigma_a=np.array([1.0]),
+            sigma_v=np.array([1.0]),
+            n_tokens=np.array([32.0]),
+            depth=np.array([16.0]),
+        ),
+        **values,
+        **weights,
+    )
     check_hparams_values(vals)
     option("--mlp-layers", static["mlp_layers"], 1, 16, integer=True)
     try:
@@ -188,8 +220,12 @@ def _paper(kw, parsed, chunk, out, progress, q0, rho0, figure, sim, **flags):
     total = check(grid.check_grid, [v.size for v in vals.values()], 8 * 8, "grid")
     if static["attention"] == "exact":  # the exact-softmax map integrates a logit grid per point
         per_chunk = min(total, chunk or 64)
-        check(grid.check_memory, per_chunk * (25 << 20), f"a chunk of {per_chunk} points with --attention exact",
-              "use a smaller --chunk")
+        check(
+            grid.check_memory,
+            per_chunk * (25 << 20),
+            f"a chunk of {per_chunk} points with --attention exact",
+            "use a smaller --chunk",
+        )
     # the file and, while it runs, the chunks: about 2 x 8 float64 per point
     output(out, need_bytes=2 * (len(VARIABLES) + 1) * 8 * total)
     # multi-valued axes are dimensions, single values scalar coordinates
@@ -216,6 +252,8 @@ def _run(out, **kw):
         click.echo(f"process {jax.process_index()}: chunks done; process 0 writes {out}")
         return None
     n = int(ds[next(iter(ds.data_vars))].size)
-    click.echo(f"wrote {out}: {' x '.join(f'{k}={ds.sizes[k]}' for k in ds.dims) or 'one point'} "
-               f"({n} points, {dt:.1f} s, {n / dt:,.0f} points/s)")
+    click.echo(
+        f"wrote {out}: {' x '.join(f'{k}={ds.sizes[k]}' for k in ds.dims) or 'one point'} "
+        f"({n} points, {dt:.1f} s, {n / dt:,.0f} points/s)"
+    )
     return ds

@@ -1,5 +1,6 @@
 """``phasefield exponents``, ``phasefield trajectory`` and ``phasefield sweep`` (the theory; the sweep
 command itself is :mod:`phasefield.cli.sweep`)."""
+
 from __future__ import annotations
 
 import click
@@ -23,8 +24,9 @@ def _static_options():
         click.option("--mlp-layers", type=int, default=1, show_default=True, help="[1, 16]"),
         click.option("--residual", default="unit-norm", show_default=True, help="unit-norm or identity"),
         click.option("--attention", default="paper", show_default=True, help="paper or exact"),
-        click.option("--softmax-correction", is_flag=True,
-                     help="add the softmax-derivative path to the backward map (λ_g^∞)"),
+        click.option(
+            "--softmax-correction", is_flag=True, help="add the softmax-derivative path to the backward map (λ_g^∞)"
+        ),
     ]
 
 
@@ -57,8 +59,19 @@ def exponents_result(hp, kw=None) -> dict:
 
     kern = mlp.kernel(hp)
     out = paper.exponents(hp, kern)
-    res = {k: float(out[k]) for k in ("lambda_a", "lambda_g", "lambda_g_inf", "q_star", "q_z_star",
-                                       "rho_star", "rho_star_min", "rho_star_max")}
+    res = {
+        k: float(out[k])
+        for k in (
+            "lambda_a",
+            "lambda_g",
+            "lambda_g_inf",
+            "q_star",
+            "q_z_star",
+            "rho_star",
+            "rho_star_min",
+            "rho_star_max",
+        )
+    }
     stable = np.asarray(paper.attractors(hp, kern), float)
     res["attractors"] = sorted(float(r) for r in stable[np.isfinite(stable)])
     res["n_stable"] = int(out["n_stable"])
@@ -67,8 +80,12 @@ def exponents_result(hp, kw=None) -> dict:
     growth = float(paper.angle_growth(hp, kern))
     res["angle_growth"] = growth
     kw = kw or {}
-    res.update({k: kw[k] for k in ("sigma_w", "sigma_a", "n_tokens", "depth") if k in kw},
-               alpha_a=float(hp.alpha_a), alpha_m=float(hp.alpha_m), residual=hp.residual)
+    res.update(
+        {k: kw[k] for k in ("sigma_w", "sigma_a", "n_tokens", "depth") if k in kw},
+        alpha_a=float(hp.alpha_a),
+        alpha_m=float(hp.alpha_m),
+        residual=hp.residual,
+    )
     la = res["lambda_a"]
     if la == 0 and (float(hp.alpha_a) > 0 or float(hp.alpha_m) > 0):
         angle = _sign_word(growth, "chaotic", "ordered")
@@ -118,16 +135,31 @@ def block_exponents_result(name, fixed, n_tokens, depth, q0=1.0, rho0=0.5) -> di
     from .blockopt import pick
 
     r = layers.rates(spec.build(name, fixed), q0=q0, rho0=rho0, n_tokens=n_tokens, depth=depth)
-    res = dict(block=name, **fixed, n_tokens=n_tokens, depth=depth, q0=q0, rho0=rho0,
-               lambda_g_input=float(pick(r, "lambda_g_input", "lambda_g")),
-               lambda_g_collapse=float(pick(r, "lambda_g_collapse", "lambda_g_collapsed")),
-               **{k: float(r[k]) for k in ("angle_rate", "lambda_a", "lambda_g_inf", "q_star", "rho_star",
-                                           "rho_star_min", "rho_star_max")}, n_stable=int(r["n_stable"]),
-               rho_L=float(r["rho"][-1]), q_L=float(r["q"][-1]),
-               q=[float(v) for v in np.asarray(r["q"])], rho=[float(v) for v in np.asarray(r["rho"])])
+    res = dict(
+        block=name,
+        **fixed,
+        n_tokens=n_tokens,
+        depth=depth,
+        q0=q0,
+        rho0=rho0,
+        lambda_g_input=float(pick(r, "lambda_g_input", "lambda_g")),
+        lambda_g_collapse=float(pick(r, "lambda_g_collapse", "lambda_g_collapsed")),
+        **{
+            k: float(r[k])
+            for k in ("angle_rate", "lambda_a", "lambda_g_inf", "q_star", "rho_star", "rho_star_min", "rho_star_max")
+        },
+        n_stable=int(r["n_stable"]),
+        rho_L=float(r["rho"][-1]),
+        q_L=float(r["q"][-1]),
+        q=[float(v) for v in np.asarray(r["q"])],
+        rho=[float(v) for v in np.asarray(r["rho"])],
+    )
     fixed_pt = res["has_fixed_point"] = bool(r["has_fixed_point"])
-    res["phase"] = (_sign_word(res["lambda_a"] if fixed_pt else res["angle_rate"], "chaotic", "ordered") + "/"
-                    + _sign_word(res["lambda_g_input"], "exploding", "vanishing"))
+    res["phase"] = (
+        _sign_word(res["lambda_a"] if fixed_pt else res["angle_rate"], "chaotic", "ordered")
+        + "/"
+        + _sign_word(res["lambda_g_input"], "exploding", "vanishing")
+    )
     return res
 
 
@@ -135,29 +167,55 @@ def _print_block(res):
     L, name = res["depth"], res["block"]
     kw = {k: v for k, v in res.items() if k not in _BLOCK_KEYS}
     click.echo(f"block             = {name} {', '.join(f'{k}={v}' for k, v in kw.items())}")
-    click.echo(f"angle_rate        = {res['angle_rate']:+.6f}   ((1/L) log[(1-rho_L)/(1-rho_0)], rho_0 -> 1, "
-               f"L = {L})")
-    click.echo(f"lambda_g_input    = {res['lambda_g_input']:+.6f}   (L = {L}, from q0 = {res['q0']:g}, "
-               f"rho0 = {res['rho0']:g})")
-    click.echo(f"lambda_g_collapse = {res['lambda_g_collapse']:+.6f}   (L = {L}, from collapsed tokens, "
-               f"q0 = {res['q0']:g})")
+    click.echo(f"angle_rate        = {res['angle_rate']:+.6f}   ((1/L) log[(1-rho_L)/(1-rho_0)], rho_0 -> 1, L = {L})")
+    click.echo(
+        f"lambda_g_input    = {res['lambda_g_input']:+.6f}   (L = {L}, from q0 = {res['q0']:g}, rho0 = {res['rho0']:g})"
+    )
+    click.echo(
+        f"lambda_g_collapse = {res['lambda_g_collapse']:+.6f}   (L = {L}, from collapsed tokens, q0 = {res['q0']:g})"
+    )
     click.echo(f"rho_L, q_L        = {res['rho_L']:.6g}, {res['q_L']:.6g}")
     if res["has_fixed_point"]:
-        click.echo(f"lambda_a          = {res['lambda_a']:+.6f}   (exponent at the collapsed fixed point, "
-                   f"q* = {res['q_star']:.6g})")
+        click.echo(
+            f"lambda_a          = {res['lambda_a']:+.6f}   (exponent at the collapsed fixed point, "
+            f"q* = {res['q_star']:.6g})"
+        )
         click.echo(f"lambda_g_inf      = {res['lambda_g_inf']:+.6f}   (at rho_star = {res['rho_star']:.6g})")
         if res["n_stable"] > 1:
-            click.echo(f"attractors        = {res['n_stable']} stable cosines in [{res['rho_star_min']:.6g}, "
-                       f"{res['rho_star_max']:.6g}] (multistable: the start geometry picks one)")
+            click.echo(
+                f"attractors        = {res['n_stable']} stable cosines in [{res['rho_star_min']:.6g}, "
+                f"{res['rho_star_max']:.6g}] (multistable: the start geometry picks one)"
+            )
     else:
-        click.echo("no finite fixed point (the norm grows with depth): the rates above are "
-                   "finite-depth rates, not exponents")
+        click.echo(
+            "no finite fixed point (the norm grows with depth): the rates above are finite-depth rates, not exponents"
+        )
     click.echo(f"phase             = {res['phase']}")
 
 
-_BLOCK_KEYS = {"block", "n_tokens", "depth", "q0", "rho0", "lambda_g_input", "lambda_g_collapse", "angle_rate",
-               "lambda_a", "lambda_g_inf", "q_star", "rho_star", "rho_star_min", "rho_star_max", "n_stable",
-               "rho_L", "q_L", "q", "rho", "has_fixed_point", "phase"}
+_BLOCK_KEYS = {
+    "block",
+    "n_tokens",
+    "depth",
+    "q0",
+    "rho0",
+    "lambda_g_input",
+    "lambda_g_collapse",
+    "angle_rate",
+    "lambda_a",
+    "lambda_g_inf",
+    "q_star",
+    "rho_star",
+    "rho_star_min",
+    "rho_star_max",
+    "n_stable",
+    "rho_L",
+    "q_L",
+    "q",
+    "rho",
+    "has_fixed_point",
+    "phase",
+}
 
 
 def _paper_kw(fixed, kw):
@@ -199,7 +257,7 @@ def run_exponents(block_spec, q0, rho0, as_json, kw):
     kw = _paper_kw(fixed, kw)
     hp = _hp(**kw)
     res = exponents_result(hp, kw)
-    if q0 is not None or rho0 is not None:   # the paper block's finite-depth rates from (q0, rho0)
+    if q0 is not None or rho0 is not None:  # the paper block's finite-depth rates from (q0, rho0)
         q0, rho0 = _geometry(int(hp.n_tokens), q0, rho0)
         fd = block_exponents_result("paper", _hp_fixed(hp), int(hp.n_tokens), int(hp.depth), q0, rho0)
         res.update({k: fd[k] for k in ("q0", "rho0", "lambda_g_input", "angle_rate", "rho_L", "q_L")})
@@ -208,11 +266,15 @@ def run_exponents(block_spec, q0, rho0, as_json, kw):
         return
     angle = res["phase"].split("/")[0]
     click.echo(f"lambda_a          = {res['lambda_a']:+.6f}   ({angle}{_note(res)})")
-    click.echo(f"lambda_g_collapse = {res['lambda_g']:+.6f}   (L = {hp.depth}, from the collapsed point; "
-               "JSON: also 'lambda_g')")
+    click.echo(
+        f"lambda_g_collapse = {res['lambda_g']:+.6f}   (L = {hp.depth}, from the collapsed point; "
+        "JSON: also 'lambda_g')"
+    )
     if "lambda_g_input" in res:
-        click.echo(f"lambda_g_input    = {res['lambda_g_input']:+.6f}   (L = {hp.depth}, from q0 = {res['q0']:g}, "
-                   f"rho0 = {res['rho0']:g})")
+        click.echo(
+            f"lambda_g_input    = {res['lambda_g_input']:+.6f}   (L = {hp.depth}, from q0 = {res['q0']:g}, "
+            f"rho0 = {res['rho0']:g})"
+        )
         click.echo(f"angle_rate        = {res['angle_rate']:+.6f}   (nearby tokens, from q0)")
         click.echo(f"rho_L, q_L        = {res['rho_L']:.6g}, {res['q_L']:.6g}")
     click.echo(f"lambda_g_inf      = {res['lambda_g_inf']:+.6f}   (at rho_star)")
@@ -220,25 +282,43 @@ def run_exponents(block_spec, q0, rho0, as_json, kw):
     click.echo(f"rho_star          = {res['rho_star']:.6g}   (the attractor reached from rho_0 = {res['rho_0']:g})")
     att = ", ".join(f"{r:.6g}" for r in res["attractors"]) or "none found"
     n = res["n_stable"]
-    click.echo(f"attractors        = {att}   ({n} stable fixed point{'' if n == 1 else 's'}"
-               f"{': BISTABLE, rho_star depends on the input geometry' if res['bistable'] else ''})")
+    click.echo(
+        f"attractors        = {att}   ({n} stable fixed point{'' if n == 1 else 's'}"
+        f"{': BISTABLE, rho_star depends on the input geometry' if res['bistable'] else ''})"
+    )
 
 
 def _hp_fixed(hp):
-    return dict(sigma_w=float(hp.sigma_w), sigma_a=float(hp.sigma_a), sigma_v=float(hp.sigma_v),
-                alpha_a=float(hp.alpha_a), alpha_m=float(hp.alpha_m), activation=hp.activation,
-                mlp_layers=int(hp.mlp_layers), residual=hp.residual, attention=hp.attention,
-                softmax_correction=bool(hp.softmax_correction))
+    return dict(
+        sigma_w=float(hp.sigma_w),
+        sigma_a=float(hp.sigma_a),
+        sigma_v=float(hp.sigma_v),
+        alpha_a=float(hp.alpha_a),
+        alpha_m=float(hp.alpha_m),
+        activation=hp.activation,
+        mlp_layers=int(hp.mlp_layers),
+        residual=hp.residual,
+        attention=hp.attention,
+        softmax_correction=bool(hp.softmax_correction),
+    )
 
 
 def exponents_options(f):
     """The options of ``phasefield exponents`` (shared by its alias ``block exponents``)."""
     from .blockopt import block_option
 
-    f = click.option("--json", "as_json", is_flag=True,
-                     help="print one JSON object (RFC 8259: ±inf as the strings \"inf\"/\"-inf\", NaN as null)")(f)
-    f = click.option("--rho0", type=float, default=None,
-                     help="input token cosine of the finite-depth rates [0.5] (the paper block: adds them)")(f)
+    f = click.option(
+        "--json",
+        "as_json",
+        is_flag=True,
+        help='print one JSON object (RFC 8259: ±inf as the strings "inf"/"-inf", NaN as null)',
+    )(f)
+    f = click.option(
+        "--rho0",
+        type=float,
+        default=None,
+        help="input token cosine of the finite-depth rates [0.5] (the paper block: adds them)",
+    )(f)
     f = click.option("--q0", type=float, default=None, help="input squared norm per component [1]")(f)
     f = _point_options(f)
     return block_option()(f)
@@ -296,8 +376,10 @@ def register(cli):
             from .. import layers
             from ..layers import spec
 
-            q, p = (np.asarray(v, float) for v in layers.trajectory(spec.build(name, fixed), q0=q0, rho0=p0 / q0,
-                                                                     n_tokens=n, depth=L))
+            q, p = (
+                np.asarray(v, float)
+                for v in layers.trajectory(spec.build(name, fixed), q0=q0, rho0=p0 / q0, n_tokens=n, depth=L)
+            )
         res = dict(layer=list(range(len(q))), q=q.tolist(), p=p.tolist(), rho=(p / q).tolist())
         if name != "paper":
             res = dict(block=name, **fixed, **res)
@@ -309,10 +391,11 @@ def register(cli):
             click.echo(f"{i:5d} {a:12.6g} {b:12.6g} {b / a:9.5f}")
 
     from .sweep import sweep_command
-    cli.add_command(sweep_command, "sweep")   # every block (phasefield.cli.sweep)
+
+    cli.add_command(sweep_command, "sweep")  # every block (phasefield.cli.sweep)
 
 
 def block_option_lazy():
     from .blockopt import block_option
-    return block_option()
 
+    return block_option()

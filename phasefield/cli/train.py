@@ -3,6 +3,7 @@
 Heavy imports (jax, flax, optax, tensorflow-datasets, scipy, matplotlib) happen inside the
 commands so that ``phasefield --help`` stays fast.
 """
+
 from __future__ import annotations
 
 import math
@@ -14,7 +15,7 @@ import numpy as np
 from ..vit.design import MAX_DEPTH
 from .common import UsageError, atomic_path, check, check_hparams_values, echo_json, option, output, parse_range
 
-LR_MAX = 100.0        # Adam learning rate
+LR_MAX = 100.0  # Adam learning rate
 EPOCHS_MAX = 100_000
 SEEDS_MAX = 10_000
 WIDTH_MAX = 4096
@@ -35,20 +36,29 @@ def _design_configs(design, design_seed, sigma_w, alpha, alpha_a, alpha_m, sigma
     if alpha is not None:
         axes["alpha"] = alpha
     else:
-        axes.update(alpha_a=alpha_a if alpha_a is not None else "0.5", alpha_m=alpha_m if alpha_m is not None else "0.5")
+        axes.update(
+            alpha_a=alpha_a if alpha_a is not None else "0.5", alpha_m=alpha_m if alpha_m is not None else "0.5"
+        )
     if design == "grid":
         vals = {k: parse_range(v, k) for k, v in axes.items()}
         check_hparams_values(vals)
-        return vdesign.grid(vals["sigma_w"], vals.get("alpha", vals.get("alpha_a")),
-                            None if "alpha" in vals else vals["alpha_m"], vals["sigma_a"])
+        return vdesign.grid(
+            vals["sigma_w"],
+            vals.get("alpha", vals.get("alpha_a")),
+            None if "alpha" in vals else vals["alpha_m"],
+            vals["sigma_a"],
+        )
     kind, _, n = design.partition(":")
     if kind != "sobol" or not n.strip().isdigit() or int(n) < 1:
         raise UsageError(f"--design must be 'grid' or 'sobol:N' with N >= 1 (got {design!r})")
     bounds = {k: _bounds(v, k) for k, v in axes.items()}
     check_hparams_values({k: list(v) for k, v in bounds.items()})
     if "alpha" in bounds:  # tied: one Sobol axis, copied to both branch weights
-        configs = vdesign.sobol(int(n), dict(sigma_w=bounds["sigma_w"], sigma_a=bounds["sigma_a"],
-                                             alpha_a=bounds["alpha"], alpha_m=(0.0, 0.0)), seed=design_seed)
+        configs = vdesign.sobol(
+            int(n),
+            dict(sigma_w=bounds["sigma_w"], sigma_a=bounds["sigma_a"], alpha_a=bounds["alpha"], alpha_m=(0.0, 0.0)),
+            seed=design_seed,
+        )
         return [dict(c, alpha_m=c["alpha_a"]) for c in configs]
     return vdesign.sobol(int(n), bounds, seed=design_seed)
 
@@ -67,8 +77,10 @@ def _bounds(text: str, name: str) -> tuple:
         if not (math.isfinite(lo) and math.isfinite(hi)) or hi < lo:
             raise ValueError
     except ValueError:
-        raise UsageError(f"malformed range for --{name.replace('_', '-')} in a Sobol design: {text!r} "
-                         "(use lo:hi with lo <= hi, or a number)") from None
+        raise UsageError(
+            f"malformed range for --{name.replace('_', '-')} in a Sobol design: {text!r} "
+            "(use lo:hi with lo <= hi, or a number)"
+        ) from None
     return lo, hi
 
 
@@ -93,8 +105,13 @@ def _block_axes(block_spec, axis_texts, flags) -> tuple:
     if name == "paper":
         name, fixed, axes = resolve(block_spec, axis_texts, {}, extra_axes=("alpha",))
         for k in list(fixed) + list(axes):
-            clash = [f for f in given if f == k or (f == "alpha" and k in ("alpha_a", "alpha_m"))
-                     or (k == "alpha" and f in ("alpha_a", "alpha_m"))]
+            clash = [
+                f
+                for f in given
+                if f == k
+                or (f == "alpha" and k in ("alpha_a", "alpha_m"))
+                or (k == "alpha" and f in ("alpha_a", "alpha_m"))
+            ]
             if clash:
                 raise UsageError(f"{k} given twice: in --block or --axis and as {flag(clash[0])}")
         inv = {"sigma_w": "sigma_w", "sigma_a": "sigma_a", "alpha_a": "alpha_a", "alpha_m": "alpha_m", "alpha": "alpha"}
@@ -108,11 +125,12 @@ def _block_axes(block_spec, axis_texts, flags) -> tuple:
     numbers = {k: np.asarray([float(v)]) for k, v in fixed.items() if k in spec.NUMBERS[name]}
     bad = sorted(k for k in list(axes) + list(numbers) if k not in inv)
     if bad:
-        raise UsageError(f"block {name}: {bad[0]} is not a number a run sets; the runs set "
-                         f"{', '.join(sorted(inv))}")
+        raise UsageError(f"block {name}: {bad[0]} is not a number a run sets; the runs set {', '.join(sorted(inv))}")
     rest = {k: v for k, v in fixed.items() if k not in numbers}
-    spec_text = name + "".join(f"{':' if i == 0 else ','}{k}={str(v).lower() if isinstance(v, bool) else v}"
-                               for i, (k, v) in enumerate(rest.items()))
+    spec_text = name + "".join(
+        f"{':' if i == 0 else ','}{k}={str(v).lower() if isinstance(v, bool) else v}"
+        for i, (k, v) in enumerate(rest.items())
+    )
     runs = dict(flags)
     for k, v in {**numbers, **axes}.items():
         col = inv[k]
@@ -131,52 +149,109 @@ def _block_axes(block_spec, axis_texts, flags) -> tuple:
 
 def register(cli):
     @cli.command("train-sweep")
-    @click.option("--dataset", default="digits", show_default=True,
-                  help="'digits' (bundled, offline), 'mnist1d' (generated offline; the optional "
-                       "mnist1d package; --image-size is its length 40) or a tensorflow-datasets name, "
-                       "e.g. food101")
-    @click.option("--design", default="grid", show_default=True,
-                  help="'grid' (Cartesian product of the axes) or 'sobol:N' (N scrambled Sobol points in the box "
-                       "spanned by the axes' ranges, each given as lo:hi or a number)")
+    @click.option(
+        "--dataset",
+        default="digits",
+        show_default=True,
+        help="'digits' (bundled, offline), 'mnist1d' (generated offline; the optional "
+        "mnist1d package; --image-size is its length 40) or a tensorflow-datasets name, "
+        "e.g. food101",
+    )
+    @click.option(
+        "--design",
+        default="grid",
+        show_default=True,
+        help="'grid' (Cartesian product of the axes) or 'sobol:N' (N scrambled Sobol points in the box "
+        "spanned by the axes' ranges, each given as lo:hi or a number)",
+    )
     @click.option("--design-seed", type=int, default=0, show_default=True, help="scrambling seed of a Sobol design")
-    @click.option("--points", "points_file", default=None,
-                  help="CSV of configurations (columns sigma_w, sigma_a, alpha_a, alpha_m or alpha; optional depth, lr)")
-    @click.option("--sigma-w", default="0.3:3:6", show_default=True,
-                  help="start:stop:count, a,b,c or x (the block's sigma_w, or its sigma: see --block)")
+    @click.option(
+        "--points",
+        "points_file",
+        default=None,
+        help="CSV of configurations (columns sigma_w, sigma_a, alpha_a, alpha_m or alpha; optional depth, lr)",
+    )
+    @click.option(
+        "--sigma-w",
+        default="0.3:3:6",
+        show_default=True,
+        help="start:stop:count, a,b,c or x (the block's sigma_w, or its sigma: see --block)",
+    )
     @click.option("--alpha", default=None, help="alpha_A = alpha_M (default 0.1:0.95:6)")
-    @click.option("--alpha-a", default=None,
-                  help="alpha_A axis, the attention branch's scale (then --alpha-m is its own axis)")
+    @click.option(
+        "--alpha-a", default=None, help="alpha_A axis, the attention branch's scale (then --alpha-m is its own axis)"
+    )
     @click.option("--alpha-m", default=None, help="alpha_M axis, the MLP branch's scale (default 0.5 with --alpha-a)")
     @click.option("--sigma-a", default="1", show_default=True, help="sigma_A (the paper block, deepscalelm)")
     @click.option("--lr", default="1e-3", show_default=True, help="Adam learning rate(s)")
     @click.option("--seeds", type=int, default=1, show_default=True, help="seeds per grid point")
     @click.option("--epochs", type=int, default=15, show_default=True)
     @click.option("--batch-size", type=int, default=None, help="(default 64 for digits and mnist1d, 256 otherwise)")
-    @click.option("--depth", default="16", show_default=True, help="number of blocks; a list (8,16,32) is a design axis")
+    @click.option(
+        "--depth", default="16", show_default=True, help="number of blocks; a list (8,16,32) is a design axis"
+    )
     @click.option("--width", type=int, default=64, show_default=True, help="embedding width d")
     @click.option("--image-size", type=int, default=None, help="(default 8 for digits, 40 for mnist1d, 64 otherwise)")
     @click.option("--patch-size", type=int, default=None, help="(default 2 for digits, 4 for mnist1d, 8 otherwise)")
     @click.option("--activation", default="tanh", show_default=True)
-    @click.option("--block", "block_spec", default="paper", show_default=True,
-                  help="the ViT's block: paper, or a layers preset NAME[:k=v,...] (pre-ln, post-ln, rms-swiglu, "
-                       "deepscalelm). The paper block's numbers are --sigma-w, --sigma-a, --alpha, --alpha-a, "
-                       "--alpha-m (or --axis sigma_w=... etc.); another block's are its own, by --axis NAME=RANGE "
-                       "(pre-ln, post-ln, rms-swiglu: sigma, alpha, alpha_attn, alpha_mlp; deepscalelm: sigma_a) or "
-                       "fixed in --block (pre-ln:heads=2,alpha=0.5). A paper flag with another block is refused. "
-                       "A --points file's columns set the block's numbers: sigma_w -> sigma, alpha_a -> alpha_attn, "
-                       "alpha_m -> alpha_mlp (deepscalelm: sigma_a). Each run's theory point is the block's")
-    @click.option("--axis", "axis_texts", multiple=True, metavar="NAME=RANGE",
-                  help="NAME=start:stop:count or NAME=a,b,c: a grid axis (or Sobol bounds) over a number of the block")
-    @click.option("--chunk", type=int, default=12, show_default=True, help="configs trained at once (one compiled program)")
+    @click.option(
+        "--block",
+        "block_spec",
+        default="paper",
+        show_default=True,
+        help="the ViT's block: paper, or a layers preset NAME[:k=v,...] (pre-ln, post-ln, rms-swiglu, "
+        "deepscalelm). The paper block's numbers are --sigma-w, --sigma-a, --alpha, --alpha-a, "
+        "--alpha-m (or --axis sigma_w=... etc.); another block's are its own, by --axis NAME=RANGE "
+        "(pre-ln, post-ln, rms-swiglu: sigma, alpha, alpha_attn, alpha_mlp; deepscalelm: sigma_a) or "
+        "fixed in --block (pre-ln:heads=2,alpha=0.5). A paper flag with another block is refused. "
+        "A --points file's columns set the block's numbers: sigma_w -> sigma, alpha_a -> alpha_attn, "
+        "alpha_m -> alpha_mlp (deepscalelm: sigma_a). Each run's theory point is the block's",
+    )
+    @click.option(
+        "--axis",
+        "axis_texts",
+        multiple=True,
+        metavar="NAME=RANGE",
+        help="NAME=start:stop:count or NAME=a,b,c: a grid axis (or Sobol bounds) over a number of the block",
+    )
+    @click.option(
+        "--chunk", type=int, default=12, show_default=True, help="configs trained at once (one compiled program)"
+    )
     @click.option("--data-dir", default=None, help="where prepared .npz arrays are cached")
     @click.option("--tfds-dir", default=None, help="tensorflow-datasets data_dir")
     @click.option("--download", is_flag=True, help="let tensorflow-datasets download and prepare the dataset")
     @click.option("--out", "-o", required=True, help="sweep directory (resumed when it exists)")
     @click.option("--quiet", is_flag=True, help="no progress bar")
     @click.option("--json", "as_json", is_flag=True, help="print a JSON summary")
-    def train_sweep(dataset, design, design_seed, points_file, sigma_w, alpha, alpha_a, alpha_m, sigma_a, lr, seeds, epochs, batch_size, depth,
-                    width, image_size, patch_size, activation, block_spec, axis_texts, chunk, data_dir, tfds_dir, download,
-                    out, quiet, as_json):
+    def train_sweep(
+        dataset,
+        design,
+        design_seed,
+        points_file,
+        sigma_w,
+        alpha,
+        alpha_a,
+        alpha_m,
+        sigma_a,
+        lr,
+        seeds,
+        epochs,
+        batch_size,
+        depth,
+        width,
+        image_size,
+        patch_size,
+        activation,
+        block_spec,
+        axis_texts,
+        chunk,
+        data_dir,
+        tfds_dir,
+        download,
+        out,
+        quiet,
+        as_json,
+    ):
         """Train ViTs over an initialization grid or design (the paper's Appendix D model, shared block).
 
         Every chunk of grid points is trained by one vmapped, compiled program; results go to
@@ -186,13 +261,18 @@ def register(cli):
 
         Single process only: train-sweep does not split work across jax.distributed
         processes (run separate sweeps into separate OUT directories instead)."""
-        small = {"digits": (8, 2), "mnist1d": (40, 4)}.get(dataset)     # bundled / generated offline
+        small = {"digits": (8, 2), "mnist1d": (40, 4)}.get(dataset)  # bundled / generated offline
         image_size = image_size if image_size is not None else (small[0] if small else 64)
         patch_size = patch_size if patch_size is not None else (small[1] if small else 8)
         batch_size = batch_size if batch_size is not None else (64 if small else 256)
-        for name, v, hi in (("seeds", seeds, SEEDS_MAX), ("epochs", epochs, EPOCHS_MAX),
-                            ("batch-size", batch_size, BATCH_MAX), ("image-size", image_size, IMAGE_MAX),
-                            ("patch-size", patch_size, IMAGE_MAX), ("chunk", chunk, CHUNK_MAX)):
+        for name, v, hi in (
+            ("seeds", seeds, SEEDS_MAX),
+            ("epochs", epochs, EPOCHS_MAX),
+            ("batch-size", batch_size, BATCH_MAX),
+            ("image-size", image_size, IMAGE_MAX),
+            ("patch-size", patch_size, IMAGE_MAX),
+            ("chunk", chunk, CHUNK_MAX),
+        ):
             option(f"--{name}", v, 1, hi, integer=True)
         option("--width", width, 2, WIDTH_MAX, integer=True)
         option("--design-seed", design_seed, 0, 2**31 - 1, integer=True)
@@ -207,7 +287,10 @@ def register(cli):
         if not np.all(lrs <= LR_MAX):
             raise UsageError(f"--lr must be <= {LR_MAX:g} (got {lrs.max():g})")
         block_spec, (sigma_w, alpha, alpha_a, alpha_m, sigma_a) = _block_axes(
-            block_spec, axis_texts, dict(sigma_w=sigma_w, alpha=alpha, alpha_a=alpha_a, alpha_m=alpha_m, sigma_a=sigma_a))
+            block_spec,
+            axis_texts,
+            dict(sigma_w=sigma_w, alpha=alpha, alpha_a=alpha_a, alpha_m=alpha_m, sigma_a=sigma_a),
+        )
         if points_file is not None and axis_texts:
             raise UsageError("give either --points or --axis, not both")
         from ..vit import design as vdesign
@@ -225,9 +308,17 @@ def register(cli):
         runs = vdesign.expand(configs, depths, lrs.tolist(), seeds)
         from ..vit.train import TrainConfig
 
-        cfg = TrainConfig(dataset=dataset, image_size=image_size, patch_size=patch_size, width=width,
-                          depth=depths[0], epochs=epochs, batch_size=batch_size, activation=activation,
-                          block=block_spec)
+        cfg = TrainConfig(
+            dataset=dataset,
+            image_size=image_size,
+            patch_size=patch_size,
+            width=width,
+            depth=depths[0],
+            epochs=epochs,
+            batch_size=batch_size,
+            activation=activation,
+            block=block_spec,
+        )
         check(cfg.validate)
         if points_file is not None:
             _refuse_varying(cfg.block_spec()[0], configs)
@@ -242,36 +333,54 @@ def register(cli):
         from .. import io
 
         with io.dir_lock(out):
-            summary = vsweep.run_sweep(cfg, runs, out, ds, chunk=chunk, progress=not quiet,
-                                       log=lambda m: click.echo(m, err=True))
+            summary = vsweep.run_sweep(
+                cfg, runs, out, ds, chunk=chunk, progress=not quiet, log=lambda m: click.echo(m, err=True)
+            )
         summary.update(out=out, runs_in_table=len(vsweep.read_results(out)))
         if as_json:
             echo_json(summary)
         else:
-            click.echo(f"trained {summary['trained']} runs ({summary['already_done']} already done, "
-                       f"{summary['diverged']} diverged) in {summary['seconds']:.1f} s; "
-                       f"table: {os.path.join(out, 'results.csv')}")
+            click.echo(
+                f"trained {summary['trained']} runs ({summary['already_done']} already done, "
+                f"{summary['diverged']} diverged) in {summary['seconds']:.1f} s; "
+                f"table: {os.path.join(out, 'results.csv')}"
+            )
 
     @cli.command("fit")
-    @click.option("--runs", required=True, multiple=True,
-                  help="sweep directory or results table (.jsonl/.json/.csv); repeat it to pool sweeps of one "
-                       "training config")
+    @click.option(
+        "--runs",
+        required=True,
+        multiple=True,
+        help="sweep directory or results table (.jsonl/.json/.csv); repeat it to pool sweeps of one training config",
+    )
     @click.option("--out", "-o", default=None, help="fit JSON to write (report + best exponent model)")
     @click.option("--folds", type=int, default=5, show_default=True, help="k of the k-fold CV over configurations")
     @click.option("--repeats", type=int, default=5, show_default=True, help="CV repeats with reshuffled folds")
     @click.option("--num-classes", type=int, default=None, help="(default from the sweep's sweep.json)")
     @click.option("--lr", "only_lr", type=float, default=None, help="fit only the runs of this learning rate")
-    @click.option("--per-lr", is_flag=True, help="fit each learning rate of a mixed table separately (OUT gets _lr<value>)")
+    @click.option(
+        "--per-lr", is_flag=True, help="fit each learning rate of a mixed table separately (OUT gets _lr<value>)"
+    )
     @click.option("--json", "as_json", is_flag=True, help="print the fit document as JSON")
-    @click.option("--figure", default=None,
-                  help="PNG of the paper's Fig. 7: loss against the exponents, and the best exponent model's "
-                       "cross-validated predictions")
-    @click.option("--block", "block_spec", default=None,
-                  help="the block the runs must have been trained with (default: theirs, from sweep.json; the "
-                       "model records it)")
-    @click.option("--nested/--no-nested", default=True, show_default=True,
-                  help="nested CV of the whole procedure (the honest estimate of the shipped model; about "
-                       "--folds times the cost of the rest)")
+    @click.option(
+        "--figure",
+        default=None,
+        help="PNG of the paper's Fig. 7: loss against the exponents, and the best exponent model's "
+        "cross-validated predictions",
+    )
+    @click.option(
+        "--block",
+        "block_spec",
+        default=None,
+        help="the block the runs must have been trained with (default: theirs, from sweep.json; the model records it)",
+    )
+    @click.option(
+        "--nested/--no-nested",
+        default=True,
+        show_default=True,
+        help="nested CV of the whole procedure (the honest estimate of the shipped model; about "
+        "--folds times the cost of the rest)",
+    )
     def fit_cmd(runs, out, folds, repeats, num_classes, only_lr, per_lr, as_json, figure, block_spec, nested):
         """Does the initialization predict the trained loss? Cross-validated over configurations
         (seed-averaged losses): the noise floor, exponent models (collapsed point, measured input
@@ -306,14 +415,17 @@ def register(cli):
             if not meta.get("config"):
                 raise UsageError(f"{sweep_dir} has no sweep.json: fit needs the sweep's training config")
             if metas and TrainConfig.from_dict(meta["config"]) != TrainConfig.from_dict(metas[0]["config"]):
-                raise UsageError(f"{sweep_dir} was trained with another config than {dirs[0]}: "
-                                 "only sweeps of one training config can be pooled")
+                raise UsageError(
+                    f"{sweep_dir} was trained with another config than {dirs[0]}: "
+                    "only sweeps of one training config can be pooled"
+                )
             metas.append(meta)
             dirs.append(sweep_dir)
         meta = metas[0]
         cfg = TrainConfig.from_dict(meta["config"])
         if block_spec is not None:
             from .blockopt import resolve
+
             name, fixed, _ = resolve(block_spec)
             if fixed and set(fixed) & set(_spec_numbers(name)):
                 raise UsageError("fit --block names the block, not its numbers (those come from the runs)")
@@ -327,8 +439,10 @@ def register(cli):
             rows = [r for r in rows if r.get("lr") is not None and math.isclose(float(r["lr"]), only_lr, rel_tol=1e-9)]
             lrs = [only_lr]
         if len(lrs) > 1 and not per_lr:
-            raise UsageError(f"the table mixes learning rates ({', '.join(f'{v:g}' for v in lrs)}): "
-                             "pass --per-lr to fit each separately, or --lr to pick one")
+            raise UsageError(
+                f"the table mixes learning rates ({', '.join(f'{v:g}' for v in lrs)}): "
+                "pass --per-lr to fit each separately, or --lr to pick one"
+            )
         from ..vit import features as vfeatures
 
         geometry, feats, order = vfeatures.read_caches(dirs, cfg)
@@ -336,8 +450,9 @@ def register(cli):
         for lr_value in lrs:
             part = [r for r in rows if math.isclose(float(r["lr"]), lr_value, rel_tol=1e-9)]
             try:
-                docs[lr_value] = vpredict.fit_sweep(part, int(num_classes), cfg, geometry, feats, order,
-                                                    k=folds, repeats=repeats, nested_cv=nested)
+                docs[lr_value] = vpredict.fit_sweep(
+                    part, int(num_classes), cfg, geometry, feats, order, k=folds, repeats=repeats, nested_cv=nested
+                )
             except vpredict.FitError as exc:
                 raise UsageError(str(exc)) from None
         for lr_value, doc in docs.items():
@@ -345,7 +460,7 @@ def register(cli):
                 path = out if len(docs) == 1 else f"{os.path.splitext(out)[0]}_lr{lr_value:g}{os.path.splitext(out)[1]}"
                 from .. import io
 
-                text = io.dumps(doc, indent=1)   # RFC 8259: NaN -> null
+                text = io.dumps(doc, indent=1)  # RFC 8259: NaN -> null
                 with atomic_path(path) as tmp:
                     with open(tmp, "w") as f:
                         f.write(text)
@@ -364,17 +479,23 @@ def register(cli):
             echo_json(next(iter(docs.values())) if len(docs) == 1 else {f"{k:g}": v for k, v in docs.items()})
 
     @cli.command("predict")
-    @click.option("--fit", "fit_path", default=None, help="fit JSON from 'phasefield fit' (default: the packaged model)")
+    @click.option(
+        "--fit", "fit_path", default=None, help="fit JSON from 'phasefield fit' (default: the packaged model)"
+    )
     @click.option("--sigma-w", type=float, default=None, help="the paper block's sigma_w")
     @click.option("--alpha", type=float, default=None, help="the paper block's alpha_A = alpha_M")
     @click.option("--alpha-a", type=float, default=None, help="the paper block's alpha_A")
     @click.option("--alpha-m", type=float, default=None, help="the paper block's alpha_M (default --alpha-a)")
     @click.option("--sigma-a", type=float, default=None, help="the paper block's sigma_A [1]")
     @click.option("--depth", type=int, default=16, show_default=True)
-    @click.option("--block", "block_spec", default=None,
-                  help="the block and its numbers (default: the model's block), e.g. pre-ln:heads=2,sigma=0.8,"
-                       "alpha=0.5; it must be the block the model was fitted on (the packaged model: paper, "
-                       "whose numbers are --sigma-w, --alpha ...)")
+    @click.option(
+        "--block",
+        "block_spec",
+        default=None,
+        help="the block and its numbers (default: the model's block), e.g. pre-ln:heads=2,sigma=0.8,"
+        "alpha=0.5; it must be the block the model was fitted on (the packaged model: paper, "
+        "whose numbers are --sigma-w, --alpha ...)",
+    )
     @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
     def predict_cmd(fit_path, sigma_w, alpha, alpha_a, alpha_m, sigma_a, depth, block_spec, as_json):
         """Predicted final test loss at one initialization, with an interval from the model's
@@ -399,6 +520,7 @@ def register(cli):
         _same_block(name, fixed, fitted, fit_path)
         sigma_w, sigma_a, aa, am = _run_numbers(name, fixed)
         from ..layers import spec as _spec
+
         numbers = _spec.NUMBERS[name]
         check_hparams_values(dict(sigma_w=[sigma_w], sigma_a=[sigma_a], alpha_a=[aa], alpha_m=[am], depth=[depth]))
         res = vpredict.predict(sigma_w, sigma_a, aa, am, depth, doc)
@@ -406,27 +528,38 @@ def register(cli):
             echo_json(res)
         else:
             lo, hi = res["interval"]
-            click.echo(f"predicted test loss = {res['predicted_loss']:.4f}  ({100 * res['interval_level']:.0f} % "
-                       f"interval {lo:.3f} - {hi:.3f}; chance {res['chance_loss']:.4f})")
+            click.echo(
+                f"predicted test loss = {res['predicted_loss']:.4f}  ({100 * res['interval_level']:.0f} % "
+                f"interval {lo:.3f} - {hi:.3f}; chance {res['chance_loss']:.4f})"
+            )
             if res.get("p_fail") is not None:
-                click.echo(f"P(fails to train) = {res['p_fail']:.3f}  (a run fails: {res['fail_criterion']}; "
-                           "the loss above is the expected loss, failures included)")
+                click.echo(
+                    f"P(fails to train) = {res['p_fail']:.3f}  (a run fails: {res['fail_criterion']}; "
+                    "the loss above is the expected loss, failures included)"
+                )
             else:
                 click.echo("P(fails to train): not available (this fit file has no failure model; refit it)")
             r2 = res.get("cv_r2")
-            click.echo(f"model {res['model']} (family: {res.get('family') or 'exponents'}; cross-validated R2 "
-                       + ("not measured" if r2 is None else f"{r2:.2f}") + f"; fitted for {_fitted_for(doc)})")
+            click.echo(
+                f"model {res['model']} (family: {res.get('family') or 'exponents'}; cross-validated R2 "
+                + ("not measured" if r2 is None else f"{r2:.2f}")
+                + f"; fitted for {_fitted_for(doc)})"
+            )
             if res["block"] != "paper":
-                click.echo(f"block {res['block']} at {', '.join(f'{k}={v:g}' for k, v in fixed.items() if k in numbers)}"
-                           " (lambda_a is its finite-depth angle rate where it has no fixed point)")
+                click.echo(
+                    f"block {res['block']} at {', '.join(f'{k}={v:g}' for k, v in fixed.items() if k in numbers)}"
+                    " (lambda_a is its finite-depth angle rate where it has no fixed point)"
+                )
             click.echo(f"lambda_a = {res['lambda_a']:+.4f}   lambda_g(L={depth}) = {res['lambda_g']:+.4f}")
             from ..vit.analysis import EFFECTIVE, effective_depths
 
             if set(EFFECTIVE) & set(res["features"]):
                 e = effective_depths(depth, res["alpha_a"], res["alpha_m"])
-                click.echo(f"effective depth L (alpha_A^2 + alpha_M^2) = {float(e['effective_depth']):.4g} "
-                           f"(attention {float(e['effective_depth_attention']):.4g}, "
-                           f"MLP {float(e['effective_depth_mlp']):.4g})")
+                click.echo(
+                    f"effective depth L (alpha_A^2 + alpha_M^2) = {float(e['effective_depth']):.4g} "
+                    f"(attention {float(e['effective_depth_attention']):.4g}, "
+                    f"MLP {float(e['effective_depth_mlp']):.4g})"
+                )
             for w in res["warnings"]:
                 click.echo(f"warning: {w}")
 
@@ -436,6 +569,7 @@ def register(cli):
 def spec_name(spec_text: str) -> str:
     """The preset name of a block spec (``NAME[:k=v,...]`` or a JSON file)."""
     from ..layers import spec
+
     return check(spec.parse, spec_text)[0]
 
 
@@ -443,8 +577,12 @@ def _given(*names) -> list:
     """Those of the current command's parameters ``names`` set on the command line (or in the
     environment), not left at their defaults."""
     ctx = click.get_current_context()
-    return [n for n in names if ctx.get_parameter_source(n) not in (None, click.core.ParameterSource.DEFAULT,
-                                                                     click.core.ParameterSource.DEFAULT_MAP)]
+    return [
+        n
+        for n in names
+        if ctx.get_parameter_source(n)
+        not in (None, click.core.ParameterSource.DEFAULT, click.core.ParameterSource.DEFAULT_MAP)
+    ]
 
 
 def _refuse_varying(name: str, configs) -> None:
@@ -456,8 +594,10 @@ def _refuse_varying(name: str, configs) -> None:
     for col in ("sigma_w", "sigma_a", "alpha_a", "alpha_m"):
         values = {float(c[col]) for c in configs if col in c}
         if col not in RUN_NUMBERS[name] and len(values) > 1:
-            raise UsageError(f"block {name} has no number for the points file's {col} ({len(values)} "
-                             f"values); it takes {run_mapping(name)}")
+            raise UsageError(
+                f"block {name} has no number for the points file's {col} ({len(values)} "
+                f"values); it takes {run_mapping(name)}"
+            )
 
 
 def _same_block(name, fixed, fitted, fit_path) -> None:
@@ -472,17 +612,21 @@ def _same_block(name, fixed, fitted, fit_path) -> None:
     if (name, mine) != (f_name, theirs):
         src = "the packaged model" if fit_path is None else f"the model {fit_path}"
         given = name + "".join(f"{':' if i == 0 else ','}{k}={v}" for i, (k, v) in enumerate(mine.items()))
-        raise UsageError(f"model fitted on block {fitted}; {src} cannot predict for {given}: train that block "
-                         f"(train-sweep --block {given} ...) and fit it (phasefield fit)")
+        raise UsageError(
+            f"model fitted on block {fitted}; {src} cannot predict for {given}: train that block "
+            f"(train-sweep --block {given} ...) and fit it (phasefield fit)"
+        )
 
 
 def spec_parse_checked(text):
     from ..layers import spec
+
     return spec.parse(text)
 
 
 def _spec_numbers(name):
     from ..layers import spec
+
     return spec.NUMBERS[name]
 
 
@@ -492,8 +636,10 @@ def _run_numbers(name, fixed) -> tuple:
     from ..vit.train import RUN_NUMBERS
 
     if name == "deepscalelm":
-        raise UsageError("predict --block deepscalelm: its runs' sigma_w and alpha are not block numbers; "
-                         "predict it with the library (phasefield.vit.predict.predict)")
+        raise UsageError(
+            "predict --block deepscalelm: its runs' sigma_w and alpha are not block numbers; "
+            "predict it with the library (phasefield.vit.predict.predict)"
+        )
     if name == "paper":
         w, a, aa, am = (fixed.get(k) for k in ("sigma_w", "sigma_a", "alpha_a", "alpha_m"))
         flags = ("--sigma-w", "--alpha (or --alpha-a)")
@@ -517,15 +663,22 @@ def _fitted_for(doc: dict) -> str:
     tc = doc.get("train_config", {})
     opt = {"adam": "Adam", "sgd_momentum": "SGD + momentum 0.9"}.get(tc.get("optimizer", "adam"), tc.get("optimizer"))
     lr = doc.get("lr")
-    return f"{tc.get('dataset', '?')}, {opt} lr {lr:g}, {tc.get('epochs', '?')} epochs" if lr else str(tc.get("dataset"))
+    return (
+        f"{tc.get('dataset', '?')}, {opt} lr {lr:g}, {tc.get('epochs', '?')} epochs" if lr else str(tc.get("dataset"))
+    )
 
 
 def _print_report(rep: dict) -> None:
     fl = rep["noise_floor"]
-    click.echo(f"{rep['n_configs']} configurations, {rep['n_runs']} runs ({rep['seeds']} seeds), depths "
-               f"{', '.join(map(str, rep['depths']))}; " +
-               (f"{rep['k_folds']}-fold CV over configurations x {rep['repeats']}" if rep.get("cross_validated", True)
-                else "not cross-validated"))
+    click.echo(
+        f"{rep['n_configs']} configurations, {rep['n_runs']} runs ({rep['seeds']} seeds), depths "
+        f"{', '.join(map(str, rep['depths']))}; "
+        + (
+            f"{rep['k_folds']}-fold CV over configurations x {rep['repeats']}"
+            if rep.get("cross_validated", True)
+            else "not cross-validated"
+        )
+    )
     if rep.get("message"):
         click.echo(rep["message"])
     if fl.get("rmse") == fl.get("rmse"):
@@ -535,30 +688,38 @@ def _print_report(rep: dict) -> None:
     if rep.get("cross_validated", True):
         click.echo(f"  {'model':24s} {'inputs':9s} {'CV RMSE':>14s} {'CV R2':>7s} {'/floor':>7s}")
         for name, m in sorted(rep["models"].items(), key=lambda kv: kv[1]["cv_rmse"]):
-            click.echo(f"  {name:24s} {m['group']:9s} {m['cv_rmse']:7.4f}+-{m['cv_rmse_sd']:.4f} {m['cv_r2']:7.3f} "
-                       f"{m['cv_over_floor']:7.2f}")
+            click.echo(
+                f"  {name:24s} {m['group']:9s} {m['cv_rmse']:7.4f}+-{m['cv_rmse_sd']:.4f} {m['cv_r2']:7.3f} "
+                f"{m['cv_over_floor']:7.2f}"
+            )
     for split, t in rep["transfer"].items():
         fl_t = t["_noise_floor"]["rmse"]
-        best = sorted(((m, d["rmse"]) for m, d in t.items() if not m.startswith("_") and d["rmse"] == d["rmse"]),
-                      key=lambda kv: kv[1])
-        click.echo(f"transfer {split} (noise floor {fl_t:.4f}): " +
-                   ", ".join(f"{m} {v:.4f}" for m, v in best[:6]))
+        best = sorted(
+            ((m, d["rmse"]) for m, d in t.items() if not m.startswith("_") and d["rmse"] == d["rmse"]),
+            key=lambda kv: kv[1],
+        )
+        click.echo(f"transfer {split} (noise floor {fl_t:.4f}): " + ", ".join(f"{m} {v:.4f}" for m, v in best[:6]))
     if rep.get("cross_validated", True):
-        click.echo(f"best exponent model: {rep['best_exponent_model']}; best raw: {rep['best_raw_model']}; "
-                   f"best hybrid: {rep.get('best_hybrid_model')}")
+        click.echo(
+            f"best exponent model: {rep['best_exponent_model']}; best raw: {rep['best_raw_model']}; "
+            f"best hybrid: {rep.get('best_hybrid_model')}"
+        )
     best = rep.get("best_model") or rep["best_exponent_model"]
     iv = rep.get("interval") or {}
     line = f"shipped model: {best} ({rep['models'][best]['group']})"
     if iv:
         cv = iv.get("cv_coverage")
         line += f"; {100 * iv['level']:.0f} % interval: {iv['method']}" + (
-            f", CV coverage {100 * cv['runs']:.0f} % of runs" if cv else "")
+            f", CV coverage {100 * cv['runs']:.0f} % of runs" if cv else ""
+        )
     click.echo(line)
     nest = rep.get("nested")
     if nest:
-        click.echo(f"nested CV of the whole procedure (selection, interval, refit; configurations held out): "
-                   f"R2 {nest['r2']:.3f}, RMSE {nest['rmse']:.4f}, coverage {100 * nest['coverage_runs']:.0f} % of runs, "
-                   f"{100 * nest['coverage_means']:.0f} % of seed means")
+        click.echo(
+            f"nested CV of the whole procedure (selection, interval, refit; configurations held out): "
+            f"R2 {nest['r2']:.3f}, RMSE {nest['rmse']:.4f}, coverage {100 * nest['coverage_runs']:.0f} % of runs, "
+            f"{100 * nest['coverage_means']:.0f} % of seed means"
+        )
 
 
 def _recommend_block(name, fixed, axes, n_tokens, depth, max_factor, max_rate, as_json):
@@ -569,16 +730,20 @@ def _recommend_block(name, fixed, axes, n_tokens, depth, max_factor, max_rate, a
         raise UsageError(f"recommend --block takes paper, {', '.join(rb.BLOCKS)} (got {name})")
     for opt in _given("fit_path", "no_loss", "max_fail_prob", "activation"):
         flag = {"fit_path": "--fit"}.get(opt, "--" + opt.replace("_", "-"))
-        raise UsageError(f"{flag} is for the paper block's recommendation (no loss model exists for block {name}; "
-                         f"give its activation as --block {name}:activation=NAME)")
+        raise UsageError(
+            f"{flag} is for the paper block's recommendation (no loss model exists for block {name}; "
+            f"give its activation as --block {name}:activation=NAME)"
+        )
     option("--n-tokens", n_tokens, 2, 100_000, integer=True)
     option("--depth", depth, 1, MAX_DEPTH, integer=True)
     option("--max-gradient-factor", max_factor, 1.0, 1e300, lo_open=True)
     option("--max-angle-rate", max_rate, 0.0, 100.0, lo_open=True)
     bad = sorted(set(axes) - set(rb.KEYS))
     if bad:
-        raise UsageError(f"--axis {bad[0]}: recommend ranges over {', '.join(rb.KEYS)} (alpha sets both: give "
-                         "alpha_attn and alpha_mlp)")
+        raise UsageError(
+            f"--axis {bad[0]}: recommend ranges over {', '.join(rb.KEYS)} (alpha sets both: give "
+            "alpha_attn and alpha_mlp)"
+        )
     for k, v in axes.items():
         if len(v) > 16:
             raise UsageError(f"--axis {k}: at most 16 values (a coarse grid; the best point is refined)")
@@ -590,28 +755,44 @@ def _recommend_block(name, fixed, axes, n_tokens, depth, max_factor, max_rate, a
         if v is not None:
             axes[k] = np.asarray([float(v)])
     try:
-        res = rb.recommend(name, depth=int(depth), n_tokens=int(n_tokens), max_factor=max_factor,
-                           max_angle_rate=max_rate, axes=axes, fixed=fixed)
+        res = rb.recommend(
+            name,
+            depth=int(depth),
+            n_tokens=int(n_tokens),
+            max_factor=max_factor,
+            max_angle_rate=max_rate,
+            axes=axes,
+            fixed=fixed,
+        )
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     if as_json:
         echo_json(res)
         return
-    click.echo(f"{name}, depth {depth}, n = {n_tokens}: gradient factor within {max_factor:g} over the stack, "
-               f"|angle rate| <= {max_rate:g} per block (box " +
-               ", ".join(f"{k} {lo:g}-{hi:g}" for k, (lo, hi) in res["box"].items()) + f"; {res['evaluated']} points)")
+    click.echo(
+        f"{name}, depth {depth}, n = {n_tokens}: gradient factor within {max_factor:g} over the stack, "
+        f"|angle rate| <= {max_rate:g} per block (box "
+        + ", ".join(f"{k} {lo:g}-{hi:g}" for k, (lo, hi) in res["box"].items())
+        + f"; {res['evaluated']} points)"
+    )
     if not res["found"]:
         click.echo(res["message"])
         click.echo("nearest points (distance > 1: a criterion is missed):")
-    click.echo(f"  {'sigma':>7} {'alpha_attn':>10} {'alpha_mlp':>9} {'lambda_g':>10} {'grad factor':>11} "
-               f"{'angle_rate':>10} {'distance':>8}")
+    click.echo(
+        f"  {'sigma':>7} {'alpha_attn':>10} {'alpha_mlp':>9} {'lambda_g':>10} {'grad factor':>11} "
+        f"{'angle_rate':>10} {'distance':>8}"
+    )
     for p in res["points"]:
-        click.echo(f"  {p['sigma']:7.4f} {p['alpha_attn']:10.4f} {p['alpha_mlp']:9.4f} {p['lambda_g']:+10.5f} "
-                   f"{p['gradient_factor']:11.4g} {p['angle_rate']:+10.5f} {p['distance']:8.3f}")
+        click.echo(
+            f"  {p['sigma']:7.4f} {p['alpha_attn']:10.4f} {p['alpha_mlp']:9.4f} {p['lambda_g']:+10.5f} "
+            f"{p['gradient_factor']:11.4g} {p['angle_rate']:+10.5f} {p['distance']:8.3f}"
+        )
     if res["found"] and res["at_lower_edge"]:
-        click.echo(f"note: the best point sits at the box's lowest {', '.join(res['at_lower_edge'])}: smaller "
-                   "scales bring the blocks nearer the identity (trivially critical, and doing less); raise the "
-                   "box's lower bounds (--axis NAME=LO:HI:N) to ask for blocks that do more")
+        click.echo(
+            f"note: the best point sits at the box's lowest {', '.join(res['at_lower_edge'])}: smaller "
+            "scales bring the blocks nearer the identity (trivially critical, and doing less); raise the "
+            "box's lower bounds (--axis NAME=LO:HI:N) to ask for blocks that do more"
+        )
 
 
 def register_recommend(cli):
@@ -628,19 +809,52 @@ def register_recommend(cli):
     @click.option("--alpha-m", type=float, default=None, help="fix alpha_M (default: free in [0.05, 0.95])")
     @click.option("--fit", "fit_path", default=None, help="loss model (default: the packaged one)")
     @click.option("--no-loss", is_flag=True, help="only the critical set (no loss model)")
-    @click.option("--max-fail-prob", type=float, default=None,
-                  help="propose no point whose predicted P(fails to train) exceeds this (default 0.1; "
-                       "needs the loss model's failure model)")
-    @block_option(axes=True, help="the block: paper (default; its critical set and the loss model) or pre-ln, "
-                                  "post-ln, rms-swiglu[:k=v,...] (the (sigma, alpha_attn, alpha_mlp) closest to "
-                                  "critical at --depth and --n-tokens)")
-    @click.option("--max-gradient-factor", type=float, default=10.0, show_default=True,
-                  help="(a standard block) the gradient may grow or shrink by at most this factor over the stack")
-    @click.option("--max-angle-rate", type=float, default=0.05, show_default=True,
-                  help="(a standard block) nearby tokens may merge or separate at most this fast per block")
+    @click.option(
+        "--max-fail-prob",
+        type=float,
+        default=None,
+        help="propose no point whose predicted P(fails to train) exceeds this (default 0.1; "
+        "needs the loss model's failure model)",
+    )
+    @block_option(
+        axes=True,
+        help="the block: paper (default; its critical set and the loss model) or pre-ln, "
+        "post-ln, rms-swiglu[:k=v,...] (the (sigma, alpha_attn, alpha_mlp) closest to "
+        "critical at --depth and --n-tokens)",
+    )
+    @click.option(
+        "--max-gradient-factor",
+        type=float,
+        default=10.0,
+        show_default=True,
+        help="(a standard block) the gradient may grow or shrink by at most this factor over the stack",
+    )
+    @click.option(
+        "--max-angle-rate",
+        type=float,
+        default=0.05,
+        show_default=True,
+        help="(a standard block) nearby tokens may merge or separate at most this fast per block",
+    )
     @click.option("--json", "as_json", is_flag=True)
-    def recommend_cmd(n_tokens, depth, activation, sigma_w, sigma_a, alpha, alpha_a, alpha_m, fit_path, no_loss,
-                      max_fail_prob, block_spec, axis_texts, max_gradient_factor, max_angle_rate, as_json):
+    def recommend_cmd(
+        n_tokens,
+        depth,
+        activation,
+        sigma_w,
+        sigma_a,
+        alpha,
+        alpha_a,
+        alpha_m,
+        fit_path,
+        no_loss,
+        max_fail_prob,
+        block_spec,
+        axis_texts,
+        max_gradient_factor,
+        max_angle_rate,
+        as_json,
+    ):
         """Initializations the theory recommends. The paper block: where lambda_a = lambda_g = 0
         inside the box of the free hyperparameters (or the nearest points), and the lowest
         predicted loss; no point whose P(fails to train) exceeds --max-fail-prob is proposed.
@@ -651,30 +865,42 @@ def register_recommend(cli):
         trade-off."""
         from .blockopt import paper_flags, resolve
 
-        kw = dict(sigma_w=sigma_w, sigma_a=sigma_a, alpha=alpha, alpha_a=alpha_a, alpha_m=alpha_m,
-                  activation=activation)
+        kw = dict(
+            sigma_w=sigma_w, sigma_a=sigma_a, alpha=alpha, alpha_a=alpha_a, alpha_m=alpha_m, activation=activation
+        )
         name, spec_fixed, axes = resolve(block_spec, axis_texts, paper_flags(kw), grid=True)
         if name != "paper":
-            return _recommend_block(name, spec_fixed, axes, n_tokens, depth, max_gradient_factor, max_angle_rate,
-                                    as_json)
+            return _recommend_block(
+                name, spec_fixed, axes, n_tokens, depth, max_gradient_factor, max_angle_rate, as_json
+            )
         if axis_texts:
-            raise UsageError("--axis sets the box of a standard block (--block pre-ln ...); the paper block's "
-                             "numbers are fixed with --sigma-w, --sigma-a, --alpha, --alpha-a, --alpha-m")
+            raise UsageError(
+                "--axis sets the box of a standard block (--block pre-ln ...); the paper block's "
+                "numbers are fixed with --sigma-w, --sigma-a, --alpha, --alpha-a, --alpha-m"
+            )
         for opt in _given("max_gradient_factor", "max_angle_rate"):
-            raise UsageError(f"--{opt.replace('_', '-')} is for a standard block (--block pre-ln ...); the paper "
-                             "block's recommendation is its critical set lambda_a = lambda_g = 0")
+            raise UsageError(
+                f"--{opt.replace('_', '-')} is for a standard block (--block pre-ln ...); the paper "
+                "block's recommendation is its critical set lambda_a = lambda_g = 0"
+            )
         other = sorted(set(spec_fixed) - {"sigma_w", "sigma_a", "alpha_a", "alpha_m", "activation"})
         if other:
-            raise UsageError(f"recommend searches the paper block over sigma_w, sigma_a, alpha_a, alpha_m with the "
-                             f"rest at its defaults; it cannot fix {', '.join(other)}")
+            raise UsageError(
+                f"recommend searches the paper block over sigma_w, sigma_a, alpha_a, alpha_m with the "
+                f"rest at its defaults; it cannot fix {', '.join(other)}"
+            )
         if set(spec_fixed) & {"sigma_w", "sigma_a", "alpha_a", "alpha_m", "activation"}:
             sigma_w, sigma_a = spec_fixed.get("sigma_w"), spec_fixed.get("sigma_a")
             alpha, alpha_a, alpha_m = None, spec_fixed.get("alpha_a"), spec_fixed.get("alpha_m")
             activation = spec_fixed.get("activation", activation)
         if alpha is not None and (alpha_a is not None or alpha_m is not None):
             raise UsageError("give either --alpha or --alpha-a/--alpha-m, not both")
-        fixed = dict(sigma_w=sigma_w, sigma_a=sigma_a, alpha_a=alpha if alpha is not None else alpha_a,
-                     alpha_m=alpha if alpha is not None else alpha_m)
+        fixed = dict(
+            sigma_w=sigma_w,
+            sigma_a=sigma_a,
+            alpha_a=alpha if alpha is not None else alpha_a,
+            alpha_m=alpha if alpha is not None else alpha_m,
+        )
         for k, v in fixed.items():
             if v is not None and not math.isfinite(v):
                 raise UsageError(f"--{k.replace('_', '-')} must be finite (got {v})")
@@ -699,32 +925,48 @@ def register_recommend(cli):
             except vpredict.FitError as exc:
                 raise UsageError(str(exc)) from None
             if vpredict.block_of(doc) != "paper":
-                raise UsageError(f"recommend searches the paper block's critical set; {fit_path} was fitted "
-                                 f"on {vpredict.block_of(doc)!r} runs (use 'phasefield block sweep' for its phase diagram)")
+                raise UsageError(
+                    f"recommend searches the paper block's critical set; {fit_path} was fitted "
+                    f"on {vpredict.block_of(doc)!r} runs (use 'phasefield block sweep' for its phase diagram)"
+                )
         try:
-            res = recommend(n_tokens, depth, activation, fixed, model=doc, predict_loss=not no_loss,
-                            max_fail_prob=MAX_FAIL_PROB if max_fail_prob is None else max_fail_prob)
+            res = recommend(
+                n_tokens,
+                depth,
+                activation,
+                fixed,
+                model=doc,
+                predict_loss=not no_loss,
+                max_fail_prob=MAX_FAIL_PROB if max_fail_prob is None else max_fail_prob,
+            )
         except RecommendError as exc:
             raise UsageError(str(exc)) from None
         if as_json:
             echo_json(res)
             return
         names = ("sigma_w", "sigma_a", "alpha_a", "alpha_m")
-        click.echo(f"critical set lambda_a = lambda_g({depth}) = 0 (n = {n_tokens}, {activation})" +
-                   ("" if res["critical_found"] else ": no exact zero in the box; nearest points"))
+        click.echo(
+            f"critical set lambda_a = lambda_g({depth}) = 0 (n = {n_tokens}, {activation})"
+            + ("" if res["critical_found"] else ": no exact zero in the box; nearest points")
+        )
         for c in res["critical"]:
-            click.echo("  " + "  ".join(f"{k} {c[k]:.4f}" for k in names) +
-                       f"  lambda_a {c['lambda_a']:+.2e}  lambda_g {c['lambda_g']:+.2e}" +
-                       (f"  predicted loss {c['predicted_loss']:.3f}" if "predicted_loss" in c else "") +
-                       (f"  P(fail) {c['p_fail']:.3f}" if c.get("p_fail") is not None else ""))
+            click.echo(
+                "  "
+                + "  ".join(f"{k} {c[k]:.4f}" for k in names)
+                + f"  lambda_a {c['lambda_a']:+.2e}  lambda_g {c['lambda_g']:+.2e}"
+                + (f"  predicted loss {c['predicted_loss']:.3f}" if "predicted_loss" in c else "")
+                + (f"  P(fail) {c['p_fail']:.3f}" if c.get("p_fail") is not None else "")
+            )
         ex = res.get("excluded") or {}
         if ex.get("critical"):
             click.echo(f"  ({ex['critical']} critical point(s) dropped: P(fail) > {res['max_fail_prob']:g})")
         if "lowest_predicted_loss" in res:
             b = res["lowest_predicted_loss"]
-            click.echo("lowest predicted loss: " + "  ".join(f"{k} {b[k]:.4f}" for k in names) +
-                       f"  loss {b['predicted_loss']:.3f} [{b['interval'][0]:.3f}, {b['interval'][1]:.3f}]" +
-                       (f"  P(fail) {b['p_fail']:.3f} (<= {res['max_fail_prob']:g})" if b.get("p_fail") is not None
-                        else ""))
+            click.echo(
+                "lowest predicted loss: "
+                + "  ".join(f"{k} {b[k]:.4f}" for k in names)
+                + f"  loss {b['predicted_loss']:.3f} [{b['interval'][0]:.3f}, {b['interval'][1]:.3f}]"
+                + (f"  P(fail) {b['p_fail']:.3f} (<= {res['max_fail_prob']:g})" if b.get("p_fail") is not None else "")
+            )
             for w in b["warnings"]:
                 click.echo(f"warning: {w}")

@@ -18,6 +18,7 @@ exponents and full-Gram mean field, jit-compiled per static configuration) is
 The layer kinds' maps call the Gaussian-integral kernels of :mod:`phasefield.theory`, which
 imports nothing from here.
 """
+
 from __future__ import annotations
 
 import functools
@@ -29,6 +30,7 @@ from ..theory.precision import float64
 from . import depth, presets, sweep  # noqa: F401
 from .attention import Attention  # noqa: F401
 from .base import Layer, Serial, check_layer  # noqa: F401
+from .dyt import DyT  # noqa: F401
 from .glu import GLU  # noqa: F401
 from .mlp import MLP  # noqa: F401
 from .norm import Norm  # noqa: F401
@@ -46,11 +48,12 @@ def prepare(block, n_tokens=32, scales=None):
     ctx = Context(jnp.asarray(n_tokens, jnp.result_type(float)))
     if scales is not None:
         from .sweep import prepare_traced
+
         return prepare_traced(block, Context(n_tokens), *scales), ctx
     return block.prepare(Context(n_tokens)), ctx
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _jitted(name):
     fn = getattr(depth, name)
     return jax.jit(fn, static_argnames=("depth",) if name != "norm_fixed_point" else ())

@@ -75,7 +75,7 @@ class Attention(Layer):
             raise ValueError("attention scale 'inv' (1/d_head) needs the width")
 
     # ---- mean field ---------------------------------------------------------------------
-    def _logit_scale(self):
+    def logit_scale(self):
         s = as_float(self.sigma_a)
         if self.scale == "inv":
             s = s / jnp.sqrt(jnp.asarray(self.width // self.heads, s.dtype))
@@ -84,7 +84,7 @@ class Attention(Layer):
     def logit_std(self, q):
         """The logits' scale on tokens of squared norm per component ``q`` (the maps'
         sigma_A): ``sigma_A q`` here; a variant that normalizes queries and keys overrides it."""
-        return self._logit_scale() * q
+        return self.logit_scale() * q
 
     def _hp(self, ctx, q):
         return _AttHP(
@@ -102,7 +102,7 @@ class Attention(Layer):
         will trace) its sizes; else the traced defaults (sigma_A <= 4.5, n <= 4096)."""
         if (self.map != "exact" and not self.softmax_correction) or self.att is not None:
             return self
-        hp = _AttHP(self._logit_scale(), 1.0, ctx.n_tokens, "exact", self.softmax_correction)
+        hp = _AttHP(self.logit_scale(), 1.0, ctx.n_tokens, "exact", self.softmax_correction)
         if sigma_max is not None:
             n_a, n_z = att_maps.exact.sizes(hp, sigma_max=float(sigma_max))
             return self.replace(att=exact_table.ExactKernel(None, n_a=n_a, n_z=n_z))

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import jax
 from flax import linen as nn
 from flax import struct
 
@@ -117,7 +116,3 @@ def check_layer(layer) -> None:
     for name in ("forward", "backward", "module", "prepare"):
         if not callable(getattr(layer, name, None)):
             raise TypeError(f"{type(layer).__name__} is not a phasefield layer (no {name}())")
-
-
-def tree_leaves(layer):
-    return jax.tree_util.tree_leaves(layer)

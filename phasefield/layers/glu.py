@@ -28,7 +28,7 @@ from flax import struct
 from .. import activations
 from ..theory import mlp as mlp_maps
 from .base import Layer
-from .mlp import _MLPHP
+from .mlp import MLPHP
 from .state import Grad, Kernel, as_float
 from .weights import check_weights, linear
 
@@ -48,7 +48,7 @@ class GLU(Layer):
     def prepare(self, ctx):
         if self.kern is not None:
             return self
-        return self.replace(kern=mlp_maps.kernel(_MLPHP(self.sigma_g, self.activation, 1)))
+        return self.replace(kern=mlp_maps.kernel(MLPHP(self.sigma_g, self.activation, 1)))
 
     def _c(self, k):
         """c, NaN where the tables do not answer (another sigma_g, input norm other than 1)."""

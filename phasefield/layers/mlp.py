@@ -28,7 +28,7 @@ from .state import Grad, Kernel, as_float
 from .weights import check_weights, linear
 
 
-class _MLPHP(NamedTuple):
+class MLPHP(NamedTuple):
     sigma_w: Any
     activation: str
     mlp_layers: int
@@ -52,7 +52,7 @@ class MLP(Layer):
     def prepare(self, ctx):
         if self.kern is not None:
             return self
-        return self.replace(kern=mlp_maps.kernel(_MLPHP(self.sigma_w, self.activation, self.layers)))
+        return self.replace(kern=mlp_maps.kernel(MLPHP(self.sigma_w, self.activation, self.layers)))
 
     def _checked(self, k, x):
         """x times the output layer's (sigma_out / sigma_w)^2, NaN where the kernel does not

@@ -9,6 +9,9 @@
 ``deepscalelm`` DeepScaleLM (seed 002): pre-LN with ReLU FFN (4x), scaled residuals
                 ``lambda x + beta f(x)``, ``beta^2 = k / N``, ``lambda^2 = 1 - beta^2`` over
                 N = 2 depth sublayers, and its FFN/value init (unit branch variance)
+``dyt``         DyT (Zhu et al. 2025, "Transformers without Normalization"): pre-LN with
+                every LayerNorm replaced by ``gamma tanh(a x) + beta`` (:mod:`.dyt`), the
+                attention and GELU MLP of ``pre-ln``, identity residual
 
 The standard blocks are written with one init scale ``sigma`` = (weight std) x sqrt(d) for
 every weight that reads the d-dimensional stream or writes it (GPT-2's std 0.02 at d = 768
@@ -32,6 +35,7 @@ docs/blocks.md); ``qk_norm`` (RMS-normalized queries and keys per head, gain 1:
 :mod:`.qknorm`). Every number is a leaf: ``jax.vmap`` over ``sigma``, ``alpha`` etc. after
 ``block.replace`` or by building the block inside the vmapped function.
 """
+
 from __future__ import annotations
 
 import math
@@ -40,13 +44,14 @@ from typing import Any
 from ..config import HParams
 from .attention import Attention
 from .base import Serial
+from .dyt import AnyNormMLP, DyT
 from .glu import GLU
 from .mlp import MLP
 from .norm import Norm
 from .qknorm import QKNormAttention
 from .residual import Residual
 
-NAMES = ("paper", "pre-ln", "post-ln", "rms-swiglu", "deepscalelm")
+NAMES = ("paper", "pre-ln", "post-ln", "rms-swiglu", "deepscalelm", "dyt")
 GPT2_SIGMA = 0.02 * math.sqrt(768)
 
 
@@ -54,19 +59,31 @@ def paper(hp: HParams, mult: float = 1.0) -> Serial:
     """The paper's block: unit-norm (or identity) residuals around an RMS-normalized single
     head and a bias-free MLP of width ``mult`` d. Its network is :class:`phasefield.block.Block`
     (modules named "attention" and "mlp", as the ViT's parameters always were)."""
-    att = Attention(sigma_a=hp.sigma_a, sigma_v=hp.sigma_v, map=hp.attention,
-                    softmax_correction=hp.softmax_correction, name="attention")
+    att = Attention(
+        sigma_a=hp.sigma_a,
+        sigma_v=hp.sigma_v,
+        map=hp.attention,
+        softmax_correction=hp.softmax_correction,
+        name="attention",
+    )
     mlp = MLP(sigma_w=hp.sigma_w, activation=hp.activation, layers=hp.mlp_layers, mult=mult, name="mlp")
-    return Serial((
-        Residual(Serial((Norm("rms"), att)), alpha=hp.alpha_a, kind=hp.residual),
-        Residual(Serial((Norm("rms"), mlp)), alpha=hp.alpha_m, kind=hp.residual),
-    ))
+    return Serial(
+        (
+            Residual(Serial((Norm("rms"), att)), alpha=hp.alpha_a, kind=hp.residual),
+            Residual(Serial((Norm("rms"), mlp)), alpha=hp.alpha_m, kind=hp.residual),
+        )
+    )
 
 
 def _attention(sigma, heads, attention, softmax_correction, sigma_v=None, sigma_o=None, qk_norm=False):
-    return (QKNormAttention if qk_norm else Attention)(sigma_a=sigma * sigma, sigma_v=sigma if sigma_v is None else sigma_v,
-                     sigma_o=sigma if sigma_o is None else sigma_o, heads=heads, map=attention,
-                     softmax_correction=softmax_correction)
+    return (QKNormAttention if qk_norm else Attention)(
+        sigma_a=sigma * sigma,
+        sigma_v=sigma if sigma_v is None else sigma_v,
+        sigma_o=sigma if sigma_o is None else sigma_o,
+        heads=heads,
+        map=attention,
+        softmax_correction=softmax_correction,
+    )
 
 
 def _branch_scales(alpha, alpha_attn, alpha_mlp):
@@ -75,72 +92,163 @@ def _branch_scales(alpha, alpha_attn, alpha_mlp):
 
 
 def _mlp(sigma, activation, mult, sigma_out=None):
-    return MLP(sigma_w=sigma, activation=activation, layers=1, mult=mult,
-               sigma_out=sigma * mult ** 0.5 if sigma_out is None else sigma_out)
+    return MLP(
+        sigma_w=sigma,
+        activation=activation,
+        layers=1,
+        mult=mult,
+        sigma_out=sigma * mult**0.5 if sigma_out is None else sigma_out,
+    )
 
 
-def pre_ln(sigma: Any = GPT2_SIGMA, alpha: Any = 1.0, heads: int = 12, activation: str = "gelu",
-           mult: float = 4.0, attention: str = "exact", softmax_correction: bool = True, qk_norm: bool = False,
-           alpha_attn: Any = None, alpha_mlp: Any = None) -> Serial:
+def pre_ln(
+    sigma: Any = GPT2_SIGMA,
+    alpha: Any = 1.0,
+    heads: int = 12,
+    activation: str = "gelu",
+    mult: float = 4.0,
+    attention: str = "exact",
+    softmax_correction: bool = True,
+    qk_norm: bool = False,
+    alpha_attn: Any = None,
+    alpha_mlp: Any = None,
+) -> Serial:
     """x -> x + alpha_attn Attn(LN x);  x -> x + alpha_mlp MLP(LN x) (both default to alpha)."""
     a_att, a_mlp = _branch_scales(alpha, alpha_attn, alpha_mlp)
     att = _attention(sigma, heads, attention, softmax_correction, qk_norm=qk_norm)
-    return Serial((
-        Residual(Serial((Norm("layernorm"), att)), alpha=a_att, kind="identity"),
-        Residual(Serial((Norm("layernorm"), _mlp(sigma, activation, mult))), alpha=a_mlp, kind="identity"),
-    ))
+    return Serial(
+        (
+            Residual(Serial((Norm("layernorm"), att)), alpha=a_att, kind="identity"),
+            Residual(Serial((Norm("layernorm"), _mlp(sigma, activation, mult))), alpha=a_mlp, kind="identity"),
+        )
+    )
 
 
-def post_ln(sigma: Any = GPT2_SIGMA, alpha: Any = 1.0, heads: int = 12, activation: str = "gelu",
-            mult: float = 4.0, attention: str = "exact", softmax_correction: bool = True, qk_norm: bool = False,
-            alpha_attn: Any = None, alpha_mlp: Any = None) -> Serial:
+def post_ln(
+    sigma: Any = GPT2_SIGMA,
+    alpha: Any = 1.0,
+    heads: int = 12,
+    activation: str = "gelu",
+    mult: float = 4.0,
+    attention: str = "exact",
+    softmax_correction: bool = True,
+    qk_norm: bool = False,
+    alpha_attn: Any = None,
+    alpha_mlp: Any = None,
+) -> Serial:
     """x -> LN(x + alpha_attn Attn(x));  x -> LN(x + alpha_mlp MLP(x)) (both default to alpha).
     Its input must be normalized (BERT normalizes the embeddings): the branches read the
     previous LayerNorm's output."""
     a_att, a_mlp = _branch_scales(alpha, alpha_attn, alpha_mlp)
     att = _attention(sigma, heads, attention, softmax_correction, qk_norm=qk_norm)
-    return Serial((
-        Residual(att, alpha=a_att, kind="identity"), Norm("layernorm"),
-        Residual(_mlp(sigma, activation, mult), alpha=a_mlp, kind="identity"), Norm("layernorm"),
-    ))
+    return Serial(
+        (
+            Residual(att, alpha=a_att, kind="identity"),
+            Norm("layernorm"),
+            Residual(_mlp(sigma, activation, mult), alpha=a_mlp, kind="identity"),
+            Norm("layernorm"),
+        )
+    )
 
 
-def rms_swiglu(sigma: Any = GPT2_SIGMA, alpha: Any = 1.0, heads: int = 12, mult: float = 8.0 / 3.0,
-               activation: str = "silu", attention: str = "exact",
-               softmax_correction: bool = True, qk_norm: bool = False,
-               alpha_attn: Any = None, alpha_mlp: Any = None) -> Serial:
+def rms_swiglu(
+    sigma: Any = GPT2_SIGMA,
+    alpha: Any = 1.0,
+    heads: int = 12,
+    mult: float = 8.0 / 3.0,
+    activation: str = "silu",
+    attention: str = "exact",
+    softmax_correction: bool = True,
+    qk_norm: bool = False,
+    alpha_attn: Any = None,
+    alpha_mlp: Any = None,
+) -> Serial:
     """x -> x + alpha_attn Attn(RMSNorm x);  x -> x + alpha_mlp SwiGLU(RMSNorm x) (both
     default to alpha)."""
     a_att, a_mlp = _branch_scales(alpha, alpha_attn, alpha_mlp)
     att = _attention(sigma, heads, attention, softmax_correction, qk_norm=qk_norm)
-    glu = GLU(sigma_g=sigma, sigma_v=sigma, sigma_out=sigma * mult ** 0.5, activation=activation, mult=mult)
-    return Serial((
-        Residual(Serial((Norm("rmsnorm"), att)), alpha=a_att, kind="identity"),
-        Residual(Serial((Norm("rmsnorm"), glu)), alpha=a_mlp, kind="identity"),
-    ))
+    glu = GLU(sigma_g=sigma, sigma_v=sigma, sigma_out=sigma * mult**0.5, activation=activation, mult=mult)
+    return Serial(
+        (
+            Residual(Serial((Norm("rmsnorm"), att)), alpha=a_att, kind="identity"),
+            Residual(Serial((Norm("rmsnorm"), glu)), alpha=a_mlp, kind="identity"),
+        )
+    )
 
 
-def deepscalelm(depth: int = 16, k: Any = 2.0, heads: int = 12, mult: float = 4.0,
-                attention: str = "exact", softmax_correction: bool = True, sigma_a: Any = 1.0) -> Serial:
+def deepscalelm(
+    depth: int = 16,
+    k: Any = 2.0,
+    heads: int = 12,
+    mult: float = 4.0,
+    attention: str = "exact",
+    softmax_correction: bool = True,
+    sigma_a: Any = 1.0,
+) -> Serial:
     """DeepScaleLM's pre-LN block for a ``depth``-block model (N = 2 depth sublayers):
     ``x -> lambda x + beta Attn(LN x)``, ``x -> lambda x + beta FFN(LN x)``, beta^2 = k / N;
     FFN and value/output weights of variance (1/d) sqrt(2 / mult) per d fan-in (the 'simple'
     DSLM init, :func:`phasefield.seeds.deepscalelm.moments.dslm_init`), query/key 1/d."""
     n_sub = 2 * int(depth)
     beta2 = k / n_sub
-    s2 = math.sqrt(2.0 / mult)                         # sigma^2 of every W_V, W_O, W_1
-    s = s2 ** 0.5
+    s2 = math.sqrt(2.0 / mult)  # sigma^2 of every W_V, W_O, W_1
+    s = s2**0.5
     att = _attention(1.0, heads, attention, softmax_correction, sigma_v=s, sigma_o=s)
     att = att.replace(sigma_a=sigma_a)
     ffn = MLP(sigma_w=s, activation="relu", layers=1, mult=mult, sigma_out=(s2 * mult) ** 0.5)
-    res = dict(alpha=beta2 ** 0.5, beta=(1.0 - beta2) ** 0.5, kind="explicit")
-    return Serial((
-        Residual(Serial((Norm("layernorm"), att)), **res),
-        Residual(Serial((Norm("layernorm"), ffn)), **res),
-    ))
+    res = dict(alpha=beta2**0.5, beta=(1.0 - beta2) ** 0.5, kind="explicit")
+    return Serial(
+        (
+            Residual(Serial((Norm("layernorm"), att)), **res),
+            Residual(Serial((Norm("layernorm"), ffn)), **res),
+        )
+    )
 
 
-_BUILDERS = {"pre-ln": pre_ln, "post-ln": post_ln, "rms-swiglu": rms_swiglu, "deepscalelm": deepscalelm}
+def dyt(
+    sigma: Any = GPT2_SIGMA,
+    alpha: Any = 1.0,
+    a: Any = 0.5,
+    heads: int = 12,
+    activation: str = "gelu",
+    mult: float = 4.0,
+    attention: str = "paper",
+    softmax_correction: bool = False,
+    qk_norm: bool = False,
+    alpha_attn: Any = None,
+    alpha_mlp: Any = None,
+) -> Serial:
+    """x -> x + alpha_attn Attn(DyT x);  x -> x + alpha_mlp MLP(DyT x) (both default to
+    alpha): ``pre-ln`` with each LayerNorm replaced by DyT, ``gamma tanh(a x) + beta`` at
+    its init (``a`` = alpha0, default 0.5; gamma 1, beta 0).
+
+    DyT does not normalize: the branches read tokens of squared norm ``E[tanh(a h)^2] < 1``
+    that changes from layer to layer. So the attention map is Eq. 10 (``attention="paper"``,
+    the paper's Assumption 3.2, valid at every input norm through its logit scale
+    sigma^2 q), not the exact-softmax map, whose tables are built for unit input norm (NaN
+    elsewhere), and without the softmax-derivative correction, whose per-logit-scale tables
+    (block sweeps) are unit-norm tables too: within 1.7 se of the network at sigma <= 1
+    (tests/test_dyt.py); at larger logits lambda_g from the input misses the softmax term
+    (docs/blocks.md). With ``qk_norm=True`` the logit scale no longer depends on q
+    and both are allowed. The MLP's maps are taken at the scale ``sigma sqrt(q)``
+    (:class:`.dyt.AnyNormMLP`: closed forms, no tables; gelu, tanh, erf, relu, linear)."""
+    if not qk_norm and (attention != "paper" or softmax_correction):
+        raise ValueError(
+            "block dyt: its attention reads tokens of norm q != 1, where only "
+            "attention=paper without softmax_correction holds (or set qk_norm=true)"
+        )
+    a_att, a_mlp = _branch_scales(alpha, alpha_attn, alpha_mlp)
+    att = _attention(sigma, heads, attention, softmax_correction, qk_norm=qk_norm)
+    mlp = AnyNormMLP(sigma_w=sigma, sigma_out=sigma * mult**0.5, activation=activation, mult=mult)
+    return Serial(
+        (
+            Residual(Serial((DyT(a=a), att)), alpha=a_att, kind="identity"),
+            Residual(Serial((DyT(a=a), mlp)), alpha=a_mlp, kind="identity"),
+        )
+    )
+
+
+_BUILDERS = {"pre-ln": pre_ln, "post-ln": post_ln, "rms-swiglu": rms_swiglu, "deepscalelm": deepscalelm, "dyt": dyt}
 
 
 def get(name: str, hp: HParams | None = None, **kw) -> Serial:

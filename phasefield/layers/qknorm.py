@@ -35,14 +35,14 @@ EPS = 1e-6
 class QKNormAttention(Attention):
     gain: Any = 1.0
 
-    def _logit_scale(self):
+    def logit_scale(self):
         s = jnp.square(as_float(self.gain))
         if self.scale == "inv":
             s = s / jnp.sqrt(jnp.asarray(self.width // self.heads, s.dtype))
         return s
 
     def logit_std(self, q):
-        return self._logit_scale() + 0.0 * q
+        return self.logit_scale() + 0.0 * q
 
     def _exact_ok(self, q, x, backward=False):
         """The exact map's tables are built for the logit scale g^2, which no token norm

@@ -8,31 +8,48 @@ The numbers a preset takes (:data:`NUMBERS`, each with its range) are the ones a
 can range over by name; :data:`OPTIONS` are the static choices (heads, activation, maps).
 ``paper`` takes the :class:`phasefield.HParams` fields (``sigma_w``, ``sigma_a``, ``sigma_v``,
 ``alpha_a``, ``alpha_m``, ...); the standard presets ``sigma``, ``alpha`` (both branches) and
-``alpha_attn``, ``alpha_mlp`` (one branch each, overriding ``alpha``).
+``alpha_attn``, ``alpha_mlp`` (one branch each, overriding ``alpha``); ``dyt`` those and ``a``
+(DyT's alpha0).
 """
+
 from __future__ import annotations
 
-import json
 import os
 
+from .. import io
 from ..config import ACTIVATIONS, HParams
 from ..grid import SIGMA_MAX
 from . import presets
+from .dyt import ANY_NORM_ACTIVATIONS
 
 # number -> (low, high, low open); the sweepable leaves of the standard presets
-_STD = dict(sigma=(0.0, SIGMA_MAX, True), alpha=(0.0, 100.0, False),
-            alpha_attn=(0.0, 100.0, False), alpha_mlp=(0.0, 100.0, False))
+_STD = dict(
+    sigma=(0.0, SIGMA_MAX, True),
+    alpha=(0.0, 100.0, False),
+    alpha_attn=(0.0, 100.0, False),
+    alpha_mlp=(0.0, 100.0, False),
+)
 NUMBERS = {
-    "pre-ln": _STD, "post-ln": _STD, "rms-swiglu": _STD,
+    "pre-ln": _STD,
+    "post-ln": _STD,
+    "rms-swiglu": _STD,
     "deepscalelm": dict(k=(0.0, 1e6, True), sigma_a=(0.0, SIGMA_MAX, True)),
-    "paper": dict(sigma_w=(0.0, SIGMA_MAX, True), sigma_a=(0.0, SIGMA_MAX, True),
-                  sigma_v=(0.0, SIGMA_MAX, True), alpha_a=(0.0, 1.0, False), alpha_m=(0.0, 1.0, False)),
+    "dyt": dict(_STD, a=(0.0, 100.0, True)),
+    "paper": dict(
+        sigma_w=(0.0, SIGMA_MAX, True),
+        sigma_a=(0.0, SIGMA_MAX, True),
+        sigma_v=(0.0, SIGMA_MAX, True),
+        alpha_a=(0.0, 1.0, False),
+        alpha_m=(0.0, 1.0, False),
+    ),
 }
 _STD_OPTIONS = dict(heads=int, activation=str, mult=float, attention=str, softmax_correction=bool, qk_norm=bool)
 OPTIONS = {
-    "pre-ln": _STD_OPTIONS, "post-ln": _STD_OPTIONS,
+    "pre-ln": _STD_OPTIONS,
+    "post-ln": _STD_OPTIONS,
     "rms-swiglu": dict(_STD_OPTIONS, activation=str),
     "deepscalelm": dict(depth=int, heads=int, mult=float, attention=str, softmax_correction=bool),
+    "dyt": _STD_OPTIONS,
     "paper": dict(activation=str, mlp_layers=int, residual=str, attention=str, softmax_correction=bool),
 }
 HEADS_MAX = 4096
@@ -54,8 +71,9 @@ def _value(name, key, text, kind):
             return int(v)
         return kind(text)
     except (TypeError, ValueError):
-        raise ValueError(f"block {name}: {key} must be {'an integer' if kind is int else 'a number'} "
-                         f"(got {text!r})") from None
+        raise ValueError(
+            f"block {name}: {key} must be {'an integer' if kind is int else 'a number'} (got {text!r})"
+        ) from None
 
 
 def check(name: str, kw: dict) -> dict:
@@ -83,10 +101,24 @@ def check(name: str, kw: dict) -> dict:
     if "depth" in out and not 1 <= out["depth"] <= 10_000:
         raise ValueError(f"block {name}: depth must lie in [1, 10000] (got {out['depth']})")
     if "activation" in out and out["activation"] not in ACTIVATIONS:
-        raise ValueError(f"block {name}: unknown activation {out['activation']!r}; choose one of "
-                         f"{', '.join(ACTIVATIONS)}")
+        raise ValueError(
+            f"block {name}: unknown activation {out['activation']!r}; choose one of {', '.join(ACTIVATIONS)}"
+        )
     if out.get("attention", "paper") not in ("paper", "exact"):
         raise ValueError(f"block {name}: attention must be paper or exact (got {out['attention']!r})")
+    if name == "dyt":
+        if "activation" in out and out["activation"] not in ANY_NORM_ACTIVATIONS:
+            raise ValueError(
+                f"block dyt: activation {out['activation']!r} has no MLP map at every input "
+                f"norm; choose one of {', '.join(ANY_NORM_ACTIVATIONS)}"
+            )
+        if not out.get("qk_norm", False) and (
+            out.get("attention", "paper") != "paper" or out.get("softmax_correction", False)
+        ):
+            raise ValueError(
+                "block dyt: its attention reads tokens of norm q != 1, where only "
+                "attention=paper without softmax_correction holds (or set qk_norm=true)"
+            )
     if name == "deepscalelm":
         beta2 = out.get("k", 2.0) / (2 * out.get("depth", 16))
         if not 0 < beta2 <= 1:
@@ -103,10 +135,9 @@ def parse(text: str) -> tuple[str, dict]:
     """``(name, checked keywords)`` from ``NAME[:k=v,...]`` or a JSON file's path."""
     text = str(text).strip()
     if text.endswith(".json") or os.path.isfile(text):
-        try:
-            with open(text) as f:
-                doc = json.load(f)
-        except (OSError, json.JSONDecodeError) as exc:
+        try:  # unreadable, malformed, too large or nested too deep (io.read_json), not UTF-8
+            doc = io.read_json(text, "the file")
+        except (OSError, ValueError) as exc:
             raise ValueError(f"cannot read block file {text}: {exc}") from None
         if not isinstance(doc, dict) or "block" not in doc:
             raise ValueError(f"block file {text} must hold a JSON object with a 'block' name")

@@ -41,7 +41,7 @@ from . import spec
 from .attention import Attention
 from .base import Serial
 from .glu import GLU
-from .mlp import _MLPHP, MLP
+from .mlp import MLP, MLPHP
 from .residual import Residual
 from .state import Context, Kernel
 
@@ -77,7 +77,7 @@ def map_leaves(layer, fn):
     return fn(layer)
 
 
-def _leaves(layer):
+def leaf_layers(layer):
     out = []
     map_leaves(layer, lambda x: out.append(x) or x)
     return out
@@ -89,9 +89,9 @@ def block_scales(blocks) -> tuple:
     pytree structure (stackable, vmappable)."""
     att, mlp = 0.0, 0.0
     for block in blocks:
-        for leaf in _leaves(block):
+        for leaf in leaf_layers(block):
             if isinstance(leaf, Attention):
-                att = max(att, float(leaf._logit_scale()))
+                att = max(att, float(leaf.logit_scale()))
             elif isinstance(leaf, MLP):
                 mlp = max(mlp, float(leaf.sigma_w))
             elif isinstance(leaf, GLU):
@@ -110,7 +110,7 @@ def table_scales(name, fixed, axes) -> tuple:
 def prepare_traced(block, ctx, att_max, mlp_max, kernels=None):
     """``block`` with tables sized for scales up to (att_max, mlp_max), not for its own
     numbers: callable under a trace, and every block prepared with the same scales has the
-    same pytree structure. ``kernels``: leaf position (:func:`_leaves` order) -> the MLP/GLU
+    same pytree structure. ``kernels``: leaf position (:func:`leaf_layers` order) -> the MLP/GLU
     kernel to attach there (gathered from a plan's per-scale tables) instead of building it."""
     kernels = kernels or {}
     pos = iter(range(1 << 30))
@@ -123,10 +123,10 @@ def prepare_traced(block, ctx, att_max, mlp_max, kernels=None):
             return leaf.replace(kern=kernels[i])
         if isinstance(leaf, MLP):
             return leaf.replace(
-                kern=mlp_maps.kernel(_MLPHP(leaf.sigma_w, leaf.activation, leaf.layers), sigma_max=mlp_max)
+                kern=mlp_maps.kernel(MLPHP(leaf.sigma_w, leaf.activation, leaf.layers), sigma_max=mlp_max)
             )
         if isinstance(leaf, GLU):
-            return leaf.replace(kern=mlp_maps.kernel(_MLPHP(leaf.sigma_g, leaf.activation, 1), sigma_max=mlp_max))
+            return leaf.replace(kern=mlp_maps.kernel(MLPHP(leaf.sigma_g, leaf.activation, 1), sigma_max=mlp_max))
         return leaf.prepare(ctx)
 
     return map_leaves(block, prep)
@@ -136,8 +136,8 @@ def _logit_scales(block, npts):
     """The attention leaves' logit scales at each of ``npts`` points (a block built from
     per-point arrays): ``[n_attention, npts]``."""
     return [
-        np.broadcast_to(np.asarray(a._logit_scale(), np.float64), (npts,))
-        for a in _leaves(block)
+        np.broadcast_to(np.asarray(a.logit_scale(), np.float64), (npts,))
+        for a in leaf_layers(block)
         if isinstance(a, Attention)
     ]
 
@@ -146,7 +146,7 @@ def _mlp_scales(block, npts):
     """(leaf position, MLPHP-like (sigma per point, activation, layers)) of each MLP/GLU leaf:
     the numbers its tables depend on (the input scale; the output scale is a factor)."""
     out = []
-    for i, leaf in enumerate(_leaves(block)):
+    for i, leaf in enumerate(leaf_layers(block)):
         if isinstance(leaf, MLP):
             out.append(
                 (i, np.broadcast_to(np.asarray(leaf.sigma_w, np.float64), (npts,)), leaf.activation, leaf.layers)
@@ -173,7 +173,7 @@ def mesh_tables(name, fixed, keys, flat, n_tokens, att_max):
     npts = len(flat[0]) if flat else 1
     # one block holding every point's numbers (the leaves are arrays): its logit scales at once
     block = spec.build(name, dict(fixed, **dict(zip(keys, flat))))
-    atts = [x for x in _leaves(block) if isinstance(x, Attention)]
+    atts = [x for x in leaf_layers(block) if isinstance(x, Attention)]
     if not atts or not any(a.map == "exact" or a.softmax_correction for a in atts):
         return None
     scales = _logit_scales(block, npts)
@@ -243,7 +243,7 @@ def _compiled(name, fixed_items, keys, n_tokens, depth, q0, rho0, scales, tables
 def _mlp_kernels_fn(activation, layers, mlp_max):
     """Compiled MLP kernels of a vector of input scales, as the per-point path builds them
     under the trace (tables sized for ``mlp_max``): the same numbers, built once per scale."""
-    return jax.jit(jax.vmap(lambda s: mlp_maps.kernel(_MLPHP(s, activation, layers), sigma_max=mlp_max)))
+    return jax.jit(jax.vmap(lambda s: mlp_maps.kernel(MLPHP(s, activation, layers), sigma_max=mlp_max)))
 
 
 def _padded(x, size):
@@ -301,7 +301,7 @@ def plan(
     scales = table_scales(name, fixed, {k: axes[k] for k in keys})
     exact = any(
         isinstance(x, Attention) and (x.map == "exact" or x.softmax_correction)
-        for x in _leaves(spec.build(name, fixed))
+        for x in leaf_layers(spec.build(name, fixed))
     )
     att, mlp = None, ()
     if flat and mesh:
@@ -555,10 +555,3 @@ def sweep(
         ds = xr.Dataset(data, coords=coords, attrs=attrs)
         drv.write(ds)
         return ds
-
-
-def phase_labels(angle, grad):
-    """'ordered'/'chaotic' x 'vanishing'/'exploding' words of sign arrays."""
-    a = np.where(np.asarray(angle) > 0, "chaotic", "ordered")
-    g = np.where(np.asarray(grad) > 0, "exploding", "vanishing")
-    return np.char.add(np.char.add(a, "/"), g)

@@ -54,7 +54,7 @@ def configurations(rows: list[dict], num_classes: int, target: str = "test_loss"
     lrs = {float(r["lr"]) for r in rows}
     out = defaultdict(list)
     for cid, rs in groups.items():
-        bad = [_failed(r, target, l_sat) for r in rs]
+        bad = [run_failed(r, target, l_sat) for r in rs]
         y = np.array([l_sat if b else float(r[target]) for r, b in zip(rs, bad)])
         out["config"].append(cid)
         for k in RAW + ("lr",):
@@ -74,7 +74,7 @@ def configurations(rows: list[dict], num_classes: int, target: str = "test_loss"
     return tab
 
 
-def _failed(r: dict, target: str, l_sat: float) -> bool:
+def run_failed(r: dict, target: str, l_sat: float) -> bool:
     """Diverged: flagged by the sweep, a missing or non-finite loss, or a loss that ended far
     above chance (> 2 log C; tables of older sweeps flagged only NaN)."""
     v = r.get(target)
@@ -82,10 +82,10 @@ def _failed(r: dict, target: str, l_sat: float) -> bool:
 
 
 def at_chance(r: dict, l_sat: float, target: str = "test_loss") -> bool:
-    """The run failed to train: it diverged (:func:`_failed`) or its final ``target`` loss is
+    """The run failed to train: it diverged (:func:`failed`) or its final ``target`` loss is
     within 5 % of chance, >= ``CHANCE_FRACTION`` x log C (the criterion of
     :mod:`phasefield.vit.failure`; the study's losses leave a gap below it)."""
-    return _failed(r, target, l_sat) or float(r[target]) >= CHANCE_FRACTION * l_sat
+    return run_failed(r, target, l_sat) or float(r[target]) >= CHANCE_FRACTION * l_sat
 
 
 def noise_floor(tab: dict) -> dict:
@@ -223,14 +223,14 @@ def model_specs(tab: dict) -> dict:
     return {k: (v[0], tuple(v[1]), v[2], v[3] if len(v) > 3 else {}) for k, v in specs.items()}
 
 
-def _X(tab, feats):
+def design_matrix(tab, feats):
     return np.stack([tab[f] for f in feats], 1) if feats else np.zeros((len(tab["loss"]), 0))
 
 
 def fit_model(spec, tab, mask=None, seed=0) -> M.Model:
     kind, feats, _, kw = spec
     mask = np.ones(len(tab["loss"]), bool) if mask is None else mask
-    X, y = _X(tab, feats)[mask], tab["loss"][mask]
+    X, y = design_matrix(tab, feats)[mask], tab["loss"][mask]
     return M.make(kind, feats, tab["L_sat"], **kw).fit(X, y, seed=seed)
 
 
@@ -239,7 +239,7 @@ def cross_validate(spec, tab, k=5, repeats=5, seed=0) -> dict:
     from sklearn.model_selection import KFold
 
     y = tab["loss"]
-    X = _X(tab, spec[1])
+    X = design_matrix(tab, spec[1])
     rmses, preds = [], np.zeros((repeats, len(y)))
     for rep in range(repeats):
         for tr, te in KFold(n_splits=k, shuffle=True, random_state=seed + rep).split(X):
@@ -256,7 +256,7 @@ def transfer(spec, tab, train, test, seed=0) -> dict:
     if train.sum() < 8 or test.sum() < 1:
         return dict(rmse=math.nan, n_train=int(train.sum()), n_test=int(test.sum()))
     m = fit_model(spec, tab, train, seed)
-    yhat = m.predict(_X(tab, spec[1])[test])
+    yhat = m.predict(design_matrix(tab, spec[1])[test])
     return dict(
         rmse=M.rmse(tab["loss"][test], yhat),
         n_train=int(train.sum()),
@@ -349,7 +349,7 @@ def _scale_model(tab: dict, pred, mask, seed: int = 0) -> M.GP:
     absres = np.array([np.mean(np.abs(np.asarray(r, float) - p)) for r, p in zip(tab["run_losses"], pred)])
     c = SCALE_OFFSET * float(np.median(absres[mask]))
     # L_sat 0: unused (the scale is read through GP.mean, never through the clipped predict)
-    return M.GP(feats, 0.0).fit(_X(tab, feats)[mask], np.log(absres[mask] + c), seed=seed)
+    return M.GP(feats, 0.0).fit(design_matrix(tab, feats)[mask], np.log(absres[mask] + c), seed=seed)
 
 
 def interval_scale(iv: dict, cols) -> np.ndarray:
@@ -373,7 +373,7 @@ def conformal_scaled(tab: dict, pred, level: float = 0.8, k: int = 5, seed: int 
     pred = np.asarray(pred, float)
     n = len(pred)
     s = np.zeros(n)
-    X = _X(tab, varying_raw(tab))
+    X = design_matrix(tab, varying_raw(tab))
     for tr, te in KFold(n_splits=min(k, n), shuffle=True, random_state=seed).split(X):
         mask = np.zeros(n, bool)
         mask[tr] = True
@@ -465,7 +465,7 @@ def evaluate_split(
     kk = min(k, len(sub["loss"]))
     best, model, iv = select_and_fit(sub, names, specs, kk, repeats, seed, interval=interval)
     te = subset(tab, test)
-    yhat = model.predict(_X(te, specs[best][1]))
+    yhat = model.predict(design_matrix(te, specs[best][1]))
     lo, hi = interval_bounds(iv, yhat, te)
     return dict(
         chosen=best,
@@ -584,7 +584,7 @@ def analyze(
     for name, spec in specs.items():
         cv = cross_validate(spec, tab, k, repeats, seed)
         full = fit_model(spec, tab, seed=seed)
-        yhat = full.predict(_X(tab, spec[1]))
+        yhat = full.predict(design_matrix(tab, spec[1]))
         res[name] = dict(
             kind=spec[0],
             features=list(spec[1]),
@@ -660,7 +660,7 @@ def _uncrossvalidated(tab: dict, rows: list[dict], k: int) -> dict:
     specs = model_specs(tab)
     name = "linear_hp" if n >= len(specs["linear_hp"][1]) + 3 else "constant"
     model = fit_model(specs[name], tab)
-    yhat = model.predict(_X(tab, specs[name][1]))
+    yhat = model.predict(design_matrix(tab, specs[name][1]))
     interval = conformal(yhat, tab["run_losses"], max_bins=1)
     interval["method"] = "in-sample residuals of single runs (not cross-validated: optimistic)"
     res = {

@@ -56,9 +56,9 @@ def uniform_tables(n: float, m: int | None = None):
 
 def _attention_leaves(block):
     from ..layers.attention import Attention
-    from ..layers.sweep import _leaves
+    from ..layers.sweep import leaf_layers
 
-    return [x for x in _leaves(block) if isinstance(x, Attention)]
+    return [x for x in leaf_layers(block) if isinstance(x, Attention)]
 
 
 def _point(name, fixed, run_numbers, n_tokens, depth, scales):
@@ -114,7 +114,7 @@ def rates(cfg, configs: list[dict], attention: str | None = None) -> dict | None
     import jax.numpy as jnp
 
     from ..layers.attention import Attention
-    from .features import _blocks, _scales
+    from .features import block_specs, table_scales_of
     from .train import RUN_NUMBERS
 
     name, kw = cfg.block_spec()
@@ -122,10 +122,10 @@ def rates(cfg, configs: list[dict], attention: str | None = None) -> dict | None
     if not configs or {r for r, _ in run_numbers} != {"sigma_w", "alpha_a", "alpha_m"} or "depth" in kw:
         return None  # the paper block, deepscalelm (its depth sets a scale)
     over = {} if attention is None else dict(attention=attention)
-    blocks = _blocks(cfg, configs, **over)
+    blocks = block_specs(cfg, configs, **over)
     if any(type(a) is not Attention for b in blocks for a in _attention_leaves(b)):
         return None  # another attention (QK-norm): not covered here
-    scales = _scales(cfg, blocks, **over)
+    scales = table_scales_of(cfg, blocks, **over)
     s, t = uniform_tables(float(cfg.n_tokens))
     vals = {run: np.array([float(c[run]) for c in configs]) for run, _ in run_numbers}
     depths = np.array([int(c["depth"]) for c in configs])

@@ -63,7 +63,7 @@ class Logistic:
         return X
 
     def _design(self, X):
-        return M._monomials((self._z(X) - self.mean) / self.std, self.degree)[:, 1:]
+        return M.monomials((self._z(X) - self.mean) / self.std, self.degree)[:, 1:]
 
     def fit(self, X, y, seed=0):
         from sklearn.linear_model import LogisticRegression
@@ -116,12 +116,12 @@ class ForestClassifier:
         f = RandomForestRegressor(
             n_estimators=200, min_samples_leaf=self.min_samples_leaf, max_features=0.6, random_state=seed
         ).fit(X, np.asarray(y, float))
-        self.trees = [M._tree_doc(e.tree_) for e in f.estimators_]
+        self.trees = [M.tree_doc(e.tree_) for e in f.estimators_]
         return self
 
     def predict_proba(self, X):
         X = np.atleast_2d(np.asarray(X, float))
-        return np.clip(np.mean([M._tree_predict(t, X) for t in self.trees], axis=0), 0.0, 1.0)
+        return np.clip(np.mean([M.tree_predict(t, X) for t in self.trees], axis=0), 0.0, 1.0)
 
     def to_json(self) -> dict:
         return dict(kind=self.kind, features=self.features, trees=self.trees, min_samples_leaf=self.min_samples_leaf)
@@ -143,7 +143,7 @@ def from_json(doc: dict):
         )
         if len(m.mean) != len(m.features) or len(m.std) != len(m.features):
             raise ValueError("failure model: mean/std do not match its features")
-        if len(m.coef) != M._monomials(np.zeros((1, len(m.features))), m.degree).shape[1] - 1:
+        if len(m.coef) != M.monomials(np.zeros((1, len(m.features))), m.degree).shape[1] - 1:
             raise ValueError("failure model: coefficients do not match its features and degree")
         return m
     if doc.get("kind") == "forest":
@@ -232,7 +232,7 @@ def cross_validate_stacked(
             m[np.unique(g[tr])] = True
             inner = analysis.cross_validate(loss_spec, analysis.subset(tab, m), inner_k, 1, seed)
             platt = fit_platt(inner["oof"], [r for r, keep in zip(tab["run_failed"], m) if keep])
-            full = analysis.fit_model(loss_spec, tab, m, seed=seed).predict(analysis._X(tab, loss_spec[1]))
+            full = analysis.fit_model(loss_spec, tab, m, seed=seed).predict(analysis.design_matrix(tab, loss_spec[1]))
             P[rep, te] = platt.predict_proba(full[g[te]][:, None])
     p = P.mean(0)
     out = scores(y, p)

@@ -153,7 +153,7 @@ def _features(cfg, configs, q0, rho0, maps, batch_size):
 SCALE_NUMBERS = dict(sigma_w=2.5, sigma_a=1.0, alpha_a=1.0, alpha_m=1.0)
 
 
-def _blocks(cfg, configs, **over):
+def block_specs(cfg, configs, **over):
     from ..config import HParams
 
     return [
@@ -170,7 +170,7 @@ def _blocks(cfg, configs, **over):
     ]
 
 
-def _scales(cfg, blocks, **over):
+def table_scales_of(cfg, blocks, **over):
     from ..config import HParams
     from ..layers.sweep import block_scales
 
@@ -192,8 +192,8 @@ def block_theory(cfg, configs: list[dict], attention: str | None = None) -> dict
     from ..layers.state import Kernel
 
     over = {} if attention is None else dict(attention=attention)
-    blocks = _blocks(cfg, configs, **over)
-    scales = _scales(cfg, blocks, **over)
+    blocks = block_specs(cfg, configs, **over)
+    scales = table_scales_of(cfg, blocks, **over)
     keys = ("lambda_a", "lambda_g", "lambda_g_inf", "rho_star")
     out = {k: np.full(len(configs), np.nan) for k in keys}
     with jax.enable_x64(True):
@@ -240,8 +240,8 @@ def block_features(cfg, configs: list[dict], q0: float, rho0: float, maps=MAPS, 
         k0 = Kernel(jnp.asarray(q0, jnp.float64), jnp.asarray(q0 * rho0, jnp.float64))
         for m in maps:
             for corr in (False, True):
-                blocks = _blocks(cfg, configs, attention=m, softmax_correction=corr)
-                scales = _scales(cfg, blocks, attention=m, softmax_correction=corr)
+                blocks = block_specs(cfg, configs, attention=m, softmax_correction=corr)
+                scales = table_scales_of(cfg, blocks, attention=m, softmax_correction=corr)
                 for i, (c, blk) in enumerate(zip(configs, blocks)):
                     L = int(c["depth"])
                     pb, ctx = layers.prepare(blk, cfg.n_tokens, scales=scales)

@@ -19,7 +19,7 @@ import numpy as np
 DEPTH_COLORS = {4: "tab:purple", 8: "tab:green", 16: "tab:blue", 32: "tab:red"}
 
 
-def _plt():
+def pyplot():
     import matplotlib
 
     matplotlib.use("Agg")
@@ -28,12 +28,12 @@ def _plt():
     return plt
 
 
-def _color(L):
+def depth_color(L):
     return DEPTH_COLORS.get(int(L), "tab:gray")
 
 
 def fig7(report: dict, path: str, dpi: int = 150, dataset: str = "digits") -> None:
-    plt = _plt()
+    plt = pyplot()
     t = report["table"]
     y = np.asarray(t["loss"])
     se = np.sqrt(np.asarray(t["loss_var"]) / np.asarray(t["n_seeds"]))
@@ -51,8 +51,8 @@ def fig7(report: dict, path: str, dpi: int = 150, dataset: str = "digits") -> No
                 yerr=se[m],
                 fmt="o",
                 ms=4,
-                color=_color(d),
-                ecolor=_color(d),
+                color=depth_color(d),
+                ecolor=depth_color(d),
                 elinewidth=0.8,
                 capsize=1.5,
                 label=f"L = {int(d)}",
@@ -65,7 +65,9 @@ def fig7(report: dict, path: str, dpi: int = 150, dataset: str = "digits") -> No
     ax = axes[2]
     for d in sorted(set(L.tolist())):
         m = L == d
-        ax.errorbar(y[m], oof[m], xerr=se[m], fmt="o", ms=4, color=_color(d), elinewidth=0.8, label=f"L = {int(d)}")
+        ax.errorbar(
+            y[m], oof[m], xerr=se[m], fmt="o", ms=4, color=depth_color(d), elinewidth=0.8, label=f"L = {int(d)}"
+        )
     lo, hi = float(min(y.min(), oof.min())), float(max(y.max(), oof.max()))
     ax.plot([lo, hi], [lo, hi], color="0.4", lw=0.8)
     mm = report["models"][best]
@@ -83,7 +85,7 @@ def fig7(report: dict, path: str, dpi: int = 150, dataset: str = "digits") -> No
 
 
 def plane(report: dict, path: str, dpi: int = 150) -> None:
-    plt = _plt()
+    plt = pyplot()
     t = report["table"]
     y, L = np.asarray(t["loss"]), np.asarray(t["depth"])
     depths = sorted(set(L.tolist()))
@@ -117,7 +119,7 @@ GROUP_COLORS = {"exponents": "tab:blue", "raw": "tab:orange", "hybrid": "tab:gre
 
 def transfer(report: dict, path: str, dpi: int = 150, top: int | None = None) -> None:
     """Held-out RMSE of every model (or the ``top`` best) on each transfer split."""
-    plt = _plt()
+    plt = pyplot()
     from matplotlib.patches import Patch
 
     splits = list(report["transfer"])
@@ -164,7 +166,7 @@ def shipped(report: dict, path: str, dpi: int = 150, held_out=None) -> None:
     """Left: seed-mean loss (± se) against the effective depth, by depth. Right: the shipped
     model's out-of-fold predictions against measurement; ``held_out`` (config ids) are the
     configurations trained after the candidate families were fixed (open markers)."""
-    plt = _plt()
+    plt = pyplot()
     t = report["table"]
     y = np.asarray(t["loss"])
     se = np.sqrt(np.asarray(t["loss_var"]) / np.asarray(t["n_seeds"]))
@@ -176,7 +178,7 @@ def shipped(report: dict, path: str, dpi: int = 150, held_out=None) -> None:
     for d in sorted(set(L.tolist())):
         m = L == d
         for ax, x, xe, yy, ye in ((axes[0], eff, None, y, se), (axes[1], y, se, oof, None)):
-            for sel, face in ((m & ~new, _color(d)), (m & new, "none")):
+            for sel, face in ((m & ~new, depth_color(d)), (m & new, "none")):
                 if sel.any():
                     ax.errorbar(
                         x[sel],
@@ -186,7 +188,7 @@ def shipped(report: dict, path: str, dpi: int = 150, held_out=None) -> None:
                         fmt="o",
                         ms=4,
                         mfc=face,
-                        color=_color(d),
+                        color=depth_color(d),
                         elinewidth=0.8,
                         capsize=1.5,
                         label=f"L = {int(d)}" if face != "none" else None,
@@ -221,7 +223,7 @@ def failure_slice(doc: dict, tab: dict, path: str, dpi: int = 150, held_out: dic
     projection) as circles, and of ``held_out`` ({sigma_w, alpha_m, frac} arrays) as squares."""
     from .predict import predict
 
-    plt = _plt()
+    plt = pyplot()
     sw, am = np.meshgrid(np.linspace(0.3, 3.0, 46), np.linspace(0.05, 0.95, 46))
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.3), sharey=True)
     L = np.asarray(tab["depth"])

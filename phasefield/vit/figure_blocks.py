@@ -13,14 +13,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from .figure import _color, _plt
+from .figure import depth_color, pyplot
 
 
 def predicted_vs_measured(reports: dict, path: str, dpi: int = 150) -> None:
     """``reports``: {block: (analysis report, model document)}."""
     from .analysis import interval_bounds
 
-    plt = _plt()
+    plt = pyplot()
     fig, axes = plt.subplots(1, len(reports), figsize=(5.2 * len(reports), 4.6), squeeze=False)
     for ax, (block, (rep, doc)) in zip(axes[0], reports.items()):
         tab = rep["table"]
@@ -34,7 +34,7 @@ def predicted_vs_measured(reports: dict, path: str, dpi: int = 150) -> None:
         ax.plot([lo_ax, hi_ax], [lo_ax, hi_ax], color="0.4", lw=0.8)
         for L in sorted(set(np.asarray(tab["depth"]).astype(int).tolist())):
             m = np.asarray(tab["depth"]) == L
-            ax.errorbar(p[m], y[m], yerr=se[m], fmt="o", ms=3.5, color=_color(L), elinewidth=0.7, label=f"L = {L}")
+            ax.errorbar(p[m], y[m], yerr=se[m], fmt="o", ms=3.5, color=depth_color(L), elinewidth=0.7, label=f"L = {L}")
         nest = rep.get("nested") or {}
         ax.set_title(
             f"{block}: {doc['name']} (CV R$^2$ {rep['models'][doc['name']]['cv_r2']:.2f}, nested "
@@ -60,7 +60,7 @@ def block_failure_slice(
     ``held_out`` (a configuration table of another set) as squares."""
     from .predict import predict
 
-    plt = _plt()
+    plt = pyplot()
     (s0, s1), (a0, a1) = doc["region"]["sigma_w"], doc["region"]["alpha_a"]
     sw, al = np.meshgrid(np.linspace(s0, s1, n), np.linspace(a0, a1, n))
     fig, axes = plt.subplots(1, len(depths), figsize=(5.3 * len(depths), 4.3), sharey=True, squeeze=False)

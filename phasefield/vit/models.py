@@ -179,7 +179,7 @@ class OneForm(Model):
 
 
 # ------------------------------------------------------------------ polynomial ridge
-def _monomials(Z, degree):
+def monomials(Z, degree):
     cols = [np.ones(len(Z))]
     for d in range(1, degree + 1):
         for idx in itertools.combinations_with_replacement(range(Z.shape[1]), d):
@@ -201,7 +201,7 @@ class Poly(Model):
         self.coef = None if coef is None else np.asarray(coef, float)
 
     def _design(self, X):
-        return _monomials((X - self.mean) / self.std, self.degree)
+        return monomials((X - self.mean) / self.std, self.degree)
 
     def fit(self, X, y, seed=0):
         self.mean, self.std = X.mean(0), X.std(0)
@@ -263,7 +263,7 @@ class Trees(Model):
         X = np.asarray(X, float)
         out = np.full(len(X), self.init)
         for t in self.trees:
-            out += self.rate * _tree_predict(t, X)
+            out += self.rate * tree_predict(t, X)
         return self.clip(out)
 
     def _state(self):
@@ -274,7 +274,7 @@ class Trees(Model):
 FOREST_PARAMS = dict(n_estimators=200, min_samples_leaf=3, max_features=0.6)
 
 
-def _tree_doc(t) -> dict:
+def tree_doc(t) -> dict:
     return dict(
         left=t.children_left.tolist(),
         right=t.children_right.tolist(),
@@ -284,7 +284,7 @@ def _tree_doc(t) -> dict:
     )
 
 
-def _tree_predict(t: dict, X: np.ndarray) -> np.ndarray:
+def tree_predict(t: dict, X: np.ndarray) -> np.ndarray:
     left, right = np.asarray(t["left"]), np.asarray(t["right"])
     feat, thr, val = np.asarray(t["feature"]), np.asarray(t["threshold"]), np.asarray(t["value"])
     node = np.zeros(len(X), int)
@@ -310,12 +310,12 @@ class Forest(Model):
         from sklearn.ensemble import RandomForestRegressor
 
         f = RandomForestRegressor(random_state=seed, **FOREST_PARAMS).fit(X, y)
-        self.trees = [_tree_doc(est.tree_) for est in f.estimators_]
+        self.trees = [tree_doc(est.tree_) for est in f.estimators_]
         return self
 
     def predict(self, X):
         X = np.asarray(X, float)
-        return self.clip(np.mean([_tree_predict(t, X) for t in self.trees], axis=0))
+        return self.clip(np.mean([tree_predict(t, X) for t in self.trees], axis=0))
 
     def _state(self):
         return dict(trees=self.trees, params=FOREST_PARAMS)
@@ -350,7 +350,7 @@ class TwoPart(Model):
             return self
         mean, std = X.mean(0), X.std(0)
         std[std == 0] = 1.0
-        Z = _monomials((X - mean) / std, 2)[:, 1:]
+        Z = monomials((X - mean) / std, 2)[:, 1:]
         lr = LogisticRegression(C=1.0, max_iter=2000).fit(Z, ok)
         self.clf = dict(
             mean=mean.tolist(), std=std.tolist(), coef=lr.coef_[0].tolist(), intercept=float(lr.intercept_[0])
@@ -360,7 +360,7 @@ class TwoPart(Model):
     def p_train(self, X):
         if "constant" in self.clf:
             return np.full(len(X), self.clf["constant"])
-        Z = _monomials((X - np.asarray(self.clf["mean"])) / np.asarray(self.clf["std"]), 2)[:, 1:]
+        Z = monomials((X - np.asarray(self.clf["mean"])) / np.asarray(self.clf["std"]), 2)[:, 1:]
         s = Z @ np.asarray(self.clf["coef"]) + self.clf["intercept"]
         return expit(s)
 

@@ -27,6 +27,7 @@ and the document says so. The study's document ships inside the package
 the features the model uses, and adds a ``warnings`` list when the point lies outside the
 fitted region.
 """
+
 from __future__ import annotations
 
 import functools
@@ -36,14 +37,20 @@ from importlib import resources
 
 import numpy as np
 
-from . import analysis, features as F
+from .. import io
+from . import analysis
+from . import features as F
 from . import models as M
 
 RESOURCE = "trainability_model.json"
-# the shipped model of each block (issue 35): the paper block's, and one per standard block
-# fitted on its digits study (docs/training.md, "Standard blocks")
-BLOCK_RESOURCES = {"paper": RESOURCE, "pre-ln": "trainability_model_pre-ln.json",
-                   "post-ln": "trainability_model_post-ln.json"}
+# the shipped model of each block: the paper block's, and one per standard block fitted on its
+# digits study (docs/training.md, "Standard blocks"); each file's "provenance" object records
+# its data, procedure, regenerating command, version and date (phasefield.vit.study.provenance)
+BLOCK_RESOURCES = {
+    "paper": RESOURCE,
+    "pre-ln": "trainability_model_pre-ln.json",
+    "post-ln": "trainability_model_post-ln.json",
+}
 RAW_RANGES = ("sigma_w", "sigma_a", "alpha_a", "alpha_m", "depth")
 
 
@@ -75,11 +82,10 @@ def load_rows(path: str) -> list[dict]:
                 rows = [{k: _num(v) for k, v in r.items()} for r in csv.DictReader(f)]
         elif path.endswith(".jsonl"):
             with open(path) as f:
-                rows = [json.loads(l) for l in f if l.strip()]
+                rows = [io.loads_json(l, f"line {i + 1}") for i, l in enumerate(f) if l.strip()]
         else:
-            with open(path) as f:
-                rows = json.load(f)
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as exc:
+            rows = io.read_json(path, "the file")
+    except (OSError, ValueError) as exc:  # unreadable, malformed, too large or too deep (io.read_json)
         raise FitError(f"cannot read results table {path}: {exc}") from None
     if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
         raise FitError(f"{path} is not a results table (a list of runs)")
@@ -109,9 +115,19 @@ def _configs_of(rows: list[dict]) -> tuple[list[str], list[dict]]:
     return list(seen), list(seen.values())
 
 
-def fit_sweep(rows: list[dict], num_classes: int, cfg, geometry: dict, feats: dict | None = None,
-              order: list[str] | None = None, k: int = 5, repeats: int = 5, progress: bool = False,
-              nested_cv: bool = True, interval: str = "binned") -> dict:
+def fit_sweep(
+    rows: list[dict],
+    num_classes: int,
+    cfg,
+    geometry: dict,
+    feats: dict | None = None,
+    order: list[str] | None = None,
+    k: int = 5,
+    repeats: int = 5,
+    progress: bool = False,
+    nested_cv: bool = True,
+    interval: str = "binned",
+) -> dict:
     """The fit document of a sweep (see the module doc). ``feats``/``order``: precomputed
     theory features aligned with config ids (else computed here, one compiled program per
     depth). ``geometry``: the input geometry (q0, rho0) the features start from.
@@ -119,15 +135,21 @@ def fit_sweep(rows: list[dict], num_classes: int, cfg, geometry: dict, feats: di
     for c in ("sigma_w", "sigma_a", "alpha_a", "alpha_m", "lr", "depth", "test_loss"):
         if rows and c not in rows[0]:
             raise FitError(f"results table has no column {c!r}")
-    rows = [r for r in rows if all(r.get(c) is not None for c in ("sigma_w", "sigma_a", "alpha_a", "alpha_m", "lr", "depth"))]
+    rows = [
+        r
+        for r in rows
+        if all(r.get(c) is not None for c in ("sigma_w", "sigma_a", "alpha_a", "alpha_m", "lr", "depth"))
+    ]
     lrs = sorted({float(r["lr"]) for r in rows})
     if len(lrs) > 1:
-        raise FitError(f"the table mixes learning rates {', '.join(f'{v:g}' for v in lrs)}; "
-                       "fit each separately (--per-lr) or select one")
+        raise FitError(
+            f"the table mixes learning rates {', '.join(f'{v:g}' for v in lrs)}; "
+            "fit each separately (--per-lr) or select one"
+        )
     ids, configs = _configs_of(rows)
     if feats is None:
         order, feats = ids, F.features(cfg, configs, geometry["q0"], geometry["rho0"])
-    else:      # a cache (the study's features.csv) that lacks configurations trained since
+    else:  # a cache (the study's features.csv) that lacks configurations trained since
         have = set(order)
         todo = [c for cid, c in zip(ids, configs) if cid not in have]
         if todo:
@@ -138,8 +160,9 @@ def fit_sweep(rows: list[dict], num_classes: int, cfg, geometry: dict, feats: di
             else:  # a cache of other columns: compute every configuration's features afresh
                 order, feats = ids, F.features(cfg, configs, geometry["q0"], geometry["rho0"])
     try:
-        report = analysis.analyze(rows, num_classes, feats, order, k=k, repeats=repeats, nested_cv=nested_cv,
-                                  interval=interval)
+        report = analysis.analyze(
+            rows, num_classes, feats, order, k=k, repeats=repeats, nested_cv=nested_cv, interval=interval
+        )
     except analysis.AnalysisError as exc:
         raise FitError(str(exc)) from None
     return dict(report=report, model=best_model(report, cfg, geometry))
@@ -150,10 +173,10 @@ def best_model(report: dict, cfg, geometry: dict, name: str | None = None) -> di
     models predict computes cheaply, whatever its family), refitted on every configuration of
     the report's table, with its conformal interval."""
     name = name or report.get("best_model") or report["best_exponent_model"]
-    tab = {k: (np.asarray(v) if isinstance(v, list) and k not in analysis.LISTS else v)
-           for k, v in report["table"].items()}
-    spec = analysis.model_specs(tab)[name] if report.get("cross_validated", True) else \
-        analysis.model_specs(tab)[name]
+    tab = {
+        k: (np.asarray(v) if isinstance(v, list) and k not in analysis.LISTS else v) for k, v in report["table"].items()
+    }
+    spec = analysis.model_specs(tab)[name] if report.get("cross_validated", True) else analysis.model_specs(tab)[name]
     model = analysis.fit_model(spec, tab)
     m = report["models"][name]
     if name == report.get("best_model") and "interval" in report:
@@ -164,20 +187,53 @@ def best_model(report: dict, cfg, geometry: dict, name: str | None = None) -> di
     region = {k: [float(np.min(tab[k])), float(np.max(tab[k]))] for k in RAW_RANGES}
     region.update({f: [float(np.min(X[:, i])), float(np.max(X[:, i]))] for i, f in enumerate(spec[1])})
     nest = report.get("nested") or {}
-    fail = failure_doc(np.asarray(m["oof"]), tab["run_failed"], report["L_sat"], name,
-                       cross_validated=report.get("cross_validated", True)) if "run_failed" in tab else None
-    return dict(block=cfg.block_spec()[0], name=name, family=m["group"], kind=m["kind"], model=model.to_json(),
-                features=list(spec[1]),
-                target="test_loss", L_sat=report["L_sat"], lr=report["lr"], train_config=cfg.to_dict(),
-                n_tokens=cfg.n_tokens, input_geometry=geometry, region=region, interval=interval,
-                cv=dict(rmse=m["cv_rmse"], rmse_sd=m["cv_rmse_sd"], r2=m["cv_r2"], k_folds=report["k_folds"],
-                        repeats=report["repeats"], cross_validated=report.get("cross_validated", True),
-                        nested_r2=nest.get("r2"), nested_coverage_runs=nest.get("coverage_runs"),
-                        nested_coverage_means=nest.get("coverage_means")),
-                noise_floor=report["noise_floor"]["rmse"], n_configs=report["n_configs"], n_runs=report["n_runs"],
-                message=report.get("message"), candidates=list(report.get("shippable") or [name]),
-                candidate_cv_rmse={c: report["models"][c]["cv_rmse"] for c in report.get("shippable") or []
-                                   if c in report["models"]}, failure=fail)
+    fail = (
+        failure_doc(
+            np.asarray(m["oof"]),
+            tab["run_failed"],
+            report["L_sat"],
+            name,
+            cross_validated=report.get("cross_validated", True),
+        )
+        if "run_failed" in tab
+        else None
+    )
+    return dict(
+        block=cfg.block_spec()[0],
+        name=name,
+        family=m["group"],
+        kind=m["kind"],
+        model=model.to_json(),
+        features=list(spec[1]),
+        target="test_loss",
+        L_sat=report["L_sat"],
+        lr=report["lr"],
+        train_config=cfg.to_dict(),
+        n_tokens=cfg.n_tokens,
+        input_geometry=geometry,
+        region=region,
+        interval=interval,
+        cv=dict(
+            rmse=m["cv_rmse"],
+            rmse_sd=m["cv_rmse_sd"],
+            r2=m["cv_r2"],
+            k_folds=report["k_folds"],
+            repeats=report["repeats"],
+            cross_validated=report.get("cross_validated", True),
+            nested_r2=nest.get("r2"),
+            nested_coverage_runs=nest.get("coverage_runs"),
+            nested_coverage_means=nest.get("coverage_means"),
+        ),
+        noise_floor=report["noise_floor"]["rmse"],
+        n_configs=report["n_configs"],
+        n_runs=report["n_runs"],
+        message=report.get("message"),
+        candidates=list(report.get("shippable") or [name]),
+        candidate_cv_rmse={
+            c: report["models"][c]["cv_rmse"] for c in report.get("shippable") or [] if c in report["models"]
+        },
+        failure=fail,
+    )
 
 
 def failure_doc(oof, run_failed, l_sat: float, loss_model: str, cross_validated: bool = True) -> dict:
@@ -188,12 +244,19 @@ def failure_doc(oof, run_failed, l_sat: float, loss_model: str, cross_validated:
 
     platt = failure.fit_platt(oof, run_failed)
     n_runs = int(sum(len(r) for r in run_failed))
-    return dict(name=failure.SHIPPED, model=platt.to_json(), loss_model=loss_model,
-                criterion=f"diverged, or final test loss >= {analysis.CHANCE_FRACTION:g} log C "
-                          f"(= {analysis.CHANCE_FRACTION * l_sat:.4f})",
-                chance_fraction=analysis.CHANCE_FRACTION, threshold_loss=analysis.CHANCE_FRACTION * l_sat,
-                n_configs=len(run_failed), n_runs=n_runs, n_failed=int(sum(sum(r) for r in run_failed)),
-                calibrated_on="out-of-fold predictions" if cross_validated else "in-sample predictions (optimistic)")
+    return dict(
+        name=failure.SHIPPED,
+        model=platt.to_json(),
+        loss_model=loss_model,
+        criterion=f"diverged, or final test loss >= {analysis.CHANCE_FRACTION:g} log C "
+        f"(= {analysis.CHANCE_FRACTION * l_sat:.4f})",
+        chance_fraction=analysis.CHANCE_FRACTION,
+        threshold_loss=analysis.CHANCE_FRACTION * l_sat,
+        n_configs=len(run_failed),
+        n_runs=n_runs,
+        n_failed=int(sum(sum(r) for r in run_failed)),
+        calibrated_on="out-of-fold predictions" if cross_validated else "in-sample predictions (optimistic)",
+    )
 
 
 def p_fail(doc: dict, predicted_loss) -> np.ndarray | None:
@@ -238,26 +301,31 @@ def load_model(path: str | None = None, block: str | None = None) -> dict:
     """A model document: ``path`` (a fit file written by ``phasefield fit``, or its ``model``
     part) or, by default, the one shipped with phasefield for ``block`` (default the paper
     block; :func:`shipped_blocks`). With ``block`` and ``path`` both given, a fit of another
-    block is refused (FitError, one line)."""
+    block is refused (FitError, one line). A shipped file's ``provenance`` (where it came from)
+    is kept in the document and plays no part in a prediction."""
     try:
         if path is None:
             name = _spec(block or "paper")[0]
             if name not in shipped_blocks():
-                raise FitError(f"no shipped model for block {name} (shipped: {', '.join(shipped_blocks())}): train "
-                               f"runs (phasefield train-sweep --block {name} --axis sigma=LO:HI:N --out DIR), fit them "
-                               "(phasefield fit --runs DIR --out model.json) and pass --fit model.json")
+                raise FitError(
+                    f"no shipped model for block {name} (shipped: {', '.join(shipped_blocks())}): train "
+                    f"runs (phasefield train-sweep --block {name} --axis sigma=LO:HI:N --out DIR), fit them "
+                    "(phasefield fit --runs DIR --out model.json) and pass --fit model.json"
+                )
             resource = BLOCK_RESOURCES[name]
             text = resources.files(__package__).joinpath(resource).read_text()
             where = f"the packaged {resource}"
         else:
             with open(path) as f:
-                text = f.read()
+                text = f.read(io.JSON_MAX_BYTES + 1)
             where = path
-        doc = json.loads(text)
+        doc = io.loads_json(text, where)
     except OSError as exc:
         raise FitError(f"cannot read fit file {path}: {exc.strerror or exc}") from None
     except (json.JSONDecodeError, UnicodeDecodeError):
         raise FitError(f"{where} is not a fit file (not JSON)") from None
+    except ValueError as exc:  # too large or nested too deep (io.loads_json)
+        raise FitError(str(exc)) from None
     if isinstance(doc, dict) and "model" in doc and isinstance(doc["model"], dict) and "report" in doc:
         doc = doc["model"]
     need = {"model", "features", "L_sat", "train_config", "input_geometry", "interval", "region"}
@@ -282,7 +350,7 @@ def load_model(path: str | None = None, block: str | None = None) -> dict:
 COLLAPSED = ("lambda_a", "lambda_g", "L_lambda_a", "L_lambda_g")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _compiled_collapsed():
     """jit(vmap) of the two collapsed-point exponents alone: lambda_a and the closed form
     lambda_g(L) (depth is a traced leaf: one program serves every depth)."""
@@ -304,7 +372,9 @@ def collapsed_exponents(cfg, sigma_w, sigma_a, alpha_a, alpha_m, depth) -> tuple
     import jax
     import jax.numpy as jnp
 
-    vals = np.broadcast_arrays(*(np.atleast_1d(np.asarray(v, float)) for v in (sigma_w, sigma_a, alpha_a, alpha_m, depth)))
+    vals = np.broadcast_arrays(
+        *(np.atleast_1d(np.asarray(v, float)) for v in (sigma_w, sigma_a, alpha_a, alpha_m, depth))
+    )
     n = len(vals[0])
     m = 1 << max(0, (n - 1).bit_length())
     vals = [np.pad(v, (0, m - n), mode="edge") for v in vals]
@@ -332,15 +402,20 @@ def model_features(doc: dict, configs: list[dict], cfg=None, reference: bool = F
     L = out["depth"]
     if cfg.block_spec()[0] == "paper":
         la, lg = collapsed_exponents(cfg, out["sigma_w"], out["sigma_a"], out["alpha_a"], out["alpha_m"], L)
-    else:      # a model fitted on runs of another block: that block's theory point (one program per depth)
+    else:  # a model fitted on runs of another block: that block's theory point (one program per depth)
         from .block_rates import rates
 
         th = None if reference else rates(cfg, configs, doc.get("attention"))
         if th is None:
             th = F.block_theory(cfg, configs, doc.get("attention"))
         la, lg = th["lambda_a"], th["lambda_g"]
-    out.update(lambda_a=la, lambda_g=lg, L_lambda_a=L * la, L_lambda_g=L * lg,
-               **analysis.effective_depths(L, out["alpha_a"], out["alpha_m"]))
+    out.update(
+        lambda_a=la,
+        lambda_g=lg,
+        L_lambda_a=L * la,
+        L_lambda_g=L * lg,
+        **analysis.effective_depths(L, out["alpha_a"], out["alpha_m"]),
+    )
     rest = [f for f in doc["features"] if f not in out]
     if rest:
         base = {f[2:] if f.startswith("L_") else f for f in rest}
@@ -351,8 +426,16 @@ def model_features(doc: dict, configs: list[dict], cfg=None, reference: bool = F
     return out
 
 
-def predict(sigma_w, sigma_a, alpha_a, alpha_m, depth, doc: dict | None = None, block: str | None = None,
-            reference: bool = False) -> dict:
+def predict(
+    sigma_w,
+    sigma_a,
+    alpha_a,
+    alpha_m,
+    depth,
+    doc: dict | None = None,
+    block: str | None = None,
+    reference: bool = False,
+) -> dict:
     """Predicted final test loss (with the model's interval), P(fails to train) (``p_fail``;
     None for a fit file without a failure model), both exponents and any warning,
     at arrays (or numbers) of initialization hyperparameters (a standard block's run numbers:
@@ -365,7 +448,9 @@ def predict(sigma_w, sigma_a, alpha_a, alpha_m, depth, doc: dict | None = None, 
         doc = load_model(block=block)
     elif block is not None:
         check_block(doc, block)
-    vals = np.broadcast_arrays(*(np.atleast_1d(np.asarray(v, float)) for v in (sigma_w, sigma_a, alpha_a, alpha_m, depth)))
+    vals = np.broadcast_arrays(
+        *(np.atleast_1d(np.asarray(v, float)) for v in (sigma_w, sigma_a, alpha_a, alpha_m, depth))
+    )
     configs = [dict(sigma_w=a, sigma_a=b, alpha_a=c, alpha_m=d, depth=int(e)) for a, b, c, d, e in zip(*vals)]
     feats = model_features(doc, configs, reference=reference)
     model = M.from_json(doc["model"])
@@ -380,13 +465,25 @@ def predict(sigma_w, sigma_a, alpha_a, alpha_m, depth, doc: dict | None = None, 
             v = c[k] if k in c else float(feats[k][i])
             if not a - 1e-12 <= v <= b + 1e-12:
                 warn.append(f"{k} = {v:.4g} lies outside the fitted range [{a:.4g}, {b:.4g}]")
-        out.append(dict(c, predicted_loss=float(y[i]), interval=[float(lo[i]), float(hi[i])],
-                        interval_level=doc["interval"]["level"], chance_loss=doc["L_sat"],
-                        p_fail=None if pf is None else float(pf[i]),
-                        fail_criterion=(doc.get("failure") or {}).get("criterion"),
-                        fail_note=(doc.get("failure") or {}).get("note"),
-                        lambda_a=float(feats["lambda_a"][i]), lambda_g=float(feats["lambda_g"][i]),
-                        features={f: float(feats[f][i]) for f in doc["features"]}, model=doc.get("name"),
-                        family=doc.get("family"), cv_r2=doc.get("cv", {}).get("r2"), block=block_of(doc),
-                        n_tokens=doc["n_tokens"], warnings=warn))
+        out.append(
+            dict(
+                c,
+                predicted_loss=float(y[i]),
+                interval=[float(lo[i]), float(hi[i])],
+                interval_level=doc["interval"]["level"],
+                chance_loss=doc["L_sat"],
+                p_fail=None if pf is None else float(pf[i]),
+                fail_criterion=(doc.get("failure") or {}).get("criterion"),
+                fail_note=(doc.get("failure") or {}).get("note"),
+                lambda_a=float(feats["lambda_a"][i]),
+                lambda_g=float(feats["lambda_g"][i]),
+                features={f: float(feats[f][i]) for f in doc["features"]},
+                model=doc.get("name"),
+                family=doc.get("family"),
+                cv_r2=doc.get("cv", {}).get("r2"),
+                block=block_of(doc),
+                n_tokens=doc["n_tokens"],
+                warnings=warn,
+            )
+        )
     return out[0] if np.ndim(sigma_w) == 0 and len(out) == 1 else out

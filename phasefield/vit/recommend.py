@@ -34,7 +34,7 @@ class RecommendError(ValueError):
     """No point satisfies the constraints (one-line message)."""
 
 
-def _exponents(points: np.ndarray, n_tokens: int, depth: int, activation: str):
+def exponents_of(points: np.ndarray, n_tokens: int, depth: int, activation: str):
     """Collapsed-point (lambda_a, lambda_g(depth)) at points [k, 4]: the two closed forms alone
     (:func:`phasefield.vit.predict._compiled_collapsed`; one compiled program per padded
     batch size and activation, for every depth)."""
@@ -100,12 +100,12 @@ def recommend(
     else:
         u = np.zeros((1, 0))
     pts = full(u)
-    la, lg = _exponents(pts, n_tokens, depth, activation)
+    la, lg = exponents_of(pts, n_tokens, depth, activation)
     score = np.hypot(la, lg)
     crit = []
     if free:
         for i in np.argsort(score)[: 4 * top]:
-            f = lambda x: np.array(_exponents(full(x), n_tokens, depth, activation))[:, 0]
+            f = lambda x: np.array(exponents_of(full(x), n_tokens, depth, activation))[:, 0]
             try:
                 r = least_squares(f, u[i], bounds=(lo, hi), xtol=1e-12, ftol=1e-12, max_nfev=60)
             except ValueError:
@@ -123,7 +123,7 @@ def recommend(
     critical = []
     for _res, x in chosen:
         p = full(x)[0]
-        a, g = _exponents(p[None], n_tokens, depth, activation)
+        a, g = exponents_of(p[None], n_tokens, depth, activation)
         critical.append(
             dict(
                 zip(NAMES, map(float, p)),

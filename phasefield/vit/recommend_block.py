@@ -20,7 +20,7 @@ import math
 
 import numpy as np
 
-BLOCKS = ("pre-ln", "post-ln", "rms-swiglu")
+BLOCKS = ("pre-ln", "post-ln", "rms-swiglu", "dyt")
 BOX = dict(sigma=(0.3, 2.0), alpha_attn=(0.2, 1.0), alpha_mlp=(0.2, 1.0))
 COARSE = dict(sigma=4, alpha_attn=6, alpha_mlp=6)  # the exact map's tables cost ~1 CPU s per distinct sigma
 KEYS = ("sigma", "alpha_attn", "alpha_mlp")

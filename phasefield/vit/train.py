@@ -45,6 +45,7 @@ RUN_NUMBERS = {
     "pre-ln": _STD_RUN,
     "post-ln": _STD_RUN,
     "rms-swiglu": _STD_RUN,
+    "dyt": _STD_RUN,
     "deepscalelm": dict(sigma_a="sigma_a"),
 }
 

@@ -81,7 +81,7 @@ def weights(hp):
     return ba2, bm2, aa2, am2, wa, wm, r
 
 
-def _inv(x):
+def inv(x):
     """1/x with 1/inf = 0 and a finite gradient at x = inf."""
     fin = jnp.isfinite(x)
     return jnp.where(fin, 1.0 / jnp.where(fin, x, 1.0), 0.0)
@@ -149,7 +149,7 @@ def angle_exponent(hp, kern=None, method: str = "closed"):
         # relative precision at small alpha, and alpha_A = 1 gives log1p(-1) = -inf exactly
         ba2, aa2, am2 = jnp.square(hp.beta_a), jnp.square(hp.alpha_a), jnp.square(hp.alpha_m)
         num = ba2 * am2 * (kern.d_one - kern.q_m) - aa2 * jnp.square(hp.sigma_v)
-        return jnp.log1p(num * _inv(qz_star))
+        return jnp.log1p(num * inv(qz_star))
     if method == "autodiff":
 
         def f(x):
@@ -300,10 +300,10 @@ def stable_points(hp, kern=None):
     sign between mesh points, so a pair born at a fold can be missed just inside the
     bistable region; at most MAX_ROOTS sign changes are refined (smallest rho first).
     """
-    return _stable_points(hp, kern, hp.attention == "exact")
+    return stable_points_of(hp, kern, hp.attention == "exact")
 
 
-def _stable_points(hp, kern, table: bool, per_root: bool = False):
+def stable_points_of(hp, kern, table: bool, per_root: bool = False):
     """:func:`stable_points`; ``table=False`` evaluates the exact map on the mesh and bisects
     on it (the direct search: the reference of tests/test_exact.py); ``per_root``
     (direct search only) refines only the brackets the point has, in a loop with a traced

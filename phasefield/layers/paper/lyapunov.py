@@ -36,7 +36,7 @@ def mean_mode(hp, kern=None):
     q_star, qz_star = fixed_points.collapsed_fixed_point(hp, kern)
     ba2, bm2 = jnp.square(hp.beta_a), jnp.square(hp.beta_m)
     aa2, am2 = jnp.square(hp.alpha_a), jnp.square(hp.alpha_m)
-    inv = fixed_points._inv
+    inv = fixed_points.inv
     return (ba2 + aa2 * jnp.square(hp.sigma_v) * inv(q_star)) * (bm2 + am2 * kern.d_one * inv(qz_star))
 
 
@@ -149,17 +149,17 @@ def exponents(hp, kern=None) -> dict:
     rho_star_min, rho_star_max   the smallest and largest stable cosines (1 if rho = 1 is
                   stable); all of them: :func:`attractors`.
     """
-    return _exponents(hp, kern)
+    return exponents_of(hp, kern)
 
 
-def _exponents(hp, kern, per_root: bool = False, search: bool = True):
+def exponents_of(hp, kern, per_root: bool = False, search: bool = True):
     """:func:`exponents`; ``per_root``: the stable-point search refines only the brackets the
-    point has (``fixed_points._stable_points``; the sweep's tiles); ``search=False``: no
+    point has (``fixed_points.stable_points_of``; the sweep's tiles); ``search=False``: no
     search, for points where ``fixed_points.no_roots`` holds (the sweep's tiles)."""
     la = fixed_points.angle_exponent(hp, kern)
     q_star, qz_star = fixed_points.collapsed_fixed_point(hp, kern)
     fp = (
-        fixed_points._stable_points(hp, kern, hp.attention == "exact", per_root)
+        fixed_points.stable_points_of(hp, kern, hp.attention == "exact", per_root)
         if search
         else fixed_points.collapsed_only(hp, kern)
     )

@@ -64,7 +64,7 @@ MAX_VALUES = 1.2e8  # cost bound on n_a x n_z^2 (the direct pair rule's work; th
 # ---- grid sizes (static) -------------------------------------------------------------
 
 
-def _concrete(x):
+def concrete_max(x):
     try:
         return float(np.max(np.asarray(x)))
     except (jax.errors.ConcretizationTypeError, jax.errors.TracerArrayConversionError, TypeError):
@@ -78,8 +78,8 @@ def sizes(hp=None, sigma_max: float | None = None, n_max: float | None = None) -
     (sigma_A <= 4.5, n <= 4096). Raises ValueError when the grid would exceed
     the cost bound :data:`MAX_VALUES` (checked before any work: the CLI exits 2)."""
     if hp is not None:
-        sigma_max = sigma_max or _concrete(hp.sigma_a)
-        n_max = n_max or _concrete(hp.n_tokens)
+        sigma_max = sigma_max or concrete_max(hp.sigma_a)
+        n_max = n_max or concrete_max(hp.n_tokens)
     n = max(float(n_max or DEFAULT_N_MAX), 2.0)
     sa = max(float(sigma_max or DEFAULT_SIGMA_MAX), 0.25)
     # tau <= sigma_A sqrt(1 + 1/(n-1)); the shared part sigma_c = tau sqrt|rho| of two rows'
@@ -102,28 +102,28 @@ def sizes(hp=None, sigma_max: float | None = None, n_max: float | None = None) -
 # ---- building blocks -----------------------------------------------------------------
 
 
-def _safe_sqrt(x):
+def safe_sqrt(x):
     pos = x > 0
     return jnp.where(pos, jnp.sqrt(jnp.where(pos, x, 1.0)), 0.0)
 
 
-def _safe_log(x):
+def safe_log(x):
     pos = x > 0
     return jnp.where(pos, jnp.log(jnp.where(pos, x, 1.0)), -1e300)
 
 
-def _znodes(n_z, dtype):
+def z_nodes(n_z, dtype):
     z = jnp.linspace(-Z_MAX, Z_MAX, n_z, dtype=dtype)
     w = jnp.exp(-0.5 * z * z)
     return z, w / jnp.sum(w)
 
 
-def _pow(base_log, n):
+def log_power(base_log, n):
     """exp(n * log base) with the log already taken (safe for base = 0)."""
     return jnp.exp(jnp.maximum(n * base_log, -745.0))
 
 
-class _Grid:
+class Grid:
     """a-grid and Gaussian nodes for one (sigma_A, rho, n)."""
 
     def __init__(self, hp, rho, n_a, n_z):
@@ -131,25 +131,25 @@ class _Grid:
         rho = jnp.clip(jnp.asarray(rho, dt), -1.0, 1.0)
         self.n = jnp.asarray(hp.n_tokens, dt)
         self.rho = rho
-        self.tau = _safe_sqrt(jnp.square(hp.sigma_a) * (1.0 - rho))
-        self.sigma_c = self.tau * _safe_sqrt(jnp.abs(rho))  # shared part of two rows' logits
-        self.sigma_d = self.tau * _safe_sqrt(1.0 - jnp.abs(rho))  # own part
+        self.tau = safe_sqrt(jnp.square(hp.sigma_a) * (1.0 - rho))
+        self.sigma_c = self.tau * safe_sqrt(jnp.abs(rho))  # shared part of two rows' logits
+        self.sigma_d = self.tau * safe_sqrt(1.0 - jnp.abs(rho))  # own part
         lo = -(jnp.log(self.n) + Z_MAX * self.tau + A_LOW_PAD)
         hi = Z_MAX * self.tau + A_HIGH_PAD
         j = jnp.arange(n_a, dtype=dt) / (n_a - 1)
         self.a = lo + (hi - lo) * j
         self.h = (hi - lo) / (n_a - 1)
-        self.z, self.wz = _znodes(n_z, dt)
+        self.z, self.wz = z_nodes(n_z, dt)
         # trapezoid end weights (the integrand vanishes at both ends anyway)
         self.wa = jnp.ones((n_a,), dt).at[0].set(0.5).at[-1].set(0.5) * self.h
 
 
-def _ghnodes(m, dtype):
+def gh_nodes(m, dtype):
     t, w = np.polynomial.hermite_e.hermegauss(m)
     return jnp.asarray(t, dtype), jnp.asarray(w / w.sum(), dtype)
 
 
-def _u_tables(v, sd, grid, ps):
+def u_tables(v, sd, grid, ps):
     """u_p(v) = E_d g_p(v + d), d ~ N(0, sd^2), for every p in ``ps`` at the points ``v``
     (any shape), with one ``exp`` per integrand value for all orders:
     g_p(v + d) = e^{pv} e^{pd} exp(-e^v e^d)."""
@@ -178,7 +178,7 @@ def _pair_tables(grid, pairs):
     (x, y) are N(0, tau^2) with correlation rho: x = c + d_1, y = +-c + d_2 (sign of rho),
     c ~ N(0, |rho| tau^2) shared, d_i ~ N(0, (1 - |rho|) tau^2) independent, so
     H_pr(a, b) = E_c u_p(a + c) u_r(b +- c) with the 1-D u_p(v) = E_d g_p(v + d)
-    (:func:`_u_tables`), and H is a matrix product over nodes of c:
+    (:func:`u_tables`), and H is a matrix product over nodes of c:
 
     * wide c (sigma_c >= SIGMA_C_LATTICE): a trapezoid rule whose nodes are multiples of the
       fine step h / LATTICE_REFINE, spacing min(sigma_c / C_SPACING, SPACING_MAX) rounded
@@ -203,8 +203,8 @@ def _pair_tables(grid, pairs):
         return out
 
     def narrow(grid):
-        t, wt = _ghnodes(N_GH, dt)
-        return contract(dict(zip(ps, _u_tables(grid.a[:, None] + grid.sigma_c * t, grid.sigma_d, grid, ps))), wt)
+        t, wt = gh_nodes(N_GH, dt)
+        return contract(dict(zip(ps, u_tables(grid.a[:, None] + grid.sigma_c * t, grid.sigma_d, grid, ps))), wt)
 
     def wide(grid):
         n_c, k_max = lattice_nodes(n_a, n_z)
@@ -212,7 +212,7 @@ def _pair_tables(grid, pairs):
         mult = jnp.floor(jnp.minimum(grid.sigma_c / C_SPACING, SPACING_MAX) / step)
         mult = jnp.clip(mult, 1, k_max // n_c).astype(jnp.int32)
         fine = grid.a[0] + jnp.arange(-k_max, (n_a - 1) * LATTICE_REFINE + k_max + 1, dtype=dt) * step
-        tables = _u_tables(fine, grid.sigma_d, grid, ps)
+        tables = u_tables(fine, grid.sigma_d, grid, ps)
         k = jnp.arange(-n_c, n_c + 1) * mult
         idx = (jnp.arange(n_a) * LATTICE_REFINE)[:, None] + k[None, :] + k_max
         sc = jnp.where(grid.sigma_c > 0, grid.sigma_c, 1.0)
@@ -234,11 +234,11 @@ def row_moments(hp, rho, n_a=None, n_z=None):
     E[A_1^4], E[A_1^2 A_2^2] (exact up to quadrature)."""
     if n_a is None or n_z is None:
         n_a, n_z = sizes(hp)
-    gr = _Grid(hp, rho, n_a, n_z)
-    h = dict(zip(range(5), _u_tables(gr.a, gr.tau, gr, range(5))))  # h_p(a) = E g_p(a + tau z)
-    phi_log = _safe_log(h[0])
-    w_n1 = _pow(phi_log, gr.n - 1.0) * gr.wa
-    w_n2 = _pow(phi_log, gr.n - 2.0) * gr.wa
+    gr = Grid(hp, rho, n_a, n_z)
+    h = dict(zip(range(5), u_tables(gr.a, gr.tau, gr, range(5))))  # h_p(a) = E g_p(a + tau z)
+    phi_log = safe_log(h[0])
+    w_n1 = log_power(phi_log, gr.n - 1.0) * gr.wa
+    w_n2 = log_power(phi_log, gr.n - 2.0) * gr.wa
     return {
         "a1": jnp.sum(h[1] * w_n1),
         "a2": jnp.sum(h[2] * w_n1),
@@ -254,17 +254,17 @@ def pair_moments(hp, rho, n_a=None, n_z=None, higher: bool = False):
     E[A_1^2 B_2^2] (keys ``ab``, ``a2b``, ``a2b2``, ``abab``, ``a2_b2``)."""
     if n_a is None or n_z is None:
         n_a, n_z = sizes(hp)
-    gr = _Grid(hp, rho, n_a, n_z)
+    gr = Grid(hp, rho, n_a, n_z)
     pairs = [(0, 0), (1, 1)] + ([(2, 1), (2, 2), (2, 0), (0, 2)] if higher else [])
     h = _pair_tables(gr, pairs)
-    f_log = _safe_log(h[0, 0])
+    f_log = safe_log(h[0, 0])
     w2 = gr.wa[:, None] * gr.wa[None, :]
-    w_n1 = _pow(f_log, gr.n - 1.0) * w2
+    w_n1 = log_power(f_log, gr.n - 1.0) * w2
     out = {"ab": jnp.sum(h[1, 1] * w_n1)}
     if higher:
         out["a2b"] = jnp.sum(h[2, 1] * w_n1)
         out["a2b2"] = jnp.sum(h[2, 2] * w_n1)
-        w_n2 = _pow(f_log, gr.n - 2.0) * w2
+        w_n2 = log_power(f_log, gr.n - 2.0) * w2
         out["abab"] = jnp.sum(h[1, 1] * h[1, 1] * w_n2)
         out["a2_b2"] = jnp.sum(h[2, 0] * h[0, 2] * w_n2)
     return out

@@ -149,7 +149,7 @@ def concrete_logits(hp):
     """(sigma_A, n) as floats when both are concrete scalars, else None."""
     if jnp.ndim(hp.sigma_a) or jnp.ndim(hp.n_tokens):
         return None
-    sa, n = exact._concrete(hp.sigma_a), exact._concrete(hp.n_tokens)
+    sa, n = exact.concrete_max(hp.sigma_a), exact.concrete_max(hp.n_tokens)
     return None if sa is None or n is None else (sa, n)
 
 
@@ -250,13 +250,13 @@ class _Z(NamedTuple):
 
 
 def _u_tables(v, sd, ps, sizes):
-    """:func:`exact._u_tables` (u_p(v) = E_d g_p(v + d), d ~ N(0, sd^2)) on the first z-rule
+    """:func:`exact.u_tables` (u_p(v) = E_d g_p(v + d), d ~ N(0, sd^2)) on the first z-rule
     of ``sizes`` that resolves sd (the spacing sd 2 Z_MAX / (size - 1) <= H_X / 1.05, as
     :func:`exact.sizes` asks of the largest logit scale; the last size when none does)."""
     dt = v.dtype
 
     def rule(m):
-        return lambda: tuple(exact._u_tables(v, sd, _Z(*exact._znodes(m, dt)), ps))
+        return lambda: tuple(exact.u_tables(v, sd, _Z(*exact.z_nodes(m, dt)), ps))
 
     reach = (jnp.asarray(sizes[:-1], dt) - 1.0) * exact.H_X / (2 * exact.Z_MAX * 1.05)
     return list(jax.lax.switch(jnp.sum(reach < sd), [rule(m) for m in sizes]))
@@ -290,7 +290,7 @@ def _pair_st(gr, levels, zs=None):
         return sym(0), sym(1), (u[2] * w) @ (uf[2] - 2.0 * uf[1]).T
 
     def narrow():
-        t, wt = exact._ghnodes(exact.N_GH, dt)
+        t, wt = exact.gh_nodes(exact.N_GH, dt)
         v = gr.a[:, None] + gr.sigma_c * t
         return contract(dict(zip(ps, _u_tables(v, gr.sigma_d, ps, zs))), wt)
 
@@ -329,9 +329,9 @@ def _powers(f, n):
     if isinstance(n, int):
         p2 = jax.lax.integer_pow(f, n - 2) if n > 2 else jnp.ones_like(f)
         return p2 * f, p2
-    f_log = exact._safe_log(f)
+    f_log = exact.safe_log(f)
     n = jnp.asarray(n, f.dtype)
-    return exact._pow(f_log, n - 1.0), exact._pow(f_log, n - 2.0)
+    return exact.log_power(f_log, n - 1.0), exact.log_power(f_log, n - 2.0)
 
 
 A_LEVEL_RATIO = 1.2  # successive sizes of the pair moments' a-grids
@@ -384,7 +384,7 @@ def _sums(hp, rho, n_a, n_z, levels, zs, n_static):
     """The pair sums <H_11, W_n1>, <H_11^2, W_n2>, <H_2x, W_n1> that (S, T) read
     (:func:`_pair_st`; W_np = H_00^(n-p) w_a w_b) on an a-grid of n_a points, from the
     blocks of the symmetric H_00, H_11 and W_np (the off-diagonal block twice)."""
-    gr = exact._Grid(hp, rho, n_a, n_z)
+    gr = exact.Grid(hp, rho, n_a, n_z)
     f, h11, h2x = _pair_st(gr, levels, zs)
     n = gr.n if n_static is None else n_static
     wt, wb = gr.wa[: n_a // 2], gr.wa[n_a // 2 :]
@@ -412,7 +412,7 @@ def st_point(hp, rho, n_a: int, n_z: int, levels=None, zs=None, n_static=None, g
         ab, abab, x = _sums(hp, rho, n_a, n_z, levels, (n_z,) if zs is None else zs, n_static)
     else:
         dt = jnp.result_type(float)
-        tau = exact._safe_sqrt(jnp.square(hp.sigma_a) * (1.0 - jnp.clip(jnp.asarray(rho, dt), -1.0, 1.0)))
+        tau = exact.safe_sqrt(jnp.square(hp.sigma_a) * (1.0 - jnp.clip(jnp.asarray(rho, dt), -1.0, 1.0)))
         span = jnp.log(jnp.asarray(hp.n_tokens, dt)) + 2 * exact.Z_MAX * tau + exact.A_LOW_PAD + exact.A_HIGH_PAD
         sizes = jnp.asarray([m for m, _, _ in grids[:-1]], dt)
         index = jnp.sum((sizes - 1.0) * H_PAIR < span)  # the first a-grid with spacing <= H_PAIR

@@ -44,7 +44,7 @@ def score_study(st: dict, name: str, fit: str | None = None) -> dict:
     col = lambda k: np.array([float(r[k]) for r in rows])
     res = vpredict.predict(col("sigma_w"), col("sigma_a"), col("alpha_a"), col("alpha_m"), col("depth"), doc)
     l_sat = doc["L_sat"]
-    y = np.array([l_sat if analysis._failed(r, "test_loss", l_sat) else float(r["test_loss"]) for r in rows])
+    y = np.array([l_sat if analysis.run_failed(r, "test_loss", l_sat) else float(r["test_loss"]) for r in rows])
     p = np.array([r["predicted_loss"] for r in res])
     lo, hi = np.array([r["interval"] for r in res]).T
     r2 = models.r2
@@ -103,7 +103,7 @@ def score_block(st: dict, name: str, fit: str | None = None) -> dict:
         col("sigma_w"), col("sigma_a"), col("alpha_a"), col("alpha_m"), col("depth"), doc, block=cfg.block
     )
     l_sat = doc["L_sat"]
-    y = np.array([l_sat if analysis._failed(r, "test_loss", l_sat) else float(r["test_loss"]) for r in rows])
+    y = np.array([l_sat if analysis.run_failed(r, "test_loss", l_sat) else float(r["test_loss"]) for r in rows])
     failed = np.array([int(analysis.at_chance(r, l_sat)) for r in rows])
     p = np.array([r["predicted_loss"] for r in res])
     pf = np.array([r["p_fail"] for r in res])
