@@ -163,11 +163,6 @@ def write_npz(path, arrays: dict) -> None:
         np.savez(tmp, **arrays)
 
 
-def read_npz(path) -> dict:
-    with np.load(path) as z:
-        return {k: z[k] for k in z.files}
-
-
 def finite(obj):
     """A copy of ``obj`` that JSON can hold as RFC 8259: NaN and ±inf become None (null),
     NumPy/JAX scalars and arrays plain numbers and lists, tuples lists."""
