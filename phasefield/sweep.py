@@ -8,7 +8,7 @@
 
 ``block``: None or ``"paper"`` (the paper block), any preset as ``NAME[:k=v,...]``, a JSON
 file or ``(name, dict)``; ``axes``: ``{number name: values}`` (and ``depth``, ``n_tokens``).
-Every block runs through one chunk driver (:mod:`phasefield.chunks`); the paper block with
+Every block runs through one chunk driver (:mod:`phasefield.driver`); the paper block with
 its closed-form evaluator (below), every other block with the layers evaluator
 (:func:`phasefield.layers.sweep.sweep`, its variables angle_rate, lambda_g_input,
 lambda_g_collapse, lambda_a, rho_L, q_L).
@@ -16,8 +16,8 @@ lambda_g_collapse, lambda_a, rho_L, q_L).
 The paper block: every hyperparameter given as a 1-D sequence becomes a dimension (in the
 order sigma_w, sigma_a, alpha | alpha_a, alpha_m, sigma_v, n_tokens, depth); scalars become
 scalar coordinates. ``alpha`` ties alpha_A = alpha_M. Variables: lambda_a, lambda_g_collapse
-(finite depth, input at the collapsed fixed point; ``lambda_g``: the same numbers under their
-earlier name, kept for the files and figures that read it), lambda_g_inf, q_star, rho_star
+(finite depth, input at the collapsed fixed point; ``lambda_g``: a deprecated copy under its
+earlier name, until 0.3.0), lambda_g_inf, q_star, rho_star
 (the attractor reached from rho_0 = 1/2), n_stable (the number of stable fixed points: >= 2
 marks a bistable point), rho_star_min, rho_star_max (the smallest and largest stable
 cosines) — float64, each with ``long_name`` and ``symbol`` attributes.
@@ -30,9 +30,9 @@ How it runs:
   computed once per unique pair (:func:`build_exact_tables`), on grids sized to the
   largest sigma_A and n of the sweep;
 * the flattened grid is cut into fixed-size chunks (one compiled program, bounded memory;
-  the chunk driver :mod:`phasefield.chunks` runs them);
+  the chunk driver :mod:`phasefield.driver` runs them);
   each chunk is ``jax.vmap`` of :func:`phasefield.layers.paper.exponents`, its leading axis
-  sharded over every local device (``jax.sharding``); where a CPU device holds several TILEs
+  sharded over every local device (:mod:`phasefield.driver.shard`); where a CPU device holds several TILEs
   of points it runs them one after the other (an accelerator evaluates its share
   of the chunk in one ``vmap``, :func:`_tiled_on`): a tile refines only the root
   brackets its points have, and skips the stable-point search altogether when every point
@@ -64,7 +64,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import grid, io
+from . import driver, grid, io, schema
 from .config import HParams
 from .layers.paper import fixed_points
 from .layers.paper.lyapunov import exponents_of
@@ -72,13 +72,22 @@ from .theory import mlp
 from .theory.attention import exact, exact_table
 from .theory.precision import float64
 
-VARIABLES = ("lambda_a", "lambda_g", "lambda_g_inf", "q_star", "rho_star", "n_stable", "rho_star_min", "rho_star_max")
+VARIABLES = (
+    "lambda_a",
+    "lambda_g_collapse",
+    "lambda_g_inf",
+    "q_star",
+    "rho_star",
+    "n_stable",
+    "rho_star_min",
+    "rho_star_max",
+)
 ATTRS = {
     "lambda_a": dict(long_name="angle exponent", symbol="λ_a"),
     "lambda_g": dict(
-        long_name="gradient exponent at finite depth (collapsed input; the earlier name of "
-        "lambda_g_collapse, kept for the files and scripts that read it)",
+        long_name="gradient exponent at finite depth (collapsed input)",
         symbol="λ_g(L)",
+        deprecated=f"the earlier name of lambda_g_collapse; it goes in phasefield {schema.REMOVED_IN}",
     ),
     "lambda_g_collapse": dict(long_name="gradient exponent at finite depth (collapsed input)", symbol="λ_g(L)"),
     "lambda_g_inf": dict(long_name="gradient exponent at infinite depth (stable fixed point)", symbol="λ_g^∞"),
@@ -88,7 +97,7 @@ ATTRS = {
     "rho_star_min": dict(long_name="smallest stable token cosine", symbol="ρ*_min"),
     "rho_star_max": dict(long_name="largest stable token cosine (1: the collapsed point)", symbol="ρ*_max"),
 }
-ALIASES = {"lambda_g_collapse": "lambda_g"}  # dataset variable -> the evaluator's (chunk) variable
+ALIASES = {"lambda_g": "lambda_g_collapse"}  # deprecated dataset variable -> the canonical one it copies
 DEFAULT_CHUNK = 1 << 16
 
 
@@ -151,12 +160,7 @@ def build_kernels(sigma_w: np.ndarray, activation: str = "tanh", mlp_layers: int
         vals = sigma_w[sel]
         nd = len(devices)
         padded = np.concatenate([vals, np.repeat(vals[-1:], -len(vals) % nd)])
-        arg = jnp.asarray(padded)
-        if nd > 1:
-            from jax.sharding import Mesh, NamedSharding
-            from jax.sharding import PartitionSpec as P
-
-            arg = jax.device_put(arg, NamedSharding(Mesh(np.array(devices), ("s",)), P("s")))
+        arg = driver.shard(jnp.asarray(padded), devices)
         kb = jax.device_get(_kernel_fn(activation, int(mlp_layers), *size)(arg))
         pad = k_max - size[1]
         kb = kb.replace(
@@ -285,25 +289,8 @@ def _evaluate_fn(
             out = jax.lax.map(lambda x: one_tile(x, kernels, att_values), tiles)
             return jax.tree.map(lambda v: v.reshape((n,) + v.shape[2:]), out)
 
-    if len(devices) > 1:
-        from jax.sharding import Mesh, NamedSharding
-        from jax.sharding import PartitionSpec as P
-
-        mesh = Mesh(np.array(devices), ("points",))
-        sharding = NamedSharding(mesh, P("points"))
-        replicated = NamedSharding(mesh, P())
-        if not thorough:  # each device tiles its own points
-            fn = jax.shard_map(
-                fn,
-                mesh=mesh,
-                in_specs=(P("points"), P("points"), P(), P("points"), P()),
-                out_specs=P("points"),
-                check_vma=False,
-            )
-        return jax.jit(
-            fn, in_shardings=(sharding, sharding, replicated, sharding, replicated), out_shardings=sharding
-        ), sharding
-    return jax.jit(fn), None
+    # fields, index and att_index carry the points; without ``thorough`` each device tiles its own
+    return driver.over_points(fn, devices, (True, True, False, True, False), per_device=not thorough)
 
 
 PAPER_NUMBERS = ("sigma_w", "sigma_a", "alpha", "alpha_a", "alpha_m", "sigma_v")
@@ -360,7 +347,7 @@ def sweep(
     given as sequences are axes too. The paper block runs its closed-form evaluator, every
     other block :func:`phasefield.layers.sweep.evaluate_chunk` (``q0``, ``rho0``: its input
     geometry, default 1 and 1/2; ``mesh``: see :func:`phasefield.layers.sweep.sweep`); both
-    through the chunk driver :mod:`phasefield.chunks`. Returns None on a multi-host process
+    through the chunk driver :mod:`phasefield.driver`. Returns None on a multi-host process
     other than 0. (``_thorough``: the untiled paper evaluation refining every root bracket,
     the reference of the tiled one in tests/test_sweep.py and scripts/bench_theory.py.)"""
     paper_kw = dict(
@@ -469,8 +456,6 @@ def _paper_sweep(
     """The paper block's sweep (its closed-form evaluator) through the chunk driver."""
     import xarray as xr
 
-    from . import chunks
-
     HParams(
         activation=activation,
         mlp_layers=mlp_layers,
@@ -523,7 +508,7 @@ def _paper_sweep(
         n_chunks=n_chunks,
         **static,
     )
-    with chunks.Driver(out, spec, log=log) as drv:
+    with driver.Driver(out, spec, log=log) as drv:
         sw_values = dims.get("sigma_w", scalars.get("sigma_w"))
         sw_all = np.atleast_1d(sw_values)
         # 2-D tables for every sigma_w: the stable-point search evaluates p_M(rho) at every
@@ -548,7 +533,7 @@ def _paper_sweep(
             pair_index = {tuple(p): i for i, p in enumerate(pairs.tolist())}
             att_sizes, att_values = build_exact_tables(pairs)
             att_values = jnp.asarray(att_values)
-        fn, sharding = _evaluate_fn(
+        fn = _evaluate_fn(
             activation,
             mlp_layers,
             residual,
@@ -572,8 +557,7 @@ def _paper_sweep(
                 att_index[:] = [pair_index[p] for p in zip(fields["sigma_a"].tolist(), fields["n_tokens"].tolist())]
             fields = {k: jnp.asarray(v, jnp.float64) for k, v in fields.items()}
             sw_index, att_index = jnp.asarray(sw_index), jnp.asarray(att_index)
-            if sharding is not None:
-                fields, sw_index, att_index = jax.device_put((fields, sw_index, att_index), sharding)
+            fields, sw_index, att_index = driver.shard((fields, sw_index, att_index), devices)
             return fn(fields, sw_index, kernels, att_index, att_values)
 
         results = drv.run(evaluate, n_chunks, span, total, VARIABLES, progress=progress, wait=wait)
@@ -595,8 +579,8 @@ def _paper_sweep(
                 residual=residual,
                 attention=attention,
                 softmax_correction=int(bool(softmax_correction)),
-                note="lambda_g_collapse: depth-L exponent from the collapsed fixed point (lambda_g: the same "
-                "numbers under their earlier name); lambda_g_inf: stable fixed point",
+                note="lambda_g_collapse: depth-L exponent from the collapsed fixed point (lambda_g: its "
+                "deprecated earlier name); lambda_g_inf: stable fixed point",
             ),
         )
         drv.write(ds)

@@ -107,8 +107,8 @@ def grid(args):
                     q_L_se=tr["q_se"][-1],
                     lambda_a=ea["lambda_a"],
                     lambda_a_se=ea["lambda_a_se"],
-                    lambda_g=ea["lambda_g"],
-                    lambda_g_se=ea["lambda_g_se"],
+                    lambda_g=ea["lambda_g_collapse"],
+                    lambda_g_se=ea["lambda_g_collapse_se"],
                     lambda_g_rho0=lg,
                     lambda_g_rho0_se=lg_se,
                 )
@@ -216,9 +216,9 @@ def causal(args):
                 lambda_a_spectral=float(th["lambda_a_spectral"]),
                 lambda_a_sim=se["lambda_a"],
                 lambda_a_se=se["lambda_a_se"],
-                lambda_g_theory=float(th["lambda_g"]),
-                lambda_g_sim=se["lambda_g"],
-                lambda_g_se=se["lambda_g_se"],
+                lambda_g_theory=float(th["lambda_g_collapse"]),
+                lambda_g_sim=se["lambda_g_collapse"],
+                lambda_g_se=se["lambda_g_collapse_se"],
                 lambda_a_noncausal=float(paper.angle_exponent(hpe)),
                 lambda_g_noncausal=float(paper.gradient_exponent(hpe, num_layers=16)),
             )

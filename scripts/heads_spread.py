@@ -48,7 +48,7 @@ def theory(point):
         fd = layers.finite_depth(
             layers.presets.get("pre-ln", heads=1, attention=amap, **point), q0=Q0, rho0=RHO0, n_tokens=N, depth=L
         )
-        out[amap] = dict(rho_L=float(fd["rho"][-1]), lambda_g=float(fd["lambda_g"]))
+        out[amap] = dict(rho_L=float(fd["rho"][-1]), lambda_g=float(fd["lambda_g_input"]))
     return out
 
 

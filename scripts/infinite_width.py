@@ -174,7 +174,7 @@ def theory_values():
             hp = point(i).replace(attention=att)
             ex = paper.exponents(hp)
             q, p = (np.asarray(v, float) for v in paper.trajectory(hp, Q0, Q0 * RHO0, DEPTH))
-            vals.append((float(ex["lambda_a"]), float(ex["lambda_g"]), p / q))
+            vals.append((float(ex["lambda_a"]), float(ex["lambda_g_collapse"]), p / q))
         out[att] = vals
     return out
 

@@ -73,7 +73,7 @@ def theory(preset, point, attention="paper") -> dict:
     return dict(
         rho=np.asarray(fd["rho"])[1:].tolist(),
         q=np.asarray(fd["q"])[1:].tolist(),
-        lambda_g=float(fd["lambda_g"]),
+        lambda_g=float(fd["lambda_g_input"]),
         angle_rate=float(np.log((1 - rho_near[-1]) / EPS) / L),
         angle_rate_limit=float(near["angle_rate"]),
     )

@@ -73,7 +73,7 @@ def test_block_features_are_the_blocks(block_study):
                 "pre-ln", sigma=c["sigma_w"], alpha=c["alpha_a"], heads=2, attention="paper", softmax_correction=corr
             )
             fd = layers.finite_depth(blk, q0=Q0, rho0=RHO0, n_tokens=cfg.n_tokens, depth=2)
-            assert feats[name][i] == pytest.approx(float(fd["lambda_g"]), abs=1e-12)
+            assert feats[name][i] == pytest.approx(float(fd["lambda_g_input"]), abs=1e-12)
         rho_l = float(np.asarray(fd["rho"])[-1])
         assert feats["rho_out_paper"][i] == pytest.approx(rho_l, abs=1e-12)
         assert feats["lambda_a_in_paper"][i] == pytest.approx(np.log((1 - rho_l) / (1 - RHO0)) / 2, abs=1e-12)

@@ -77,7 +77,7 @@ def test_block_exponents_json(capsys):
     blk = layers.presets.get("post-ln", sigma=1.0, heads=4)
     fd = layers.finite_depth(blk, q0=1.0, rho0=0.5, n_tokens=8, depth=3)
     assert res["has_fixed_point"] and res["q_star"] == 1.0
-    assert abs(res["lambda_g_input"] - float(fd["lambda_g"])) < 1e-14 and "lambda_g" not in res
+    assert abs(res["lambda_g_input"] - float(fd["lambda_g_input"])) < 1e-14 and "lambda_g" not in res
     assert abs(res["lambda_a"] - float(layers.exponents(blk, n_tokens=8, depth=3)["lambda_a"])) < 1e-14
     rc, out, _ = _run(capsys, "block", "exponents", "--block", "pre-ln:heads=4", "--depth", "3", "--n-tokens", "8")
     assert rc == 0 and "finite-depth rates, not exponents" in out
@@ -128,7 +128,7 @@ def test_a_lambda_g_from_collapse_and_one_from_the_input_do_not_share_a_name(cap
     fd = layers.finite_depth(
         layers.presets.paper(HParams(sigma_w=2.0, sigma_a=1.0)), q0=1.0, rho0=0.5, n_tokens=8, depth=3
     )
-    assert abs(blk["lambda_g_input"] - float(fd["lambda_g"])) < 1e-14
+    assert abs(blk["lambda_g_input"] - float(fd["lambda_g_input"])) < 1e-14
     assert abs(blk["lambda_g_input"] - paper["lambda_g_collapse"]) > 1e-3  # rho0 = 0.5, q0 = 1 vs q*
     rc, out, _ = _run(capsys, "block", "exponents", "--block", "pre-ln:heads=2", "--depth", "3", "--n-tokens", "8")
     assert rc == 0 and "lambda_g_input    = " in out and "lambda_g_collapse = " in out
@@ -211,8 +211,8 @@ def test_block_sweep_and_figure(capsys, tmp_path):
         assert ds.lambda_g_input.dims == ("sigma", "alpha") and ds.attrs["block"] == "pre-ln"
         blk = layers.presets.get("pre-ln", sigma=1.5, alpha=float(ds.alpha[1]), heads=4)
         fd = layers.finite_depth(blk, q0=1.0, rho0=0.5, n_tokens=4, depth=2)
-        assert abs(float(ds.lambda_g_input.isel(sigma=1, alpha=1)) - float(fd["lambda_g"])) < 1e-13
-        assert abs(float(ds.lambda_g_collapse.isel(sigma=1, alpha=1)) - float(fd["lambda_g_collapsed"])) < 1e-13
+        assert abs(float(ds.lambda_g_input.isel(sigma=1, alpha=1)) - float(fd["lambda_g_input"])) < 1e-13
+        assert abs(float(ds.lambda_g_collapse.isel(sigma=1, alpha=1)) - float(fd["lambda_g_collapse"])) < 1e-13
         assert "lambda_g" not in ds
         assert abs(float(ds.angle_rate.isel(sigma=1, alpha=1)) - float(fd["angle_rate"])) < 1e-13
     assert os.path.getsize(png) > 1000
@@ -331,7 +331,7 @@ def test_figures_draws_any_blocks_phase_diagram(capsys, tmp_path):
             layers.presets.get("post-ln", sigma=1.5, alpha=1.0, heads=2), q0=1.0, rho0=0.5, n_tokens=4, depth=2
         )
         grad = ds["lambda_g_input"] if "lambda_g_input" in ds else ds["lambda_g"]
-        assert abs(float(grad.isel(sigma=1, alpha=1)) - float(fd["lambda_g"])) < 1e-13
+        assert abs(float(grad.isel(sigma=1, alpha=1)) - float(fd["lambda_g_input"])) < 1e-13
     assert (out / "phase_post-ln.png").stat().st_size > 1000
 
 

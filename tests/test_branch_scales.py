@@ -93,7 +93,7 @@ def test_theory_features_follow_alpha_m():
     for i, m in enumerate((0.3, 0.9)):
         blk = layers.presets.get("pre-ln", sigma=0.8, alpha_attn=0.3, alpha_mlp=m, heads=2)
         fd = layers.finite_depth(blk, q0=1.0, rho0=1.0, n_tokens=cfg.n_tokens, depth=2)
-        assert th["lambda_g"][i] == float(fd["lambda_g_collapsed"])
+        assert th["lambda_g"][i] == float(fd["lambda_g_collapse"])
     feats = F.block_features(cfg, runs, 1.6, 0.07, maps=("paper",))
     for k in ("lambda_g", "lambda_g_in_paper", "lambda_g_in_paper_corr", "rho_out_paper"):
         assert feats[k][0] != feats[k][1], k

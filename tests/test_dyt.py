@@ -148,7 +148,7 @@ def test_spec_and_new_points_compile_nothing():
             before = len(events)
             out = layers.rates(spec.build("dyt", dict(kw, sigma=s, alpha=al, a=a)), n_tokens=8, depth=3)
             counts.append(len(events) - before)
-            assert np.isfinite(out["lambda_g"]) and np.isfinite(out["angle_rate"]) and not out["has_fixed_point"]
+            assert np.isfinite(out["lambda_g_input"]) and np.isfinite(out["angle_rate"]) and not out["has_fixed_point"]
     finally:
         jax.monitoring.unregister_event_duration_listener(listen)
     assert counts[1:] == [0, 0, 0], counts

@@ -19,7 +19,7 @@ from phasefield.theory import mlp
 
 pytestmark = pytest.mark.usefixtures("float64")
 
-KEYS = ("lambda_a", "lambda_g", "lambda_g_inf", "q_star", "rho_star")
+KEYS = ("lambda_a", "lambda_g_collapse", "lambda_g_inf", "q_star", "rho_star")
 BISTABLE = dict(sigma_w=8.175, sigma_a=6.875, alpha_a=0.705, alpha_m=0.41, n_tokens=128)
 
 
@@ -35,7 +35,7 @@ def test_alpha_zero_is_the_limit_of_small_alpha(sw):
     kern = mlp.kernel(HParams(sigma_w=sw))  # built once (depends on sigma_w only)
     at0 = _ex(HParams(sigma_w=sw, alpha_a=0.0, alpha_m=0.0), kern)
     assert all(math.isfinite(at0[k]) for k in KEYS)
-    assert at0["lambda_a"] == at0["lambda_g"] == at0["lambda_g_inf"] == 0.0
+    assert at0["lambda_a"] == at0["lambda_g_collapse"] == at0["lambda_g_inf"] == 0.0
     prev = None
     for k in (2, 3, 4, 5, 6):
         a = 10.0**-k
@@ -71,7 +71,7 @@ def test_alpha_one_is_the_limit_of_alpha_to_one():
 
 def test_alpha_a_one_alone():
     e = _ex(HParams(sigma_w=1.5, alpha_a=1.0, alpha_m=0.3))
-    assert e["lambda_a"] == -math.inf and math.isfinite(e["lambda_g"]) and math.isfinite(e["q_star"])
+    assert e["lambda_a"] == -math.inf and math.isfinite(e["lambda_g_collapse"]) and math.isfinite(e["q_star"])
 
 
 # ---- identity residual (beta = 1) ----------------------------------------------------------------
@@ -212,17 +212,17 @@ def _cli(capsys, *args):
 
 def test_cli_alpha_zero_and_one_json(capsys):
     r0 = _strict_json(_cli(capsys, "--alpha", 0, "--n-tokens", 100, "--json"))
-    assert r0["lambda_a"] == 0.0 and r0["lambda_g"] == 0.0 and r0["phase"] == "edge/edge"
+    assert r0["lambda_a"] == 0.0 and r0["lambda_g_collapse"] == 0.0 and r0["phase"] == "edge/edge"
     assert r0["q_star"] > 0 and r0["n_stable"] == 1
     r1 = _strict_json(_cli(capsys, "--alpha", 1, "--json"))
     assert r1["lambda_a"] == "-inf" and float(r1["lambda_a"]) == -math.inf
-    assert r1["phase"].startswith("ordered/") and isinstance(r1["lambda_g"], float)
+    assert r1["phase"].startswith("ordered/") and isinstance(r1["lambda_g_collapse"], float)
 
 
 def test_cli_identity_residual_json(capsys):
     r = _strict_json(_cli(capsys, "--residual", "identity", "--json"))
     assert r["q_star"] == "inf" and r["lambda_a"] == 0.0 and r["phase"].startswith("ordered/")
-    assert isinstance(r["lambda_g"], float) and r["rho_star"] == 1.0
+    assert isinstance(r["lambda_g_collapse"], float) and r["rho_star"] == 1.0
     r = _strict_json(_cli(capsys, "--residual", "identity", "--sigma-w", 3, "--json"))
     assert r["phase"].startswith("chaotic/") and 0 < r["rho_star"] < 1
 
@@ -264,7 +264,7 @@ def test_phase_diagram_hatches_the_bistable_region(tmp_path):
     ds = xr.Dataset(
         {
             "lambda_a": (("sigma_w", "alpha"), (S - 2) * A),
-            "lambda_g": (("sigma_w", "alpha"), (S - 2) * A + 0.1),
+            "lambda_g_collapse": (("sigma_w", "alpha"), (S - 2) * A + 0.1),
             "n_stable": (("sigma_w", "alpha"), ns),
         },
         coords=dict(alpha=a, sigma_w=sw),

@@ -161,7 +161,7 @@ def test_exact_sweep_shares_mesh_values_and_matches_points():
     for sw in (5.0,):
         for sa in (0.5, 1.0):
             e = paper.exponents(HParams(sigma_w=sw, sigma_a=sa, n_tokens=8, attention="exact"))
-            for k in ("lambda_a", "lambda_g", "lambda_g_inf", "q_star", "rho_star"):
+            for k in ("lambda_a", "lambda_g_collapse", "lambda_g_inf", "q_star", "rho_star"):
                 assert float(ds[k].sel(sigma_w=sw, sigma_a=sa)) == pytest.approx(float(e[k]), rel=0, abs=1e-11)
 
 

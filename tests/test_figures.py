@@ -23,14 +23,14 @@ FIGS = ("fig2", "fig3", "fig4", "fig5", "fig6", "phase_diagram")
 def _grid(x, y, xs, ys, fa, fg, scalars, sim=False, seed=0):
     X, Y = np.meshgrid(xs, ys, indexing="ij")  # dims (x, y) like the sweeps' (sigma_w, alpha)?
     la, lg = fa(X, Y), fg(X, Y)
-    vars_ = {"lambda_a": ((x, y), la), "lambda_g": ((x, y), lg)}
+    vars_ = {"lambda_a": ((x, y), la), "lambda_g_collapse": ((x, y), lg)}
     if sim:
         rng = np.random.default_rng(seed)
         vars_ = {
             "lambda_a": ((x, y), la + 0.01 * rng.standard_normal(la.shape)),
             "lambda_a_se": ((x, y), np.full(la.shape, 0.01)),
-            "lambda_g": ((x, y), lg + 0.005 * rng.standard_normal(lg.shape)),
-            "lambda_g_se": ((x, y), np.full(lg.shape, 0.005)),
+            "lambda_g_collapse": ((x, y), lg + 0.005 * rng.standard_normal(lg.shape)),
+            "lambda_g_collapse_se": ((x, y), np.full(lg.shape, 0.005)),
         }
         ds = xr.Dataset(vars_, coords={x: xs, y: ys, **scalars})
         ds.attrs.update(width=64, seeds=4)
@@ -196,7 +196,7 @@ def test_figure_functions_return_paths(tmp_path):
     th = synthetic_theory()
     paths = paper.phase_diagram(th["alpha_sigma_w"], str(tmp_path))
     assert sorted(os.path.basename(p) for p in paths) == ["phase_diagram.pdf", "phase_diagram.png"]
-    paths = paper.fig_exponent("lambda_g", th, {}, str(tmp_path), "only_theory")
+    paths = paper.fig_exponent("lambda_g_collapse", th, {}, str(tmp_path), "only_theory")
     assert all(os.path.getsize(p) > 2000 for p in paths)
 
 
@@ -207,7 +207,7 @@ def test_classify_synthetic():
     X, Y = np.meshgrid(x, y, indexing="ij")
     la, lg = X.copy(), Y.copy()
     la[0, 0] = np.nan
-    ds = xr.Dataset({"lambda_a": (("x", "y"), la), "lambda_g": (("x", "y"), lg)}, coords={"x": x, "y": y})
+    ds = xr.Dataset({"lambda_a": (("x", "y"), la), "lambda_g_collapse": (("x", "y"), lg)}, coords={"x": x, "y": y})
     code = phase.classify(ds).values
     expect = 2 * (X >= 0) + (Y >= 0)
     expect[0, 0] = -1
@@ -225,7 +225,7 @@ _XS, _YS = np.linspace(0.0, 1.5, 61), np.linspace(0.0, 1.5, 41)
 def _field_ds(fa, fg, xs=_XS, ys=_YS):
     X, Y = np.meshgrid(xs, ys, indexing="ij")
     return xr.Dataset(
-        {"lambda_a": (("alpha", "sigma_w"), fa(X, Y)), "lambda_g": (("alpha", "sigma_w"), fg(X, Y))},
+        {"lambda_a": (("alpha", "sigma_w"), fa(X, Y)), "lambda_g_collapse": (("alpha", "sigma_w"), fg(X, Y))},
         coords={"alpha": xs, "sigma_w": ys},
     )
 
@@ -236,7 +236,7 @@ def test_critical_point_straight_lines_exact():
     assert cp["kind"] == "crossing" and len(cp["points"]) == 1
     assert cp["alpha"] == pytest.approx(0.3, abs=1e-9)
     assert cp["sigma_w"] == pytest.approx(1.1, abs=1e-9)
-    assert abs(cp["lambda_a"]) < 1e-9 and abs(cp["lambda_g"]) < 1e-9
+    assert abs(cp["lambda_a"]) < 1e-9 and abs(cp["lambda_g_collapse"]) < 1e-9
 
 
 def test_critical_point_curved_known_answer():
@@ -301,7 +301,8 @@ def _bad_inputs(tmp_path):
     txt.write_text("hello")
     one_d = tmp_path / "oned.nc"
     xr.Dataset(
-        {"lambda_a": ("sigma_w", [0.1, 0.2]), "lambda_g": ("sigma_w", [0.1, 0.2])}, coords={"sigma_w": [1.0, 2.0]}
+        {"lambda_a": ("sigma_w", [0.1, 0.2]), "lambda_g_collapse": ("sigma_w", [0.1, 0.2])},
+        coords={"sigma_w": [1.0, 2.0]},
     ).to_netcdf(one_d, engine="h5netcdf")
     nolam = tmp_path / "nolam.nc"
     xr.Dataset(

@@ -1,5 +1,5 @@
 """Imports inside phasefield point one way: cli -> vit, figures -> sweep,
-simulate, seeds, probe -> block -> layers -> theory -> config, grid, io, activations.
+simulate, seeds, probe -> block -> layers -> theory -> config, grid, io, activations, schema.
 
 The module graph is built statically (``ast``, no import runs): every ``import`` and
 ``from ... import`` anywhere in a file, inside functions too, relative ones resolved;
@@ -26,7 +26,8 @@ RANKS = {
     "phasefield.grid": 0,
     "phasefield.config": 0,
     "phasefield.activations": 0,
-    "phasefield.chunks": 0,
+    "phasefield.schema": 0,
+    "phasefield.driver": 0,
     "phasefield.theory": 1,
     "phasefield.layers": 2,
     "phasefield.block": 3,

@@ -26,7 +26,16 @@ POINTS = [
     dict(sigma_w=2.2, sigma_a=1.5, alpha_a=0.45, alpha_m=0.6, attention="exact", n_tokens=16),
     BISTABLE,
 ]
-KEYS = ("lambda_a", "lambda_g", "lambda_g_inf", "q_star", "rho_star", "n_stable", "rho_star_min", "rho_star_max")
+KEYS = (
+    "lambda_a",
+    "lambda_g_collapse",
+    "lambda_g_inf",
+    "q_star",
+    "rho_star",
+    "n_stable",
+    "rho_star_min",
+    "rho_star_max",
+)
 
 
 def _close(a, b, tol=TOL):
@@ -257,7 +266,7 @@ def test_preset_theory_against_its_own_network(name, kw):
     se = rho.std(0, ddof=1) / np.sqrt(draws)
     assert np.all(np.abs(rho.mean(0) - np.asarray(fd["rho"])) <= 4 * se + 2.0 / d), name
     lg, lg_se = np.log(g.mean()) / depth, g.std(ddof=1) / g.mean() / np.sqrt(draws) / depth
-    assert abs(lg - float(fd["lambda_g"])) <= 4 * lg_se + 2.0 / d, (name, lg, lg_se, float(fd["lambda_g"]))
+    assert abs(lg - float(fd["lambda_g_input"])) <= 4 * lg_se + 2.0 / d, (name, lg, lg_se, float(fd["lambda_g_input"]))
 
 
 def test_presets_are_pytrees_of_their_numbers():

@@ -61,7 +61,7 @@ def test_qknorm_maps_against_its_network(case):
     assert np.all(np.abs(rho.mean(0) - np.asarray(fd["rho"])) <= 4 * se(rho) + 2.0 / D)
     assert np.all(np.abs(q.mean(0) / np.asarray(fd["q"]) - 1) <= 4 * se(q) / q.mean(0) + 2.0 / D)
     lg, lg_se = np.log(g.mean()) / DEPTH, g.std(ddof=1) / g.mean() / np.sqrt(DRAWS) / DEPTH
-    assert abs(lg - float(fd["lambda_g"])) <= 4 * lg_se + 2.0 / D, (lg, lg_se, float(fd["lambda_g"]))
+    assert abs(lg - float(fd["lambda_g_input"])) <= 4 * lg_se + 2.0 / D, (lg, lg_se, float(fd["lambda_g_input"]))
 
 
 def test_plain_attention_maps_do_not_fit_the_qknorm_network():

@@ -33,9 +33,9 @@ def test_exponents_json(capsys):
         == 0
     )
     out = json.loads(capsys.readouterr().out)
-    for k in ("lambda_a", "lambda_a_se", "lambda_g", "lambda_g_se"):
+    for k in ("lambda_a", "lambda_a_se", "lambda_g_collapse", "lambda_g_collapse_se"):
         assert np.isfinite(out[k])
-    assert out["lambda_a_se"] > 0 and out["lambda_g_se"] > 0
+    assert out["lambda_a_se"] > 0 and out["lambda_g_collapse_se"] > 0
 
 
 def test_exponents_causal_text(capsys):
@@ -81,12 +81,12 @@ def test_sweep_and_compare(tmp_path, capsys):
     assert main(argv) == 0
     ds = xr.open_dataset(out, engine="h5netcdf").load()
     assert ds.lambda_a.dims == ("sigma_w", "alpha")
-    for v in ("lambda_a", "lambda_a_se", "lambda_g", "lambda_g_se"):
+    for v in ("lambda_a", "lambda_a_se", "lambda_g_collapse", "lambda_g_collapse_se"):
         assert np.all(np.isfinite(ds[v].values))
     assert not (tmp_path / "sim.nc.parts").exists()
     capsys.readouterr()
     # a "theory" grid: same coordinates, a shifted lambda_a -> the table reports the shift
-    th = ds[["lambda_a", "lambda_g"]].copy()
+    th = ds[["lambda_a", "lambda_g_collapse"]].copy()
     th["lambda_a"] = th["lambda_a"] + 0.25
     th.to_netcdf(tmp_path / "th.nc", engine="h5netcdf")
     assert main(["compare", str(tmp_path / "th.nc"), str(out), "--json"]) == 0
@@ -107,5 +107,5 @@ def test_sweep_matches_single_point(tmp_path):
     ds = sweep.sweep(width=32, seeds=3, sigma_w=np.array([1.0, 2.0]), base=HParams(n_tokens=4, depth=3), seed=4)
     res = measure.exponents(HParams(sigma_w=2.0, n_tokens=4, depth=3), width=32, seeds=3, seed=4)
     got = ds.sel(sigma_w=2.0)
-    for k in ("lambda_a", "lambda_a_se", "lambda_g", "lambda_g_se"):
+    for k in ("lambda_a", "lambda_a_se", "lambda_g_collapse", "lambda_g_collapse_se"):
         np.testing.assert_allclose(float(got[k]), res[k], rtol=1e-4, atol=1e-6)

@@ -52,7 +52,7 @@ def test_exponents_match_theory(sigma_w, sigma_a, alpha):
     assert abs(la - float(th["lambda_a"])) < 3 * la_se
     lg, lg_se = measure.gradient_exponent(hp, width=256, seeds=16, q_star=q_star, seed=11, weights="lazy")
     assert lg_se < 0.01
-    assert abs(lg - float(th["lambda_g"])) < 0.03
+    assert abs(lg - float(th["lambda_g_collapse"])) < 0.03
 
 
 def test_phase_signs_on_both_sides():
@@ -61,6 +61,6 @@ def test_phase_signs_on_both_sides():
     signs = []
     for sw, sa, a in POINTS:
         th = paper.exponents(HParams(sigma_w=sw, sigma_a=sa, alpha_a=a, alpha_m=a, depth=16))
-        signs.append((np.sign(float(th["lambda_a"])), np.sign(float(th["lambda_g"]))))
+        signs.append((np.sign(float(th["lambda_a"])), np.sign(float(th["lambda_g_collapse"]))))
     assert {s[0] for s in signs} == {-1.0, 1.0}
     assert {s[1] for s in signs} == {-1.0, 1.0}

@@ -113,9 +113,9 @@ with jax.enable_x64(True):
                             HParams(sigma_w=1.3, sigma_a=1.7, alpha_a=.2, alpha_m=.95, activation="gelu",
                                     attention="exact", softmax_correction=True, n_tokens=16)]):
         ex = paper.exponents(hp)
-        out[f"paper{i}"] = [float(ex[k]) for k in ("lambda_a", "lambda_g", "lambda_g_inf", "q_star", "rho_star")]
+        out[f"paper{i}"] = [float(ex[k]) for k in ("lambda_a", "lambda_g_collapse", "lambda_g_inf", "q_star", "rho_star")]
     fd = layers.finite_depth(layers.presets.pre_ln(sigma=1.1, alpha=.5, heads=4), n_tokens=16, depth=8)
-    out["pre-ln"] = [float(fd["angle_rate"]), float(fd["lambda_g"]), float(fd["lambda_g_collapsed"])]
+    out["pre-ln"] = [float(fd["angle_rate"]), float(fd["lambda_g_input"]), float(fd["lambda_g_collapse"])]
     f = optimized_jit(lambda x: jnp.sum(jnp.tanh(x) ** 2))
     out["optimized"] = [float(f(jnp.linspace(-3.0, 3.0, 101)))]
 """

@@ -91,7 +91,9 @@ def test_separate_alphas_and_depth_axis():
     ds = phasefield.sweep(sigma_w=2.0, alpha_a=[0.2, 0.6], alpha_m=[0.3, 0.7, 0.9], depth=[4, 16])
     assert ds.lambda_a.dims == ("alpha_a", "alpha_m", "depth")
     one = paper.exponents(HParams(sigma_w=2.0, alpha_a=0.6, alpha_m=0.3, depth=4))
-    assert float(ds.lambda_g.sel(alpha_a=0.6, alpha_m=0.3, depth=4)) == pytest.approx(float(one["lambda_g"]), abs=1e-10)
+    assert float(ds.lambda_g_collapse.sel(alpha_a=0.6, alpha_m=0.3, depth=4)) == pytest.approx(
+        float(one["lambda_g_collapse"]), abs=1e-10
+    )
     with pytest.raises(ValueError, match="not both"):
         phasefield.sweep(sigma_w=1.0, alpha=0.5, alpha_a=0.5)
     with pytest.raises(ValueError, match="alpha"):
@@ -183,7 +185,7 @@ def test_cli_exponents_json(capsys):
     )
     assert code == 0
     res = json.loads(out)
-    for k in ("lambda_a", "lambda_g", "lambda_g_inf", "q_star", "rho_star"):
+    for k in ("lambda_a", "lambda_g_collapse", "lambda_g_inf", "q_star", "rho_star"):
         assert k in res
     assert res["lambda_a"] == pytest.approx(0.02463, abs=1e-5)
     assert 0 < res["rho_star"] < 1

@@ -48,8 +48,8 @@ def _library(name, kw, n_tokens, depth):
         la = np.nan
     return dict(
         angle_rate=fd["angle_rate"],
-        lambda_g_input=fd["lambda_g"],
-        lambda_g_collapse=fd["lambda_g_collapsed"],
+        lambda_g_input=fd["lambda_g_input"],
+        lambda_g_collapse=fd["lambda_g_collapse"],
         lambda_a=la,
         rho_L=np.asarray(fd["rho"])[-1],
         q_L=np.asarray(fd["q"])[-1],
@@ -101,7 +101,7 @@ def test_the_paper_block_spellings_give_bit_identical_numbers():
             assert np.array_equal(ds[v].values, ref[v].values, equal_nan=True), (kw, v)
     # lambda_g: the alias of lambda_g_collapse (old files and figures read it)
     assert np.array_equal(ref.lambda_g.values, ref.lambda_g_collapse.values)
-    assert "alias" in ref.lambda_g.attrs["long_name"] or "earlier name" in ref.lambda_g.attrs["long_name"]
+    assert "earlier name of lambda_g_collapse" in ref.lambda_g.attrs["deprecated"]
 
 
 @pytest.mark.parametrize(

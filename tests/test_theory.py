@@ -249,14 +249,18 @@ def test_against_the_dense_reference(pt):
 def test_collapsed_lambda_g_closed_form_equals_the_scan():
     for pt in POINTS:
         hp = hp_of(pt, depth=16)
-        assert float(paper.gradient_exponent(hp)) == pytest.approx(float(paper.exponents(hp)["lambda_g"]), abs=1e-10)
+        assert float(paper.gradient_exponent(hp)) == pytest.approx(
+            float(paper.exponents(hp)["lambda_g_collapse"]), abs=1e-10
+        )
 
 
 def test_theory_md_check_values():
     la = float(paper.angle_exponent(HParams(sigma_w=3.0, sigma_a=1.0, alpha_a=0.5, alpha_m=0.5)))
     assert la == pytest.approx(0.2855, abs=5e-5)
     lg = float(
-        paper.exponents(HParams(sigma_w=1.0, sigma_a=1.0, alpha_a=0.5, alpha_m=0.5, n_tokens=32, depth=16))["lambda_g"]
+        paper.exponents(HParams(sigma_w=1.0, sigma_a=1.0, alpha_a=0.5, alpha_m=0.5, n_tokens=32, depth=16))[
+            "lambda_g_collapse"
+        ]
     )
     assert lg == pytest.approx(-0.188, abs=5e-4)
 
@@ -282,7 +286,7 @@ def test_scalar_vmap_jit_agree():
 
 def test_grad_in_every_numeric_field():
     hp = HParams(sigma_w=2.4, sigma_a=1.3, alpha_a=0.6, alpha_m=0.4, n_tokens=32.0, depth=16.0)
-    f = jax.jit(lambda h: paper.exponents(h, mlp.kernel(h, 192, 65))["lambda_g"])
+    f = jax.jit(lambda h: paper.exponents(h, mlp.kernel(h, 192, 65))["lambda_g_collapse"])
     g = jax.jit(jax.grad(f))(hp)
     for name in ("sigma_w", "alpha_a", "alpha_m", "sigma_v", "n_tokens", "depth"):
         eps = 1e-5

@@ -201,7 +201,7 @@ def test_sweep_records_theory_exponents():
                 depth=runs[i]["depth"],
                 dtype=jnp.float64,
             )
-        assert lam["lambda_g"][i] == pytest.approx(float(paper.exponents(hp)["lambda_g"]), abs=1e-10)
+        assert lam["lambda_g"][i] == pytest.approx(float(paper.exponents(hp)["lambda_g_collapse"]), abs=1e-10)
     assert runs[0]["depth"] == 8 and runs[1]["depth"] == 16
 
 
@@ -278,7 +278,7 @@ def test_block_sweep_records_the_block_theory():
     for i, r in enumerate(runs):
         blk = layers.presets.get("pre-ln", heads=2, sigma=r["sigma_w"], alpha=r["alpha_a"])
         fd = layers.finite_depth(blk, q0=1.0, rho0=1.0, n_tokens=cfg.n_tokens, depth=r["depth"])
-        assert lam["lambda_g"][i] == pytest.approx(float(fd["lambda_g_collapsed"]), abs=1e-12)
+        assert lam["lambda_g"][i] == pytest.approx(float(fd["lambda_g_collapse"]), abs=1e-12)
         assert lam["lambda_a"][i] == pytest.approx(float(fd["angle_rate"]), abs=1e-12)  # no fixed point
         assert np.isnan(lam["lambda_g_inf"][i])
 

@@ -126,13 +126,3 @@ def resolve(
             for v in (values.min(), values.max()):
                 check(spec.check, name, dict(kw, **{key: float(v)}))
     return name, kw, axes
-
-
-def pick(res, *names):
-    """The first of ``names`` that ``res`` (a dict or a Dataset) has: reads a variable under
-    its current or its earlier name (``lambda_g_input``/``lambda_g``,
-    ``lambda_g_collapse``/``lambda_g_collapsed``)."""
-    for n in names:
-        if n in res:
-            return res[n]
-    raise KeyError(names[0])

@@ -5,9 +5,16 @@ from __future__ import annotations
 
 import click
 
+from .. import schema
 from .common import UsageError, echo_json, option, point_hparams, point_options
 
 MAX_TOKENS = 128
+# the JSON's deprecated names, written beside the canonical ones for one more release
+GRAM_ALIASES = {
+    "lambda_g": "lambda_g_collapse",
+    "lambda_g_rho0": "lambda_g_input",
+    "lambda_g_rho0_corrected": "lambda_g_input_corrected",
+}
 MAX_DEPTH = 4096  # the full-Gram map is iterated L times on an n x n Gram
 
 
@@ -152,15 +159,21 @@ def register(cli):
 
         res = {k: float(v) for k, v in gram.causal_exponents(hp, causal=causal).items()}
         c0 = gram.symmetric_gram(n_tokens, q0, rho0 * q0)
-        res["lambda_g_rho0"] = float(gram.gradient_exponent(hp, c0, depth, causal))
+        res["lambda_g_input"] = float(gram.gradient_exponent(hp, c0, depth, causal))
         if softmax_correction:
-            res["lambda_g_rho0_corrected"] = float(
+            res["lambda_g_input_corrected"] = float(
                 gram.gradient_exponent(hp.replace(softmax_correction=True), c0, depth, causal)
             )
         res.update(n_tokens=n_tokens, depth=depth, causal=causal, attention=attention, q0=q0, rho0=rho0)
         if as_json:
-            echo_json(res)
+            echo_json(schema.with_aliases(res, GRAM_ALIASES))
         else:
-            for k in ("lambda_a", "lambda_a_spectral", "lambda_g", "lambda_g_rho0", "lambda_g_rho0_corrected"):
+            for k in (
+                "lambda_a",
+                "lambda_a_spectral",
+                "lambda_g_collapse",
+                "lambda_g_input",
+                "lambda_g_input_corrected",
+            ):
                 if k in res:
                     click.echo(f"{k:<24} = {res[k]:+.5f}")

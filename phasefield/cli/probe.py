@@ -5,6 +5,14 @@ growth per block, phase, verdict), with the theory beside it for phasefield's pr
     phasefield probe --preset pre-ln --set sigma=0.55 --set alpha=0.2 --width 256 --depth 8   (the same)
     phasefield probe --model phasefield.probe.hf:gpt2 --set std=0.02 --set scaled=true
     phasefield probe --model mypkg.models:make_model --json --figure probe.png
+    phasefield probe --model my_models.py:make --as pre-ln:sigma=0.55,heads=12 --fix
+
+``--as NAME[:k=v,...]`` declares a ``--model`` to be one of phasefield's presets (its theory
+curves drawn beside; the fix's theory answer). ``--fix`` searches two init multipliers (all
+weight matrices; the residual branches' output projections, found by name or by
+``--fix-residual REGEX``) until the measured rates meet the criteria
+(``--max-gradient-factor``, ``--max-angle-rate``, as ``recommend --block``), then re-probes
+the fixed model with fresh seeds (:mod:`phasefield.probe.fix`).
 
 ``--model module:factory`` (or ``path/to/file.py:factory``) names a function returning a
 :class:`phasefield.probe.Model`; ``--set key=value`` (repeated) are its keyword arguments
@@ -74,6 +82,29 @@ def _factory(spec):
     return fn
 
 
+def _regex(text, flag):
+    import re
+
+    if text is None:
+        return None
+    if not text.strip():
+        raise UsageError(f"{flag}: an empty regular expression")
+    try:
+        re.compile(text)
+    except re.error as exc:
+        raise UsageError(f"{flag}: {text!r} is not a regular expression ({exc})") from None
+    return text
+
+
+def _declared(as_spec):
+    """(block, (name, numbers)) of ``--as NAME[:k=v,...]``."""
+    from ..layers import spec
+
+    name, numbers = check(spec.parse, as_spec)
+    block = check(spec.build, name, dict(numbers))
+    return block, (name, numbers)
+
+
 def _model(model, preset, kw):
     from ..probe import Model
 
@@ -110,16 +141,64 @@ def _model(model, preset, kw):
     return m
 
 
+def _fix_text(fx, depth):
+    m = fx["multipliers"]
+    a, b = fx["after"], fx["before"]
+    lines = [
+        f"fix: weight matrices x {m['weights']:.4g}, residual output projections x {m['residual']:.4g} more "
+        f"(criteria: gradient factor within {fx['criteria']['max_gradient_factor']:g} over {depth} blocks, "
+        f"|lambda_a| <= {fx['criteria']['max_angle_rate']:g}; {fx['search']['points']} points searched)",
+        "  init std per parameter group (before -> after):",
+    ]
+    for g, v in fx["init_std"].items():
+        lines.append(
+            f"    {g}: {v['before']:.4g} -> {v['after']:.4g}"
+            + (" (residual projection)" if v["residual_projection"] else "")
+        )
+    lines.append(
+        f"  as it is:  lambda_a = {b['lambda_a']:+.4f} +- {b['lambda_a_se']:.4f}, lambda_g(L) = {b['lambda_g']:+.4f} "
+        f"+- {b['lambda_g_se']:.4f} (gradient factor {b['gradient_factor']:.3g}, distance {b['distance']:.3g})"
+    )
+    lines.append(
+        f"  fixed ({a['inits']} fresh inits, seed {a['seed']}): lambda_a = {a['lambda_a']:+.4f} +- {a['lambda_a_se']:.4f}, "
+        f"lambda_g(L) = {a['lambda_g']:+.4f} +- {a['lambda_g_se']:.4f} (gradient factor {a['gradient_factor']:.3g} "
+        f"+- {a['gradient_factor_se']:.2g}, distance {a['distance']:.3g})"
+    )
+    lines.append(
+        "  the criteria hold at the fixed init" if fx["meets"] else "  the criteria do NOT hold at the fixed init"
+    )
+    th = fx.get("theory")
+    if th:
+        mf, rc = th["measured_fix"], th["recommend"]
+        lines.append(
+            f"  as {th['block']} numbers: measured fix sigma {mf['sigma']:.4g}, alpha_attn {mf['alpha_attn']:.4g}, "
+            f"alpha_mlp {mf['alpha_mlp']:.4g}; recommend --block (theory): sigma {rc['sigma']:.4g}, alpha_attn "
+            f"{rc['alpha_attn']:.4g}, alpha_mlp {rc['alpha_mlp']:.4g} (log ratios "
+            + ", ".join(f"{k} {v:+.2f}" for k, v in th["log_ratio"].items())
+            + f"); the theory's distance at the measured fix: {th['theory_at_measured_fix']['distance']:.3g}"
+        )
+    return "\n".join(lines)
+
+
 def _table(res):
     ds = res.ds
-    lines = ["block        q   rho(data)    rho(sym)       angle    |J^T u|^2"]
+    diag = res.diagnosis()
+    first = diag["first_failing_block"]
+    gr = diag["grad_rate"]
+    lines = ["block        q   rho(data)    rho(sym)       angle    |J^T u|^2  log grad factor"]
     for b in ds["block"].values:
         ang = ds["angle"].values[b]
         g = ds["grad"].values[b] if "grad" in ds else float("nan")
+        r = gr[b] if gr is not None else float("nan")
+        mark = "  <- first out of band" if first is not None and b == first["block"] else ""
         lines.append(
             f"{b:5d} {ds['q_data'].values[b]:10.4g} {ds['rho_data'].values[b]:10.4f} "
-            f"{ds['rho_sym'].values[b]:10.4f} {ang:+11.4f} {g:12.4g}"
+            f"{ds['rho_sym'].values[b]:10.4f} {ang:+11.4f} {g:12.4g} {r:+16.4f}{mark}"
         )
+    lines.append(
+        f"bands per block: |angle| <= {diag['angle_band']:g}, |log grad factor| <= {diag['gradient_band']:.4g} "
+        f"(log {diag['max_gradient_factor']:g} / {res.depth})"
+    )
     return "\n".join(lines)
 
 
@@ -144,7 +223,26 @@ def register(cli):
     @click.option("--chunk", type=int, default=1, show_default=True, help="initializations vmapped at once")
     @click.option("--no-gradient", is_flag=True, help="skip the vector-Jacobian products")
     @click.option("--json", "as_json", is_flag=True, help="one JSON object on stdout")
-    @click.option("--figure", default=None, help="coordinate-check figure (PNG or PDF)")
+    @click.option("--figure", default=None, help="per-block figure (PNG or PDF)")
+    @click.option(
+        "--as",
+        "as_spec",
+        default=None,
+        metavar="NAME[:k=v,...]",
+        help="declare a --model to be a phasefield preset (theory curves, the fix's theory answer)",
+    )
+    @click.option("--fix", "do_fix", is_flag=True, help="search and verify init multipliers that meet the criteria")
+    @click.option("--max-gradient-factor", type=float, default=10.0, show_default=True, help="F of the criteria")
+    @click.option("--max-angle-rate", type=float, default=0.05, show_default=True, help="r of the criteria")
+    @click.option(
+        "--fix-residual", default=None, metavar="REGEX", help="the residual output projections' parameter paths"
+    )
+    @click.option(
+        "--fix-weights", default=None, metavar="REGEX", help="only these weight matrices (default: all but embeddings)"
+    )
+    @click.option("--fix-inits", type=int, default=2, show_default=True, help="initializations per searched point")
+    @click.option("--verify-inits", type=int, default=16, show_default=True, help="fresh initializations of the check")
+    @click.option("--progress/--quiet", default=True, show_default=True, help="progress bar on stderr (--fix)")
     def probe_cmd(
         model,
         block_spec,
@@ -160,6 +258,15 @@ def register(cli):
         no_gradient,
         as_json,
         figure,
+        as_spec,
+        do_fix,
+        max_gradient_factor,
+        max_angle_rate,
+        fix_residual,
+        fix_weights,
+        fix_inits,
+        verify_inits,
+        progress,
     ):
         """Measure a model's blocks at initialization over independent inits: per-block q,
         rho, angle growth of nearby tokens and gradient growth, the phase and a verdict
@@ -168,6 +275,24 @@ def register(cli):
         option("--seed", seed, 0, 2**31 - 1, integer=True)
         option("--eps", eps, 0.0, 0.5, lo_open=True, hi_open=True)
         option("--chunk", chunk, 1, 1024, integer=True)
+        option("--max-gradient-factor", max_gradient_factor, 1.0, 1e300, lo_open=True)
+        option("--max-angle-rate", max_angle_rate, 0.0, 100.0, lo_open=True)
+        option("--fix-inits", fix_inits, 2, INITS_MAX, integer=True)
+        option("--verify-inits", verify_inits, 2, INITS_MAX, integer=True)
+        fix_residual = _regex(fix_residual, "--fix-residual")
+        fix_weights = _regex(fix_weights, "--fix-weights")
+        from .blockopt import given
+
+        unused = [n for n in given("fix_residual", "fix_weights", "fix_inits", "verify_inits") if not do_fix]
+        if unused:
+            raise UsageError(f"--{unused[0].replace('_', '-')} is an option of --fix (give --fix)")
+        if no_gradient and do_fix:
+            raise UsageError("--fix measures the gradient: drop --no-gradient")
+        declared = None
+        if as_spec is not None:
+            if model is None:
+                raise UsageError("--as declares a --model to be a preset (a --block or --preset model is one already)")
+            declared = _declared(as_spec)
         kw = _settings(settings)
         if block_spec is not None:
             if preset is not None or model is not None:
@@ -186,10 +311,37 @@ def register(cli):
         if figure is not None:
             output(figure, "--figure", need_bytes=16 << 20)
         m = _model(model, preset, kw)
+        if declared is not None:
+            m.block, m.spec = declared
         from .. import probe as P
 
+        bar = None
+        if do_fix and progress:
+            from tqdm import tqdm
+
+            bar = tqdm(total=None, desc="fix search", unit="point", file=click.get_text_stream("stderr"), leave=False)
+
+        def tick(done, total):
+            if bar is not None:
+                bar.total = total
+                bar.update(done - bar.n)
+
         try:
-            res = P.probe(m, inits=inits, seed=seed, eps=eps, chunk=chunk, gradient=not no_gradient)
+            res = P.probe(
+                m,
+                inits=inits,
+                seed=seed,
+                eps=eps,
+                chunk=chunk,
+                gradient=not no_gradient,
+                max_factor=max_gradient_factor,
+                max_angle_rate=max_angle_rate,
+                fix=do_fix,
+                fix_options=dict(
+                    inits=fix_inits, verify_inits=verify_inits, residual=fix_residual, weights=fix_weights
+                ),
+                progress=tick,
+            )
         except ValueError:
             raise
         except MemoryError:
@@ -200,6 +352,9 @@ def register(cli):
             raise UsageError(
                 f"probing the model failed: {type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
             ) from None
+        finally:
+            if bar is not None:
+                bar.close()
         if figure is not None:
             from ..figures.probe import probe_figure
 
@@ -213,3 +368,5 @@ def register(cli):
                 t = res.theory_rates()
                 click.echo(f"theory: lambda_a = {t['lambda_a']:+.4f}, lambda_g(L) = {t['lambda_g']:+.4f}")
             click.echo(res.verdict())
+            if res.fix is not None:
+                click.echo(_fix_text(res.fix, res.depth))

@@ -1,7 +1,7 @@
 """``phasefield simulate exponents|sweep`` and ``phasefield compare``.
 
 Without ``--block`` the commands simulate the paper block (``--sigma-w`` ... options, its
-``lambda_a, lambda_g``); with ``--block SPEC`` any block (``phasefield.simulate.blocks``:
+``lambda_a, lambda_g_collapse``); with ``--block SPEC`` any block (``phasefield.simulate.blocks``:
 the quantities of its theory under the same names)."""
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ import os
 import click
 import numpy as np
 
+from .. import schema
 from .blockopt import parse_axes
 from .common import (
     UsageError,
-    atomic_path,
     check,
     echo_json,
     grid_options,
@@ -275,7 +275,6 @@ def _block_sweep(spec_text, axes, q0, rho0, n_tokens, depth, width, seeds, seed,
     if "depth" in parsed:
         _check_memory(width, n, int(max(parsed["depth"])), 4 * int(width), dtype, 1, weights)
     output(out, need_bytes=2 * 8 * 16 * total)
-    parts = os.fspath(out) + ".parts"
     ds = check(
         blocks.sweep,
         name,
@@ -291,15 +290,20 @@ def _block_sweep(spec_text, axes, q0, rho0, n_tokens, depth, width, seeds, seed,
         weights=weights,
         dtype=jnp.dtype(dtype),
         seed=seed,
-        parts_dir=parts,
+        out=out,
         progress=True,
     )
-    from .. import io
+    _wrote(out, ds)
 
-    io.write_netcdf(ds, out)
-    import shutil
 
-    shutil.rmtree(parts, ignore_errors=True)
+def _wrote(out, ds):
+    """The line a simulated sweep ends with (the driver wrote ``out``, or, on a multi-host
+    process other than 0, stored its chunks for process 0 to write)."""
+    if ds is None:
+        import jax
+
+        click.echo(f"process {jax.process_index()}: chunks done; process 0 writes {out}")
+        return
     click.echo(f"wrote {out} ({' x '.join(f'{k}={ds.sizes[k]}' for k in ds.dims)} points)")
 
 
@@ -383,10 +387,12 @@ def register(cli):
         )
         res.update(width=width, seeds=seeds, depth=depth, n_tokens=n_tokens, causal=causal, weights=weights)
         if as_json:
-            echo_json(res)
+            echo_json(schema.with_aliases(res, schema.SIMULATION))
         else:
-            click.echo(f"lambda_a = {res['lambda_a']:+.4f} +- {res['lambda_a_se']:.4f}")
-            click.echo(f"lambda_g = {res['lambda_g']:+.4f} +- {res['lambda_g_se']:.4f}  (L = {depth})")
+            click.echo(f"lambda_a          = {res['lambda_a']:+.4f} +- {res['lambda_a_se']:.4f}")
+            click.echo(
+                f"lambda_g_collapse = {res['lambda_g_collapse']:+.4f} +- {res['lambda_g_collapse_se']:.4f}  (L = {depth})"
+            )
             click.echo(f"q*       = {res['q_star']:.6g}")
 
     @simulate.command("sweep")
@@ -469,7 +475,6 @@ def register(cli):
 
         from ..simulate import sweep as simsweep
 
-        parts = os.fspath(out) + ".parts"
         ds = simsweep.sweep(
             width=width,
             seeds=seeds,
@@ -480,17 +485,12 @@ def register(cli):
             seed=seed,
             base=base,
             chunk=chunk,
-            parts_dir=parts,
+            out=out,
             progress=True,
             weights=weights,
             **axes,
         )
-        with atomic_path(out) as tmp:
-            ds.to_netcdf(tmp, engine="h5netcdf")
-        import shutil
-
-        shutil.rmtree(parts, ignore_errors=True)
-        click.echo(f"wrote {out} ({' x '.join(f'{k}={ds.sizes[k]}' for k in ds.dims)} points)")
+        _wrote(out, ds)
 
     @cli.command("compare")
     @click.argument("theory_nc")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import click
 
+from .. import schema
 from .common import UsageError, echo_json, option, point_hparams, point_options
 
 Q0_MAX = 1e6  # input squared norm per component (trajectory)
@@ -48,9 +49,8 @@ def exponents_result(hp, kw=None) -> dict:
     gradient exploding (lambda_g > 0), vanishing (< 0) or edge (= 0).
     ``attractors``: every stable cosine, ascending (1 = the collapsed point);
     ``bistable``: more than one; ``rho_star``: the one reached from ``rho_0``.
-    ``lambda_g_collapse``: lambda_g(L) from the collapsed fixed point; ``lambda_g`` is the
-    same number under its earlier name (kept for the records and scripts that read it; not
-    the ``lambda_g_input`` of ``phasefield block exponents``, which starts from (q0, rho0))."""
+    ``lambda_g_collapse``: lambda_g(L) from the collapsed fixed point (the JSON also writes it
+    under its deprecated earlier name ``lambda_g`` for one more release)."""
     import numpy as np
 
     from ..layers import paper
@@ -63,7 +63,7 @@ def exponents_result(hp, kw=None) -> dict:
         k: float(out[k])
         for k in (
             "lambda_a",
-            "lambda_g",
+            "lambda_g_collapse",
             "lambda_g_inf",
             "q_star",
             "q_z_star",
@@ -91,8 +91,7 @@ def exponents_result(hp, kw=None) -> dict:
         angle = _sign_word(growth, "chaotic", "ordered")
     else:
         angle = _sign_word(la, "chaotic", "ordered")
-    res["phase"] = angle + "/" + _sign_word(res["lambda_g"], "exploding", "vanishing")
-    res["lambda_g_collapse"] = res["lambda_g"]
+    res["phase"] = angle + "/" + _sign_word(res["lambda_g_collapse"], "exploding", "vanishing")
     return res
 
 
@@ -132,7 +131,6 @@ def block_exponents_result(name, fixed, n_tokens, depth, q0=1.0, rho0=0.5) -> di
 
     from .. import layers
     from ..layers import spec
-    from .blockopt import pick
 
     r = layers.rates(spec.build(name, fixed), q0=q0, rho0=rho0, n_tokens=n_tokens, depth=depth)
     res = dict(
@@ -142,8 +140,8 @@ def block_exponents_result(name, fixed, n_tokens, depth, q0=1.0, rho0=0.5) -> di
         depth=depth,
         q0=q0,
         rho0=rho0,
-        lambda_g_input=float(pick(r, "lambda_g_input", "lambda_g")),
-        lambda_g_collapse=float(pick(r, "lambda_g_collapse", "lambda_g_collapsed")),
+        lambda_g_input=float(r["lambda_g_input"]),
+        lambda_g_collapse=float(r["lambda_g_collapse"]),
         **{
             k: float(r[k])
             for k in ("angle_rate", "lambda_a", "lambda_g_inf", "q_star", "rho_star", "rho_star_min", "rho_star_max")
@@ -262,14 +260,11 @@ def run_exponents(block_spec, q0, rho0, as_json, kw):
         fd = block_exponents_result("paper", _hp_fixed(hp), int(hp.n_tokens), int(hp.depth), q0, rho0)
         res.update({k: fd[k] for k in ("q0", "rho0", "lambda_g_input", "angle_rate", "rho_L", "q_L")})
     if as_json:
-        echo_json({k: _json_number(v) for k, v in res.items()})
+        echo_json({k: _json_number(v) for k, v in schema.with_aliases(res, schema.PAPER).items()})
         return
     angle = res["phase"].split("/")[0]
     click.echo(f"lambda_a          = {res['lambda_a']:+.6f}   ({angle}{_note(res)})")
-    click.echo(
-        f"lambda_g_collapse = {res['lambda_g']:+.6f}   (L = {hp.depth}, from the collapsed point; "
-        "JSON: also 'lambda_g')"
-    )
+    click.echo(f"lambda_g_collapse = {res['lambda_g_collapse']:+.6f}   (L = {hp.depth}, from the collapsed point)")
     if "lambda_g_input" in res:
         click.echo(
             f"lambda_g_input    = {res['lambda_g_input']:+.6f}   (L = {hp.depth}, from q0 = {res['q0']:g}, "

@@ -723,8 +723,8 @@ def _print_report(rep: dict) -> None:
 
 
 def _recommend_block(name, fixed, axes, n_tokens, depth, max_factor, max_rate, as_json):
-    """``recommend --block NAME`` for a standard block (:mod:`phasefield.vit.recommend_block`)."""
-    from ..vit import recommend_block as rb
+    """``recommend --block NAME`` for a standard block (:mod:`phasefield.layers.recommend`)."""
+    from ..layers import recommend as rb
 
     if name not in rb.BLOCKS:
         raise UsageError(f"recommend --block takes paper, {', '.join(rb.BLOCKS)} (got {name})")

@@ -49,7 +49,7 @@ def agreement(theory_groups: dict, sim_groups: dict, name: str = "alpha_sigma_w"
         width=int(sim.attrs.get("width", 0)),
         seeds=int(sim.attrs.get("seeds", 0)),
     )
-    for v in ("lambda_a", "lambda_g"):
+    for v in ("lambda_a", "lambda_g_collapse"):
         a = np.asarray(sim[v].transpose(*th[v].dims).values, float)
         b = np.asarray(th[v].values, float)
         err = np.abs(a - b)[np.isfinite(a - b)]

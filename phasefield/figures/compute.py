@@ -64,7 +64,7 @@ def causal_theory(s: Settings) -> object:
 
     def point(w, a):
         out = gram.causal_exponents(base.replace(sigma_w=w, alpha_a=a, alpha_m=a))
-        return out["lambda_a"], out["lambda_g"]
+        return out["lambda_a"], out["lambda_g_collapse"]
 
     # jit: outputs not used here (e.g. the spectral lambda_a) are compiled away
     la, lg = jax.jit(jax.vmap(point))(jnp.asarray(SW.ravel()), jnp.asarray(AL.ravel()))
@@ -72,7 +72,7 @@ def causal_theory(s: Settings) -> object:
     ds = xr.Dataset(
         {
             "lambda_a": (("sigma_w", "alpha"), la.reshape(SW.shape)),
-            "lambda_g": (("sigma_w", "alpha"), lg.reshape(SW.shape)),
+            "lambda_g_collapse": (("sigma_w", "alpha"), lg.reshape(SW.shape)),
         },
         coords={"sigma_w": sw, "alpha": al},
     )

@@ -34,7 +34,7 @@ def summarize(result: dict) -> dict:
         edge = []
         for line, gv in phase.zero_crossings(
             phase.slice2d(ds, "alpha", "sigma_w", "lambda_a").values,
-            phase.slice2d(ds, "alpha", "sigma_w", "lambda_g").values,
+            phase.slice2d(ds, "alpha", "sigma_w", "lambda_g_collapse").values,
             ds["alpha"].values,
             ds["sigma_w"].values,
         )[1]:
@@ -45,7 +45,7 @@ def summarize(result: dict) -> dict:
                         dict(
                             alpha=round(float(line[i, 0]), 3),
                             sigma_w=round(float(line[i, 1]), 3),
-                            lambda_g=round(float(gv[i]), 4),
+                            lambda_g_collapse=round(float(gv[i]), 4),
                         )
                     )
         out["edge_of_chaos"] = edge
@@ -75,7 +75,7 @@ def format_summary(summary: dict) -> str:
         for e in summary.get("edge_of_chaos", []):
             lines.append(
                 f"  on lambda_a = 0 at alpha = {e['alpha']:.2f}: sigma_w = {e['sigma_w']:.3f}, "
-                f"lambda_g(L) = {e['lambda_g']:+.4f}"
+                f"lambda_g(L) = {e['lambda_g_collapse']:+.4f}"
             )
     names = {
         "alpha_sigma_w": "(alpha, sigma_w) grid",
@@ -87,7 +87,7 @@ def format_summary(summary: dict) -> str:
             f"theory vs simulation, {names.get(name, name)}: {a['points']} points, "
             f"width {a['width']}, {a['seeds']} draws"
         )
-        for v in ("lambda_a", "lambda_g"):
+        for v in ("lambda_a", "lambda_g_collapse"):
             r = a[v]
             se = f", median se {r['median_se']:.3f}" if "median_se" in r else ""
             lines.append(f"  {v:<8} |sim - theory| median {r['median']:.4f}, max {r['max']:.4f}{se}")

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import os
 
-from .. import io
+from .. import io, schema
 
 THEORY_FILE = "sweep.nc"
 SIM_FILE = "sim.nc"
@@ -75,12 +75,12 @@ def load_groups(path: str, kind: str = "theory") -> dict:
         key = name.strip("/")
         if not key:  # plain single-group grid
             key = _recognise(ds, path)
-        out[key] = ds
+        out[key] = schema.canonical(ds, schema.SIMULATION)  # a file of an earlier release
     for ds in groups.values():
         ds.close()
     if not out:
         raise ValueError(f"{path} holds no data variables")
-    need = ("lambda_a", "lambda_g")
+    need = ("lambda_a", "lambda_g_collapse")
     for name, ds in out.items():
         if name in ("fig2", "fig3"):
             continue

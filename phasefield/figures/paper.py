@@ -146,7 +146,7 @@ def fig_exponent(var: str, theory: dict, sim: dict, out_dir: str, name: str):
                 )
                 cb.set_label(label)
                 cb.ax.axhline(0.0, color="k", lw=0.6)
-        what = {"lambda_a": "angle exponent", "lambda_g": "gradient exponent"}.get(var, var)
+        what = {"lambda_a": "angle exponent", "lambda_g_collapse": "gradient exponent"}.get(var, var)
         fig.suptitle(f"{what} {label}")
         from matplotlib.lines import Line2D
 
@@ -161,7 +161,7 @@ def fig_exponent(var: str, theory: dict, sim: dict, out_dir: str, name: str):
 
 
 # ------------------------------------------------------------------ phase diagram
-def phase_diagram(theory_ds, out_dir: str, name: str = "phase_diagram", gradient: str = "lambda_g"):
+def phase_diagram(theory_ds, out_dir: str, name: str = "phase_diagram", gradient: str = "lambda_g_collapse"):
     """The four phases of the (α, σ_w) slice, both zero contours and the point where
     both exponents vanish (the recommended initialization)."""
     from matplotlib.colors import BoundaryNorm, ListedColormap
@@ -442,7 +442,7 @@ def fig6(sim_causal, out_dir: str, theory_causal=None, theory_acausal=None, name
     depth = _depth(sim_causal, _depth(theory_acausal) if theory_acausal is not None else None)
     with style.context() as plt:
         fig, axes = plt.subplots(2, len(cols), figsize=(style.COLUMN, 3.5), squeeze=False, constrained_layout=True)
-        for i, var in enumerate(("lambda_a", "lambda_g")):
+        for i, var in enumerate(("lambda_a", "lambda_g_collapse")):
             vals = [d[var].values for _, d in cols]
             norm = style.diverging_norm(*vals, clip_percentile=99)
             m = None
@@ -493,7 +493,7 @@ def draw_all(theory: dict, sim: dict, out_dir: str, echo=print) -> list[str]:
         run("fig3: two-group symmetry restoration", fig3, sim["fig3"], out_dir)
     else:
         echo("  fig3: skipped (no simulation data; pass --sim)")
-    for var, name in (("lambda_a", "fig4"), ("lambda_g", "fig5")):
+    for var, name in (("lambda_a", "fig4"), ("lambda_g_collapse", "fig5")):
         if any(k in theory or k in sim for k in ("alpha_sigma_w", "sigma_a_alpha")):
             run(f"{name}: {var} theory vs simulation", fig_exponent, var, theory, sim, out_dir, name)
         else:

@@ -28,7 +28,7 @@ PHASES = {
 }
 
 
-def classify(ds, angle: str = "lambda_a", gradient: str = "lambda_g"):
+def classify(ds, angle: str = "lambda_a", gradient: str = "lambda_g_collapse"):
     """Integer phase code per grid point: ``2·[λ_a ≥ 0] + [λ_g ≥ 0]`` (see :data:`PHASES`),
     −1 where either exponent is not finite. Returns an ``xarray.DataArray`` (int8) with
     ``flag_values`` / ``flag_meanings`` attributes."""
@@ -135,7 +135,7 @@ def zero_crossings(f, g, x, y):
 
 
 def critical_point(
-    ds, x: str = "alpha", y: str = "sigma_w", angle: str = "lambda_a", gradient: str = "lambda_g"
+    ds, x: str = "alpha", y: str = "sigma_w", angle: str = "lambda_a", gradient: str = "lambda_g_collapse"
 ) -> dict | None:
     """Where λ_a = λ_g = 0 on the (x, y) slice of a theory grid (see the module docstring).
 

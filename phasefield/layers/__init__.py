@@ -26,6 +26,7 @@ import functools
 import jax
 import jax.numpy as jnp
 
+from .. import schema
 from ..theory.precision import float64
 from . import depth, presets, sweep  # noqa: F401
 from .attention import Attention  # noqa: F401
@@ -54,7 +55,7 @@ def prepare(block, n_tokens=32, scales=None):
 
 
 @functools.cache
-def _jitted(name):
+def compiled(name):
     fn = getattr(depth, name)
     return jax.jit(fn, static_argnames=("depth",) if name != "norm_fixed_point" else ())
 
@@ -69,35 +70,35 @@ def _kernel(q0, rho0):
 def exponents(block, n_tokens=32, depth=16) -> dict:
     """:func:`.depth.exponents` of ``block`` (float64)."""
     block, ctx = prepare(block, n_tokens)
-    return _jitted("exponents")(block, ctx, depth=int(depth))
+    return schema.results(compiled("exponents")(block, ctx, depth=int(depth)), schema.COLLAPSE)
 
 
 @float64
 def q_star(block, n_tokens=32):
     """The collapsed fixed point's q* (``inf``: the norm grows with depth, no fixed point)."""
     block, ctx = prepare(block, n_tokens)
-    return _jitted("norm_fixed_point")(block, ctx, jnp.asarray(1.0, jnp.result_type(float)))
+    return compiled("norm_fixed_point")(block, ctx, jnp.asarray(1.0, jnp.result_type(float)))
 
 
 @float64
 def trajectory(block, q0=1.0, rho0=0.5, n_tokens=32, depth=16):
     """(q, p) per layer from (q0, rho0 q0), length depth + 1."""
     block, ctx = prepare(block, n_tokens)
-    return _jitted("trajectory")(block, ctx, _kernel(q0, rho0), depth=int(depth))
+    return compiled("trajectory")(block, ctx, _kernel(q0, rho0), depth=int(depth))
 
 
 @float64
 def gradient_exponent(block, q0=1.0, rho0=1.0, n_tokens=32, depth=16):
     """lambda_g(L) from (q0, rho0 q0)."""
     block, ctx = prepare(block, n_tokens)
-    return _jitted("gradient_exponent")(block, ctx, _kernel(q0, rho0), depth=int(depth))
+    return compiled("gradient_exponent")(block, ctx, _kernel(q0, rho0), depth=int(depth))
 
 
 @float64
 def finite_depth(block, q0=1.0, rho0=0.5, n_tokens=32, depth=16) -> dict:
     """:func:`.depth.finite_depth` from (q0, rho0 q0)."""
     block, ctx = prepare(block, n_tokens)
-    return _jitted("finite_depth")(block, ctx, _kernel(q0, rho0), depth=int(depth))
+    return schema.results(compiled("finite_depth")(block, ctx, _kernel(q0, rho0), depth=int(depth)), schema.INPUT)
 
 
 @float64
@@ -110,6 +111,6 @@ def rates(block, q0=1.0, rho0=0.5, n_tokens=32, depth=16) -> dict:
     depth) those are NaN (``q_star`` inf, ``n_stable`` 0) and the costly attractor search is
     skipped."""
     block, ctx = prepare(block, n_tokens)
-    out = dict(_jitted("rates")(block, ctx, _kernel(q0, rho0), depth=int(depth)))
+    out = schema.results(compiled("rates")(block, ctx, _kernel(q0, rho0), depth=int(depth)), schema.INPUT)
     out["has_fixed_point"] = bool(out["has_fixed_point"])
     return out

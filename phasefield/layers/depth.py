@@ -25,7 +25,7 @@ leaf); ``block`` must be prepared (:meth:`prepare`, done by the public entry poi
   (``1 - rho = (q - p) / q``: the spread q - p grows by m per layer, the norm by q_{l+1}/q_l),
   and ``lambda_g(L)`` from the input geometry. These are rates at depth L, not exponents:
   they change with L. Where the block has a finite fixed point and ``q0 = q*`` the angle
-  rate is lambda_a and ``lambda_g_collapsed`` is lambda_g(L).
+  rate is lambda_a and ``lambda_g_collapse`` is lambda_g(L).
 """
 
 from __future__ import annotations
@@ -218,7 +218,7 @@ def top_eigenvalue(m):
 
 def exponents(block, ctx, depth: int) -> dict:
     """Everything at one point, the keys of :func:`phasefield.layers.paper.exponents` (same
-    states): lambda_a (collapsed point), lambda_g (depth L from the collapsed fixed point),
+    states): lambda_a (collapsed point), lambda_g_collapse (depth L from the collapsed fixed point),
     lambda_g_inf (at rho_star), q_star, rho_star, n_stable, rho_star_min, rho_star_max.
     Blocks without a finite fixed point give NaN for the fixed-point quantities: use
     :func:`finite_depth`."""
@@ -238,7 +238,7 @@ def exponents(block, ctx, depth: int) -> dict:
     pick = lambda x: jnp.where(fin, x, nan)
     return dict(
         lambda_a=la,
-        lambda_g=pick(gradient_exponent(block, ctx, Kernel(qs, qs), depth)),
+        lambda_g_collapse=pick(gradient_exponent(block, ctx, Kernel(qs, qs), depth)),
         lambda_g_inf=pick(lg_inf),
         q_star=q_star,
         rho_star=pick(rho),
@@ -250,20 +250,22 @@ def exponents(block, ctx, depth: int) -> dict:
 
 def finite_depth(block, ctx, k0: Kernel, depth: int) -> dict:
     """Finite-depth rates from input geometry ``k0`` (module docstring): ``angle_rate``
-    (nearby tokens, along the collapsed trajectory from ``q0``), ``lambda_g`` (from ``k0``),
-    ``lambda_g_collapsed`` (from ``(q0, q0)``), and the per-layer ``q``, ``rho`` of the
+    (nearby tokens, along the collapsed trajectory from ``q0``), ``lambda_g_input`` (from ``k0``),
+    ``lambda_g_collapse`` (from ``(q0, q0)``), and the per-layer ``q``, ``rho`` of the
     trajectory from ``k0`` and ``q_collapsed`` of the collapsed one (length L + 1)."""
     qs, ps = trajectory(block, ctx, k0, depth)
     qc, pc = trajectory(block, ctx, Kernel(k0.q, k0.q), depth)
     rate, m = collapsed_angle_rate(block, ctx, qc, depth)
     return dict(
         angle_rate=rate,
-        lambda_g=backward_rate(block, ctx, qs, ps, depth),
-        lambda_g_collapsed=backward_rate(block, ctx, qc, pc, depth),
+        lambda_g_input=backward_rate(block, ctx, qs, ps, depth),
+        lambda_g_collapse=backward_rate(block, ctx, qc, pc, depth),
         q=qs,
         rho=ps / qs,
         q_collapsed=qc,
         angle_multipliers=m,
+        q_L=qs[-1],
+        rho_L=ps[-1] / qs[-1],
     )
 
 

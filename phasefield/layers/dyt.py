@@ -41,7 +41,7 @@ from flax import linen as nn
 from flax import struct
 
 from ..theory import quadrature, smoothed
-from ..theory.mlp import _arccos_j1
+from ..theory.mlp import arccos_j1
 from .base import Layer
 from .mlp import MLP, MLPModule
 from .state import Grad, Kernel, as_float
@@ -74,8 +74,8 @@ def _expect_2d(pairs, s, theta):
     and f is g), cosine cos(theta): :func:`phasefield.theory.quadrature.expect_2d`'s rotated
     local rule at spacing C_LOCAL, folded in u and v."""
     a, b = jnp.cos(0.5 * theta), jnp.sin(0.5 * theta)
-    u, wu = quadrature._axis(s * a, N_LOCAL, C_LOCAL, fold=True, local=True)
-    v, wv = quadrature._axis(s * b, N_LOCAL, C_LOCAL, fold=True, local=True)
+    u, wu = quadrature.trapezoid_axis(s * a, N_LOCAL, C_LOCAL, fold=True, local=True)
+    v, wv = quadrature.trapezoid_axis(s * b, N_LOCAL, C_LOCAL, fold=True, local=True)
     x1 = s * (a * u[:, None] + b * v[None, :])
     x2 = s * (a * u[:, None] - b * v[None, :])
     out, cache = [], {}
@@ -89,7 +89,7 @@ def _expect_2d(pairs, s, theta):
 def _cross(s, rho):
     """E[rest(h1) erf(KAPPA h2)] by one 1-D rule (conditioning on h1, as
     :func:`phasefield.theory.quadrature.expect_2d_conditional`, at spacing C_LOCAL)."""
-    x, w = quadrature._axis(s, N_LOCAL, C_LOCAL, local=True)
+    x, w = quadrature.trapezoid_axis(s, N_LOCAL, C_LOCAL, local=True)
     c = s * jnp.sqrt(jnp.maximum(1.0 - rho * rho, 0.0))
     h1 = s * x
     return jnp.sum(w * smoothed.tanh_rest(h1) * smoothed.erf_given(rho * h1, c))
@@ -148,7 +148,7 @@ def activation_pair(activation: str, s, rho):
             (4 / math.pi) / jnp.sqrt(den * den - 4 * s2 * s2 * rho * rho),
         )
     if activation == "relu":
-        return s2 / 2 * _arccos_j1(rho), (math.pi - jnp.arccos(rho)) / (2 * math.pi)
+        return s2 / 2 * arccos_j1(rho), (math.pi - jnp.arccos(rho)) / (2 * math.pi)
     if activation == "linear":
         return s2 * rho, jnp.ones_like(s2 * rho)
     raise ValueError(

@@ -6,7 +6,7 @@ angle exponent, as an ``xarray.Dataset``.
     ds = sweep.sweep("pre-ln", {"sigma": np.linspace(0.1, 2, 64), "alpha": np.linspace(0.05, 1, 64)},
                      fixed={"heads": 12}, n_tokens=64, depth=16)
 
-A sweep runs through the chunk driver of every sweep (:mod:`phasefield.chunks`: chunk
+A sweep runs through the chunk driver of every sweep (:mod:`phasefield.driver`: chunk
 store, resume, lock, sharding, multi-host, progress; ``phasefield.sweep(block=...)`` calls it
 for every block but the paper's); a chunk is :func:`evaluate_chunk` of the sweep's
 :func:`plan`. The block is built inside ``jax.vmap`` from the traced numbers (its pytree leaves), so one
@@ -34,6 +34,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .. import schema
 from ..theory import mlp as mlp_maps
 from ..theory.precision import float64
 from . import depth as depth_fns
@@ -45,22 +46,9 @@ from .mlp import MLP, MLPHP
 from .residual import Residual
 from .state import Context, Kernel
 
-VARIABLES = {
-    "angle_rate": "angle rate of nearby tokens (1/L) log[(1 - rho_L)/(1 - rho_0)], rho_0 -> 1 (from q0)",
-    "lambda_g_input": "gradient rate lambda_g(L) = (1/L) log(a + b) from the input geometry (q0, rho0)",
-    "lambda_g_collapse": "lambda_g(L) from collapsed input tokens (q0, q0)",
-    "lambda_a": "angle exponent at the collapsed fixed point (NaN: no finite fixed point)",
-    "rho_L": "token cosine after L blocks from rho0",
-    "q_L": "token squared norm per component after L blocks from q0",
-}
-SYMBOLS = dict(
-    angle_rate="(1/L) log[(1-ρ_L)/(1-ρ_0)]",
-    lambda_g_input="λ_g(L; q0, ρ0)",
-    lambda_g_collapse="λ_g(L)",
-    lambda_a="λ_a",
-    rho_L="ρ_L",
-    q_L="q_L",
-)
+OUTPUTS = ("angle_rate", "lambda_g_input", "lambda_g_collapse", "lambda_a", "rho_L", "q_L")  # a point's results
+VARIABLES = {k: schema.NAMES[k] for k in OUTPUTS}
+SYMBOLS = {k: schema.SYMBOLS[k] for k in OUTPUTS}
 CHUNK = 1024
 MESH_TABLES = 97  # mesh of the per-logit-scale interpolants (the stable-point search's 33 reach
 # rounding only up to sigma_A ~ 1; 97 nodes up to sigma_A = 4, tail <= 1e-13)
@@ -220,14 +208,9 @@ def _point(name, fixed, keys, n_tokens, depth, q0, rho0, scales=(None, None), ta
         dt = jnp.result_type(float)
         k0 = Kernel(jnp.asarray(q0, dt), jnp.asarray(q0 * rho0, dt))
         fd = depth_fns.finite_depth(block, ctx, k0, depth)
-        return dict(
-            angle_rate=fd["angle_rate"],
-            lambda_g=fd["lambda_g"],
-            lambda_g_collapsed=fd["lambda_g_collapsed"],
-            lambda_a=depth_fns.angle_exponent(block, ctx),
-            rho_L=fd["rho"][-1],
-            q_L=fd["q"][-1],
-        )
+        out = {k: fd[k] for k in OUTPUTS if k in fd}
+        out["lambda_a"] = depth_fns.angle_exponent(block, ctx)
+        return out
 
     return f
 
@@ -337,16 +320,6 @@ def plan(
     )
 
 
-OUTPUTS = dict(
-    angle_rate="angle_rate",
-    lambda_g_input="lambda_g",
-    lambda_g_collapse="lambda_g_collapsed",
-    lambda_a="lambda_a",
-    rho_L="rho_L",
-    q_L="q_L",
-)  # evaluate_chunk's names -> the point's
-
-
 def _index(uniq, x):
     """Positions of ``x`` in the sorted ``uniq`` (ValueError for a value off the plan's grid)."""
     idx = np.minimum(np.searchsorted(uniq, x), len(uniq) - 1)
@@ -371,7 +344,7 @@ def evaluate_chunk(plan: Plan, values: dict, depth: int) -> dict:
     fixed_items = tuple(sorted(p.fixed.items()))
     if not p.keys:
         out = _compiled_point(p.name, fixed_items, p.n_tokens, int(depth), p.q0, p.rho0)()
-        return {v: np.asarray(out[k], np.float64)[None] for v, k in OUTPUTS.items()}
+        return {v: np.asarray(out[v], np.float64)[None] for v in OUTPUTS}
     args = [values[k] if hasattr(values[k], "sharding") else jnp.asarray(values[k], jnp.float64) for k in p.keys]
     if p.att is not None or p.mlp:
         host = [np.asarray(a, np.float64) for a in args]
@@ -396,7 +369,7 @@ def evaluate_chunk(plan: Plan, values: dict, depth: int) -> dict:
         tuple(pos for pos, _, _ in p.mlp),
     )
     out = f(*args)
-    return {v: np.asarray(out[k], np.float64) for v, k in OUTPUTS.items()}
+    return {v: np.asarray(out[v], np.float64) for v in OUTPUTS}
 
 
 @functools.lru_cache(maxsize=16)
@@ -459,7 +432,7 @@ def sweep(
     log=None,
 ):
     """The grid ``axes`` (name -> values; ``depth`` and ``n_tokens`` may be axes) of block
-    ``name`` through the chunk driver (:mod:`phasefield.chunks`: ``out`` -> chunk store,
+    ``name`` through the chunk driver (:mod:`phasefield.driver`: ``out`` -> chunk store,
     resume, lock, multi-host, atomic netCDF write; the chunk's points split over ``devices``,
     default every local device). Each chunk is :func:`evaluate_chunk` of the sweep's
     :func:`plan` (one per ``n_tokens``). With the exact map or the softmax term, ``mesh``
@@ -469,8 +442,7 @@ def sweep(
     ``phasefield.sweep(block=...)`` calls this for every block but the paper's."""
     import xarray as xr
 
-    from .. import chunks as driver
-    from .. import grid
+    from .. import driver, grid
 
     fixed, depths = check(name, axes, dict(fixed or {}))
     grid.check_values({"n_tokens": n_tokens, "depth": depth})

@@ -12,40 +12,28 @@ not used). The blocks are named by ``blocks=`` (Flax modules: class, name, path 
 tokens): :mod:`.capture`. What is measured: :mod:`.measure`; the rates, phase and verdict:
 :mod:`.result`; the theory beside it for phasefield's own blocks: :mod:`.theory`
 (``block=`` a :mod:`phasefield.layers` block); ready-made models: :mod:`.models` (phasefield
-presets) and :mod:`.hf` (Hugging Face Flax GPT-2, ViT, BERT at random init).
+presets) and :mod:`.hf` (Hugging Face Flax GPT-2, ViT, BERT at random init); Flax NNX
+models: :mod:`.nnx` (``probe(make, inputs, blocks=...)`` with ``make(rngs) -> nnx.Module``).
+Where it fails, per block: :mod:`.blocks` (``res.first_failing_block``); a fix of the
+model's init, measured and verified: :mod:`.fix` (``probe(..., fix=True)``).
 
 The module itself is callable: ``phasefield.probe(...)`` is :func:`probe`.
 """
 
 from __future__ import annotations
 
-import dataclasses
+import math
 import sys
 import types
-from collections.abc import Callable
-from typing import Any
 
 import jax
 import numpy as np
 
 from . import capture, geometry, measure, result  # noqa: F401
+from .model import Model
 from .result import ProbeResult
 
 EPS = 1e-3
-
-
-@dataclasses.dataclass
-class Model:
-    """What a ``--model module:factory`` returns: the arguments of :func:`probe`
-    (``block``: a phasefield block for the theory curves, when the model is one)."""
-
-    init_fn: Callable
-    apply_fn: Callable
-    inputs: Any
-    blocks: Any = None
-    stack: Callable | None = None
-    block: Any = None
-    name: str = "model"
 
 
 def probe(
@@ -62,30 +50,70 @@ def probe(
     chunk: int = 1,
     block=None,
     name: str = "model",
+    max_factor: float = 10.0,
+    max_angle_rate: float = 0.05,
+    fix: bool = False,
+    fix_options: dict | None = None,
+    progress=None,
 ) -> ProbeResult:
     """Measure a model's blocks over ``inits`` independent initializations (module
-    docstring). ``init_fn`` may also be a :class:`Model`. ``start=(q0, rho0)``: the
-    permutation-symmetric start (default: the geometry of the tokens entering the first
-    block, per init); ``eps``: 1 - rho of the nearby tokens; ``chunk``: inits vmapped at
-    once; ``block``: a phasefield block whose theory curves are drawn beside (from the
-    measured start). ValueError (one line) for bad input: no matching block, outputs not
-    finite, fewer than 2 inits."""
+    docstring). ``init_fn`` may also be a :class:`Model`, or a Flax NNX model: a function
+    ``rngs -> nnx.Module`` (or a :class:`flax.nnx.Module`, refused with a message: one
+    instance is one initialization) with ``inputs`` as the second argument (:mod:`.nnx`).
+    ``start=(q0, rho0)``: the permutation-symmetric start (default: the geometry of the
+    tokens entering the first block, per init); ``eps``: 1 - rho of the nearby tokens;
+    ``chunk``: inits vmapped at once; ``block``: a phasefield block whose theory curves are
+    drawn beside (from the measured start). ``max_factor``, ``max_angle_rate``: the criteria
+    of the per-block bands (:mod:`.blocks`) and of the fix. ``fix=True`` searches and verifies
+    a fix of the init (:mod:`.fix`; ``fix_options``: the keywords of :func:`.fix.fix`, e.g.
+    ``residual``, ``weights``, ``inits``, ``verify_inits``), put in ``result.fix``;
+    ``progress(done, total)`` follows its search. ValueError (one line) for bad input: no
+    matching block, outputs not finite, fewer than 2 inits."""
+    from . import nnx as _nnx
+
+    if _nnx.is_nnx(init_fn):
+        init_fn = _nnx.model(init_fn, apply_fn if inputs is None else inputs, blocks=blocks, stack=stack, name=name)
+    run = None
+    spec = None
     if isinstance(init_fn, Model):
         m = init_fn
         init_fn, apply_fn, inputs, blocks, stack = m.init_fn, m.apply_fn, m.inputs, m.blocks, m.stack
         block = m.block if block is None else block
         name = m.name if name == "model" else name
+        run, spec = m.runner, m.spec
     if not callable(init_fn) or not callable(apply_fn):
         raise ValueError("probe needs an init function and an apply function")
+    if not (float(max_factor) > 1.0 and math.isfinite(float(max_factor))):
+        raise ValueError(f"max_factor must be a finite number > 1, got {max_factor}")
+    if not (float(max_angle_rate) > 0.0 and math.isfinite(float(max_angle_rate))):
+        raise ValueError(f"max_angle_rate must be a finite number > 0, got {max_angle_rate}")
     if int(inits) < 2:
         raise ValueError(f"inits must be at least 2 (standard errors), got {inits}")
     if not 0.0 < float(eps) < 0.5:
         raise ValueError(f"eps must be in (0, 0.5), got {eps}")
-    run = capture.runner(apply_fn, inputs, blocks=blocks, stack=stack)
+    if fix:
+        import inspect
+
+        from . import fix as _fix
+
+        allowed = set(inspect.signature(_fix.fix).parameters) - {"model", "before", "seed", "eps", "chunk", "progress"}
+        allowed -= {"max_factor", "max_angle_rate"}
+        bad = sorted(set(fix_options or {}) - allowed)
+        if bad:
+            raise ValueError(f"fix_options: unknown option {bad[0]!r}; it takes {', '.join(sorted(allowed))}")
+        if not gradient:
+            raise ValueError("the fix measures the gradient: gradient=False and fix=True do not go together")
+        o = fix_options or {}
+        _fix.check_selection(
+            jax.eval_shape(init_fn, jax.random.PRNGKey(0)), o.get("weights"), o.get("residual"), o.get("skip")
+        )
+    if run is None:
+        run = capture.runner(apply_fn, inputs, blocks=blocks, stack=stack)
+    with_deltas = stack is None and getattr(run, "deltas", True)
     keys = jax.random.split(jax.random.PRNGKey(int(seed)), int(inits))
     st = None if start is None else tuple(float(s) for s in start)
     raw = jax.device_get(
-        measure.many(init_fn, run, keys, float(eps), st, gradient, max(1, int(chunk)), with_deltas=stack is None)
+        measure.many(init_fn, run, keys, float(eps), st, gradient, max(1, int(chunk)), with_deltas=with_deltas)
     )
     L = np.asarray(raw["q_data"]).shape[1] - 1
     bad = int(np.min(raw["finite"]))
@@ -103,7 +131,33 @@ def probe(
 
         n_tokens = int(np.shape(jax.eval_shape(lambda: run(init_fn(keys[0]))[0]))[-2])
         th = theory.curves(block, n_tokens, L, q0, rho0, float(eps), grad_start=data0)
-    return ProbeResult(name=name, ds=ds, start=(q0, rho0), eps=float(eps), theory=th)
+    res = ProbeResult(
+        name=name,
+        ds=ds,
+        start=(q0, rho0),
+        eps=float(eps),
+        theory=th,
+        max_factor=float(max_factor),
+        max_angle_rate=float(max_angle_rate),
+    )
+    if fix:
+        from . import fix as _fix
+
+        m = Model(init_fn, apply_fn, inputs, blocks=blocks, stack=stack, name=name, spec=spec, runner=run)
+        opts = dict(fix_options or {})
+        res.fix = _fix.fix(
+            m,
+            res,
+            measure=probe,
+            seed=seed,
+            eps=float(eps),
+            chunk=chunk,
+            max_factor=float(max_factor),
+            max_angle_rate=float(max_angle_rate),
+            progress=progress,
+            **opts,
+        )
+    return res
 
 
 class _CallableModule(types.ModuleType):

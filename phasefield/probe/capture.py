@@ -63,6 +63,25 @@ def _first(out):
     return out[0] if isinstance(out, (tuple, list)) else out
 
 
+def searched(seen, limit: int = 12) -> str:
+    """``"searched N modules: classes A, B; paths a, a/b, ..."`` from ``(class name, path)``
+    pairs: what a block name was matched against, for the message when none matched."""
+    classes = list(dict.fromkeys(c for c, _ in seen))
+    paths = list(dict.fromkeys(p for _, p in seen if p))
+
+    def head(xs):
+        return ", ".join(xs[:limit]) + (f", ... ({len(xs) - limit} more)" if len(xs) > limit else "")
+
+    if not seen:
+        return "the model called no Flax module (is it a Flax model? otherwise pass stack=)"
+    return f"searched {len(seen)} module calls: classes {head(classes)}; paths {head(paths) or '(none)'}"
+
+
+def _seen_entry(context):
+    mod = context.module
+    return type(mod).__name__, "/".join(map(str, getattr(mod, "path", ()) or ()))
+
+
 def first_input(apply_fn, params, inputs, blocks):
     """The tokens entering the first matching block, as a concrete array, also where the
     blocks run inside ``nn.scan`` (read with an ordered ``jax.debug.callback``, so the value
@@ -70,7 +89,7 @@ def first_input(apply_fn, params, inputs, blocks):
     import numpy as np
 
     match = module_filter(blocks)
-    got = []
+    got, seen = [], []
 
     def keep(v):
         if not got:
@@ -79,6 +98,8 @@ def first_input(apply_fn, params, inputs, blocks):
     def interceptor(next_fun, args, kwargs, context):
         if args and match(context.module, context.method_name):
             jax.debug.callback(keep, args[0], ordered=True)
+        elif context.method_name == "__call__":
+            seen.append(_seen_entry(context))
         return next_fun(*args, **kwargs)
 
     with nn.intercept_methods(interceptor):
@@ -86,7 +107,7 @@ def first_input(apply_fn, params, inputs, blocks):
     jax.block_until_ready(out)
     jax.effects_barrier()
     if not got:
-        raise ValueError(f"the model has no block matching {blocks!r}")
+        raise ValueError(f"the model has no block matching {blocks!r} ({searched(seen)})")
     return got[0]
 
 
@@ -99,17 +120,21 @@ def _replace_first(out, x):
 
 
 def runner(apply_fn, inputs, blocks=None, stack=None):
-    """``run(params, inject=None, deltas=None) -> (x0, outs)`` (module docstring);
-    ``deltas`` ``[L, *x0.shape]`` are added to the blocks' outputs (Flax blocks only: the
-    gradient at every block's output in one vector-Jacobian product)."""
+    """``run(params, inject=None, deltas=None, shift=None) -> (x0, outs)`` (module
+    docstring); ``deltas`` ``[L, *x0.shape]`` are added to the blocks' outputs (Flax blocks
+    only: the gradient at every block's output in one vector-Jacobian product); ``shift``
+    (shaped like ``x0``) is added to the first block's input (the gradient at the input from
+    the same pass that reads it)."""
     if (blocks is None) == (stack is None):
         raise ValueError("name the blocks with exactly one of blocks= (Flax modules) or stack= (a callable)")
     if stack is not None:
 
-        def run_stack(params, inject=None, deltas=None):
+        def run_stack(params, inject=None, deltas=None, shift=None):
             if deltas is not None:
                 raise ValueError("deltas need Flax blocks (blocks=), not a stack callable")
             x0 = inputs if inject is None else inject
+            if shift is not None:
+                x0 = x0 + shift.astype(jnp.result_type(x0))
             outs = stack(params, x0)
             outs = jnp.stack(list(outs)) if isinstance(outs, (list, tuple)) else jnp.asarray(outs)
             if outs.ndim != jnp.ndim(x0) + 1 or outs.shape[1:] != jnp.shape(x0):
@@ -122,11 +147,14 @@ def runner(apply_fn, inputs, blocks=None, stack=None):
 
     match = module_filter(blocks)
 
-    def run(params, inject=None, deltas=None):
+    def run(params, inject=None, deltas=None, shift=None):
         state = dict(x0=None, outs=[], inside=0)
+        seen = []
 
         def interceptor(next_fun, args, kwargs, context):
             if state["inside"] or not match(context.module, context.method_name):
+                if not state["inside"] and context.method_name == "__call__":
+                    seen.append(_seen_entry(context))
                 return next_fun(*args, **kwargs)
             if not args:
                 raise ValueError(
@@ -138,6 +166,8 @@ def runner(apply_fn, inputs, blocks=None, stack=None):
                     if jnp.shape(inject) != jnp.shape(args[0]):
                         raise ValueError(f"the first block's input is {jnp.shape(args[0])}, not {jnp.shape(inject)}")
                     args = (inject.astype(args[0].dtype),) + tuple(args[1:])
+                if shift is not None:
+                    args = (args[0] + shift.astype(args[0].dtype),) + tuple(args[1:])
                 state["x0"] = args[0]
             state["inside"] += 1
             try:
@@ -157,7 +187,7 @@ def runner(apply_fn, inputs, blocks=None, stack=None):
         with nn.intercept_methods(interceptor):
             apply_fn(params, inputs)
         if state["x0"] is None:
-            raise ValueError(f"the model has no block matching {blocks!r}")
+            raise ValueError(f"the model has no block matching {blocks!r} ({searched(seen)})")
         x0 = state["x0"]
         bad = [o.shape for o in state["outs"] if o.shape != x0.shape]
         if bad:

@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import Model
+from .model import Model
 
 
 def _transformers():

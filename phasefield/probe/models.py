@@ -11,6 +11,7 @@ distribution, O(n^2 d) per map instead of O(n d^2), the params are a key).
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import jax
@@ -19,8 +20,8 @@ from flax import linen as nn
 from .. import layers
 from ..block import LAZY_RNG, check_weights
 from ..config import HParams
-from . import Model
 from .geometry import symmetric_tokens
+from .model import Model
 
 Q0, RHO0 = 1.0, 0.5
 
@@ -100,4 +101,6 @@ def preset(
         hp = HParams(softmax_correction=True)  # the network has the softmax path: so has the theory
     block = layers.presets.get(name, hp, **numbers)
     label = name + "".join(f" {k}={v}" for k, v in numbers.items())
-    return stack(block, depth, width, n_tokens, batch, weights, q0, rho0, seed, name=label)
+    m = stack(block, depth, width, n_tokens, batch, weights, q0, rho0, seed, name=label)
+    m.spec = (name, dict(numbers) if name != "paper" else dataclasses.asdict(hp))
+    return m

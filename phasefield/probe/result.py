@@ -66,6 +66,20 @@ class ProbeResult:
     start: tuple
     eps: float
     theory: dict | None = None
+    max_factor: float = 10.0
+    max_angle_rate: float = 0.05
+    fix: dict | None = None
+
+    def diagnosis(self) -> dict:
+        """Per-block rates against the bands of the criteria (:func:`.blocks.diagnose`)."""
+        from .blocks import diagnose
+
+        return diagnose(self.ds, self.max_factor, self.max_angle_rate)
+
+    @property
+    def first_failing_block(self) -> dict | None:
+        """The first block leaving its band (:mod:`.blocks`), or None."""
+        return self.diagnosis()["first_failing_block"]
 
     @property
     def depth(self) -> int:
@@ -141,6 +155,9 @@ class ProbeResult:
             out.append(advice[(ang, grad)])
         elif ang == "edge" or grad == "stable":
             out.append("Close to critical at this depth: a good place to start training.")
+        from .blocks import describe
+
+        out.append(describe(self.first_failing_block, L, self.max_factor, self.max_angle_rate))
         return " ".join(out)
 
     def to_dict(self) -> dict:
@@ -148,6 +165,10 @@ class ProbeResult:
         lg, lg_se = self.lambda_g
         per = {k: self.ds[k].values.tolist() for k in PER_BLOCK if k in self.ds}
         per.update({k + "_se": self.ds[k + "_se"].values.tolist() for k in PER_BLOCK if k in self.ds})
+        diag = self.diagnosis()
+        if diag["grad_rate"] is not None:
+            per["grad_rate"] = diag["grad_rate"].tolist()
+            per["grad_rate_se"] = diag["grad_rate_se"].tolist()
         out = dict(
             model=self.name,
             depth=self.depth,
@@ -160,11 +181,20 @@ class ProbeResult:
             lambda_g_se=lg_se,
             phase=list(self.phase),
             verdict=self.verdict(),
+            criteria=dict(
+                max_gradient_factor=self.max_factor,
+                max_angle_rate=self.max_angle_rate,
+                gradient_band=diag["gradient_band"],
+                angle_band=diag["angle_band"],
+            ),
+            first_failing_block=diag["first_failing_block"],
             blocks=per,
         )
         if self.theory is not None:
             out["theory"] = {k: np.asarray(v, float).tolist() for k, v in self.theory.items()}
             out["theory"].update(self.theory_rates())
+        if self.fix is not None:
+            out["fix"] = self.fix
         return out
 
     def agreement(self, resolution: float = RESOLUTION) -> dict:

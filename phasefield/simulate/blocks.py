@@ -5,10 +5,8 @@ over independent draws (``<name>_se``):
 
 ``angle_rate``         (1/L) log[(1 - rho_L)/(1 - rho_0)] of nearby tokens from (q0, 1 - eps)
                        (per draw, then averaged; the theory's is the limit rho_0 -> 1)
-``lambda_g_input``     (1/L) log(E|J^T u|^2 / E|u|^2) from tokens at (q0, rho0) (the theory's
-                       ``lambda_g`` of ``finite_depth``)
-``lambda_g_collapse``  the same from n identical tokens of squared norm q0 (the theory's
-                       ``lambda_g_collapsed``)
+``lambda_g_input``     (1/L) log(E|J^T u|^2 / E|u|^2) from tokens at (q0, rho0)
+``lambda_g_collapse``  the same from n identical tokens of squared norm q0
 ``lambda_a``           log[(1 - rho')/(1 - rho)] of one block at q = q*, rho = 1 - eps, where
                        the block has a finite collapsed fixed point q* (NaN where it has none)
 ``rho_L``, ``q_L``     token cosine and squared norm per component after L blocks from
@@ -32,13 +30,14 @@ returns an ``xarray.Dataset`` with the theory's variable names plus ``<name>_se`
 
 from __future__ import annotations
 
+import os
 from functools import partial
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import grid, layers
+from .. import driver, grid, layers
 from .._runtime import optimized_jit
 from ..layers import depth as depth_fns
 from ..layers import measure as M
@@ -49,8 +48,6 @@ from ..theory.precision import float64
 from .measure import MEMORY_BUDGET, log_ratio_of_means, mean_se
 
 QUANTITIES = ("angle_rate", "lambda_g_input", "lambda_g_collapse", "lambda_a", "rho_L", "q_L")
-# the theory's names (layers.finite_depth, the block sweep) -> these
-THEORY_NAMES = {"lambda_g": "lambda_g_input", "lambda_g_collapsed": "lambda_g_collapse"}
 DEFAULT_EPS = 1e-4
 RESOLUTION = 1e-6  # relative floor of the standard errors in z-scores (z_scores)
 GPU_MEMORY_BUDGET = 4e9
@@ -139,8 +136,8 @@ def theory(block, n_tokens=32, depth=16, q0=1.0, rho0=0.5) -> dict:
     la = float(_angle_exponent(blk, ctx)) if np.isfinite(q_star) else float("nan")
     return dict(
         angle_rate=float(fd["angle_rate"]),
-        lambda_g_input=float(fd["lambda_g"]),
-        lambda_g_collapse=float(fd["lambda_g_collapsed"]),
+        lambda_g_input=float(fd["lambda_g_input"]),
+        lambda_g_collapse=float(fd["lambda_g_collapse"]),
         lambda_a=la,
         rho_L=float(fd["rho"][-1]),
         q_L=float(fd["q"][-1]),
@@ -263,16 +260,21 @@ def sweep(
     seed=0,
     parts_dir=None,
     progress=False,
+    out=None,
+    wait=driver.WAIT,
+    log=None,
 ):
     """:func:`exponents` on the grid ``axes`` (name -> values: numbers of preset ``name``
     and at most one ``depth``, as :func:`phasefield.layers.sweep.sweep`) with the other
     numbers ``fixed``: an ``xarray.Dataset`` with the variables :data:`QUANTITIES`, their
     ``<name>_se`` and ``q_star``, dimensions as the theory's block sweep (``depth`` first,
     then the numbers in order), so ``phasefield compare`` matches them by name. Every point
-    uses the same draws (``seed``). ``parts_dir``: each finished point is kept there and
-    reused by a rerun (:class:`phasefield.grid.ChunkStore`)."""
-    import xarray as xr
-
+    uses the same draws (``seed``). Runs through the chunk driver of every sweep
+    (:mod:`phasefield.driver`), one point a chunk: ``out``: the netCDF file, written
+    atomically once the grid is complete; ``parts_dir`` (default ``<out>.parts`` with
+    ``out``): each finished point is kept there and reused by a rerun (with ``out`` the folder
+    is removed after the write, without it the caller removes it); multi-host as the theory
+    sweeps (the other processes return None)."""
     from ..layers import sweep as layer_sweep
 
     fixed, depths = layer_sweep.check(name, axes, dict(fixed or {}))
@@ -285,66 +287,105 @@ def sweep(
     shape = tuple(len(c) for c in coords)
     points = list(np.ndindex(*shape)) if shape else [()]
     names = list(QUANTITIES) + [k + "_se" for k in QUANTITIES] + ["q_star"]
-    out = {v: np.full(len(points), np.nan) for v in names}
-    store = None
-    if parts_dir is not None:
-        store = grid.ChunkStore(
-            parts_dir,
-            dict(
-                source="phasefield.simulate.blocks.sweep",
-                block=name,
-                fixed=fixed,
-                dims=dims,
-                coords=[np.asarray(c, np.float64).tolist() for c in coords],
-                n_tokens=int(n_tokens),
-                depth=int(depth),
-                q0=float(q0),
-                rho0=float(rho0),
-                width=int(width),
-                draws=int(draws),
-                eps=float(eps),
-                weights=weights,
-                dtype=jnp.dtype(dtype).name,
-                seed=int(seed),
-            ),
-        )
-    bar = None
-    if progress:
-        from tqdm.auto import tqdm
+    spec = dict(
+        source="phasefield.simulate.blocks.sweep",
+        block=name,
+        fixed=fixed,
+        dims=dims,
+        coords=[np.asarray(c, np.float64).tolist() for c in coords],
+        n_tokens=int(n_tokens),
+        depth=int(depth),
+        q0=float(q0),
+        rho0=float(rho0),
+        width=int(width),
+        draws=int(draws),
+        eps=float(eps),
+        weights=weights,
+        dtype=jnp.dtype(dtype).name,
+        seed=int(seed),
+    )
 
-        bar = tqdm(total=len(points), unit="pt", desc=f"simulate {name}")
-    try:
-        for i, idx in enumerate(points):
-            if store is not None and store.has(i):
-                res = store.load(i)
-            else:
-                at = {k: float(c[j]) for k, c, j in zip(dims, coords, idx)}
-                L = int(at.pop("depth", depth_list[0]))
-                r = exponents(
-                    (name, dict(fixed, **at)),
-                    width=width,
-                    draws=draws,
-                    n_tokens=n_tokens,
-                    depth=L,
-                    q0=q0,
-                    rho0=rho0,
-                    eps=eps,
-                    weights=weights,
-                    dtype=dtype,
-                    seed=seed,
-                )
-                res = {v: np.asarray(r[v], np.float64) for v in names}
-                if store is not None:
-                    store.save(i, res)
-            for v in names:
-                out[v][i] = float(res[v])
-            if bar is not None:
-                bar.update(1)
-    finally:
-        if bar is not None:
-            bar.close()
-        if store is not None:
-            store.close()
+    def evaluate(i):  # one point a chunk
+        at = {k: float(c[j]) for k, c, j in zip(dims, coords, points[i])}
+        L = int(at.pop("depth", depth_list[0]))
+        r = exponents(
+            (name, dict(fixed, **at)),
+            width=width,
+            draws=draws,
+            n_tokens=n_tokens,
+            depth=L,
+            q0=q0,
+            rho0=rho0,
+            eps=eps,
+            weights=weights,
+            dtype=dtype,
+            seed=seed,
+        )
+        return {v: np.asarray(r[v], np.float64) for v in names}
+
+    folder = parts_dir if parts_dir is not None else None if out is None else os.fspath(out) + ".parts"
+    with driver.Driver(out, spec, log=log, store=folder) as drv:
+        values = drv.run(
+            evaluate,
+            len(points),
+            lambda i: (i, i + 1),
+            len(points),
+            names,
+            progress=progress,
+            desc=f"simulate {name}",
+            wait=wait,
+            unit="pt",
+        )
+        if values is None:
+            return None  # process 0 assembles
+        ds = _dataset(
+            values,
+            names=names,
+            dims=dims,
+            coords=coords,
+            shape=shape,
+            name=name,
+            fixed=fixed,
+            depths=depths,
+            n_tokens=n_tokens,
+            depth=depth,
+            q0=q0,
+            rho0=rho0,
+            width=width,
+            draws=draws,
+            eps=eps,
+            weights=weights,
+            dtype=dtype,
+            seed=seed,
+        )
+        drv.write(ds)
+    return ds
+
+
+def _dataset(
+    out,
+    *,
+    names,
+    dims,
+    coords,
+    shape,
+    name,
+    fixed,
+    depths,
+    n_tokens,
+    depth,
+    q0,
+    rho0,
+    width,
+    draws,
+    eps,
+    weights,
+    dtype,
+    seed,
+):
+    """The flat results ``out`` of :func:`sweep` as its dataset."""
+    import xarray as xr
+
     long = {
         "angle_rate": "angle rate of nearby tokens (1/L) log[(1 - rho_L)/(1 - rho_0)] from rho_0 = 1 - eps",
         "lambda_g_input": "(1/L) log(E|J^T u|^2 / E|u|^2) from (q0, rho0)",

@@ -2,13 +2,12 @@
 
 Both datasets are aligned on their common coordinates (inner join); each grid point is
 classified by the theory: ordered/chaotic by the sign of ``lambda_a`` (``angle_rate`` where
-the block has no finite fixed point), vanishing/exploding by the sign of ``lambda_g`` (the
-paper grid) or ``lambda_g_input`` (a block grid). Quantities are matched by name: every
+the block has no finite fixed point), vanishing/exploding by the sign of ``lambda_g_input``
+(a block grid) or ``lambda_g_collapse`` (the paper grid). Quantities are matched by name: every
 variable present in both grids that the simulation measures with a standard error
-(``<name>_se``), or one of :data:`QUANTITIES`. A block theory grid
-(:func:`phasefield.layers.sweep.sweep`) is read under the simulator's names first
-(:func:`theory_names`: its ``lambda_g`` is ``lambda_g_input``, ``lambda_g_collapsed`` is
-``lambda_g_collapse``). The table gives the median, 90th percentile and maximum absolute
+(``<name>_se``), or one of :data:`QUANTITIES`, under the names of :mod:`phasefield.schema`
+for every grid, theory and simulation (:func:`theory_names` reads files of an earlier
+release). The table gives the median, 90th percentile and maximum absolute
 error and, where the simulation carries ``<name>_se``, the same statistics of
 |z| = |error| / se and the mean signed z, overall and by phase. The se is floored at
 :data:`RESOLUTION` times max(1, |theory|): below that the network and the theory differ by
@@ -21,23 +20,19 @@ from __future__ import annotations
 import numpy as np
 import xarray as xr
 
-from .. import grid
-from .blocks import RESOLUTION, THEORY_NAMES
+from .. import grid, schema
+from .blocks import RESOLUTION
 
-QUANTITIES = ("lambda_a", "lambda_g", "lambda_g_inf", "rho_star")  # q_star: an input of the simulation
+QUANTITIES = ("lambda_a", "lambda_g_collapse", "lambda_g_inf", "rho_star")  # q_star: an input of the simulation
 INPUTS = ("q_star",)
-# a block theory grid's names -> the simulator's
-BLOCK_NAMES = THEORY_NAMES
 
 
 def theory_names(ds: xr.Dataset) -> xr.Dataset:
-    """A block theory grid (attribute ``block``, from the block sweep) with its variables
-    under the simulator's names (:data:`BLOCK_NAMES`, where the new name is not already
-    there); any other grid unchanged."""
-    if "block" not in ds.attrs:
-        return ds
-    ren = {k: v for k, v in BLOCK_NAMES.items() if k in ds.data_vars and v not in ds.data_vars}
-    return ds.rename(ren) if ren else ds
+    """A grid under the canonical names (:mod:`phasefield.schema`): the deprecated copies a
+    file carries dropped, and a file of an earlier release renamed (a block grid's
+    ``lambda_g`` was ``lambda_g_input``; the paper grids' ``lambda_g`` ``lambda_g_collapse``)."""
+    ds = ds.drop_vars([v for v in ds.data_vars if "deprecated" in ds[v].attrs])
+    return schema.canonical(ds, schema.INPUT if "block" in ds.attrs else schema.SIMULATION)
 
 
 def common_quantities(theory: xr.Dataset, sim: xr.Dataset, quantities=None) -> list:
@@ -90,7 +85,7 @@ def align(theory: xr.Dataset, sim: xr.Dataset):
 def phases(theory: xr.Dataset) -> dict:
     """Boolean masks of the theory's phases (module docstring)."""
     shape_of = next(
-        (k for k in ("lambda_a", "angle_rate", "lambda_g", "lambda_g_input") if k in theory),
+        (k for k in ("lambda_a", "angle_rate", "lambda_g_input", "lambda_g_collapse") if k in theory),
         next(iter(theory.data_vars)),
     )
     out = {"all": xr.ones_like(theory[shape_of], dtype=bool)}
@@ -100,7 +95,7 @@ def phases(theory: xr.Dataset) -> dict:
     if angle is not None:
         out["ordered"] = angle < 0
         out["chaotic"] = angle >= 0
-    grad = next((theory[k] for k in ("lambda_g", "lambda_g_input") if k in theory), None)
+    grad = next((theory[k] for k in ("lambda_g_input", "lambda_g_collapse") if k in theory), None)
     if grad is not None:
         out["vanishing"] = grad < 0
         out["exploding"] = grad >= 0
@@ -113,7 +108,7 @@ def agreement(theory: xr.Dataset, sim: xr.Dataset, quantities=None) -> list[dict
     ``lambda_a`` of a block without a fixed point, are left out) (``*_z``: |error| in units of the simulation's
     standard error, floored at :data:`RESOLUTION`; ``mean_z`` the signed mean of
     (sim - theory)/se)."""
-    th, si = align(theory_names(theory), sim)
+    th, si = align(theory_names(theory), theory_names(sim))
     quantities = common_quantities(th, si, quantities)
     if not quantities:
         raise ValueError(

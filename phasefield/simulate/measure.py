@@ -26,7 +26,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import grid
+from .. import grid, schema
 from .._runtime import optimized_jit
 from ..config import HParams
 from ..layers import paper
@@ -535,7 +535,8 @@ def exponents(
     seed=0,
     weights=DEFAULT_WEIGHTS,
 ) -> dict:
-    """``lambda_a, lambda_a_se, lambda_g, lambda_g_se`` (lambda_g at depth ``hp.depth``)
+    """``lambda_a, lambda_a_se, lambda_g_collapse, lambda_g_collapse_se`` (lambda_g(L) from the
+    collapsed point at depth ``hp.depth``; ``lambda_g``, ``lambda_g_se``: deprecated aliases)
     and the ``q_star`` the inputs were built from."""
     q_star = collapsed_q_star(hp)
     opts = dict(
@@ -550,4 +551,11 @@ def exponents(
     )
     la, la_se = angle_exponent(hp, eps=eps, **opts)
     lg, lg_se = gradient_exponent(hp, **opts)
-    return {"lambda_a": la, "lambda_a_se": la_se, "lambda_g": lg, "lambda_g_se": lg_se, "q_star": q_star}
+    out = {
+        "lambda_a": la,
+        "lambda_a_se": la_se,
+        "lambda_g_collapse": lg,
+        "lambda_g_collapse_se": lg_se,
+        "q_star": q_star,
+    }
+    return schema.results(out, schema.SIMULATION)

@@ -1,21 +1,24 @@
 """Simulated exponents over a grid of hyperparameter points, in the grid format of the
 theory sweep (:func:`phasefield.sweep.sweep`): one dimension per swept hyperparameter,
-variables ``lambda_a, lambda_g`` plus their standard errors ``lambda_a_se,
-lambda_g_se`` (and the ``q_star`` the inputs were built from).
+variables ``lambda_a, lambda_g_collapse`` plus their standard errors ``lambda_a_se,
+lambda_g_collapse_se`` (and the ``q_star`` the inputs were built from; ``lambda_g``,
+``lambda_g_se``: deprecated copies under the earlier names).
 
 Points are vmapped in chunks; within a chunk every point uses the same weight and token
 draws (common random numbers: the Gaussian draws are made once and only rescaled per
 point), which makes differences between neighbouring points far less noisy and
 amortises the cost of the Gaussian sampling. With lazily sampled weights (the default,
 ``weights="lazy"``) the shared draws are the standard-normal slabs S and noise G of
-:func:`phasefield.block.random_linear`, which do not depend on the point either. Finished
-chunks are stored under a parts directory (:class:`phasefield.grid.ChunkStore`) so an
-interrupted sweep resumes where it stopped.
+:func:`phasefield.block.random_linear`, which do not depend on the point either. The chunks
+run through the chunk driver of every sweep (:mod:`phasefield.driver`): finished chunks are
+stored under a parts directory so an interrupted sweep resumes where it stopped, the netCDF
+file is written atomically, and the chunks split over the processes of a multi-host run.
 """
 
 from __future__ import annotations
 
 import itertools
+import os
 from functools import partial
 
 import jax
@@ -23,7 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 import xarray as xr
 
-from .. import grid
+from .. import driver, grid, schema
 from ..block import check_weights
 from ..config import NUMERIC_FIELDS, HParams
 from ..layers import paper
@@ -31,7 +34,7 @@ from ..theory.precision import float64
 from . import measure
 
 AXES = grid.AXES
-VARIABLES = ("lambda_a", "lambda_a_se", "lambda_g", "lambda_g_se", "q_star")
+VARIABLES = ("lambda_a", "lambda_a_se", "lambda_g_collapse", "lambda_g_collapse_se", "q_star")
 
 
 @partial(jax.jit, static_argnames=("n", "d", "depth", "eps", "causal", "mlp_hidden", "dtype", "draw_batch", "weights"))
@@ -80,12 +83,22 @@ def sweep(
     parts_dir: str | None = None,
     progress: bool = False,
     weights: str = measure.DEFAULT_WEIGHTS,
+    out=None,
+    wait: float = driver.WAIT,
+    log=None,
     **axes,
-) -> xr.Dataset:
+) -> xr.Dataset | None:
     """Simulate ``lambda_a, lambda_g`` (with ``_se``) on the grid spanned by ``axes``
     (keyword arrays named as in :data:`AXES`; ``alpha`` sets alpha_a = alpha_m).
 
-    ``parts_dir``: store finished chunks there and reuse them on a rerun (resume).
+    Runs through the chunk driver of every sweep (:mod:`phasefield.driver`): ``out``: the
+    netCDF file, written atomically once the grid is complete; ``parts_dir`` (default
+    ``<out>.parts`` with ``out``): finished chunks are stored there at once and reused by a
+    rerun (resume; with ``out`` the folder is removed after the write, without it the caller
+    removes it). Multi-host (after ``jax.distributed.initialize()``, ``parts_dir`` or ``out``
+    on a shared filesystem): each process computes the chunks ``c % process_count ==
+    process_index``, process 0 waits (up to ``wait`` seconds) and assembles, the others
+    return None.
     ``weights``: ``"lazy"`` (default) or ``"dense"`` (see :mod:`phasefield.simulate.measure`).
     """
     base = HParams() if base is None else base
@@ -117,52 +130,64 @@ def sweep(
     )
     if weights != "dense":  # dense keeps the tags of parts written before the lazy sampler
         config["weights"] = weights
-    store = grid.ChunkStore(parts_dir, dict(source="phasefield.simulate.sweep", **config)) if parts_dir else None
+    # group points by their static shape (n, depth), then chunk
+    groups: dict = {}
+    for i, f in enumerate(points):
+        groups.setdefault((int(round(f["n_tokens"])), int(round(f["depth"]))), []).append(i)
+    jobs = [(nd, idx[s : s + chunk]) for nd, idx in groups.items() for s in range(0, len(idx), chunk)]
+    keys_a, keys_g = measure.exponent_keys(seed, int(seeds))
 
-    try:
-        # group points by their static shape (n, depth), then chunk
-        groups: dict = {}
-        for i, f in enumerate(points):
-            groups.setdefault((int(round(f["n_tokens"])), int(round(f["depth"]))), []).append(i)
-        jobs = [(nd, idx[s : s + chunk]) for nd, idx in groups.items() for s in range(0, len(idx), chunk)]
+    def evaluate(j):
+        (n, depth), idx = jobs[j]
+        return _run_chunk(
+            base,
+            [points[i] for i in idx],
+            keys_a,
+            keys_g,
+            n=n,
+            d=d,
+            depth=depth,
+            eps=eps,
+            causal=causal,
+            mlp_hidden=mlp_hidden,
+            dtype=dtype,
+            weights=weights,
+        )
 
-        out = {v: np.full(len(points), np.nan) for v in VARIABLES}
-        keys_a, keys_g = measure.exponent_keys(seed, int(seeds))
-        bar = None
-        if progress:
-            from tqdm.auto import tqdm
+    folder = parts_dir or (None if out is None else os.fspath(out) + ".parts")
+    with driver.Driver(out, dict(source="phasefield.simulate.sweep", **config), log=log, store=folder) as drv:
+        values = drv.run(
+            evaluate,
+            len(jobs),
+            lambda j: np.asarray(jobs[j][1]),
+            len(points),
+            VARIABLES,
+            progress=progress,
+            desc="simulate sweep",
+            wait=wait,
+            unit="pt",
+        )
+        if values is None:
+            return None  # process 0 assembles
+        ds = _dataset(
+            values,
+            base=base,
+            dims=dims,
+            coords=coords,
+            d=d,
+            seeds=seeds,
+            eps=eps,
+            causal=causal,
+            dtype=dtype,
+            seed=seed,
+            weights=weights,
+        )
+        drv.write(ds)
+    return ds
 
-            bar = tqdm(total=len(points), unit="pt", desc="simulate sweep")
-        for j, ((n, depth), idx) in enumerate(jobs):
-            if store is not None and store.has(j):
-                res = store.load(j)
-            else:
-                res = _run_chunk(
-                    base,
-                    [points[i] for i in idx],
-                    keys_a,
-                    keys_g,
-                    n=n,
-                    d=d,
-                    depth=depth,
-                    eps=eps,
-                    causal=causal,
-                    mlp_hidden=mlp_hidden,
-                    dtype=dtype,
-                    weights=weights,
-                )
-                if store is not None:
-                    store.save(j, res)
-            for v in VARIABLES:
-                out[v][idx] = res[v]
-            if bar is not None:
-                bar.update(len(idx))
-        if bar is not None:
-            bar.close()
-    finally:
-        if store is not None:
-            store.close()  # the chunks stay until the caller removes them
 
+def _dataset(out, *, base, dims, coords, d, seeds, eps, causal, dtype, seed, weights) -> xr.Dataset:
+    """The flat results ``out`` as the sweep's dataset."""
     shape = tuple(len(coords[k]) for k in dims)
     # fixed hyperparameters are scalar coordinates, as in the theory sweep
     tied = ("alpha_a", "alpha_m") if "alpha" in dims else ()
@@ -187,8 +212,8 @@ def sweep(
         }
     )
     ds["lambda_a"].attrs["long_name"] = "angle exponent, one block, rho = 1 - eps at q*"
-    ds["lambda_g"].attrs["long_name"] = "gradient exponent lambda_g(L), VJP from the collapsed point"
-    return ds
+    ds["lambda_g_collapse"].attrs["long_name"] = "gradient exponent lambda_g(L), VJP from the collapsed point"
+    return schema.alias_variables(ds, schema.SIMULATION)
 
 
 def _run_chunk(base, fields, keys_a, keys_g, *, n, d, depth, eps, causal, mlp_hidden, dtype, weights):
@@ -215,4 +240,10 @@ def _run_chunk(base, fields, keys_a, keys_g, *, n, d, depth, eps, causal, mlp_hi
     )
     la_m, la_se = measure.mean_se(np.asarray(la), axis=1)
     lg_m, lg_se = measure.log_ratio_of_means(np.asarray(a), np.asarray(b), scale=1.0 / depth, axis=1)
-    return {"lambda_a": la_m, "lambda_a_se": la_se, "lambda_g": lg_m, "lambda_g_se": lg_se, "q_star": q_star}
+    return {
+        "lambda_a": la_m,
+        "lambda_a_se": la_se,
+        "lambda_g_collapse": lg_m,
+        "lambda_g_collapse_se": lg_se,
+        "q_star": q_star,
+    }

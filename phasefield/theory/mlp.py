@@ -382,14 +382,14 @@ def _pair(kern: MLPKernel, layer: int, rho):
         )
     if act == "relu":
         theta = jnp.arccos(rho)
-        return s2 / 2 * _arccos_j1(rho), (math.pi - theta) / (2 * math.pi)
+        return s2 / 2 * arccos_j1(rho), (math.pi - theta) / (2 * math.pi)
     if act == "linear":
         return s2 * rho, jnp.ones_like(rho)
     return clenshaw(kern.c_pp[..., layer, :], rho), clenshaw(kern.c_dd[..., layer, :], rho)
 
 
 @jax.custom_jvp
-def _arccos_j1(rho):
+def arccos_j1(rho):
     """(sin theta + (pi - theta) rho) / pi, theta = arccos rho (the degree-1 arc-cosine kernel
     of relu). Its derivative is (pi - theta) / pi, finite on [-1, 1]; written out because the
     chain through arccos is inf * 0 = NaN at rho = 1 (relu, mlp_layers >= 2 under autodiff)."""
@@ -397,10 +397,10 @@ def _arccos_j1(rho):
     return (jnp.sqrt(jnp.maximum(1.0 - rho * rho, 0.0)) + (math.pi - theta) * rho) / math.pi
 
 
-@_arccos_j1.defjvp
-def _arccos_j1_jvp(primals, tangents):
+@arccos_j1.defjvp
+def arccos_j1_jvp(primals, tangents):
     (rho,), (drho,) = primals, tangents
-    return _arccos_j1(rho), (math.pi - jnp.arccos(rho)) / math.pi * drho
+    return arccos_j1(rho), (math.pi - jnp.arccos(rho)) / math.pi * drho
 
 
 def _chain(sigma_w, q_layers, e_dd):

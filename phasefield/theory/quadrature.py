@@ -49,7 +49,7 @@ def grid_size(s_max: float, c: float = C_TABLE) -> int:
 _BUCKETS = (48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048)
 
 
-def _axis(scale, n: int, c: float, fold: bool = False, local: bool = False):
+def trapezoid_axis(scale, n: int, c: float, fold: bool = False, local: bool = False):
     """Nodes and weights (including the Gaussian density) of one trapezoid axis.
 
     ``fold``: the integrand is even along this axis, so keep the nodes >= 0 of the same
@@ -86,7 +86,7 @@ def expect_1d(f, s, n: int = 2049):
 def expect_1d_local(f, s, n: int = 4 * (N_LOCAL - 1) + 1):
     """E[f(s z)] for f below rounding beyond ``|s z| = R_LOCAL`` (fixed size at any s;
     a 4x finer spacing than the tables, as 1-D nodes cost nothing)."""
-    z, w = _axis(s, n, C_TABLE * (N_LOCAL - 1) / (n - 1), local=True)
+    z, w = trapezoid_axis(s, n, C_TABLE * (N_LOCAL - 1) / (n - 1), local=True)
     return jnp.sum(w * f(s * z))
 
 
@@ -98,14 +98,14 @@ def expect_2d(pairs, s, theta, n: int, n_v: int | None = None, parity: bool = Fa
     Symmetries halve the work exactly (same nodes, folded weights): when every pair has
     ``f is g`` the integrand is even in v (v -> -v swaps h1 and h2); with ``parity`` (each
     function odd or even) it is also even in u ((h1, h2) -> (-h2, -h1)). ``local``: every
-    product vanishes unless ``|h1|, |h2| <= R_LOCAL`` (see :func:`_axis`; use ``N_LOCAL``
+    product vanishes unless ``|h1|, |h2| <= R_LOCAL`` (see :func:`trapezoid_axis`; use ``N_LOCAL``
     nodes). Returns a tuple.
     """
     a = jnp.cos(0.5 * theta)
     b = jnp.sin(0.5 * theta)
     same = all(f is g for f, g in pairs)
-    u, wu = _axis(s * a, n, C_TABLE, fold=parity, local=local)
-    v, wv = _axis(s * b, n if n_v is None else n_v, C_TABLE, fold=same, local=local)
+    u, wu = trapezoid_axis(s * a, n, C_TABLE, fold=parity, local=local)
+    v, wv = trapezoid_axis(s * b, n if n_v is None else n_v, C_TABLE, fold=same, local=local)
     x1 = s * (a * u[:, None] + b * v[None, :])
     x2 = s * (a * u[:, None] - b * v[None, :])
     out = []
@@ -155,9 +155,9 @@ def expect_2d_conditional(pairs, s, rho, n: int, local: bool = False):
     in closed form by the caller (:mod:`phasefield.theory.smoothed`). The x rule is the
     trapezoid axis of :func:`expect_2d` at scale ``s`` (``n`` static nodes); G is smooth on
     the scale ``sqrt(1 + c^2) >= 1`` so it needs no finer spacing. ``local``: every f
-    vanishes beyond ``|h1| = R_LOCAL`` (see :func:`_axis`). Returns a tuple.
+    vanishes beyond ``|h1| = R_LOCAL`` (see :func:`trapezoid_axis`). Returns a tuple.
     """
-    x, w = _axis(s, n, C_TABLE, local=local)
+    x, w = trapezoid_axis(s, n, C_TABLE, local=local)
     c = s * jnp.sqrt(jnp.maximum(1.0 - rho * rho, 0.0))
     h1 = s * x
     m = rho * h1

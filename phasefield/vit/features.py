@@ -78,7 +78,10 @@ def _traced_features(hp, q0, rho0, L: int, maps) -> dict:
 
     ex = paper.exponents(hp)
     out = dict(
-        lambda_a=ex["lambda_a"], lambda_g=ex["lambda_g"], lambda_g_inf=ex["lambda_g_inf"], rho_star=ex["rho_star"]
+        lambda_a=ex["lambda_a"],
+        lambda_g=ex["lambda_g_collapse"],
+        lambda_g_inf=ex["lambda_g_inf"],
+        rho_star=ex["rho_star"],
     )
     p0 = rho0 * q0
     for m in maps:
@@ -201,11 +204,11 @@ def block_theory(cfg, configs: list[dict], attention: str | None = None) -> dict
         for i, (c, blk) in enumerate(zip(configs, blocks)):
             L = int(c["depth"])
             pb, ctx = layers.prepare(blk, cfg.n_tokens, scales=scales)
-            fd = layers._jitted("finite_depth")(pb, ctx, Kernel(one, one), depth=L)
-            out["lambda_g"][i] = float(fd["lambda_g_collapsed"])
-            if bool(jnp.isfinite(layers._jitted("norm_fixed_point")(pb, ctx, one))):
+            fd = layers.compiled("finite_depth")(pb, ctx, Kernel(one, one), depth=L)
+            out["lambda_g"][i] = float(fd["lambda_g_collapse"])
+            if bool(jnp.isfinite(layers.compiled("norm_fixed_point")(pb, ctx, one))):
                 # the fixed point's quantities do not depend on depth: one program for every depth
-                ex = layers._jitted("exponents")(pb, ctx, depth=1)
+                ex = layers.compiled("exponents")(pb, ctx, depth=1)
                 out["lambda_a"][i], out["lambda_g_inf"][i] = float(ex["lambda_a"]), float(ex["lambda_g_inf"])
                 out["rho_star"][i] = float(ex["rho_star"])
             else:
@@ -245,8 +248,8 @@ def block_features(cfg, configs: list[dict], q0: float, rho0: float, maps=MAPS, 
                 for i, (c, blk) in enumerate(zip(configs, blocks)):
                     L = int(c["depth"])
                     pb, ctx = layers.prepare(blk, cfg.n_tokens, scales=scales)
-                    fd = layers._jitted("finite_depth")(pb, ctx, k0, depth=L)
-                    out[f"lambda_g_in_{m}" + ("_corr" if corr else "")][i] = float(fd["lambda_g"])
+                    fd = layers.compiled("finite_depth")(pb, ctx, k0, depth=L)
+                    out[f"lambda_g_in_{m}" + ("_corr" if corr else "")][i] = float(fd["lambda_g_input"])
                     if not corr:
                         rho_l = float(np.asarray(fd["rho"])[-1])
                         out[f"rho_out_{m}"][i] = rho_l

@@ -103,7 +103,7 @@ def _num(v):
         return v
 
 
-def _configs_of(rows: list[dict]) -> tuple[list[str], list[dict]]:
+def configs_of(rows: list[dict]) -> tuple[list[str], list[dict]]:
     from .design import config_id
 
     seen = {}
@@ -146,7 +146,7 @@ def fit_sweep(
             f"the table mixes learning rates {', '.join(f'{v:g}' for v in lrs)}; "
             "fit each separately (--per-lr) or select one"
         )
-    ids, configs = _configs_of(rows)
+    ids, configs = configs_of(rows)
     if feats is None:
         order, feats = ids, F.features(cfg, configs, geometry["q0"], geometry["rho0"])
     else:  # a cache (the study's features.csv) that lacks configurations trained since
@@ -351,7 +351,7 @@ COLLAPSED = ("lambda_a", "lambda_g", "L_lambda_a", "L_lambda_g")
 
 
 @functools.cache
-def _compiled_collapsed():
+def compiled_collapsed():
     """jit(vmap) of the two collapsed-point exponents alone: lambda_a and the closed form
     lambda_g(L) (depth is a traced leaf: one program serves every depth)."""
     import jax
@@ -380,7 +380,7 @@ def collapsed_exponents(cfg, sigma_w, sigma_a, alpha_a, alpha_m, depth) -> tuple
     vals = [np.pad(v, (0, m - n), mode="edge") for v in vals]
     with jax.enable_x64(True):
         hp = cfg.hparams(*vals[:4], depth=vals[4], dtype=jnp.float64)
-        la, lg = jax.device_get(_compiled_collapsed()(hp))
+        la, lg = jax.device_get(compiled_collapsed()(hp))
     return np.asarray(la, float)[:n], np.asarray(lg, float)[:n]
 
 

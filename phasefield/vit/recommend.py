@@ -36,12 +36,12 @@ class RecommendError(ValueError):
 
 def exponents_of(points: np.ndarray, n_tokens: int, depth: int, activation: str):
     """Collapsed-point (lambda_a, lambda_g(depth)) at points [k, 4]: the two closed forms alone
-    (:func:`phasefield.vit.predict._compiled_collapsed`; one compiled program per padded
+    (:func:`phasefield.vit.predict.compiled_collapsed`; one compiled program per padded
     batch size and activation, for every depth)."""
     import jax
 
     from ..config import HParams
-    from .predict import _compiled_collapsed
+    from .predict import compiled_collapsed
 
     points = np.atleast_2d(np.asarray(points, float))
     k = len(points)
@@ -59,7 +59,7 @@ def exponents_of(points: np.ndarray, n_tokens: int, depth: int, activation: str)
         activation=activation,
     )
     with jax.enable_x64(True):
-        la, lg = jax.device_get(_compiled_collapsed()(hp))
+        la, lg = jax.device_get(compiled_collapsed()(hp))
     return np.asarray(la, float)[:k], np.asarray(lg, float)[:k]
 
 

@@ -83,7 +83,9 @@ def theory_exponents(cfg: TrainConfig, runs: list[dict]):
             col("sigma_w"), col("sigma_a"), col("alpha_a"), col("alpha_m"), depth=col("depth"), dtype=jnp.float64
         )
         ex = jax.device_get(jax.jit(jax.vmap(paper.exponents))(hp))
-    return {k: np.asarray(ex[k], float).reshape(n) for k in ("lambda_a", "lambda_g", "lambda_g_inf")}
+    # the runs' columns keep the predictor's feature names: its lambda_g is lambda_g_collapse
+    cols = dict(lambda_a="lambda_a", lambda_g="lambda_g_collapse", lambda_g_inf="lambda_g_inf")
+    return {k: np.asarray(ex[v], float).reshape(n) for k, v in cols.items()}
 
 
 def block_theory(cfg: TrainConfig, runs: list[dict], **over):
@@ -104,7 +106,7 @@ def block_theory(cfg: TrainConfig, runs: list[dict], **over):
             blk = cfg.block_for(HParams(sigma_w=key[0], sigma_a=key[1], alpha_a=key[2], alpha_m=key[3]), **over)
             r = layers.rates(blk, q0=1.0, rho0=1.0, n_tokens=cfg.n_tokens, depth=depth)
             lam_a = r["lambda_a"] if r["has_fixed_point"] else r["angle_rate"]
-            cache[key] = (float(lam_a), float(r["lambda_g_collapsed"]), float(r["lambda_g_inf"]), float(r["rho_star"]))
+            cache[key] = (float(lam_a), float(r["lambda_g_collapse"]), float(r["lambda_g_inf"]), float(r["rho_star"]))
         for k, v in zip(keys, cache[key]):
             out[k][i] = v
     return out

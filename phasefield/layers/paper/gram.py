@@ -27,6 +27,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ... import schema
 from ...theory import attention, mlp
 from ...theory.precision import float64
 from . import fixed_points
@@ -253,7 +254,7 @@ def causal_exponents(hp, kern=None, causal: bool = True) -> dict:
 
     lambda_a           simulator protocol (one block from cosine 1 - eps at q*)
     lambda_a_spectral  log spectral radius of the transverse linearization
-    lambda_g           finite depth hp.depth, input at the collapsed point (as simulated)
+    lambda_g_collapse  finite depth hp.depth, input at the collapsed point (as simulated)
 
     At the collapsed point the attention matrix is the deterministic causal average
     (uniform over j <= i) in both modes, so the exponents do not depend on
@@ -263,9 +264,11 @@ def causal_exponents(hp, kern=None, causal: bool = True) -> dict:
     n = int(np.asarray(hp.n_tokens))
     q_star, _ = fixed_points.collapsed_fixed_point(hp, kern)
     c0 = q_star * jnp.ones((n, n))
-    return {
+    out = {
         "lambda_a": angle_exponent(hp, causal, kern),
         "lambda_a_spectral": angle_exponent_spectral(hp, causal, kern),
-        "lambda_g": gradient_exponent(hp, c0, int(np.asarray(hp.depth)), causal, kern),
+        "lambda_g_collapse": gradient_exponent(hp, c0, int(np.asarray(hp.depth)), causal, kern),
         "q_star": q_star,
     }
+    traced = any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves(out))
+    return out if traced else schema.results(out, schema.COLLAPSE)

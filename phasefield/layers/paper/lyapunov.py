@@ -139,7 +139,7 @@ def exponents(hp, kern=None) -> dict:
     """Everything at one point. Which state each number refers to:
 
     lambda_a      the collapsed point rho = 1 (its transverse exponent, both phases);
-    lambda_g      depth hp.depth, input at the collapsed fixed point (identity residual:
+    lambda_g_collapse  depth hp.depth, input at the collapsed fixed point (identity residual:
                   q0 = 1, rho = 1);
     q_star, q_z_star   the collapsed fixed point (+inf for the identity residual);
     rho_star      the default attractor: the stable fixed point reached from rho_0 = 1/2
@@ -173,7 +173,7 @@ def exponents_of(hp, kern, per_root: bool = False, search: bool = True):
     hi = jnp.where(jnp.isnan(rho_stable), -jnp.inf, rho_stable).max()
     return dict(
         lambda_a=la,
-        lambda_g=gradient_exponent_collapsed(hp, kern, lambda_a=la),
+        lambda_g_collapse=gradient_exponent_collapsed(hp, kern, lambda_a=la),
         lambda_g_inf=gradient_exponent_inf(hp, kern, state),
         q_star=q_star,
         q_z_star=qz_star,

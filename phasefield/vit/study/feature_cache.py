@@ -162,7 +162,7 @@ def block_study_features(st: dict, until: float | None = None, log=print) -> Non
     out, cfg = st["out"], R.block_cfg(st)
     geo = block_geometry(out, R.dataset_of(st))
     rows = vsweep.read_results(out)
-    ids, cfgs = vpredict._configs_of(rows)
+    ids, cfgs = vpredict.configs_of(rows)
     fpath = feature_path(out)
     have = read_feature_rows(fpath)
     names = list(next(iter(have.values())))[1:] if have else None

@@ -95,7 +95,7 @@ def recommend(
     (sigma, alpha_attn, alpha_mlp -> ascending values; default :func:`default_axes`; one value
     fixes a number) and a refined grid around the best; ``fixed`` the block's other keywords
     (heads, ...)."""
-    from ..layers import sweep
+    from . import sweep
 
     coarse = dict(default_axes(), **{k: np.asarray(v, float) for k, v in (axes or {}).items()})
     fixed = dict(fixed or {})

@@ -1,0 +1,121 @@
+"""One name per quantity, for every block, every command, theory and simulation.
+
+The results of the theory (``layers.exponents``, ``layers.finite_depth``, ``layers.rates``,
+``layers.paper.exponents``, the sweeps' datasets), of the simulations (``_se`` beside each
+measured quantity) and of the probe use the names of :data:`NAMES`. Earlier releases called
+two of them ``lambda_g`` (which one depended on the result) and ``lambda_g_collapsed``;
+those names are read for one more release as deprecated aliases (:class:`Results`,
+:func:`alias_variables`) that say which quantity they are.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+NAMES = {
+    "lambda_a": "angle exponent at the collapsed fixed point (NaN: no finite fixed point)",
+    "angle_rate": "angle rate of nearby tokens (1/L) log[(1 - rho_L)/(1 - rho_0)], rho_0 -> 1 (from q0)",
+    "lambda_g_input": "gradient rate lambda_g(L) = (1/L) log(a + b) from the input geometry (q0, rho0)",
+    "lambda_g_collapse": "gradient rate lambda_g(L) from collapsed input tokens (norm q0; the fixed-point exponents: q*)",
+    "lambda_g_inf": "gradient exponent at infinite depth (at the attractor)",
+    "q_L": "token squared norm per component after L blocks from q0",
+    "rho_L": "token cosine after L blocks from rho0",
+    "q_star": "squared norm per component at the collapsed fixed point",
+    "rho_star": "token cosine at the attractor reached from rho0 = 1/2",
+}
+SYMBOLS = {
+    "lambda_a": "λ_a",
+    "angle_rate": "(1/L) log[(1-ρ_L)/(1-ρ_0)]",
+    "lambda_g_input": "λ_g(L; q0, ρ0)",
+    "lambda_g_collapse": "λ_g(L)",
+    "lambda_g_inf": "λ_g^∞",
+    "q_L": "q_L",
+    "rho_L": "ρ_L",
+    "q_star": "q*",
+    "rho_star": "ρ*",
+}
+REMOVED_IN = "0.3.0"
+
+# the deprecated names of each kind of result -> the canonical name they stand for
+COLLAPSE = {"lambda_g": "lambda_g_collapse", "lambda_g_collapsed": "lambda_g_collapse"}
+INPUT = {"lambda_g": "lambda_g_input", "lambda_g_collapsed": "lambda_g_collapse"}
+SIMULATION = {"lambda_g": "lambda_g_collapse", "lambda_g_se": "lambda_g_collapse_se"}
+PAPER = {"lambda_g": "lambda_g_collapse"}  # the paper block's records: only this name existed
+
+
+class PhasefieldDeprecationWarning(FutureWarning):
+    """A name or call that goes in a later release (shown to users by default)."""
+
+
+def _warn(old: str, new: str, stacklevel: int = 3) -> None:
+    warnings.warn(
+        f"{old!r} is the deprecated name of {new!r} ({NAMES.get(new.removesuffix('_se'), new)}); "
+        f"it goes in phasefield {REMOVED_IN}",
+        PhasefieldDeprecationWarning,
+        stacklevel=stacklevel,
+    )
+
+
+class Results(dict):
+    """A dict of results under the canonical names; ``aliases`` (deprecated name ->
+    canonical name) are read as their canonical keys with a
+    :class:`PhasefieldDeprecationWarning` that says which quantity they are. ``in`` and
+    iteration see the canonical names only."""
+
+    def __init__(self, data=(), aliases=None):
+        super().__init__(data)
+        self.aliases = dict(aliases or {})
+
+    def __missing__(self, key):
+        new = self.aliases.get(key)
+        if new is None or not dict.__contains__(self, new):
+            raise KeyError(key)
+        _warn(key, new)
+        return dict.__getitem__(self, new)
+
+    def get(self, key, default=None):
+        if dict.__contains__(self, key):
+            return dict.__getitem__(self, key)
+        new = self.aliases.get(key)
+        return self[key] if new is not None and dict.__contains__(self, new) else default
+
+
+def results(data, aliases) -> Results:
+    """``data`` (a dict under the canonical names) with the deprecated ``aliases``."""
+    return Results(data, aliases)
+
+
+def alias_variables(ds, aliases):
+    """``ds`` (an ``xarray.Dataset`` under the canonical names) with each deprecated name of
+    ``aliases`` added as a copy of its canonical variable, marked deprecated in its
+    attributes (files written for one more release keep the names their readers know)."""
+    for old, new in aliases.items():
+        if new in ds.data_vars and old not in ds.data_vars:
+            ds[old] = ds[new].copy()
+            ds[old].attrs = dict(
+                ds[new].attrs, deprecated=f"the earlier name of {new}; it goes in phasefield {REMOVED_IN}"
+            )
+    return ds
+
+
+def with_aliases(record: dict, aliases) -> dict:
+    """A plain record (a command's JSON) with each deprecated name of ``aliases`` added
+    beside its canonical key, for one more release (readers of JSON cannot be warned; the
+    changelog's Deprecated section lists them)."""
+    out = dict(record)
+    for old, new in aliases.items():
+        if new in record and old not in record:
+            out[old] = record[new]
+    return out
+
+
+def canonical(ds, aliases):
+    """``ds`` (a dataset or dict, perhaps written by an earlier release) with each deprecated
+    name of ``aliases`` renamed to its canonical name where that is missing."""
+    keys = ds.data_vars if hasattr(ds, "data_vars") else ds
+    ren = {old: new for old, new in aliases.items() if old in keys and new not in keys}
+    if not ren:
+        return ds
+    if hasattr(ds, "rename"):
+        return ds.rename(ren)
+    return {ren.get(k, k): v for k, v in ds.items()}

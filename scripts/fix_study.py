@@ -1,0 +1,350 @@
+"""Does ``phasefield probe --fix`` make failing post-LN ViTs train? Resumable.
+
+    python scripts/fix_study.py run                 # fixes, then trains before/after (rows appended)
+    python scripts/fix_study.py run --depth 16 --configs 4
+    python scripts/fix_study.py table               # summary.csv, the docs table, the figure
+
+The configurations are those of the post-LN digits study (docs/block_studies.md; runs in
+``docs/data/trainability/blocks/post-ln/results.jsonl``) where every seed failed (test loss
+at chance): ``--configs`` of them per depth, spread over sigma. For each:
+
+1. **the fix**: ``phasefield.probe(model, fix=True)`` on a stack of the ViT's blocks
+   (``post-ln:heads=4`` at the configuration's sigma, alpha_attn, alpha_mlp; width 64,
+   17 tokens, the ViT's depth) from the ViT's measured input geometry (q0, rho0) =
+   (1.63, 0.064) (``input_geometry.json``), 8 initializations, the search at 4, the
+   verification at 16 (row in ``fixes.jsonl``);
+2. **training**, as the study trained (phasefield.vit: 15 epochs, Adam 1e-3, batch 64,
+   seeds 0-2), once as it is and once with the fix's multipliers applied to the ViT's block
+   parameters at initialization (every weight matrix under ``blocks/`` times m_w, the
+   attention ``out`` and MLP ``dense_1`` kernels times m_res on top: the probe's parameter
+   groups; embeddings and head as drawn); one row per run in ``runs.jsonl``. A run trains
+   when its final test loss is below 0.5 (chance: log 10 = 2.30).
+
+A pre-LN case (``--block pre-ln``): the pre-LN configuration of the same study with the
+highest seed-mean test loss at each depth given, the same two trainings.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+OUT = os.path.join(ROOT, "docs", "data", "fix")
+STUDY = os.path.join(ROOT, "docs", "data", "trainability", "blocks")
+IMAGE = os.path.join(ROOT, "docs", "images", "fix_study.png")
+TRAINS = 0.5
+SEEDS = (0, 1, 2)
+Q0, RHO0 = 1.631534792482853, 0.06444805523694995  # the digits ViT's tokens entering block 1
+
+
+def _rows(path):
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def _append(path, row):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "a") as f:
+        f.write(json.dumps(row, default=float) + "\n")
+
+
+def configurations(block: str, depth: int, n: int) -> list:
+    """The study's configurations at ``depth``: post-LN, those where every seed failed, ``n``
+    spread over sigma; pre-LN, the one with the highest seed-mean test loss."""
+    runs = _rows(os.path.join(STUDY, block, "results.jsonl"))
+    by = {}
+    for r in runs:
+        if r["depth"] != depth:
+            continue
+        key = (r["sigma_w"], r["alpha_a"], r["alpha_m"])
+        by.setdefault(key, []).append(r["test_loss"] if np.isfinite(r["test_loss"]) else np.inf)
+    if block == "pre-ln":
+        key = max(by, key=lambda k: np.mean(by[k]))
+        return [dict(sigma_w=key[0], alpha_a=key[1], alpha_m=key[2], study_losses=by[key])]
+    failed = sorted(k for k, v in by.items() if all(x >= TRAINS for x in v))
+    pick = [failed[i] for i in np.unique(np.round(np.linspace(0, len(failed) - 1, min(n, len(failed)))).astype(int))]
+    return [dict(sigma_w=k[0], alpha_a=k[1], alpha_m=k[2], study_losses=by[k]) for k in pick]
+
+
+def config_id(block, depth, c):
+    return f"{block}_L{depth}_sw{c['sigma_w']:.4f}_aa{c['alpha_a']:.4f}_am{c['alpha_m']:.4f}"
+
+
+def find_fix(block, depth, c):
+    import phasefield
+    from phasefield.probe import models
+
+    m = models.preset(
+        block,
+        depth=depth,
+        width=64,
+        n_tokens=17,
+        heads=4,
+        sigma=c["sigma_w"],
+        alpha_attn=c["alpha_a"],
+        alpha_mlp=c["alpha_m"],
+        q0=Q0,
+        rho0=RHO0,
+    )
+    t0 = time.perf_counter()
+    res = phasefield.probe(m, inits=8, fix=True, fix_options=dict(inits=4, verify_inits=16))
+    d = res.to_dict()
+    fx = d["fix"]
+    fx["search"].pop("points", None)
+    return dict(
+        lambda_a=d["lambda_a"],
+        lambda_a_se=d["lambda_a_se"],
+        lambda_g=d["lambda_g"],
+        lambda_g_se=d["lambda_g_se"],
+        first_failing_block=d["first_failing_block"],
+        fix=fx,
+        seconds=time.perf_counter() - t0,
+    )
+
+
+class Training:
+    """The study's training of one depth and block, with multipliers on the block parameters
+    at init (vmapped over runs)."""
+
+    def __init__(self, block, depth):
+        import jax
+
+        from phasefield.probe import fix
+        from phasefield.vit import data as vdata
+        from phasefield.vit import train as vt
+
+        self.cfg = vt.TrainConfig(
+            dataset="digits",
+            image_size=8,
+            patch_size=2,
+            width=64,
+            depth=depth,
+            epochs=15,
+            batch_size=64,
+            eval_batch_size=512,
+            block=f"{block}:heads=4",
+        )
+        self.data = vdata.load("digits", 8)
+        d = self.data
+        init, epoch, final = vt.make_train_parts(self.cfg, d.num_classes, d.scale, 64)
+        self.vt = vt
+        p0 = vt.make_points(self.cfg, [1.0], [1.0], [0.5], [0.5], [1e-3], [0])
+        shape = jax.eval_shape(lambda p: init(jax.tree.map(lambda a: a[0], p), d.x_train), p0)["params"]
+        self.sel = fix.check_selection(shape, weights=r"^blocks/")
+
+        def init_fixed(point, mw, mr, x):
+            st = init(point, x)
+            st["params"] = fix.scale(st["params"], mw, mr, self.sel)
+            return st
+
+        opts = vt.compiler_options(jax.devices())
+        self._init = jax.jit(jax.vmap(init_fixed, in_axes=(0, 0, 0, None)), compiler_options=opts)
+        self._epoch = jax.jit(jax.vmap(epoch, in_axes=(0, None, None, None, None)), compiler_options=opts)
+        self._final = jax.jit(jax.vmap(final, in_axes=(0, None, None)), compiler_options=opts)
+
+    def train(self, runs):
+        """``runs``: dicts with sigma_w, alpha_a, alpha_m, seed, m_w, m_res -> metrics per run."""
+        import jax
+        import jax.numpy as jnp
+
+        d, vt = self.data, self.vt
+        pts = vt.make_points(
+            self.cfg,
+            [r["sigma_w"] for r in runs],
+            [1.0] * len(runs),
+            [r["alpha_a"] for r in runs],
+            [r["alpha_m"] for r in runs],
+            [1e-3] * len(runs),
+            [r["seed"] for r in runs],
+        )
+        mw = jnp.asarray([r["m_w"] for r in runs], jnp.float32)
+        mr = jnp.asarray([r["m_res"] for r in runs], jnp.float32)
+        xtr, ytr = jnp.asarray(d.x_train), jnp.asarray(d.y_train.astype(np.int32))
+        xte, yte = jnp.asarray(d.x_test), jnp.asarray(d.y_test.astype(np.int32))
+        st = self._init(pts, mw, mr, xtr)
+        hist = []
+        for _ in range(self.cfg.epochs):
+            st, m = self._epoch(st, xtr, ytr, xte, yte)
+            hist.append(jax.device_get(m))
+        fin = jax.device_get(self._final(st, xtr, ytr))
+        curve = np.stack([h["test_loss"] for h in hist], 1)
+        acc = np.stack([h["test_acc"] for h in hist], 1)
+        steps = np.concatenate([np.asarray(h["step_loss"]).reshape(len(runs), -1) for h in hist], 1)
+        out = []
+        for i in range(len(runs)):
+            tl = float(curve[i, -1])
+            diverged = bool(not np.all(np.isfinite(steps[i])) or not np.isfinite(tl))
+            out.append(
+                dict(
+                    test_loss=tl,
+                    test_acc=float(acc[i, -1]),
+                    train_loss=float(fin["train_loss"][i]),
+                    diverged=diverged,
+                    trains=bool(np.isfinite(tl) and tl < TRAINS),
+                    test_loss_curve=[float(x) for x in curve[i]],
+                )
+            )
+        return out
+
+
+def run(args):
+    import phasefield  # noqa: F401
+
+    fixes_path, runs_path = os.path.join(OUT, "fixes.jsonl"), os.path.join(OUT, "runs.jsonl")
+    for depth in args.depth:
+        for block in args.block:
+            confs = configurations(block, depth, args.configs)
+            training = None
+            for c in confs:
+                cid = config_id(block, depth, c)
+                fixes = {r["config"]: r for r in _rows(fixes_path)}
+                if cid not in fixes:
+                    print(f"[fix] {cid}", flush=True)
+                    row = dict(config=cid, block=block, depth=depth, **c, **find_fix(block, depth, c))
+                    _append(fixes_path, row)
+                    fixes[cid] = row
+                    mult = row["fix"]["multipliers"]
+                    print(f"      m_w {mult['weights']:.3f} m_res {mult['residual']:.3f} meets {row['fix']['meets']}")
+                f = fixes[cid]["fix"]["multipliers"]
+                done = {(r["config"], r["variant"], r["seed"]) for r in _rows(runs_path)}
+                todo = [
+                    dict(c, seed=s, variant=v, m_w=mw, m_res=mr)
+                    for v, mw, mr in (("as is", 1.0, 1.0), ("fixed", f["weights"], f["residual"]))
+                    for s in args.seeds
+                    if (cid, v, s) not in done
+                ]
+                if not todo:
+                    continue
+                if training is None:
+                    training = Training(block, depth)
+                print(f"[train] {cid}: {len(todo)} runs", flush=True)
+                t0 = time.perf_counter()
+                res = training.train(todo)
+                dt = time.perf_counter() - t0
+                for r, m in zip(todo, res):
+                    row = dict(
+                        config=cid,
+                        block=block,
+                        depth=depth,
+                        sigma_w=r["sigma_w"],
+                        alpha_a=r["alpha_a"],
+                        alpha_m=r["alpha_m"],
+                        seed=r["seed"],
+                        variant=r["variant"],
+                        m_w=r["m_w"],
+                        m_res=r["m_res"],
+                        **m,
+                        seconds=dt / len(todo),
+                    )
+                    _append(runs_path, row)
+                    print(f"      {r['variant']:6s} seed {r['seed']}: test loss {m['test_loss']:.3f}", flush=True)
+
+
+def table(args):
+    fixes = {r["config"]: r for r in _rows(os.path.join(OUT, "fixes.jsonl"))}
+    runs = _rows(os.path.join(OUT, "runs.jsonl"))
+    lines = [
+        "| block | L | sigma | alpha_attn | alpha_mlp | study (seeds 0-2) | m_w | m_res | fix meets | "
+        "as is: test loss per seed | trains | fixed: test loss per seed | trains |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    csv = ["config,block,depth,sigma_w,alpha_a,alpha_m,m_w,m_res,meets,variant,seed,test_loss,test_acc,trains"]
+    summary = []
+    for cid, fx in fixes.items():
+        rs = [r for r in runs if r["config"] == cid]
+        if not rs:
+            continue
+        by = {v: sorted((r for r in rs if r["variant"] == v), key=lambda r: r["seed"]) for v in ("as is", "fixed")}
+        m = fx["fix"]["multipliers"]
+        cells = []
+        for v in ("as is", "fixed"):
+            cells.append(" / ".join(f"{r['test_loss']:.3f}" for r in by[v]) or "-")
+            cells.append(f"{sum(r['trains'] for r in by[v])} of {len(by[v])}")
+        lines.append(
+            f"| {fx['block']} | {fx['depth']} | {fx['sigma_w']:.3f} | {fx['alpha_a']:.3f} | {fx['alpha_m']:.3f} | "
+            + " / ".join(f"{x:.2f}" for x in fx["study_losses"])
+            + f" | {m['weights']:.3f} | {m['residual']:.3f} | {'yes' if fx['fix']['meets'] else 'no'} | "
+            + " | ".join(cells)
+            + " |"
+        )
+        for v in ("as is", "fixed"):
+            for r in by[v]:
+                csv.append(
+                    f"{cid},{fx['block']},{fx['depth']},{fx['sigma_w']:.6g},{fx['alpha_a']:.6g},{fx['alpha_m']:.6g},"
+                    f"{r['m_w']:.6g},{r['m_res']:.6g},{fx['fix']['meets']},{v},{r['seed']},{r['test_loss']:.6g},"
+                    f"{r['test_acc']:.6g},{r['trains']}"
+                )
+        summary.append((fx, by))
+    with open(os.path.join(OUT, "summary.csv"), "w") as f:
+        f.write("\n".join(csv) + "\n")
+    with open(os.path.join(OUT, "table.md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    for block in ("post-ln", "pre-ln"):
+        for depth in (32, 16):
+            sel = [(fx, by) for fx, by in summary if fx["block"] == block and fx["depth"] == depth]
+            if not sel:
+                continue
+            n = {v: sum(len(by[v]) for _, by in sel) for v in ("as is", "fixed")}
+            ok = {v: sum(r["trains"] for _, by in sel for r in by[v]) for v in ("as is", "fixed")}
+            mean = {v: np.mean([r["test_loss"] for _, by in sel for r in by[v]]) for v in ("as is", "fixed")}
+            print(
+                f"{block} L={depth}: {len(sel)} configurations; trains as is {ok['as is']} of {n['as is']} "
+                f"(mean test loss {mean['as is']:.3f}), fixed {ok['fixed']} of {n['fixed']} "
+                f"(mean test loss {mean['fixed']:.3f})"
+            )
+    if summary:
+        figure(summary)
+
+
+def figure(summary):
+    from phasefield.figures import style
+
+    with style.context() as plt:
+        fig, ax = plt.subplots(figsize=(style.COLUMN * 1.3, 2.2))
+        x = np.arange(len(summary))
+        for k, (_, by) in enumerate(summary):
+            for v, color, dx in (("as is", "tab:red", -0.12), ("fixed", "tab:blue", 0.12)):
+                y = [r["test_loss"] for r in by[v]]
+                ax.plot([k + dx] * len(y), y, "o", ms=3, color=color, label=v if k == 0 else None)
+        ax.axhline(TRAINS, color="0.5", lw=0.6, ls="--")
+        ax.axhline(math.log(10), color="0.7", lw=0.6, ls=":")
+        ax.set_xticks(x)
+        ax.set_xticklabels(
+            [f"{fx['block']}\nL={fx['depth']} σ={fx['sigma_w']:.2f}" for fx, _ in summary], rotation=90, fontsize=5
+        )
+        ax.set_ylabel("final test loss (digits)")
+        ax.set_title("ViTs as they are and after probe --fix (3 seeds each)")
+        ax.legend(frameon=False, fontsize=6)
+        fig.tight_layout()
+        fig.savefig(IMAGE, dpi=style.DPI)
+        plt.close(fig)
+    print(f"wrote {IMAGE}")
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("run")
+    r.add_argument("--depth", type=int, nargs="+", default=[32])
+    r.add_argument("--block", nargs="+", default=["post-ln"], choices=["post-ln", "pre-ln"])
+    r.add_argument("--configs", type=int, default=6)
+    r.add_argument("--seeds", type=int, nargs="+", default=list(SEEDS))
+    sub.add_parser("table")
+    args = ap.parse_args(argv)
+    {"run": run, "table": table}[args.cmd](args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,162 @@
+"""The chunk driver of every sweep (phasefield.driver): the loop's bookkeeping (chunks of
+any shape, resume, the multi-host split, locks), the one placement of a chunk's points over
+devices, and the simulation sweeps running through it (interrupted and resumed: the same
+numbers as one uninterrupted run)."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from phasefield import HParams, driver, grid, io
+from phasefield.simulate import blocks
+from phasefield.simulate import sweep as simsweep
+
+VARS = ("a", "b")
+
+
+def _evaluate(calls):
+    def evaluate(c):  # chunk c's values: 10 c + point, padded to 3 points
+        calls.append(c)
+        return {"a": 10.0 * c + np.arange(3), "b": -(10.0 * c + np.arange(3))}
+
+    return evaluate
+
+
+# chunks of up to three points that are not contiguous in the flat result (as the simulated
+# sweep groups its points by shape): chunk 0 fills 0, 2, 4; chunk 1 fills 1, 3; chunk 2 fills 5
+PLACES = [np.array([0, 2, 4]), np.array([1, 3]), (5, 6)]
+
+
+def _expected():
+    a = np.empty(6)
+    for c, p in enumerate(PLACES):
+        where = driver.store.places(p)
+        a[where] = 10.0 * c + np.arange(where.size)
+    return a
+
+
+def test_chunks_fill_their_places_resume_and_write(tmp_path):
+    out = tmp_path / "d.nc"
+    calls = []
+    with driver.Driver(out, {"what": "test"}) as drv:
+        res = drv.run(_evaluate(calls), 3, PLACES.__getitem__, 6, VARS)
+    np.testing.assert_array_equal(res["a"], _expected())
+    np.testing.assert_array_equal(res["b"], -_expected())
+    assert calls == [0, 1, 2] and (tmp_path / "d.nc.chunks" / "chunk_000002.npz").exists()
+
+    # a rerun reads every stored chunk back (nothing computed) and writes the file atomically
+    calls.clear()
+    with driver.Driver(out, {"what": "test"}) as drv:
+        again = drv.run(_evaluate(calls), 3, PLACES.__getitem__, 6, VARS)
+        import xarray as xr
+
+        drv.write(xr.Dataset({k: ("i", again[k]) for k in VARS}))
+    assert calls == []
+    np.testing.assert_array_equal(io.read_netcdf(out)["a"].values, _expected())
+    assert not (tmp_path / "d.nc.chunks").exists()
+
+
+def test_multi_host_split_and_assembly(tmp_path):
+    """Two processes (their indices set by hand): process 1 computes the odd chunks and gets
+    None, process 0 the even ones and assembles all of them from the shared store."""
+    out, calls = tmp_path / "m.nc", {0: [], 1: []}
+    for pid in (1, 0):
+        with driver.Driver(out, {"what": "split"}) as drv:
+            drv.pid, drv.pcount = pid, 2
+            res = drv.run(_evaluate(calls[pid]), 3, PLACES.__getitem__, 6, VARS, wait=5.0)
+        if pid == 1:
+            assert res is None
+    assert calls == {0: [0, 2], 1: [1]}
+    np.testing.assert_array_equal(res["a"], _expected())
+
+
+def test_multi_host_needs_a_store_and_a_second_writer_is_refused(tmp_path, monkeypatch):
+    monkeypatch.setattr(jax, "process_count", lambda: 2)
+    with pytest.raises(ValueError, match="multi-host"):
+        driver.Driver(None, {"what": "x"})
+    monkeypatch.undo()
+    with driver.Driver(tmp_path / "l.nc", {"what": "x"}):
+        with pytest.raises(grid.StoreLocked):
+            driver.Driver(tmp_path / "l.nc", {"what": "x"})
+
+
+def test_over_points_places_a_chunk_over_the_devices():
+    """One definition of the placement: the per-point arguments split over every local
+    device (the CPU cores the suite exposes), the others replicated; the whole-chunk program
+    and the per-device one give what one device gives."""
+    devices = jax.local_devices()
+    n = 4 * len(devices)
+
+    def fn(x, table, y):
+        return x * table[0] + y
+
+    x, y = jnp.arange(n, dtype=jnp.float32), jnp.ones(n, jnp.float32)
+    table = jnp.asarray([3.0], jnp.float32)
+    ref = np.asarray(driver.over_points(fn, devices[:1], (True, False, True))(x, table, y))
+    xs, ys = driver.shard((x, y), devices)
+    assert len(xs.sharding.device_set) == len(devices)
+    for per_device in (False, True):
+        got = driver.over_points(fn, devices, (True, False, True), per_device=per_device)(xs, table, ys)
+        np.testing.assert_array_equal(np.asarray(got), ref)
+    assert driver.shard(x, devices[:1]) is x
+
+
+def _interrupt_after(monkeypatch, n_saved):
+    """``grid.ChunkStore.save`` stops the run (Ctrl-C) once ``n_saved`` chunks are stored."""
+    real, saved = grid.ChunkStore.save, []
+
+    def save(store, i, arrays):
+        real(store, i, arrays)
+        saved.append(i)
+        if len(saved) == n_saved:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(grid.ChunkStore, "save", save)
+    return real
+
+
+SIM = dict(width=8, seeds=2, seed=3, base=HParams(n_tokens=3), chunk=2)
+SIM_AXES = dict(sigma_w=np.array([1.0, 2.0, 2.5]), depth=np.array([1, 2]))  # two shapes: chunks of 2, 1, 2, 1
+
+
+def test_simulated_sweep_interrupted_and_resumed_equals_one_run(tmp_path, monkeypatch):
+    whole = simsweep.sweep(**SIM, **SIM_AXES)
+    out = tmp_path / "sim.nc"
+    real = _interrupt_after(monkeypatch, 2)
+    with pytest.raises(KeyboardInterrupt):
+        simsweep.sweep(**SIM, **SIM_AXES, out=out)
+    assert not out.exists() and len(list((tmp_path / "sim.nc.parts").glob("chunk_*.npz"))) == 2
+    monkeypatch.setattr(grid.ChunkStore, "save", real)
+    computed, run_chunk = [], simsweep._run_chunk
+    monkeypatch.setattr(simsweep, "_run_chunk", lambda *a, **k: computed.append(1) or run_chunk(*a, **k))
+    resumed = simsweep.sweep(**SIM, **SIM_AXES, out=out)
+    assert len(computed) == 2  # 4 chunks, 2 stored
+    assert out.exists() and not (tmp_path / "sim.nc.parts").exists()
+    on_disk = io.read_netcdf(out)
+    assert set(resumed.data_vars) == set(whole.data_vars) == set(on_disk.data_vars)
+    assert resumed.attrs == whole.attrs
+    for v in whole.data_vars:
+        assert whole[v].values.tobytes() == resumed[v].values.tobytes() == on_disk[v].values.tobytes(), v
+
+
+def test_simulated_block_sweep_interrupted_and_resumed_equals_one_run(tmp_path, monkeypatch):
+    args = ("pre-ln", {"sigma": np.array([0.5, 1.0])}, {"alpha": 0.5, "heads": 2})
+    opts = dict(n_tokens=3, depth=1, width=8, draws=2, seed=1)
+    whole = blocks.sweep(*args, **opts)
+    out = tmp_path / "blk.nc"
+    real = _interrupt_after(monkeypatch, 1)
+    with pytest.raises(KeyboardInterrupt):
+        blocks.sweep(*args, **opts, out=out)
+    assert not out.exists() and len(list((tmp_path / "blk.nc.parts").glob("chunk_*.npz"))) == 1
+    monkeypatch.setattr(grid.ChunkStore, "save", real)
+    computed, exponents = [], blocks.exponents
+    monkeypatch.setattr(blocks, "exponents", lambda *a, **k: computed.append(1) or exponents(*a, **k))
+    resumed = blocks.sweep(*args, **opts, out=out)
+    assert len(computed) == 1
+    assert out.exists() and not (tmp_path / "blk.nc.parts").exists()
+    assert resumed.attrs == whole.attrs
+    for v in whole.data_vars:
+        assert whole[v].values.tobytes() == resumed[v].values.tobytes(), v
