@@ -59,6 +59,35 @@ def module_filter(blocks) -> Callable[[Any, str], bool]:
     raise ValueError(f"blocks: expected a module class, a name or a filter function, not {type(blocks).__name__}")
 
 
+def block_call(state, fun, args, kwargs, inject=None, deltas=None, shift=None):
+    """One matching block's call inside a capture (Linen's interceptor, NNX's patched
+    ``__call__``): the first block's input replaced by ``inject`` and moved by ``shift``
+    and kept as ``state["x0"]``; the block's output moved by ``deltas[i]`` (the i-th
+    block) and appended to ``state["outs"]``; blocks nested in it are not matched."""
+    if state["x0"] is None:
+        if inject is not None:
+            if jnp.shape(inject) != jnp.shape(args[0]):
+                raise ValueError(f"the first block's input is {jnp.shape(args[0])}, not {jnp.shape(inject)}")
+            args = (inject.astype(args[0].dtype),) + tuple(args[1:])
+        if shift is not None:
+            args = (args[0] + shift.astype(args[0].dtype),) + tuple(args[1:])
+        state["x0"] = args[0]
+    state["inside"] += 1
+    try:
+        out = fun(*args, **kwargs)
+    finally:
+        state["inside"] -= 1
+    y = _first(out)
+    if deltas is not None:
+        i = len(state["outs"])
+        if i >= deltas.shape[0]:
+            raise ValueError(f"the model has more matching blocks than {deltas.shape[0]}")
+        y = y + deltas[i].astype(y.dtype)
+        out = _replace_first(out, y)
+    state["outs"].append(y)
+    return out
+
+
 def _first(out):
     return out[0] if isinstance(out, (tuple, list)) else out
 
@@ -161,28 +190,7 @@ def runner(apply_fn, inputs, blocks=None, stack=None):
                     f"block {context.module.name!r} takes its tokens as a keyword; "
                     "name a module whose first positional argument is the tokens"
                 )
-            if state["x0"] is None:
-                if inject is not None:
-                    if jnp.shape(inject) != jnp.shape(args[0]):
-                        raise ValueError(f"the first block's input is {jnp.shape(args[0])}, not {jnp.shape(inject)}")
-                    args = (inject.astype(args[0].dtype),) + tuple(args[1:])
-                if shift is not None:
-                    args = (args[0] + shift.astype(args[0].dtype),) + tuple(args[1:])
-                state["x0"] = args[0]
-            state["inside"] += 1
-            try:
-                out = next_fun(*args, **kwargs)
-            finally:
-                state["inside"] -= 1
-            y = _first(out)
-            if deltas is not None:
-                i = len(state["outs"])
-                if i >= deltas.shape[0]:
-                    raise ValueError(f"the model has more matching blocks than {deltas.shape[0]}")
-                y = y + deltas[i].astype(y.dtype)
-                out = _replace_first(out, y)
-            state["outs"].append(y)
-            return out
+            return block_call(state, next_fun, args, kwargs, inject, deltas, shift)
 
         with nn.intercept_methods(interceptor):
             apply_fn(params, inputs)

@@ -27,7 +27,7 @@ import re
 import jax
 import jax.numpy as jnp
 
-from .capture import _first, _replace_first
+from .capture import block_call
 
 
 def _nnx():
@@ -210,30 +210,7 @@ def model(make, inputs, blocks=None, stack=None, name: str = "model"):
                     raise ValueError(
                         "a block takes its tokens as a keyword; name a module whose first argument is them"
                     )
-                if st["x0"] is None:
-                    if inject is not None:
-                        if jnp.shape(inject) != jnp.shape(args[0]):
-                            raise ValueError(
-                                f"the first block's input is {jnp.shape(args[0])}, not {jnp.shape(inject)}"
-                            )
-                        args = (inject.astype(args[0].dtype),) + tuple(args[1:])
-                    if shift is not None:
-                        args = (args[0] + shift.astype(args[0].dtype),) + tuple(args[1:])
-                    st["x0"] = args[0]
-                st["inside"] += 1
-                try:
-                    out = orig(self, *args, **kwargs)
-                finally:
-                    st["inside"] -= 1
-                y = _first(out)
-                if deltas is not None:
-                    i = len(st["outs"])
-                    if i >= deltas.shape[0]:
-                        raise ValueError(f"the model has more matching blocks than {deltas.shape[0]}")
-                    y = y + deltas[i].astype(y.dtype)
-                    out = _replace_first(out, y)
-                st["outs"].append(y)
-                return out
+                return block_call(st, lambda *a, **k: orig(self, *a, **k), args, kwargs, inject, deltas, shift)
 
             return call
 
