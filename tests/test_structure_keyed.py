@@ -84,8 +84,10 @@ def test_scale_interpolant_equals_the_integrated_tables(monkeypatch):
     n_a, n_z = exact_table.exact.sizes(None, sigma_max=exact_table.POINT_CAP, n_max=n)
     monkeypatch.setattr(exact_table, "DIRECT_SCALES", 0)
     monkeypatch.setattr(exact_table, "_seen", {})
-    for sa in (0.37, 2.9):
-        s, t = exact_table._point_values(sa, n, n_a, n_z, exact_table.POINT_CAP)
-        s0, t0 = exact_table._direct_tables(np.asarray([sa]), n, n_a, n_z, exact_table.POINT_CAP)
-        np.testing.assert_allclose(s, s0[0], rtol=1e-12, atol=0)
-        np.testing.assert_allclose(t, t0[0], rtol=0, atol=1e-12)
+    with jax.enable_x64(True):  # as point_kernel (float64) calls them
+        for sa in (0.37, 2.9):
+            s, t = exact_table._point_values(sa, n, n_a, n_z, exact_table.POINT_CAP)
+            s0, t0 = exact_table._direct_tables(np.asarray([sa]), n, n_a, n_z, exact_table.POINT_CAP)
+            assert s.dtype == s0.dtype == np.float64
+            np.testing.assert_allclose(s, s0[0], rtol=1e-12, atol=0)
+            np.testing.assert_allclose(t, t0[0], rtol=0, atol=1e-12)

@@ -659,6 +659,7 @@ DIRECT_SCALES = 4  # scales of one (n, cap) integrated one by one before the int
 _seen: dict = {}  # (n, n_a, n_z, cap) -> distinct scales asked for so far
 
 
+@float64
 def _point_values(sa: float, n: float, n_a: int, n_z: int, cap: float):
     """(S, T) [2, MESH_FULL + 1] of one scale: integrated, or, once more than
     :data:`DIRECT_SCALES` scales of this cap were asked for (a loop over points), read from
@@ -678,6 +679,7 @@ def _point_values(sa: float, n: float, n_a: int, n_z: int, cap: float):
 
 
 @functools.lru_cache(maxsize=16)
+@float64
 def _scale_pieces(n, n_a, n_z, lo, hi, top, depth: int = 0) -> tuple:
     """Pieces ``(lo, hi, nodes, S, T)`` covering [lo, hi] whose Chebyshev interpolants in the
     logit scale reach :data:`SCALE_TAIL` (:func:`scale_tables`' rule: SCALE_NODES in turn,
