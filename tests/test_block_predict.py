@@ -1,4 +1,4 @@
-"""fit / predict / recommend on runs of a phasefield.layers block (issue 24): the features
+"""fit / predict / recommend on runs of a phasefield.layers block: the features
 and the theory point are the block's, the fit records its block, and a model is never
 applied to another block than the one it was fitted on."""
 
@@ -138,7 +138,7 @@ def test_fit_and_predict_a_block_sweep(block_study, tmp_path, capsys):
     assert len(err.strip().splitlines()) == 1 and "block pre-ln has no number for --sigma-a" in err
 
 
-# ---------------------------------------------------------------- the fast route (issue 35)
+# ---------------------------------------------------------------- the fast route (closed-form block rates)
 def test_uniform_attention_tables_are_the_exact_maps_at_the_collapsed_point():
     """n identical tokens: every logit of a row is equal, the softmax uniform, so S_1 = S_rho =
     1/n and T_1 = T_rho = 1/n - 1/n^2 whatever the logit scale: the closed forms

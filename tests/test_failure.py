@@ -1,4 +1,4 @@
-"""P(fails to train) (issue 35): the shared criterion, the failure model, its grouped CV and
+"""P(fails to train): the shared criterion, the failure model, its grouped CV and
 scores, its serialization, and predict / recommend carrying and respecting it."""
 
 from __future__ import annotations

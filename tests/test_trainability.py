@@ -1,5 +1,5 @@
 """The trainability study's pieces: designs, loss models, the cross-validated analysis, the
-shipped predictor and recommend (issue 15)."""
+shipped predictor and recommend."""
 
 from __future__ import annotations
 
@@ -516,7 +516,7 @@ def test_fit_cli_pools_sweeps_of_one_training_config(capsys, tmp_path):
     assert code == 0, err
     doc = json.loads(fit.read_text())
     assert doc["report"]["n_configs"] == 12 and doc["report"]["n_runs"] == 24
-    # the fit file carries its failure model (issue 35), calibrated on the CV predictions
+    # the fit file carries its failure model, calibrated on the CV predictions
     f = doc["model"]["failure"]
     assert f["n_runs"] == 24 and f["calibrated_on"] == "out-of-fold predictions" and f["model"]["kind"] == "logistic"
     assert fig.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -1,4 +1,4 @@
-"""Grid sizes of the exact-softmax map and its values on the stable-point mesh (issue 13).
+"""Grid sizes of the exact-softmax map and its values on the stable-point mesh.
 
 :mod:`.exact` integrates on grids whose (static) sizes must resolve sigma_A and n. Inside
 ``jax.jit`` with a traced ``hp`` it cannot read them, so it would fall back to the sizes for
