@@ -40,14 +40,21 @@ REMOVED_IN = "0.3.0"
 COLLAPSE = {"lambda_g": "lambda_g_collapse", "lambda_g_collapsed": "lambda_g_collapse"}
 INPUT = {"lambda_g": "lambda_g_input", "lambda_g_collapsed": "lambda_g_collapse"}
 SIMULATION = {"lambda_g": "lambda_g_collapse", "lambda_g_se": "lambda_g_collapse_se"}
-PAPER = {"lambda_g": "lambda_g_collapse"}  # the paper block's records: only this name existed
+PAPER = {"lambda_g": "lambda_g_collapse"}
+# the probe measures rates from the model's own inputs: its earlier lambda_a was the angle rate
+PROBE = {
+    "lambda_a": "angle_rate",
+    "lambda_a_se": "angle_rate_se",
+    "lambda_g": "lambda_g_input",
+    "lambda_g_se": "lambda_g_input_se",
+}  # the paper block's records: only this name existed
 
 
 class PhasefieldDeprecationWarning(FutureWarning):
     """A name or call that goes in a later release (shown to users by default)."""
 
 
-def _warn(old: str, new: str, stacklevel: int = 3) -> None:
+def warn_deprecated(old: str, new: str, stacklevel: int = 3) -> None:
     warnings.warn(
         f"{old!r} is the deprecated name of {new!r} ({NAMES.get(new.removesuffix('_se'), new)}); "
         f"it goes in phasefield {REMOVED_IN}",
@@ -70,7 +77,7 @@ class Results(dict):
         new = self.aliases.get(key)
         if new is None or not dict.__contains__(self, new):
             raise KeyError(key)
-        _warn(key, new)
+        warn_deprecated(key, new)
         return dict.__getitem__(self, new)
 
     def get(self, key, default=None):

@@ -103,10 +103,10 @@ def find_fix(block, depth, c):
     fx = d["fix"]
     fx["search"].pop("points", None)
     return dict(
-        lambda_a=d["lambda_a"],
-        lambda_a_se=d["lambda_a_se"],
-        lambda_g=d["lambda_g"],
-        lambda_g_se=d["lambda_g_se"],
+        angle_rate=d["angle_rate"],
+        angle_rate_se=d["angle_rate_se"],
+        lambda_g_input=d["lambda_g_input"],
+        lambda_g_input_se=d["lambda_g_input_se"],
         first_failing_block=d["first_failing_block"],
         fix=fx,
         seconds=time.perf_counter() - t0,

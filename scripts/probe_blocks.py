@@ -52,8 +52,8 @@ def model_of(preset, point, width, weights):
 def measure(preset, point, width, inits, weights) -> dict:
     res = probe(model_of(preset, point, width, weights), inits=inits, chunk=4)
     z = res.agreement()
-    la, la_se = res.lambda_a
-    lg, lg_se = res.lambda_g
+    la, la_se = res.angle_rate
+    lg, lg_se = res.lambda_g_input
     th = res.theory_rates()
     curves = {k: res.ds[k].values.tolist() for k in ("q_sym", "rho_sym", "angle", "grad")}
     curves.update({k + "_se": res.ds[k + "_se"].values.tolist() for k in ("q_sym", "rho_sym", "angle", "grad")})
@@ -62,10 +62,10 @@ def measure(preset, point, width, inits, weights) -> dict:
         theory={k: np.asarray(v, float).tolist() for k, v in res.theory.items()},
         lambda_a=la,
         lambda_a_se=la_se,
-        lambda_a_theory=th["lambda_a"],
+        lambda_a_theory=th["angle_rate"],
         lambda_g=lg,
         lambda_g_se=lg_se,
-        lambda_g_theory=th["lambda_g"],
+        lambda_g_theory=th["lambda_g_input"],
         phase=list(res.phase),
         z={k: np.asarray(v, float).tolist() for k, v in z.items()},
         max_abs_z=float(max(np.nanmax(np.abs(np.atleast_1d(v))) for v in z.values())),

@@ -43,8 +43,8 @@ def run(model, depth, std, scaled, inits):
     t0 = time.perf_counter()
     res = phasefield.probe(m, inits=inits)
     sec = time.perf_counter() - t0
-    la, la_se = res.lambda_a
-    lg, lg_se = res.lambda_g
+    la, la_se = res.angle_rate
+    lg, lg_se = res.lambda_g_input
     return dict(
         model=model,
         depth=depth,

@@ -116,7 +116,7 @@ def test_the_module_is_callable_and_a_stack_callable_works_too():
     np.testing.assert_allclose(run_a(params, z)[1], run_b(params, z)[1], rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(run_a(params)[1], run_b(params)[1], rtol=1e-5, atol=1e-6)
     res = phasefield.probe(init, lambda p, x: None, x0, stack=stack, inits=3)
-    assert res.depth == 3 and np.isfinite(res.lambda_g[0]) and np.isnan(res.ds["grad"].values[1])
+    assert res.depth == 3 and np.isfinite(res.lambda_g_input[0]) and np.isnan(res.ds["grad"].values[1])
 
 
 def test_geometry_spread_is_q_minus_p_and_symmetric_tokens_have_their_geometry():

@@ -79,7 +79,9 @@ def test_fix_of_a_linen_model_is_verified_with_fresh_seeds():
     g = fx["init_std"]["params/h_*/c_fc/kernel"]
     assert g["after"] == pytest.approx(g["before"] * fx["multipliers"]["weights"])
     a = fx["after"]
-    assert a["inits"] == 8 and a["seed"] != 0 and np.isfinite(a["lambda_a_se"]) and np.isfinite(a["lambda_g_se"])
+    assert (
+        a["inits"] == 8 and a["seed"] != 0 and np.isfinite(a["angle_rate_se"]) and np.isfinite(a["lambda_g_input_se"])
+    )
     assert fx["meets"] == (a["distance"] <= 1.0) and fx["meets"]
     assert "theory" not in fx  # not a preset
     json.dumps(d, default=float)
@@ -124,7 +126,7 @@ def test_cli_fix_json_with_the_theory_beside(tmp_path, monkeypatch, capsys):
     fx = doc["fix"]
     for key in ("multipliers", "init_std", "after", "meets", "theory"):
         assert key in fx
-    assert {"lambda_a", "lambda_a_se", "lambda_g", "lambda_g_se"} <= set(fx["after"])
+    assert {"angle_rate", "angle_rate_se", "lambda_g_input", "lambda_g_input_se"} <= set(fx["after"])
     th = fx["theory"]
     assert th["block"] == "post-ln" and th["measured_fix"]["sigma"] == pytest.approx(2.0 * fx["multipliers"]["weights"])
     assert set(th["recommend"]) >= {"sigma", "alpha_attn", "alpha_mlp"} and set(th["log_ratio"]) == {

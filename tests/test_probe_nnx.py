@@ -63,14 +63,14 @@ def make(rngs):
 @pytest.mark.parametrize("blocks", [NBlock, "NBlock", r"blocks/\d+"])
 def test_nnx_blocks_found_by_class_name_or_path(blocks):
     res = phasefield.probe(make, X, blocks=blocks, inits=4)
-    assert res.depth == DEPTH and np.isfinite(res.lambda_a[0]) and np.isfinite(res.lambda_g[0])
+    assert res.depth == DEPTH and np.isfinite(res.angle_rate[0]) and np.isfinite(res.lambda_g_input[0])
 
 
 def test_nnx_equals_linen_within_standard_errors():
     a = phasefield.probe(make, X, blocks=NBlock, inits=24)
     lm = LModel()
     b = phasefield.probe(lambda k: lm.init(k, X), lm.apply, X, blocks=LBlock, inits=24)
-    for name in ("lambda_a", "lambda_g"):
+    for name in ("angle_rate", "lambda_g_input"):
         (va, sa), (vb, sb) = getattr(a, name), getattr(b, name)
         assert abs(va - vb) < 4 * np.hypot(sa, sb), (name, va, sa, vb, sb)
     for k in ("rho_data", "q_data"):
@@ -109,5 +109,5 @@ def test_nnx_model_is_fixed():
         "blocks/*/out_proj/kernel" in fx["init_std"]
         and fx["init_std"]["blocks/*/out_proj/kernel"]["residual_projection"]
     )
-    assert fx["after"]["inits"] == 8 and np.isfinite(fx["after"]["lambda_a_se"])
+    assert fx["after"]["inits"] == 8 and np.isfinite(fx["after"]["angle_rate_se"])
     assert fx["meets"] == (fx["after"]["distance"] <= 1.0)

@@ -52,10 +52,10 @@ def test_recommend_a_standard_block(capsys, block):
     p = res["points"][0]
     blk = layers.presets.get(block, sigma=p["sigma"], alpha_attn=p["alpha_attn"], alpha_mlp=p["alpha_mlp"], heads=2)
     fd = layers.finite_depth(blk, q0=1.0, rho0=0.5, n_tokens=4, depth=4)
-    assert p["lambda_g"] == pytest.approx(float(fd["lambda_g_input"]), abs=1e-12)
+    assert p["lambda_g_input"] == pytest.approx(float(fd["lambda_g_input"]), abs=1e-12)
     assert p["angle_rate"] == pytest.approx(float(fd["angle_rate"]), abs=1e-12)
     assert p["distance"] == pytest.approx(
-        max(abs(p["lambda_g"]) * 4 / math.log(10), abs(p["angle_rate"]) / 0.5), abs=1e-12
+        max(abs(p["lambda_g_input"]) * 4 / math.log(10), abs(p["angle_rate"]) / 0.5), abs=1e-12
     )
 
 

@@ -147,7 +147,7 @@ def _fix_text(fx, depth):
     lines = [
         f"fix: weight matrices x {m['weights']:.4g}, residual output projections x {m['residual']:.4g} more "
         f"(criteria: gradient factor within {fx['criteria']['max_gradient_factor']:g} over {depth} blocks, "
-        f"|lambda_a| <= {fx['criteria']['max_angle_rate']:g}; {fx['search']['points']} points searched)",
+        f"|angle_rate| <= {fx['criteria']['max_angle_rate']:g}; {fx['search']['points']} points searched)",
         "  init std per parameter group (before -> after):",
     ]
     for g, v in fx["init_std"].items():
@@ -156,12 +156,12 @@ def _fix_text(fx, depth):
             + (" (residual projection)" if v["residual_projection"] else "")
         )
     lines.append(
-        f"  as it is:  lambda_a = {b['lambda_a']:+.4f} +- {b['lambda_a_se']:.4f}, lambda_g(L) = {b['lambda_g']:+.4f} "
-        f"+- {b['lambda_g_se']:.4f} (gradient factor {b['gradient_factor']:.3g}, distance {b['distance']:.3g})"
+        f"  as it is:  angle_rate = {b['angle_rate']:+.4f} +- {b['angle_rate_se']:.4f}, "
+        f"lambda_g_input = {b['lambda_g_input']:+.4f} +- {b['lambda_g_input_se']:.4f} (gradient factor {b['gradient_factor']:.3g}, distance {b['distance']:.3g})"
     )
     lines.append(
-        f"  fixed ({a['inits']} fresh inits, seed {a['seed']}): lambda_a = {a['lambda_a']:+.4f} +- {a['lambda_a_se']:.4f}, "
-        f"lambda_g(L) = {a['lambda_g']:+.4f} +- {a['lambda_g_se']:.4f} (gradient factor {a['gradient_factor']:.3g} "
+        f"  fixed ({a['inits']} fresh inits, seed {a['seed']}): angle_rate = {a['angle_rate']:+.4f} +- {a['angle_rate_se']:.4f}, "
+        f"lambda_g_input = {a['lambda_g_input']:+.4f} +- {a['lambda_g_input_se']:.4f} (gradient factor {a['gradient_factor']:.3g} "
         f"+- {a['gradient_factor_se']:.2g}, distance {a['distance']:.3g})"
     )
     lines.append(
@@ -366,7 +366,7 @@ def register(cli):
             click.echo(_table(res))
             if res.theory is not None:
                 t = res.theory_rates()
-                click.echo(f"theory: lambda_a = {t['lambda_a']:+.4f}, lambda_g(L) = {t['lambda_g']:+.4f}")
+                click.echo(f"theory: angle_rate = {t['angle_rate']:+.4f}, lambda_g_input = {t['lambda_g_input']:+.4f}")
             click.echo(res.verdict())
             if res.fix is not None:
                 click.echo(_fix_text(res.fix, res.depth))

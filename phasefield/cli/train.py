@@ -779,12 +779,12 @@ def _recommend_block(name, fixed, axes, n_tokens, depth, max_factor, max_rate, a
         click.echo(res["message"])
         click.echo("nearest points (distance > 1: a criterion is missed):")
     click.echo(
-        f"  {'sigma':>7} {'alpha_attn':>10} {'alpha_mlp':>9} {'lambda_g':>10} {'grad factor':>11} "
+        f"  {'sigma':>7} {'alpha_attn':>10} {'alpha_mlp':>9} {'lambda_g_input':>14} {'grad factor':>11} "
         f"{'angle_rate':>10} {'distance':>8}"
     )
     for p in res["points"]:
         click.echo(
-            f"  {p['sigma']:7.4f} {p['alpha_attn']:10.4f} {p['alpha_mlp']:9.4f} {p['lambda_g']:+10.5f} "
+            f"  {p['sigma']:7.4f} {p['alpha_attn']:10.4f} {p['alpha_mlp']:9.4f} {p['lambda_g_input']:+14.5f} "
             f"{p['gradient_factor']:11.4g} {p['angle_rate']:+10.5f} {p['distance']:8.3f}"
         )
     if res["found"] and res["at_lower_edge"]:

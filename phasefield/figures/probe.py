@@ -62,7 +62,7 @@ def probe_figure(res, path: str) -> None:
                     labels.append(lab)
         fig.legend(handles, labels, loc="lower center", ncol=6, frameon=False, bbox_to_anchor=(0.5, -0.1))
         ang, grad = res.phase
-        la, lg = res.lambda_a[0], res.lambda_g[0]
+        la, lg = res.angle_rate[0], res.lambda_g_input[0]
         fig.suptitle(f"{res.name}: {ang}/{grad}   λ_a = {la:+.3f}, λ_g(L) = {lg:+.3f}", y=1.04)
         fig.tight_layout()
         fig.savefig(path, dpi=style.DPI)

@@ -34,7 +34,7 @@ def _read(ds, *names):
 
 
 def _points(ds, depth, log_f, rate):
-    lg = _read(ds, "lambda_g_input", "lambda_g")
+    lg = np.asarray(ds.lambda_g_input.values, float)
     ar = np.asarray(ds.angle_rate.values, float)
     grids = np.meshgrid(*[np.asarray(ds[k].values, float) for k in KEYS], indexing="ij")
     d = np.maximum(np.abs(lg) * depth / log_f, np.abs(ar) / rate)
@@ -44,7 +44,7 @@ def _points(ds, depth, log_f, rate):
             sigma=float(s),
             alpha_attn=float(a),
             alpha_mlp=float(m),
-            lambda_g=float(g),
+            lambda_g_input=float(g),
             gradient_factor=float(math.exp(g * depth)) if abs(g * depth) < 700 else float("inf"),
             angle_rate=float(r),
             distance=float(x),
@@ -131,7 +131,7 @@ def recommend(
     lows = [k for k, v in coarse.items() if len(v) > 1 and all(p[k] == v.min() for p in res["points"][:1])]
     res["at_lower_edge"] = lows
     if not met:
-        res["best_gradient"] = min(finite, key=lambda p: abs(p["lambda_g"]))
+        res["best_gradient"] = min(finite, key=lambda p: abs(p["lambda_g_input"]))
         res["best_angle"] = min(finite, key=lambda p: abs(p["angle_rate"]))
         res["message"] = no_point_message(res)
     return res

@@ -3,7 +3,7 @@
     import phasefield
     res = phasefield.probe(init_fn, apply_fn, inputs, blocks="FlaxGPT2Block", inits=16)
     res.ds            # xarray: per-block q, rho (data / symmetric start), angle, gradient, +- se
-    res.lambda_a, res.lambda_g, res.phase, res.verdict()
+    res.angle_rate, res.lambda_g_input, res.phase, res.verdict()
 
 ``init_fn(key) -> params`` draws one initialization (any pytree; for a Flax module
 ``lambda k: module.init(k, x)``); ``apply_fn(params, inputs)`` runs the model (its output is

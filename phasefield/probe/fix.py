@@ -18,11 +18,11 @@ and the scale of its residual branches' output projections. The fix multiplies
 
 and searches (m_w, m_res) on a log grid, then on a finer grid around the best point, by
 measuring the model at each point (the same initialization keys at every point, so the
-comparison is not blurred by the draws): the angle rate of nearby tokens ``lambda_a`` and
-the whole stack's gradient rate ``lambda_g(L)``, with the criteria of
+comparison is not blurred by the draws): the angle rate of nearby tokens ``angle_rate`` and
+the whole stack's gradient rate ``lambda_g_input`` (lambda_g(L) from the inputs), with the criteria of
 ``phasefield recommend --block`` (:mod:`.blocks`): the gradient factor over the stack within
-F (``|L lambda_g(L)| <= log F``) and ``|lambda_a| <= r``. Distance to the criteria:
-``d = max(|L lambda_g| / log F, |lambda_a| / r)``. Of the points with ``d <= margin`` (0.8:
+F (``|L lambda_g_input| <= log F``) and ``|angle_rate| <= r``. Distance to the criteria:
+``d = max(|L lambda_g_input| / log F, |angle_rate| / r)``. Of the points with ``d <= margin`` (0.8:
 room for the search's few inits), the one nearest the model as it is (smallest
 ``|log m_w| + |log m_res|``) is the fix; where no point qualifies, the one with the smallest
 d. It is then verified: the model at the fixed initialization is probed again with fresh
@@ -215,7 +215,7 @@ def _point_fn(init_fn, run, sel, eps, inits_keys):
 
 
 def rates(log_gap, grad, L):
-    """(lambda_a, its se, lambda_g(L), its se) from per-init measurements."""
+    """(angle_rate, its se, lambda_g_input, its se) from per-init measurements."""
     la = np.asarray(log_gap, float) / L
     g = np.asarray(grad, float)
     n = la.size
@@ -226,9 +226,9 @@ def rates(log_gap, grad, L):
     return float(la.mean()), la_se, lg, lg_se
 
 
-def distance(lambda_a, lambda_g, L, max_factor=MAX_FACTOR, max_angle_rate=MAX_ANGLE_RATE) -> float:
-    """``max(|L lambda_g| / log F, |lambda_a| / r)`` (inf where not finite)."""
-    d = max(abs(lambda_g) * L / math.log(max_factor), abs(lambda_a) / max_angle_rate)
+def distance(angle_rate, lambda_g_input, L, max_factor=MAX_FACTOR, max_angle_rate=MAX_ANGLE_RATE) -> float:
+    """``max(|L lambda_g_input| / log F, |angle_rate| / r)`` (inf where not finite)."""
+    d = max(abs(lambda_g_input) * L / math.log(max_factor), abs(angle_rate) / max_angle_rate)
     return d if math.isfinite(d) else float("inf")
 
 
@@ -257,7 +257,7 @@ def search(
     progress=None,
 ) -> dict:
     """The grid search (module docstring): ``{"best": point, "points": [...], "inits": ...}``,
-    a point ``{"weights", "residual", "lambda_a", "lambda_g", "distance", ...}``.
+    a point ``{"weights", "residual", "angle_rate", "lambda_g_input", "distance", ...}``.
     ``progress(done, total)`` is called after every point."""
     keys = jax.random.split(jax.random.PRNGKey(int(seed) + 7919), int(inits))
     f = _point_fn(init_fn, run, sel, float(eps), keys)
@@ -270,10 +270,10 @@ def search(
         p = dict(
             weights=float(mw),
             residual=float(mr),
-            lambda_a=la,
-            lambda_a_se=la_se,
-            lambda_g=lg,
-            lambda_g_se=lg_se,
+            angle_rate=la,
+            angle_rate_se=la_se,
+            lambda_g_input=lg,
+            lambda_g_input_se=lg_se,
             distance=distance(la, lg, L, max_factor, max_angle_rate),
         )
         points.append(p)
@@ -347,13 +347,15 @@ def theory_beside(spec, m_w, m_res, L, n_tokens, start, eps, max_factor, max_ang
         measured_fix=fixed_numbers,
         recommend=dict(
             rec_point,
-            lambda_g=best["lambda_g"],
+            lambda_g_input=best["lambda_g_input"],
             angle_rate=best["angle_rate"],
             distance=best["distance"],
             found=rec["found"],
         ),
         log_ratio={k: float(math.log(fixed_numbers[k] / rec_point[k])) for k in rec_point if rec_point[k] > 0},
-        theory_at_measured_fix=dict(lambda_a=la, lambda_g=lg, distance=distance(la, lg, L, max_factor, max_angle_rate)),
+        theory_at_measured_fix=dict(
+            angle_rate=la, lambda_g_input=lg, distance=distance(la, lg, L, max_factor, max_angle_rate)
+        ),
     )
 
 
@@ -429,10 +431,10 @@ def fix(
         max_factor=max_factor,
         max_angle_rate=max_angle_rate,
     )
-    la, la_se = after.lambda_a
-    lg, lg_se = after.lambda_g
-    b_la, b_la_se = before.lambda_a
-    b_lg, b_lg_se = before.lambda_g
+    la, la_se = after.angle_rate
+    lg, lg_se = after.lambda_g_input
+    b_la, b_la_se = before.angle_rate
+    b_lg, b_lg_se = before.lambda_g_input
     d_after = distance(la, lg, L, max_factor, max_angle_rate)
     out = dict(
         multipliers=dict(weights=m_w, residual=m_res),
@@ -440,20 +442,20 @@ def fix(
         patterns=dict(weights=weights, residual=residual or RESIDUAL, skip=skip or SKIP),
         init_std=init_std(model.init_fn, key0, sel, m_w, m_res),
         before=dict(
-            lambda_a=b_la,
-            lambda_a_se=b_la_se,
-            lambda_g=b_lg,
-            lambda_g_se=b_lg_se,
+            angle_rate=b_la,
+            angle_rate_se=b_la_se,
+            lambda_g_input=b_lg,
+            lambda_g_input_se=b_lg_se,
             gradient_factor=_factor(b_lg, L),
             distance=distance(b_la, b_lg, L, max_factor, max_angle_rate),
             phase=list(before.phase),
             first_failing_block=before.first_failing_block,
         ),
         after=dict(
-            lambda_a=la,
-            lambda_a_se=la_se,
-            lambda_g=lg,
-            lambda_g_se=lg_se,
+            angle_rate=la,
+            angle_rate_se=la_se,
+            lambda_g_input=lg,
+            lambda_g_input_se=lg_se,
             gradient_factor=_factor(lg, L),
             gradient_factor_se=_factor(lg, L) * L * lg_se if math.isfinite(lg) else float("nan"),
             distance=d_after,

@@ -3,13 +3,13 @@
 
 Rates (finite-depth, from the measurements):
 
-* ``lambda_a = (1/L) log[(1 - rho_L) / (1 - rho_0)]`` of nearby tokens, i.e. the mean
+* ``angle_rate = (1/L) log[(1 - rho_L) / (1 - rho_0)]`` of nearby tokens, i.e. the mean
   over blocks of the per-block angle growth (per init, then mean and standard error);
-* ``lambda_g = (1/L) log E|J^T u|^2 / |x0|``, J the Jacobian of the whole stack (the mean
+* ``lambda_g_input = (1/L) log E|J^T u|^2 / |x0|``, J the Jacobian of the whole stack (the mean
   over inits inside the log; its standard error by the delta method).
 
-Phase: ordered (lambda_a < 0: nearby tokens merge, rank collapse) or chaotic (> 0), and
-vanishing (lambda_g < 0) or exploding (> 0) gradients; within 3 standard errors of 0 it is
+Phase: ordered (angle_rate < 0: nearby tokens merge, rank collapse) or chaotic (> 0), and
+vanishing (lambda_g_input < 0) or exploding (> 0) gradients; within 3 standard errors of 0 it is
 "edge" / "stable".
 """
 
@@ -20,6 +20,8 @@ import math
 
 import numpy as np
 import xarray as xr
+
+from .. import schema
 
 Z = 3.0
 RESOLUTION = 1e-5  # relative: float32 rounding and the norms' epsilon (1e-6)
@@ -90,22 +92,36 @@ class ProbeResult:
         return int(self.ds.sizes["init"])
 
     @property
-    def lambda_a(self) -> tuple:
+    def angle_rate(self) -> tuple:
+        """(value, se): the angle rate of nearby tokens, (1/L) log of their gap's growth."""
         g = self.ds["gap_init"].values
         per = np.log(g[:, -1] / g[:, 0]) / self.depth
         return float(per.mean()), float(_se(per))
 
     @property
-    def lambda_g(self) -> tuple:
+    def lambda_g_input(self) -> tuple:
+        """(value, se): lambda_g(L) from the inputs, (1/L) log of the gradient energy's growth."""
         if "grad_init" not in self.ds:
             return float("nan"), float("nan")
         g = self.ds["grad_init"].values[:, 0]
         return float(np.log(g.mean()) / self.depth), float(_se(g) / g.mean() / self.depth)
 
     @property
+    def lambda_a(self) -> tuple:
+        """Deprecated name of :attr:`angle_rate` (until 0.3.0)."""
+        schema.warn_deprecated("lambda_a", "angle_rate")
+        return self.angle_rate
+
+    @property
+    def lambda_g(self) -> tuple:
+        """Deprecated name of :attr:`lambda_g_input` (until 0.3.0)."""
+        schema.warn_deprecated("lambda_g", "lambda_g_input")
+        return self.lambda_g_input
+
+    @property
     def phase(self) -> tuple:
-        la, la_se = self.lambda_a
-        lg, lg_se = self.lambda_g
+        la, la_se = self.angle_rate
+        lg, lg_se = self.lambda_g_input
         return (
             classify(la, la_se, "ordered", "chaotic", "edge"),
             classify(lg, lg_se, "vanishing", "exploding", "stable"),
@@ -115,11 +131,14 @@ class ProbeResult:
         if self.theory is None:
             return {}
         t, L = self.theory, self.depth
-        return dict(lambda_a=float(np.log(t["gap"][-1] / t["gap"][0]) / L), lambda_g=float(t["log_grad"][0] / L))
+        rates = dict(
+            angle_rate=float(np.log(t["gap"][-1] / t["gap"][0]) / L), lambda_g_input=float(t["log_grad"][0] / L)
+        )
+        return schema.results(rates, schema.PROBE)
 
     def verdict(self) -> str:
-        la, la_se = self.lambda_a
-        lg, lg_se = self.lambda_g
+        la, la_se = self.angle_rate
+        lg, lg_se = self.lambda_g_input
         ang, grad = self.phase
         L = self.depth
         r0, rl = float(self.ds["rho_data"][0]), float(self.ds["rho_data"][-1])
@@ -132,7 +151,7 @@ class ProbeResult:
         out = [f"{self.name}: {words[ang]}, {grad} gradients, over {L} blocks and {self.inits} initializations."]
         out.append(
             f"The angle between nearby tokens changes by a factor {math.exp(la):.3f} per block "
-            f"(lambda_a = {la:+.4f} +- {la_se:.4f}); the mean token cosine of your inputs goes "
+            f"(angle rate = {la:+.4f} +- {la_se:.4f}); the mean token cosine of your inputs goes "
             f"from {r0:.3f} to {rl:.3f}" + (" (rank collapse)." if rl > 0.9 and rl > r0 else ".")
         )
         if np.isfinite(lg):
@@ -161,8 +180,8 @@ class ProbeResult:
         return " ".join(out)
 
     def to_dict(self) -> dict:
-        la, la_se = self.lambda_a
-        lg, lg_se = self.lambda_g
+        la, la_se = self.angle_rate
+        lg, lg_se = self.lambda_g_input
         per = {k: self.ds[k].values.tolist() for k in PER_BLOCK if k in self.ds}
         per.update({k + "_se": self.ds[k + "_se"].values.tolist() for k in PER_BLOCK if k in self.ds})
         diag = self.diagnosis()
@@ -175,10 +194,10 @@ class ProbeResult:
             inits=self.inits,
             start=list(self.start),
             eps=self.eps,
-            lambda_a=la,
-            lambda_a_se=la_se,
-            lambda_g=lg,
-            lambda_g_se=lg_se,
+            angle_rate=la,
+            angle_rate_se=la_se,
+            lambda_g_input=lg,
+            lambda_g_input_se=lg_se,
             phase=list(self.phase),
             verdict=self.verdict(),
             criteria=dict(
@@ -195,7 +214,7 @@ class ProbeResult:
             out["theory"].update(self.theory_rates())
         if self.fix is not None:
             out["fix"] = self.fix
-        return out
+        return schema.with_aliases(out, schema.PROBE)
 
     def agreement(self, resolution: float = RESOLUTION) -> dict:
         """z = (measured - theory) / se for every per-block curve and the two rates (theory
@@ -216,8 +235,8 @@ class ProbeResult:
             g, gse = self.ds["grad"].values[:-1], self.ds["grad_se"].values[:-1]
             z["log_grad"] = (np.log(g) - t["log_grad"][:-1]) / (gse / g)
         rates = self.theory_rates()
-        la, la_se = self.lambda_a
-        lg, lg_se = self.lambda_g
-        z["lambda_a"] = (la - rates["lambda_a"]) / la_se
-        z["lambda_g"] = (lg - rates["lambda_g"]) / lg_se
-        return z
+        la, la_se = self.angle_rate
+        lg, lg_se = self.lambda_g_input
+        z["angle_rate"] = (la - rates["angle_rate"]) / la_se
+        z["lambda_g_input"] = (lg - rates["lambda_g_input"]) / lg_se
+        return schema.results(z, schema.PROBE)
