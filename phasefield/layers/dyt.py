@@ -120,6 +120,23 @@ def _tanh_pair_jvp(primals, tangents):
     return out, (dk_s + s2 * out[1] * drho, dj_s + s2 * d2 * drho)
 
 
+def tanh_diag(s):
+    """``tanh_pair(s, 1)``: ``(E[tanh(h)^2], E[tanh'(h)^2])``, ``h ~ N(0, s^2)``, by 1-D rules
+    (the same split and spacing; the 2-D rule at rho = 1 spends N_LOCAL times the work on a
+    line). Broadcasts over ``s``; differentiable in ``s``."""
+    dt = jnp.result_type(float)
+    s = jnp.asarray(s, dt)
+
+    def one(s_):
+        x, w = quadrature.trapezoid_axis(s_, N_LOCAL, C_LOCAL, local=True)
+        h = s_ * x
+        rest = smoothed.tanh_rest(h)
+        k = smoothed.erf_pair(s_ * s_, 1.0) + 2.0 * _cross(s_, 1.0) + jnp.sum(w * rest * rest)
+        return k, jnp.sum(w * jnp.square(_dtanh(h)))
+
+    return jnp.vectorize(one)(s)
+
+
 def tanh_pair(s, rho):
     """``(E[tanh(h) tanh(h')], E[tanh'(h) tanh'(h')])``, ``(h, h') ~ N(0, s^2 [[1, rho],
     [rho, 1]])``: fixed-size rules at any (traced) scale ``s``; broadcasts over ``s`` and
@@ -171,7 +188,7 @@ class DyT(Layer):
     def _pairs(self, k):
         s = as_float(self.a) * jnp.sqrt(k.q)
         rho = k.rho
-        k1, j1 = tanh_pair(s, jnp.ones_like(rho))
+        k1, j1 = tanh_diag(jnp.broadcast_to(s, jnp.shape(rho)))
         kr, jr = tanh_pair(s, rho)
         return k1, j1, kr, jr
 
