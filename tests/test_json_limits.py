@@ -203,3 +203,14 @@ def test_read_jsonl_skips_a_torn_line_and_refuses_a_deep_one(tmp_path):
     path.write_text('{"a": 1}\n' + _deep() + "\n")
     with pytest.raises(ValueError, match="nested more than"):
         io.read_jsonl(str(path))
+
+
+def test_a_study_file_nested_too_deep_is_one_line(capsys, tmp_path):
+    """A results folder whose sweep.json is nested 100,000 deep (a study file): train-sweep
+    refuses it in one line, exit 2, before any training."""
+    out = tmp_path / "runs"
+    out.mkdir()
+    (out / "sweep.json").write_text(_deep())
+    args = ("--depth", "2", "--width", "16", "--epochs", "1", "--batch-size", "128", "--quiet")
+    code = main(["train-sweep", "--out", str(out), "--data-dir", str(tmp_path), *args])
+    _one_line(capsys, code, "not a sweep config")

@@ -28,6 +28,8 @@ import os
 
 import numpy as np
 
+from .. import io
+
 MAPS = ("paper", "exact")
 HP_NAMES = ("sigma_w", "sigma_a", "alpha_a", "alpha_m", "depth")
 
@@ -269,14 +271,12 @@ def read_cache(sweep_dir: str, cfg):
     study keeps them as input_geometry.json / features.csv. The geometry is measured when
     absent; features are (None, None) when absent (then computed by the caller)."""
     import csv
-    import json
 
     from . import data as vdata
 
     gpath = os.path.join(sweep_dir, "input_geometry.json")
     if os.path.exists(gpath):
-        with open(gpath) as f:
-            geometry = json.load(f)
+        geometry = io.read_json(gpath)
     else:
         geometry = input_geometry(cfg, vdata.load(cfg.dataset, cfg.image_size))
     fpath = os.path.join(sweep_dir, "features.csv")

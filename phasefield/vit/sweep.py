@@ -225,8 +225,7 @@ def load_checkpoint(path: str):
 
     path = os.path.abspath(path)
     params = ocp.StandardCheckpointer().restore(os.path.join(path, "params"))
-    with open(os.path.join(path, "runs.json")) as f:
-        return params, json.load(f)
+    return params, io.read_json(os.path.join(path, "runs.json"))
 
 
 def _config_doc(cfg: TrainConfig) -> dict:
@@ -241,9 +240,8 @@ def prepare_dir(out_dir: str, cfg: TrainConfig, num_classes: int | None = None, 
     path = os.path.join(out_dir, "sweep.json")
     if os.path.exists(path):
         try:
-            with open(path) as f:
-                old = json.load(f).get("config", {})
-        except (OSError, json.JSONDecodeError, UnicodeDecodeError, AttributeError):
+            old = io.read_json(path).get("config", {})
+        except (OSError, ValueError, AttributeError):  # unreadable, malformed, too large or too deep
             raise SweepError(f"{path} is not a sweep config written by phasefield; use a new --out directory") from None
         old = {k: v for k, v in old.items() if k != "depth"}
         new = _config_doc(cfg)
@@ -422,5 +420,4 @@ def read_sweep(out_dir: str) -> dict:
     path = os.path.join(out_dir, "sweep.json")
     if not os.path.exists(path):
         return {}
-    with open(path) as f:
-        return json.load(f)
+    return io.read_json(path)

@@ -9,9 +9,9 @@ conformal interval) on a block study with the block's own theory features
 from __future__ import annotations
 
 import datetime
-import json
 import os
 
+from ... import io
 from . import provenance as P
 from . import registry as R
 from .feature_cache import BLOCK_ATTENTION
@@ -178,8 +178,6 @@ def analyze_block(
     rep["rates_vs_raw"] = rates_vs_raw(rep)
     rep["date"] = model["date"]
     if not subset:
-        from ... import io
-
         with io.atomic_path(os.path.join(out, "analysis.json")) as tmp:
             with open(tmp, "w") as f:
                 f.write(io.dumps(rep, indent=1))
@@ -188,7 +186,6 @@ def analyze_block(
 
 def ship(model: dict, name: str, folds: int, repeats: int, available: bool = False) -> str:
     """Write a block's model document (with its provenance) into the package; returns its path."""
-    from ... import io
 
     path = R.model_path(model["block"])
     doc = P.with_provenance(model, P.block(model, name, folds, repeats, available=available))
@@ -210,8 +207,7 @@ def figures() -> None:
     for name in ("pre-ln", "post-ln"):
         path = os.path.join(R.STUDIES[name]["out"], "analysis.json")
         if os.path.exists(path) and name in vpredict.shipped_blocks():
-            with open(path) as f:
-                reports[name] = (json.load(f), vpredict.load_model(block=name))
+            reports[name] = (io.read_json(path), vpredict.load_model(block=name))
     if reports:
         figure_blocks.predicted_vs_measured(reports, os.path.join(R.IMAGES, "blocks_predicted.png"))
     if "post-ln" in reports:

@@ -4,9 +4,9 @@ and scored on a study's runs none of its candidates saw."""
 
 from __future__ import annotations
 
-import json
 import os
 
+from ... import io
 from . import pooled
 from . import provenance as P
 from . import registry as R
@@ -21,8 +21,7 @@ def _slim(res: dict) -> dict:
 def main_report() -> dict:
     """The main analysis's report (OUT/analysis.json of the main study): the shipped loss model's
     out-of-fold predictions."""
-    with open(os.path.join(R.DEFAULT_OUT, "analysis.json")) as f:
-        return json.load(f)
+    return io.read_json(os.path.join(R.DEFAULT_OUT, "analysis.json"))
 
 
 def cross_validate(folds: int = 5, repeats: int = 5, table=None, log=print) -> dict:
@@ -33,7 +32,6 @@ def cross_validate(folds: int = 5, repeats: int = 5, table=None, log=print) -> d
 
     import numpy as np
 
-    from ... import io
     from .. import analysis, failure
 
     tab, T, cfg = table or pooled.pooled_table()
@@ -80,12 +78,10 @@ def ship(rep: dict, tab: dict, folds: int, repeats: int) -> str:
     """Put the failure model (Platt scaling of the shipped loss model's out-of-fold predictions
     in the main analysis.json, with the grouped-CV scores of ``rep``) into the packaged model,
     and record it in the model's provenance; returns the model's path."""
-    from ... import io
     from .. import predict as vpredict
 
     path = R.model_path("paper")
-    with open(path) as f:
-        doc = json.load(f)
+    doc = io.read_json(path)
     main_rep = main_report()
     oof = dict(zip(main_rep["table"]["config"], main_rep["models"][main_rep["best_model"]]["oof"]))
     order = main_rep["table"]["config"]
@@ -124,7 +120,6 @@ def score_study(st: dict, name: str, fit: str | None = None, table=None, draw: b
 
     import numpy as np
 
-    from ... import io
     from .. import analysis, failure
     from .. import predict as vpredict
     from .. import sweep as vsweep

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import time
 
+from ... import io
 from . import registry as R
 
 BLOCK_ATTENTION = "exact"  # the accurate softmax map for a standard block's theory (passed explicitly)
@@ -89,8 +90,7 @@ def study_features(st: dict, until: float | None = None, log=print) -> None:
         with open(gpath + ".part", "w") as f:
             json.dump(geo, f, indent=1)
         os.replace(gpath + ".part", gpath)
-    with open(gpath) as f:
-        geo = json.load(f)
+    geo = io.read_json(gpath)
     log(f"input geometry: q0 = {geo['q0']:.4f} +- {geo['q0_se']:.4f}, rho0 = {geo['rho0']:.4f} +- {geo['rho0_se']:.4f}")
     fpath = feature_path(out)
     have = read_feature_rows(fpath)
@@ -140,7 +140,6 @@ def block_geometry(out: str, dataset: str = "digits") -> dict:
     """The input geometry of the digits ViT (the embedding is the blocks' common input: the main
     study's measurement, copied). Another data set (MNIST-1D): not measured — the blocks'
     features read no input-geometry map (:func:`block_maps` is empty), so NaN, and no file."""
-    import json
     import shutil
 
     if dataset != "digits":
@@ -148,8 +147,7 @@ def block_geometry(out: str, dataset: str = "digits") -> dict:
     gpath = os.path.join(out, "input_geometry.json")
     if not os.path.exists(gpath):
         shutil.copy(os.path.join(R.DEFAULT_OUT, "input_geometry.json"), gpath)
-    with open(gpath) as f:
-        return json.load(f)
+    return io.read_json(gpath)
 
 
 def block_study_features(st: dict, until: float | None = None, log=print) -> None:

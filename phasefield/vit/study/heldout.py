@@ -3,9 +3,9 @@ runs of both sets together, with bootstrap intervals over configurations."""
 
 from __future__ import annotations
 
-import json
 import os
 
+from ... import io
 from . import registry as R
 
 
@@ -26,7 +26,6 @@ def pool(name: str, resamples: int = 2000, seed: int = 0) -> dict:
     sets = R.HELDOUT[name]
     import numpy as np
 
-    from ... import io
     from .. import failure, models
 
     runs, model = [], None
@@ -35,10 +34,8 @@ def pool(name: str, resamples: int = 2000, seed: int = 0) -> dict:
         for fn, cmd in (("score.json", "score"), ("failure_score.json", "failure")):
             if not os.path.exists(os.path.join(out, fn)):
                 raise R.StudyError(f"{out} has no {fn} yet ('{cmd} --study {sname}' first)")
-        with open(os.path.join(out, "score.json")) as f:
-            sc = json.load(f)
-        with open(os.path.join(out, "failure_score.json")) as f:
-            fs = json.load(f)
+        sc = io.read_json(os.path.join(out, "score.json"))
+        fs = io.read_json(os.path.join(out, "failure_score.json"))
         model = model or sc["model"]
         pf = {r["run"]: r for r in fs["runs"]}
         for r in sc["runs"]:
