@@ -30,15 +30,16 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # for readers and documentation tools; at run time __getattr__ loads them
     from ._runtime import use_all_cpu_cores
     from .config import HParams
+    from .layers.point import exponents
 
-__all__ = ["HParams", "theory", "layers", "sweep", "simulate", "probe", "use_all_cpu_cores"]
+__all__ = ["HParams", "exponents", "theory", "layers", "sweep", "simulate", "probe", "use_all_cpu_cores"]
 # the release: the one place it is written (setup.cfg, ``phasefield --version`` and the
 # CHANGELOG's latest section follow it; tests/test_cli_start.py checks they agree)
 __version__ = "0.2.0"
 
 _LAZY = ("theory", "layers", "sweep", "simulate", "probe", "figures", "vit", "seeds")
 # names loaded on first use, like the subpackages: importing phasefield imports no JAX
-_NAMES = {"HParams": "config", "use_all_cpu_cores": "_runtime"}
+_NAMES = {"HParams": "config", "use_all_cpu_cores": "_runtime", "exponents": "layers.point"}
 
 
 def __getattr__(name):  # lazy subpackages: ``phasefield.sweep(...)`` works without an import

@@ -66,3 +66,22 @@ def test_alias_variables_and_canonical_round_trip():
         "lambda_g_collapse": 2.0,
         "lambda_g": 2.0,
     }
+
+
+def test_phasefield_exponents_is_one_function_for_every_block():
+    import phasefield
+
+    assert callable(phasefield.exponents) and phasefield.exponents.__module__ == "phasefield.layers.point"
+    got = phasefield.exponents("post-ln:attention=paper", sigma=0.8, alpha=0.4, n_tokens=8, depth=4)
+    want = layers.rates(spec.build("post-ln", dict(sigma=0.8, alpha=0.4, attention="paper")), n_tokens=8, depth=4)
+    for k in ("angle_rate", "lambda_g_input", "lambda_g_collapse", "lambda_a", "q_L", "rho_L"):
+        assert float(got[k]) == float(want[k]), k
+    paper_pt = phasefield.exponents("paper", sigma_w=1.5, n_tokens=8, depth=4)
+    assert np.isclose(
+        float(paper_pt["lambda_a"]),
+        float(paper.exponents(HParams(sigma_w=1.5, n_tokens=8, depth=4))["lambda_a"]),
+        rtol=0,
+        atol=1e-12,
+    )
+    with pytest.raises(ValueError, match="no 'bogus'"):
+        phasefield.exponents("pre-ln", bogus=1.0)
