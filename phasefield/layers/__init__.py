@@ -56,8 +56,19 @@ def prepare(block, n_tokens=32, scales=None):
 
 @functools.cache
 def compiled(name):
+    """The jit-compiled function ``name`` of :mod:`.depth` (``depth`` static): one per name for
+    the process, compiled once per block structure and depth."""
     fn = getattr(depth, name)
     return jax.jit(fn, static_argnames=("depth",) if name != "norm_fixed_point" else ())
+
+
+def _named(out: dict, aliases) -> dict:
+    """``out`` with the deprecated names of ``aliases`` readable (:func:`phasefield.schema.results`),
+    or as it is under a trace (a result returned from a caller's ``jit``/``vmap`` must stay a
+    plain dict, a pytree)."""
+    if any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves(out)):
+        return out
+    return schema.results(out, aliases)
 
 
 def _kernel(q0, rho0):
@@ -70,7 +81,7 @@ def _kernel(q0, rho0):
 def exponents(block, n_tokens=32, depth=16) -> dict:
     """:func:`.depth.exponents` of ``block`` (float64)."""
     block, ctx = prepare(block, n_tokens)
-    return schema.results(compiled("exponents")(block, ctx, depth=int(depth)), schema.COLLAPSE)
+    return _named(compiled("exponents")(block, ctx, depth=int(depth)), schema.COLLAPSE)
 
 
 @float64
@@ -98,7 +109,7 @@ def gradient_exponent(block, q0=1.0, rho0=1.0, n_tokens=32, depth=16):
 def finite_depth(block, q0=1.0, rho0=0.5, n_tokens=32, depth=16) -> dict:
     """:func:`.depth.finite_depth` from (q0, rho0 q0)."""
     block, ctx = prepare(block, n_tokens)
-    return schema.results(compiled("finite_depth")(block, ctx, _kernel(q0, rho0), depth=int(depth)), schema.INPUT)
+    return _named(compiled("finite_depth")(block, ctx, _kernel(q0, rho0), depth=int(depth)), schema.INPUT)
 
 
 @float64
