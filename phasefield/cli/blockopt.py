@@ -97,11 +97,11 @@ def resolve(
     command checks them with its flags' messages), ``axes`` name ->
     values (numbers of the block, or one of ``extra_axes`` such as ``depth``); ``grid``: the
     command takes ``--axis`` (its messages say so)."""
-    from ..layers import spec
+    from ..layers import registry, spec
 
     name, kw = check(spec.parse, spec_text)
     flags = dict(flags or {})
-    if flags and name != "paper":
+    if flags and registry.lookup(name).numbers_class is None:  # the flags set a numbers_class's fields
         f = next(iter(flags))
         numbers = ", ".join(spec.NUMBERS[name])
         raise UsageError(

@@ -111,22 +111,21 @@ def _model(model, preset, kw):
     if (model is None) == (preset is None):
         raise UsageError("give --model module:factory or --preset NAME (one of them)")
     if preset is not None:
-        from ..layers.presets import NAMES
+        from ..layers import registry
 
-        if preset not in NAMES:
-            raise UsageError(f"--preset: unknown block {preset!r}; choose one of {', '.join(NAMES)}")
+        if preset not in registry.names():
+            raise UsageError(f"--preset: unknown block {preset!r}; choose one of {', '.join(registry.names())}")
         from ..probe import models
 
         fn = models.preset
-        if preset == "paper":
-            from ..config import HParams
-
+        p = registry.lookup(preset)
+        if p.numbers_class is not None:  # its numbers are one object (the paper's HParams)
             hp_keys = [
                 k for k in list(kw) if k not in ("depth", "width", "n_tokens", "batch", "weights", "q0", "rho0", "seed")
             ]
             try:
                 # the network has the softmax-derivative path: so has the theory, unless told
-                kw["hp"] = HParams(**{"softmax_correction": True, **{k: kw.pop(k) for k in hp_keys}})
+                kw["hp"] = p.numbers_class(**{**p.network_defaults, **{k: kw.pop(k) for k in hp_keys}})
             except TypeError as exc:
                 raise UsageError(f"--set: {exc}") from None
         kw = dict(kw, name=preset)

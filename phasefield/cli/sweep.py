@@ -99,7 +99,9 @@ def sweep_command(spec_text, axes, n_tokens, depth, q0, rho0, chunk, out, progre
             if k in parsed:
                 raise UsageError(f"{k} is both an --axis and {_flag(k)}")
             parsed[k] = parse_range(text, k)
-    if name == "paper":
+    from ..layers import registry
+
+    if registry.lookup(name).fast_engine:  # the closed-form evaluator (phasefield.sweep)
         return _paper(kw, parsed, chunk, out, progress, q0, rho0, figure, sim, **paper)
     given = [_flag(k) for k, v in paper.items() if v is not None]
     if given:

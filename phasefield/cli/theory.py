@@ -227,11 +227,13 @@ def _paper_kw(fixed, kw):
 
 
 def _block_point(block_spec, kw):
-    """(name, fixed) of a point command's block; the paper flags fold into the paper block."""
+    """(name, fixed, preset) of a point command's block; the paper flags fold into the paper
+    block."""
+    from ..layers import registry
     from .blockopt import paper_flags, resolve
 
     name, fixed, _ = resolve(block_spec, (), paper_flags(kw))
-    return name, fixed
+    return name, fixed, registry.lookup(name)
 
 
 def _std_size(n_tokens, depth):
@@ -242,8 +244,8 @@ def _std_size(n_tokens, depth):
 
 def run_exponents(block_spec, q0, rho0, as_json, kw):
     """``phasefield exponents`` and its alias ``phasefield block exponents`` (one code path)."""
-    name, fixed = _block_point(block_spec, kw)
-    if name != "paper":
+    name, fixed, preset = _block_point(block_spec, kw)
+    if not preset.fast_engine:
         n, L = _std_size(kw["n_tokens"], kw["depth"])
         q0, rho0 = _geometry(n, q0, rho0)
         res = block_exponents_result(name, fixed, n, L, q0, rho0)
@@ -257,7 +259,7 @@ def run_exponents(block_spec, q0, rho0, as_json, kw):
     res = exponents_result(hp, kw)
     if q0 is not None or rho0 is not None:  # the paper block's finite-depth rates from (q0, rho0)
         q0, rho0 = _geometry(int(hp.n_tokens), q0, rho0)
-        fd = block_exponents_result("paper", _hp_fixed(hp), int(hp.n_tokens), int(hp.depth), q0, rho0)
+        fd = block_exponents_result(name, _hp_fixed(hp), int(hp.n_tokens), int(hp.depth), q0, rho0)
         res.update({k: fd[k] for k in ("q0", "rho0", "lambda_g_input", "angle_rate", "rho_L", "q_L")})
     if as_json:
         echo_json({k: _json_number(v) for k, v in schema.with_aliases(res, schema.PAPER).items()})
@@ -345,8 +347,8 @@ def register(cli):
     def trajectory(block_spec, q0, rho0, p0, as_json, **kw):
         """q and p per layer of the mean-field map of a block (default: the paper's) from input
         (q0, p0 = rho0 q0)."""
-        name, fixed = _block_point(block_spec, kw)
-        if name == "paper":
+        name, fixed, preset = _block_point(block_spec, kw)
+        if preset.fast_engine:
             hp = _hp(**_paper_kw(fixed, kw))
             n, L = int(hp.n_tokens), int(hp.depth)
         else:
@@ -363,10 +365,8 @@ def register(cli):
             raise UsageError(f"input cosine must lie in [-1/(n-1), 1] (got {p0 / q0:g})")
         import numpy as np
 
-        if name == "paper":
-            from ..layers import paper
-
-            q, p = (np.asarray(v, float) for v in paper.trajectory(hp, q0, p0, L))
+        if preset.fast_engine:
+            q, p = (np.asarray(v, float) for v in preset.load_engine().trajectory(hp, q0, p0, L))
         else:
             from .. import layers
             from ..layers import spec
@@ -376,7 +376,7 @@ def register(cli):
                 for v in layers.trajectory(spec.build(name, fixed), q0=q0, rho0=p0 / q0, n_tokens=n, depth=L)
             )
         res = dict(layer=list(range(len(q))), q=q.tolist(), p=p.tolist(), rho=(p / q).tolist())
-        if name != "paper":
+        if not preset.fast_engine:
             res = dict(block=name, **fixed, **res)
         if as_json:
             echo_json(res)

@@ -96,13 +96,13 @@ def _block_axes(block_spec, axis_texts, flags) -> tuple:
     """(block spec without numbers, run axis texts (sigma_w, alpha, alpha_a, alpha_m, sigma_a)):
     the block's numbers, from ``--axis`` or fixed in ``--block``, as the runs' columns
     (:data:`phasefield.vit.train.RUN_NUMBERS`); the paper flags are the paper block's only."""
-    from ..layers import spec
+    from ..layers import registry, spec
     from ..vit.train import RUN_NUMBERS
     from .blockopt import flag, paper_flags, resolve
 
     name = spec_name(block_spec)
     given = paper_flags(flags)
-    if name == "paper":
+    if registry.lookup(name).numbers_class is not None:  # the runs' numbers are the block's own
         name, fixed, axes = resolve(block_spec, axis_texts, {}, extra_axes=("alpha",))
         for k in list(fixed) + list(axes):
             clash = [
@@ -545,7 +545,7 @@ def register(cli):
                 + ("not measured" if r2 is None else f"{r2:.2f}")
                 + f"; fitted for {_fitted_for(doc)})"
             )
-            if res["block"] != "paper":
+            if not vpredict.closed_form(res["block"]):
                 click.echo(
                     f"block {res['block']} at {', '.join(f'{k}={v:g}' for k, v in fixed.items() if k in numbers)}"
                     " (lambda_a is its finite-depth angle rate where it has no fixed point)"
@@ -633,6 +633,7 @@ def _spec_numbers(name):
 def _run_numbers(name, fixed) -> tuple:
     """(sigma_w, sigma_a, alpha_a, alpha_m) of a run from the block's numbers (the paper block's
     own; the standard blocks' sigma, alpha_attn, alpha_mlp through :data:`RUN_NUMBERS`)."""
+    from ..layers import registry
     from ..vit.train import RUN_NUMBERS
 
     if name == "deepscalelm":
@@ -640,7 +641,7 @@ def _run_numbers(name, fixed) -> tuple:
             "predict --block deepscalelm: its runs' sigma_w and alpha are not block numbers; "
             "predict it with the library (phasefield.vit.predict.predict)"
         )
-    if name == "paper":
+    if registry.lookup(name).numbers_class is not None:  # the runs' numbers are the block's own
         w, a, aa, am = (fixed.get(k) for k in ("sigma_w", "sigma_a", "alpha_a", "alpha_m"))
         flags = ("--sigma-w", "--alpha (or --alpha-a)")
     else:
@@ -869,7 +870,9 @@ def register_recommend(cli):
             sigma_w=sigma_w, sigma_a=sigma_a, alpha=alpha, alpha_a=alpha_a, alpha_m=alpha_m, activation=activation
         )
         name, spec_fixed, axes = resolve(block_spec, axis_texts, paper_flags(kw), grid=True)
-        if name != "paper":
+        from ..layers import registry
+
+        if not registry.lookup(name).fast_engine:  # the closed-form engine's critical set, else a box
             return _recommend_block(
                 name, spec_fixed, axes, n_tokens, depth, max_gradient_factor, max_angle_rate, as_json
             )
@@ -924,7 +927,7 @@ def register_recommend(cli):
                 doc = vpredict.load_model(fit_path)
             except vpredict.FitError as exc:
                 raise UsageError(str(exc)) from None
-            if vpredict.block_of(doc) != "paper":
+            if not vpredict.closed_form(vpredict.block_of(doc)):
                 raise UsageError(
                     f"recommend searches the paper block's critical set; {fit_path} was fitted "
                     f"on {vpredict.block_of(doc)!r} runs (use 'phasefield block sweep' for its phase diagram)"

@@ -34,6 +34,10 @@ backward map; on by default for the standard blocks, where it is measured to mat
 docs/blocks.md); ``qk_norm`` (RMS-normalized queries and keys per head, gain 1:
 :mod:`.qknorm`). Every number is a leaf: ``jax.vmap`` over ``sigma``, ``alpha`` etc. after
 ``block.replace`` or by building the block inside the vmapped function.
+
+Each preset is registered as a :class:`.registry.Preset`: its numbers and their ranges, its
+options, its validation and its capabilities (the ``paper`` preset's numbers are one
+:class:`phasefield.HParams`, and it has the closed-form engine :mod:`phasefield.layers.paper`).
 """
 
 from __future__ import annotations
@@ -42,16 +46,18 @@ import math
 from typing import Any
 
 from ..config import HParams
+from ..grid import SIGMA_MAX
+from . import registry
 from .attention import Attention
 from .base import Serial
-from .dyt import AnyNormMLP, DyT
+from .dyt import ANY_NORM_ACTIVATIONS, AnyNormMLP, DyT
 from .glu import GLU
 from .mlp import MLP
 from .norm import Norm
 from .qknorm import QKNormAttention
+from .registry import Preset
 from .residual import Residual
 
-NAMES = ("paper", "pre-ln", "post-ln", "rms-swiglu", "deepscalelm", "dyt")
 GPT2_SIGMA = 0.02 * math.sqrt(768)
 
 
@@ -248,15 +254,79 @@ def dyt(
     )
 
 
-_BUILDERS = {"pre-ln": pre_ln, "post-ln": post_ln, "rms-swiglu": rms_swiglu, "deepscalelm": deepscalelm, "dyt": dyt}
+# number -> (low, high, low open): the sweepable leaves of the standard presets
+_STD = dict(
+    sigma=(0.0, SIGMA_MAX, True),
+    alpha=(0.0, 100.0, False),
+    alpha_attn=(0.0, 100.0, False),
+    alpha_mlp=(0.0, 100.0, False),
+)
+_STD_OPTIONS = dict(heads=int, activation=str, mult=float, attention=str, softmax_correction=bool, qk_norm=bool)
+# a ViT run's numbers -> the standard presets' numbers they set
+_STD_RUN = dict(sigma_w="sigma", alpha_a="alpha_attn", alpha_m="alpha_mlp")
+
+
+def _check_dyt(kw: dict) -> None:
+    if "activation" in kw and kw["activation"] not in ANY_NORM_ACTIVATIONS:
+        raise ValueError(
+            f"block dyt: activation {kw['activation']!r} has no MLP map at every input "
+            f"norm; choose one of {', '.join(ANY_NORM_ACTIVATIONS)}"
+        )
+    if not kw.get("qk_norm", False) and (
+        kw.get("attention", "paper") != "paper" or kw.get("softmax_correction", False)
+    ):
+        raise ValueError(
+            "block dyt: its attention reads tokens of norm q != 1, where only "
+            "attention=paper without softmax_correction holds (or set qk_norm=true)"
+        )
+
+
+def _check_deepscalelm(kw: dict) -> None:
+    beta2 = kw.get("k", 2.0) / (2 * kw.get("depth", 16))
+    if not 0 < beta2 <= 1:
+        raise ValueError(f"block deepscalelm: beta^2 = k / (2 depth) = {beta2:g} must lie in (0, 1]")
+
+
+for _preset in (
+    Preset(
+        "paper",
+        paper,
+        numbers=dict(
+            sigma_w=(0.0, SIGMA_MAX, True),
+            sigma_a=(0.0, SIGMA_MAX, True),
+            sigma_v=(0.0, SIGMA_MAX, True),
+            alpha_a=(0.0, 1.0, False),
+            alpha_m=(0.0, 1.0, False),
+        ),
+        options=dict(activation=str, mlp_layers=int, residual=str, attention=str, softmax_correction=bool),
+        numbers_class=HParams,
+        engine="phasefield.layers.paper",
+        default_heads=1,
+        run_numbers=dict(sigma_w="sigma_w", sigma_a="sigma_a", alpha_a="alpha_a", alpha_m="alpha_m"),
+        network_defaults=dict(softmax_correction=True),  # the network has the softmax path
+    ),
+    Preset("pre-ln", pre_ln, _STD, _STD_OPTIONS, run_numbers=_STD_RUN),
+    Preset("post-ln", post_ln, _STD, _STD_OPTIONS, run_numbers=_STD_RUN),
+    Preset("rms-swiglu", rms_swiglu, _STD, _STD_OPTIONS, run_numbers=_STD_RUN),
+    Preset(
+        "deepscalelm",
+        deepscalelm,
+        dict(k=(0.0, 1e6, True), sigma_a=(0.0, SIGMA_MAX, True)),
+        dict(depth=int, heads=int, mult=float, attention=str, softmax_correction=bool),
+        run_numbers=dict(sigma_a="sigma_a"),
+        check=_check_deepscalelm,
+    ),
+    Preset("dyt", dyt, dict(_STD, a=(0.0, 100.0, True)), _STD_OPTIONS, run_numbers=_STD_RUN, check=_check_dyt),
+):
+    registry.register(_preset)
+NAMES = registry.names()
 
 
 def get(name: str, hp: HParams | None = None, **kw) -> Serial:
-    """The preset ``name`` (``paper`` from ``hp``; the others from keyword numbers)."""
-    if name == "paper":
-        return paper(hp if hp is not None else HParams())
-    try:
-        builder = _BUILDERS[name]
-    except KeyError:
-        raise ValueError(f"unknown block {name!r}; choose one of {', '.join(NAMES)}") from None
-    return builder(**kw)
+    """The preset ``name`` built from its numbers: for a preset whose numbers are one object
+    (``paper``: an :class:`phasefield.HParams`) ``hp``, else one made from ``kw``; for the
+    others the keyword numbers ``kw``."""
+    preset = registry.lookup(name)
+    if preset.numbers_class is not None:
+        return preset.builder(hp if hp is not None else preset.numbers_class(**kw))
+    return preset.builder(**kw)

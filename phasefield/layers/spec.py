@@ -5,7 +5,8 @@ or the path of a JSON file ``{"block": NAME, "key": value, ...}``, checked befor
     spec.build("pre-ln", {"sigma": 0.55})                  -> the preset's Serial
 
 The numbers a preset takes (:data:`NUMBERS`, each with its range) are the ones a block sweep
-can range over by name; :data:`OPTIONS` are the static choices (heads, activation, maps).
+can range over by name; :data:`OPTIONS` are the static choices (heads, activation, maps); both
+are read from the preset's :class:`.registry.Preset`, which also validates them.
 ``paper`` takes the :class:`phasefield.HParams` fields (``sigma_w``, ``sigma_a``, ``sigma_v``,
 ``alpha_a``, ``alpha_m``, ...); the standard presets ``sigma``, ``alpha`` (both branches) and
 ``alpha_attn``, ``alpha_mlp`` (one branch each, overriding ``alpha``); ``dyt`` those and ``a``
@@ -17,41 +18,13 @@ from __future__ import annotations
 import os
 
 from .. import io
-from ..config import ACTIVATIONS, HParams
-from ..grid import SIGMA_MAX
-from . import presets
-from .dyt import ANY_NORM_ACTIVATIONS
+from ..config import ACTIVATIONS
+from . import presets, registry  # noqa: F401  (presets registers the built-in presets)
 
-# number -> (low, high, low open); the sweepable leaves of the standard presets
-_STD = dict(
-    sigma=(0.0, SIGMA_MAX, True),
-    alpha=(0.0, 100.0, False),
-    alpha_attn=(0.0, 100.0, False),
-    alpha_mlp=(0.0, 100.0, False),
-)
-NUMBERS = {
-    "pre-ln": _STD,
-    "post-ln": _STD,
-    "rms-swiglu": _STD,
-    "deepscalelm": dict(k=(0.0, 1e6, True), sigma_a=(0.0, SIGMA_MAX, True)),
-    "dyt": dict(_STD, a=(0.0, 100.0, True)),
-    "paper": dict(
-        sigma_w=(0.0, SIGMA_MAX, True),
-        sigma_a=(0.0, SIGMA_MAX, True),
-        sigma_v=(0.0, SIGMA_MAX, True),
-        alpha_a=(0.0, 1.0, False),
-        alpha_m=(0.0, 1.0, False),
-    ),
-}
-_STD_OPTIONS = dict(heads=int, activation=str, mult=float, attention=str, softmax_correction=bool, qk_norm=bool)
-OPTIONS = {
-    "pre-ln": _STD_OPTIONS,
-    "post-ln": _STD_OPTIONS,
-    "rms-swiglu": dict(_STD_OPTIONS, activation=str),
-    "deepscalelm": dict(depth=int, heads=int, mult=float, attention=str, softmax_correction=bool),
-    "dyt": _STD_OPTIONS,
-    "paper": dict(activation=str, mlp_layers=int, residual=str, attention=str, softmax_correction=bool),
-}
+# name -> the preset's numbers (number -> (low, high, low open)) and options (option -> type):
+# live views of the registry
+NUMBERS = registry.field("numbers")
+OPTIONS = registry.field("options")
 HEADS_MAX = 4096
 MULT_MAX = 64.0
 
@@ -78,9 +51,8 @@ def _value(name, key, text, kind):
 
 def check(name: str, kw: dict) -> dict:
     """``kw`` with its values converted and range-checked (ValueError: one line)."""
-    if name not in presets.NAMES:
-        raise ValueError(f"unknown block {name!r}; choose one of {', '.join(presets.NAMES)}")
-    nums, opts = NUMBERS[name], OPTIONS[name]
+    preset = registry.lookup(name)
+    nums, opts = preset.numbers, preset.options
     out = {}
     for key, text in kw.items():
         if key in nums:
@@ -106,28 +78,7 @@ def check(name: str, kw: dict) -> dict:
         )
     if out.get("attention", "paper") not in ("paper", "exact"):
         raise ValueError(f"block {name}: attention must be paper or exact (got {out['attention']!r})")
-    if name == "dyt":
-        if "activation" in out and out["activation"] not in ANY_NORM_ACTIVATIONS:
-            raise ValueError(
-                f"block dyt: activation {out['activation']!r} has no MLP map at every input "
-                f"norm; choose one of {', '.join(ANY_NORM_ACTIVATIONS)}"
-            )
-        if not out.get("qk_norm", False) and (
-            out.get("attention", "paper") != "paper" or out.get("softmax_correction", False)
-        ):
-            raise ValueError(
-                "block dyt: its attention reads tokens of norm q != 1, where only "
-                "attention=paper without softmax_correction holds (or set qk_norm=true)"
-            )
-    if name == "deepscalelm":
-        beta2 = out.get("k", 2.0) / (2 * out.get("depth", 16))
-        if not 0 < beta2 <= 1:
-            raise ValueError(f"block deepscalelm: beta^2 = k / (2 depth) = {beta2:g} must lie in (0, 1]")
-    if name == "paper":
-        try:
-            HParams(**out).validate()
-        except (TypeError, ValueError) as exc:
-            raise ValueError(f"block paper: {exc}") from None
+    preset.validate(out)
     return out
 
 
@@ -155,7 +106,5 @@ def parse(text: str) -> tuple[str, dict]:
 
 
 def build(name: str, kw: dict):
-    """The block (a :class:`.base.Serial`)."""
-    if name == "paper":
-        return presets.paper(HParams(**kw))
-    return presets.get(name, **kw)
+    """The block (a :class:`.base.Serial`) of the preset ``name`` from its keywords."""
+    return registry.lookup(name).build(kw)

@@ -20,6 +20,7 @@ from flax import linen as nn
 from .. import layers
 from ..block import LAZY_RNG, check_weights
 from ..config import HParams
+from ..layers import registry
 from .geometry import symmetric_tokens
 from .model import Model
 
@@ -92,15 +93,16 @@ def preset(
     hp: HParams | None = None,
     **numbers,
 ) -> Model:
-    """:func:`stack` of the preset ``name`` (``paper`` from ``hp``, the others from keyword
-    numbers such as ``sigma``, ``alpha``, ``heads``; ``deepscalelm`` scales its residuals
-    for this ``depth``)."""
+    """:func:`stack` of the preset ``name`` (``paper``, whose numbers are one object, from
+    ``hp``, by default its preset's ``network_defaults``; the others from keyword numbers such
+    as ``sigma``, ``alpha``, ``heads``; ``deepscalelm`` scales its residuals for this ``depth``)."""
     if name == "deepscalelm":
         numbers.setdefault("depth", depth)
-    if name == "paper" and hp is None:
-        hp = HParams(softmax_correction=True)  # the network has the softmax path: so has the theory
+    p = registry.lookup(name)
+    if p.numbers_class is not None and hp is None:
+        hp = p.numbers_class(**p.network_defaults)  # the theory of the network (its softmax path)
     block = layers.presets.get(name, hp, **numbers)
     label = name + "".join(f" {k}={v}" for k, v in numbers.items())
     m = stack(block, depth, width, n_tokens, batch, weights, q0, rho0, seed, name=label)
-    m.spec = (name, dict(numbers) if name != "paper" else dataclasses.asdict(hp))
+    m.spec = (name, dataclasses.asdict(hp) if p.numbers_class is not None else dict(numbers))
     return m

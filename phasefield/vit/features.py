@@ -111,14 +111,14 @@ def _compiled(L: int, maps: tuple, batch_size: int):
 def features(cfg, configs: list[dict], q0: float, rho0: float, maps=MAPS, batch_size: int = 4) -> dict:
     """Features of many configurations ({name: array over configurations}, float64): one
     compiled program per depth, points mapped ``batch_size`` at a time (bounded memory).
-    A sweep of another block than the paper's (``cfg.block``) gets that block's features
-    (:func:`block_features`)."""
+    A sweep of a block without the closed-form engine of the paper's (``cfg.block``, its
+    preset's ``fast_engine``) gets that block's features (:func:`block_features`)."""
     import jax
 
     n = len(configs)
     if n == 0:
         return {}
-    if cfg.block_spec()[0] != "paper":
+    if not cfg.preset().fast_engine:
         return block_features(cfg, configs, q0, rho0, maps)
     with jax.enable_x64(True):
         return _features(cfg, configs, q0, rho0, maps, batch_size)

@@ -277,9 +277,18 @@ def block_of(doc: dict) -> str:
 
 
 def _spec(text: str) -> tuple[str, dict]:
-    from ..layers import spec
+    from ..layers import registry, spec
 
-    return ("paper", {}) if text == "paper" else spec.parse(text)
+    return (text, {}) if text in registry.names() else spec.parse(text)
+
+
+def closed_form(block: str) -> bool:
+    """Whether the block spelled ``block`` (a model's :func:`block_of`) is a preset's bare
+    name whose preset has its own closed-form engine
+    (:attr:`phasefield.layers.registry.Preset.fast_engine`)."""
+    from ..layers import registry
+
+    return block in registry.names() and registry.lookup(block).fast_engine
 
 
 def shipped_blocks() -> list[str]:
@@ -388,10 +397,11 @@ def model_features(doc: dict, configs: list[dict], cfg=None, reference: bool = F
     """The columns a model needs at ``configs`` ({name: array}), plus lambda_a and lambda_g:
     raw hyperparameters as given, the effective depths (L alpha^2 per branch and their sum),
     collapsed exponents (and L * lambda) from :func:`collapsed_exponents` (for a model fitted on
-    another block's runs, that block's, with the model's ``attention``: by the uniform-attention
-    route of :func:`phasefield.vit.block_rates.rates`, or, where it does not serve or with
-    ``reference``, by :func:`phasefield.vit.features.block_theory`, which integrates the exact
-    map at every layer; the same numbers to ~1e-14), and only when the model asks for them the
+    the runs of a block without a closed-form engine, that block's, with the model's
+    ``attention``: by the uniform-attention route of :func:`phasefield.vit.block_rates.rates`,
+    or, where it does not serve or with ``reference``, by
+    :func:`phasefield.vit.features.block_theory`, which integrates the exact map at every
+    layer; the same numbers to ~1e-14), and only when the model asks for them the
     input-geometry features of :func:`phasefield.vit.features.features` (a trajectory of L
     blocks per point)."""
     from .train import TrainConfig
@@ -400,7 +410,7 @@ def model_features(doc: dict, configs: list[dict], cfg=None, reference: bool = F
     col = lambda k: np.array([float(c[k]) for c in configs])
     out = {k: col(k) for k in RAW_RANGES}
     L = out["depth"]
-    if cfg.block_spec()[0] == "paper":
+    if cfg.preset().fast_engine:
         la, lg = collapsed_exponents(cfg, out["sigma_w"], out["sigma_a"], out["alpha_a"], out["alpha_m"], L)
     else:  # a model fitted on runs of another block: that block's theory point (one program per depth)
         from .block_rates import rates

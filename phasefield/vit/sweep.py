@@ -65,24 +65,25 @@ class SweepError(ValueError):
 
 def theory_exponents(cfg: TrainConfig, runs: list[dict]):
     """lambda_a, lambda_g (finite depth: each run's depth), lambda_g_inf at the collapsed /
-    stable fixed points, from :mod:`phasefield.layers.paper` vmapped in float64."""
+    stable fixed points, from the block's closed-form engine (the paper block's
+    :mod:`phasefield.layers.paper`) vmapped in float64; a block without one: :func:`block_theory`."""
     import jax
     import jax.numpy as jnp
-
-    from ..layers import paper
 
     n = len(runs)
     if n == 0:
         return {k: np.zeros(0) for k in ("lambda_a", "lambda_g", "lambda_g_inf")}
-    if cfg.block_spec()[0] != "paper":
+    preset = cfg.preset()
+    if not preset.fast_engine:
         th = block_theory(cfg, runs)
         return {k: th[k] for k in ("lambda_a", "lambda_g", "lambda_g_inf")}
+    engine = preset.load_engine()
     col = lambda k: np.array([r.get(k, cfg.depth) if k == "depth" else r[k] for r in runs], float)
     with jax.enable_x64(True):
         hp = cfg.hparams(
             col("sigma_w"), col("sigma_a"), col("alpha_a"), col("alpha_m"), depth=col("depth"), dtype=jnp.float64
         )
-        ex = jax.device_get(jax.jit(jax.vmap(paper.exponents))(hp))
+        ex = jax.device_get(jax.jit(jax.vmap(engine.exponents))(hp))
     # the runs' columns keep the predictor's feature names: its lambda_g is lambda_g_collapse
     cols = dict(lambda_a="lambda_a", lambda_g="lambda_g_collapse", lambda_g_inf="lambda_g_inf")
     return {k: np.asarray(ex[v], float).reshape(n) for k, v in cols.items()}

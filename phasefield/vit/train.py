@@ -27,6 +27,7 @@ from flax import struct
 
 from .._runtime import options_known
 from ..config import HParams
+from ..layers import registry
 from .model import ViT, n_tokens, preprocess
 
 
@@ -39,15 +40,8 @@ OPTIMIZERS = {"adam": optax.adam, "sgd_momentum": sgd_momentum}
 
 # A run's numbers (train-sweep's --sigma-w, --sigma-a, --alpha-a, --alpha-m; --alpha sets both
 # branch scales) and the number of each block they set: a block takes these and no others
-_STD_RUN = dict(sigma_w="sigma", alpha_a="alpha_attn", alpha_m="alpha_mlp")
-RUN_NUMBERS = {
-    "paper": dict(sigma_w="sigma_w", sigma_a="sigma_a", alpha_a="alpha_a", alpha_m="alpha_m"),
-    "pre-ln": _STD_RUN,
-    "post-ln": _STD_RUN,
-    "rms-swiglu": _STD_RUN,
-    "dyt": _STD_RUN,
-    "deepscalelm": dict(sigma_a="sigma_a"),
-}
+# (name -> its preset's ``run_numbers``, a live view of the registry)
+RUN_NUMBERS = registry.field("run_numbers")
 
 
 def run_mapping(name: str) -> str:
@@ -83,14 +77,19 @@ class TrainConfig:
 
         return spec.parse(self.block)
 
+    def preset(self):
+        """The :class:`phasefield.layers.registry.Preset` of ``block``."""
+        return registry.lookup(self.block_spec()[0])
+
     def block_for(self, hp: HParams, **over):
-        """The :mod:`phasefield.layers` block of one run (``None``: the paper's ``Block(hp)``).
-        A run's numbers map onto the preset's (:data:`RUN_NUMBERS`): the standard blocks take
-        ``sigma = sigma_w``, ``alpha_attn = alpha_A`` and ``alpha_mlp = alpha_M``, deepscalelm
-        ``sigma_a`` (its depth is the model's unless given). ``over``: preset keywords to set
-        (e.g. ``attention="exact"``)."""
+        """The :mod:`phasefield.layers` block of one run (``None`` for a preset whose numbers
+        are the run's ``hp`` itself, ``numbers_class``: the ViT's own ``Block(hp)``, the
+        paper's). A run's numbers map onto the preset's (:data:`RUN_NUMBERS`): the standard
+        blocks take ``sigma = sigma_w``, ``alpha_attn = alpha_A`` and ``alpha_mlp = alpha_M``,
+        deepscalelm ``sigma_a`` (its depth is the model's unless given). ``over``: preset
+        keywords to set (e.g. ``attention="exact"``)."""
         name, kw = self.block_spec()
-        if name == "paper":
+        if registry.lookup(name).numbers_class is not None:
             return None
         from ..layers import spec
 
@@ -108,8 +107,9 @@ class TrainConfig:
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)
         # the defaults are left out: configs written before the options match
-        for key, default in (("optimizer", "adam"), ("block", "paper")):
-            if d[key] == default:
+        defaults = {f.name: f.default for f in dataclasses.fields(self)}
+        for key in ("optimizer", "block"):
+            if d[key] == defaults[key]:
                 d.pop(key)
         return d
 
@@ -140,13 +140,15 @@ class TrainConfig:
             raise ValueError(f"mlp-hidden must be >= 1 (got {self.mlp_hidden})")
         HParams(activation=self.activation, mlp_layers=self.mlp_layers).validate()
         name, kw = self.block_spec()
-        taken = set(RUN_NUMBERS[name].values()) | ({"alpha"} if "alpha_attn" in RUN_NUMBERS[name].values() else set())
-        if name == "paper" and kw or taken & set(kw):
+        preset = registry.lookup(name)
+        taken = set(preset.run_numbers.values()) | ({"alpha"} if "alpha_attn" in preset.run_numbers.values() else set())
+        from_runs = set(kw) if preset.numbers_class is not None else taken & set(kw)  # hp holds all its numbers
+        if from_runs:
             raise ValueError(
-                f"block {name}: {', '.join(sorted(kw if name == 'paper' else taken & set(kw)))} "
+                f"block {name}: {', '.join(sorted(from_runs))} "
                 f"come from the runs ({run_mapping(name)}), not the block spec"
             )
-        heads = kw.get("heads", 1 if name == "paper" else 12)
+        heads = kw.get("heads", preset.default_heads)
         if self.width % heads:
             raise ValueError(f"block {name}: width {self.width} is not a multiple of heads {heads}")
         if self.optimizer not in OPTIMIZERS:
