@@ -113,6 +113,20 @@ class Attention(Layer):
         # serves every new scale (the softmax term alone integrates per point, at any norm)
         return self.replace(att=exact_table.point_kernel(*logits, values=self.map == "exact"))
 
+    # ---- block sweeps (:mod:`.sweep`) -------------------------------------------------
+    def logit_tables(self):
+        return self.map == "exact" or self.softmax_correction
+
+    def with_logit_tables(self, s, t, interp, interp_t):
+        """``att`` (sized by :meth:`prepare_for`) with the mesh values ``s`` (S_1, S_rho) and
+        ``t`` (T_1, T_rho) of its logit scale."""
+        if self.att is None:
+            return self
+        return self.replace(att=self.att.replace(s=s, t=t, interp=interp, interp_t=interp_t))
+
+    def prepare_for(self, ctx, logit_max, kernel_max):
+        return self.prepare(ctx, sigma_max=max(logit_max, 1e-3))
+
     def _exact_ok(self, q, x, backward=False):
         """The exact map's tables (and, backward, the softmax term's mesh values a block sweep
         attaches) are built for unit input norm: NaN elsewhere."""

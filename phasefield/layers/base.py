@@ -18,6 +18,25 @@ Every layer is a ``flax.struct`` dataclass: its sweepable numbers are pytree lea
                                      (MLP Chebyshev tables, exact-attention grids); a no-op
                                      for layers without tables
 
+and what a block sweep (:mod:`.sweep`) asks of it, whose defaults answer for a leaf
+without tables (``prepare_for`` builds the kernel of a layer that has one):
+
+``children()``, ``map_children(fn)`` a container's sub-layers, and the container with ``fn``
+                                     applied to each (``()`` and itself for a leaf)
+``logit_scale()``                    the logit scale its attention tables are built for
+                                     (None: no logits)
+``logit_tables()``                   whether its maps read tables on the logit scale, which
+                                     a sweep builds once per distinct scale
+``with_logit_tables(s, t, interp, interp_t)``  the layer reading those tables' values
+``kernel_scale()``                   the input scale its Gaussian-integral kernel is built
+                                     for (None: no kernel)
+``kernel_at(scale, sigma_max)``      that kernel at another (possibly traced) input scale,
+                                     from its static fields alone
+``with_kernel(kern)``                the layer reading the kernel ``kern``
+``prepare_for(ctx, logit_max, kernel_max)``  :meth:`prepare` with tables sized for every
+                                     scale up to these: callable under a trace, and every
+                                     layer so prepared has the same pytree structure
+
 :class:`Serial` composes layers; a block is a ``Serial`` and the presets
 (:mod:`.presets`) are named compositions.
 """
@@ -62,12 +81,65 @@ class Layer:
         list); leaf layers give ``([k], forward(k))``."""
         return [k], self.forward(k, ctx)
 
+    # ---- what a block sweep asks (:mod:`.sweep`) -----------------------------------------
+    def children(self) -> tuple:
+        """Its sub-layers: ``()`` for a leaf layer."""
+        return ()
+
+    def map_children(self, fn):
+        """The layer with ``fn`` applied to each of its sub-layers."""
+        return self
+
+    def logit_scale(self):
+        """The scale of its attention logits on normalized tokens, the number its logit
+        tables are built for (None: a layer without logits)."""
+        return None
+
+    def logit_tables(self) -> bool:
+        """Whether its maps read tables on the logit scale (built per distinct
+        :meth:`logit_scale` by a block sweep)."""
+        return False
+
+    def with_logit_tables(self, s, t, interp: bool, interp_t: bool):
+        """The layer reading the logit tables' values ``s`` and ``t`` (a sweep point's,
+        :func:`.sweep.mesh_tables`; ``interp``, ``interp_t``: their interpolants are exact)."""
+        return self
+
+    def kernel_scale(self):
+        """The input scale its Gaussian-integral kernel is built for (None: no kernel)."""
+        return None
+
+    def kernel_at(self, scale, sigma_max):
+        """Its kernel at input scale ``scale`` (may be traced), tables sized for scales up
+        to ``sigma_max``; reads the static fields alone (a sweep builds it per distinct
+        scale)."""
+        raise NotImplementedError(f"{type(self).__name__} has no kernel")
+
+    def with_kernel(self, kern):
+        """The layer reading the kernel ``kern``."""
+        return self
+
+    def prepare_for(self, ctx: Context, logit_max, kernel_max):
+        """:meth:`prepare` with its tables sized for logit scales up to ``logit_max`` and
+        input scales up to ``kernel_max``, not for its own numbers: callable under a trace,
+        and every layer so prepared has the same pytree structure."""
+        scale = self.kernel_scale()
+        if scale is None:
+            return self.prepare(ctx)
+        return self.with_kernel(self.kernel_at(scale, kernel_max))
+
 
 @struct.dataclass
 class Serial(Layer):
     """``layers[-1] o ... o layers[0]``."""
 
     layers: tuple[Any, ...]
+
+    def children(self):
+        return self.layers
+
+    def map_children(self, fn):
+        return self.replace(layers=tuple(fn(layer) for layer in self.layers))
 
     def prepare(self, ctx):
         return self.replace(layers=tuple(layer.prepare(ctx) for layer in self.layers))

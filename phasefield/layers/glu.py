@@ -50,6 +50,15 @@ class GLU(Layer):
             return self
         return self.replace(kern=mlp_maps.kernel(MLPHP(self.sigma_g, self.activation, 1)))
 
+    def kernel_scale(self):
+        return self.sigma_g
+
+    def kernel_at(self, scale, sigma_max):
+        return mlp_maps.kernel(MLPHP(scale, self.activation, 1), sigma_max=sigma_max)
+
+    def with_kernel(self, kern):
+        return self.replace(kern=kern)
+
     def _c(self, k):
         """c, NaN where the tables do not answer (another sigma_g, input norm other than 1)."""
         c = jnp.square(as_float(self.sigma_out) * as_float(self.sigma_v) / as_float(self.sigma_g))

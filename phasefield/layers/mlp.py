@@ -54,6 +54,15 @@ class MLP(Layer):
             return self
         return self.replace(kern=mlp_maps.kernel(MLPHP(self.sigma_w, self.activation, self.layers)))
 
+    def kernel_scale(self):
+        return self.sigma_w
+
+    def kernel_at(self, scale, sigma_max):
+        return mlp_maps.kernel(MLPHP(scale, self.activation, self.layers), sigma_max=sigma_max)
+
+    def with_kernel(self, kern):
+        return self.replace(kern=kern)
+
     def _checked(self, k, x):
         """x times the output layer's (sigma_out / sigma_w)^2, NaN where the kernel does not
         answer for this layer (another sigma_w, or an input norm other than 1)."""

@@ -46,6 +46,12 @@ class Residual(Layer):
         """(beta^2, alpha^2)."""
         return jnp.square(self.beta_value()), jnp.square(as_float(self.alpha))
 
+    def children(self):
+        return (self.branch,)
+
+    def map_children(self, fn):
+        return self.replace(branch=fn(self.branch))
+
     def prepare(self, ctx):
         return self.replace(branch=self.branch.prepare(ctx))
 

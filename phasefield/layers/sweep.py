@@ -20,6 +20,11 @@ alone (one per distinct logit scale, :func:`mesh_tables`). ``mesh=False`` builds
 point inside the trace (sized for the grid's corners, :func:`table_scales`) and integrates
 the exact map per point: the reference path, the same numbers to ~1e-13.
 
+The sweep knows no layer kind: it walks a block through its containers' ``children`` and
+asks each leaf the questions of the layer protocol (:mod:`.base`: ``logit_scale``,
+``logit_tables``, ``kernel_scale``, ``kernel_at``, ``prepare_for``, ``with_kernel``,
+``with_logit_tables``); a layer without tables answers with the protocol's defaults.
+
     p = sweep.plan("pre-ln", {"attention": "exact"}, {"sigma": s, "alpha": a}, 16, [16])
     out = sweep.evaluate_chunk(p, {"sigma": flat_s, "alpha": flat_a}, 16)   # OUTPUTS -> arrays
 """
@@ -35,15 +40,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import schema
-from ..theory import mlp as mlp_maps
 from ..theory.precision import float64
 from . import depth as depth_fns
 from . import spec
-from .attention import Attention
-from .base import Serial
-from .glu import GLU
-from .mlp import MLP, MLPHP
-from .residual import Residual
 from .state import Context, Kernel
 
 OUTPUTS = ("angle_rate", "lambda_g_input", "lambda_g_collapse", "lambda_a", "rho_L", "q_L")  # a point's results
@@ -57,11 +56,10 @@ CHUNK_EXACT = 64  # the exact-softmax map and the softmax correction integrate a
 
 
 def map_leaves(layer, fn):
-    """``layer`` with ``fn`` applied to every leaf layer (through Serial and Residual)."""
-    if isinstance(layer, Serial):
-        return layer.replace(layers=tuple(map_leaves(x, fn) for x in layer.layers))
-    if isinstance(layer, Residual):
-        return layer.replace(branch=map_leaves(layer.branch, fn))
+    """``layer`` with ``fn`` applied to every leaf layer (a layer without ``children``),
+    through every container."""
+    if layer.children():
+        return layer.map_children(lambda x: map_leaves(x, fn))
     return fn(layer)
 
 
@@ -72,18 +70,16 @@ def leaf_layers(layer):
 
 
 def block_scales(blocks) -> tuple:
-    """(largest attention logit scale, largest MLP/GLU input scale) over concrete ``blocks``:
-    tables sized for them serve every block of the list, so the prepared blocks share one
-    pytree structure (stackable, vmappable)."""
+    """(largest logit scale, largest kernel input scale: the MLP/GLU's) over concrete
+    ``blocks``: tables sized for them serve every block of the list, so the prepared blocks
+    share one pytree structure (stackable, vmappable)."""
     att, mlp = 0.0, 0.0
     for block in blocks:
         for leaf in leaf_layers(block):
-            if isinstance(leaf, Attention):
-                att = max(att, float(leaf.logit_scale()))
-            elif isinstance(leaf, MLP):
-                mlp = max(mlp, float(leaf.sigma_w))
-            elif isinstance(leaf, GLU):
-                mlp = max(mlp, float(leaf.sigma_g))
+            if (s := leaf.logit_scale()) is not None:
+                att = max(att, float(s))
+            if (s := leaf.kernel_scale()) is not None:
+                mlp = max(mlp, float(s))
     return att, mlp
 
 
@@ -97,50 +93,39 @@ def table_scales(name, fixed, axes) -> tuple:
 
 def prepare_traced(block, ctx, att_max, mlp_max, kernels=None):
     """``block`` with tables sized for scales up to (att_max, mlp_max), not for its own
-    numbers: callable under a trace, and every block prepared with the same scales has the
-    same pytree structure. ``kernels``: leaf position (:func:`leaf_layers` order) -> the MLP/GLU
-    kernel to attach there (gathered from a plan's per-scale tables) instead of building it."""
+    numbers (each leaf's ``prepare_for``): callable under a trace, and every block prepared
+    with the same scales has the same pytree structure. ``kernels``: leaf position
+    (:func:`leaf_layers` order) -> the kernel to attach there (gathered from a plan's
+    per-scale tables) instead of building it."""
     kernels = kernels or {}
     pos = iter(range(1 << 30))
 
     def prep(leaf):
         i = next(pos)
-        if isinstance(leaf, Attention):
-            return leaf.prepare(ctx, sigma_max=max(att_max, 1e-3))
-        if isinstance(leaf, (MLP, GLU)) and i in kernels:
-            return leaf.replace(kern=kernels[i])
-        if isinstance(leaf, MLP):
-            return leaf.replace(
-                kern=mlp_maps.kernel(MLPHP(leaf.sigma_w, leaf.activation, leaf.layers), sigma_max=mlp_max)
-            )
-        if isinstance(leaf, GLU):
-            return leaf.replace(kern=mlp_maps.kernel(MLPHP(leaf.sigma_g, leaf.activation, 1), sigma_max=mlp_max))
-        return leaf.prepare(ctx)
+        if i in kernels:
+            return leaf.with_kernel(kernels[i])
+        return leaf.prepare_for(ctx, att_max, mlp_max)
 
     return map_leaves(block, prep)
 
 
 def _logit_scales(block, npts):
-    """The attention leaves' logit scales at each of ``npts`` points (a block built from
-    per-point arrays): ``[n_attention, npts]``."""
+    """The logit scales of the leaves with logits at each of ``npts`` points (a block built
+    from per-point arrays): ``[n_attention, npts]``."""
     return [
-        np.broadcast_to(np.asarray(a.logit_scale(), np.float64), (npts,))
-        for a in leaf_layers(block)
-        if isinstance(a, Attention)
+        np.broadcast_to(np.asarray(s, np.float64), (npts,))
+        for s in (x.logit_scale() for x in leaf_layers(block))
+        if s is not None
     ]
 
 
-def _mlp_scales(block, npts):
-    """(leaf position, MLPHP-like (sigma per point, activation, layers)) of each MLP/GLU leaf:
-    the numbers its tables depend on (the input scale; the output scale is a factor)."""
+def _kernel_scales(block, npts):
+    """(leaf position, input scale per point, leaf) of each leaf with a kernel: the number
+    its tables depend on (the MLP/GLU's input scale; the output scale is a factor)."""
     out = []
     for i, leaf in enumerate(leaf_layers(block)):
-        if isinstance(leaf, MLP):
-            out.append(
-                (i, np.broadcast_to(np.asarray(leaf.sigma_w, np.float64), (npts,)), leaf.activation, leaf.layers)
-            )
-        elif isinstance(leaf, GLU):
-            out.append((i, np.broadcast_to(np.asarray(leaf.sigma_g, np.float64), (npts,)), leaf.activation, 1))
+        if (s := leaf.kernel_scale()) is not None:
+            out.append((i, np.broadcast_to(np.asarray(s, np.float64), (npts,)), leaf))
     return out
 
 
@@ -152,41 +137,37 @@ def mesh_tables(name, fixed, keys, flat, n_tokens, att_max):
     scales than SCALE_NODES[-1] read from the tables' interpolant in the scale,
     :func:`phasefield.theory.attention.exact_table.scale_tables`):
     ``(index per point, S [U, 2, M + 1], T [U, 2, M + 1], static)`` with
-    ``static = (n_a, n_z, interp, interp_t)``, or None where they do not
-    serve (no exact map or softmax term, a point with two logit scales, interpolants that
+    ``static = (interp, interp_t)``, or None where they do not
+    serve (no leaf reading logit tables, a point with two logit scales, interpolants that
     are not the maps to rounding). Valid at unit input norm (the attention of every preset
-    reads normalized tokens when q0 = 1); the layer turns other norms into NaN."""
+    reads normalized tokens when q0 = 1); the layer turns other norms into NaN. The leaves
+    read them at the table sizes of ``prepare_for`` (sized for ``att_max``)."""
     from ..theory.attention import exact_table
 
     npts = len(flat[0]) if flat else 1
     # one block holding every point's numbers (the leaves are arrays): its logit scales at once
     block = spec.build(name, dict(fixed, **dict(zip(keys, flat))))
-    atts = [x for x in leaf_layers(block) if isinstance(x, Attention)]
-    if not atts or not any(a.map == "exact" or a.softmax_correction for a in atts):
+    if not any(x.logit_tables() for x in leaf_layers(block)):
         return None
     scales = _logit_scales(block, npts)
     if any(not np.array_equal(s_, scales[0]) for s_ in scales[1:]):
         return None  # two logit scales at a point: one table each would be needed
     uniq, index = np.unique(scales[0], return_inverse=True)
-    kern = atts[0].prepare(Context(n_tokens), sigma_max=max(att_max, 1e-3)).att
     s, t, interp, interp_t = exact_table.scale_tables(uniq, float(n_tokens))
     if not (interp or interp_t):
         return None
-    return index.astype(np.int32), s, t, (kern.n_a, kern.n_z, interp, interp_t)
+    return index.astype(np.int32), s, t, (interp, interp_t)
 
 
 def _with_tables(block, idx, s, t, static):
-    from ..theory.attention import exact_table
-
-    n_a, n_z, interp, interp_t = static
-    kern = exact_table.ExactKernel(s[idx], n_a=n_a, n_z=n_z, interp=interp, t=t[idx], interp_t=interp_t)
-    return map_leaves(block, lambda x: x.replace(att=kern) if isinstance(x, Attention) else x)
+    """``block`` with every leaf reading the logit tables at index ``idx`` of (``s``, ``t``)."""
+    return map_leaves(block, lambda x: x.with_logit_tables(s[idx], t[idx], *static))
 
 
 def _point(name, fixed, keys, n_tokens, depth, q0, rho0, scales=(None, None), tables=None, mlp=()):
-    """The point function of values ``keys`` (then, with ``tables``, the attention mesh
-    tables' index and (S, T); then, per MLP/GLU leaf position of ``mlp``, its kernel index
-    and stacked kernels)."""
+    """The point function of values ``keys`` (then, with ``tables``, the logit mesh tables'
+    index and (S, T); then, per kernel leaf position of ``mlp``, its kernel index and
+    stacked kernels)."""
 
     def f(*values):
         values = list(values)
@@ -223,10 +204,16 @@ def _compiled(name, fixed_items, keys, n_tokens, depth, q0, rho0, scales, tables
 
 
 @functools.cache
-def _mlp_kernels_fn(activation, layers, mlp_max):
-    """Compiled MLP kernels of a vector of input scales, as the per-point path builds them
-    under the trace (tables sized for ``mlp_max``): the same numbers, built once per scale."""
-    return jax.jit(jax.vmap(lambda s: mlp_maps.kernel(MLPHP(s, activation, layers), sigma_max=mlp_max)))
+def _kernels_fn(template, mlp_max):
+    """Compiled kernels of a vector of input scales for leaves like ``template`` (a leaf with
+    its numbers zeroed: its static fields, hashable), as the per-point path builds them under
+    the trace (tables sized for ``mlp_max``): the same numbers, built once per scale."""
+    return jax.jit(jax.vmap(lambda s: template.kernel_at(s, mlp_max)))
+
+
+def _template(leaf):
+    """``leaf`` with every number 0: its static fields, the key of :func:`_kernels_fn`."""
+    return jax.tree_util.tree_map(lambda _: 0.0, leaf)
 
 
 def _padded(x, size):
@@ -240,9 +227,9 @@ def _pow2(n, least=8):
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class Plan:
-    """What a sweep computes once: the block's static numbers, the table scales, the attention
+    """What a sweep computes once: the block's static numbers, the table scales, the logit
     mesh tables per distinct logit scale (``att``: distinct scales, S, T as device arrays,
-    static) and the MLP/GLU kernels per distinct input scale (``mlp``: per leaf position,
+    static) and the kernels (MLP/GLU) per distinct input scale (``mlp``: per leaf position,
     (distinct scales, stacked kernels)); ``chunk``: the preferred chunk size (points)."""
 
     name: str
@@ -273,19 +260,17 @@ def plan(
     """Everything computed once per sweep; ``axes``: number name -> 1-D values of the grid (no
     ``depth``). With ``mesh`` (default), the tables the points read are built here, once per
     distinct scale, outside any trace, and gathered per point by an index
-    (:func:`evaluate_chunk`), as :func:`phasefield.sweep` does for the paper block: the MLP/GLU
-    kernels once per distinct input scale, and, with the exact map or the softmax term and
-    q0 = 1, their values on a cosine mesh once per distinct logit scale (:func:`mesh_tables`).
+    (:func:`evaluate_chunk`), as :func:`phasefield.sweep` does for the paper block: the leaves'
+    kernels (MLP/GLU) once per distinct input scale, and, with leaves reading logit tables
+    (the exact map, the softmax term) and q0 = 1, their values on a cosine mesh once per
+    distinct logit scale (:func:`mesh_tables`).
     ``mesh=False``: every point builds its tables inside the trace and integrates the exact
     map (the reference path; same numbers to ~1e-13)."""
     keys = tuple(k for k in axes if k != "depth")
     grids = [np.asarray(axes[k], float) for k in keys]
     flat = [m.ravel() for m in np.meshgrid(*grids, indexing="ij")] if grids else []
     scales = table_scales(name, fixed, {k: axes[k] for k in keys})
-    exact = any(
-        isinstance(x, Attention) and (x.map == "exact" or x.softmax_correction)
-        for x in leaf_layers(spec.build(name, fixed))
-    )
+    exact = any(x.logit_tables() for x in leaf_layers(spec.build(name, fixed)))
     att, mlp = None, ()
     if flat and mesh:
         # distinct values per axis suffice: every table scale is a function of the numbers
@@ -298,9 +283,9 @@ def plan(
                 size = _pow2(len(uniq))
                 att = (uniq, jnp.asarray(_padded(tab[1], size)), jnp.asarray(_padded(tab[2], size)), tab[3])
         out = []
-        for pos, sig, act, layers in _mlp_scales(spec.build(name, dict(fixed, **dict(zip(keys, ug)))), len(ug[0])):
+        for pos, sig, leaf in _kernel_scales(spec.build(name, dict(fixed, **dict(zip(keys, ug)))), len(ug[0])):
             uniq = np.unique(sig)
-            kern = _mlp_kernels_fn(act, int(layers), float(scales[1]))(jnp.asarray(_padded(uniq, _pow2(len(uniq)))))
+            kern = _kernels_fn(_template(leaf), float(scales[1]))(jnp.asarray(_padded(uniq, _pow2(len(uniq)))))
             out.append((pos, uniq, kern))
         mlp = tuple(out)
     chunk = CHUNK_EXACT if exact and att is None else CHUNK  # mesh values: no logit grid per point
@@ -353,7 +338,7 @@ def evaluate_chunk(plan: Plan, values: dict, depth: int) -> dict:
     if p.att is not None:
         uniq, s, t, _ = p.att
         args += [_like(_index(uniq, _logit_scales(block, npts)[0]), args[0]), s, t]
-    by_pos = {pos: sig for pos, sig, _, _ in _mlp_scales(block, npts)} if p.mlp else {}
+    by_pos = {pos: sig for pos, sig, _ in _kernel_scales(block, npts)} if p.mlp else {}
     for pos, uniq, kern in p.mlp:
         args += [_like(_index(uniq, by_pos[pos]), args[0]), kern]
     f = _compiled(
