@@ -15,11 +15,13 @@ JAX device is the explicit call :func:`use_all_cpu_cores` (before JAX initialise
 Subpackages, loaded on first use: ``theory`` (the mean-field kernels: MLP tables, attention
 maps, quadrature, the reference oracle), ``layers`` (blocks built from layers, each with its
 mean-field maps; the paper's block in ``layers.paper``), ``simulate`` (finite-width random
-transformers), ``sweep`` (grids; ``phasefield.sweep(...)`` is :func:`phasefield.sweep.sweep`),
-``probe`` (any JAX model at initialization; ``phasefield.probe(...)`` is
-:func:`phasefield.probe.probe`), ``figures``, ``vit`` (trainer and loss predictor), ``seeds``
-(the other seed papers' theories), ``cli``. Imports point one way: cli -> vit, figures,
-sweep, ... -> layers -> theory (``tests/test_imports.py``).
+transformers), ``diagram`` (phase diagrams: grid sweeps of the theory; the function
+``phasefield.sweep`` is :func:`phasefield.diagram.sweep`), ``probing`` (any JAX model at
+initialization; the function ``phasefield.probe`` is :func:`phasefield.probing.probe`),
+``figures``, ``vit`` (trainer and loss predictor), ``seeds`` (the other seed papers'
+theories), ``cli``. The functions ``sweep``, ``probe`` and ``exponents`` load their module on
+first use too. Imports point one way: cli -> vit, figures, diagram, ... -> layers -> theory
+(``tests/test_imports.py``).
 """
 
 from __future__ import annotations
@@ -30,19 +32,38 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # for readers and documentation tools; at run time __getattr__ loads them
     from ._runtime import use_all_cpu_cores
     from .config import HParams
+    from .diagram import sweep
     from .layers.point import exponents
+    from .probing import probe
 
-__all__ = ["HParams", "exponents", "theory", "layers", "sweep", "simulate", "probe", "use_all_cpu_cores"]
+__all__ = [
+    "HParams",
+    "exponents",
+    "sweep",
+    "probe",
+    "theory",
+    "layers",
+    "diagram",
+    "simulate",
+    "probing",
+    "use_all_cpu_cores",
+]
 # the release: the one place it is written (setup.cfg, ``phasefield --version`` and the
 # CHANGELOG's latest section follow it; tests/test_cli_start.py checks they agree)
 __version__ = "0.2.0"
 
-_LAZY = ("theory", "layers", "sweep", "simulate", "probe", "figures", "vit", "seeds")
+_LAZY = ("theory", "layers", "diagram", "simulate", "probing", "figures", "vit", "seeds")
 # names loaded on first use, like the subpackages: importing phasefield imports no JAX
-_NAMES = {"HParams": "config", "use_all_cpu_cores": "_runtime", "exponents": "layers.point"}
+_NAMES = {
+    "HParams": "config",
+    "use_all_cpu_cores": "_runtime",
+    "exponents": "layers.point",
+    "sweep": "diagram",
+    "probe": "probing",
+}
 
 
-def __getattr__(name):  # lazy subpackages: ``phasefield.sweep(...)`` works without an import
+def __getattr__(name):  # lazy: ``phasefield.sweep(...)`` works without an import
     if name in _LAZY:
         return importlib.import_module(f"{__name__}.{name}")
     if name in _NAMES:

@@ -1,6 +1,6 @@
 """Grids of hyperparameter points: axes, the branch-weight rule, validation, the chunk store.
 
-Used by the theory sweep (:mod:`phasefield.sweep`), the simulator sweep
+Used by the theory sweep (:mod:`phasefield.diagram`), the simulator sweep
 (:mod:`phasefield.simulate.sweep`), the figures and the CLI.
 
 * Axes: :func:`parse_axis` reads ``start:stop:count``, ``a,b,c`` or a number; axis names

@@ -3,7 +3,7 @@
 
 1. exponents: simulated lambda_a, lambda_g(16) on a 16 x 16 grid (sigma_w x alpha) at
    width 512, n = 32, 16 draws (``phasefield.simulate.sweep``), against the theory sweep
-   (``phasefield.sweep.sweep``): median / 90th percentile / max |error| by phase.
+   (``phasefield.diagram.sweep``): median / 90th percentile / max |error| by phase.
 2. transients: per-layer q and rho over 16 blocks from a simplex input (q0 = 1, rho0 = .5),
    simulated vs ``paper.trajectory`` over sigma_w x sigma_A, to show where the paper's
    attention map (Assumption 3.2) breaks (large sigma_A), and the exact-softmax map
@@ -50,10 +50,10 @@ def stage_sim(out):
 
 
 def stage_theory(out):
-    from phasefield import sweep as thsweep
+    from phasefield import diagram
 
     path = os.path.join(out, "theory.nc")
-    ds = thsweep.sweep(sigma_w=SW, alpha=ALPHA)
+    ds = diagram.sweep(sigma_w=SW, alpha=ALPHA)
     ds.to_netcdf(path + ".tmp", engine="h5netcdf")
     os.replace(path + ".tmp", path)
     return path

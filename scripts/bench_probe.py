@@ -15,7 +15,7 @@ import time
 
 import jax
 
-from phasefield.probe import capture, hf, measure
+from phasefield.probing import capture, hf, measure
 
 
 def main(argv=None):

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Closed-form lambda_a and lambda_g(L) at the collapsed point (docs/theory.md §6-7; tanh, one
 hidden layer) on the agreement report's grid, written as a theory-format netCDF. An
-independent stand-in for ``phasefield.sweep.sweep`` when checking the simulator:
+independent stand-in for ``phasefield.diagram.sweep`` when checking the simulator:
 
     python scripts/closed_form_grid.py out/agreement/closed_form.nc
     phasefield compare out/agreement/closed_form.nc out/agreement/sim.nc

@@ -21,7 +21,7 @@ import numpy as np
 
 from phasefield import HParams, probe
 from phasefield.io import append_jsonl, read_jsonl
-from phasefield.probe import models
+from phasefield.probing import models
 
 DEPTH, N, HEADS = 8, 16, 4
 # points where scripts/validate_blocks.py finds the theory and the finite-width simulation

@@ -17,7 +17,7 @@ import time
 
 import phasefield
 from phasefield.io import append_jsonl, read_jsonl
-from phasefield.probe import hf
+from phasefield.probing import hf
 
 # (model, depth, std (None: as shipped), scaled)
 CONFIGS = [

@@ -19,10 +19,9 @@ def _fresh(code, cwd=ROOT):
 def test_lazy_subpackages_in_a_fresh_interpreter():
     code = (
         "import sys, phasefield\n"
-        "assert 'phasefield.probe' not in sys.modules and 'phasefield.layers' not in sys.modules\n"
-        "phasefield.probe; phasefield.layers; phasefield.sweep; phasefield.theory; phasefield.simulate\n"
-        "assert callable(phasefield.probe) and callable(phasefield.sweep)\n"
-        "assert phasefield.probe.probe is phasefield.probe.__call__.__globals__['probe']\n"
+        "assert 'phasefield.probing' not in sys.modules and 'phasefield.layers' not in sys.modules\n"
+        "phasefield.probing; phasefield.layers; phasefield.diagram; phasefield.theory; phasefield.simulate\n"
+        "assert phasefield.probe is phasefield.probing.probe and phasefield.sweep is phasefield.diagram.sweep\n"
         "assert hasattr(phasefield.layers, 'presets')\n"
         "print('ok')\n"
     )
@@ -62,7 +61,7 @@ def test_mkdocs_build_strict(tmp_path):
         "theory/index.html",
         "exact_agreement/index.html",
         "api/theory/index.html",
-        "api/probe/index.html",
+        "api/probing/index.html",
     ):
         assert (tmp_path / "site" / page).is_file(), page
     api = (tmp_path / "site" / "api" / "theory" / "index.html").read_text()

@@ -136,14 +136,14 @@ def saved(tmp_path_factory):
 @pytest.fixture
 def no_compute(monkeypatch):
     """Any theory sweep or simulation raises: --from must not recompute."""
+    import phasefield.diagram as diagram
     import phasefield.simulate.measure as measure
     import phasefield.simulate.sweep as simsweep
-    import phasefield.sweep as thsweep
 
     def boom(*a, **k):
         raise AssertionError("recomputed although --from was given")
 
-    monkeypatch.setattr(thsweep, "sweep", boom)
+    monkeypatch.setattr(diagram, "sweep", boom)
     monkeypatch.setattr(simsweep, "sweep", boom)
     for name in ("token_geometry", "group_cosines", "exponents", "transients"):
         monkeypatch.setattr(measure, name, boom)

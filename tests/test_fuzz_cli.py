@@ -201,8 +201,7 @@ def _stubs():
     import xarray as xr
 
     import phasefield.figures as figs
-    from phasefield import probe as probe_mod
-    from phasefield import sweep as sweep_mod
+    from phasefield import diagram, probing
     from phasefield.figures import demo
     from phasefield.layers import sweep as block_sweep
     from phasefield.seeds import figures as seed_figs
@@ -224,7 +223,7 @@ def _stubs():
         (figs, "make_figures", figs.make_figures),
         (demo, "run", demo.run),
         (vrec, "recommend", vrec.recommend),
-        (sweep_mod, "sweep", sweep_mod.sweep),
+        (diagram, "sweep", diagram.sweep),
         (simsweep, "sweep", simsweep.sweep),
         (block_sweep, "sweep", block_sweep.sweep),
     ]
@@ -232,21 +231,21 @@ def _stubs():
         (seed_figs, n, getattr(seed_figs, n))
         for n in ("rank_collapse_figure", "deepscalelm_figure", "sensitivity_figure")
     ]
-    saved.append((probe_mod, "probe", probe_mod.probe))
+    saved.append((probing, "probe", probing.probe))
 
     def fake_probe(model, inits=2, eps=1e-3, **k):  # the factory and the checks ran; no measuring
         import numpy as np
 
         raw = {n: np.ones((inits, 3)) for n in ("q_data", "rho_data", "q_sym", "rho_sym", "grad")}
         raw["gap"] = np.full((inits, 3), eps) * np.arange(1, inits + 1)[:, None]
-        return probe_mod.ProbeResult("stub", probe_mod.result.dataset(raw), (1.0, 0.5), eps)
+        return probing.ProbeResult("stub", probing.result.dataset(raw), (1.0, 0.5), eps)
 
-    probe_mod.probe = fake_probe
+    probing.probe = fake_probe
     vsweep.run_sweep = lambda *a, **k: dict(requested=1, already_done=0, trained=1, diverged=0, seconds=0.0)
     figs.make_figures = lambda *a, **k: dict(paths=[], seconds=0.0)
     demo.run = lambda *a, **k: {}
     vrec.recommend = lambda *a, **k: dict(critical=[], critical_found=False)
-    sweep_mod.sweep = simsweep.sweep = tiny
+    diagram.sweep = simsweep.sweep = tiny
     block_sweep.sweep = lambda *a, **k: xr.Dataset(
         {v: (("sigma", "alpha"), [[0.1, -0.1], [0.2, -0.2]]) for v in block_sweep.VARIABLES},
         coords={"sigma": [0.5, 1.0], "alpha": [0.5, 1.0]},

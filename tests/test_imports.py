@@ -1,17 +1,24 @@
-"""Imports inside phasefield point one way: cli -> vit, figures -> sweep,
-simulate, seeds, probe -> block -> layers -> theory -> config, grid, io, activations, schema.
+"""Imports inside phasefield point one way: cli -> vit, figures -> diagram,
+simulate, seeds, probing -> block -> layers -> theory -> config, grid, io, activations, schema.
 
 The module graph is built statically (``ast``, no import runs): every ``import`` and
 ``from ... import`` anywhere in a file, inside functions too, relative ones resolved;
 ``from pkg import name`` is an edge to the submodule ``pkg.name`` when there is one, else
 to ``pkg``; importing ``a.b.c`` also runs the ``__init__`` of the packages ``a.b`` (an edge
 to each, except the importer's own packages, which are already running).
+
+And the public surface: ``phasefield.sweep``, ``phasefield.probe`` and ``phasefield.exponents``
+are plain functions, loaded on first use (a bare ``import phasefield`` imports no JAX), and
+every name of ``phasefield.__all__`` resolves.
 """
 
 from __future__ import annotations
 
 import ast
+import json
 import os
+import subprocess
+import sys
 import textwrap
 
 import pytest
@@ -31,10 +38,10 @@ RANKS = {
     "phasefield.theory": 1,
     "phasefield.layers": 2,
     "phasefield.block": 3,
-    "phasefield.sweep": 4,
+    "phasefield.diagram": 4,
     "phasefield.simulate": 4,
     "phasefield.seeds": 4,
-    "phasefield.probe": 4,
+    "phasefield.probing": 4,
     "phasefield.figures": 5,
     "phasefield.vit": 5,
     "phasefield.cli": 6,
@@ -195,7 +202,7 @@ def test_imports_point_down(graph):
 
 def test_theory_imports_only_kernels_and_foundation(graph):
     """phasefield.theory (the Gaussian-integral kernels, the reference) imports nothing
-    from layers, sweep, simulate, vit, figures, cli, ..."""
+    from layers, diagram, simulate, vit, figures, cli, ..."""
     bad = sorted(
         f"{m} -> {t}"
         for m, ts in graph.items()
@@ -215,3 +222,56 @@ def test_layers_import_nothing_above_them(graph):
         if RANKS.get(unit(t), 99) > RANKS["phasefield.layers"]
     )
     assert not bad, "phasefield.layers imports from above it:\n" + "\n".join(bad)
+
+
+# -- the public surface, in a fresh interpreter (in-process, other tests import first) -------
+PUBLIC = r"""
+import inspect, json, sys
+import phasefield
+out = {"jax_after_import": sorted(m for m in sys.modules if m == "jax" or m.startswith("jax."))}
+def kinds():
+    return {n: inspect.isfunction(getattr(phasefield, n)) for n in ("sweep", "probe", "exponents")}
+out["functions"] = kinds()
+out["jax_after_names"] = "jax" in sys.modules
+import phasefield.diagram, phasefield.probing.hf, phasefield.probing.fix, phasefield.layers.point  # noqa: E401
+out["functions_after_submodules"] = kinds()
+out["same"] = [phasefield.sweep is phasefield.diagram.sweep, phasefield.probe is phasefield.probing.probe]
+out["all"] = {n: type(getattr(phasefield, n)).__name__ for n in phasefield.__all__}
+out["dir"] = sorted(set(phasefield.__all__) - set(dir(phasefield)))
+print(json.dumps(out))
+"""
+
+
+@pytest.fixture(scope="module")
+def public():
+    res = subprocess.run([sys.executable, "-c", PUBLIC], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    return json.loads(res.stdout.strip().splitlines()[-1])
+
+
+def test_import_phasefield_imports_no_jax(public):
+    assert public["jax_after_import"] == []
+    assert public["jax_after_names"]  # the functions load their modules (and JAX) on first use
+
+
+def test_sweep_probe_exponents_are_plain_functions_before_and_after_their_modules(public):
+    every = {"sweep": True, "probe": True, "exponents": True}
+    assert public["functions"] == every
+    assert public["functions_after_submodules"] == every  # importing phasefield.probing.hf changes nothing
+    assert public["same"] == [True, True]
+
+
+def test_every_public_name_resolves(public):
+    assert public["all"] == {
+        "HParams": "type",
+        "exponents": "function",
+        "sweep": "function",
+        "probe": "function",
+        "theory": "module",
+        "layers": "module",
+        "diagram": "module",
+        "simulate": "module",
+        "probing": "module",
+        "use_all_cpu_cores": "function",
+    }
+    assert public["dir"] == []

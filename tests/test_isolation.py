@@ -35,7 +35,7 @@ import jax.numpy as jnp
 import phasefield
 from phasefield import HParams, theory
 from phasefield.layers import paper
-import phasefield.sweep, phasefield.simulate, phasefield.figures, phasefield.cli  # noqa: E401
+import phasefield.diagram, phasefield.simulate, phasefield.figures, phasefield.cli  # noqa: E401
 from phasefield.seeds import deepscalelm, rank_collapse, sensitivity
 ex, seeds = {}, []
 if sys.argv[1] != "flags-only":

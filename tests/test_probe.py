@@ -1,4 +1,4 @@
-"""phasefield.probe: finding blocks in any Flax model, the measurements against independent
+"""phasefield.probe and its package phasefield.probing: finding blocks in any Flax model, the measurements against independent
 routes, the probe against the theory on phasefield's own blocks, bad input, the CLI, the
 ViT's input geometry through the probe, and Hugging Face models (skipped without
 transformers)."""
@@ -15,8 +15,8 @@ from flax import linen as nn
 
 import phasefield
 from phasefield import HParams, layers
-from phasefield.probe import capture, geometry, measure, models, theory
-from phasefield.probe import probe as probe_fn
+from phasefield.probing import capture, geometry, measure, models, theory
+from phasefield.probing import probe as probe_fn
 
 
 class Blk(nn.Module):
@@ -96,8 +96,8 @@ def test_nan_outputs_are_a_value_error_naming_the_block():
         phasefield.probe(init, apply, IDS, blocks=Blk, inits=2)
 
 
-def test_the_module_is_callable_and_a_stack_callable_works_too():
-    assert phasefield.probe is not probe_fn and callable(phasefield.probe)
+def test_probe_is_the_function_and_a_stack_callable_works_too():
+    assert phasefield.probe is probe_fn
     _, init, apply = _net()
     params = init(jax.random.PRNGKey(0))
     x0 = _by_hand(params)[0]
@@ -240,7 +240,7 @@ def test_cli_json_and_figure(tmp_path, monkeypatch, capsys):
 MODEL_FILE = """
 import jax.numpy as jnp
 from flax import linen as nn
-from phasefield.probe import Model
+from phasefield.probing import Model
 
 class B(nn.Module):
     @nn.compact
@@ -295,6 +295,23 @@ def test_cli_runs_a_users_model_file(tmp_path, monkeypatch, capsys):
     assert "gradients" in capsys.readouterr().out
 
 
+def test_cli_reads_the_deprecated_package_name_with_one_line_on_stderr(tmp_path, monkeypatch, capsys):
+    """``--model phasefield.probe.X:factory`` is ``phasefield.probing.X:factory``, with a notice."""
+    argv = ["probe", "--model", "phasefield.probe.models:preset", "--set", "name=pre-ln", "--set", "heads=2"]
+    argv += ["--width", "16", "--depth", "2", "--n-tokens", "4", "--inits", "2", "--json"]
+    assert _cli(argv, tmp_path, monkeypatch) == 0
+    cap = capsys.readouterr()
+    assert cap.err == "phasefield.probe.models is now phasefield.probing.models\n", cap.err
+    doc = json.loads(cap.out)
+    assert doc["depth"] == 2 and doc["inits"] == 2
+
+    from phasefield.cli.probe import _factory
+
+    assert _factory("phasefield.probing.models:preset") is models.preset  # the name itself: no notice
+    assert _factory("phasefield.probe.models:preset") is models.preset
+    assert capsys.readouterr().err == "phasefield.probe.models is now phasefield.probing.models\n"
+
+
 # ---- the ViT's input geometry through the probe, identical to the forward written by hand
 def _geometry_by_hand(cfg, data, inits, images):
     from phasefield.vit.model import preprocess
@@ -334,7 +351,7 @@ def test_vit_input_geometry_uses_the_probe_with_unchanged_numbers():
 # ---- Hugging Face transformers (optional extra probe-hf)
 def test_hf_gpt2_bert_vit_at_random_init():
     pytest.importorskip("transformers")
-    from phasefield.probe import hf
+    from phasefield.probing import hf
 
     for factory in (hf.gpt2, hf.bert, hf.vit):
         m = factory(depth=2, width=32, heads=2, n_tokens=5, batch=1)  # ViT: 2 x 2 patches + cls

@@ -14,8 +14,8 @@ import pytest
 from flax import linen as nn
 
 import phasefield
-from phasefield.probe import blocks as pblocks
-from phasefield.probe import fix, models
+from phasefield.probing import blocks as pblocks
+from phasefield.probing import fix, models
 
 
 class Blk(nn.Module):
@@ -140,7 +140,7 @@ def test_cli_fix_json_with_the_theory_beside(tmp_path, monkeypatch, capsys):
 MODEL_FILE = """
 import jax.numpy as jnp
 from flax import linen as nn
-from phasefield.probe import Model
+from phasefield.probing import Model
 
 class B(nn.Module):
     @nn.compact

@@ -12,8 +12,7 @@ import pytest
 import xarray as xr
 
 import phasefield
-from phasefield import HParams, grid
-from phasefield import sweep as sweep_mod
+from phasefield import HParams, diagram, grid
 from phasefield.cli import main
 from phasefield.layers import paper
 
@@ -24,12 +23,12 @@ ALPHA = np.array([0.1, 0.5, 0.9])
 def test_sweep_is_labeled_and_matches_pointwise():
     ds = phasefield.sweep(sigma_w=SW, alpha=ALPHA, sigma_a=[0.5, 2.0], n_tokens=16, depth=8)
     assert dict(ds.sizes) == {"sigma_w": 3, "sigma_a": 2, "alpha": 3}
-    assert set(sweep_mod.VARIABLES) <= set(ds.data_vars)
+    assert set(diagram.VARIABLES) <= set(ds.data_vars)
     assert float(ds.n_tokens) == 16 and float(ds.depth) == 8
     for sw, sa, a in [(0.7, 0.5, 0.1), (3.2, 2.0, 0.9), (1.9, 0.5, 0.5)]:
         one = paper.exponents(HParams(sigma_w=sw, sigma_a=sa, alpha_a=a, alpha_m=a, n_tokens=16, depth=8))
         pt = ds.sel(sigma_w=sw, sigma_a=sa, alpha=a)
-        for k in sweep_mod.VARIABLES:
+        for k in diagram.VARIABLES:
             assert float(pt[k]) == pytest.approx(float(one[k]), abs=1e-10), k
 
 
@@ -38,7 +37,7 @@ def test_tiled_sweep_equals_the_thorough_path_across_bistable_regions(monkeypatc
     the thorough path (one vmap, every bracket refined at every point: the reference
     evaluation) gives the same numbers on a grid with one and two stable points
     (docs/theory.md §6's bistable example, sigma_A = 6.875, n = 128), tiles of 8 points."""
-    monkeypatch.setattr(sweep_mod, "TILE", 8)
+    monkeypatch.setattr(diagram, "TILE", 8)
     sw, al = np.array([0.3, 0.5, 3.0, 4.5, 6.0, 7.5, 9.0]), np.linspace(0.2, 0.95, 9)
     kw = dict(sigma_w=sw, alpha=al, sigma_a=6.875, n_tokens=128)
     fast = phasefield.sweep(**kw)
@@ -49,7 +48,7 @@ def test_tiled_sweep_equals_the_thorough_path_across_bistable_regions(monkeypatc
     # wherever it holds the search finds the collapsed point alone
     from phasefield.layers.paper import fixed_points
 
-    kern = jax.tree.map(jnp.asarray, sweep_mod.build_kernels(sw))
+    kern = jax.tree.map(jnp.asarray, diagram.build_kernels(sw))
     s_i, a_i = np.meshgrid(np.arange(sw.size), np.arange(al.size), indexing="ij")
     with jax.enable_x64(True):
         cert = np.asarray(
@@ -64,7 +63,7 @@ def test_tiled_sweep_equals_the_thorough_path_across_bistable_regions(monkeypatc
         )
     assert cert[:16].all() and not cert.all()
     assert np.all(ref.n_stable.values.ravel()[cert] == 1) and np.all(ref.rho_star.values.ravel()[cert] == 1)
-    for k in sweep_mod.VARIABLES:
+    for k in diagram.VARIABLES:
         a, b = fast[k].values, ref[k].values
         assert np.array_equal(np.isnan(a), np.isnan(b)), k
         np.testing.assert_allclose(a, b, rtol=0, atol=1e-12, err_msg=k)
@@ -73,7 +72,7 @@ def test_tiled_sweep_equals_the_thorough_path_across_bistable_regions(monkeypatc
     pt = fast.isel(sigma_w=int(i[0]), alpha=int(i[1]))
     a = float(pt.alpha)
     one = paper.exponents(HParams(sigma_w=float(pt.sigma_w), sigma_a=6.875, alpha_a=a, alpha_m=a, n_tokens=128))
-    for k in sweep_mod.VARIABLES:
+    for k in diagram.VARIABLES:
         assert float(pt[k]) == pytest.approx(float(one[k]), abs=1e-12), k
 
 
@@ -82,9 +81,9 @@ def test_tiles_on_cpu_devices_one_vmap_on_accelerators():
     (the thorough path: ~21x faster on an H100, docs/benchmarks.md)."""
     from types import SimpleNamespace
 
-    assert sweep_mod._tiled_on(jax.local_devices(backend="cpu"))  # CPU devices, wherever the suite runs
-    assert not sweep_mod._tiled_on([SimpleNamespace(platform="gpu")])
-    assert not sweep_mod._tiled_on([SimpleNamespace(platform="cpu"), SimpleNamespace(platform="tpu")])
+    assert diagram._tiled_on(jax.local_devices(backend="cpu"))  # CPU devices, wherever the suite runs
+    assert not diagram._tiled_on([SimpleNamespace(platform="gpu")])
+    assert not diagram._tiled_on([SimpleNamespace(platform="cpu"), SimpleNamespace(platform="tpu")])
 
 
 def test_separate_alphas_and_depth_axis():
@@ -123,12 +122,12 @@ def test_chunked_sweep_resumes_without_recomputing(tmp_path, monkeypatch, block)
 
     monkeypatch.setattr(grid.ChunkStore, "save", failing)
     with pytest.raises(KeyboardInterrupt):
-        sweep_mod.sweep(**kw, out=str(out), chunk_size=2, devices=one)
+        diagram.sweep(**kw, out=str(out), chunk_size=2, devices=one)
     assert not out.exists()  # no complete-looking file
     assert len(list((tmp_path / "grid.nc.chunks").glob("chunk_*.npz"))) == 2
     calls.clear()
     monkeypatch.setattr(grid.ChunkStore, "save", lambda st, i, v: (calls.append(i), real(st, i, v)))
-    ds = sweep_mod.sweep(**kw, out=str(out), chunk_size=2, devices=one)
+    ds = diagram.sweep(**kw, out=str(out), chunk_size=2, devices=one)
     assert len(calls) == 5 - 2  # 9 points / 2 = 5 chunks, 2 reused
     assert out.exists() and not (tmp_path / "grid.nc.chunks").exists()
     full = phasefield.sweep(**kw) if block == "paper" else phasefield.sweep(**kw, chunk_size=2, devices=one)
@@ -142,7 +141,7 @@ def test_stale_chunks_of_another_sweep_are_refused(tmp_path):
     (tmp_path / "g.nc.chunks").mkdir()
     (tmp_path / "g.nc.chunks" / "meta.json").write_text(json.dumps({"key": "other"}))
     with pytest.raises(ValueError, match="different sweep"):
-        sweep_mod.sweep(sigma_w=SW, alpha=ALPHA, out=str(out))
+        diagram.sweep(sigma_w=SW, alpha=ALPHA, out=str(out))
 
 
 def test_sharded_over_two_devices_equals_one():
@@ -151,8 +150,8 @@ def test_sharded_over_two_devices_equals_one():
     devs = jax.local_devices()
     if len(devs) < 2:
         pytest.skip("one local device")
-    a = sweep_mod.sweep(sigma_w=SW, alpha=ALPHA, devices=devs[:2])
-    b = sweep_mod.sweep(sigma_w=SW, alpha=ALPHA, devices=devs[:1])
+    a = diagram.sweep(sigma_w=SW, alpha=ALPHA, devices=devs[:2])
+    b = diagram.sweep(sigma_w=SW, alpha=ALPHA, devices=devs[:1])
     xr.testing.assert_allclose(a, b)
 
 
@@ -222,7 +221,7 @@ def test_cli_sweep_writes_netcdf(tmp_path, capsys):
     assert code == 0, msg
     ds = xr.open_dataset(out)
     assert dict(ds.sizes) == {"sigma_w": 5, "alpha": 4}
-    assert set(sweep_mod.VARIABLES) <= set(ds.data_vars)
+    assert set(diagram.VARIABLES) <= set(ds.data_vars)
 
 
 @pytest.mark.parametrize(

@@ -6,8 +6,9 @@ test environment's setuptools and wheel, no download), installs it with ``--no-d
 ``.pth`` file naming this environment's site-packages (a plain path line: the ``.pth`` files
 inside that directory, among them the repository's editable install, are not processed). From
 a working directory outside the repository it then runs ``phasefield exponents --json``,
-imports ``phasefield.probe`` and ``phasefield.layers``, and asks the packaged predictor
-(``phasefield predict``, ``phasefield/vit/trainability_model.json``) for a prediction.
+imports ``phasefield.probing`` and ``phasefield.layers`` (``phasefield.probe`` a function),
+and asks the packaged predictor (``phasefield predict``,
+``phasefield/vit/trainability_model.json``) for a prediction.
 """
 
 import json
@@ -45,7 +46,7 @@ def test_wheel_installs_and_runs_outside_the_repository(tmp_path):
     (wheel,) = dist.glob("phasefield-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     assert "phasefield/vit/trainability_model.json" in names
-    assert "phasefield/probe/__init__.py" in names and "phasefield/layers/__init__.py" in names
+    assert "phasefield/probing/__init__.py" in names and "phasefield/layers/__init__.py" in names
     assert not any(n.startswith(("tests/", "scripts/", "docs/")) for n in names)
 
     # 2. a clean venv with the wheel; dependencies from this environment, not the repo
@@ -67,8 +68,8 @@ def test_wheel_installs_and_runs_outside_the_repository(tmp_path):
         [
             py,
             "-c",
-            "import phasefield, sys; phasefield.probe; phasefield.layers; "
-            "assert callable(phasefield.probe); print(phasefield.__file__)",
+            "import inspect, phasefield; phasefield.probing; phasefield.layers; "
+            "assert inspect.isfunction(phasefield.probe); print(phasefield.__file__)",
         ],
         cwd=cwd,
         env=env,

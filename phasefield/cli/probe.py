@@ -3,7 +3,7 @@ growth per block, phase, verdict), with the theory beside it for phasefield's pr
 
     phasefield probe --block pre-ln:sigma=0.55,alpha=0.2 --width 256 --depth 8
     phasefield probe --preset pre-ln --set sigma=0.55 --set alpha=0.2 --width 256 --depth 8   (the same)
-    phasefield probe --model phasefield.probe.hf:gpt2 --set std=0.02 --set scaled=true
+    phasefield probe --model phasefield.probing.hf:gpt2 --set std=0.02 --set scaled=true
     phasefield probe --model mypkg.models:make_model --json --figure probe.png
     phasefield probe --model my_models.py:make --as pre-ln:sigma=0.55,heads=12 --fix
 
@@ -12,13 +12,13 @@ curves drawn beside; the fix's theory answer). ``--fix`` searches two init multi
 weight matrices; the residual branches' output projections, found by name or by
 ``--fix-residual REGEX``) until the measured rates meet the criteria
 (``--max-gradient-factor``, ``--max-angle-rate``, as ``recommend --block``), then re-probes
-the fixed model with fresh seeds (:mod:`phasefield.probe.fix`).
+the fixed model with fresh seeds (:mod:`phasefield.probing.fix`).
 
 ``--model module:factory`` (or ``path/to/file.py:factory``) names a function returning a
-:class:`phasefield.probe.Model`; ``--set key=value`` (repeated) are its keyword arguments
+:class:`phasefield.probing.Model`; ``--set key=value`` (repeated) are its keyword arguments
 (numbers, true/false or text), and ``--depth/--width/--n-tokens`` are passed to it when
 given. ``--block NAME:k=v,...`` (the spelling of every command; ``--preset NAME --set k=v``
-is its alias) is the factory :func:`phasefield.probe.models.preset` for that
+is its alias) is the factory :func:`phasefield.probing.models.preset` for that
 phasefield block (its keywords: the preset's numbers, e.g. sigma, alpha, heads; for
 ``paper`` the HParams fields).
 """
@@ -59,6 +59,11 @@ def _settings(items):
     return out
 
 
+# ``--model phasefield.probe.X:factory`` is read as ``phasefield.probing.X:factory`` (with a
+# one-line notice on stderr) until 0.3.0
+_OLD_PACKAGE, _NEW_PACKAGE = "phasefield.probe.", "phasefield.probing."
+
+
 def _factory(spec):
     mod_name, sep, attr = spec.rpartition(":")
     if not sep or not mod_name or not attr:
@@ -71,6 +76,10 @@ def _factory(spec):
             mod = importlib.util.module_from_spec(loader_spec)
             loader_spec.loader.exec_module(mod)
         else:
+            if mod_name.startswith(_OLD_PACKAGE):  # the package's earlier name, read for one release
+                new_name = _NEW_PACKAGE + mod_name[len(_OLD_PACKAGE) :]
+                click.echo(f"{mod_name} is now {new_name}", err=True)
+                mod_name = new_name
             mod = importlib.import_module(mod_name)
     except UsageError:
         raise
@@ -106,7 +115,7 @@ def _declared(as_spec):
 
 
 def _model(model, preset, kw):
-    from ..probe import Model
+    from ..probing import Model
 
     if (model is None) == (preset is None):
         raise UsageError("give --model module:factory or --preset NAME (one of them)")
@@ -115,7 +124,7 @@ def _model(model, preset, kw):
 
         if preset not in registry.names():
             raise UsageError(f"--preset: unknown block {preset!r}; choose one of {', '.join(registry.names())}")
-        from ..probe import models
+        from ..probing import models
 
         fn = models.preset
         p = registry.lookup(preset)
@@ -136,7 +145,7 @@ def _model(model, preset, kw):
     except (TypeError, ValueError) as exc:
         raise UsageError(f"the model factory refused its arguments: {' '.join(str(exc).split())}") from None
     if not isinstance(m, Model):
-        raise UsageError(f"the factory must return a phasefield.probe.Model, not {type(m).__name__}")
+        raise UsageError(f"the factory must return a phasefield.probing.Model, not {type(m).__name__}")
     return m
 
 
@@ -312,7 +321,7 @@ def register(cli):
         m = _model(model, preset, kw)
         if declared is not None:
             m.block, m.spec = declared
-        from .. import probe as P
+        from ..probing import probe
 
         bar = None
         if do_fix and progress:
@@ -326,7 +335,7 @@ def register(cli):
                 bar.update(done - bar.n)
 
         try:
-            res = P.probe(
+            res = probe(
                 m,
                 inits=inits,
                 seed=seed,

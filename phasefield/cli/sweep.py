@@ -1,5 +1,5 @@
 """``phasefield sweep`` (and its alias ``phasefield block sweep``): the theory of any block on a
-grid -> netCDF, through the one sweep :func:`phasefield.sweep.sweep`.
+grid -> netCDF, through the one sweep :func:`phasefield.diagram.sweep`.
 
 The paper block (no ``--block``, or ``--block paper[:...]``) takes its numbers as ``--sigma-w``,
 ``--alpha`` ... (each a range, a list or a number) or as ``--axis NAME=...``; any other block
@@ -101,7 +101,7 @@ def sweep_command(spec_text, axes, n_tokens, depth, q0, rho0, chunk, out, progre
             parsed[k] = parse_range(text, k)
     from ..layers import registry
 
-    if registry.lookup(name).fast_engine:  # the closed-form evaluator (phasefield.sweep)
+    if registry.lookup(name).fast_engine:  # the closed-form evaluator (phasefield.diagram)
         return _paper(kw, parsed, chunk, out, progress, q0, rho0, figure, sim, **paper)
     given = [_flag(k) for k, v in paper.items() if v is not None]
     if given:
@@ -162,7 +162,7 @@ def _generic(name, kw, parsed, chunk, out, progress, q0, rho0, figure, sim):
 def _paper(kw, parsed, chunk, out, progress, q0, rho0, figure, sim, **flags):
     from .. import grid
     from ..config import HParams
-    from ..sweep import PAPER_NUMBERS, VARIABLES
+    from ..diagram import PAPER_NUMBERS, VARIABLES
 
     for opt, v in (("--q0", q0), ("--rho0", rho0), ("--figure", figure), ("--sim", sim)):
         if v is not None:
@@ -240,13 +240,13 @@ def _paper(kw, parsed, chunk, out, progress, q0, rho0, figure, sim, **flags):
 def _run(out, **kw):
     import time
 
-    from .. import sweep as sweep_mod
+    from .. import diagram
 
     d = os.path.dirname(os.path.abspath(out))
     if not os.path.isdir(d):
         raise UsageError(f"directory of --out does not exist: {d}")
     t0 = time.perf_counter()
-    ds = sweep_mod.sweep(**kw, out=out)
+    ds = diagram.sweep(**kw, out=out)
     dt = max(time.perf_counter() - t0, 1e-9)
     if ds is None:  # a multi-process sweep: another process assembles the file
         import jax

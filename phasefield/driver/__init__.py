@@ -1,5 +1,5 @@
 """The chunk driver of every sweep: the theory sweeps (the paper block's closed form,
-:mod:`phasefield.sweep`, and the layers evaluator of any block, :mod:`phasefield.layers.sweep`)
+:mod:`phasefield.diagram`, and the layers evaluator of any block, :mod:`phasefield.layers.sweep`)
 and the finite-width simulation sweeps (:mod:`phasefield.simulate.sweep`,
 :mod:`phasefield.simulate.blocks`).
 

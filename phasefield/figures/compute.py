@@ -26,20 +26,20 @@ from .settings import Settings, lin
 def theory_grids(s: Settings, progress: bool = False) -> dict:
     """The fine theory slices (``alpha_sigma_w``, ``sigma_a_alpha``) and the theory at
     the simulated grids' points (``*_sim``)."""
-    from .. import sweep as thsweep
+    from .. import diagram
 
     common = dict(n_tokens=s.n_tokens, depth=s.depth, progress=progress)
     out = {
-        "alpha_sigma_w": thsweep.sweep(
+        "alpha_sigma_w": diagram.sweep(
             sigma_w=lin(s.theory_sigma_w), alpha=lin(s.theory_alpha), sigma_a=s.sigma_a, **common
         ),
-        "sigma_a_alpha": thsweep.sweep(
+        "sigma_a_alpha": diagram.sweep(
             sigma_w=s.slice_sigma_w, sigma_a=lin(s.theory_sigma_a), alpha=lin(s.theory_alpha), **common
         ),
-        "alpha_sigma_w_sim": thsweep.sweep(
+        "alpha_sigma_w_sim": diagram.sweep(
             sigma_w=lin(s.sim_sigma_w), alpha=lin(s.sim_alpha), sigma_a=s.sigma_a, **common
         ),
-        "sigma_a_alpha_sim": thsweep.sweep(
+        "sigma_a_alpha_sim": diagram.sweep(
             sigma_w=s.slice_sigma_w, sigma_a=lin(s.sim_sigma_a), alpha=lin(s.sim_alpha_b), **common
         ),
     }

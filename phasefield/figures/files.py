@@ -3,7 +3,7 @@
 Two netCDF files (h5netcdf, one group per dataset) hold everything a figure draws, so
 ``phasefield figures --from sweep.nc --sim sim.nc`` redraws without recomputing:
 
-``sweep.nc`` (theory, :func:`phasefield.sweep.sweep`)
+``sweep.nc`` (theory, :func:`phasefield.diagram.sweep`)
     ``alpha_sigma_w``      λ's on a fine (σ_w, α) grid at σ_A = 1 (Figs. 4–5, phase diagram)
     ``sigma_a_alpha``      λ's on a fine (σ_A, α) grid at fixed σ_w (Figs. 4–5)
     ``alpha_sigma_w_sim``  the theory at the simulated grid's points (agreement numbers)

@@ -2,7 +2,7 @@
 and the gradient's energy per block, with standard-error bands over initializations, the
 bands of the criteria on the rates, the first block that leaves its band marked, and the
 theory's curves beside them when the model is (or is declared as) a phasefield block.
-Drawn from a :class:`phasefield.probe.ProbeResult` only (no computation)."""
+Drawn from a :class:`phasefield.probing.ProbeResult` only (no computation)."""
 
 from __future__ import annotations
 

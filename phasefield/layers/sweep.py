@@ -132,7 +132,7 @@ def _kernel_scales(block, npts):
 def mesh_tables(name, fixed, keys, flat, n_tokens, att_max):
     """The exact map's (S_1, S_rho) and the softmax term's (T_1, T_rho) on a
     :data:`MESH_TABLES`-point cosine mesh (and at RHO0), once per distinct logit scale of the
-    grid (as :func:`phasefield.sweep.build_exact_tables` does for the paper block; every
+    grid (as :func:`phasefield.diagram.build_exact_tables` does for the paper block; every
     scale by one compiled program, each mesh point on the grid its numbers need; more
     scales than SCALE_NODES[-1] read from the tables' interpolant in the scale,
     :func:`phasefield.theory.attention.exact_table.scale_tables`):

@@ -1,5 +1,5 @@
 """Simulated exponents over a grid of hyperparameter points, in the grid format of the
-theory sweep (:func:`phasefield.sweep.sweep`): one dimension per swept hyperparameter,
+theory sweep (:func:`phasefield.diagram.sweep`): one dimension per swept hyperparameter,
 variables ``lambda_a, lambda_g_collapse`` plus their standard errors ``lambda_a_se,
 lambda_g_collapse_se`` (and the ``q_star`` the inputs were built from; ``lambda_g``,
 ``lambda_g_se``: deprecated copies under the earlier names).

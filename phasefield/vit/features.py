@@ -43,8 +43,8 @@ def input_geometry(cfg, data, inits: int = 8, images: int = 256) -> dict:
     import jax
     import jax.numpy as jnp
 
-    from ..probe.capture import first_input
-    from ..probe.geometry import gram_qp
+    from ..probing.capture import first_input
+    from ..probing.geometry import gram_qp
     from .model import preprocess
     from .train import model_for
 

@@ -138,7 +138,7 @@ def _redraw_plan(module):
 
 
 def model(make, inputs, blocks=None, stack=None, name: str = "model"):
-    """A :class:`phasefield.probe.Model` of an NNX model (module docstring)."""
+    """A :class:`phasefield.probing.Model` of an NNX model (module docstring)."""
     from .fix import param_path
     from .model import Model
 

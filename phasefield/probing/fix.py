@@ -376,9 +376,9 @@ def fix(
     progress=None,
     measure=None,
 ) -> dict:
-    """Search, verify and describe the fix of ``model`` (a :class:`phasefield.probe.Model`)
+    """Search, verify and describe the fix of ``model`` (a :class:`phasefield.probing.Model`)
     whose probe as it is is ``before`` (a ProbeResult). The ``fix`` dict of the JSON.
-    ``measure``: the probe that re-measures the fixed model (:func:`phasefield.probe.probe`,
+    ``measure``: the probe that re-measures the fixed model (:func:`phasefield.probing.probe`,
     which passes itself)."""
     from .model import Model
 

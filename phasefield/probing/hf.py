@@ -4,7 +4,7 @@ download), as probe models (the optional extra ``probe-hf``: ``pip install
 
     phasefield.probe(hf.gpt2(), inits=8)                          # GPT-2 small, as shipped
     phasefield.probe(hf.gpt2(std=0.02, scaled=True), inits=8)     # + 1/sqrt(2L) projections
-    phasefield probe --model phasefield.probe.hf:gpt2 --set std=0.05 --depth 24
+    phasefield probe --model phasefield.probing.hf:gpt2 --set std=0.05 --depth 24
 
 Keywords: ``depth`` (blocks), ``width`` (d), ``heads``, ``n_tokens`` (sequence length; the
 ViT's patches + 1), ``batch`` (sequences per measurement), ``std`` (the std of every weight

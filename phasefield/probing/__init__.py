@@ -17,14 +17,12 @@ models: :mod:`.nnx` (``probe(make, inputs, blocks=...)`` with ``make(rngs) -> nn
 Where it fails, per block: :mod:`.blocks` (``res.first_failing_block``); a fix of the
 model's init, measured and verified: :mod:`.fix` (``probe(..., fix=True)``).
 
-The module itself is callable: ``phasefield.probe(...)`` is :func:`probe`.
+``phasefield.probe(...)`` is :func:`probe` of this package.
 """
 
 from __future__ import annotations
 
 import math
-import sys
-import types
 
 import jax
 import numpy as np
@@ -158,11 +156,3 @@ def probe(
             **opts,
         )
     return res
-
-
-class _CallableModule(types.ModuleType):
-    def __call__(self, *args, **kwargs):
-        return probe(*args, **kwargs)
-
-
-sys.modules[__name__].__class__ = _CallableModule

@@ -1,4 +1,5 @@
-"""Grid sweeps of the theory of any block: ``phasefield.sweep(...)`` -> labeled ``xarray.Dataset``.
+"""Phase diagrams: grid sweeps of the theory of any block -> labeled ``xarray.Dataset``.
+``phasefield.sweep(...)`` is :func:`sweep` of this module.
 
     ds = phasefield.sweep(sigma_w=np.linspace(.5, 4, 256), alpha=np.linspace(.01, .99, 256),
                           sigma_a=1.0, n_tokens=32, depth=16)          # the paper block
@@ -56,8 +57,6 @@ from __future__ import annotations
 
 import functools
 import os
-import sys
-import types
 from collections.abc import Sequence
 
 import jax
@@ -608,13 +607,3 @@ def save(ds, path) -> None:
 def load(path):
     """Open a sweep written by :func:`sweep` (or ``phasefield sweep``)."""
     return io.read_netcdf(path)
-
-
-class _CallableModule(types.ModuleType):
-    """Lets ``phasefield.sweep(...)`` call :func:`sweep` while the module stays importable."""
-
-    def __call__(self, *args, **kwargs):
-        return sweep(*args, **kwargs)
-
-
-sys.modules[__name__].__class__ = _CallableModule
