@@ -298,7 +298,7 @@ def test_cli_runs_a_users_model_file(tmp_path, monkeypatch, capsys):
 def test_cli_reads_the_deprecated_package_name_with_one_line_on_stderr(tmp_path, monkeypatch, capsys):
     """``--model phasefield.probe.X:factory`` is ``phasefield.probing.X:factory``, with a notice."""
     argv = ["probe", "--model", "phasefield.probe.models:preset", "--set", "name=pre-ln", "--set", "heads=2"]
-    argv += ["--width", "16", "--depth", "2", "--n-tokens", "4", "--inits", "2", "--json"]
+    argv += ["--width", "16", "--depth", "2", "--n-tokens", "4", "--inits", "2", "--json", "--quiet"]
     assert _cli(argv, tmp_path, monkeypatch) == 0
     cap = capsys.readouterr()
     assert cap.err == "phasefield.probe.models is now phasefield.probing.models\n", cap.err

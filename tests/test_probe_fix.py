@@ -71,7 +71,20 @@ def test_first_failing_block_of_a_collapsing_post_ln_stack():
 
 def test_fix_of_a_linen_model_is_verified_with_fresh_seeds():
     init, apply = _net()
-    res = phasefield.probe(init, apply, X, blocks=Blk, inits=4, fix=True, fix_options=dict(inits=2, verify_inits=8))
+    seen = []
+    res = phasefield.probe(
+        init,
+        apply,
+        X,
+        blocks=Blk,
+        inits=4,
+        fix=True,
+        fix_options=dict(inits=2, verify_inits=8),
+        progress=lambda done, total: seen.append((done, total)),
+    )
+    # progress in initializations: 4 probed, 62 search points x 2, 8 in the check; it ends full
+    assert {t for _, t in seen} == {4 + 62 * 2 + 8} and seen[-1][0] == seen[-1][1]
+    assert [d for d, _ in seen] == sorted(d for d, _ in seen)
     d = res.to_dict()
     fx = d["fix"]
     assert set(fx["multipliers"]) == {"weights", "residual"}

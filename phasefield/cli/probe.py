@@ -250,7 +250,12 @@ def register(cli):
     )
     @click.option("--fix-inits", type=int, default=2, show_default=True, help="initializations per searched point")
     @click.option("--verify-inits", type=int, default=16, show_default=True, help="fresh initializations of the check")
-    @click.option("--progress/--quiet", default=True, show_default=True, help="progress bar on stderr (--fix)")
+    @click.option(
+        "--progress/--quiet",
+        default=True,
+        show_default=True,
+        help="progress bar on stderr, in initializations measured",
+    )
     def probe_cmd(
         model,
         block_spec,
@@ -324,10 +329,11 @@ def register(cli):
         from ..probing import probe
 
         bar = None
-        if do_fix and progress:
+        if progress:
             from tqdm import tqdm
 
-            bar = tqdm(total=None, desc="fix search", unit="point", file=click.get_text_stream("stderr"), leave=False)
+            desc = "probe and fix" if do_fix else "probe"
+            bar = tqdm(total=None, desc=desc, unit="init", file=click.get_text_stream("stderr"), leave=False)
 
         def tick(done, total):
             if bar is not None:

@@ -65,7 +65,8 @@ def probe(
     of the per-block bands (:mod:`.blocks`) and of the fix. ``fix=True`` searches and verifies
     a fix of the init (:mod:`.fix`; ``fix_options``: the keywords of :func:`.fix.fix`, e.g.
     ``residual``, ``weights``, ``inits``, ``verify_inits``), put in ``result.fix``;
-    ``progress(done, total)`` follows its search. ValueError (one line) for bad input: no
+    ``progress(done, total)`` follows the work in initializations measured: the probe's,
+    and with ``fix`` the search's (``inits`` per point) and the check's. ValueError (one line) for bad input: no
     matching block, outputs not finite, fewer than 2 inits."""
     from . import nnx as _nnx
 
@@ -110,8 +111,18 @@ def probe(
     with_deltas = stack is None and getattr(run, "deltas", True)
     keys = jax.random.split(jax.random.PRNGKey(int(seed)), int(inits))
     st = None if start is None else tuple(float(s) for s in start)
+    if progress is not None and not isinstance(progress, measure.Steps):
+        extra = 0
+        if fix:
+            from . import fix as _fix
+
+            o = fix_options or {}
+            extra = _fix.search_size() * int(o.get("inits", 2)) + int(o.get("verify_inits", 16))
+        progress = measure.Steps(progress, int(inits) + extra)
     raw = jax.device_get(
-        measure.many(init_fn, run, keys, float(eps), st, gradient, max(1, int(chunk)), with_deltas=with_deltas)
+        measure.many(
+            init_fn, run, keys, float(eps), st, gradient, max(1, int(chunk)), with_deltas=with_deltas, advance=progress
+        )
     )
     L = np.asarray(raw["q_data"]).shape[1] - 1
     bad = int(np.min(raw["finite"]))
@@ -143,7 +154,7 @@ def probe(
 
         m = Model(init_fn, apply_fn, inputs, blocks=blocks, stack=stack, name=name, spec=spec, runner=run)
         opts = dict(fix_options or {})
-        res.fix = _fix.fix(
+        res.fix = _fix.fix(  # the same progress: the check's probe advances it too
             m,
             res,
             measure=probe,

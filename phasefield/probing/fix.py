@@ -239,6 +239,11 @@ def _pick(points, margin):
     return min(points, key=lambda p: p["distance"])
 
 
+def search_size(grid: int = GRID, fine: int = FINE) -> int:
+    """The points :func:`search` measures: the model as it is, the grid, the fine grid."""
+    return 1 + grid * grid + fine * fine
+
+
 def search(
     init_fn,
     run,
@@ -258,11 +263,10 @@ def search(
 ) -> dict:
     """The grid search (module docstring): ``{"best": point, "points": [...], "inits": ...}``,
     a point ``{"weights", "residual", "angle_rate", "lambda_g_input", "distance", ...}``.
-    ``progress(done, total)`` is called after every point."""
+    ``progress(n)`` is called after every point with its ``inits``."""
     keys = jax.random.split(jax.random.PRNGKey(int(seed) + 7919), int(inits))
     f = _point_fn(init_fn, run, sel, float(eps), keys)
-    total = 1 + grid * grid + fine * fine
-    points, done = [], [0]
+    points = []
 
     def evaluate(mw, mr):
         lgap, g = jax.device_get(f(jnp.asarray([mw, mr], jnp.float32)))
@@ -277,9 +281,8 @@ def search(
             distance=distance(la, lg, L, max_factor, max_angle_rate),
         )
         points.append(p)
-        done[0] += 1
         if progress is not None:
-            progress(done[0], total)
+            progress(int(inits))
         return p
 
     lw = np.linspace(math.log(weights_range[0]), math.log(weights_range[1]), grid)
@@ -379,7 +382,8 @@ def fix(
     """Search, verify and describe the fix of ``model`` (a :class:`phasefield.probing.Model`)
     whose probe as it is is ``before`` (a ProbeResult). The ``fix`` dict of the JSON.
     ``measure``: the probe that re-measures the fixed model (:func:`phasefield.probing.probe`,
-    which passes itself)."""
+    which passes itself). ``progress(n)``: called with the initializations just measured, by
+    the search and the check (a :class:`.measure.Steps` where the probe calls it)."""
     from .model import Model
 
     if measure is None:
@@ -430,6 +434,7 @@ def fix(
         chunk=chunk,
         max_factor=max_factor,
         max_angle_rate=max_angle_rate,
+        progress=progress,
     )
     la, la_se = after.angle_rate
     lg, lg_se = after.lambda_g_input

@@ -75,7 +75,30 @@ def one(init_fn, run, key, eps, start=None, gradient=True, with_deltas=True):
     return res
 
 
-def many(init_fn, run, keys, eps, start=None, gradient=True, chunk=1, with_deltas=True):
-    """:func:`one` for every key: a dict of arrays with a leading init axis."""
+class Steps:
+    """``progress(done, total)`` counted in initializations measured; ``steps(n)`` adds
+    ``n``. One object follows a whole run (probe, fix search, check)."""
+
+    def __init__(self, progress, total: int):
+        self.progress, self.total, self.done = progress, int(total), 0
+
+    def __call__(self, n: int = 1) -> None:
+        self.done = min(self.done + int(n), self.total)
+        self.progress(self.done, self.total)
+
+
+def many(init_fn, run, keys, eps, start=None, gradient=True, chunk=1, with_deltas=True, advance=None):
+    """:func:`one` for every key: a dict of arrays with a leading init axis. ``advance(n)``,
+    when given, is called after every ``chunk`` initializations (one compiled program for
+    every chunk: the keys are padded to a whole number of chunks and the padding dropped)."""
     f = lambda k: one(init_fn, run, k, eps, start, gradient, with_deltas)
-    return jax.jit(lambda ks: jax.lax.map(f, ks, batch_size=chunk))(keys)
+    if advance is None:
+        return jax.jit(lambda ks: jax.lax.map(f, ks, batch_size=chunk))(keys)
+    n, chunk = len(keys), max(1, min(int(chunk), len(keys)))
+    g = jax.jit(jax.vmap(f))
+    pad = jnp.concatenate([keys, jnp.repeat(keys[-1:], -n % chunk, axis=0)])
+    parts = []
+    for i in range(0, n, chunk):
+        parts.append(jax.device_get(g(pad[i : i + chunk])))
+        advance(min(chunk, n - i))
+    return jax.tree.map(lambda *a: jnp.concatenate(a)[:n], *parts)
