@@ -179,8 +179,7 @@ def _assign(o, sel, x):
 
 @functools.cache
 def _kernel_fn(activation, mlp_layers, n_grid, n_cheb):
-    hp0 = HParams(activation=activation, mlp_layers=mlp_layers)
-    return jax.jit(jax.vmap(lambda s: mlp.kernel(hp0.replace(sigma_w=s), n_grid, n_cheb)))
+    return jax.jit(jax.vmap(lambda s: mlp.kernel(s, activation, mlp_layers, n_grid=n_grid, n_cheb=n_cheb)))
 
 
 EXACT_TABLE_BATCH = 4  # (sigma_A, n) pairs of exact-map mesh values computed at once (memory)
@@ -192,7 +191,7 @@ def build_exact_tables(pairs: np.ndarray):
     interpolant of the mesh values is exact for all of them, and the exact map's mesh values
     [k, 2, MESH + 1] of each pair (:mod:`phasefield.theory.attention.exact_table`)."""
     pairs = np.asarray(pairs, np.float64).reshape(-1, 2)
-    n_a, n_z = exact.sizes(None, sigma_max=float(pairs[:, 0].max()), n_max=float(pairs[:, 1].max()))
+    n_a, n_z = exact.sizes(sigma_max=float(pairs[:, 0].max()), n_max=float(pairs[:, 1].max()))
     fn = exact_table.values_fn(n_a, n_z)
     b = min(EXACT_TABLE_BATCH, len(pairs))  # (not padded to a full batch: one pair is one)
     padded = np.concatenate([pairs, np.repeat(pairs[-1:], -len(pairs) % b, 0)])
@@ -500,7 +499,7 @@ def _paper_sweep(
     pairs = None
     if attention == "exact":  # its logit grids, sized to the largest sigma_A and n: checked before any work
         pairs = _exact_pairs(dims, scalars)
-        exact.sizes(None, sigma_max=float(pairs[:, 0].max()), n_max=float(pairs[:, 1].max()))
+        exact.sizes(sigma_max=float(pairs[:, 0].max()), n_max=float(pairs[:, 1].max()))
 
     spec = dict(
         source="phasefield.sweep",

@@ -121,7 +121,7 @@ def baseline_point(sw, alpha, n_iter=200):
     d1 = sw**4 * pair(dt, 1.0)
 
     def block(q, p):
-        q_a, p_a = attention.forward(hp, p / q)
+        q_a, p_a = attention.forward(hp.sigma_a, hp.n_tokens, hp.sigma_v, p / q)
         q_z, p_z = ba2 * q + aa2 * q_a, ba2 * p + aa2 * p_a
         return bm2 * q_z + am2 * q_m, bm2 * p_z + am2 * sw**2 * pair(jnp.tanh, p_z / q_z), q_z, p_z
 
@@ -130,7 +130,7 @@ def baseline_point(sw, alpha, n_iter=200):
         c_o = bm2 + am2 * sw**4 * pair(dt, rho_z) / q_z
         diag, off = c_d * (a + b), c_o * b
         a, b = diag - off, off
-        da, oa = attention.backward(hp, q, rho, a, b)
+        da, oa = attention.backward(hp.sigma_a, hp.n_tokens, hp.sigma_v, q, rho, a, b)
         diag, off = ba2 * (a + b) + aa2 * da, ba2 * b + aa2 * oa
         return diag - off, off
 

@@ -62,7 +62,7 @@ def test_scale_tables_equal_one_grid_for_all():
     assert [exact_table.first_mesh(c) for c in (0.25, 1.5)] == [33, 49]
     s, t, interp, interp_t = exact_table.scale_tables(sa, n)
     assert interp and interp_t and s.shape == t.shape == (2, 2, exact_table.MESH_FULL + 1)
-    n_a, n_z = exact.sizes(None, sigma_max=1.5, n_max=n)
+    n_a, n_z = exact.sizes(sigma_max=1.5, n_max=n)
     with jax.enable_x64(True):
         s0, t0 = exact_table.tables_fn(n_a, n_z, exact_table.MESH_FULL)(jnp.asarray(sa), jnp.full(2, n))
     for i in range(2):
@@ -82,7 +82,7 @@ def test_many_scales_read_the_interpolant_in_the_scale(monkeypatch):
     from phasefield.theory.precision import float64
 
     sa, n = np.append(0.05, np.linspace(0.8, 1.5, 40)), 8.0
-    n_a, n_z = exact.sizes(None, sigma_max=1.5, n_max=n)
+    n_a, n_z = exact.sizes(sigma_max=1.5, n_max=n)
     s0, t0 = float64(exact_table._direct_tables)(sa, n, n_a, n_z, 1.5)  # every scale integrated
     for nodes in [(17, 33), (9, 17)]:
         exact_table._st_values.cache_clear()

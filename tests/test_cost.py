@@ -173,10 +173,9 @@ def test_exact_attention_pair_rule_equals_direct_rules(sigma_a, n, rho):
     both rules: there the pair rule must be no less accurate than the direct rule on the
     same grids, or within 1e-13 (measured at rho = 0.004: 3e-9 against 3e-8 of max |H_22|; the S values stay within 1e-12,
     test_exact.py)."""
-    hp = HParams(sigma_a=sigma_a, n_tokens=n)
-    n_a, n_z = exact.sizes(hp)
-    gr = exact.Grid(hp, jnp.asarray(rho), n_a, n_z)
-    fine = exact.Grid(hp, jnp.asarray(rho), n_a, 2 * n_z + 1)
+    n_a, n_z = exact.sizes(sigma_a, n)
+    gr = exact.Grid(sigma_a, n, jnp.asarray(rho), n_a, n_z)
+    fine = exact.Grid(sigma_a, n, jnp.asarray(rho), n_a, 2 * n_z + 1)
     pairs = [(0, 0), (1, 1), (2, 1), (2, 2), (2, 0), (0, 2)]
     new = {k: np.asarray(v) for k, v in exact._pair_tables(gr, pairs).items()}
     wide = float(gr.sigma_c) >= exact.SIGMA_C_LATTICE

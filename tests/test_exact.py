@@ -18,8 +18,7 @@ pytestmark = pytest.mark.usefixtures("float64")
 
 @pytest.mark.parametrize("sigma_a,rho,n", [(1.0, 0.3, 8), (3.0, 0.3, 8), (4.0, -0.1, 4), (2.0, 0.9, 6), (4.0, 0.6, 5)])
 def test_s_values_match_brute_force(sigma_a, rho, n):
-    hp = HParams(sigma_a=sigma_a, n_tokens=n)
-    s1, sr = (float(v) for v in exact.s_values(hp, rho))
+    s1, sr = (float(v) for v in exact.s_values(sigma_a, n, rho))
     m1, e1, mr, er = exact.monte_carlo_s(sigma_a, rho, n, samples=60_000, seed=7)
     assert abs(s1 - m1) < 4 * e1 + 1e-6
     assert abs(sr - mr) < 4 * er + 1e-6
@@ -27,35 +26,30 @@ def test_s_values_match_brute_force(sigma_a, rho, n):
 
 def test_paper_map_is_wrong_at_large_sigma_a():
     # the brute-force value differs from the paper's 1 - w by many standard errors
-    hp = HParams(sigma_a=3.0, n_tokens=8)
-    w1, wr = paper_map.weights(hp, 0.3)
+    w1, wr = paper_map.weights(3.0, 8, 0.3)
     m1, e1, mr, er = exact.monte_carlo_s(3.0, 0.3, 8, samples=60_000, seed=3)
     assert abs((1 - float(w1)) - m1) > 50 * e1
     assert abs((1 - float(wr)) - mr) > 50 * er
 
 
 def test_normalization_and_convergence_large_n():
-    hp = HParams(sigma_a=4.0, n_tokens=4096)
-    rm = exact.row_moments(hp, 0.3)
+    rm = exact.row_moments(4.0, 4096, 0.3)
     assert abs(float(rm["a1"]) * 4096 - 1.0) < 1e-9  # E[A_1] = 1/n
-    base = np.array([float(v) for v in exact.s_values(hp, 0.3)])
-    fine = np.array([float(v) for v in exact.s_values(hp, 0.3, 400, 201)])
+    base = np.array([float(v) for v in exact.s_values(4.0, 4096, 0.3)])
+    fine = np.array([float(v) for v in exact.s_values(4.0, 4096, 0.3, 400, 201)])
     np.testing.assert_allclose(base, fine, rtol=1e-7)
 
 
 def test_collapsed_and_small_sigma_limits():
-    hp = HParams(sigma_a=2.0, n_tokens=16)
-    s1, sr = exact.s_values(hp, 1.0)
+    s1, sr = exact.s_values(2.0, 16, 1.0)
     assert abs(float(s1) - 1 / 16) < 1e-10 and abs(float(sr) - 1 / 16) < 1e-10
-    small = HParams(sigma_a=1e-3, n_tokens=16)
-    q_a, p_a = exact.forward(small, 0.4)
+    q_a, p_a = exact.forward(1e-3, 16, 1.0, 0.4)
     np.testing.assert_allclose([float(q_a), float(p_a)], [(1 + 15 * 0.4) / 16] * 2, atol=1e-6)
 
 
 def test_backward_consistent_with_forward_identities():
     # rows of A sum to one: sum over m' of the backward map applied to G = 11^T (a=0, b=1)
-    hp = HParams(sigma_a=2.5, n_tokens=12, attention="exact")
-    diag, off = attention.backward(hp, 1.0, 0.2, 0.0, 1.0)
+    diag, off = attention.backward(2.5, 12, 1.0, 1.0, 0.2, 0.0, 1.0, "exact")
     assert abs(float(diag + 11 * off) - 12.0) < 1e-8  # 1^T A^T 1 1^T A 1 / n = n
 
 
@@ -65,8 +59,7 @@ def test_lambda_a_exact_equals_paper_and_jit_vmap():
         la_p = float(paper.angle_exponent(hp))
         la_e = float(paper.angle_exponent(hp.replace(attention="exact"), method="autodiff"))
         assert abs(la_p - la_e) < 1e-9
-    hp = HParams(n_tokens=32, attention="exact")
-    f = jax.jit(jax.vmap(lambda s: attention.forward(hp.replace(sigma_a=s), 0.3)[0]))
+    f = jax.jit(jax.vmap(lambda s: attention.forward(s, 32, 1.0, 0.3, "exact")[0]))
     out = np.asarray(f(jnp.array([1.0, 2.0])))
     assert np.all(np.isfinite(out)) and out[1] > out[0]
 
@@ -96,11 +89,10 @@ def test_theory_md_case_and_simulation():
 def test_concrete_sizes_resolve_s_to_1e12(sigma_a, n):
     # the sizes chosen from a concrete sigma_A, n (what theory functions now use) against
     # grids 1.6x finer in both directions
-    hp = HParams(sigma_a=sigma_a, n_tokens=n)
-    n_a, n_z = exact.sizes(hp)
+    n_a, n_z = exact.sizes(sigma_a, n)
     for rho in (-1.0 / (n - 1), 0.2, 0.7, 0.99):
-        base = np.array([float(v) for v in exact.s_values(hp, rho, n_a, n_z)])
-        fine = np.array([float(v) for v in exact.s_values(hp, rho, int(1.6 * n_a), int(1.6 * n_z) | 1)])
+        base = np.array([float(v) for v in exact.s_values(sigma_a, n, rho, n_a, n_z)])
+        fine = np.array([float(v) for v in exact.s_values(sigma_a, n, rho, int(1.6 * n_a), int(1.6 * n_z) | 1)])
         np.testing.assert_allclose(base, fine, rtol=0, atol=1e-12)
 
 
@@ -109,10 +101,10 @@ def test_public_functions_key_on_concrete_sizes():
 
     hp = HParams(sigma_a=1.0, n_tokens=32, attention="exact")
     kern = theory.kernel(hp)
-    att = exact_table.kernel(hp)
-    assert (att.n_a, att.n_z) == exact.sizes(hp) != exact.sizes(None)
-    q_a, p_a = attention.forward(hp, 0.3, att)
-    ref = exact.forward(hp, 0.3)  # eager: concrete sizes as well
+    att = exact_table.kernel(hp.sigma_a, hp.n_tokens)
+    assert (att.n_a, att.n_z) == exact.sizes(hp.sigma_a, hp.n_tokens) != exact.sizes()
+    q_a, p_a = attention.forward(hp.sigma_a, hp.n_tokens, hp.sigma_v, 0.3, "exact", att)
+    ref = exact.forward(hp.sigma_a, hp.n_tokens, hp.sigma_v, 0.3)  # eager: concrete sizes as well
     np.testing.assert_allclose([float(q_a), float(p_a)], [float(ref[0]), float(ref[1])], rtol=1e-14)
     # a traced hp inside the user's own jit gets the default sizes (and still works)
     with jax.enable_x64(True):
@@ -130,7 +122,7 @@ def test_table_search_equals_direct_search(sigma_a, n, corr):
     from phasefield.theory.attention import exact_table
 
     base = HParams(sigma_a=sigma_a, n_tokens=n, attention="exact", softmax_correction=corr)
-    att = exact_table.kernel(base, with_values=True)
+    att = exact_table.kernel(sigma_a, n, with_values=True)
     pts = [(8.0, 0.7, 0.4)]  # (2.0, .5, .5) too when measured; one for suite time
     with jax.enable_x64(True):
         fns = {t: jax.jit(lambda hp, k, t=t: fixed_points.stable_points_of(hp, k, t)) for t in (True, False)}
@@ -174,15 +166,15 @@ def test_mesh_interpolant_stands_for_the_map_only_where_exact():
     from phasefield.theory.attention import exact_table
 
     hp = HParams(sigma_w=8.0, sigma_a=1.0, n_tokens=32, alpha_a=0.7, alpha_m=0.4, attention="exact")
-    att = exact_table.kernel(hp, with_values=True)
+    att = exact_table.kernel(hp.sigma_a, hp.n_tokens, with_values=True)
     assert att.interp
     kinked = np.asarray(att.s).copy()
     kinked[0, exact_table.MESH // 2] += 1e-10
     assert not exact_table.interpolant_exact(kinked)
     rho = np.random.default_rng(0).uniform(-1 / 31, 1, 12)
     with jax.enable_x64(True):
-        quad = np.asarray(jax.vmap(lambda r: jnp.stack(exact.s_values(hp, r, att.n_a, att.n_z)))(jnp.asarray(rho)))
-        fast = np.asarray(jax.vmap(lambda r: jnp.stack(att.s_at(hp, r)))(jnp.asarray(rho)))
+        quad = np.asarray(jax.vmap(lambda r: jnp.stack(exact.s_values(1.0, 32, r, att.n_a, att.n_z)))(jnp.asarray(rho)))
+        fast = np.asarray(jax.vmap(lambda r: jnp.stack(att.s_at(32, r)))(jnp.asarray(rho)))
     np.testing.assert_allclose(fast, quad, rtol=0, atol=1e-14)
     # through the theory's attention map: interpolant vs quadrature. p_A = sigma_V^2 (rho +
     # (1 - rho) S_rho) cancels where rho ~ -1/(n - 1) (terms ~0.03, p_A ~0.002): there a
@@ -190,6 +182,6 @@ def test_mesh_interpolant_stands_for_the_map_only_where_exact():
     # (~30 ulp of the terms). Measured: 4.2e-17 absolute, 2.2e-14 relative at
     # p_A = 0.0019 with the suite's XLA flags, the other 23 values within 1e-14 relative
     with jax.enable_x64(True):
-        f = jax.jit(jax.vmap(lambda r, a: jnp.stack(attention.forward(hp, r, a)), in_axes=(0, None)))
+        f = jax.jit(jax.vmap(lambda r, a: jnp.stack(attention.forward(1.0, 32, 1.0, r, "exact", a)), in_axes=(0, None)))
         fast, quad = f(jnp.asarray(rho), att), f(jnp.asarray(rho), att.replace(interp=False))
     np.testing.assert_allclose(np.asarray(fast), np.asarray(quad), rtol=1e-14, atol=1e-15)

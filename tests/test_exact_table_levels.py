@@ -12,7 +12,7 @@ from phasefield.theory.attention import exact, exact_table
 
 
 def test_levels_end_with_the_full_sizes():
-    n_a, n_z = exact.sizes(None, sigma_max=4.0, n_max=16.0)
+    n_a, n_z = exact.sizes(sigma_max=4.0, n_max=16.0)
     grids = exact_table.grid_levels(n_a, n_z, 16)
     assert grids[-1] == (n_a, exact_table.lattice_levels(n_a, n_z), exact_table.z_levels(n_z))
     assert exact_table.lattice_levels(n_a, n_z)[-1] == exact.lattice_nodes(n_a, n_z)[0]
@@ -30,13 +30,13 @@ def test_mesh_tables_equal_the_reference_moments(sigma_a):
     matrix products and the per-point sizes change the sums by rounding and quadrature error
     (measured <= 2e-14 relative); 1e-13 here."""
     n, m = 8.0, 33
-    n_a, n_z = exact.sizes(None, sigma_max=2.0, n_max=n)
+    n_a, n_z = exact.sizes(sigma_max=2.0, n_max=n)
     rho = exact_table._mesh_points(n, m)
     with jax.enable_x64(True):
         s, t = exact_table.st_mesh_fn(n_a, n_z, 8)(
             jnp.asarray(sigma_a), jnp.asarray(n), jnp.asarray(rho), jnp.asarray(m + 1)
         )
-        ref = jax.jit(jax.vmap(lambda r: exact.st_values(exact_table._Logits(sigma_a, n), r, n_a, n_z)))
+        ref = jax.jit(jax.vmap(lambda r: exact.st_values(sigma_a, n, r, n_a, n_z)))
         (s1, sr), (t1, tr) = ref(jnp.asarray(rho[: m + 1]))
     s, t = np.asarray(s), np.asarray(t)
     assert np.all(np.isnan(s[:, m + 1 :])) and np.all(np.isnan(t[:, m + 1 :]))  # after count: NaN

@@ -57,8 +57,8 @@ def test_causal_first_token_and_collapsed_gradient():
 def test_exact_mode_matches_semi_analytic_map():
     hp = HP.replace(sigma_a=3.0, attention="exact")
     r = gram.cosines(gram.symmetric_gram(8, 1.0, 0.3))
-    ca = attention.gram_forward(hp, r, gram.causal_mask(8, False))
-    q_a, p_a = exact.forward(hp, 0.3)
+    ca = attention.gram_forward(hp.sigma_a, hp.sigma_v, r, gram.causal_mask(8, False), "exact")
+    q_a, p_a = exact.forward(hp.sigma_a, hp.n_tokens, hp.sigma_v, 0.3)
     off = ~np.eye(8, dtype=bool)
     assert abs(float(jnp.mean(jnp.diagonal(ca))) - float(q_a)) < 0.01
     assert abs(float(jnp.mean(np.asarray(ca)[off])) - float(p_a)) < 0.01

@@ -12,7 +12,6 @@ import pytest
 
 from phasefield import layers
 from phasefield.layers import spec
-from phasefield.layers.mlp import MLPHP
 from phasefield.theory import mlp as mlp_maps
 from phasefield.theory.attention import exact_table
 
@@ -67,10 +66,10 @@ def test_padded_kernel_is_the_same_function(act):
     """A kernel sized by its size class and padded with zero Chebyshev coefficients gives
     the series of its own class's sizes bit for bit."""
     with jax.enable_x64(True):
-        hp = MLPHP(1.7, act, 2)
-        kern = mlp_maps.kernel(hp)
+        kern = mlp_maps.kernel(1.7, act, 2)
         assert kern.c_pp.shape[-1] == mlp_maps.PAD_CHEB
-        own = mlp_maps.kernel(hp, *mlp_maps.table_sizes(mlp_maps.size_class(1.7 * 1.0)))
+        n_grid, n_cheb = mlp_maps.table_sizes(mlp_maps.size_class(1.7 * 1.0))
+        own = mlp_maps.kernel(1.7, act, 2, n_grid=n_grid, n_cheb=n_cheb)
         rho = jnp.linspace(-1.0, 1.0, 41)
         assert own.c_pp.shape[-1] < kern.c_pp.shape[-1]
         np.testing.assert_array_equal(mlp_maps.p_m(kern, rho), mlp_maps.p_m(own, rho))
@@ -81,7 +80,7 @@ def test_scale_interpolant_equals_the_integrated_tables(monkeypatch):
     """Past DIRECT_SCALES scales a point reads (S, T) from the interpolant in the logit
     scale: equal to the tables integrated at that scale (S to 1e-12 relative, T to 1e-12)."""
     n = 8.0
-    n_a, n_z = exact_table.exact.sizes(None, sigma_max=exact_table.POINT_CAP, n_max=n)
+    n_a, n_z = exact_table.exact.sizes(sigma_max=exact_table.POINT_CAP, n_max=n)
     monkeypatch.setattr(exact_table, "DIRECT_SCALES", 0)
     monkeypatch.setattr(exact_table, "_seen", {})
     with jax.enable_x64(True):  # as point_kernel (float64) calls them

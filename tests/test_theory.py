@@ -39,7 +39,7 @@ def hp_of(pt, **kw):
 
 @pytest.mark.parametrize("rho", [-1 / 31, 0.0, 0.3, 0.9, 1.0])
 def test_attention_small_sigma_a_is_rank_one(rho):
-    q_a, p_a = attention.forward(HParams(sigma_a=1e-4, n_tokens=32, sigma_v=1.3), jnp.asarray(rho))
+    q_a, p_a = attention.forward(1e-4, 32, 1.3, jnp.asarray(rho))
     mean = 1.3**2 * (1 + 31 * rho) / 32
     assert float(q_a) == pytest.approx(mean, abs=1e-7)
     assert float(p_a) == pytest.approx(mean, abs=1e-7)
@@ -47,21 +47,20 @@ def test_attention_small_sigma_a_is_rank_one(rho):
 
 def test_attention_large_sigma_a_at_zero_cosine_attends_to_self():
     for n in (2, 32, 4096):
-        q_a, p_a = attention.forward(HParams(sigma_a=20.0, n_tokens=n), jnp.asarray(0.0))
+        q_a, p_a = attention.forward(20.0, n, 1.0, jnp.asarray(0.0))
         assert float(q_a) == pytest.approx(1.0, abs=1e-12)
         assert float(p_a) == pytest.approx(1.0 / n, rel=1e-9)
 
 
 def test_attention_matches_eq10_as_written_and_never_overflows():
     ref = ReferencePoint(1.0, 1.7, 0.5, 0.5, n_tokens=7)
-    hp = HParams(sigma_a=1.7, n_tokens=7)
     for rho in (-1 / 6, 0.1, 0.5, 0.99):
-        q_a, p_a = attention.forward(hp, jnp.asarray(rho))
+        q_a, p_a = attention.forward(1.7, 7, 1.0, jnp.asarray(rho))
         np.testing.assert_allclose([float(q_a), float(p_a)], ref.attention(rho), rtol=1e-13)
     rho = jnp.linspace(-1.0, 1.0, 101)
     for sa in (0.05, 20.0, 200.0):
         for n in (2, 4096):
-            out = attention.forward(HParams(sigma_a=sa, n_tokens=n), rho)
+            out = attention.forward(sa, n, 1.0, rho)
             assert all(bool(jnp.all(jnp.isfinite(o))) for o in out)
 
 
@@ -72,7 +71,7 @@ RHOS = np.array([-1.0, -0.93, -0.4, 0.0, 0.27, 0.71, 0.98, 1 - 1e-4, 1 - 1e-8, 1
 
 @pytest.mark.parametrize("s", [0.05, 0.7, 2.0, 4.5, 10.0])
 def test_tanh_tables_within_1e9_of_dense_reference(s):
-    kern = mlp.kernel(HParams(sigma_w=s))
+    kern = mlp.kernel(s, "tanh")
     pp, dd = (np.asarray(v) for v in mlp._pair(kern, 0, jnp.asarray(RHOS)))
     t, dt = np.tanh, lambda x: 1 - np.tanh(x) ** 2
     ref_pp = np.array([quadrature.reference_2d(t, t, s, r) for r in RHOS])
@@ -96,7 +95,7 @@ def test_folded_trapezoid_equals_the_full_rule(n_v):
 
 def test_gelu_tables_not_odd_within_1e9():
     s = 1.7
-    kern = mlp.kernel(HParams(sigma_w=s, activation="gelu"))
+    kern = mlp.kernel(s, "gelu")
     from phasefield import activations
 
     g, dg = (
@@ -114,11 +113,11 @@ def test_erf_and_relu_closed_forms_match_quadrature(s):
 
     derf = lambda x: 2 / math.sqrt(math.pi) * np.exp(-x * x)
     rhos = np.array([-0.9, -0.2, 0.3, 0.8, 0.999])
-    k_erf = mlp.kernel(HParams(sigma_w=s, activation="erf"))
+    k_erf = mlp.kernel(s, "erf")
     pp, dd = (np.asarray(v) for v in mlp._pair(k_erf, 0, jnp.asarray(rhos)))
     np.testing.assert_allclose(pp, [quadrature.reference_2d(erf, erf, s, r) for r in rhos], atol=1e-10)
     np.testing.assert_allclose(dd, [quadrature.reference_2d(derf, derf, s, r) for r in rhos], atol=1e-10)
-    k_relu = mlp.kernel(HParams(sigma_w=s, activation="relu"))
+    k_relu = mlp.kernel(s, "relu")
     pp, dd = (np.asarray(v) for v in mlp._pair(k_relu, 0, jnp.asarray(rhos)))
     # relu has a kink (the trapezoid rule converges slowly): condition on h1 = s z instead,
     # E[relu(h2) | z] = m Phi(m/v) + v phi(m/v) with m = s rho z, v = s sqrt(1 - rho^2)
@@ -137,7 +136,7 @@ def test_erf_and_relu_closed_forms_match_quadrature(s):
 def test_price_theorem_derivative():
     """D = d p_M / d rho: the table of E[phi'phi'] against central differences of p_M."""
     for act in ("tanh", "erf", "gelu"):
-        kern = mlp.kernel(HParams(sigma_w=2.2, activation=act))
+        kern = mlp.kernel(2.2, act)
         for r in (-0.5, 0.2, 0.9):
             h = 1e-5
             fd = (mlp.p_m(kern, jnp.asarray(r + h)) - mlp.p_m(kern, jnp.asarray(r - h))) / (2 * h)
@@ -170,7 +169,7 @@ def test_mlp_kernel_per_layer_tables_equal_one_program_bitwise(act, k, s):
     and, for the tanh split rule, every grid size): the same numbers, bit for bit, as
     the whole construction in one program (at the sizes of the scale's size class, padded
     to one series length)."""
-    kern = mlp.kernel(HParams(sigma_w=s, activation=act, mlp_layers=k))
+    kern = mlp.kernel(s, act, k)
     n_grid, n_cheb = mlp.table_sizes(mlp.size_class(float(np.sqrt(np.asarray(kern.q_layers).max()))))
     whole = jax.jit(lambda sw: mlp.pad(mlp._build(sw, act, k, n_grid, n_cheb), mlp.PAD_CHEB))
     assert _bits(kern) == _bits(whole(jnp.asarray(s)))
@@ -274,7 +273,7 @@ def test_scalar_vmap_jit_agree():
         depth=jnp.full(len(pts), 16.0),
         sigma_v=jnp.ones(len(pts)),
     )
-    kern = jax.vmap(lambda s: mlp.kernel(HParams(sigma_w=s), 768, 257))(hps.sigma_w)
+    kern = jax.vmap(lambda s: mlp.kernel(s, "tanh", n_grid=768, n_cheb=257))(hps.sigma_w)
     vm = jax.vmap(paper.exponents)(hps, kern)
     jt = jax.jit(jax.vmap(paper.exponents))(hps, kern)
     for i, pt in enumerate(POINTS):
@@ -286,7 +285,11 @@ def test_scalar_vmap_jit_agree():
 
 def test_grad_in_every_numeric_field():
     hp = HParams(sigma_w=2.4, sigma_a=1.3, alpha_a=0.6, alpha_m=0.4, n_tokens=32.0, depth=16.0)
-    f = jax.jit(lambda h: paper.exponents(h, mlp.kernel(h, 192, 65))["lambda_g_collapse"])
+    f = jax.jit(
+        lambda h: paper.exponents(h, mlp.kernel(h.sigma_w, h.activation, h.mlp_layers, n_grid=192, n_cheb=65))[
+            "lambda_g_collapse"
+        ]
+    )
     g = jax.jit(jax.grad(f))(hp)
     for name in ("sigma_w", "alpha_a", "alpha_m", "sigma_v", "n_tokens", "depth"):
         eps = 1e-5
@@ -296,7 +299,8 @@ def test_grad_in_every_numeric_field():
         assert float(getattr(g, name)) == pytest.approx(float(fd), rel=1e-5, abs=1e-9), name
     # lambda_g_inf's gradient (through the root search) on smaller MLP tables: its compile
     # time grows with the table sizes (60 s at 192 x 65, 20 s at 32 x 17 on 2 cores)
-    gi = jax.jit(jax.grad(lambda h: paper.exponents(h, mlp.kernel(h, 32, 17))["lambda_g_inf"]))(hp)
+    kern_of = lambda h: mlp.kernel(h.sigma_w, h.activation, h.mlp_layers, n_grid=32, n_cheb=17)
+    gi = jax.jit(jax.grad(lambda h: paper.exponents(h, kern_of(h))["lambda_g_inf"]))(hp)
     assert all(bool(jnp.isfinite(x)) for x in jax.tree.leaves(gi))
 
 

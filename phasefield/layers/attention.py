@@ -24,7 +24,7 @@ q (whose ``1/q`` is the chain rule of ``x = sqrt(q) x_hat``).
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -39,16 +39,6 @@ from .weights import check_weights, linear
 
 MAPS = ("paper", "exact")
 SCALES = ("sqrt", "inv")
-
-
-class _AttHP(NamedTuple):
-    """The fields the maps of :mod:`phasefield.theory.attention` read."""
-
-    sigma_a: Any
-    sigma_v: Any
-    n_tokens: Any
-    attention: str
-    softmax_correction: bool
 
 
 @struct.dataclass
@@ -86,10 +76,10 @@ class Attention(Layer):
         sigma_A): ``sigma_A q`` here; a variant that normalizes queries and keys overrides it."""
         return self.logit_scale() * q
 
-    def _hp(self, ctx, q):
-        return _AttHP(
-            self.logit_std(q), as_float(self.sigma_v) * jnp.sqrt(q), ctx.n_tokens, self.map, self.softmax_correction
-        )
+    def _scales(self, q):
+        """(logit scale, value scale) the maps of :mod:`phasefield.theory.attention` take on
+        input norm ``q``: ``sigma_A q`` (:meth:`logit_std`) and ``sigma_V sqrt(q)``."""
+        return self.logit_std(q), as_float(self.sigma_v) * jnp.sqrt(q)
 
     def _out_scale(self):
         return 1.0 if self.sigma_o is None else jnp.square(as_float(self.sigma_o))
@@ -102,13 +92,13 @@ class Attention(Layer):
         will trace) its sizes; else the traced defaults (sigma_A <= 4.5, n <= 4096)."""
         if (self.map != "exact" and not self.softmax_correction) or self.att is not None:
             return self
-        hp = _AttHP(self.logit_scale(), 1.0, ctx.n_tokens, "exact", self.softmax_correction)
+        sigma_a = self.logit_scale()
         if sigma_max is not None:
-            n_a, n_z = att_maps.exact.sizes(hp, sigma_max=float(sigma_max))
+            n_a, n_z = att_maps.exact.sizes(sigma_a, ctx.n_tokens, sigma_max=float(sigma_max))
             return self.replace(att=exact_table.ExactKernel(None, n_a=n_a, n_z=n_z))
-        logits = exact_table.concrete_logits(hp)
+        logits = exact_table.concrete_logits(sigma_a, ctx.n_tokens)
         if logits is None:
-            return self.replace(att=exact_table.kernel(hp))
+            return self.replace(att=exact_table.kernel(sigma_a, ctx.n_tokens))
         # sizes and mesh values keyed by the scale's cap, not its value: one compiled program
         # serves every new scale (the softmax term alone integrates per point, at any norm)
         return self.replace(att=exact_table.point_kernel(*logits, values=self.map == "exact"))
@@ -134,14 +124,16 @@ class Attention(Layer):
         return jnp.where(q == 1.0, x, jnp.nan) if tabled else x
 
     def forward(self, k, ctx):
-        hp = self._hp(ctx, k.q)
-        q_a, p_a = att_maps.forward(hp, k.rho, self.att)
+        sigma_a, sigma_v = self._scales(k.q)
+        q_a, p_a = att_maps.forward(sigma_a, ctx.n_tokens, sigma_v, k.rho, self.map, self.att)
         c = self._out_scale()
         return Kernel(self._exact_ok(k.q, c * q_a), self._exact_ok(k.q, c * p_a))
 
     def backward(self, k, g, ctx):
-        hp = self._hp(ctx, k.q)
-        diag, off = att_maps.backward(hp, k.q, k.rho, g.a, g.b, self.att)
+        sigma_a, sigma_v = self._scales(k.q)
+        diag, off = att_maps.backward(
+            sigma_a, ctx.n_tokens, sigma_v, k.q, k.rho, g.a, g.b, self.map, self.softmax_correction, self.att
+        )
         c = self._out_scale()
         return Grad.from_diag_off(self._exact_ok(k.q, c * diag, True), self._exact_ok(k.q, c * off, True))
 

@@ -211,6 +211,11 @@ def gradient_matrix(block, ctx, k: Kernel):
 
 
 def top_eigenvalue(m):
+    """The larger eigenvalue of a 2x2 matrix ``m`` (the backward map on (a, b); where the
+    discriminant is negative, the real part of the pair). tr^2 - 4 det is written as
+    (a - d)^2 + 4 b c: no cancellation when the two eigenvalues are close (small alpha: both
+    1 + O(alpha^2), where the other form loses sqrt(eps)). Every block's lambda_g_inf (the
+    paper block's too, :mod:`.paper.lyapunov`)."""
     tr = m[0, 0] + m[1, 1]
     disc = jnp.square(m[0, 0] - m[1, 1]) + 4.0 * m[0, 1] * m[1, 0]
     return 0.5 * (tr + jnp.sqrt(jnp.maximum(disc, 0.0)))

@@ -28,7 +28,6 @@ from flax import struct
 from .. import activations
 from ..theory import mlp as mlp_maps
 from .base import Layer
-from .mlp import MLPHP
 from .state import Grad, Kernel, as_float
 from .weights import check_weights, linear
 
@@ -48,13 +47,13 @@ class GLU(Layer):
     def prepare(self, ctx):
         if self.kern is not None:
             return self
-        return self.replace(kern=mlp_maps.kernel(MLPHP(self.sigma_g, self.activation, 1)))
+        return self.replace(kern=mlp_maps.kernel(self.sigma_g, self.activation, 1))
 
     def kernel_scale(self):
         return self.sigma_g
 
     def kernel_at(self, scale, sigma_max):
-        return mlp_maps.kernel(MLPHP(scale, self.activation, 1), sigma_max=sigma_max)
+        return mlp_maps.kernel(scale, self.activation, 1, sigma_max=sigma_max)
 
     def with_kernel(self, kern):
         return self.replace(kern=kern)

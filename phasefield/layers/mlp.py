@@ -15,7 +15,7 @@ MLP), every output is NaN rather than the answer for another sigma_w.
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any
 
 import jax.numpy as jnp
 from flax import linen as nn
@@ -26,12 +26,6 @@ from ..theory import mlp as mlp_maps
 from .base import Layer
 from .state import Grad, Kernel, as_float
 from .weights import check_weights, linear
-
-
-class MLPHP(NamedTuple):
-    sigma_w: Any
-    activation: str
-    mlp_layers: int
 
 
 @struct.dataclass
@@ -52,13 +46,13 @@ class MLP(Layer):
     def prepare(self, ctx):
         if self.kern is not None:
             return self
-        return self.replace(kern=mlp_maps.kernel(MLPHP(self.sigma_w, self.activation, self.layers)))
+        return self.replace(kern=mlp_maps.kernel(self.sigma_w, self.activation, self.layers))
 
     def kernel_scale(self):
         return self.sigma_w
 
     def kernel_at(self, scale, sigma_max):
-        return mlp_maps.kernel(MLPHP(scale, self.activation, self.layers), sigma_max=sigma_max)
+        return mlp_maps.kernel(scale, self.activation, self.layers, sigma_max=sigma_max)
 
     def with_kernel(self, kern):
         return self.replace(kern=kern)

@@ -1,9 +1,10 @@
 """Public theory functions are jit-compiled once per static configuration, in float64.
 
 :func:`public` wraps a pure function ``f(hp, ..., kern=None, ...)``: it enters the
-float64 scope (:mod:`phasefield.theory.precision`), builds a missing MLP kernel *outside*
-the trace (so its table sizes follow the concrete sigma_w), checks a given one against hp
-(:func:`.mlp.bind`: a stale kernel raises, or is NaN under a trace) and, for the exact attention
+float64 scope (:mod:`phasefield.theory.precision`), builds a missing MLP kernel of hp's
+sigma_w, activation and mlp_layers *outside* the trace (so its table sizes follow the
+concrete sigma_w), checks a given one against them (:func:`.mlp.bind`: a stale kernel
+raises, or is NaN under a trace) and, for the exact attention
 map, attaches the grid sizes of the concrete sigma_A and n to it with its values on the stable-point mesh, computed outside
 the trace (``kern.att``; sizes and whether the mesh interpolant is exact are static: ``jit``
 compiles once per sizes; :mod:`.attention.exact_table`), reads a missing
@@ -37,12 +38,13 @@ def public(*static_argnames: str):
             a = bound.arguments
             hp = a["hp"]
             if "kern" in a and a["kern"] is None:
-                a["kern"] = mlp.kernel(hp)
+                a["kern"] = mlp.kernel(hp.sigma_w, hp.activation, hp.mlp_layers)
             elif "kern" in a:  # a kernel of another sigma_w is refused, never used
-                a["kern"] = mlp.bind(hp, a["kern"])
+                a["kern"] = mlp.bind(a["kern"], hp.sigma_w, hp.activation, hp.mlp_layers)
             if "kern" in a and hp.attention == "exact" and a["kern"].att is None:
-                with_values = exact_table.concrete_logits(hp) is not None  # (else: in the trace)
-                a["kern"] = a["kern"].replace(att=exact_table.kernel(hp, with_values=with_values))
+                with_values = exact_table.concrete_logits(hp.sigma_a, hp.n_tokens) is not None  # (else: in the trace)
+                att = exact_table.kernel(hp.sigma_a, hp.n_tokens, with_values=with_values)
+                a["kern"] = a["kern"].replace(att=att)
             if "num_layers" in a and a["num_layers"] is None:
                 a["num_layers"] = int(hp.depth)
             out = jitted(**a)

@@ -19,9 +19,10 @@ From it::
 ``p_M`` carries a custom JVP whose rho-derivative is ``D``, so ``jax.jacfwd`` of the block
 map is smooth and exact at the collapsed point ``rho = 1``.
 
-Build a kernel with :func:`kernel` (``hp`` may be traced; sizes are static and chosen from
-concrete ``sigma_w`` when available). Sweeps build one kernel per unique ``sigma_w`` and
-reuse it across every other axis.
+Build a kernel with :func:`kernel` from ``sigma_w``, the activation and the number of hidden
+layers (``sigma_w`` may be traced; sizes are static and chosen from a concrete ``sigma_w``
+when available). Sweeps build one kernel per unique ``sigma_w`` and reuse it across every
+other axis.
 """
 
 from __future__ import annotations
@@ -63,7 +64,7 @@ class MLPKernel:
     c_dd: Any  # [k, K] Chebyshev coefficients of E[phi' phi'](rho)
     activation: str = struct.field(pytree_node=False, default="tanh")
     # the attention branch's tables riding along (exact mode: an
-    # attention.exact_table.ExactKernel, its grid sizes static; None: sized from hp)
+    # attention.exact_table.ExactKernel, its grid sizes static; None: sized from sigma_A, n)
     att: Any = None
 
     @property
@@ -137,19 +138,30 @@ def _e_sq(activation, s, phi, dphi):
 
 
 @float64
-def kernel(hp, n_grid: int | None = None, n_cheb: int | None = None, sigma_max: float | None = None) -> MLPKernel:
-    """The MLP kernel of ``hp`` (its sigma_w, activation, mlp_layers).
+def kernel(
+    sigma_w,
+    activation: str | None = None,
+    layers: int = 1,
+    *,
+    n_grid: int | None = None,
+    n_cheb: int | None = None,
+    sigma_max: float | None = None,
+) -> MLPKernel:
+    """The kernel of an MLP of ``layers`` hidden layers of ``activation`` with weight scale
+    ``sigma_w`` (any shape: a batch of kernels). ``kernel(hp)``, no activation given, reads
+    the sigma_w, activation and mlp_layers of an :class:`phasefield.HParams`.
 
-    Table sizes (static) follow the concrete sigma_w; with a concrete sigma_w the
-    construction runs as cached compiled programs (the layer scales, then one table
-    program per hidden layer, shared by every ``mlp_layers``). When sigma_w is traced the tables
-    resolve pre-activation scales up to ``sigma_max`` (default :data:`DEFAULT_SIGMA_MAX`),
-    and every number of the kernel is NaN where a scale exceeds it (never a silently
-    under-resolved answer); pass a larger ``sigma_max`` for larger traced sigma_w.
+    Table sizes (static) follow the concrete sigma_w (``n_grid``, ``n_cheb``: fixed
+    sizes); with a concrete sigma_w the construction runs as cached compiled programs (the
+    layer scales, then one table program per hidden layer, shared by every ``layers``).
+    When sigma_w is traced the tables resolve pre-activation scales up to ``sigma_max``
+    (default :data:`DEFAULT_SIGMA_MAX`), and every number of the kernel is NaN where a scale
+    exceeds it (never a silently under-resolved answer); pass a larger ``sigma_max`` for
+    larger traced sigma_w.
     """
-    act, k = hp.activation, int(hp.mlp_layers)
+    sigma_w, act, k = _mlp_fields(sigma_w, activation, layers)
     activations.get(act)
-    sigma_w = jnp.asarray(hp.sigma_w, jnp.result_type(float))
+    sigma_w = jnp.asarray(sigma_w, jnp.result_type(float))
     if act in CLOSED_FORMS:
         return _build(sigma_w, act, k, 0, 0)
     concrete = _concrete_max(sigma_w) is not None
@@ -172,6 +184,16 @@ def kernel(hp, n_grid: int | None = None, n_cheb: int | None = None, sigma_max: 
     if guard is not None:
         kern = _poison(kern, jnp.all(kern.q_layers <= guard * guard, axis=-1))
     return kern
+
+
+def _mlp_fields(sigma_w, activation, layers):
+    """(sigma_w, activation, layers as an int); an HParams-like ``sigma_w`` with no
+    ``activation`` gives its own sigma_w, activation and mlp_layers."""
+    if activation is None:
+        if not hasattr(sigma_w, "mlp_layers"):
+            raise TypeError("kernel(sigma_w, activation, layers): the activation is missing")
+        sigma_w, activation, layers = sigma_w.sigma_w, sigma_w.activation, sigma_w.mlp_layers
+    return sigma_w, activation, int(layers)
 
 
 def size_class(s_max: float) -> float:
@@ -203,24 +225,25 @@ def _poison(kern: MLPKernel, ok) -> MLPKernel:
     return kern.replace(**{name: f(getattr(kern, name)) for name in ("q_layers", "e_phi2", "e_dphi2", "c_pp", "c_dd")})
 
 
-def bind(hp, kern: MLPKernel) -> MLPKernel:
-    """``kern`` checked against ``hp``: a kernel built for another sigma_w (a stale kernel)
-    raises ``ValueError`` when both are concrete, and turns every number NaN when traced."""
-    if kern.activation != hp.activation or kern.layers != int(hp.mlp_layers):
+def bind(kern: MLPKernel, sigma_w, activation: str, layers: int = 1) -> MLPKernel:
+    """``kern`` checked against the MLP it is used for (``sigma_w``, ``activation``,
+    ``layers``): a kernel built for another sigma_w (a stale kernel) raises ``ValueError``
+    when both are concrete, and turns every number NaN when traced."""
+    if kern.activation != activation or kern.layers != int(layers):
         raise ValueError(
             f"the MLP kernel is for activation {kern.activation!r} with {kern.layers} "
-            f"layer(s), not {hp.activation!r} with {hp.mlp_layers}; build it with "
-            f"theory.kernel(hp)"
+            f"layer(s), not {activation!r} with {layers}; build it with "
+            f"theory.kernel(sigma_w, activation, layers)"
         )
-    ks, hs = _concrete_array(kern.sigma_w), _concrete_array(hp.sigma_w)
+    ks, hs = _concrete_array(kern.sigma_w), _concrete_array(sigma_w)
     if ks is not None and hs is not None:
         if not np.array_equal(*np.broadcast_arrays(ks, hs)):
             raise ValueError(
                 f"the MLP kernel was built for sigma_w = {np.ravel(ks)[:3].tolist()} but "
-                f"hp.sigma_w = {np.ravel(hs)[:3].tolist()}; build it with theory.kernel(hp)"
+                f"sigma_w = {np.ravel(hs)[:3].tolist()}; build it with theory.kernel(sigma_w, activation, layers)"
             )
         return kern
-    return _poison(kern, kern.sigma_w == jnp.asarray(hp.sigma_w, jnp.result_type(float)))
+    return _poison(kern, kern.sigma_w == jnp.asarray(sigma_w, jnp.result_type(float)))
 
 
 def _concrete_array(x):

@@ -118,7 +118,7 @@ def _norm_at(hp, kern, rho, qp=None):
     """1/q*(rho) (norm fixed point at fixed cosine rho) and the attention output (q_A, p_A)
     (given as ``qp``, or computed)."""
     ba2, bm2, aa2, am2, wa, wm, r = weights(hp)
-    q_a, p_a = attention.forward(hp, rho, kern.att) if qp is None else qp
+    q_a, p_a = attention.forward(hp.sigma_a, hp.n_tokens, hp.sigma_v, rho, hp.attention, kern.att) if qp is None else qp
     inv_q = r / (bm2 * wa * q_a + wm * kern.q_m)
     return inv_q, q_a, p_a
 
@@ -226,13 +226,13 @@ def _mesh_search(hp, kern, table: bool, per_root: bool = False):
             both[-1],
             lambda lo, hi, f_lo, count: _refine(f, lo, hi, f_lo, count if per_root else None),
         )
-    att = kern.att if kern.att is not None else exact_table.kernel(hp)
-    s = att.s if att.s is not None else exact_table.values(hp, att.n_a, att.n_z)
+    att = kern.att if kern.att is not None else exact_table.kernel(hp.sigma_a, hp.n_tokens)
+    s = att.s if att.s is not None else exact_table.values(hp.sigma_a, hp.n_tokens, att.n_a, att.n_z)
     pts = exact_table.mesh_points(hp.n_tokens)
-    both = jax.vmap(lambda x, v: _residual(hp, kern, x, exact.forward_from_s(hp, x, v[0], v[1])))(pts, s.T)
+    both = jax.vmap(lambda x, v: _residual(hp, kern, x, exact.forward_from_s(hp.sigma_v, x, v[0], v[1])))(pts, s.T)
 
     def f_table(x):
-        return _residual(hp, kern, x, exact.forward_from_s(hp, x, *exact_table.interpolate(hp, s, x)))
+        return _residual(hp, kern, x, exact.forward_from_s(hp.sigma_v, x, *exact_table.interpolate(hp.n_tokens, s, x)))
 
     return mesh, both[:-1], both[-1], lambda lo, hi, f_lo, count: _refine_table(f, f_table, lo, hi, f_lo, count)
 

@@ -34,7 +34,7 @@ from . import fixed_points
 
 
 def _kern(hp, kern):
-    return mlp.kernel(hp) if kern is None else kern
+    return mlp.kernel(hp.sigma_w, hp.activation, hp.mlp_layers) if kern is None else kern
 
 
 def _at_collapse(hp):
@@ -88,7 +88,7 @@ def two_group_gram(n: int, q, rho_intra, rho_inter):
 
 def attention_step(hp, c, mask):
     """C^z: the Gram between the two branches."""
-    ca = attention.gram_forward(hp, cosines(c), mask)
+    ca = attention.gram_forward(hp.sigma_a, hp.sigma_v, cosines(c), mask, hp.attention)
     return jnp.square(hp.beta_a) * c + jnp.square(hp.alpha_a) * ca
 
 
@@ -135,7 +135,7 @@ def backward_block(hp, kern, c, cz, g, mask):
     g = cm * g
     q = jnp.diagonal(c)
     r = cosines(c)
-    ga = attention.gram_backward(hp, r, g, mask)
+    ga = attention.gram_backward(hp.sigma_a, hp.sigma_v, r, g, mask, hp.attention, hp.softmax_correction)
     return jnp.square(hp.beta_a) * g + jnp.square(hp.alpha_a) * ga / jnp.sqrt(q[:, None] * q[None, :])
 
 

@@ -17,17 +17,10 @@ import jax
 import jax.numpy as jnp
 
 from ...theory._api import public
+from ..depth import top_eigenvalue
 from . import block, fixed_points
 
 IDENTITY_Q0 = 1.0
-
-
-def _top_eigenvalue(m):
-    # tr^2 - 4 det written as (a - d)^2 + 4 b c: no cancellation when the two eigenvalues
-    # are close (small alpha: both 1 + O(alpha^2), where the other form loses sqrt(eps))
-    tr = m[0, 0] + m[1, 1]
-    disc = jnp.square(m[0, 0] - m[1, 1]) + 4.0 * m[0, 1] * m[1, 0]
-    return 0.5 * (tr + jnp.sqrt(jnp.maximum(disc, 0.0)))
 
 
 @public()
@@ -120,7 +113,7 @@ def gradient_exponent_inf(hp, kern=None, state=None):
     """lambda_g^inf: log top eigenvalue of the backward map at the stable fixed point."""
     if state is None:
         state = fixed_points.stable_fixed_point(hp, kern)
-    return jnp.log(_top_eigenvalue(block.gradient_matrix(hp, kern, *state)))
+    return jnp.log(top_eigenvalue(block.gradient_matrix(hp, kern, *state)))
 
 
 @public()

@@ -44,7 +44,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ...config import HParams
 from ...theory.attention import exact
 from ...theory.precision import float64
 
@@ -191,8 +190,10 @@ def _exact_moments(sigma_a, rho, L):
 
 @functools.partial(jax.jit, static_argnames=("L", "n_a", "n_z"))
 def _exact_moments_jit(sigma_a, rho, L, n_a, n_z):
-    hp = HParams(sigma_a=sigma_a, n_tokens=L)
-    return (exact.row_moments(hp, rho, n_a, n_z), exact.pair_moments(hp, rho, n_a, n_z, higher=True))
+    return (
+        exact.row_moments(sigma_a, L, rho, n_a, n_z),
+        exact.pair_moments(sigma_a, L, rho, n_a, n_z, higher=True),
+    )
 
 
 def _softmax_weights(r, var_logit, L):

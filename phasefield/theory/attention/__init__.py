@@ -1,13 +1,15 @@
 """The attention branch map: its modes side by side, chosen in one place.
 
-``hp.attention`` picks the mode from :data:`MODES`, ``hp.softmax_correction`` adds the
-softmax-derivative (query/key) path to the backward maps. Each mode gives four maps:
+``attention`` picks the mode from :data:`MODES`, ``softmax_correction`` adds the
+softmax-derivative (query/key) path to the backward maps. The maps take the numbers they
+read: the logit scale ``sigma_a`` (sigma_A), the number of tokens ``n_tokens`` and the value
+scale ``sigma_v`` (sigma_V). Each mode gives four maps:
 
-    forward(hp, rho)                 -> (q_A, p_A)   permutation-symmetric, docs/theory.md §3
-    backward(hp, q, rho, a, b)       -> (diag, off)  values path, §7
+    forward(sigma_a, n_tokens, sigma_v, rho)            -> (q_A, p_A)  symmetric, theory.md §3
+    backward(sigma_a, n_tokens, sigma_v, q, rho, a, b)  -> (diag, off) values path, §7
     (both take ``att``: the exact map's grid sizes and tables, :mod:`.exact_table`)
-    gram_forward(hp, r, mask)        -> C^A          full Gram, §8
-    gram_backward(hp, r, g, mask)    -> sum_ik E[A_im A_km'] G_ik
+    gram_forward(sigma_a, sigma_v, r, mask)             -> C^A         full Gram, §8
+    gram_backward(sigma_a, r, g, mask)                  -> sum_ik E[A_im A_km'] G_ik
 
 Modules (imports point down): :mod:`.paper` (Assumption 3.2, paper Eq. 10), :mod:`.exact`
 (exact softmax expectations), :mod:`.exact_table` (its grid sizes and its values on the
@@ -38,44 +40,46 @@ MODES = {
 }
 
 
-def mode(hp) -> Mode:
-    """The maps of ``hp.attention``."""
+def mode(attention: str) -> Mode:
+    """The maps of the mode ``attention`` ('paper' or 'exact')."""
     try:
-        return MODES[hp.attention]
+        return MODES[attention]
     except KeyError:
-        raise ValueError(f"unknown attention map {hp.attention!r}; choose one of {', '.join(MODES)}") from None
+        raise ValueError(f"unknown attention map {attention!r}; choose one of {', '.join(MODES)}") from None
 
 
-def _att_kw(hp, att):
-    return {"att": att} if hp.attention == "exact" else {}
+def _att_kw(attention, att):
+    return {"att": att} if attention == "exact" else {}
 
 
-def forward(hp, rho, att=None):
+def forward(sigma_a, n_tokens, sigma_v, rho, attention: str = "paper", att=None):
     """(q_A, p_A) of the attention output for normalized input tokens with cosine rho
     (``att``: the exact map's :class:`.exact_table.ExactKernel`, or None)."""
-    return mode(hp).forward(hp, rho, **_att_kw(hp, att))
+    return mode(attention).forward(sigma_a, n_tokens, sigma_v, rho, **_att_kw(attention, att))
 
 
-def backward(hp, q, rho, a, b, att=None):
+def backward(
+    sigma_a, n_tokens, sigma_v, q, rho, a, b, attention: str = "paper", softmax_correction: bool = False, att=None
+):
     """Attention branch's backward map (without its residual): the gradient Gram
     ``a I + b 11^T`` at its output -> (diag, off) at its input (norm q, cosine rho), values
-    path plus, with ``hp.softmax_correction``, the softmax path."""
-    d, o = mode(hp).backward(hp, q, rho, a, b, **_att_kw(hp, att))
-    if hp.softmax_correction:
-        d_sm, o_sm = softmax.softmax_term(hp, q, rho, a, b, att)
+    path plus, with ``softmax_correction``, the softmax path."""
+    d, o = mode(attention).backward(sigma_a, n_tokens, sigma_v, q, rho, a, b, **_att_kw(attention, att))
+    if softmax_correction:
+        d_sm, o_sm = softmax.softmax_term(sigma_a, n_tokens, sigma_v, q, rho, a, b, att)
         d, o = d + d_sm, o + o_sm
     return d, o
 
 
-def gram_forward(hp, r, mask):
+def gram_forward(sigma_a, sigma_v, r, mask, attention: str = "paper"):
     """C^A = sigma_V^2 E[A R A^T] for cosine matrix r (no residual)."""
-    return mode(hp).gram_forward(hp, r, mask)
+    return mode(attention).gram_forward(sigma_a, sigma_v, r, mask)
 
 
-def gram_backward(hp, r, g, mask):
+def gram_backward(sigma_a, sigma_v, r, g, mask, attention: str = "paper", softmax_correction: bool = False):
     """sigma_V^2 sum_ik E[A_im A_km'] G_ik (+ the softmax path with
-    ``hp.softmax_correction``), before the LN factor 1 / sqrt(q q')."""
-    ga = jnp.square(hp.sigma_v) * mode(hp).gram_backward(hp, r, g, mask)
-    if hp.softmax_correction:
-        ga = ga + softmax.gram_softmax_term(hp, r, g, mask)
+    ``softmax_correction``), before the LN factor 1 / sqrt(q q')."""
+    ga = jnp.square(sigma_v) * mode(attention).gram_backward(sigma_a, r, g, mask)
+    if softmax_correction:
+        ga = ga + softmax.gram_softmax_term(sigma_a, sigma_v, r, g, mask)
     return ga

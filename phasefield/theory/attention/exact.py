@@ -71,15 +71,17 @@ def concrete_max(x):
         return None
 
 
-def sizes(hp=None, sigma_max: float | None = None, n_max: float | None = None) -> tuple[int, int]:
+def sizes(sigma_a=None, n_tokens=None, sigma_max: float | None = None, n_max: float | None = None) -> tuple[int, int]:
     """(a-nodes, z-nodes) resolving logit scale ``sigma_max`` and ``n_max`` tokens.
 
-    From concrete ``hp.sigma_a`` / ``hp.n_tokens`` when possible, else the defaults
-    (sigma_A <= 4.5, n <= 4096). Raises ValueError when the grid would exceed
-    the cost bound :data:`MAX_VALUES` (checked before any work: the CLI exits 2)."""
-    if hp is not None:
-        sigma_max = sigma_max or concrete_max(hp.sigma_a)
-        n_max = n_max or concrete_max(hp.n_tokens)
+    Where those are not given: from the logit scale ``sigma_a`` and the number of tokens
+    ``n_tokens`` when they are concrete, else the defaults (sigma_A <= 4.5, n <= 4096).
+    Raises ValueError when the grid would exceed the cost bound :data:`MAX_VALUES` (checked
+    before any work: the CLI exits 2)."""
+    if sigma_a is not None:
+        sigma_max = sigma_max or concrete_max(sigma_a)
+    if n_tokens is not None:
+        n_max = n_max or concrete_max(n_tokens)
     n = max(float(n_max or DEFAULT_N_MAX), 2.0)
     sa = max(float(sigma_max or DEFAULT_SIGMA_MAX), 0.25)
     # tau <= sigma_A sqrt(1 + 1/(n-1)); the shared part sigma_c = tau sqrt|rho| of two rows'
@@ -126,12 +128,12 @@ def log_power(base_log, n):
 class Grid:
     """a-grid and Gaussian nodes for one (sigma_A, rho, n)."""
 
-    def __init__(self, hp, rho, n_a, n_z):
+    def __init__(self, sigma_a, n_tokens, rho, n_a, n_z):
         dt = jnp.result_type(float)
         rho = jnp.clip(jnp.asarray(rho, dt), -1.0, 1.0)
-        self.n = jnp.asarray(hp.n_tokens, dt)
+        self.n = jnp.asarray(n_tokens, dt)
         self.rho = rho
-        self.tau = safe_sqrt(jnp.square(hp.sigma_a) * (1.0 - rho))
+        self.tau = safe_sqrt(jnp.square(sigma_a) * (1.0 - rho))
         self.sigma_c = self.tau * safe_sqrt(jnp.abs(rho))  # shared part of two rows' logits
         self.sigma_d = self.tau * safe_sqrt(1.0 - jnp.abs(rho))  # own part
         lo = -(jnp.log(self.n) + Z_MAX * self.tau + A_LOW_PAD)
@@ -229,12 +231,12 @@ def _pair_tables(grid, pairs):
 # ---- moments -------------------------------------------------------------------------
 
 
-def row_moments(hp, rho, n_a=None, n_z=None):
-    """One softmax row of n i.i.d. N(0, tau^2) logits: dict of E[A_1], E[A_1^2], E[A_1^3],
-    E[A_1^4], E[A_1^2 A_2^2] (exact up to quadrature)."""
+def row_moments(sigma_a, n_tokens, rho, n_a=None, n_z=None):
+    """One softmax row of n i.i.d. N(0, tau^2) logits (tau^2 = sigma_A^2 (1 - rho)): dict of
+    E[A_1], E[A_1^2], E[A_1^3], E[A_1^4], E[A_1^2 A_2^2] (exact up to quadrature)."""
     if n_a is None or n_z is None:
-        n_a, n_z = sizes(hp)
-    gr = Grid(hp, rho, n_a, n_z)
+        n_a, n_z = sizes(sigma_a, n_tokens)
+    gr = Grid(sigma_a, n_tokens, rho, n_a, n_z)
     h = dict(zip(range(5), u_tables(gr.a, gr.tau, gr, range(5))))  # h_p(a) = E g_p(a + tau z)
     phi_log = safe_log(h[0])
     w_n1 = log_power(phi_log, gr.n - 1.0) * gr.wa
@@ -248,13 +250,13 @@ def row_moments(hp, rho, n_a=None, n_z=None):
     }
 
 
-def pair_moments(hp, rho, n_a=None, n_z=None, higher: bool = False):
+def pair_moments(sigma_a, n_tokens, rho, n_a=None, n_z=None, higher: bool = False):
     """Two query rows A, B (logit correlation rho at each key) of the same n tokens:
     dict of E[A_1 B_1] and, with ``higher``, E[A_1^2 B_1], E[A_1^2 B_1^2], E[A_1 B_1 A_2 B_2],
     E[A_1^2 B_2^2] (keys ``ab``, ``a2b``, ``a2b2``, ``abab``, ``a2_b2``)."""
     if n_a is None or n_z is None:
-        n_a, n_z = sizes(hp)
-    gr = Grid(hp, rho, n_a, n_z)
+        n_a, n_z = sizes(sigma_a, n_tokens)
+    gr = Grid(sigma_a, n_tokens, rho, n_a, n_z)
     pairs = [(0, 0), (1, 1)] + ([(2, 1), (2, 2), (2, 0), (0, 2)] if higher else [])
     h = _pair_tables(gr, pairs)
     f_log = safe_log(h[0, 0])
@@ -270,78 +272,80 @@ def pair_moments(hp, rho, n_a=None, n_z=None, higher: bool = False):
     return out
 
 
-def s_values(hp, rho, n_a=None, n_z=None):
-    """(S_1, S_rho) = (E sum_j A_ij^2, E sum_j A_ij A_kj) at token cosine rho."""
-    n = jnp.asarray(hp.n_tokens, jnp.result_type(float))
-    s1 = n * row_moments(hp, rho, n_a, n_z)["a2"]
-    sr = n * pair_moments(hp, rho, n_a, n_z)["ab"]
+def s_values(sigma_a, n_tokens, rho, n_a=None, n_z=None):
+    """(S_1, S_rho) = (E sum_j A_ij^2, E sum_j A_ij A_kj) at token cosine rho (logit scale
+    sigma_A, n tokens)."""
+    n = jnp.asarray(n_tokens, jnp.result_type(float))
+    s1 = n * row_moments(sigma_a, n_tokens, rho, n_a, n_z)["a2"]
+    sr = n * pair_moments(sigma_a, n_tokens, rho, n_a, n_z)["ab"]
     return s1, sr
 
 
-def t_values(hp, rho, n_a=None, n_z=None):
+def t_values(sigma_a, n_tokens, rho, n_a=None, n_z=None):
     """(T_1, T_rho) of the softmax-derivative term (:mod:`.softmax`) at token cosine rho::
 
     T_1   = E[ sum_l A_l^2 (1 - 2 A_l) + (sum_l A_l^2)^2 ]       (one row A)
     T_rho = E[ sum_l A_l B_l (1 - A_l - B_l) + (A . B)^2 ]      (rows A, B, i != k)
     """
-    rm = row_moments(hp, rho, n_a, n_z)
-    pm = pair_moments(hp, rho, n_a, n_z, higher=True)
-    return t_from_moments(hp, rm, pm)
+    rm = row_moments(sigma_a, n_tokens, rho, n_a, n_z)
+    pm = pair_moments(sigma_a, n_tokens, rho, n_a, n_z, higher=True)
+    return t_from_moments(n_tokens, rm, pm)
 
 
-def t_from_moments(hp, rm, pm):
+def t_from_moments(n_tokens, rm, pm):
     """(T_1, T_rho) from :func:`row_moments` and :func:`pair_moments` (``higher=True``)."""
-    n = jnp.asarray(hp.n_tokens, jnp.result_type(float))
+    n = jnp.asarray(n_tokens, jnp.result_type(float))
     t1 = n * rm["a2"] - 2.0 * n * rm["a3"] + n * rm["a4"] + n * (n - 1.0) * rm["a2a2"]
     tr = n * pm["ab"] - 2.0 * n * pm["a2b"] + n * pm["a2b2"] + n * (n - 1.0) * pm["abab"]
     return t1, tr
 
 
-def st_values(hp, rho, n_a=None, n_z=None):
+def st_values(sigma_a, n_tokens, rho, n_a=None, n_z=None):
     """((S_1, S_rho), (T_1, T_rho)) at token cosine rho from one evaluation of the row and
     pair moments (:func:`s_values` and :func:`t_values` each integrate their own: the
     same sums, S_rho here read from the higher pair tables)."""
-    rm = row_moments(hp, rho, n_a, n_z)
-    pm = pair_moments(hp, rho, n_a, n_z, higher=True)
-    n = jnp.asarray(hp.n_tokens, jnp.result_type(float))
-    return (n * rm["a2"], n * pm["ab"]), t_from_moments(hp, rm, pm)
+    rm = row_moments(sigma_a, n_tokens, rho, n_a, n_z)
+    pm = pair_moments(sigma_a, n_tokens, rho, n_a, n_z, higher=True)
+    n = jnp.asarray(n_tokens, jnp.result_type(float))
+    return (n * rm["a2"], n * pm["ab"]), t_from_moments(n_tokens, rm, pm)
 
 
-def grid_sizes(hp, att=None) -> tuple[int, int]:
+def grid_sizes(sigma_a, n_tokens, att=None) -> tuple[int, int]:
     """Static (n_a, n_z): those of ``att`` (an :class:`.exact_table.ExactKernel`, sized to
     a concrete sigma_A and n outside the trace), else :func:`sizes` (defaults when traced)."""
-    return (att.n_a, att.n_z) if att is not None else sizes(hp)
+    return (att.n_a, att.n_z) if att is not None else sizes(sigma_a, n_tokens)
 
 
-def forward_from_s(hp, rho, s1, sr):
+def forward_from_s(sigma_v, rho, s1, sr):
     """(q_A, p_A) from (S_1, S_rho) at cosine rho (docs/theory.md §3)."""
-    sv2 = jnp.square(hp.sigma_v)
+    sv2 = jnp.square(sigma_v)
     return sv2 * (rho + (1.0 - rho) * s1), sv2 * (rho + (1.0 - rho) * sr)
 
 
 # ---- the maps (signatures of .paper, plus the grid sizes ``att``) ---------------------------
 
 
-def _s_at(hp, rho, att):
+def _s_at(sigma_a, n_tokens, rho, att):
     """(S_1, S_rho) at rho: from the Chebyshev interpolant of ``att``'s mesh values where it
     is the exact map to rounding (``att.interp``, :mod:`.exact_table`), else by quadrature."""
     if att is not None and att.interp:
-        return att.s_at(hp, rho)
-    return s_values(hp, rho, *grid_sizes(hp, att))
+        return att.s_at(n_tokens, rho)
+    return s_values(sigma_a, n_tokens, rho, *grid_sizes(sigma_a, n_tokens, att))
 
 
-def forward(hp, rho, att=None):
-    """(q_A, p_A) of the attention output for normalized input tokens with cosine rho."""
-    return forward_from_s(hp, rho, *_s_at(hp, rho, att))
+def forward(sigma_a, n_tokens, sigma_v, rho, att=None):
+    """(q_A, p_A) of the attention output for normalized input tokens with cosine rho
+    (logit scale sigma_A, n tokens, value scale sigma_V)."""
+    return forward_from_s(sigma_v, rho, *_s_at(sigma_a, n_tokens, rho, att))
 
 
-def backward(hp, q, rho, a, b, att=None):
+def backward(sigma_a, n_tokens, sigma_v, q, rho, a, b, att=None):
     """Values-path backward map with exact E[A A] (see :func:`.paper.backward`)."""
-    n = jnp.asarray(hp.n_tokens, jnp.result_type(float))
-    s1, sr = _s_at(hp, rho, att)
+    n = jnp.asarray(n_tokens, jnp.result_type(float))
+    s1, sr = _s_at(sigma_a, n_tokens, rho, att)
     d1, o1 = s1, (1.0 - s1) / (n - 1.0)  # sum_i E[A_im A_im'],  m = m' / m != m'
     dr, orr = (n - 1.0) * sr, 1.0 - sr  # sum_{i != k} E[A_im A_km']
-    scale = jnp.square(hp.sigma_v) / q
+    scale = jnp.square(sigma_v) / q
     diag = scale * (a * d1 + b * (d1 + dr))
     off = scale * (a * o1 + b * (o1 + orr))
     return diag, off

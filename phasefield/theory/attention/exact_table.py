@@ -1,7 +1,7 @@
 """Grid sizes of the exact-softmax map and its values on the stable-point mesh.
 
 :mod:`.exact` integrates on grids whose (static) sizes must resolve sigma_A and n. Inside
-``jax.jit`` with a traced ``hp`` it cannot read them, so it would fall back to the sizes for
+``jax.jit`` with a traced sigma_A or n it cannot read them, so it would fall back to the sizes for
 sigma_A <= 4.5, n <= 4096 (up to 24x more integrand values than sigma_A = 1, n = 32 need).
 :class:`ExactKernel` carries the sizes chosen from the *concrete* sigma_A and n, built
 outside the trace like the MLP kernel (:func:`phasefield.theory._api.public`, the sweep);
@@ -47,9 +47,9 @@ class ExactKernel:
     t: Any = None
     interp_t: bool = struct.field(pytree_node=False, default=False)  # t's interpolant is exact
 
-    def s_at(self, hp, rho):
+    def s_at(self, n_tokens, rho):
         """(S_1, S_rho) at rho from the interpolant of ``s`` (use when ``interp``)."""
-        return interpolate(hp, self.s, rho)
+        return interpolate(n_tokens, self.s, rho)
 
 
 def mesh(n, m: int = MESH):
@@ -67,28 +67,23 @@ def mesh_points(n, m: int = MESH):
     return jnp.concatenate([mesh(n, m), jnp.asarray([RHO0], dt)])
 
 
-def values(hp, n_a: int, n_z: int, m: int = MESH):
-    """(S_1, S_rho) [2, m + 1] at :func:`mesh_points` of ``hp.n_tokens``."""
+def values(sigma_a, n_tokens, n_a: int, n_z: int, m: int = MESH):
+    """(S_1, S_rho) [2, m + 1] of logit scale ``sigma_a`` at :func:`mesh_points` of ``n_tokens``."""
     # lax.map, not vmap: each rho takes only its own branch of the pair rule (exact._pair_tables)
-    s1, sr = jax.lax.map(lambda r: exact.s_values(hp, r, n_a, n_z), mesh_points(hp.n_tokens, m))
+    s1, sr = jax.lax.map(lambda r: exact.s_values(sigma_a, n_tokens, r, n_a, n_z), mesh_points(n_tokens, m))
     return jnp.stack([s1, sr])
-
-
-class _Logits(NamedTuple):  # the two fields of hp that (S_1, S_rho) read
-    sigma_a: Any
-    n_tokens: Any
 
 
 @functools.cache
 def values_fn(n_a: int, n_z: int):
     """Compiled :func:`values` of arrays (sigma_A, n), one pair after the other (lax.map, so
     each evaluation takes only its own branch of the pair rule)."""
-    return jax.jit(lambda sigma_a, n: jax.lax.map(lambda x: values(_Logits(*x), n_a, n_z), (sigma_a, n)))
+    return jax.jit(lambda sigma_a, n: jax.lax.map(lambda x: values(*x, n_a, n_z), (sigma_a, n)))
 
 
-def t_values(hp, n_a: int, n_z: int, m: int = MESH):
+def t_values(sigma_a, n_tokens, n_a: int, n_z: int, m: int = MESH):
     """(T_1, T_rho) [2, m + 1] of the softmax-derivative term at :func:`mesh_points`."""
-    t1, tr = jax.lax.map(lambda r: exact.t_values(hp, r, n_a, n_z), mesh_points(hp.n_tokens, m))
+    t1, tr = jax.lax.map(lambda r: exact.t_values(sigma_a, n_tokens, r, n_a, n_z), mesh_points(n_tokens, m))
     return jnp.stack([t1, tr])
 
 
@@ -98,8 +93,7 @@ def tables_fn(n_a: int, n_z: int, m: int = MESH):
     the other."""
 
     def one(x):
-        hp = _Logits(*x)
-        return values(hp, n_a, n_z, m), t_values(hp, n_a, n_z, m)
+        return values(*x, n_a, n_z, m), t_values(*x, n_a, n_z, m)
 
     return jax.jit(lambda sigma_a, n: jax.lax.map(one, (sigma_a, n)))
 
@@ -130,26 +124,27 @@ def interpolant_exact(s) -> bool:
 
 
 @float64
-def kernel(hp, with_values: bool = False) -> ExactKernel:
-    """Sizes from ``hp`` (concrete sigma_A, n; else the defaults) and, with ``with_values``,
-    the mesh values (one compiled program per sizes when hp is concrete)."""
-    n_a, n_z = exact.sizes(hp)
+def kernel(sigma_a, n_tokens, with_values: bool = False) -> ExactKernel:
+    """Sizes for the logit scale ``sigma_a`` and ``n_tokens`` (when concrete; else the
+    defaults) and, with ``with_values``, the mesh values (one compiled program per sizes when
+    both are concrete)."""
+    n_a, n_z = exact.sizes(sigma_a, n_tokens)
     s, interp = None, False
     if with_values:
-        logits = concrete_logits(hp)
+        logits = concrete_logits(sigma_a, n_tokens)
         if logits is not None:
             s = jnp.asarray(_mesh_values(*logits, n_a, n_z))
             interp = interpolant_exact(s)
         else:
-            s = values(hp, n_a, n_z)
+            s = values(sigma_a, n_tokens, n_a, n_z)
     return ExactKernel(s, n_a=n_a, n_z=n_z, interp=interp)
 
 
-def concrete_logits(hp):
+def concrete_logits(sigma_a, n_tokens):
     """(sigma_A, n) as floats when both are concrete scalars, else None."""
-    if jnp.ndim(hp.sigma_a) or jnp.ndim(hp.n_tokens):
+    if jnp.ndim(sigma_a) or jnp.ndim(n_tokens):
         return None
-    sa, n = exact.concrete_max(hp.sigma_a), exact.concrete_max(hp.n_tokens)
+    sa, n = exact.concrete_max(sigma_a), exact.concrete_max(n_tokens)
     return None if sa is None or n is None else (sa, n)
 
 
@@ -160,11 +155,11 @@ def _mesh_values(sigma_a: float, n: float, n_a: int, n_z: int) -> np.ndarray:
         return np.asarray(values_fn(n_a, n_z)(jnp.asarray([sigma_a]), jnp.asarray([n]))[0])
 
 
-def interpolate(hp, s, rho):
-    """(S_1, S_rho) at rho from the mesh values ``s`` [2, MESH + 1] (barycentric formula of
-    the Chebyshev–Lobatto nodes; equal to ``s`` at the nodes)."""
+def interpolate(n_tokens, s, rho):
+    """(S_1, S_rho) at rho from the mesh values ``s`` [2, MESH + 1] on the mesh of ``n_tokens``
+    (barycentric formula of the Chebyshev–Lobatto nodes; equal to ``s`` at the nodes)."""
     m = s.shape[-1] - 1  # the mesh size (static)
-    nodes = mesh(hp.n_tokens, m)
+    nodes = mesh(n_tokens, m)
     vals = s[:, :m]
     w = jnp.where(jnp.arange(m) % 2 == 0, 1.0, -1.0).at[0].mul(0.5).at[-1].mul(0.5)
     d = rho - nodes
@@ -380,11 +375,11 @@ def grid_levels(n_a: int, n_z: int, n: float | None = None) -> tuple:
     return tuple(out)
 
 
-def _sums(hp, rho, n_a, n_z, levels, zs, n_static):
+def _sums(sigma_a, n_tokens, rho, n_a, n_z, levels, zs, n_static):
     """The pair sums <H_11, W_n1>, <H_11^2, W_n2>, <H_2x, W_n1> that (S, T) read
     (:func:`_pair_st`; W_np = H_00^(n-p) w_a w_b) on an a-grid of n_a points, from the
     blocks of the symmetric H_00, H_11 and W_np (the off-diagonal block twice)."""
-    gr = exact.Grid(hp, rho, n_a, n_z)
+    gr = exact.Grid(sigma_a, n_tokens, rho, n_a, n_z)
     f, h11, h2x = _pair_st(gr, levels, zs)
     n = gr.n if n_static is None else n_static
     wt, wb = gr.wa[: n_a // 2], gr.wa[n_a // 2 :]
@@ -399,27 +394,27 @@ def _sums(hp, rho, n_a, n_z, levels, zs, n_static):
     return ab, abab, jnp.sum(h2x * w_n1)
 
 
-def st_point(hp, rho, n_a: int, n_z: int, levels=None, zs=None, n_static=None, grids=None):
-    """((S_1, S_rho), (T_1, T_rho)) at token cosine rho, as :func:`exact.st_values` (the pair
-    moments from :func:`_pair_st`: three matrix products instead of six, a lattice as wide
-    as sigma_c needs, a z-rule as long as sigma_d needs; with ``grids``
+def st_point(sigma_a, n_tokens, rho, n_a: int, n_z: int, levels=None, zs=None, n_static=None, grids=None):
+    """((S_1, S_rho), (T_1, T_rho)) at token cosine rho (logit scale sigma_A, n tokens), as
+    :func:`exact.st_values` (the pair moments from :func:`_pair_st`: three matrix products
+    instead of six, a lattice as wide as sigma_c needs, a z-rule as long as sigma_d needs; with ``grids``
     (:func:`grid_levels`), on an a-grid as long as tau needs; with ``n_static``, an
     integer n, integer powers; the row moments as there): equal to the quadrature's
     accuracy (measured <= 2e-14 relative)."""
     levels = lattice_levels(n_a, n_z) if levels is None else levels
-    rm = exact.row_moments(hp, rho, n_a, n_z)
+    rm = exact.row_moments(sigma_a, n_tokens, rho, n_a, n_z)
     if grids is None:
-        ab, abab, x = _sums(hp, rho, n_a, n_z, levels, (n_z,) if zs is None else zs, n_static)
+        ab, abab, x = _sums(sigma_a, n_tokens, rho, n_a, n_z, levels, (n_z,) if zs is None else zs, n_static)
     else:
         dt = jnp.result_type(float)
-        tau = exact.safe_sqrt(jnp.square(hp.sigma_a) * (1.0 - jnp.clip(jnp.asarray(rho, dt), -1.0, 1.0)))
-        span = jnp.log(jnp.asarray(hp.n_tokens, dt)) + 2 * exact.Z_MAX * tau + exact.A_LOW_PAD + exact.A_HIGH_PAD
+        tau = exact.safe_sqrt(jnp.square(sigma_a) * (1.0 - jnp.clip(jnp.asarray(rho, dt), -1.0, 1.0)))
+        span = jnp.log(jnp.asarray(n_tokens, dt)) + 2 * exact.Z_MAX * tau + exact.A_LOW_PAD + exact.A_HIGH_PAD
         sizes = jnp.asarray([m for m, _, _ in grids[:-1]], dt)
         index = jnp.sum((sizes - 1.0) * H_PAIR < span)  # the first a-grid with spacing <= H_PAIR
         ab, abab, x = jax.lax.switch(
-            index, [functools.partial(_sums, hp, rho, m, n_z, lv, z, n_static) for m, lv, z in grids]
+            index, [functools.partial(_sums, sigma_a, n_tokens, rho, m, n_z, lv, z, n_static) for m, lv, z in grids]
         )
-    n = jnp.asarray(hp.n_tokens, jnp.result_type(float))
+    n = jnp.asarray(n_tokens, jnp.result_type(float))
     t1 = n * rm["a2"] - 2.0 * n * rm["a3"] + n * rm["a4"] + n * (n - 1.0) * rm["a2a2"]
     tr = n * ab + n * x + n * (n - 1.0) * abab
     return (n * rm["a2"], n * ab), (t1, tr)
@@ -436,13 +431,14 @@ def st_mesh_fn(n_a: int, n_z: int, n: int | None = None):
     grids = grid_levels(n_a, n_z, n)
 
     def one(sigma_a, n_tokens, rho, count):
-        hp = _Logits(sigma_a, n_tokens)
         nan = jnp.full((), jnp.nan, rho.dtype)
 
         def point(x):
             i, r = x
             return jax.lax.cond(
-                i < count, lambda: st_point(hp, r, n_a, n_z, n_static=n, grids=grids), lambda: ((nan, nan), (nan, nan))
+                i < count,
+                lambda: st_point(sigma_a, n_tokens, r, n_a, n_z, n_static=n, grids=grids),
+                lambda: ((nan, nan), (nan, nan)),
             )
 
         (s1, sr), (t1, tr) = jax.lax.map(point, (jnp.arange(rho.shape[0]), rho))
@@ -560,7 +556,7 @@ def scale_tables(sigma_a, n: float, nodes=None):
         empty = np.empty((0, 2, MESH_FULL + 1))
         return empty, empty.copy(), False, False
     top = float(sa.max())
-    n_a, n_z = exact.sizes(None, sigma_max=top, n_max=float(n))
+    n_a, n_z = exact.sizes(sigma_max=top, n_max=float(n))
     nodes = tuple(SCALE_NODES if nodes is None else nodes)
     s_out, t_out = _range_tables(sa, float(n), n_a, n_z, float(sa.min()), top, nodes, top)
     return s_out, t_out, interpolant_exact(s_out), interpolant_exact(t_out)
@@ -643,10 +639,10 @@ def point_kernel(sigma_a: float, n: float, values: bool = True) -> ExactKernel:
     sa, n = float(sigma_a), float(n)
     cap = point_cap(sa)
     try:
-        n_a, n_z = exact.sizes(None, sigma_max=cap, n_max=n)
+        n_a, n_z = exact.sizes(sigma_max=cap, n_max=n)
     except ValueError:
         cap = sa
-        n_a, n_z = exact.sizes(None, sigma_max=sa, n_max=n)
+        n_a, n_z = exact.sizes(sigma_max=sa, n_max=n)
     if not values:
         return ExactKernel(None, n_a=n_a, n_z=n_z)
     s, t = _point_values(sa, n, n_a, n_z, cap)

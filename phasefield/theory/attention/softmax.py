@@ -23,8 +23,9 @@ computed without Assumption 3.2 by :func:`.exact.t_values`, and adds::
     off  += k [ (1 - 2 rho) b T_rho - (a + b) T_1 / (n - 1) ],   k = sigma_A^2 sigma_V^2 (1 - rho) / q
 
 (times alpha_A^2, next to the values path). The Gram version uses the fixed Monte-Carlo
-attention samples of :func:`.full_gram.mc_attention`. Switched on by
-``HParams(softmax_correction=True)`` (:mod:`phasefield.theory.attention` adds it).
+attention samples of :func:`.full_gram.mc_attention`. Switched on by the
+``softmax_correction`` argument of :mod:`phasefield.theory.attention`'s backward maps
+(``HParams(softmax_correction=True)`` in the paper engine), which add it.
 """
 
 from __future__ import annotations
@@ -35,28 +36,28 @@ from . import exact, exact_table
 from .full_gram import MC_SAMPLES, mc_attention
 
 
-def t_values(hp, rho, att=None):
+def t_values(sigma_a, n_tokens, rho, att=None):
     """(T_1, T_rho) at token cosine rho (exact softmax expectations, :func:`.exact.t_values`;
     ``att``: grid sizes, :func:`.exact.grid_sizes`, and possibly the mesh values ``att.t``)."""
     if att is not None and getattr(att, "interp_t", False):  # mesh values of this (sigma_A, n)
-        return exact_table.interpolate(hp, att.t, rho)
-    return exact.t_values(hp, rho, *exact.grid_sizes(hp, att))
+        return exact_table.interpolate(n_tokens, att.t, rho)
+    return exact.t_values(sigma_a, n_tokens, rho, *exact.grid_sizes(sigma_a, n_tokens, att))
 
 
-def softmax_term(hp, q, rho, a, b, att=None):
+def softmax_term(sigma_a, n_tokens, sigma_v, q, rho, a, b, att=None):
     """(diag, off) added to the attention branch's backward map by the softmax path."""
-    n = jnp.asarray(hp.n_tokens, jnp.result_type(float))
-    t1, tr = t_values(hp, rho, att)
-    k = jnp.square(hp.sigma_a) * jnp.square(hp.sigma_v) * (1.0 - rho) / q
+    n = jnp.asarray(n_tokens, jnp.result_type(float))
+    t1, tr = t_values(sigma_a, n_tokens, rho, att)
+    k = jnp.square(sigma_a) * jnp.square(sigma_v) * (1.0 - rho) / q
     diag = k * ((2.0 - rho) * (a + b) * t1 + b * rho * (n - 1.0) * tr)
     off = k * ((1.0 - 2.0 * rho) * b * tr - (a + b) * t1 / (n - 1.0))
     return diag, off
 
 
-def gram_softmax_term(hp, r, g, mask, samples=None):
+def gram_softmax_term(sigma_a, sigma_v, r, g, mask, samples=None):
     """sigma_A^2 sigma_V^2 (query + key terms) for cosine matrix r and gradient Gram g
     (before alpha_A^2 / sqrt(q q')), averaged over the fixed Monte-Carlo attention samples."""
-    a = mc_attention(hp, r, mask, samples or MC_SAMPLES)  # [s, n, n]
+    a = mc_attention(sigma_a, r, mask, samples or MC_SAMPLES)  # [s, n, n]
     u = a @ r  # U = A R
     v = u @ jnp.swapaxes(a, -1, -2)  # V = A R A^T
     # query path: G .* E[A (R.R) A^T - A (U.U)^T - (U.U) A^T + V.V]
@@ -70,4 +71,4 @@ def gram_softmax_term(hp, r, g, mask, samples=None):
     k2 = jnp.swapaxes(ha * u, -1, -2) @ a
     kmat = r * (at @ h @ a) - k2 - jnp.swapaxes(k2, -1, -2) + at @ (h * v) @ a
     key = jnp.mean(kmat, 0)
-    return jnp.square(hp.sigma_a) * jnp.square(hp.sigma_v) * (query + key)
+    return jnp.square(sigma_a) * jnp.square(sigma_v) * (query + key)
