@@ -22,11 +22,19 @@ at chance): ``--configs`` of them per depth, spread over sigma. For each:
 
 A pre-LN case (``--block pre-ln``): the pre-LN configuration of the same study with the
 highest seed-mean test loss at each depth given, the same two trainings.
+
+MNIST-1D (``--data mnist1d``, the optional extra ``mnist1d``): the same for the study's
+post-LN MNIST-1D runs (``blocks/post-ln-mnist1d``, L = 16, 40-sample signals in patches of
+4: 11 tokens, input geometry from ``trainability/mnist1d/input_geometry.json``). There a
+configuration failed when every seed ended at chance (test loss >= 0.95 log 10, the
+criterion of ``phasefield.vit.analysis.at_chance``), and a run trains when its test loss is
+below that (the study's good MNIST-1D runs end at 0.8-1.3).
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import os
@@ -41,9 +49,25 @@ sys.path.insert(0, ROOT)
 OUT = os.path.join(ROOT, "docs", "data", "fix")
 STUDY = os.path.join(ROOT, "docs", "data", "trainability", "blocks")
 IMAGE = os.path.join(ROOT, "docs", "images", "fix_study.png")
-TRAINS = 0.5
 SEEDS = (0, 1, 2)
-Q0, RHO0 = 1.631534792482853, 0.06444805523694995  # the digits ViT's tokens entering block 1
+AT_CHANCE = 0.95 * math.log(10)
+# per data set: the study's runs (suffix of the block's folder), the ViT's input, the
+# tokens entering block 1 (q0, rho0: input_geometry.json of the study) and "trains"
+DATA = {
+    "digits": dict(
+        suffix="", image_size=8, patch_size=2, n_tokens=17, trains=0.5, q0=1.631534792482853, rho0=0.06444805523694995
+    ),
+    "mnist1d": dict(
+        suffix="-mnist1d",
+        image_size=40,
+        patch_size=4,
+        n_tokens=11,
+        trains=AT_CHANCE,
+        q0=1.0110598355531693,
+        rho0=0.017198480311174342,
+    ),
+}
+TRAINS = DATA["digits"]["trains"]
 
 
 def _rows(path):
@@ -59,10 +83,11 @@ def _append(path, row):
         f.write(json.dumps(row, default=float) + "\n")
 
 
-def configurations(block: str, depth: int, n: int) -> list:
+def configurations(block: str, depth: int, n: int, data: str = "digits") -> list:
     """The study's configurations at ``depth``: post-LN, those where every seed failed, ``n``
     spread over sigma; pre-LN, the one with the highest seed-mean test loss."""
-    runs = _rows(os.path.join(STUDY, block, "results.jsonl"))
+    runs = _rows(os.path.join(STUDY, block + DATA[data]["suffix"], "results.jsonl"))
+    fails = DATA[data]["trains"] if data == "digits" else AT_CHANCE
     by = {}
     for r in runs:
         if r["depth"] != depth:
@@ -72,30 +97,32 @@ def configurations(block: str, depth: int, n: int) -> list:
     if block == "pre-ln":
         key = max(by, key=lambda k: np.mean(by[k]))
         return [dict(sigma_w=key[0], alpha_a=key[1], alpha_m=key[2], study_losses=by[key])]
-    failed = sorted(k for k, v in by.items() if all(x >= TRAINS for x in v))
+    failed = sorted(k for k, v in by.items() if all(x >= fails for x in v))
     pick = [failed[i] for i in np.unique(np.round(np.linspace(0, len(failed) - 1, min(n, len(failed)))).astype(int))]
     return [dict(sigma_w=k[0], alpha_a=k[1], alpha_m=k[2], study_losses=by[k]) for k in pick]
 
 
-def config_id(block, depth, c):
-    return f"{block}_L{depth}_sw{c['sigma_w']:.4f}_aa{c['alpha_a']:.4f}_am{c['alpha_m']:.4f}"
+def config_id(block, depth, c, data="digits"):
+    return (
+        "" if data == "digits" else f"{data}_"
+    ) + f"{block}_L{depth}_sw{c['sigma_w']:.4f}_aa{c['alpha_a']:.4f}_am{c['alpha_m']:.4f}"
 
 
-def find_fix(block, depth, c):
+def find_fix(block, depth, c, data="digits"):
     import phasefield
-    from phasefield.probe import models
+    from phasefield.probing import models
 
     m = models.preset(
         block,
         depth=depth,
         width=64,
-        n_tokens=17,
+        n_tokens=DATA[data]["n_tokens"],
         heads=4,
         sigma=c["sigma_w"],
         alpha_attn=c["alpha_a"],
         alpha_mlp=c["alpha_m"],
-        q0=Q0,
-        rho0=RHO0,
+        q0=DATA[data]["q0"],
+        rho0=DATA[data]["rho0"],
     )
     t0 = time.perf_counter()
     res = phasefield.probe(m, inits=8, fix=True, fix_options=dict(inits=4, verify_inits=16))
@@ -117,17 +144,18 @@ class Training:
     """The study's training of one depth and block, with multipliers on the block parameters
     at init (vmapped over runs)."""
 
-    def __init__(self, block, depth):
+    def __init__(self, block, depth, data="digits"):
         import jax
 
-        from phasefield.probe import fix
+        from phasefield.probing import fix
         from phasefield.vit import data as vdata
         from phasefield.vit import train as vt
 
+        self.trains = DATA[data]["trains"]
         self.cfg = vt.TrainConfig(
-            dataset="digits",
-            image_size=8,
-            patch_size=2,
+            dataset=data,
+            image_size=DATA[data]["image_size"],
+            patch_size=DATA[data]["patch_size"],
             width=64,
             depth=depth,
             epochs=15,
@@ -135,7 +163,7 @@ class Training:
             eval_batch_size=512,
             block=f"{block}:heads=4",
         )
-        self.data = vdata.load("digits", 8)
+        self.data = vdata.load(data, DATA[data]["image_size"])
         d = self.data
         init, epoch, final = vt.make_train_parts(self.cfg, d.num_classes, d.scale, 64)
         self.vt = vt
@@ -191,7 +219,7 @@ class Training:
                     test_acc=float(acc[i, -1]),
                     train_loss=float(fin["train_loss"][i]),
                     diverged=diverged,
-                    trains=bool(np.isfinite(tl) and tl < TRAINS),
+                    trains=bool(np.isfinite(tl) and tl < self.trains),
                     test_loss_curve=[float(x) for x in curve[i]],
                 )
             )
@@ -204,14 +232,15 @@ def run(args):
     fixes_path, runs_path = os.path.join(OUT, "fixes.jsonl"), os.path.join(OUT, "runs.jsonl")
     for depth in args.depth:
         for block in args.block:
-            confs = configurations(block, depth, args.configs)
+            confs = configurations(block, depth, args.configs, args.data)
             training = None
             for c in confs:
-                cid = config_id(block, depth, c)
+                cid = config_id(block, depth, c, args.data)
                 fixes = {r["config"]: r for r in _rows(fixes_path)}
                 if cid not in fixes:
                     print(f"[fix] {cid}", flush=True)
-                    row = dict(config=cid, block=block, depth=depth, **c, **find_fix(block, depth, c))
+                    row = dict(config=cid, data=args.data, block=block, depth=depth, **c)
+                    row.update(find_fix(block, depth, c, args.data))
                     _append(fixes_path, row)
                     fixes[cid] = row
                     mult = row["fix"]["multipliers"]
@@ -227,7 +256,7 @@ def run(args):
                 if not todo:
                     continue
                 if training is None:
-                    training = Training(block, depth)
+                    training = Training(block, depth, args.data)
                 print(f"[train] {cid}: {len(todo)} runs", flush=True)
                 t0 = time.perf_counter()
                 res = training.train(todo)
@@ -235,6 +264,7 @@ def run(args):
                 for r, m in zip(todo, res):
                     row = dict(
                         config=cid,
+                        data=args.data,
                         block=block,
                         depth=depth,
                         sigma_w=r["sigma_w"],
@@ -255,11 +285,11 @@ def table(args):
     fixes = {r["config"]: r for r in _rows(os.path.join(OUT, "fixes.jsonl"))}
     runs = _rows(os.path.join(OUT, "runs.jsonl"))
     lines = [
-        "| block | L | sigma | alpha_attn | alpha_mlp | study (seeds 0-2) | m_w | m_res | fix meets | "
+        "| data | block | L | sigma | alpha_attn | alpha_mlp | study (seeds 0-2) | m_w | m_res | fix meets | "
         "as is: test loss per seed | trains | fixed: test loss per seed | trains |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    csv = ["config,block,depth,sigma_w,alpha_a,alpha_m,m_w,m_res,meets,variant,seed,test_loss,test_acc,trains"]
+    csv = ["config,data,block,depth,sigma_w,alpha_a,alpha_m,m_w,m_res,meets,variant,seed,test_loss,test_acc,trains"]
     summary = []
     for cid, fx in fixes.items():
         rs = [r for r in runs if r["config"] == cid]
@@ -267,12 +297,13 @@ def table(args):
             continue
         by = {v: sorted((r for r in rs if r["variant"] == v), key=lambda r: r["seed"]) for v in ("as is", "fixed")}
         m = fx["fix"]["multipliers"]
+        data = fx.get("data", "digits")
         cells = []
         for v in ("as is", "fixed"):
             cells.append(" / ".join(f"{r['test_loss']:.3f}" for r in by[v]) or "-")
             cells.append(f"{sum(r['trains'] for r in by[v])} of {len(by[v])}")
         lines.append(
-            f"| {fx['block']} | {fx['depth']} | {fx['sigma_w']:.3f} | {fx['alpha_a']:.3f} | {fx['alpha_m']:.3f} | "
+            f"| {data} | {fx['block']} | {fx['depth']} | {fx['sigma_w']:.3f} | {fx['alpha_a']:.3f} | {fx['alpha_m']:.3f} | "
             + " / ".join(f"{x:.2f}" for x in fx["study_losses"])
             + f" | {m['weights']:.3f} | {m['residual']:.3f} | {'yes' if fx['fix']['meets'] else 'no'} | "
             + " | ".join(cells)
@@ -281,7 +312,7 @@ def table(args):
         for v in ("as is", "fixed"):
             for r in by[v]:
                 csv.append(
-                    f"{cid},{fx['block']},{fx['depth']},{fx['sigma_w']:.6g},{fx['alpha_a']:.6g},{fx['alpha_m']:.6g},"
+                    f"{cid},{data},{fx['block']},{fx['depth']},{fx['sigma_w']:.6g},{fx['alpha_a']:.6g},{fx['alpha_m']:.6g},"
                     f"{r['m_w']:.6g},{r['m_res']:.6g},{fx['fix']['meets']},{v},{r['seed']},{r['test_loss']:.6g},"
                     f"{r['test_acc']:.6g},{r['trains']}"
                 )
@@ -291,19 +322,22 @@ def table(args):
     with open(os.path.join(OUT, "table.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     print("\n".join(lines))
-    for block in ("post-ln", "pre-ln"):
-        for depth in (32, 16):
-            sel = [(fx, by) for fx, by in summary if fx["block"] == block and fx["depth"] == depth]
-            if not sel:
-                continue
-            n = {v: sum(len(by[v]) for _, by in sel) for v in ("as is", "fixed")}
-            ok = {v: sum(r["trains"] for _, by in sel for r in by[v]) for v in ("as is", "fixed")}
-            mean = {v: np.mean([r["test_loss"] for _, by in sel for r in by[v]]) for v in ("as is", "fixed")}
-            print(
-                f"{block} L={depth}: {len(sel)} configurations; trains as is {ok['as is']} of {n['as is']} "
-                f"(mean test loss {mean['as is']:.3f}), fixed {ok['fixed']} of {n['fixed']} "
-                f"(mean test loss {mean['fixed']:.3f})"
-            )
+    for data, block, depth in itertools.product(DATA, ("post-ln", "pre-ln"), (32, 16)):
+        sel = [
+            (fx, by)
+            for fx, by in summary
+            if fx.get("data", "digits") == data and fx["block"] == block and fx["depth"] == depth
+        ]
+        if not sel:
+            continue
+        n = {v: sum(len(by[v]) for _, by in sel) for v in ("as is", "fixed")}
+        ok = {v: sum(r["trains"] for _, by in sel for r in by[v]) for v in ("as is", "fixed")}
+        mean = {v: np.mean([r["test_loss"] for _, by in sel for r in by[v]]) for v in ("as is", "fixed")}
+        print(
+            f"{data} {block} L={depth}: {len(sel)} configurations; trains as is {ok['as is']} of {n['as is']} "
+            f"(mean test loss {mean['as is']:.3f}), fixed {ok['fixed']} of {n['fixed']} "
+            f"(mean test loss {mean['fixed']:.3f})"
+        )
     if summary:
         figure(summary)
 
@@ -311,22 +345,31 @@ def table(args):
 def figure(summary):
     from phasefield.figures import style
 
+    sets = [d for d in DATA if any(fx.get("data", "digits") == d for fx, _ in summary)]
     with style.context() as plt:
-        fig, ax = plt.subplots(figsize=(style.COLUMN * 1.3, 2.2))
-        x = np.arange(len(summary))
-        for k, (_, by) in enumerate(summary):
-            for v, color, dx in (("as is", "tab:red", -0.12), ("fixed", "tab:blue", 0.12)):
-                y = [r["test_loss"] for r in by[v]]
-                ax.plot([k + dx] * len(y), y, "o", ms=3, color=color, label=v if k == 0 else None)
-        ax.axhline(TRAINS, color="0.5", lw=0.6, ls="--")
-        ax.axhline(math.log(10), color="0.7", lw=0.6, ls=":")
-        ax.set_xticks(x)
-        ax.set_xticklabels(
-            [f"{fx['block']}\nL={fx['depth']} σ={fx['sigma_w']:.2f}" for fx, _ in summary], rotation=90, fontsize=5
+        widths = [sum(fx.get("data", "digits") == d for fx, _ in summary) for d in sets]
+        fig, axes = plt.subplots(
+            1,
+            len(sets),
+            figsize=(style.COLUMN * 1.3 * max(1, len(sets) * 0.75), 2.4),
+            squeeze=False,
+            gridspec_kw=dict(width_ratios=widths),
         )
-        ax.set_ylabel("final test loss (digits)")
-        ax.set_title("ViTs as they are and after probe --fix (3 seeds each)")
-        ax.legend(frameon=False, fontsize=6)
+        for ax, d in zip(axes[0], sets):
+            sel = [(fx, by) for fx, by in summary if fx.get("data", "digits") == d]
+            for k, (_, by) in enumerate(sel):
+                for v, color, dx in (("as is", "tab:red", -0.12), ("fixed", "tab:blue", 0.12)):
+                    y = [r["test_loss"] for r in by[v]]
+                    ax.plot([k + dx] * len(y), y, "o", ms=3, color=color, label=v if k == 0 else None)
+            ax.axhline(DATA[d]["trains"], color="0.5", lw=0.6, ls="--")
+            ax.axhline(math.log(10), color="0.7", lw=0.6, ls=":")
+            ax.set_xticks(np.arange(len(sel)))
+            ax.set_xticklabels(
+                [f"{fx['block']}\nL={fx['depth']} σ={fx['sigma_w']:.2f}" for fx, _ in sel], rotation=90, fontsize=5
+            )
+            ax.set_ylabel(f"final test loss ({d})")
+            ax.set_title(f"{d}: as is and after probe --fix (3 seeds)", fontsize=7)
+        axes[0][0].legend(frameon=False, fontsize=6)
         fig.tight_layout()
         fig.savefig(IMAGE, dpi=style.DPI)
         plt.close(fig)
@@ -341,6 +384,7 @@ def main(argv=None):
     r.add_argument("--block", nargs="+", default=["post-ln"], choices=["post-ln", "pre-ln"])
     r.add_argument("--configs", type=int, default=6)
     r.add_argument("--seeds", type=int, nargs="+", default=list(SEEDS))
+    r.add_argument("--data", default="digits", choices=sorted(DATA))
     sub.add_parser("table")
     args = ap.parse_args(argv)
     {"run": run, "table": table}[args.cmd](args)
