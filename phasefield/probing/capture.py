@@ -33,17 +33,30 @@ import jax.numpy as jnp
 from flax import linen as nn
 
 
-def module_filter(blocks) -> Callable[[Any, str], bool]:
-    """``f(module, method_name) -> bool`` from a class, a string or a filter."""
+def parse_blocks(blocks) -> tuple[str, Any]:
+    """What ``blocks`` names: ``("class", a class or tuple of classes)``, ``("name", its
+    compiled regular expression)`` (a class name or a path regex) or ``("filter", the
+    function)``; ValueError (one line) for anything else."""
     if isinstance(blocks, type) or (isinstance(blocks, tuple) and blocks and all(isinstance(b, type) for b in blocks)):
-        return lambda mod, method: method == "__call__" and isinstance(mod, blocks)
+        return "class", blocks
     if isinstance(blocks, str):
         if not blocks.strip():
             raise ValueError("blocks: an empty module name")
         try:
-            pat = re.compile(blocks)
+            return "name", re.compile(blocks)
         except re.error as exc:
             raise ValueError(f"blocks: {blocks!r} is not a class name or regular expression ({exc})") from None
+    if callable(blocks):
+        return "filter", blocks
+    raise ValueError(f"blocks: expected a module class, a name or a filter function, not {type(blocks).__name__}")
+
+
+def module_filter(blocks) -> Callable[[Any, str], bool]:
+    """``f(module, method_name) -> bool`` from a class, a string or a filter."""
+    kind, v = parse_blocks(blocks)
+    if kind == "class":
+        return lambda mod, method: method == "__call__" and isinstance(mod, v)
+    if kind == "name":
 
         def by_name(mod, method):
             if method != "__call__":
@@ -51,12 +64,10 @@ def module_filter(blocks) -> Callable[[Any, str], bool]:
             if type(mod).__name__ == blocks:
                 return True
             name = mod.name or ""
-            return bool(pat.fullmatch(name) or pat.fullmatch("/".join(map(str, mod.path))))
+            return bool(v.fullmatch(name) or v.fullmatch("/".join(map(str, mod.path))))
 
         return by_name
-    if callable(blocks):
-        return blocks
-    raise ValueError(f"blocks: expected a module class, a name or a filter function, not {type(blocks).__name__}")
+    return v
 
 
 def block_call(state, fun, args, kwargs, inject=None, deltas=None, shift=None):

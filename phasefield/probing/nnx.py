@@ -22,12 +22,11 @@ a tuple) the next tokens.
 from __future__ import annotations
 
 import inspect
-import re
 
 import jax
 import jax.numpy as jnp
 
-from .capture import block_call
+from .capture import block_call, parse_blocks
 
 
 def _nnx():
@@ -58,26 +57,19 @@ def _path(p) -> str:
 
 
 def _matcher(blocks):
-    if isinstance(blocks, type) or (isinstance(blocks, tuple) and blocks and all(isinstance(b, type) for b in blocks)):
-        return lambda mod, path: isinstance(mod, blocks)
-    if isinstance(blocks, str):
-        if not blocks.strip():
-            raise ValueError("blocks: an empty module name")
-        try:
-            pat = re.compile(blocks)
-        except re.error as exc:
-            raise ValueError(f"blocks: {blocks!r} is not a class name or regular expression ({exc})") from None
+    kind, v = parse_blocks(blocks)
+    if kind == "class":
+        return lambda mod, path: isinstance(mod, v)
+    if kind == "name":
 
         def by_name(mod, path):
             if type(mod).__name__ == blocks:
                 return True
             last = str(path[-1]) if path else ""
-            return bool(pat.fullmatch(last) or pat.fullmatch(_path(path)))
+            return bool(v.fullmatch(last) or v.fullmatch(_path(path)))
 
         return by_name
-    if callable(blocks):
-        return lambda mod, path: blocks(mod, "__call__")
-    raise ValueError(f"blocks: expected a module class, a name or a filter function, not {type(blocks).__name__}")
+    return lambda mod, path: v(mod, "__call__")
 
 
 def _modules(module):
