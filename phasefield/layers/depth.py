@@ -44,11 +44,25 @@ MAX_ROOTS = 4
 RHO0 = 0.5  # the input cosine whose attractor is reported as rho_star
 
 
+@jax.jit
+def _forward(block, k, ctx):
+    """``block.forward(k, ctx)`` as a nested program: traced once per block structure and
+    shapes however often the functions here call it (jit's trace cache), inlined when the
+    outer program compiles."""
+    return block.forward(k, ctx)
+
+
+@jax.jit
+def _backward(block, k, g, ctx):
+    """``block.backward(k, g, ctx)``, traced once (as :func:`_forward`)."""
+    return block.backward(k, g, ctx)
+
+
 def trajectory(block, ctx, k0: Kernel, depth: int):
     """(q, p) arrays of length depth + 1 (index 0: the input)."""
 
     def step(k, _):
-        k1 = block.forward(k, ctx)
+        k1 = _forward(block, k, ctx)
         return k1, (k1.q, k1.p)
 
     _, (qs, ps) = jax.lax.scan(step, k0, None, length=depth)
@@ -67,7 +81,7 @@ def backward_rate(block, ctx, qs, ps, depth: int):
 
     def step(carry, x):
         a, b, log_scale = carry
-        g = block.backward(Kernel(*x), Grad(a, b), ctx)
+        g = _backward(block, Kernel(*x), Grad(a, b), ctx)
         s = g.a + g.b
         return (g.a / s, g.b / s, log_scale + jnp.log(s)), None
 
@@ -78,7 +92,7 @@ def backward_rate(block, ctx, qs, ps, depth: int):
 
 def norm_fixed_point(block, ctx, rho):
     """q*(rho) (module docstring); ``inf`` where the norm map has slope >= 1."""
-    f = lambda q: block.forward(Kernel(q, rho * q), ctx).q - q
+    f = lambda q: _forward(block, Kernel(q, rho * q), ctx).q - q
 
     def newton(q, _):
         done = jnp.isinf(q)
@@ -95,7 +109,7 @@ def transverse_multiplier(block, ctx, q):
     """m(q) = d(q' - p') / d(q - p) at the collapsed geometry (q, q)."""
 
     def gap(u):
-        k1 = block.forward(Kernel(q, q - u), ctx)
+        k1 = _forward(block, Kernel(q, q - u), ctx)
         return k1.q - k1.p
 
     return jax.jvp(gap, (jnp.zeros_like(q),), (jnp.ones_like(q),))[1]
@@ -127,7 +141,7 @@ def collapsed_angle_rate(block, ctx, q_collapsed, depth: int):
 
 def _residual(block, ctx, rho):
     q = norm_fixed_point(block, ctx, rho)
-    return block.forward(Kernel(q, rho * q), ctx).rho - rho
+    return _forward(block, Kernel(q, rho * q), ctx).rho - rho
 
 
 def stable_points(block, ctx, la=None):
@@ -205,8 +219,8 @@ def attractors_of(roots, stable, collapsed_stable, g0, rho0) -> dict:
 
 def gradient_matrix(block, ctx, k: Kernel):
     """The 2x2 backward map on (a, b) at input geometry ``k`` (columns: a, b)."""
-    ga = block.backward(k, Grad(jnp.ones_like(k.q), jnp.zeros_like(k.q)), ctx)
-    gb = block.backward(k, Grad(jnp.zeros_like(k.q), jnp.ones_like(k.q)), ctx)
+    ga = _backward(block, k, Grad(jnp.ones_like(k.q), jnp.zeros_like(k.q)), ctx)
+    gb = _backward(block, k, Grad(jnp.zeros_like(k.q), jnp.ones_like(k.q)), ctx)
     return jnp.array([[ga.a, gb.a], [ga.b, gb.b]])
 
 
@@ -285,12 +299,15 @@ def rates(block, ctx, k0: Kernel, depth: int) -> dict:
     out = dict(finite_depth(block, ctx, k0, depth))
     fin = jnp.isfinite(norm_fixed_point(block, ctx, 1.0))
 
-    def fixed(_):
-        ex = exponents(block, ctx, depth)
-        return {k: ex[k] for k in FIXED_POINT_KEYS}
-
-    shapes = jax.eval_shape(fixed, None)
+    # traced once: the shapes and the branch read one jaxpr (jit's trace cache), not two traces
+    fixed = jax.jit(lambda b, c: _fixed_point_quantities(b, c, depth))
+    shapes = jax.eval_shape(fixed, block, ctx)
     fill = dict(q_star=jnp.inf, n_stable=0)
-    none = lambda _: {k: jnp.full(v.shape, fill.get(k, jnp.nan), v.dtype) for k, v in shapes.items()}
-    out.update(jax.lax.cond(fin, fixed, none, None), has_fixed_point=fin)
+    none = lambda *_: {k: jnp.full(v.shape, fill.get(k, jnp.nan), v.dtype) for k, v in shapes.items()}
+    out.update(jax.lax.cond(fin, fixed, none, block, ctx), has_fixed_point=fin)
     return out
+
+
+def _fixed_point_quantities(block, ctx, depth: int) -> dict:
+    ex = exponents(block, ctx, depth)
+    return {k: ex[k] for k in FIXED_POINT_KEYS}

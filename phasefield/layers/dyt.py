@@ -21,8 +21,9 @@ tanh' on the fixed-size local rules of :mod:`phasefield.theory.quadrature` (N_LO
 per axis at any scale), so ``s`` may be traced (jit, vmap, no value-dependent shapes); a
 custom JVP gives the rho-derivative by Price's theorem (``dK/drho = s^2 J``), finite at the
 collapsed point rho = 1 where the rule's rotation angle arccos(rho) is not differentiable.
-The rho = 1 values come from the same rule, so p' = q' at rho = 1 to the bit (the collapsed
-geometry stays exactly invariant).
+At rho = 1 (the collapsed geometry, half of a finite-depth run) the pair is the diagonal:
+1-D rules (``lax.cond``), and the forward map returns the diagonal's own values, so p' = q'
+to the bit (the collapsed geometry stays exactly invariant).
 
 :class:`AnyNormMLP` is the tokenwise MLP whose maps hold at any input norm (the MLP of a
 block whose branch reads DyT's output, whose q is not 1): the same network as
@@ -95,12 +96,42 @@ def _cross(s, rho):
     return jnp.sum(w * smoothed.tanh_rest(h1) * smoothed.erf_given(rho * h1, c))
 
 
+def _diag_rule(s):
+    """(K, J) at rho = 1 (a scalar s): the same split by 1-D rules."""
+    x, w = quadrature.trapezoid_axis(s, N_LOCAL, C_LOCAL, local=True)
+    h = s * x
+    rest = smoothed.tanh_rest(h)
+    k = smoothed.erf_pair(s * s, 1.0) + 2.0 * _cross(s, 1.0) + jnp.sum(w * rest * rest)
+    return k, jnp.sum(w * jnp.square(_dtanh(h)))
+
+
+def _on_diagonal(rho, diag, pair):
+    """``diag()`` at rho = 1 (the collapsed geometry: 1-D rules, N_LOCAL times less work
+    than the 2-D rule on its line), else ``pair()`` (``lax.cond``: one is evaluated, both
+    under ``vmap``)."""
+    return jax.lax.cond(rho >= 1.0, diag, pair)
+
+
 def _pair_rule(s, rho):
     """(K, J) at scale s and cosine rho (scalars): the split rule, differentiable in s."""
     rho = jnp.clip(rho, -1.0, 1.0)
     rest = smoothed.tanh_rest
-    rr, dd = _expect_2d(((rest, rest), (_dtanh, _dtanh)), s, jnp.arccos(rho))
-    return smoothed.erf_pair(s * s, rho) + 2.0 * _cross(s, rho) + rr, dd
+
+    def pair():
+        rr, dd = _expect_2d(((rest, rest), (_dtanh, _dtanh)), s, jnp.arccos(rho))
+        return smoothed.erf_pair(s * s, rho) + 2.0 * _cross(s, rho) + rr, dd
+
+    return _on_diagonal(rho, lambda: _diag_rule(s), pair)
+
+
+def _d2_rule(s, rho):
+    """E[tanh''(h) tanh''(h')] (scalars; rho clipped to [-1, 1])."""
+
+    def diag():
+        x, w = quadrature.trapezoid_axis(s, N_LOCAL, C_LOCAL, local=True)
+        return jnp.sum(w * jnp.square(_d2tanh(s * x)))
+
+    return _on_diagonal(rho, diag, lambda: _expect_2d(((_d2tanh, _d2tanh),), s, jnp.arccos(rho))[0])
 
 
 @jax.custom_jvp
@@ -115,7 +146,7 @@ def _tanh_pair_jvp(primals, tangents):
     # the s-direction through the rule (rho held: no derivative of arccos(rho)); the
     # rho-direction by Price's theorem: dE[f f']/dcov = E[f' f'], cov = s^2 rho
     out, (dk_s, dj_s) = jax.jvp(lambda s_: _pair_rule(s_, rho), (s,), (ds,))
-    (d2,) = _expect_2d(((_d2tanh, _d2tanh),), s, jnp.arccos(jnp.clip(rho, -1.0, 1.0)))
+    d2 = _d2_rule(s, jnp.clip(rho, -1.0, 1.0))
     s2 = s * s
     return out, (dk_s + s2 * out[1] * drho, dj_s + s2 * d2 * drho)
 
@@ -125,16 +156,7 @@ def tanh_diag(s):
     (the same split and spacing; the 2-D rule at rho = 1 spends N_LOCAL times the work on a
     line). Broadcasts over ``s``; differentiable in ``s``."""
     dt = jnp.result_type(float)
-    s = jnp.asarray(s, dt)
-
-    def one(s_):
-        x, w = quadrature.trapezoid_axis(s_, N_LOCAL, C_LOCAL, local=True)
-        h = s_ * x
-        rest = smoothed.tanh_rest(h)
-        k = smoothed.erf_pair(s_ * s_, 1.0) + 2.0 * _cross(s_, 1.0) + jnp.sum(w * rest * rest)
-        return k, jnp.sum(w * jnp.square(_dtanh(h)))
-
-    return jnp.vectorize(one)(s)
+    return jnp.vectorize(_diag_rule)(jnp.asarray(s, dt))
 
 
 def tanh_pair(s, rho):
@@ -151,9 +173,10 @@ def activation_pair(activation: str, s, rho):
     ``rho``, for the activations with a closed form or the tanh split
     (:data:`ANY_NORM_ACTIVATIONS`)."""
     s2 = jnp.square(s)
-    # clipped to [-1, 1] with slope 1 at the ends (jnp.clip's is 1/2 there: the collapsed
-    # point rho = 1 is where the angle rate differentiates these maps)
-    rho = jnp.where(rho > 1.0, 1.0, jnp.where(rho < -1.0, -1.0, rho))
+    # clipped to [-1, 1] with slope 1 at and beyond the ends (jnp.clip's is 1/2 at them and
+    # 0 beyond: the collapsed point rho = 1, which rounding may overshoot, is where the
+    # angle rate differentiates these maps)
+    rho = rho - jax.lax.stop_gradient(rho - jnp.clip(rho, -1.0, 1.0))
     if activation == "tanh":
         return tanh_pair(s, rho)
     if activation == "gelu":
@@ -190,6 +213,12 @@ class DyT(Layer):
         rho = k.rho
         k1, j1 = tanh_diag(jnp.broadcast_to(s, jnp.shape(rho)))
         kr, jr = tanh_pair(s, rho)
+        # at rho = 1 the diagonal values themselves (p' = q' to the bit: the collapsed
+        # geometry stays exactly invariant, however the compiler rounds the two routes),
+        # with the pair's derivative in rho
+        on = rho >= 1.0
+        kr = jnp.where(on, kr + jax.lax.stop_gradient(k1 - kr), kr)
+        jr = jnp.where(on, jr + jax.lax.stop_gradient(j1 - jr), jr)
         return k1, j1, kr, jr
 
     def forward(self, k, ctx):

@@ -162,9 +162,9 @@ def kernel(
     sigma_w, act, k = _mlp_fields(sigma_w, activation, layers)
     activations.get(act)
     sigma_w = jnp.asarray(sigma_w, jnp.result_type(float))
-    if act in CLOSED_FORMS:
-        return _build(sigma_w, act, k, 0, 0)
     concrete = _concrete_max(sigma_w) is not None
+    if act in CLOSED_FORMS:
+        return _closed_jit(act, k)(sigma_w) if concrete else _build(sigma_w, act, k, 0, 0)
     guard = None
     if concrete:
         scales = _layer_scales_jit(act, k)(sigma_w)
@@ -256,6 +256,13 @@ def _concrete_array(x):
 @functools.cache
 def _layer_scales_jit(act, k):
     return jax.jit(lambda s: layer_scales(s, act, k))
+
+
+@functools.cache
+def _closed_jit(act, k):
+    """:func:`_build` of a closed-form activation as one compiled program (not ~20 eager
+    operations, each its own program)."""
+    return jax.jit(lambda s: _build(s, act, k, 0, 0))
 
 
 @functools.cache

@@ -421,14 +421,20 @@ def st_point(sigma_a, n_tokens, rho, n_a: int, n_z: int, levels=None, zs=None, n
 
 
 @functools.cache
-def st_mesh_fn(n_a: int, n_z: int, n: int | None = None):
+def st_mesh_fn(n_a: int, n_z: int, n: int | None = None, adaptive: bool = True):
     """Compiled (S, T) [2, MESH_FULL + 1] each of one (sigma_A, n) at the first ``count`` of
     the points ``rho`` [MESH_FULL + 1] (NaN after them): one program for every scale up to
-    the one (n_a, n_z) are sized for and every mesh (:func:`st_point` with
-    :func:`grid_levels`: the a-grid, lattice and z-rule of each point are picked by its
-    tau, sigma_c, sigma_d). With ``n`` (a static integer number of tokens; the
-    program's n argument must equal it), integer powers."""
-    grids = grid_levels(n_a, n_z, n)
+    the one (n_a, n_z) are sized for and every mesh. ``adaptive``: :func:`st_point` with
+    :func:`grid_levels` (the a-grid, lattice and z-rule of each point are picked by its
+    tau, sigma_c, sigma_d: the cheapest run, for many scales, but ~50 branches that take
+    ~8 s to compile at the point cap); else one a-grid, the full lattice and z-rule at every
+    point (one branch: ~1 s to compile, ~10x the run time a point; for a single scale).
+    With ``n`` (a static integer number of tokens; the program's n argument must equal
+    it), integer powers."""
+    if adaptive:
+        kw, opts = dict(grids=grid_levels(n_a, n_z, n)), None
+    else:
+        kw, opts = dict(levels=lattice_levels(n_a, n_z)[-1:], zs=(n_z,)), one_scale_options()
 
     def one(sigma_a, n_tokens, rho, count):
         nan = jnp.full((), jnp.nan, rho.dtype)
@@ -437,14 +443,25 @@ def st_mesh_fn(n_a: int, n_z: int, n: int | None = None):
             i, r = x
             return jax.lax.cond(
                 i < count,
-                lambda: st_point(sigma_a, n_tokens, r, n_a, n_z, n_static=n, grids=grids),
+                lambda: st_point(sigma_a, n_tokens, r, n_a, n_z, n_static=n, **kw),
                 lambda: ((nan, nan), (nan, nan)),
             )
 
         (s1, sr), (t1, tr) = jax.lax.map(point, (jnp.arange(rho.shape[0]), rho))
         return jnp.stack([s1, sr]), jnp.stack([t1, tr])
 
-    return jax.jit(one)
+    return jax.jit(one, compiler_options=opts)
+
+
+def one_scale_options() -> dict | None:
+    """XLA:CPU options of the one-scale table program (``st_mesh_fn(adaptive=False)``), which
+    a process runs a few times (one point: once): LLVM -O1 with the classic emitters
+    (:data:`phasefield._runtime.OPTIMIZED`), compiled in ~0.6 s instead of ~1.2 s for the
+    same run time (values within 1e-14). None off CPU or where XLA does not know them."""
+    from ..._runtime import OPTIMIZED, options_known
+
+    ok = jax.default_backend() == "cpu" and options_known(OPTIMIZED)
+    return dict(OPTIMIZED) if ok else None
 
 
 @functools.cache
@@ -469,11 +486,11 @@ def _mesh_fn():
 
 
 @functools.lru_cache(maxsize=4096)
-def _st_values(sigma_a: float, n: float, n_a: int, n_z: int, m: int):
+def _st_values(sigma_a: float, n: float, n_a: int, n_z: int, m: int, adaptive: bool = True):
     """(S, T) [2, m + 1] of one concrete (sigma_A, n) with sizes (n_a, n_z) and mesh m
     (:func:`st_mesh_fn`), computed once per process (3 kB each: a second sweep over the
     same scales reads them)."""
-    fn = st_mesh_fn(n_a, n_z, int(n) if float(n).is_integer() else None)
+    fn = st_mesh_fn(n_a, n_z, int(n) if float(n).is_integer() else None, adaptive)
     s, t = fn(jnp.asarray(sigma_a), jnp.asarray(n), jnp.asarray(_mesh_points(float(n), m)), jnp.asarray(m + 1))
     s, t = np.asarray(s)[:, : m + 1], np.asarray(t)[:, : m + 1]
     s.flags.writeable = t.flags.writeable = False
@@ -585,15 +602,16 @@ def _range_tables(sa, n, n_a, n_z, lo, hi, nodes, top):
     return s_out, t_out
 
 
-def _direct_tables(sa, n, n_a, n_z, top):
+def _direct_tables(sa, n, n_a, n_z, top, adaptive: bool = True):
     """(S, T) [k, 2, MESH_FULL + 1] of each scale of ``sa`` integrated by the program of
-    sizes (n_a, n_z) (:func:`scale_tables`; ``top`` the largest scale the caps reach)."""
+    sizes (n_a, n_z) (:func:`scale_tables`; ``top`` the largest scale the caps reach;
+    ``adaptive`` as :func:`st_mesh_fn`)."""
     caps = bucket_caps(np.append(sa, top))[:-1]
     s_out = np.empty((sa.size, 2, MESH_FULL + 1))
     t_out = np.empty_like(s_out)
 
     def run(sel, m):
-        out = [_st_values(float(x), n, n_a, n_z, m) for x in sa[sel]]
+        out = [_st_values(float(x), n, n_a, n_z, m, adaptive) for x in sa[sel]]
         return np.stack([s for s, _ in out]), np.stack([t for _, t in out])
 
     for cap in np.unique(caps):
@@ -666,24 +684,25 @@ def _point_values(sa: float, n: float, n_a: int, n_z: int, cap: float):
     seen = _seen.setdefault(key, set())
     seen.add(sa)
     if len(seen) > DIRECT_SCALES:
-        for lo, hi, x, s_nodes, t_nodes in _scale_pieces(n, n_a, n_z, 0.0, cap, cap):
+        for lo, hi, x, s_nodes, t_nodes in _scale_pieces(n, n_a, n_z, 0.0, cap, cap, adaptive=False):
             if lo <= sa <= hi:
                 c = barycentric_matrix(x, [sa])
                 return np.tensordot(c, s_nodes, axes=1)[0], np.tensordot(c, t_nodes, axes=1)[0]
-    s, t = _direct_tables(np.asarray([sa]), n, n_a, n_z, cap)
+    s, t = _direct_tables(np.asarray([sa]), n, n_a, n_z, cap, adaptive=False)
     return s[0], t[0]
 
 
 @functools.lru_cache(maxsize=16)
 @float64
-def _scale_pieces(n, n_a, n_z, lo, hi, top, depth: int = 0) -> tuple:
+def _scale_pieces(n, n_a, n_z, lo, hi, top, depth: int = 0, adaptive: bool = True) -> tuple:
     """Pieces ``(lo, hi, nodes, S, T)`` covering [lo, hi] whose Chebyshev interpolants in the
     logit scale reach :data:`SCALE_TAIL` (:func:`scale_tables`' rule: SCALE_NODES in turn,
     the range halved where neither does); empty where the node tables are not finite or
-    halving runs out (those scales are integrated one by one)."""
+    halving runs out (those scales are integrated one by one). ``adaptive`` as
+    :func:`st_mesh_fn`."""
     for m in SCALE_NODES:
         x = scale_nodes(lo, hi, m)
-        s, t = _direct_tables(x, n, n_a, n_z, top)
+        s, t = _direct_tables(x, n, n_a, n_z, top, adaptive)
         if not (np.all(np.isfinite(s)) and np.all(np.isfinite(t))):
             return ()
         if max(scale_tail(s), scale_tail(t)) <= SCALE_TAIL:
@@ -691,4 +710,6 @@ def _scale_pieces(n, n_a, n_z, lo, hi, top, depth: int = 0) -> tuple:
     if depth >= 4:
         return ()
     mid = 0.5 * (lo + hi)
-    return _scale_pieces(n, n_a, n_z, lo, mid, top, depth + 1) + _scale_pieces(n, n_a, n_z, mid, hi, top, depth + 1)
+    return _scale_pieces(n, n_a, n_z, lo, mid, top, depth + 1, adaptive) + _scale_pieces(
+        n, n_a, n_z, mid, hi, top, depth + 1, adaptive
+    )
