@@ -122,14 +122,14 @@ def test_table_search_equals_direct_search(sigma_a, n, corr):
     from phasefield.theory.attention import exact_table
 
     base = HParams(sigma_a=sigma_a, n_tokens=n, attention="exact", softmax_correction=corr)
-    att = exact_table.kernel(sigma_a, n, with_values=True)
+    att = exact_table.point_kernel(sigma_a, n)  # its cap's sizes; (S, T) on the full mesh
     pts = [(8.0, 0.7, 0.4)]  # (2.0, .5, .5) too when measured; one for suite time
     with jax.enable_x64(True):
         fns = {t: jax.jit(lambda hp, k, t=t: fixed_points.stable_points_of(hp, k, t)) for t in (True, False)}
         for sw, aa, am in pts:
             hp = base.replace(sigma_w=sw, alpha_a=aa, alpha_m=am)
             kern = mlp.kernel(hp).replace(att=att)
-            new, old = fns[True](hp, kern), fns[False](hp, kern.replace(att=att.replace(s=None)))
+            new, old = fns[True](hp, kern), fns[False](hp, kern.replace(att=att.replace(s=None, interp=False)))
             assert bool(jnp.all(new["stable"] == old["stable"])) and int(new["n_stable"]) == int(old["n_stable"])
             np.testing.assert_allclose(np.asarray(new["rho"]), np.asarray(old["rho"]), rtol=0, atol=1e-12)
             np.testing.assert_allclose(float(new["rho_star"]), float(old["rho_star"]), rtol=0, atol=1e-12)
@@ -166,10 +166,10 @@ def test_mesh_interpolant_stands_for_the_map_only_where_exact():
     from phasefield.theory.attention import exact_table
 
     hp = HParams(sigma_w=8.0, sigma_a=1.0, n_tokens=32, alpha_a=0.7, alpha_m=0.4, attention="exact")
-    att = exact_table.kernel(hp.sigma_a, hp.n_tokens, with_values=True)
+    att = exact_table.point_kernel(hp.sigma_a, hp.n_tokens)
     assert att.interp
     kinked = np.asarray(att.s).copy()
-    kinked[0, exact_table.MESH // 2] += 1e-10
+    kinked[0, (kinked.shape[-1] - 1) // 2] += 1e-10
     assert not exact_table.interpolant_exact(kinked)
     rho = np.random.default_rng(0).uniform(-1 / 31, 1, 12)
     with jax.enable_x64(True):

@@ -61,6 +61,20 @@ def test_a_new_point_compiles_nothing(name, points):
     assert _COUNTER.count == before
 
 
+def test_a_new_logit_scale_of_the_paper_engine_with_the_exact_map_compiles_nothing():
+    """The paper block's own engine with ``attention="exact"``: its attention tables are sized
+    by the logit scale's cap (not its value), so a new sigma_A compiles nothing."""
+    from phasefield import HParams
+    from phasefield.layers import paper
+
+    kw = dict(sigma_w=2.2, alpha_a=0.45, alpha_m=0.6, n_tokens=16, depth=16, attention="exact")
+    paper.exponents(HParams(sigma_a=1.5, **kw))
+    before = _COUNTER.count
+    for sa in (1.1, 1.9):
+        assert 0.0 < float(paper.exponents(HParams(sigma_a=sa, **kw))["rho_star"]) < 1.0
+    assert _COUNTER.count == before
+
+
 @pytest.mark.parametrize("act", ["tanh", "silu"])
 def test_padded_kernel_is_the_same_function(act):
     """A kernel sized by its size class and padded with zero Chebyshev coefficients gives

@@ -228,7 +228,9 @@ def _mesh_search(hp, kern, table: bool, per_root: bool = False):
         )
     att = kern.att if kern.att is not None else exact_table.kernel(hp.sigma_a, hp.n_tokens)
     s = att.s if att.s is not None else exact_table.values(hp.sigma_a, hp.n_tokens, att.n_a, att.n_z)
-    pts = exact_table.mesh_points(hp.n_tokens)
+    # the mesh the values are on (MESH_EXACT, or a point kernel's MESH_FULL), and RHO0
+    pts = exact_table.mesh_points(hp.n_tokens, s.shape[-1] - 1)
+    mesh = pts[:-1]
     both = jax.vmap(lambda x, v: _residual(hp, kern, x, exact.forward_from_s(hp.sigma_v, x, v[0], v[1])))(pts, s.T)
 
     def f_table(x):

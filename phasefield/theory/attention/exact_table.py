@@ -124,20 +124,11 @@ def interpolant_exact(s) -> bool:
 
 
 @float64
-def kernel(sigma_a, n_tokens, with_values: bool = False) -> ExactKernel:
+def kernel(sigma_a, n_tokens) -> ExactKernel:
     """Sizes for the logit scale ``sigma_a`` and ``n_tokens`` (when concrete; else the
-    defaults) and, with ``with_values``, the mesh values (one compiled program per sizes when
-    both are concrete)."""
+    defaults), no mesh values (:func:`point_kernel` has them, sized by the scale's cap)."""
     n_a, n_z = exact.sizes(sigma_a, n_tokens)
-    s, interp = None, False
-    if with_values:
-        logits = concrete_logits(sigma_a, n_tokens)
-        if logits is not None:
-            s = jnp.asarray(_mesh_values(*logits, n_a, n_z))
-            interp = interpolant_exact(s)
-        else:
-            s = values(sigma_a, n_tokens, n_a, n_z)
-    return ExactKernel(s, n_a=n_a, n_z=n_z, interp=interp)
+    return ExactKernel(None, n_a=n_a, n_z=n_z)
 
 
 def concrete_logits(sigma_a, n_tokens):
@@ -146,13 +137,6 @@ def concrete_logits(sigma_a, n_tokens):
         return None
     sa, n = exact.concrete_max(sigma_a), exact.concrete_max(n_tokens)
     return None if sa is None or n is None else (sa, n)
-
-
-@functools.lru_cache(maxsize=256)
-def _mesh_values(sigma_a: float, n: float, n_a: int, n_z: int) -> np.ndarray:
-    """Mesh values of one concrete (sigma_A, n), computed once per process."""
-    with jax.enable_x64(True):
-        return np.asarray(values_fn(n_a, n_z)(jnp.asarray([sigma_a]), jnp.asarray([n]))[0])
 
 
 def interpolate(n_tokens, s, rho):
