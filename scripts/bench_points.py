@@ -4,12 +4,13 @@ In one process, for each preset: one warm-up point, then POINTS random points (e
 finite-depth rates, ``phasefield.layers.rates``, at n = 16, L = 16), each timed and each
 counted for XLA compilations (JAX's compile-duration events). Then the CLI's ``exponents``
 at a new point, for ``--block pre-ln:...`` against the paper block, with a cold compilation
-cache (an empty ``PHASEFIELD_CACHE``) and a warm one (the same folder, another new point).
+cache (an empty ``PHASEFIELD_CACHE``) and a warm one (the same folder, another new point),
+the median of ``--cli-repeats`` runs each.
 Prints the medians and the ratios measured in this run; the goals (median <= 20 ms, no
 compilation after the first point, the CLI within 1.5x the paper block's) are printed beside
 them, never asserted.
 
-    python scripts/bench_points.py [--points 20] [--seed 0] [--no-cli]
+    python scripts/bench_points.py [--points 20] [--seed 0] [--no-cli] [--cli-repeats 3]
 """
 
 from __future__ import annotations
@@ -86,12 +87,22 @@ def _cli(args, cache):
     return time.perf_counter() - t0
 
 
-def bench_cli(rng):
+def bench_cli(rng, repeats):
+    """Median wall seconds of ``repeats`` CLI runs per (cache, block), each at a new point:
+    cold in a fresh empty cache folder each time, warm in the folder a cold run filled."""
+    runs = [_cli_once(rng, os.path.join(_tmp, str(i))) for i in range(repeats)]
+    return {
+        label: {kind: statistics.median(r[label][kind] for r in runs) for kind in ("paper", "pre-ln")}
+        for label in ("cold", "warm")
+    }
+
+
+def _cli_once(rng, folder):
     rows = {}
     for label in ("cold", "warm"):
         times = {}
         for kind in ("paper", "pre-ln"):
-            cache = os.path.join(_tmp, kind)  # cold: empty; warm: the cold run's folder
+            cache = os.path.join(folder, kind)  # cold: empty; warm: the cold run's folder
             if kind == "paper":
                 args = [
                     "exponents",
@@ -129,6 +140,7 @@ def main():
     ap.add_argument("--points", type=int, default=20)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--no-cli", action="store_true")
+    ap.add_argument("--cli-repeats", type=int, default=3, help="CLI runs per case (their median)")
     a = ap.parse_args()
     jax.monitoring.register_event_duration_secs_listener(_count)
     rng = np.random.default_rng(a.seed)
@@ -150,8 +162,10 @@ def main():
         )
     if not a.no_cli:
         with tempfile.TemporaryDirectory() as _tmp:
-            rows = bench_cli(rng)
-        print(f"\nCLI `exponents` at a new point (wall s; goal: pre-ln <= {GOAL_CLI:g}x paper)")
+            rows = bench_cli(rng, a.cli_repeats)
+        print(
+            f"\nCLI `exponents` at a new point (wall s, median of {a.cli_repeats}; goal: pre-ln <= {GOAL_CLI:g}x paper)"
+        )
         for label, t in rows.items():
             ratio = t["pre-ln"] / t["paper"]
             print(

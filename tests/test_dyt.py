@@ -127,6 +127,35 @@ def test_spec_refuses_in_one_line(text, msg):
         spec.parse(text)
 
 
+@pytest.mark.parametrize("sigma,alpha", [(1.2956521739130435, 0.7108695652173913), (0.7, 0.3)])
+def test_angle_multipliers_equal_finite_differences(sigma, alpha):
+    """Each layer's transverse multiplier along the collapsed trajectory (autodiff through the
+    pair rule's custom JVP and the clipped cosine, where rounding may put rho just above 1)
+    against a one-sided difference of the block's forward map (gap 1e-6 q: error ~1e-6)."""
+    block = spec.build("dyt", dict(sigma=sigma, alpha=alpha))
+    r = layers.rates(block, n_tokens=16, depth=16)
+    b, ctx = layers.prepare(block, 16)
+    fwd = jax.jit(lambda q, p: b.forward(Kernel(q, p), ctx))
+    for q, m in zip(np.asarray(r["q_collapsed"])[:-1], np.asarray(r["angle_multipliers"])):
+        k = fwd(q, q - 1e-6 * q)
+        assert float(m) == pytest.approx(float(k.q - k.p) / (1e-6 * q), rel=1e-5), q
+
+
+@pytest.mark.parametrize("act", ["gelu", "tanh", "erf", "relu"])
+def test_the_cosine_clip_keeps_its_slope_just_above_one(act):
+    """Rounding may put a block's cosine a few ulp above 1 at the collapsed geometry (the
+    compiler decides): the MLP at any norm then gives rho = 1's value with rho = 1's slope,
+    not a slope of 0 (which read one layer's angle multiplier as 1 at 9 of 576 points of a
+    24 x 24 dyt sweep)."""
+    lay = dyt.AnyNormMLP(sigma_w=1.4, sigma_out=2.8, activation=act)
+    ctx = Context(16.0)
+    f = lambda p: lay.forward(Kernel(1.0, p), ctx).p
+    above = float(np.nextafter(1.0, 2.0))
+    assert float(f(above)) == float(f(1.0))
+    assert float(jax.grad(f)(above)) == pytest.approx(float(jax.grad(f)(1.0)), rel=1e-12)
+    assert float(jax.grad(f)(1.0)) > 0
+
+
 def test_spec_and_new_points_compile_nothing():
     """``dyt:...`` parses with DyT's number ``a``; the block's rates at new (sigma, alpha, a)
     run the first point's compiled program (zero compilations)."""
