@@ -30,7 +30,7 @@ demo: $(STAMP)
 	$(VENV)/bin/phasefield demo --out out/demo
 
 test: $(STAMP)
-	$(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder --durations=25
+	$(PY) -m pytest -q -n 2 --dist worksteal --durations=25
 
 bench: $(STAMP)
 	$(PY) scripts/bench_theory.py

@@ -154,62 +154,6 @@ def pytest_unconfigure(config):  # noqa: ARG001 - a pytest hook
         shutil.rmtree(folder, ignore_errors=True)
 
 
-# CPU seconds per test file in a cold run with the suite's fast compiles (its tests' and
-# their subprocesses' CPU in a PHASEFIELD_COMPILE_PROFILE run; files not listed: 30). The heaviest files are handed out first, so that the two xdist
-# workers finish together (``--dist loadfile --no-loadscope-reorder``: the Makefile;
-# xdist's own order is by the number of tests in a file).
-FILE_SECONDS = {
-    "test_block_predict.py": 79,
-    "test_trainability.py": 62,
-    "test_docs_examples.py": 59,
-    "test_probe.py": 58,
-    "test_layers.py": 55,
-    "test_block_tables.py": 47,
-    "test_seeds_deepscalelm.py": 46,
-    "test_vit.py": 43,
-    "test_lazy.py": 41,
-    "test_blocks_cli.py": 39,
-    "test_exact.py": 38,
-    "test_multiprocess.py": 36,
-    "test_theory.py": 30,
-    "test_sweep_blocks.py": 28,
-    "test_vit_cli.py": 27,
-    "test_cost.py": 23,
-    "test_simulate.py": 22,
-    "test_gram.py": 22,
-    "test_branch_scales.py": 21,
-    "test_suite_setup.py": 20,
-    "test_sweep.py": 19,
-    "test_simulate_theory.py": 19,
-    "test_simulate_cli.py": 18,
-    "test_figures.py": 12,
-    "test_notebooks.py": 11,
-    "test_qknorm.py": 11,
-    "test_seeds_sensitivity.py": 10,
-    "test_simulate_blocks.py": 9,
-    "test_correction.py": 8,
-    "test_isolation.py": 8,
-    "test_failure.py": 7,
-    "test_wheel.py": 7,
-    "test_recommend_block.py": 7,
-    "test_seeds_rank_collapse.py": 6,
-    "test_edges.py": 6,
-    "test_hardening.py": 5,
-    "test_exact_table_levels.py": 5,
-    "test_seeds_cli.py": 4,
-    "test_docs.py": 4,
-    "test_fuzz_cli.py": 4,
-    "test_block_models.py": 2,
-    "test_imports.py": 1,
-    "test_mnist1d.py": 1,
-}
-
-
-def pytest_collection_modifyitems(config, items):  # noqa: ARG001 - a pytest hook
-    """The heaviest files first (:data:`FILE_SECONDS`); each file's tests keep their order."""
-    items.sort(key=lambda item: -FILE_SECONDS.get(item.path.name, 30))
-
-
 def pytest_collection_finish(session):  # noqa: ARG001 - a pytest hook
     """The test modules are imported: freeze their objects too (the garbage collector above)."""
     gc.freeze()

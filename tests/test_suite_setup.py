@@ -1,6 +1,6 @@
 """The suite's own set-up (tests/conftest.py): one fresh persistent compilation
 cache per run shared by the workers and the subprocesses, compiled programs kept until the
-process has many memory maps, the heaviest files handed out first."""
+process has many memory maps."""
 
 import os
 import subprocess
@@ -77,29 +77,6 @@ print(start, full, maps())
     start, full, after = map(int, out.stdout.split())
     assert full - start >= 60  # at least one map per program
     assert after - start < (full - start) / 4  # most of them released
-
-
-def test_every_test_file_has_its_cost_and_the_heaviest_go_first():
-    files = sorted(f for f in os.listdir(HERE) if f.startswith("test_") and f.endswith(".py"))
-    unknown = [f for f in conftest.FILE_SECONDS if f not in files]
-    assert not unknown, f"FILE_SECONDS names files that are gone: {unknown}"
-
-    class Item:
-        def __init__(self, name, i):
-            self.path, self.i = type("P", (), {"name": name})(), i
-
-    items = [
-        Item(f, i)
-        for i, f in enumerate(["test_imports.py", "test_vit.py", "test_new.py", "test_vit.py", "test_imports.py"])
-    ]
-    conftest.pytest_collection_modifyitems(None, items)
-    assert [(it.path.name, it.i) for it in items] == [
-        ("test_vit.py", 1),
-        ("test_vit.py", 3),
-        ("test_new.py", 2),
-        ("test_imports.py", 0),
-        ("test_imports.py", 4),
-    ]
 
 
 _NUMBERS = """
