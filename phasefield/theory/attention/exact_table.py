@@ -568,14 +568,13 @@ def _range_tables(sa, n, n_a, n_z, lo, hi, nodes, top):
     scale of all)."""
     if len(np.unique(sa)) <= nodes[-1] or hi <= lo:
         return _direct_tables(sa, n, n_a, n_z, top)
-    for m in nodes:
-        x = scale_nodes(lo, hi, m)
-        s, t = _direct_tables(x, n, n_a, n_z, top)
-        if not (np.all(np.isfinite(s)) and np.all(np.isfinite(t))):
-            return _direct_tables(sa, n, n_a, n_z, top)  # halving would not mend it
-        if max(scale_tail(s), scale_tail(t)) <= SCALE_TAIL:
-            c = barycentric_matrix(x, sa)
-            return np.tensordot(c, s, axes=1), np.tensordot(c, t, axes=1)
+    fit = _fit_range(n, n_a, n_z, lo, hi, nodes, top)
+    if fit is NOT_FINITE:
+        return _direct_tables(sa, n, n_a, n_z, top)  # halving would not mend it
+    if fit is not None:
+        x, s, t = fit
+        c = barycentric_matrix(x, sa)
+        return np.tensordot(c, s, axes=1), np.tensordot(c, t, axes=1)
     mid = 0.5 * (lo + hi)
     low = sa <= mid
     s_out = np.empty((sa.size, 2, MESH_FULL + 1))
@@ -584,6 +583,23 @@ def _range_tables(sa, n, n_a, n_z, lo, hi, nodes, top):
         if sel.any():
             s_out[sel], t_out[sel] = _range_tables(sa[sel], n, n_a, n_z, a, b, nodes, top)
     return s_out, t_out
+
+
+NOT_FINITE = object()  # _fit_range: the node tables are not finite
+
+
+def _fit_range(n, n_a, n_z, lo, hi, nodes, top, adaptive: bool = True):
+    """``(scale nodes, S, T)`` at the first count of ``nodes`` whose interpolant in the logit
+    scale on [lo, hi] reaches :data:`SCALE_TAIL`; None where none does (halve the range);
+    :data:`NOT_FINITE` where the node tables are not finite (halving would not mend it)."""
+    for m in nodes:
+        x = scale_nodes(lo, hi, m)
+        s, t = _direct_tables(x, n, n_a, n_z, top, adaptive)
+        if not (np.all(np.isfinite(s)) and np.all(np.isfinite(t))):
+            return NOT_FINITE
+        if max(scale_tail(s), scale_tail(t)) <= SCALE_TAIL:
+            return x, s, t
+    return None
 
 
 def _direct_tables(sa, n, n_a, n_z, top, adaptive: bool = True):
@@ -684,13 +700,11 @@ def _scale_pieces(n, n_a, n_z, lo, hi, top, depth: int = 0, adaptive: bool = Tru
     the range halved where neither does); empty where the node tables are not finite or
     halving runs out (those scales are integrated one by one). ``adaptive`` as
     :func:`st_mesh_fn`."""
-    for m in SCALE_NODES:
-        x = scale_nodes(lo, hi, m)
-        s, t = _direct_tables(x, n, n_a, n_z, top, adaptive)
-        if not (np.all(np.isfinite(s)) and np.all(np.isfinite(t))):
-            return ()
-        if max(scale_tail(s), scale_tail(t)) <= SCALE_TAIL:
-            return ((lo, hi, x, s, t),)
+    fit = _fit_range(n, n_a, n_z, lo, hi, SCALE_NODES, top, adaptive)
+    if fit is NOT_FINITE:
+        return ()
+    if fit is not None:
+        return ((lo, hi, *fit),)
     if depth >= 4:
         return ()
     mid = 0.5 * (lo + hi)
