@@ -31,7 +31,7 @@ segfault, so :func:`_release_executables` drops JAX's compiled programs
 (``jax.clear_caches()``, the maps go with them) after any test that leaves the process
 above :data:`MAPS_HIGH` maps (the persistent cache reloads what is needed again).
 
-**Fast compiles**: the suite compiles ~5,000 XLA programs and runs most of them
+**Fast compiles**: the suite compiles ~4,000 distinct XLA programs and runs most of them
 once, so it lowers XLA:CPU's optimisation (:func:`phasefield._runtime.use_fast_compilation`:
 LLVM -O0, the classic emitters, one codegen module; about 5x faster compiles, values within
 ~1e-14 of the defaults) for itself and its subprocesses; the programs whose run time
@@ -72,7 +72,7 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 # No Python source locations in the lowered programs (JAX's default keeps 10 frames of every
 # operation's traceback as MLIR location metadata, read only by profilers and XLA dumps):
-# test_theory + test_cost 65-67 -> 50-62 user CPU-s (the suite compiles ~5,000 programs). Exported before JAX loads, so the workers and subprocesses
+# test_theory + test_cost 65-67 -> 50-62 user CPU-s (the suite compiles ~4,000 programs). Exported before JAX loads, so the workers and subprocesses
 # inherit it; a value you set wins.
 os.environ.setdefault("JAX_TRACEBACK_IN_LOCATIONS_LIMIT", "0")
 
