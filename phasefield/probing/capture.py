@@ -33,6 +33,16 @@ import jax.numpy as jnp
 from flax import linen as nn
 
 
+def stacked_outputs(x0, outs):
+    """``(x0, outs stacked [L, ...])``: the first block's input and every block's output;
+    ValueError where an output is not shaped like the input (a block must map tokens to
+    tokens)."""
+    bad = [o.shape for o in outs if o.shape != x0.shape]
+    if bad:
+        raise ValueError(f"a block's output {bad[0]} is not shaped like its input {x0.shape}")
+    return x0, jnp.stack(outs)
+
+
 def parse_blocks(blocks) -> tuple[str, Any]:
     """What ``blocks`` names: ``("class", a class or tuple of classes)``, ``("name", its
     compiled regular expression)`` (a class name or a path regex) or ``("filter", the
@@ -207,10 +217,6 @@ def runner(apply_fn, inputs, blocks=None, stack=None):
             apply_fn(params, inputs)
         if state["x0"] is None:
             raise ValueError(f"the model has no block matching {blocks!r} ({searched(seen)})")
-        x0 = state["x0"]
-        bad = [o.shape for o in state["outs"] if o.shape != x0.shape]
-        if bad:
-            raise ValueError(f"a block's output {bad[0]} is not shaped like its input {x0.shape}")
-        return x0, jnp.stack(state["outs"])
+        return stacked_outputs(state["x0"], state["outs"])
 
     return run

@@ -24,9 +24,8 @@ from __future__ import annotations
 import inspect
 
 import jax
-import jax.numpy as jnp
 
-from .capture import block_call, parse_blocks
+from .capture import block_call, parse_blocks, stacked_outputs
 
 
 def _nnx():
@@ -219,10 +218,6 @@ def model(make, inputs, blocks=None, stack=None, name: str = "model"):
                     cls.__call__ = orig
         if st["x0"] is None:
             raise ValueError(f"the model's blocks matching {blocks!r} were not called")
-        x0 = st["x0"]
-        bad = [o.shape for o in st["outs"] if o.shape != x0.shape]
-        if bad:
-            raise ValueError(f"a block's output {bad[0]} is not shaped like its input {x0.shape}")
-        return x0, jnp.stack(st["outs"])
+        return stacked_outputs(st["x0"], st["outs"])
 
     return Model(init_fn, apply_fn, inputs, blocks=blocks, name=name, runner=run)
