@@ -1,12 +1,11 @@
 """phasefield: mean-field signal propagation in deep transformers (JAX/Flax).
 
     import phasefield
-    from phasefield import HParams
-    from phasefield.layers import paper
 
-    hp = HParams(sigma_w=2.0, sigma_a=1.0, alpha_a=0.5, alpha_m=0.5, n_tokens=32, depth=16)
-    paper.exponents(hp)                     # lambda_a, lambda_g, lambda_g_inf, q_star, rho_star
+    phasefield.exponents("paper:sigma_w=2,alpha_a=0.5,alpha_m=0.5", n_tokens=32, depth=16)
+    phasefield.exponents("pre-ln:sigma=0.55,alpha=0.2", n_tokens=64, depth=24)   # any block
     ds = phasefield.sweep(sigma_w=[...], alpha=[...], sigma_a=1.0)   # xarray.Dataset
+    phasefield.HParams(sigma_w=2.0)         # the paper block's numbers (its closed-form engine's)
 
 Importing phasefield changes no global state: the theory computes in float64 inside JAX's
 scoped ``jax.enable_x64`` (``phasefield.theory.precision``), and using every CPU core as a
@@ -14,7 +13,7 @@ JAX device is the explicit call :func:`use_all_cpu_cores` (before JAX initialise
 
 Subpackages, loaded on first use: ``theory`` (the mean-field kernels: MLP tables, attention
 maps, quadrature, the reference oracle), ``layers`` (blocks built from layers, each with its
-mean-field maps; the paper's block in ``layers.paper``), ``simulate`` (finite-width random
+mean-field maps; the paper's block is the ``paper`` preset with its closed-form engine), ``simulate`` (finite-width random
 transformers), ``diagram`` (phase diagrams: grid sweeps of the theory; the function
 ``phasefield.sweep`` is :func:`phasefield.diagram.sweep`), ``probing`` (any JAX model at
 initialization; the function ``phasefield.probe`` is :func:`phasefield.probing.probe`),
@@ -31,7 +30,6 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # for readers and documentation tools; at run time __getattr__ loads them
     from ._runtime import use_all_cpu_cores
-    from .config import HParams
     from .diagram import sweep
     from .layers.point import exponents
     from .probing import probe
@@ -55,7 +53,6 @@ __version__ = "0.2.0"
 _LAZY = ("theory", "layers", "diagram", "simulate", "probing", "figures", "vit", "seeds")
 # names loaded on first use, like the subpackages: importing phasefield imports no JAX
 _NAMES = {
-    "HParams": "config",
     "use_all_cpu_cores": "_runtime",
     "exponents": "layers.point",
     "sweep": "diagram",
@@ -64,6 +61,9 @@ _NAMES = {
 
 
 def __getattr__(name):  # lazy: ``phasefield.sweep(...)`` works without an import
+    if name == "HParams":  # the paper preset's numbers, defined with it
+        importlib.import_module(f"{__name__}.layers")
+        return importlib.import_module(f"{__name__}.layers.registry").lookup("paper").numbers_class
     if name in _LAZY:
         return importlib.import_module(f"{__name__}.{name}")
     if name in _NAMES:
@@ -72,4 +72,4 @@ def __getattr__(name):  # lazy: ``phasefield.sweep(...)`` works without an impor
 
 
 def __dir__():
-    return sorted(set(globals()) | set(_LAZY) | set(_NAMES))
+    return sorted(set(globals()) | set(_LAZY) | set(_NAMES) | {"HParams"})

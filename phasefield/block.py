@@ -3,7 +3,7 @@ preset of :mod:`phasefield.layers` (one definition per layer kind: its network a
 mean-field maps together, :mod:`phasefield.layers.attention`, :mod:`phasefield.layers.mlp`,
 ...). Used by the finite-width simulator (``phasefield.simulate``) and the ViT trainer
 (``phasefield.vit``). Its initialisation is driven by the same
-:class:`phasefield.config.HParams` pytree as the theory, and every numeric field may be a
+:class:`phasefield.HParams` pytree as the theory, and every numeric field may be a
 traced value (so ``jax.vmap`` over hyperparameter points works through ``init``).
 
     Z  = beta_A X + alpha_A Attn(LN(X))
@@ -19,10 +19,11 @@ lazily sampled Gaussian maps (``Block(hp, weights="lazy").apply({}, x, rngs={"la
 
 from __future__ import annotations
 
+from typing import Any
+
 from flax import linen as nn
 
-from .config import HParams
-from .layers import presets
+from .layers import registry
 from .layers.weights import (  # noqa: F401
     LAZY_RNG,
     RANK_TOL,
@@ -40,7 +41,7 @@ class Block(nn.Module):
     """One pre-norm block (the paper's Eq. 4). Input and output: ``[..., n, d]``.
     ``mlp_hidden``: the MLP's hidden width (default d)."""
 
-    hp: HParams
+    hp: Any  # the paper preset's numbers (phasefield.HParams)
     causal: bool = False
     mlp_hidden: int | None = None
     weights: str = "dense"  # "dense" (nn.Dense, trainable) or "lazy" (sampled, simulation)
@@ -49,4 +50,4 @@ class Block(nn.Module):
     def __call__(self, x):
         check_weights(self.weights)
         mult = 1.0 if self.mlp_hidden is None else self.mlp_hidden / x.shape[-1]
-        return presets.paper(self.hp, mult=mult).call(x, self.weights, self.causal)
+        return registry.lookup("paper").builder(self.hp, mult=mult).call(x, self.weights, self.causal)

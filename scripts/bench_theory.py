@@ -31,6 +31,8 @@ import time
 
 import numpy as np
 
+from phasefield.layers.paper import sweep as paper_sweep
+
 SIGMA_A, N_TOKENS, DEPTH = 1.0, 32, 16
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 COMMITS = {
@@ -231,7 +233,6 @@ def main():
     import jax.numpy as jnp
 
     import phasefield
-    from phasefield import diagram
     from phasefield.layers.paper import fixed_points
     from phasefield.theory import attention
     from phasefield.theory.reference import ReferencePoint
@@ -270,7 +271,7 @@ def main():
                         commits.pop(name)
                 else:
                     times[name] += [(fast if name == "today" else thorough)() for _ in range(args.repeats)]
-    t_k = min(_timed(lambda: jax.block_until_ready(diagram.build_kernels(sw))) for _ in range(2))
+    t_k = min(_timed(lambda: jax.block_until_ready(paper_sweep.build_kernels(sw))) for _ in range(2))
     rate = {k: n / min(v) for k, v in {**times, **commits}.items() if v}
     print(f"points/s, best of {args.rounds} x {args.repeats} timed sweeps each, alternating:")
     for k, v in rate.items():
@@ -292,7 +293,7 @@ def main():
 
     # flop count and the flop-bound rate
     ds = phasefield.sweep(sigma_w=sw, alpha=al, sigma_a=SIGMA_A, n_tokens=N_TOKENS, depth=DEPTH)
-    kern = diagram.build_kernels(sw[-1:])
+    kern = paper_sweep.build_kernels(sw[-1:])
     n_cheb = int(kern.c_pp.shape[-1])
     sub = np.random.default_rng(1).choice(n, min(n, 2048), replace=False)
     i_sw, i_al = np.unravel_index(sub, (sw.size, al.size))

@@ -126,7 +126,7 @@ def test_a_lambda_g_from_collapse_and_one_from_the_input_do_not_share_a_name(cap
     from phasefield import HParams
 
     fd = layers.finite_depth(
-        layers.presets.paper(HParams(sigma_w=2.0, sigma_a=1.0)), q0=1.0, rho0=0.5, n_tokens=8, depth=3
+        layers.presets.get("paper", HParams(sigma_w=2.0, sigma_a=1.0)), q0=1.0, rho0=0.5, n_tokens=8, depth=3
     )
     assert abs(blk["lambda_g_input"] - float(fd["lambda_g_input"])) < 1e-14
     assert abs(blk["lambda_g_input"] - paper["lambda_g_collapse"]) > 1e-3  # rho0 = 0.5, q0 = 1 vs q*
@@ -260,7 +260,9 @@ def test_block_exponents_reports_the_attractors_of_a_multistable_point(capsys):
     assert rc == 0
     res = json.loads(out)
     ex = layers.exponents(
-        layers.presets.paper(HParams(sigma_w=3.0, sigma_a=6.875, alpha_a=0.5, alpha_m=0.5)), n_tokens=128, depth=8
+        layers.presets.get("paper", HParams(sigma_w=3.0, sigma_a=6.875, alpha_a=0.5, alpha_m=0.5)),
+        n_tokens=128,
+        depth=8,
     )
     assert res["n_stable"] == int(ex["n_stable"]) == 2
     for k in ("rho_star_min", "rho_star_max", "rho_star"):

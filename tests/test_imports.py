@@ -31,7 +31,6 @@ RANKS = {
     "phasefield._runtime": 0,
     "phasefield.io": 0,
     "phasefield.grid": 0,
-    "phasefield.config": 0,
     "phasefield.activations": 0,
     "phasefield.schema": 0,
     "phasefield.driver": 0,
@@ -275,3 +274,18 @@ def test_every_public_name_resolves(public):
         "use_all_cpu_cores": "function",
     }
     assert public["dir"] == []
+
+
+def test_the_paper_package_stays_home():
+    """The paper preset's package (its numbers, engine and grid evaluator) is reached through
+    the registry (``registry.lookup("paper").engine``): no module outside it imports it, and
+    the package that holds the layers imports it once, to register it."""
+    graph = import_graph(ROOT, "phasefield")
+    home = "phasefield.layers.paper"
+    outside = {
+        mod: sorted(t for t in targets if t == home or t.startswith(home + "."))
+        for mod, targets in graph.items()
+        if not (mod == home or mod.startswith(home + ".")) and mod != "phasefield.layers"
+    }
+    assert {m: t for m, t in outside.items() if t} == {}
+    assert home in graph["phasefield.layers"]

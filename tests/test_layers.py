@@ -48,7 +48,7 @@ def _close(a, b, tol=TOL):
 @pytest.mark.parametrize("pt", POINTS, ids=lambda p: ",".join(f"{k}={v}" for k, v in p.items()))
 def test_generic_exponents_of_the_paper_preset_equal_the_closed_forms(pt):
     hp = HParams(depth=16, **pt)
-    got = layers.exponents(layers.presets.paper(hp), n_tokens=hp.n_tokens, depth=16)
+    got = layers.exponents(layers.presets.get("paper", hp), n_tokens=hp.n_tokens, depth=16)
     ref = paper.exponents(hp)
     for k in KEYS:
         assert _close(got[k], ref[k]), (k, float(got[k]), float(ref[k]))
@@ -57,7 +57,7 @@ def test_generic_exponents_of_the_paper_preset_equal_the_closed_forms(pt):
 @pytest.mark.parametrize("pt", POINTS[:4] + POINTS[6:8])
 def test_paper_preset_trajectory_and_lambda_g_from_any_input(pt):
     hp = HParams(depth=12, **pt)
-    block = layers.presets.paper(hp)
+    block = layers.presets.get("paper", hp)
     for q0, rho0 in [(1.0, 0.3), (2.5, -0.02), (0.4, 0.97)]:
         q, p = layers.trajectory(block, q0, rho0, n_tokens=hp.n_tokens, depth=12)
         q_ref, p_ref = paper.trajectory(hp, q0, rho0 * q0)
@@ -69,7 +69,7 @@ def test_paper_preset_trajectory_and_lambda_g_from_any_input(pt):
 def test_lambda_a_three_ways():
     """Forward transverse multiplier (autodiff) = backward token-difference mode = closed form."""
     hp = HParams(sigma_w=2.7, sigma_a=1.3, alpha_a=0.35, alpha_m=0.75)
-    block, ctx = layers.prepare(layers.presets.paper(hp), hp.n_tokens)
+    block, ctx = layers.prepare(layers.presets.get("paper", hp), hp.n_tokens)
     with jax.enable_x64(True):
         q_star = layers.depth.norm_fixed_point(block, ctx, 1.0)
         fwd = jnp.log(layers.depth.transverse_multiplier(block, ctx, q_star))
@@ -83,7 +83,7 @@ def test_lambda_a_three_ways():
 def test_block_pytree_vmaps_over_every_leaf():
     hps = [HParams(sigma_w=s, sigma_a=a, alpha_a=0.5, alpha_m=0.5) for s, a in [(1.5, 0.5), (2.5, 1.5)]]
     with jax.enable_x64(True):
-        prepared = [layers.prepare(layers.presets.paper(hp), 32) for hp in hps]
+        prepared = [layers.prepare(layers.presets.get("paper", hp), 32) for hp in hps]
         stacked = jax.tree_util.tree_map(lambda *x: jnp.stack(x), *[b for b, _ in prepared])
         ctx = prepared[0][1]
         lam = jax.jit(jax.vmap(lambda b: layers.depth.angle_exponent(b, ctx)))(stacked)

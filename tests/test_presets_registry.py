@@ -130,7 +130,7 @@ def test_every_preset_capabilities_agree(name):
     with pytest.raises(ValueError, match=rf"^block {re.escape(name)}: "):
         spec.check(name, {"residual": "no-such-residual"} if "residual" in p.options else {"no_such": 1})
     if p.fast_engine:
-        engine = p.load_engine()
+        engine = p.engine
         assert callable(engine.exponents) and callable(engine.trajectory)
 
 
@@ -146,7 +146,7 @@ def test_views_and_names_follow_the_registry():
         registry.lookup("gpt-5")
     with pytest.raises(ValueError, match="registered already"):
         registry.register(registry.lookup("pre-ln"))
-    with pytest.raises(ValueError, match="numbers_class"):
+    with pytest.raises(ValueError, match="engine must be a registry.Engine"):
         Preset("no-class", presets.pre_ln, engine="phasefield.layers.paper")
 
 
@@ -192,7 +192,7 @@ def test_a_registered_preset_takes_the_library_routes(toy):
 
 
 def test_a_registered_paper_like_preset_validates_through_its_numbers_class(toy):
-    assert spec.build("toy-paper", {"sigma_w": 2.0}) == presets.paper(HParams(sigma_w=2.0))
+    assert spec.build("toy-paper", {"sigma_w": 2.0}) == presets.get("paper", HParams(sigma_w=2.0))
     with pytest.raises(ValueError, match=r"^block toy-paper: unknown residual 'half'"):
         spec.check("toy-paper", {"residual": "half"})
     # the paper flags set its numbers; another block refuses them

@@ -15,6 +15,7 @@ import phasefield
 from phasefield import HParams, diagram, grid
 from phasefield.cli import main
 from phasefield.layers import paper
+from phasefield.layers.paper import sweep as paper_sweep
 
 SW = np.array([0.7, 1.9, 3.2])
 ALPHA = np.array([0.1, 0.5, 0.9])
@@ -23,12 +24,12 @@ ALPHA = np.array([0.1, 0.5, 0.9])
 def test_sweep_is_labeled_and_matches_pointwise():
     ds = phasefield.sweep(sigma_w=SW, alpha=ALPHA, sigma_a=[0.5, 2.0], n_tokens=16, depth=8)
     assert dict(ds.sizes) == {"sigma_w": 3, "sigma_a": 2, "alpha": 3}
-    assert set(diagram.VARIABLES) <= set(ds.data_vars)
+    assert set(paper_sweep.VARIABLES) <= set(ds.data_vars)
     assert float(ds.n_tokens) == 16 and float(ds.depth) == 8
     for sw, sa, a in [(0.7, 0.5, 0.1), (3.2, 2.0, 0.9), (1.9, 0.5, 0.5)]:
         one = paper.exponents(HParams(sigma_w=sw, sigma_a=sa, alpha_a=a, alpha_m=a, n_tokens=16, depth=8))
         pt = ds.sel(sigma_w=sw, sigma_a=sa, alpha=a)
-        for k in diagram.VARIABLES:
+        for k in paper_sweep.VARIABLES:
             assert float(pt[k]) == pytest.approx(float(one[k]), abs=1e-10), k
 
 
@@ -37,7 +38,7 @@ def test_tiled_sweep_equals_the_thorough_path_across_bistable_regions(monkeypatc
     the thorough path (one vmap, every bracket refined at every point: the reference
     evaluation) gives the same numbers on a grid with one and two stable points
     (docs/theory.md §6's bistable example, sigma_A = 6.875, n = 128), tiles of 8 points."""
-    monkeypatch.setattr(diagram, "TILE", 8)
+    monkeypatch.setattr(paper_sweep, "TILE", 8)
     sw, al = np.array([0.3, 0.5, 3.0, 4.5, 6.0, 7.5, 9.0]), np.linspace(0.2, 0.95, 9)
     kw = dict(sigma_w=sw, alpha=al, sigma_a=6.875, n_tokens=128)
     fast = phasefield.sweep(**kw)
@@ -48,7 +49,7 @@ def test_tiled_sweep_equals_the_thorough_path_across_bistable_regions(monkeypatc
     # wherever it holds the search finds the collapsed point alone
     from phasefield.layers.paper import fixed_points
 
-    kern = jax.tree.map(jnp.asarray, diagram.build_kernels(sw))
+    kern = jax.tree.map(jnp.asarray, paper_sweep.build_kernels(sw))
     s_i, a_i = np.meshgrid(np.arange(sw.size), np.arange(al.size), indexing="ij")
     with jax.enable_x64(True):
         cert = np.asarray(
@@ -63,7 +64,7 @@ def test_tiled_sweep_equals_the_thorough_path_across_bistable_regions(monkeypatc
         )
     assert cert[:16].all() and not cert.all()
     assert np.all(ref.n_stable.values.ravel()[cert] == 1) and np.all(ref.rho_star.values.ravel()[cert] == 1)
-    for k in diagram.VARIABLES:
+    for k in paper_sweep.VARIABLES:
         a, b = fast[k].values, ref[k].values
         assert np.array_equal(np.isnan(a), np.isnan(b)), k
         np.testing.assert_allclose(a, b, rtol=0, atol=1e-12, err_msg=k)
@@ -72,7 +73,7 @@ def test_tiled_sweep_equals_the_thorough_path_across_bistable_regions(monkeypatc
     pt = fast.isel(sigma_w=int(i[0]), alpha=int(i[1]))
     a = float(pt.alpha)
     one = paper.exponents(HParams(sigma_w=float(pt.sigma_w), sigma_a=6.875, alpha_a=a, alpha_m=a, n_tokens=128))
-    for k in diagram.VARIABLES:
+    for k in paper_sweep.VARIABLES:
         assert float(pt[k]) == pytest.approx(float(one[k]), abs=1e-12), k
 
 
@@ -81,9 +82,9 @@ def test_tiles_on_cpu_devices_one_vmap_on_accelerators():
     (the thorough path: ~21x faster on an H100, docs/benchmarks.md)."""
     from types import SimpleNamespace
 
-    assert diagram._tiled_on(jax.local_devices(backend="cpu"))  # CPU devices, wherever the suite runs
-    assert not diagram._tiled_on([SimpleNamespace(platform="gpu")])
-    assert not diagram._tiled_on([SimpleNamespace(platform="cpu"), SimpleNamespace(platform="tpu")])
+    assert paper_sweep._tiled_on(jax.local_devices(backend="cpu"))  # CPU devices, wherever the suite runs
+    assert not paper_sweep._tiled_on([SimpleNamespace(platform="gpu")])
+    assert not paper_sweep._tiled_on([SimpleNamespace(platform="cpu"), SimpleNamespace(platform="tpu")])
 
 
 def test_separate_alphas_and_depth_axis():
@@ -221,7 +222,7 @@ def test_cli_sweep_writes_netcdf(tmp_path, capsys):
     assert code == 0, msg
     ds = xr.open_dataset(out)
     assert dict(ds.sizes) == {"sigma_w": 5, "alpha": 4}
-    assert set(diagram.VARIABLES) <= set(ds.data_vars)
+    assert set(paper_sweep.VARIABLES) <= set(ds.data_vars)
 
 
 @pytest.mark.parametrize(

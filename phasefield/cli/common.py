@@ -82,7 +82,7 @@ def point_options(n_tokens: int = 32, depth: int = 16):
 
 def point_hparams(sigma_w, sigma_a, alpha, alpha_a, alpha_m, sigma_v, n_tokens, depth, **static):
     """``HParams`` of the :func:`point_options` (and static fields), validated."""
-    from ..config import HParams
+    from .. import HParams
 
     tied = grid.branch_weights(alpha, alpha_a, alpha_m)
     check_hparams_values(

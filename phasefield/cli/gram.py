@@ -89,7 +89,7 @@ def register(cli):
         _check_input(q0, rho0, n_tokens)
         import numpy as np
 
-        from ..layers.paper import gram
+        gram = _engine().gram
 
         if rho_inter is not None:
             option("--rho-inter", rho_inter)
@@ -155,7 +155,7 @@ def register(cli):
         """lambda_a and lambda_g(depth) of the full-Gram map (causal with --causal)."""
         hp = _hp(sigma_w, sigma_a, alpha, alpha_a, alpha_m, sigma_v, n_tokens, depth, activation, attention)
         _check_input(q0, rho0, n_tokens)
-        from ..layers.paper import gram
+        gram = _engine().gram
 
         res = {k: float(v) for k, v in gram.causal_exponents(hp, causal=causal).items()}
         c0 = gram.symmetric_gram(n_tokens, q0, rho0 * q0)
@@ -177,3 +177,10 @@ def register(cli):
             ):
                 if k in res:
                     click.echo(f"{k:<24} = {res[k]:+.5f}")
+
+
+def _engine():
+    """The paper preset's closed-form engine (its full-Gram mean field: ``.gram``)."""
+    from ..layers import registry
+
+    return registry.lookup("paper").engine.namespace

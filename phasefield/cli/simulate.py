@@ -459,7 +459,7 @@ def register(cli):
             width, int(vals["n_tokens"].max()), int(vals["depth"].max()), mlp_hidden, dtype, min(chunk, total), weights
         )
         output(out, need_bytes=2 * 8 * 8 * total)
-        from ..config import HParams
+        from .. import HParams
 
         base = HParams(activation=activation, mlp_layers=mlp_layers, residual=residual)
         base.validate()

@@ -160,9 +160,11 @@ def _generic(name, kw, parsed, chunk, out, progress, q0, rho0, figure, sim):
 
 
 def _paper(kw, parsed, chunk, out, progress, q0, rho0, figure, sim, **flags):
-    from .. import grid
-    from ..config import HParams
-    from ..diagram import PAPER_NUMBERS, VARIABLES
+    from .. import HParams, grid
+    from ..layers import registry
+
+    evaluator = registry.lookup("paper").engine.namespace.sweep  # the paper block's grid evaluator
+    PAPER_NUMBERS, VARIABLES = evaluator.PAPER_NUMBERS, evaluator.VARIABLES
 
     for opt, v in (("--q0", q0), ("--rho0", rho0), ("--figure", figure), ("--sim", sim)):
         if v is not None:

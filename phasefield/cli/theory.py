@@ -53,9 +53,10 @@ def exponents_result(hp, kw=None) -> dict:
     under its deprecated earlier name ``lambda_g`` for one more release)."""
     import numpy as np
 
-    from ..layers import paper
-    from ..layers.paper import fixed_points
+    from ..layers import registry
     from ..theory import mlp
+
+    paper = registry.lookup("paper").engine.namespace  # the paper block's closed-form engine
 
     kern = mlp.kernel(hp)
     out = paper.exponents(hp, kern)
@@ -76,7 +77,7 @@ def exponents_result(hp, kw=None) -> dict:
     res["attractors"] = sorted(float(r) for r in stable[np.isfinite(stable)])
     res["n_stable"] = int(out["n_stable"])
     res["bistable"] = res["n_stable"] > 1
-    res["rho_0"] = float(fixed_points.RHO0)
+    res["rho_0"] = float(paper.fixed_points.RHO0)
     growth = float(paper.angle_growth(hp, kern))
     res["angle_growth"] = growth
     kw = kw or {}
@@ -366,7 +367,7 @@ def register(cli):
         import numpy as np
 
         if preset.fast_engine:
-            q, p = (np.asarray(v, float) for v in preset.load_engine().trajectory(hp, q0, p0, L))
+            q, p = (np.asarray(v, float) for v in preset.engine.trajectory(hp, q0, p0, L))
         else:
             from .. import layers
             from ..layers import spec

@@ -914,7 +914,9 @@ def register_recommend(cli):
             if no_loss:
                 raise UsageError("--max-fail-prob needs the loss model's failure model: drop --no-loss")
             option("--max-fail-prob", max_fail_prob, 0.0, 1.0)
-        from ..config import ACTIVATIONS
+        from ..activations import names
+
+        ACTIVATIONS = names()
 
         if activation not in ACTIVATIONS:
             raise UsageError(f"unknown activation {activation!r}; choose one of {', '.join(ACTIVATIONS)}")

@@ -55,8 +55,9 @@ def causal_theory(s: Settings) -> object:
     import jax.numpy as jnp
     import xarray as xr
 
-    from ..config import HParams
-    from ..layers.paper import gram
+    from .. import HParams
+
+    gram = _paper().gram
 
     sw, al = lin(s.sim_sigma_w), lin(s.sim_alpha)
     SW, AL = np.meshgrid(sw, al, indexing="ij")
@@ -91,7 +92,7 @@ def sim_grid(s: Settings, which: str, parts_dir: str | None = None, progress: bo
     """Simulated λ_a, λ_g(L) on the ``alpha_sigma_w`` / ``sigma_a_alpha`` / ``causal`` grid."""
     import jax.numpy as jnp  # noqa: F401
 
-    from ..config import HParams
+    from .. import HParams
     from ..simulate import sweep as simsweep
 
     base = HParams(sigma_a=s.sigma_a, n_tokens=s.n_tokens, depth=s.depth)
@@ -119,7 +120,7 @@ def sim_grid(s: Settings, which: str, parts_dir: str | None = None, progress: bo
 
 
 def _hp(s: Settings, sigma_w: float):
-    from ..config import HParams
+    from .. import HParams
 
     return HParams(
         sigma_w=float(sigma_w), sigma_a=s.sigma_a, alpha_a=s.alpha, alpha_m=s.alpha, n_tokens=s.n_tokens, depth=s.depth
@@ -133,7 +134,7 @@ def fig2_data(s: Settings):
     """Token norm / cosine samples per layer (simulation) and the theory curves for Fig. 2."""
     import xarray as xr
 
-    from ..layers import paper
+    paper = _paper()
     from ..simulate import measure
 
     L = s.depth
@@ -192,7 +193,7 @@ def fig3_data(s: Settings):
     and the full-Gram theory."""
     import xarray as xr
 
-    from ..layers.paper import gram
+    gram = _paper().gram
     from ..simulate import measure
 
     L = s.depth
@@ -281,3 +282,10 @@ def compute(
     save_groups(sim, os.path.join(out_dir, SIM_FILE))
     shutil.rmtree(parts, ignore_errors=True)
     return th, sim
+
+
+def _paper():
+    """The paper preset's closed-form engine: the theory of the paper's figures."""
+    from ..layers import registry
+
+    return registry.lookup("paper").engine.namespace

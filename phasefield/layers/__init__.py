@@ -13,8 +13,9 @@ per block structure and depth; the block's numbers are pytree leaves (vmap over 
 :mod:`.depth`'s functions inside ``jax.enable_x64(True)``, after :func:`prepare`).
 
 The paper's block from an :class:`phasefield.HParams` (its block map, fixed points,
-exponents and full-Gram mean field, jit-compiled per static configuration) is
-:mod:`phasefield.layers.paper` (``from phasefield.layers import paper; paper.exponents(hp)``).
+exponents, grid evaluator and full-Gram mean field, jit-compiled per static configuration)
+is the package :mod:`phasefield.layers.paper`, which registers the ``paper`` preset with its
+closed-form engine; the library reaches it as ``registry.lookup("paper").engine``.
 The layer kinds' maps call the Gaussian-integral kernels of :mod:`phasefield.theory`, which
 imports nothing from here.
 """
@@ -28,7 +29,12 @@ import jax.numpy as jnp
 
 from .. import schema
 from ..theory.precision import float64
-from . import depth, presets, sweep  # noqa: F401
+from . import (  # noqa: F401
+    depth,
+    paper,  # noqa: F401  (registers the paper preset, first of the built-ins)
+    presets,
+    sweep,
+)
 from .attention import Attention  # noqa: F401
 from .base import Layer, Serial, check_layer  # noqa: F401
 from .dyt import DyT  # noqa: F401

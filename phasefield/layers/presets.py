@@ -45,7 +45,6 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ..config import HParams
 from ..grid import SIGMA_MAX
 from . import registry
 from .attention import Attention
@@ -59,26 +58,6 @@ from .registry import Preset
 from .residual import Residual
 
 GPT2_SIGMA = 0.02 * math.sqrt(768)
-
-
-def paper(hp: HParams, mult: float = 1.0) -> Serial:
-    """The paper's block: unit-norm (or identity) residuals around an RMS-normalized single
-    head and a bias-free MLP of width ``mult`` d. Its network is :class:`phasefield.block.Block`
-    (modules named "attention" and "mlp", as the ViT's parameters always were)."""
-    att = Attention(
-        sigma_a=hp.sigma_a,
-        sigma_v=hp.sigma_v,
-        map=hp.attention,
-        softmax_correction=hp.softmax_correction,
-        name="attention",
-    )
-    mlp = MLP(sigma_w=hp.sigma_w, activation=hp.activation, layers=hp.mlp_layers, mult=mult, name="mlp")
-    return Serial(
-        (
-            Residual(Serial((Norm("rms"), att)), alpha=hp.alpha_a, kind=hp.residual),
-            Residual(Serial((Norm("rms"), mlp)), alpha=hp.alpha_m, kind=hp.residual),
-        )
-    )
 
 
 def _attention(sigma, heads, attention, softmax_correction, sigma_v=None, sigma_o=None, qk_norm=False):
@@ -288,23 +267,6 @@ def _check_deepscalelm(kw: dict) -> None:
 
 
 for _preset in (
-    Preset(
-        "paper",
-        paper,
-        numbers=dict(
-            sigma_w=(0.0, SIGMA_MAX, True),
-            sigma_a=(0.0, SIGMA_MAX, True),
-            sigma_v=(0.0, SIGMA_MAX, True),
-            alpha_a=(0.0, 1.0, False),
-            alpha_m=(0.0, 1.0, False),
-        ),
-        options=dict(activation=str, mlp_layers=int, residual=str, attention=str, softmax_correction=bool),
-        numbers_class=HParams,
-        engine="phasefield.layers.paper",
-        default_heads=1,
-        run_numbers=dict(sigma_w="sigma_w", sigma_a="sigma_a", alpha_a="alpha_a", alpha_m="alpha_m"),
-        network_defaults=dict(softmax_correction=True),  # the network has the softmax path
-    ),
     Preset("pre-ln", pre_ln, _STD, _STD_OPTIONS, run_numbers=_STD_RUN),
     Preset("post-ln", post_ln, _STD, _STD_OPTIONS, run_numbers=_STD_RUN),
     Preset("rms-swiglu", rms_swiglu, _STD, _STD_OPTIONS, run_numbers=_STD_RUN),
@@ -315,6 +277,7 @@ for _preset in (
         dict(depth=int, heads=int, mult=float, attention=str, softmax_correction=bool),
         run_numbers=dict(sigma_a="sigma_a"),
         check=_check_deepscalelm,
+        stack_depth="depth",
     ),
     Preset("dyt", dyt, dict(_STD, a=(0.0, 100.0, True)), _STD_OPTIONS, run_numbers=_STD_RUN, check=_check_dyt),
 ):
@@ -322,7 +285,7 @@ for _preset in (
 NAMES = registry.names()
 
 
-def get(name: str, hp: HParams | None = None, **kw) -> Serial:
+def get(name: str, hp=None, **kw) -> Serial:
     """The preset ``name`` built from its numbers: for a preset whose numbers are one object
     (``paper``: an :class:`phasefield.HParams`) ``hp``, else one made from ``kw``; for the
     others the keyword numbers ``kw``."""

@@ -5,7 +5,7 @@ takes and what it can do, and every caller asks it instead of branching on its n
     p = registry.lookup("pre-ln")
     p.build({"sigma": 0.55, "alpha": 0.2})     # its Serial
     p.numbers, p.options, p.defaults           # sweepable numbers (ranges), static options
-    p.fast_engine, p.numbers_class             # capabilities
+    p.engine, p.numbers_class                  # capabilities (a closed-form engine, its numbers)
 
 The built-in presets are registered by :mod:`.presets`; :func:`register` adds another (a
 preset with the same capabilities takes the same routes through the library and the command
@@ -15,10 +15,39 @@ line), :func:`unregister` takes it away.
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import inspect
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Engine:
+    """A preset's own closed-form theory, described by what it provides. Its functions take
+    one ``numbers_class`` object (the block's numbers; traced leaves allowed):
+
+    numbers_class       the class whose one object holds all the block's numbers, validated
+                        by its ``validate()``: the command line's flags of those numbers
+                        (``--sigma-w``, ``--alpha`` ...) set its fields, a ViT run's
+                        hyperparameters are one, and the ViT's own block is built from it
+    exponents(numbers)  the fixed-point exponents and attractors at one point (a dict under
+                        :mod:`phasefield.schema`'s names)
+    trajectory(numbers, q0, p0, num_layers)         (q, p) per layer from (q0, p0)
+    gradient_exponent(numbers, q0, p0, num_layers)  lambda_g(L) from the input (q0, p0)
+    stable_points(numbers)                          the stable fixed points' cosines
+    sweep(fixed, axes, numbers, **options)          its grid evaluator: the route of
+                        :func:`phasefield.diagram.sweep` for the block (``fixed``: the spec's
+                        keywords, ``axes``: {name: values}, ``numbers``: keyword numbers)
+    namespace           the engine's own module, for what only this block has (the paper's
+                        full-Gram mean field and its figures' helpers)
+    """
+
+    numbers_class: type
+    exponents: Callable[..., Any]
+    trajectory: Callable[..., Any]
+    gradient_exponent: Callable[..., Any]
+    stable_points: Callable[..., Any]
+    sweep: Callable[..., Any]
+    namespace: Any = None
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -30,19 +59,16 @@ class Preset:
                     ``numbers_class`` is set, else ``builder(**kw)``
     numbers         number -> (low, high, low open): the numbers a block sweep can range over
     options         option -> type (int, float, str, bool): the static choices
-    numbers_class   the class whose one object holds all the block's numbers, validated by
-                    its ``validate()``: the command line's paper flags (``--sigma-w``,
-                    ``--alpha`` ...) set its fields, a ViT run's hyperparameters are that
-                    object and the ViT's own block is built from it; None: the numbers are
-                    keywords of ``builder``
-    engine          the module path of a fast vectorised closed-form engine over
-                    ``numbers_class`` objects (``exponents``, ``trajectory``, ... as
-                    :mod:`phasefield.layers.paper`): the block's sweeps, point commands,
-                    recommendations and ViT theory features go through it; None: through
-                    the generic layers evaluator
+    engine          its own closed-form theory (:class:`Engine`: its numbers class, exponents,
+                    sweep evaluator, fixed points): the block's sweeps, point commands,
+                    recommendations and ViT theory features go through it, and its numbers
+                    are one ``engine.numbers_class`` object; None: the generic layers
+                    evaluator, and the numbers are keywords of ``builder``
     default_heads   the attention heads of the block when ``heads`` is not given
     run_numbers     a ViT run's number (sigma_w, sigma_a, alpha_a, alpha_m) -> the block
                     number it sets (:data:`phasefield.vit.train.RUN_NUMBERS`)
+    stack_depth     the option the depth of the stack sets (the block's numbers depend on
+                    it: deepscalelm's residual scale), or None: a block independent of it
     network_defaults keywords of ``numbers_class`` under which the theory describes the
                     block's network (the probe's default numbers)
     check           extra validation of checked keywords (ValueError, one line), or None
@@ -52,27 +78,27 @@ class Preset:
     builder: Callable[..., Any]
     numbers: Mapping[str, tuple] = dataclasses.field(default_factory=dict)
     options: Mapping[str, type] = dataclasses.field(default_factory=dict)
-    numbers_class: type | None = None
-    engine: str | None = None
+    engine: Engine | None = None
     default_heads: int = 12
     run_numbers: Mapping[str, str] = dataclasses.field(default_factory=dict)
     network_defaults: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    stack_depth: str | None = None
     check: Callable[[dict], None] | None = None
 
     def __post_init__(self):
-        if self.engine is not None and self.numbers_class is None:
-            raise ValueError(f"block {self.name}: a closed-form engine reads a numbers_class object; give one")
+        if self.engine is not None and not isinstance(self.engine, Engine):
+            raise ValueError(f"block {self.name}: engine must be a registry.Engine (got {type(self.engine).__name__})")
 
     @property
     def fast_engine(self) -> bool:
         """Whether the preset has its own closed-form engine (:attr:`engine`)."""
         return self.engine is not None
 
-    def load_engine(self):
-        """The engine module (ValueError where the preset has none)."""
-        if self.engine is None:
-            raise ValueError(f"block {self.name} has no closed-form engine")
-        return importlib.import_module(self.engine)
+    @property
+    def numbers_class(self) -> type | None:
+        """The class of the object that holds all the block's numbers (its engine's), or
+        None: the numbers are keywords of ``builder``."""
+        return None if self.engine is None else self.engine.numbers_class
 
     @property
     def defaults(self) -> dict:

@@ -18,8 +18,8 @@ from __future__ import annotations
 import os
 
 from .. import io
-from ..config import ACTIVATIONS
-from . import presets, registry  # noqa: F401  (presets registers the built-in presets)
+from ..activations import names as _activations
+from . import presets, registry  # noqa: F401  (the package registers the built-in presets)
 
 # name -> the preset's numbers (number -> (low, high, low open)) and options (option -> type):
 # live views of the registry
@@ -72,9 +72,9 @@ def check(name: str, kw: dict) -> dict:
         raise ValueError(f"block {name}: mult must lie in (0, {MULT_MAX:g}] (got {out['mult']:g})")
     if "depth" in out and not 1 <= out["depth"] <= 10_000:
         raise ValueError(f"block {name}: depth must lie in [1, 10000] (got {out['depth']})")
-    if "activation" in out and out["activation"] not in ACTIVATIONS:
+    if "activation" in out and out["activation"] not in _activations():
         raise ValueError(
-            f"block {name}: unknown activation {out['activation']!r}; choose one of {', '.join(ACTIVATIONS)}"
+            f"block {name}: unknown activation {out['activation']!r}; choose one of {', '.join(_activations())}"
         )
     if out.get("attention", "paper") not in ("paper", "exact"):
         raise ValueError(f"block {name}: attention must be paper or exact (got {out['attention']!r})")

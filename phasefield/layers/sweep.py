@@ -42,7 +42,7 @@ import numpy as np
 from .. import schema
 from ..theory.precision import float64
 from . import depth as depth_fns
-from . import spec
+from . import registry, spec
 from .state import Context, Kernel
 
 OUTPUTS = ("angle_rate", "lambda_g_input", "lambda_g_collapse", "lambda_a", "rho_L", "q_L")  # a point's results
@@ -374,9 +374,10 @@ def check(name: str, axes: dict, fixed: dict) -> tuple[dict, list]:
         if values.ndim != 1 or values.size == 0:
             raise ValueError(f"axis {key} must be a non-empty list of values")
         if key == "depth":
-            if name == "deepscalelm":
+            if registry.lookup(name).stack_depth is not None:
                 raise ValueError(
-                    "deepscalelm's depth sets its residual scale: sweep it with 'k' or run one depth at a time"
+                    f"{name}'s depth sets its numbers (its option {registry.lookup(name).stack_depth!r}): "
+                    "run one depth at a time"
                 )
             depths = [int(v) for v in values]
             if any(v != int(v) or not 1 <= v <= 10_000 for v in values):

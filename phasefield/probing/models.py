@@ -17,9 +17,8 @@ from typing import Any
 import jax
 from flax import linen as nn
 
-from .. import layers
+from .. import HParams, layers
 from ..block import LAZY_RNG, check_weights
-from ..config import HParams
 from ..layers import registry
 from .geometry import symmetric_tokens
 from .model import Model
@@ -96,9 +95,9 @@ def preset(
     """:func:`stack` of the preset ``name`` (``paper``, whose numbers are one object, from
     ``hp``, by default its preset's ``network_defaults``; the others from keyword numbers such
     as ``sigma``, ``alpha``, ``heads``; ``deepscalelm`` scales its residuals for this ``depth``)."""
-    if name == "deepscalelm":
-        numbers.setdefault("depth", depth)
     p = registry.lookup(name)
+    if p.stack_depth is not None:  # the block's numbers follow the stack's depth
+        numbers.setdefault(p.stack_depth, depth)
     if p.numbers_class is not None and hp is None:
         hp = p.numbers_class(**p.network_defaults)  # the theory of the network (its softmax path)
     block = layers.presets.get(name, hp, **numbers)

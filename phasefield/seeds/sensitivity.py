@@ -268,8 +268,8 @@ def block_sensitivity(
 ):
     """Sensitivity of one phasefield.block.Block output to all its weights, at input tokens
     with q = 1 and cosine rho0 (fresh tokens per draw), perturbations from Block.init."""
+    from .. import HParams
     from ..block import Block
-    from ..config import HParams
 
     hp = HParams(
         sigma_w=sigma_w,

@@ -23,7 +23,7 @@ def exponents(block, **kw) -> dict:
     ``"pre-ln:sigma=1,alpha=0.5"``, a ``(name, keywords)`` pair or a block): the quantities
     of its theory under the same names (:func:`phasefield.simulate.blocks.exponents`,
     keywords ``width, draws, n_tokens, depth, q0, rho0, eps, weights, dtype, seed``)."""
-    from ..config import HParams
+    from .. import HParams
     from . import measure
 
     if isinstance(block, HParams):

@@ -26,12 +26,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import grid, schema
+from .. import HParams, grid, schema
 from .._runtime import optimized_jit
-from ..config import HParams
-from ..layers import paper
+from ..layers import registry
 from ..theory.precision import float64
 from .stack import DEFAULT_WEIGHTS, block_forward, collapsed_tokens, simplex_tokens, stack_forward, two_group_tokens
+
+paper = registry.lookup("paper").engine.namespace  # the paper block's closed-form engine
 
 DEFAULT_EPS = 1e-3
 # bytes of live weights and residuals per draw batch of the gradient kernel (memory-bound on

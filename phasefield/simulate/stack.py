@@ -25,8 +25,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from .. import HParams
 from ..block import LAZY_RNG, WEIGHTS, Block, check_weights  # noqa: F401 (WEIGHTS re-exported)
-from ..config import HParams
 
 DEFAULT_WEIGHTS = "lazy"
 

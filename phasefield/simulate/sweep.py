@@ -26,12 +26,14 @@ import jax.numpy as jnp
 import numpy as np
 import xarray as xr
 
-from .. import driver, grid, schema
+from .. import HParams, driver, grid, schema
 from ..block import check_weights
-from ..config import NUMERIC_FIELDS, HParams
-from ..layers import paper
+from ..layers import registry
 from ..theory.precision import float64
 from . import measure
+
+paper = registry.lookup("paper").engine.namespace  # the paper block's closed-form engine
+NUMERIC_FIELDS = paper.numbers.NUMERIC_FIELDS
 
 AXES = grid.AXES
 VARIABLES = ("lambda_a", "lambda_a_se", "lambda_g_collapse", "lambda_g_collapse_se", "q_star")

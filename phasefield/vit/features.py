@@ -76,7 +76,9 @@ def _traced_features(hp, q0, rho0, L: int, maps) -> dict:
     """The features of one point (traceable; ``L`` static)."""
     import jax.numpy as jnp
 
-    from ..layers import paper
+    from ..layers import registry
+
+    paper = registry.lookup("paper").engine.namespace
 
     ex = paper.exponents(hp)
     out = dict(
@@ -159,7 +161,7 @@ SCALE_NUMBERS = dict(sigma_w=2.5, sigma_a=1.0, alpha_a=1.0, alpha_m=1.0)
 
 
 def block_specs(cfg, configs, **over):
-    from ..config import HParams
+    from .. import HParams
 
     return [
         cfg.block_for(
@@ -176,7 +178,7 @@ def block_specs(cfg, configs, **over):
 
 
 def table_scales_of(cfg, blocks, **over):
-    from ..config import HParams
+    from .. import HParams
     from ..layers.sweep import block_scales
 
     ref = cfg.block_for(HParams(**SCALE_NUMBERS), **over)

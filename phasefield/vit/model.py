@@ -20,8 +20,8 @@ from typing import Any
 import jax.numpy as jnp
 from flax import linen as nn
 
+from .. import HParams
 from ..block import Block, normalize
-from ..config import HParams
 
 
 class _Layer(nn.Module):

@@ -365,7 +365,9 @@ def compiled_collapsed():
     lambda_g(L) (depth is a traced leaf: one program serves every depth)."""
     import jax
 
-    from ..layers import paper
+    from ..layers import registry
+
+    paper = registry.lookup("paper").engine.namespace
 
     def one(hp):
         la = paper.angle_exponent(hp)

@@ -40,7 +40,7 @@ def exponents_of(points: np.ndarray, n_tokens: int, depth: int, activation: str)
     batch size and activation, for every depth)."""
     import jax
 
-    from ..config import HParams
+    from .. import HParams
     from .predict import compiled_collapsed
 
     points = np.atleast_2d(np.asarray(points, float))

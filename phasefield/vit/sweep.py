@@ -31,8 +31,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from .. import grid, io
-from ..config import HParams
+from .. import HParams, grid, io
 from .design import run_id
 from .train import TrainConfig, Trainer, chance_loss, diverged, make_points, steps_per_epoch
 
@@ -77,7 +76,7 @@ def theory_exponents(cfg: TrainConfig, runs: list[dict]):
     if not preset.fast_engine:
         th = block_theory(cfg, runs)
         return {k: th[k] for k in ("lambda_a", "lambda_g", "lambda_g_inf")}
-    engine = preset.load_engine()
+    engine = preset.engine
     col = lambda k: np.array([r.get(k, cfg.depth) if k == "depth" else r[k] for r in runs], float)
     with jax.enable_x64(True):
         hp = cfg.hparams(

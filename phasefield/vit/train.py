@@ -25,8 +25,8 @@ import numpy as np
 import optax
 from flax import struct
 
+from .. import HParams
 from .._runtime import options_known
-from ..config import HParams
 from ..layers import registry
 from .model import ViT, n_tokens, preprocess
 
@@ -89,13 +89,14 @@ class TrainConfig:
         deepscalelm ``sigma_a`` (its depth is the model's unless given). ``over``: preset
         keywords to set (e.g. ``attention="exact"``)."""
         name, kw = self.block_spec()
-        if registry.lookup(name).numbers_class is not None:
+        preset = registry.lookup(name)
+        if preset.numbers_class is not None:
             return None
         from ..layers import spec
 
         numbers = {number: getattr(hp, run) for run, number in RUN_NUMBERS[name].items()}
-        if name == "deepscalelm":
-            return spec.build(name, {"depth": self.depth, **kw, **numbers, **over})
+        if preset.stack_depth is not None:  # the block's numbers follow the model's depth unless given
+            numbers = {preset.stack_depth: self.depth, **kw, **numbers}
         return spec.build(name, {**kw, **numbers, **over})
 
     @property

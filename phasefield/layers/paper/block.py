@@ -22,15 +22,15 @@ import jax
 import jax.numpy as jnp
 
 from ...theory._api import public
-from .. import presets
 from ..state import Context, Grad, Kernel
+from .preset import paper
 
-# The paper's block is one composition of phasefield.layers (presets.paper): its two
+# The paper's block is one composition of phasefield.layers (preset.paper): its two
 # residual sublayers, with the tables this module's callers already hold riding along.
 
 
 def _sublayers(hp, kern=None, att=None):
-    attn, mlp = presets.paper(hp).layers
+    attn, mlp = paper(hp).layers
     attn = attn.replace(
         branch=attn.branch.replace(layers=(attn.branch.layers[0], attn.branch.layers[1].replace(att=att)))
     )

@@ -1,4 +1,6 @@
-"""The one hyperparameter pytree shared by the theory, the simulator and the ViT trainer.
+"""The paper block's numbers: one hyperparameter pytree, :class:`HParams`, read by its
+closed-form engine, its network (the ``paper`` preset), the simulator and the ViT trainer
+(``from phasefield import HParams``).
 
 Numeric fields are pytree leaves, so ``jax.vmap``/``jit``/``grad`` apply to each of them;
 structural fields (activation, MLP depth, residual convention, attention map) are static.
@@ -13,9 +15,10 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from .grid import check_values
+from ... import activations
+from ...grid import check_values
 
-ACTIVATIONS = ("tanh", "erf", "relu", "gelu", "linear", "silu")
+ACTIVATIONS = activations.names()
 RESIDUALS = ("unit-norm", "identity")
 ATTENTIONS = ("paper", "exact")
 
