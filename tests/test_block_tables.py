@@ -84,6 +84,7 @@ def test_many_scales_read_the_interpolant_in_the_scale(monkeypatch):
     sa, n = np.append(0.05, np.linspace(0.8, 1.5, 40)), 8.0
     n_a, n_z = exact.sizes(sigma_max=1.5, n_max=n)
     s0, t0 = float64(exact_table._direct_tables)(sa, n, n_a, n_z, 1.5)  # every scale integrated
+    assert np.isfinite(s0).all() and np.isfinite(t0).all()  # so a NaN in s or t fails the comparisons
     for nodes in [(17, 33), (9, 17)]:
         exact_table._st_values.cache_clear()
         s, t, interp, interp_t = exact_table.scale_tables(sa, n, nodes=nodes)

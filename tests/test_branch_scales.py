@@ -80,6 +80,7 @@ def test_the_trainer_trains_the_mlp_branch_scale(tmp_path):
     params, metrics = Trainer(cfg, small).train_many(pts)
     leaves = [np.asarray(x) for x in jax.tree_util.tree_leaves(params)]
     assert any(not np.array_equal(x[0], x[1]) for x in leaves)
+    assert np.isfinite(metrics["train_loss"]).all()  # (NaN != anything)
     assert metrics["train_loss"][0] != metrics["train_loss"][1]
 
 
@@ -89,6 +90,7 @@ def test_theory_features_follow_alpha_m():
     cfg = TrainConfig(block=SPEC, depth=2, width=16)
     runs = [dict(sigma_w=0.8, sigma_a=1.0, alpha_a=0.3, alpha_m=m, depth=2) for m in (0.3, 0.9)]
     th = block_theory(cfg, runs)  # one call: one cache
+    assert np.isfinite(th["lambda_g"]).all() and np.isfinite(th["lambda_a"]).all(), th  # (NaN != anything)
     assert th["lambda_g"][0] != th["lambda_g"][1] and th["lambda_a"][0] != th["lambda_a"][1]
     for i, m in enumerate((0.3, 0.9)):
         blk = layers.presets.get("pre-ln", sigma=0.8, alpha_attn=0.3, alpha_mlp=m, heads=2)
@@ -96,7 +98,7 @@ def test_theory_features_follow_alpha_m():
         assert th["lambda_g"][i] == float(fd["lambda_g_collapse"])
     feats = F.block_features(cfg, runs, 1.6, 0.07, maps=("paper",))
     for k in ("lambda_g", "lambda_g_in_paper", "lambda_g_in_paper_corr", "rho_out_paper"):
-        assert feats[k][0] != feats[k][1], k
+        assert np.isfinite(feats[k]).all() and feats[k][0] != feats[k][1], k
 
 
 def test_train_sweep_trains_and_records_both_scales(capsys, tmp_path):

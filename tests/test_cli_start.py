@@ -3,7 +3,8 @@
 modules load on demand, :class:`phasefield.cli.LazyGroup`); the settings the command owns
 (every CPU core a device, scoped x64) apply when a command runs. One version everywhere:
 ``phasefield.__version__``, ``phasefield --version``, setup.cfg and the CHANGELOG's latest
-release. (Start-up times are measured by scripts/bench_cli.py, not asserted here.)
+release. The help lists the presets from a table written out for it, which must be the
+registry's. (Start-up times are measured by scripts/bench_cli.py, not asserted here.)
 """
 
 from __future__ import annotations
@@ -174,3 +175,55 @@ def test_command_setup_applies_when_a_command_runs(how):
         assert "xla_force_host_platform_device_count=2" in inside["flags"] and inside["devices"] == 2
     else:
         assert inside["flags"] == "" and inside["devices"] == 1
+
+
+# -- the presets in the help ----------------------------------------------------------------
+
+BLOCK_OPTIONS = ("--block", "--preset", "--as")  # the options that take a phasefield block
+
+
+def _block_options():
+    """(command path, option, help) for every option of every command that takes a block."""
+    out = []
+    for path in _leaf_commands():
+        cmd = cli
+        for name in path:
+            cmd = cmd.commands[name]
+        if isinstance(cmd, click.Group):
+            continue
+        out += [(" ".join(path), p.opts[0], p.help or "") for p in cmd.params if set(p.opts) & set(BLOCK_OPTIONS)]
+    return out
+
+
+def test_the_help_lists_the_registry_presets():
+    """--help names presets from a table (the registry fills only as JAX loads); the table is
+    the registry's, and `recommend`'s standard blocks are phasefield.layers.recommend's."""
+    from phasefield.cli import blockopt
+    from phasefield.layers import presets, registry
+    from phasefield.layers import recommend as rb
+
+    assert blockopt.PRESETS == presets.NAMES == registry.names()
+    assert blockopt.RECOMMEND_BLOCKS == rb.BLOCKS
+
+
+def test_every_block_option_help_names_every_preset(capsys):
+    """Every option that takes a block lists every registered preset in its help, except
+    `recommend --block`: the presets with a closed-form engine (their critical set) and the
+    standard blocks it searches, and no other. The rendered help of `exponents` lists them too."""
+    from phasefield.layers import presets, registry
+    from phasefield.layers import recommend as rb
+
+    options = _block_options()
+    commands = {c for c, _, _ in options}
+    assert {"exponents", "sweep", "simulate sweep", "probe", "recommend", "train-sweep"} <= commands, commands
+    recommendable = {n for n in presets.NAMES if registry.lookup(n).fast_engine} | set(rb.BLOCKS)
+    assert recommendable < set(presets.NAMES)
+    for command, opt, text in options:
+        listed = {n for n in presets.NAMES if re.search(rf"(?<![\w-]){re.escape(n)}(?![\w-])", text)}
+        want = recommendable if command == "recommend" else set(presets.NAMES)
+        assert listed >= want, (command, opt, sorted(want - listed))
+        if command == "recommend":
+            assert listed == want, (command, opt, sorted(listed - want))
+    assert main(["exponents", "--help"]) == 0
+    out = re.sub(r"-\s+", "-", capsys.readouterr().out)  # click may wrap a line after a hyphen
+    assert all(n in out for n in presets.NAMES), out

@@ -70,6 +70,16 @@ def test_mkdocs_build_strict(tmp_path):
     assert "phasefield.layers.paper.lyapunov.exponents" in api
     changelog = (tmp_path / "site" / "changelog" / "index.html").read_text()
     assert "--8&lt;--" not in changelog and "2026-11-23" in changelog  # CHANGELOG.md included
+    # a page's link into the API reference names an object the reference renders (mkdocs
+    # checks the page, not the anchors mkdocstrings makes)
+    n = 0
+    for label, _, text in _markdown_sources():
+        if label.startswith("docs"):
+            for page, anchor in re.findall(r"\bapi/(\w+)\.md#([\w.]+)", " ".join(_links(text))):
+                html = (tmp_path / "site" / "api" / page / "index.html").read_text()
+                assert f'id="{anchor}"' in html, f"{label}: api/{page}.md#{anchor}"
+                n += 1
+    assert n >= 3, n
 
 
 # -- links ----------------------------------------------------------------------------------
@@ -119,15 +129,27 @@ def _links(text):
     return _LINK.findall(text) + _REF.findall(text) + _HTML.findall(text)
 
 
-def test_every_relative_link_resolves_inside_the_repository():
-    sources = _markdown_sources()
-    assert len(sources) > 10
+# the one page whose links may leave the repository: the changelog's references to the
+# formats it follows (Keep a Changelog, Semantic Versioning)
+_EXTERNAL_OK = ("CHANGELOG.md",)
+# a web link to source code: the project's own, or any repository file (a page of the
+# documentation reaches the source through the API reference, docs/api/)
+_SOURCE_URL = re.compile(r"phasefield|/(?:blob|tree|raw)/|\.py(?:[#?]|$)", re.I)
+
+
+def _bad_links(sources):
+    """(the bad links of ``sources`` with why, the number of relative links checked)."""
     bad, n = [], 0
+    docs = os.path.join(ROOT, "docs")
     for label, base, text in sources:
         for target in _links(text):
             if re.match(r"^[a-z][a-z0-9+.-]*:", target, re.I):  # http(s):, mailto: ...
                 if not target.lower().startswith(("http://", "https://", "mailto:")):
                     bad.append(f"{label}: {target} (scheme)")
+                elif _SOURCE_URL.search(target):
+                    bad.append(f"{label}: {target} (source on the web: link the API reference, docs/api/)")
+                elif label not in _EXTERNAL_OK:
+                    bad.append(f"{label}: {target} (leaves the repository)")
                 continue
             path = target.split("#", 1)[0].split("?", 1)[0]
             if not path:  # an anchor on the page
@@ -139,14 +161,50 @@ def test_every_relative_link_resolves_inside_the_repository():
             full = os.path.realpath(os.path.join(base, path))
             if not (full == ROOT or full.startswith(ROOT + os.sep)):
                 bad.append(f"{label}: {target} (outside the repository)")
+            elif label.startswith("docs") and not full.startswith(docs + os.sep):
+                bad.append(f"{label}: {target} (outside docs/: breaks on the built site; link docs/api/)")
             elif not os.path.exists(full):
                 bad.append(f"{label}: {target} (no such file)")
             elif "#" in target and full.endswith(".md") and not label.startswith("docs"):
                 # docs/ anchors are checked by mkdocs build --strict; the README's here
                 if target.split("#", 1)[1] not in _anchors(full):
                     bad.append(f"{label}: {target} (no such heading)")
+    return bad, n
+
+
+def test_every_relative_link_resolves_inside_the_repository():
+    """Every link resolves inside the repository; a page of docs/ links only inside docs/ (a
+    link to ``../phasefield/...`` breaks on the built site: the source is reached through the
+    API reference); no page but the changelog links out of the repository, and none to source
+    on the web."""
+    sources = _markdown_sources()
+    assert len(sources) > 10
+    bad, n = _bad_links(sources)
     assert n > 20, n
     assert not bad, "\n".join(bad)
+
+
+def test_the_link_check_sees_bad_links():
+    """The check above flags each kind of bad link (and passes the good ones)."""
+    docs, readme = os.path.join(ROOT, "docs"), "README.md"
+    good = [
+        ("docs/probe.md", docs, "[api](api/probing.md#phasefield.probing.fix) [t](theory.md)"),
+        (readme, ROOT, "[probe](docs/probe.md) [c](CHANGELOG.md)"),
+        ("CHANGELOG.md", ROOT, "[Keep a Changelog](https://keepachangelog.com/en/1.1.0/)"),
+    ]
+    assert _bad_links(good) == ([], 4)
+    for label, base, text in (
+        ("docs/probe.md", docs, "[fix](../phasefield/probing/fix.py)"),  # a file, outside docs/
+        ("docs/probe.md", docs, "[readme](../README.md)"),
+        ("docs/probe.md", docs, "[x](https://github.com/someone/phasefield/blob/main/phasefield/probing/fix.py)"),
+        ("docs/probe.md", docs, "[jax](https://jax.readthedocs.io/)"),  # leaves the repository
+        (readme, ROOT, "[fix](https://example.org/src/fix.py)"),  # source on the web
+        ("CHANGELOG.md", ROOT, "[x](https://github.com/someone/phasefield/tree/main)"),
+        (readme, ROOT, "[x](docs/no_such_page.md)"),
+        (readme, ROOT, "[x](../outside.md)"),
+    ):
+        bad, _ = _bad_links([(label, base, text)])
+        assert len(bad) == 1, (label, text, bad)
 
 
 def test_nothing_references_paths_outside_the_repository():

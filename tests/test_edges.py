@@ -36,19 +36,20 @@ def test_alpha_zero_is_the_limit_of_small_alpha(sw):
     at0 = _ex(HParams(sigma_w=sw, alpha_a=0.0, alpha_m=0.0), kern)
     assert all(math.isfinite(at0[k]) for k in KEYS)
     assert at0["lambda_a"] == at0["lambda_g_collapse"] == at0["lambda_g_inf"] == 0.0
+    growth0 = float(paper.angle_growth(HParams(sigma_w=sw, alpha_a=0.0, alpha_m=0.0), kern))
+    assert math.isfinite(growth0)  # (a NaN has a sign bit too)
     prev = None
     for k in (2, 3, 4, 5, 6):
         a = 10.0**-k
         e = _ex(HParams(sigma_w=sw, alpha_a=a, alpha_m=a), kern)
+        assert all(math.isfinite(e[key]) for key in KEYS), e  # (max would skip a NaN after the first key)
         err = max(abs(e[key] - at0[key]) for key in KEYS)
         assert err < 50 * a * a  # O(alpha^2) approach
         if prev is not None and k <= 5:
             assert err < prev  # and a converging sequence
         prev = err
         # lambda_a / alpha^2 converges too (sign and rate, not only the value 0)
-        assert math.copysign(1, e["lambda_a"]) == math.copysign(
-            1, float(paper.angle_growth(HParams(sigma_w=sw, alpha_a=0.0, alpha_m=0.0), kern))
-        )
+        assert math.copysign(1, e["lambda_a"]) == math.copysign(1, growth0)
 
 
 def test_alpha_one_is_the_limit_of_alpha_to_one():

@@ -173,28 +173,41 @@ def test_theory_gradient_curve_equals_gradient_exponent_of_each_sub_stack():
 # ---- the probe against the theory on phasefield's own blocks (modest size; d = 1024 in
 # scripts/probe_blocks.py, docs/probe.md), where scripts/validate_blocks.py finds the
 # theory valid (sigma <= 1 for the standard presets)
+# post-LN's first attention reads the un-normalized input: from q0 != 1 the exact-softmax
+# map's theory (layers.trajectory, finite_depth) is NaN after the first block, a fault of the
+# library, not of the probe; strict, so the run fails once it is fixed and the mark must go
+POST_LN_NAN = pytest.mark.xfail(
+    strict=True, raises=AssertionError, reason="post-ln, exact map, q0 != 1: the theory is NaN"
+)
 CASES = [
     ("paper", dict(hp=HParams(sigma_w=2.0, alpha_a=0.6, alpha_m=0.6, n_tokens=8, softmax_correction=True))),
     ("pre-ln", dict(sigma=0.55, alpha=0.3, heads=2)),
-    ("post-ln", dict(sigma=0.55, alpha=1.0, heads=2)),
+    pytest.param("post-ln", dict(sigma=0.55, alpha=1.0, heads=2), marks=POST_LN_NAN),
     ("rms-swiglu", dict(sigma=1.0, alpha=0.5, heads=2)),
     ("deepscalelm", dict(heads=2)),
 ]
 
 
-@pytest.mark.parametrize("name,kw", CASES, ids=[c[0] for c in CASES])
+def _worst_z(z):
+    """The largest |z| of each quantity of ``res.agreement()``. Every z must be a number: a
+    NaN compares false with any bound, and under ``max`` it passes or fails by its place."""
+    bad = {k: v for k, v in z.items() if not np.all(np.isfinite(v))}
+    assert not bad, bad
+    return {k: float(np.max(np.abs(np.atleast_1d(v)))) for k, v in z.items()}
+
+
+@pytest.mark.parametrize("name,kw", CASES, ids=[getattr(c, "values", c)[0] for c in CASES])
 def test_probe_agrees_with_the_theory_on_phasefield_blocks(name, kw):
     m = models.preset(name, depth=3, width=256, n_tokens=8, weights="dense", **kw)
     res = phasefield.probe(m, inits=16, chunk=4)
-    z = res.agreement()
-    worst = {k: float(np.nanmax(np.abs(np.atleast_1d(v)))) for k, v in z.items()}
+    worst = _worst_z(res.agreement())
     assert max(worst.values()) < 3.0, worst
 
 
 def test_dense_weights_agree_with_the_theory_too():
     m = models.preset("pre-ln", depth=3, width=256, n_tokens=8, weights="dense", sigma=1.0, alpha=0.5, heads=2)
     res = phasefield.probe(m, inits=16, chunk=4)
-    worst = {k: float(np.nanmax(np.abs(np.atleast_1d(v)))) for k, v in res.agreement().items()}
+    worst = _worst_z(res.agreement())
     assert max(worst.values()) < 3.0, worst
     d = res.to_dict()
     assert d["phase"] == list(res.phase) and "theory" in d and len(d["blocks"]["q_data"]) == 4

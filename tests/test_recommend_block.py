@@ -48,6 +48,7 @@ def test_recommend_a_standard_block(capsys, block):
     res = json.loads(out)
     assert res["block"] == block and res["found"] and res["points"]
     dists = [p["distance"] for p in res["points"]]
+    assert all(math.isfinite(d) for d in dists), dists  # sorted() leaves a NaN anywhere
     assert dists == sorted(dists) and dists[0] <= 1.0
     p = res["points"][0]
     blk = layers.presets.get(block, sigma=p["sigma"], alpha_attn=p["alpha_attn"], alpha_mlp=p["alpha_mlp"], heads=2)

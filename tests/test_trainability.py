@@ -98,6 +98,7 @@ def test_v_shape_fits_take_scipys_own_steps(form, monkeypatch):
             mp.setattr(M, "_least_squares", lambda c, yy, s, real=M._least_squares: starts.extend(s) or real(c, yy, s))
             cls(["a", "g"], L_SAT).fit(X, y, seed=m)
         runs = [least_squares(res, x0, method="trf", max_nfev=2000) for x0 in starts]
+        assert all(np.isfinite(r.cost) for r in runs) and np.isfinite(fitted).all()  # min() skips a NaN cost
         best = min(runs, key=lambda r: r.cost).x
         for i in (1, 3) if form == "max" else (1,):  # the fitted slopes' signs, as fit sets them
             best[i] = abs(best[i])
@@ -179,6 +180,7 @@ def test_gp_learns_a_smooth_loss_its_noise_and_which_features_matter():
     noise_var = g.state["noise"] * g.state["y_std"] ** 2
     assert 0.5 < noise_var / 0.05**2 < 1.7
     ls = g.state["length_scale"]
+    assert np.isfinite(ls).all(), ls  # max() would skip a NaN after the first
     assert ls[1] > 5 * max(ls[0], ls[2])
 
 
@@ -370,7 +372,9 @@ def test_effective_depth_models_learn_a_loss_set_by_the_summed_branch_variance(t
         tab["effective_depth"],
         rtol=1e-14,
     )
-    assert ms["linear_hp_eff"]["cv_rmse"] < 0.5 * min(ms["linear_hp"]["cv_rmse"], ms["depth_max"]["cv_rmse"])
+    rmse = {k: ms[k]["cv_rmse"] for k in ("linear_hp_eff", "linear_hp", "depth_max")}
+    assert all(np.isfinite(v) for v in rmse.values()), rmse  # min() would skip a NaN after the first
+    assert rmse["linear_hp_eff"] < 0.5 * min(rmse["linear_hp"], rmse["depth_max"])
     assert "effective_depth" in ms[rep["best_model"]]["features"]
     t = rep["transfer"]["depth_le8_to_ge16"]
     assert t["linear_hp_eff"]["n_test"] == 24 and t["linear_hp_eff"]["rmse"] < 0.5 * t["linear_hp"]["rmse"]

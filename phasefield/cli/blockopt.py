@@ -17,8 +17,16 @@ import click
 
 from .common import UsageError, check, parse_range
 
+# The registry's presets (phasefield.layers.registry.names(), in its order) and the standard
+# blocks `recommend --block` searches (phasefield.layers.recommend.BLOCKS), written out because
+# --help answers without importing JAX, which filling the registry does;
+# tests/test_cli_start.py checks both against the library.
+PRESETS = ("paper", "pre-ln", "post-ln", "rms-swiglu", "deepscalelm", "dyt")
+RECOMMEND_BLOCKS = ("pre-ln", "post-ln", "rms-swiglu", "dyt")
+PRESET_LIST = ", ".join(PRESETS)
+
 BLOCK_HELP = (
-    "the block: a preset (paper, pre-ln, post-ln, rms-swiglu, deepscalelm), NAME:key=value,... "
+    f"the block: a preset ({PRESET_LIST}), NAME:key=value,... "
     '(e.g. pre-ln:sigma=0.55,alpha=0.2,heads=12) or a JSON file {"block": NAME, ...}'
 )
 AXIS_HELP = "NAME=start:stop:count or NAME=a,b,c: an axis over a number of the block (repeat it)"

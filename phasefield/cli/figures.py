@@ -56,7 +56,7 @@ def _block_diagram(out, quick, from_path, sim_path, block_spec, axis_texts, dept
 
 
 def register(cli):
-    from .blockopt import block_option
+    from .blockopt import PRESET_LIST, block_option
 
     @cli.command("figures")
     @click.option("--out", "-o", required=True, help="output directory (PNG, PDF and the .nc data)")
@@ -78,8 +78,8 @@ def register(cli):
     @block_option(
         default=None,
         axes=True,
-        help="draw the phase diagram of this block (a preset, NAME:k=v,... or a JSON file) over two "
-        "--axis instead of the paper's figures",
+        help=f"draw the phase diagram of this block (a preset: {PRESET_LIST}; NAME:k=v,... or a JSON "
+        "file) over two --axis instead of the paper's figures",
     )
     @click.option("--depth", type=int, default=16, show_default=True, help="blocks L of a --block diagram")
     @click.option("--n-tokens", type=int, default=32, show_default=True, help="tokens n of a --block diagram")

@@ -32,6 +32,7 @@ import os
 import click
 
 from .. import io
+from .blockopt import PRESET_LIST
 from .common import UsageError, atomic_path, check, echo_json, option, output
 
 INITS_MAX = 10_000
@@ -217,10 +218,10 @@ def register(cli):
         "--block",
         "block_spec",
         default=None,
-        help="a phasefield block and its numbers: NAME[:k=v,...] or a JSON file (as on every command; "
-        "--preset NAME --set k=v is the same)",
+        help=f"a phasefield block and its numbers: NAME[:k=v,...] (a preset: {PRESET_LIST}) or a JSON "
+        "file (as on every command; --preset NAME --set k=v is the same)",
     )
-    @click.option("--preset", default=None, help="a phasefield block: paper, pre-ln, post-ln, rms-swiglu, deepscalelm")
+    @click.option("--preset", default=None, help=f"a phasefield block: {PRESET_LIST}")
     @click.option("--set", "settings", multiple=True, metavar="KEY=VALUE", help="a keyword of the factory (repeat)")
     @click.option("--depth", type=int, default=None, help="blocks (passed to the factory)")
     @click.option("--width", type=int, default=None, help="d (passed to the factory)")
@@ -237,7 +238,7 @@ def register(cli):
         "as_spec",
         default=None,
         metavar="NAME[:k=v,...]",
-        help="declare a --model to be a phasefield preset (theory curves, the fix's theory answer)",
+        help=f"declare a --model to be a phasefield preset ({PRESET_LIST}): theory curves, the fix's theory answer",
     )
     @click.option("--fix", "do_fix", is_flag=True, help="search and verify init multipliers that meet the criteria")
     @click.option("--max-gradient-factor", type=float, default=10.0, show_default=True, help="F of the criteria")

@@ -12,7 +12,7 @@ import click
 import numpy as np
 
 from .. import schema
-from .blockopt import parse_axes
+from .blockopt import PRESET_LIST, parse_axes
 from .common import (
     UsageError,
     check,
@@ -107,7 +107,7 @@ def _check_memory(width, n_tokens, depth, mlp_hidden, dtype, points, weights):
 
 # ---------------------------------------------------------------- any block (--block)
 BLOCK_HELP = (
-    "simulate any block: a preset (paper, pre-ln, post-ln, rms-swiglu, deepscalelm), "
+    f"simulate any block: a preset ({PRESET_LIST}), "
     "NAME:key=value,... (e.g. pre-ln:sigma=0.55,alpha=0.2,heads=12) or a JSON file "
     '{"block": NAME, ...}; its theory\'s quantities under the same names'
 )

@@ -14,11 +14,11 @@ import os
 import click
 import numpy as np
 
-from .blockopt import parse_axes
+from .blockopt import PRESET_LIST, parse_axes
 from .common import UsageError, check, check_hparams_values, option, output, parse_range
 
 BLOCK_HELP = (
-    "a preset (paper, pre-ln, post-ln, rms-swiglu, deepscalelm), NAME:key=value,... "
+    f"a preset ({PRESET_LIST}), NAME:key=value,... "
     '(e.g. pre-ln:sigma=0.55,alpha=0.2,heads=12) or a JSON file {"block": NAME, ...}; default paper'
 )
 PAPER_FLAGS = ("sigma_w", "sigma_a", "alpha", "alpha_a", "alpha_m", "sigma_v")

@@ -13,6 +13,7 @@ import click
 import numpy as np
 
 from ..vit.design import MAX_DEPTH
+from .blockopt import PRESET_LIST, RECOMMEND_BLOCKS
 from .common import UsageError, atomic_path, check, check_hparams_values, echo_json, option, output, parse_range
 
 LR_MAX = 100.0  # Adam learning rate
@@ -199,10 +200,10 @@ def register(cli):
         "block_spec",
         default="paper",
         show_default=True,
-        help="the ViT's block: paper, or a layers preset NAME[:k=v,...] (pre-ln, post-ln, rms-swiglu, "
-        "deepscalelm). The paper block's numbers are --sigma-w, --sigma-a, --alpha, --alpha-a, "
+        help=f"the ViT's block: a preset NAME[:k=v,...] ({PRESET_LIST}). "
+        "The paper block's numbers are --sigma-w, --sigma-a, --alpha, --alpha-a, "
         "--alpha-m (or --axis sigma_w=... etc.); another block's are its own, by --axis NAME=RANGE "
-        "(pre-ln, post-ln, rms-swiglu: sigma, alpha, alpha_attn, alpha_mlp; deepscalelm: sigma_a) or "
+        "(pre-ln, post-ln, rms-swiglu, dyt: sigma, alpha, alpha_attn, alpha_mlp; deepscalelm: sigma_a) or "
         "fixed in --block (pre-ln:heads=2,alpha=0.5). A paper flag with another block is refused. "
         "A --points file's columns set the block's numbers: sigma_w -> sigma, alpha_a -> alpha_attn, "
         "alpha_m -> alpha_mlp (deepscalelm: sigma_a). Each run's theory point is the block's",
@@ -372,7 +373,8 @@ def register(cli):
         "--block",
         "block_spec",
         default=None,
-        help="the block the runs must have been trained with (default: theirs, from sweep.json; the model records it)",
+        help=f"the block the runs must have been trained with, a preset ({PRESET_LIST}) and its numbers "
+        "(default: theirs, from sweep.json; the model records it)",
     )
     @click.option(
         "--nested/--no-nested",
@@ -492,8 +494,8 @@ def register(cli):
         "--block",
         "block_spec",
         default=None,
-        help="the block and its numbers (default: the model's block), e.g. pre-ln:heads=2,sigma=0.8,"
-        "alpha=0.5; it must be the block the model was fitted on (the packaged model: paper, "
+        help=f"the block, a preset ({PRESET_LIST}), and its numbers (default: the model's block), e.g. "
+        "pre-ln:heads=2,sigma=0.8,alpha=0.5; it must be the block the model was fitted on (the packaged model: paper, "
         "whose numbers are --sigma-w, --alpha ...)",
     )
     @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
@@ -819,8 +821,8 @@ def register_recommend(cli):
     )
     @block_option(
         axes=True,
-        help="the block: paper (default; its critical set and the loss model) or pre-ln, "
-        "post-ln, rms-swiglu[:k=v,...] (the (sigma, alpha_attn, alpha_mlp) closest to "
+        help="the block: paper (default; its critical set and the loss model) or "
+        f"{', '.join(RECOMMEND_BLOCKS)}[:k=v,...] (the (sigma, alpha_attn, alpha_mlp) closest to "
         "critical at --depth and --n-tokens)",
     )
     @click.option(
@@ -859,7 +861,7 @@ def register_recommend(cli):
         """Initializations the theory recommends. The paper block: where lambda_a = lambda_g = 0
         inside the box of the free hyperparameters (or the nearest points), and the lowest
         predicted loss; no point whose P(fails to train) exceeds --max-fail-prob is proposed.
-        A standard block (--block pre-ln|post-ln|rms-swiglu): the (sigma, alpha_attn, alpha_mlp)
+        A standard block (--block pre-ln, ...: the list under --block): the (sigma, alpha_attn, alpha_mlp)
         whose stack keeps the gradient within --max-gradient-factor and the angle rate of nearby
         tokens within --max-angle-rate (box: --axis sigma=LO:HI:N ...), ranked by the distance
         max(|lambda_g| L / log F, |angle_rate| / r); where no point meets both, a paragraph on the
