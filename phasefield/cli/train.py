@@ -213,16 +213,16 @@ def _block_axes(block_spec, axis_texts, flags, design="grid") -> tuple:
     (:data:`phasefield.vit.train.RUN_NUMBERS`); the paper flags are the paper block's only."""
     from ..layers import registry, spec
     from ..vit.train import RUN_NUMBERS
-    from .blockopt import flag, paper_flags, resolve
+    from .blockopt import flag
 
     name = spec_name(block_spec)
-    given = paper_flags(flags)
+    flagged = paper_flags(flags)
     if registry.lookup(name).numbers_class is not None:  # the runs' numbers are the block's own
         name, fixed, axes = resolve(block_spec, axis_texts, {}, extra_axes=("alpha",))
         for k in list(fixed) + list(axes):
             clash = [
                 f
-                for f in given
+                for f in flagged
                 if f == k
                 or (f == "alpha" and k in ("alpha_a", "alpha_m"))
                 or (k == "alpha" and f in ("alpha_a", "alpha_m"))
@@ -231,7 +231,7 @@ def _block_axes(block_spec, axis_texts, flags, design="grid") -> tuple:
                 raise UsageError(f"{k} given twice: in --block or --axis and as {flag(clash[0])}")
         inv = {"sigma_w": "sigma_w", "sigma_a": "sigma_a", "alpha_a": "alpha_a", "alpha_m": "alpha_m", "alpha": "alpha"}
     else:
-        name, fixed, axes = resolve(block_spec, axis_texts, given, grid=True)
+        name, fixed, axes = resolve(block_spec, axis_texts, flagged, grid=True)
         inv = {number: run for run, number in RUN_NUMBERS[name].items()}
         if "alpha_attn" in inv:
             inv["alpha"] = "alpha"
@@ -603,10 +603,10 @@ def _same_block(name, fixed, fitted, fit_path) -> None:
     theirs = {k: v for k, v in f_kw.items() if k not in numbers}
     if (name, mine) != (f_name, theirs):
         src = "the packaged model" if fit_path is None else f"the model {fit_path}"
-        given = name + "".join(f"{':' if i == 0 else ','}{k}={v}" for i, (k, v) in enumerate(mine.items()))
+        asked = name + "".join(f"{':' if i == 0 else ','}{k}={v}" for i, (k, v) in enumerate(mine.items()))
         raise UsageError(
-            f"model fitted on block {fitted}; {src} cannot predict for {given}: train that block "
-            f"(train-sweep --block {given} ...) and fit it (phasefield fit)"
+            f"model fitted on block {fitted}; {src} cannot predict for {asked}: train that block "
+            f"(train-sweep --block {asked} ...) and fit it (phasefield fit)"
         )
 
 
