@@ -139,3 +139,15 @@ def grid_values(sigma_w, sigma_a, alpha, alpha_a, alpha_m, sigma_v, n_tokens, de
 def echo_json(obj) -> None:
     """One JSON object on stdout, RFC 8259: NaN and ±inf are printed as null."""
     click.echo(io.dumps(obj))
+
+
+def options(*opts):
+    """Decorator: the click options ``opts`` (decorators) in the order listed, as if written
+    one above the other (the first listed first in ``--help``)."""
+
+    def deco(f):
+        for o in reversed(opts):
+            f = o(f)
+        return f
+
+    return deco

@@ -33,7 +33,7 @@ import click
 
 from .. import io
 from .blockopt import PRESET_LIST
-from .common import UsageError, atomic_path, check, echo_json, option, output
+from .common import UsageError, atomic_path, check, echo_json, option, options, output
 
 INITS_MAX = 10_000
 SIZE_MAX = {"--depth": 1000, "--width": 65536, "--n-tokens": 4096}
@@ -211,177 +211,181 @@ def _table(res):
     return "\n".join(lines)
 
 
-def register(cli):
-    @cli.command("probe")
-    @click.option("--model", default=None, help="module:factory (or file.py:factory) returning a probe.Model")
-    @click.option(
+PROBE_OPTIONS = (
+    click.option("--model", default=None, help="module:factory (or file.py:factory) returning a probe.Model"),
+    click.option(
         "--block",
         "block_spec",
         default=None,
         help=f"a phasefield block and its numbers: NAME[:k=v,...] (a preset: {PRESET_LIST}) or a JSON "
         "file (as on every command; --preset NAME --set k=v is the same)",
-    )
-    @click.option("--preset", default=None, help=f"a phasefield block: {PRESET_LIST}")
-    @click.option("--set", "settings", multiple=True, metavar="KEY=VALUE", help="a keyword of the factory (repeat)")
-    @click.option("--depth", type=int, default=None, help="blocks (passed to the factory)")
-    @click.option("--width", type=int, default=None, help="d (passed to the factory)")
-    @click.option("--n-tokens", type=int, default=None, help="tokens per sequence (passed to the factory)")
-    @click.option("--inits", type=int, default=16, show_default=True, help="independent initializations")
-    @click.option("--seed", type=int, default=0, show_default=True)
-    @click.option("--eps", type=float, default=1e-3, show_default=True, help="1 - rho of the nearby tokens")
-    @click.option("--chunk", type=int, default=1, show_default=True, help="initializations vmapped at once")
-    @click.option("--no-gradient", is_flag=True, help="skip the vector-Jacobian products")
-    @click.option("--json", "as_json", is_flag=True, help="one JSON object on stdout")
-    @click.option("--figure", default=None, help="per-block figure (PNG or PDF)")
-    @click.option(
+    ),
+    click.option("--preset", default=None, help=f"a phasefield block: {PRESET_LIST}"),
+    click.option("--set", "settings", multiple=True, metavar="KEY=VALUE", help="a keyword of the factory (repeat)"),
+    click.option("--depth", type=int, default=None, help="blocks (passed to the factory)"),
+    click.option("--width", type=int, default=None, help="d (passed to the factory)"),
+    click.option("--n-tokens", type=int, default=None, help="tokens per sequence (passed to the factory)"),
+    click.option("--inits", type=int, default=16, show_default=True, help="independent initializations"),
+    click.option("--seed", type=int, default=0, show_default=True),
+    click.option("--eps", type=float, default=1e-3, show_default=True, help="1 - rho of the nearby tokens"),
+    click.option("--chunk", type=int, default=1, show_default=True, help="initializations vmapped at once"),
+    click.option("--no-gradient", is_flag=True, help="skip the vector-Jacobian products"),
+    click.option("--json", "as_json", is_flag=True, help="one JSON object on stdout"),
+    click.option("--figure", default=None, help="per-block figure (PNG or PDF)"),
+    click.option(
         "--as",
         "as_spec",
         default=None,
         metavar="NAME[:k=v,...]",
         help=f"declare a --model to be a phasefield preset ({PRESET_LIST}): theory curves, the fix's theory answer",
-    )
-    @click.option("--fix", "do_fix", is_flag=True, help="search and verify init multipliers that meet the criteria")
-    @click.option("--max-gradient-factor", type=float, default=10.0, show_default=True, help="F of the criteria")
-    @click.option("--max-angle-rate", type=float, default=0.05, show_default=True, help="r of the criteria")
-    @click.option(
+    ),
+    click.option("--fix", "do_fix", is_flag=True, help="search and verify init multipliers that meet the criteria"),
+    click.option("--max-gradient-factor", type=float, default=10.0, show_default=True, help="F of the criteria"),
+    click.option("--max-angle-rate", type=float, default=0.05, show_default=True, help="r of the criteria"),
+    click.option(
         "--fix-residual", default=None, metavar="REGEX", help="the residual output projections' parameter paths"
-    )
-    @click.option(
+    ),
+    click.option(
         "--fix-weights", default=None, metavar="REGEX", help="only these weight matrices (default: all but embeddings)"
-    )
-    @click.option("--fix-inits", type=int, default=2, show_default=True, help="initializations per searched point")
-    @click.option("--verify-inits", type=int, default=16, show_default=True, help="fresh initializations of the check")
-    @click.option(
+    ),
+    click.option("--fix-inits", type=int, default=2, show_default=True, help="initializations per searched point"),
+    click.option("--verify-inits", type=int, default=16, show_default=True, help="fresh initializations of the check"),
+    click.option(
         "--progress/--quiet",
         default=True,
         show_default=True,
         help="progress bar on stderr, in initializations measured",
+    ),
+)
+
+
+def _check_run(o) -> dict:
+    """The measurement's options checked (``o``: the command's parameters); the keywords of
+    :func:`phasefield.probing.probe` they set, the model aside."""
+    option("--inits", o["inits"], 2, INITS_MAX, integer=True)
+    option("--seed", o["seed"], 0, 2**31 - 1, integer=True)
+    option("--eps", o["eps"], 0.0, 0.5, lo_open=True, hi_open=True)
+    option("--chunk", o["chunk"], 1, 1024, integer=True)
+    option("--max-gradient-factor", o["max_gradient_factor"], 1.0, 1e300, lo_open=True)
+    option("--max-angle-rate", o["max_angle_rate"], 0.0, 100.0, lo_open=True)
+    option("--fix-inits", o["fix_inits"], 2, INITS_MAX, integer=True)
+    option("--verify-inits", o["verify_inits"], 2, INITS_MAX, integer=True)
+    fix_residual = _regex(o["fix_residual"], "--fix-residual")
+    fix_weights = _regex(o["fix_weights"], "--fix-weights")
+    from .blockopt import given
+
+    unused = [n for n in given("fix_residual", "fix_weights", "fix_inits", "verify_inits") if not o["do_fix"]]
+    if unused:
+        raise UsageError(f"--{unused[0].replace('_', '-')} is an option of --fix (give --fix)")
+    if o["no_gradient"] and o["do_fix"]:
+        raise UsageError("--fix measures the gradient: drop --no-gradient")
+    return dict(
+        inits=o["inits"],
+        seed=o["seed"],
+        eps=o["eps"],
+        chunk=o["chunk"],
+        gradient=not o["no_gradient"],
+        max_factor=o["max_gradient_factor"],
+        max_angle_rate=o["max_angle_rate"],
+        fix=o["do_fix"],
+        fix_options=dict(
+            inits=o["fix_inits"], verify_inits=o["verify_inits"], residual=fix_residual, weights=fix_weights
+        ),
     )
-    def probe_cmd(
-        model,
-        block_spec,
-        preset,
-        settings,
-        depth,
-        width,
-        n_tokens,
-        inits,
-        seed,
-        eps,
-        chunk,
-        no_gradient,
-        as_json,
-        figure,
-        as_spec,
-        do_fix,
-        max_gradient_factor,
-        max_angle_rate,
-        fix_residual,
-        fix_weights,
-        fix_inits,
-        verify_inits,
-        progress,
-    ):
-        """Measure a model's blocks at initialization over independent inits: per-block q,
-        rho, angle growth of nearby tokens and gradient growth, the phase and a verdict
-        (docs/probe.md)."""
-        option("--inits", inits, 2, INITS_MAX, integer=True)
-        option("--seed", seed, 0, 2**31 - 1, integer=True)
-        option("--eps", eps, 0.0, 0.5, lo_open=True, hi_open=True)
-        option("--chunk", chunk, 1, 1024, integer=True)
-        option("--max-gradient-factor", max_gradient_factor, 1.0, 1e300, lo_open=True)
-        option("--max-angle-rate", max_angle_rate, 0.0, 100.0, lo_open=True)
-        option("--fix-inits", fix_inits, 2, INITS_MAX, integer=True)
-        option("--verify-inits", verify_inits, 2, INITS_MAX, integer=True)
-        fix_residual = _regex(fix_residual, "--fix-residual")
-        fix_weights = _regex(fix_weights, "--fix-weights")
-        from .blockopt import given
 
-        unused = [n for n in given("fix_residual", "fix_weights", "fix_inits", "verify_inits") if not do_fix]
-        if unused:
-            raise UsageError(f"--{unused[0].replace('_', '-')} is an option of --fix (give --fix)")
-        if no_gradient and do_fix:
-            raise UsageError("--fix measures the gradient: drop --no-gradient")
-        declared = None
-        if as_spec is not None:
-            if model is None:
-                raise UsageError("--as declares a --model to be a preset (a --block or --preset model is one already)")
-            declared = _declared(as_spec)
-        kw = _settings(settings)
-        if block_spec is not None:
-            if preset is not None or model is not None:
-                raise UsageError("give one of --block, --preset or --model")
-            from ..layers import spec
 
-            preset, numbers = check(spec.parse, block_spec)
-            both = sorted(set(numbers) & set(kw))
-            if both:
-                raise UsageError(f"{both[0]} given twice: in --block and by --set")
-            kw.update(numbers)
-        for flag, v in (("--depth", depth), ("--width", width), ("--n-tokens", n_tokens)):
-            if v is not None:
-                option(flag, v, 1 if flag == "--depth" else 2, SIZE_MAX[flag], integer=True)
-                kw[flag[2:].replace("-", "_")] = int(v)
-        if figure is not None:
-            output(figure, "--figure", need_bytes=16 << 20)
-        m = _model(model, preset, kw)
-        if declared is not None:
-            m.block, m.spec = declared
-        from ..probing import probe
+def _factory_kw(model, block_spec, preset, settings, sizes, as_spec):
+    """(preset, the factory's keywords, the ``--as`` declaration or None) of the model options."""
+    declared = None
+    if as_spec is not None:
+        if model is None:
+            raise UsageError("--as declares a --model to be a preset (a --block or --preset model is one already)")
+        declared = _declared(as_spec)
+    kw = _settings(settings)
+    if block_spec is not None:
+        if preset is not None or model is not None:
+            raise UsageError("give one of --block, --preset or --model")
+        from ..layers import spec
 
-        bar = None
-        if progress:
-            from tqdm import tqdm
+        preset, numbers = check(spec.parse, block_spec)
+        both = sorted(set(numbers) & set(kw))
+        if both:
+            raise UsageError(f"{both[0]} given twice: in --block and by --set")
+        kw.update(numbers)
+    for flag, v in sizes.items():
+        if v is not None:
+            option(flag, v, 1 if flag == "--depth" else 2, SIZE_MAX[flag], integer=True)
+            kw[flag[2:].replace("-", "_")] = int(v)
+    return preset, kw, declared
 
-            desc = "probe and fix" if do_fix else "probe"
-            bar = tqdm(total=None, desc=desc, unit="init", file=click.get_text_stream("stderr"), leave=False)
 
-        def tick(done, total):
-            if bar is not None:
-                bar.total = total
-                bar.update(done - bar.n)
+def _measure(m, run_kw, progress):
+    """:func:`phasefield.probing.probe` of the model ``m``, with a progress bar on stderr; the
+    user's model failing is one line."""
+    from .. import probing
 
-        try:
-            res = probe(
-                m,
-                inits=inits,
-                seed=seed,
-                eps=eps,
-                chunk=chunk,
-                gradient=not no_gradient,
-                max_factor=max_gradient_factor,
-                max_angle_rate=max_angle_rate,
-                fix=do_fix,
-                fix_options=dict(
-                    inits=fix_inits, verify_inits=verify_inits, residual=fix_residual, weights=fix_weights
-                ),
-                progress=tick,
-            )
-        except ValueError:
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        desc = "probe and fix" if run_kw["fix"] else "probe"
+        bar = tqdm(total=None, desc=desc, unit="init", file=click.get_text_stream("stderr"), leave=False)
+
+    def tick(done, total):
+        if bar is not None:
+            bar.total = total
+            bar.update(done - bar.n)
+
+    try:
+        return probing.probe(m, progress=tick, **run_kw)
+    except (ValueError, MemoryError):
+        raise
+    except Exception as exc:  # noqa: BLE001 - the user's model failed: one line
+        if "RESOURCE_EXHAUSTED" in str(exc):
             raise
-        except MemoryError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - the user's model failed: one line
-            if "RESOURCE_EXHAUSTED" in str(exc):
-                raise
-            raise UsageError(
-                f"probing the model failed: {type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
-            ) from None
-        finally:
-            if bar is not None:
-                bar.close()
-        if figure is not None:
-            from ..figures.probe import probe_figure
+        raise UsageError(
+            f"probing the model failed: {type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
+        ) from None
+    finally:
+        if bar is not None:
+            bar.close()
 
-            with atomic_path(figure) as tmp:
-                probe_figure(res, tmp)
-        if as_json:
-            echo_json(res.to_dict())
-        else:
-            click.echo(_table(res))
-            if res.theory is not None:
-                t = res.theory_rates()
-                click.echo(f"theory: angle_rate = {t['angle_rate']:+.4f}, lambda_g_input = {t['lambda_g_input']:+.4f}")
-            click.echo(res.verdict())
-            if res.fix is not None:
-                click.echo(_fix_text(res.fix, res.depth))
+
+def _print(res) -> None:
+    click.echo(_table(res))
+    if res.theory is not None:
+        t = res.theory_rates()
+        click.echo(f"theory: angle_rate = {t['angle_rate']:+.4f}, lambda_g_input = {t['lambda_g_input']:+.4f}")
+    click.echo(res.verdict())
+    if res.fix is not None:
+        click.echo(_fix_text(res.fix, res.depth))
+
+
+@click.command("probe")
+@options(*PROBE_OPTIONS)
+def probe_cmd(model, block_spec, preset, settings, depth, width, n_tokens, as_json, figure, as_spec, progress, **o):
+    """Measure a model's blocks at initialization over independent inits: per-block q,
+    rho, angle growth of nearby tokens and gradient growth, the phase and a verdict
+    (docs/probe.md)."""
+    run_kw = _check_run(o)
+    sizes = {"--depth": depth, "--width": width, "--n-tokens": n_tokens}
+    preset, kw, declared = _factory_kw(model, block_spec, preset, settings, sizes, as_spec)
+    if figure is not None:
+        output(figure, "--figure", need_bytes=16 << 20)
+    m = _model(model, preset, kw)
+    if declared is not None:
+        m.block, m.spec = declared
+    res = _measure(m, run_kw, progress)
+    if figure is not None:
+        from ..figures.probe import probe_figure
+
+        with atomic_path(figure) as tmp:
+            probe_figure(res, tmp)
+    if as_json:
+        echo_json(res.to_dict())
+    else:
+        _print(res)
+
+
+def register(cli):
+    cli.add_command(probe_cmd)

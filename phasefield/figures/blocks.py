@@ -75,3 +75,34 @@ def phase_diagram(ds, out_dir: str, name: str, sim=None, formats=("png",)) -> li
             fontsize=8,
         )
         return save(fig, out_dir, name, formats)
+
+
+BLOCK_DIAGRAM_POINTS_MAX = 1 << 16  # points of one block phase diagram (``figures --block``)
+
+
+def block_phase_diagram(name: str, axes: dict, fixed: dict, out_dir: str, n_tokens: int, depth: int) -> list[str]:
+    """Sweep block ``name`` (keywords ``fixed``) over two ``axes`` (two of its numbers, or one
+    and ``depth``) at ``n_tokens`` tokens and ``depth`` blocks, and write its phase diagram
+    ``out_dir/phase_<name>.png`` and the data ``phase_<name>.nc``; returns the paths written.
+    Everything is checked before any work (ValueError, one line): ``depth``, ``n_tokens``,
+    the axes, the grid's size and the output folder."""
+    import os
+
+    from .. import grid, io
+    from ..layers import sweep
+
+    grid.check_option("--depth", depth, 1, 10_000, integer=True)
+    grid.check_option("--n-tokens", n_tokens, 2, 1_000_000, integer=True)
+    if len(axes) != 2:
+        raise ValueError(f"a phase diagram needs two --axis NAME=start:stop:count (got {len(axes)})")
+    sweep.check(name, axes, fixed)
+    npts = grid.check_grid([len(v) for v in axes.values()], 8 * 8)
+    if npts > BLOCK_DIAGRAM_POINTS_MAX:
+        raise ValueError(f"a --block phase diagram takes at most {BLOCK_DIAGRAM_POINTS_MAX:,} points (got {npts:,})")
+    io.check_output(out_dir, kind="dir", need_bytes=16 << 20)
+    ds = sweep.sweep(name, axes, fixed, n_tokens=int(n_tokens), depth=int(depth))
+    base = f"phase_{name}"
+    os.makedirs(out_dir, exist_ok=True)
+    data = os.path.join(out_dir, base + ".nc")
+    io.write_netcdf(ds, data)
+    return phase_diagram(ds, out_dir, base) + [data]

@@ -164,3 +164,64 @@ def check_configs(configs: list[dict]) -> None:
         raise DesignError(str(exc)) from None
     if "depth" in columns and max(columns["depth"]) > MAX_DEPTH:
         raise DesignError(f"--depth must be an integer in [1, {MAX_DEPTH}] (got {max(columns['depth'])})")
+
+
+DEFAULT_ALPHA = "0.1:0.95:6"  # the tied alpha axis of a design given no alpha at all
+
+
+def _bounds(text: str, name: str) -> tuple:
+    """'lo:hi' (or 'lo:hi:count', count ignored) or one number -> (lo, hi) of a design axis."""
+    parts = str(text).strip().split(":")
+    try:
+        if len(parts) == 1:
+            lo = hi = float(parts[0])
+        elif len(parts) in (2, 3):
+            lo, hi = float(parts[0]), float(parts[1])
+        else:
+            raise ValueError
+        if not (math.isfinite(lo) and math.isfinite(hi)) or hi < lo:
+            raise ValueError
+    except ValueError:
+        raise DesignError(
+            f"malformed range for --{name.replace('_', '-')} in a Sobol design: {text!r} "
+            "(use lo:hi with lo <= hi, or a number)"
+        ) from None
+    return lo, hi
+
+
+def from_axes(design: str, seed: int, sigma_w, alpha, alpha_a, alpha_m, sigma_a) -> list[dict]:
+    """Configurations of ``design`` 'grid' (the product of the axes, each a range text
+    ``start:stop:count``, a list ``a,b,c`` or a number) or 'sobol:N' (N scrambled Sobol points,
+    scrambling ``seed``, in the box the axes span, each ``lo:hi`` or a number). ``alpha``
+    ties alpha_A = alpha_M (default :data:`DEFAULT_ALPHA` when no alpha is given); otherwise
+    ``alpha_a`` and ``alpha_m`` are axes of their own (default 0.5). One-line ``ValueError``."""
+    from ..grid import parse_axis
+
+    if alpha is None and alpha_a is None and alpha_m is None:
+        alpha = DEFAULT_ALPHA
+    if alpha is not None and (alpha_a is not None or alpha_m is not None):
+        raise DesignError("give either --alpha or --alpha-a/--alpha-m, not both")
+    axes = dict(sigma_w=sigma_w, sigma_a=sigma_a)
+    if alpha is not None:
+        axes["alpha"] = alpha
+    else:
+        axes.update(alpha_a="0.5" if alpha_a is None else alpha_a, alpha_m="0.5" if alpha_m is None else alpha_m)
+    if design == "grid":
+        vals = {k: parse_axis(v, k) for k, v in axes.items()}
+        check_values(vals)
+        tied = "alpha" in vals
+        return grid(
+            vals["sigma_w"],
+            vals["alpha"] if tied else vals["alpha_a"],
+            None if tied else vals["alpha_m"],
+            vals["sigma_a"],
+        )
+    kind, _, n = design.partition(":")
+    if kind != "sobol" or not n.strip().isdigit() or int(n) < 1:
+        raise DesignError(f"--design must be 'grid' or 'sobol:N' with N >= 1 (got {design!r})")
+    bounds = {k: _bounds(v, k) for k, v in axes.items()}
+    check_values({k: list(v) for k, v in bounds.items()})
+    if "alpha" in bounds:  # tied: one Sobol axis, copied to both branch weights
+        box = dict(sigma_w=bounds["sigma_w"], sigma_a=bounds["sigma_a"], alpha_a=bounds["alpha"], alpha_m=(0.0, 0.0))
+        return [dict(c, alpha_m=c["alpha_a"]) for c in sobol(int(n), box, seed=seed)]
+    return sobol(int(n), bounds, seed=seed)
