@@ -17,8 +17,7 @@ lambda_g_collapse, lambda_a, rho_L, q_L).
 The paper block: every hyperparameter given as a 1-D sequence becomes a dimension (in the
 order sigma_w, sigma_a, alpha | alpha_a, alpha_m, sigma_v, n_tokens, depth); scalars become
 scalar coordinates. ``alpha`` ties alpha_A = alpha_M. Variables: lambda_a, lambda_g_collapse
-(finite depth, input at the collapsed fixed point; ``lambda_g``: a deprecated copy under its
-earlier name, until 0.3.0), lambda_g_inf, q_star, rho_star
+(finite depth, input at the collapsed fixed point), lambda_g_inf, q_star, rho_star
 (the attractor reached from rho_0 = 1/2), n_stable (the number of stable fixed points: >= 2
 marks a bistable point), rho_star_min, rho_star_max (the smallest and largest stable
 cosines) — float64, each with ``long_name`` and ``symbol`` attributes.
@@ -63,7 +62,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import driver, grid, io, schema
+from . import driver, grid, io
 from .config import HParams
 from .layers.paper import fixed_points
 from .layers.paper.lyapunov import exponents_of
@@ -83,11 +82,6 @@ VARIABLES = (
 )
 ATTRS = {
     "lambda_a": dict(long_name="angle exponent", symbol="λ_a"),
-    "lambda_g": dict(
-        long_name="gradient exponent at finite depth (collapsed input)",
-        symbol="λ_g(L)",
-        deprecated=f"the earlier name of lambda_g_collapse; it goes in phasefield {schema.REMOVED_IN}",
-    ),
     "lambda_g_collapse": dict(long_name="gradient exponent at finite depth (collapsed input)", symbol="λ_g(L)"),
     "lambda_g_inf": dict(long_name="gradient exponent at infinite depth (stable fixed point)", symbol="λ_g^∞"),
     "q_star": dict(long_name="squared norm per component at the collapsed fixed point", symbol="q*"),
@@ -96,7 +90,6 @@ ATTRS = {
     "rho_star_min": dict(long_name="smallest stable token cosine", symbol="ρ*_min"),
     "rho_star_max": dict(long_name="largest stable token cosine (1: the collapsed point)", symbol="ρ*_max"),
 }
-ALIASES = {"lambda_g": "lambda_g_collapse"}  # deprecated dataset variable -> the canonical one it copies
 DEFAULT_CHUNK = 1 << 16
 
 
@@ -566,8 +559,6 @@ def _paper_sweep(
         coords = {name: (name, v) for name, v in dims.items()}
         coords.update({name: float(v) for name, v in scalars.items()})
         data = {k: (tuple(dims), results[k].reshape(shape), ATTRS[k]) for k in VARIABLES}
-        for alias, k in ALIASES.items():
-            data[alias] = (tuple(dims), results[k].reshape(shape), ATTRS[alias])
         ds = xr.Dataset(
             data,
             coords=coords,
@@ -579,8 +570,7 @@ def _paper_sweep(
                 residual=residual,
                 attention=attention,
                 softmax_correction=int(bool(softmax_correction)),
-                note="lambda_g_collapse: depth-L exponent from the collapsed fixed point (lambda_g: its "
-                "deprecated earlier name); lambda_g_inf: stable fixed point",
+                note="lambda_g_collapse: depth-L exponent from the collapsed fixed point; lambda_g_inf: stable fixed point",
             ),
         )
         drv.write(ds)
