@@ -2,10 +2,9 @@
 
 The results of the theory (``layers.exponents``, ``layers.finite_depth``, ``layers.rates``,
 ``layers.paper.exponents``, the sweeps' datasets), of the simulations (``_se`` beside each
-measured quantity) and of the probe use the names of :data:`NAMES`. Earlier releases called
-two of them ``lambda_g`` (which one depended on the result) and ``lambda_g_collapsed``;
-those names are read for one more release as deprecated aliases (:class:`Results`,
-:func:`alias_variables`) that say which quantity they are.
+measured quantity) and of the probe use the names of :data:`NAMES`, and no other. Files
+written by earlier releases called two of them ``lambda_g`` (which one depended on the file)
+and ``lambda_g_collapsed``; :func:`canonical` reads such a file under the names of today.
 """
 
 from __future__ import annotations
@@ -34,20 +33,42 @@ SYMBOLS = {
     "q_star": "q*",
     "rho_star": "ρ*",
 }
-REMOVED_IN = "0.3.0"
-
-# the deprecated names of each kind of result -> the canonical name they stand for
-COLLAPSE = {"lambda_g": "lambda_g_collapse", "lambda_g_collapsed": "lambda_g_collapse"}
-INPUT = {"lambda_g": "lambda_g_input", "lambda_g_collapsed": "lambda_g_collapse"}
-SIMULATION = {"lambda_g": "lambda_g_collapse", "lambda_g_se": "lambda_g_collapse_se"}
-PAPER = {"lambda_g": "lambda_g_collapse"}
-# the probe measures rates from the model's own inputs: its earlier lambda_a was the angle rate
-PROBE = {
-    "lambda_a": "angle_rate",
-    "lambda_a_se": "angle_rate_se",
+# how files written by releases before 0.3.0 named the gradient rates, by the kind of file:
+# the paper block's grids and simulations (lambda_g: from the collapsed point) ...
+EARLIER_COLLAPSE = {
+    "lambda_g": "lambda_g_collapse",
+    "lambda_g_se": "lambda_g_collapse_se",
+    "lambda_g_collapsed": "lambda_g_collapse",
+}
+# ... and the other blocks' grids and simulations (lambda_g: from the input geometry)
+EARLIER_INPUT = {
     "lambda_g": "lambda_g_input",
     "lambda_g_se": "lambda_g_input_se",
-}  # the paper block's records: only this name existed
+    "lambda_g_collapsed": "lambda_g_collapse",
+}
+
+
+def canonical(ds, earlier):
+    """``ds`` (a dataset or dict, perhaps written by an earlier release) under the names of
+    :data:`NAMES`: the copies a 0.2 file carried under earlier names (attribute
+    ``deprecated``) dropped, and each earlier name of ``earlier`` (:data:`EARLIER_COLLAPSE`,
+    :data:`EARLIER_INPUT`) renamed to its name of today where that is missing."""
+    if hasattr(ds, "data_vars"):
+        ds = ds.drop_vars([v for v in ds.data_vars if "deprecated" in ds[v].attrs])
+    keys = ds.data_vars if hasattr(ds, "data_vars") else ds
+    ren = {old: new for old, new in earlier.items() if old in keys and new not in keys}
+    if not ren:
+        return ds
+    if hasattr(ds, "rename"):
+        return ds.rename(ren)
+    return {ren.get(k, k): v for k, v in ds.items()}
+
+
+# ---- phasefield.simulate's results still carry their earlier names (a separate change
+# removes them there); nothing else uses what follows ----------------------------------
+REMOVED_IN = "0.3.0"
+SIMULATION = {"lambda_g": "lambda_g_collapse", "lambda_g_se": "lambda_g_collapse_se"}
+INPUT = {"lambda_g": "lambda_g_input", "lambda_g_collapsed": "lambda_g_collapse"}
 
 
 class PhasefieldDeprecationWarning(FutureWarning):
@@ -66,8 +87,7 @@ def warn_deprecated(old: str, new: str, stacklevel: int = 3) -> None:
 class Results(dict):
     """A dict of results under the canonical names; ``aliases`` (deprecated name ->
     canonical name) are read as their canonical keys with a
-    :class:`PhasefieldDeprecationWarning` that says which quantity they are. ``in`` and
-    iteration see the canonical names only."""
+    :class:`PhasefieldDeprecationWarning`. ``in`` and iteration see the canonical names only."""
 
     def __init__(self, data=(), aliases=None):
         super().__init__(data)
@@ -88,14 +108,10 @@ class Results(dict):
 
 
 def results(data, aliases) -> Results:
-    """``data`` (a dict under the canonical names) with the deprecated ``aliases``."""
     return Results(data, aliases)
 
 
 def alias_variables(ds, aliases):
-    """``ds`` (an ``xarray.Dataset`` under the canonical names) with each deprecated name of
-    ``aliases`` added as a copy of its canonical variable, marked deprecated in its
-    attributes (files written for one more release keep the names their readers know)."""
     for old, new in aliases.items():
         if new in ds.data_vars and old not in ds.data_vars:
             ds[old] = ds[new].copy()
@@ -103,26 +119,3 @@ def alias_variables(ds, aliases):
                 ds[new].attrs, deprecated=f"the earlier name of {new}; it goes in phasefield {REMOVED_IN}"
             )
     return ds
-
-
-def with_aliases(record: dict, aliases) -> dict:
-    """A plain record (a command's JSON) with each deprecated name of ``aliases`` added
-    beside its canonical key, for one more release (readers of JSON cannot be warned; the
-    changelog's Deprecated section lists them)."""
-    out = dict(record)
-    for old, new in aliases.items():
-        if new in record and old not in record:
-            out[old] = record[new]
-    return out
-
-
-def canonical(ds, aliases):
-    """``ds`` (a dataset or dict, perhaps written by an earlier release) with each deprecated
-    name of ``aliases`` renamed to its canonical name where that is missing."""
-    keys = ds.data_vars if hasattr(ds, "data_vars") else ds
-    ren = {old: new for old, new in aliases.items() if old in keys and new not in keys}
-    if not ren:
-        return ds
-    if hasattr(ds, "rename"):
-        return ds.rename(ren)
-    return {ren.get(k, k): v for k, v in ds.items()}

@@ -48,14 +48,14 @@ def theory(point):
         fd = layers.finite_depth(
             layers.presets.get("pre-ln", heads=1, attention=amap, **point), q0=Q0, rho0=RHO0, n_tokens=N, depth=L
         )
-        out[amap] = dict(rho_L=float(fd["rho"][-1]), lambda_g=float(fd["lambda_g_input"]))
+        out[amap] = dict(rho_L=float(fd["rho"][-1]), lambda_g_input=float(fd["lambda_g_input"]))
     return out
 
 
 def report(rows):
     lines = [
-        "| point | heads | d_head | rho_L mean (se) | rho_L spread | lambda_g(L) (se) | lambda_g spread | "
-        "theory rho_L, lambda_g (paper / exact map) |",
+        "| point | heads | d_head | rho_L mean (se) | rho_L spread | lambda_g_input (se) | lambda_g_input spread | "
+        "theory rho_L, lambda_g_input (paper / exact map) |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for r in sorted(rows, key=lambda r: (json.dumps(r["point"]), r["heads"])):
@@ -68,8 +68,8 @@ def report(rows):
         lines.append(
             f"| {pt} | {r['heads']} | {r['width'] // r['heads']} | {rho.mean():.4f} ({rho.std(ddof=1) / np.sqrt(n):.4f}) | "
             f"{rho.std(ddof=1):.4f} | {lam:.4f} ({lam_se:.4f}) | {lg.std(ddof=1):.4f} | "
-            f"{th['paper']['rho_L']:.4f}, {th['paper']['lambda_g']:.4f} / "
-            f"{th['exact']['rho_L']:.4f}, {th['exact']['lambda_g']:.4f} |"
+            f"{th['paper']['rho_L']:.4f}, {th['paper']['lambda_g_input']:.4f} / "
+            f"{th['exact']['rho_L']:.4f}, {th['exact']['lambda_g_input']:.4f} |"
         )
     return lines
 

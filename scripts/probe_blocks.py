@@ -60,12 +60,12 @@ def measure(preset, point, width, inits, weights) -> dict:
     return dict(
         curves=curves,
         theory={k: np.asarray(v, float).tolist() for k, v in res.theory.items()},
-        lambda_a=la,
-        lambda_a_se=la_se,
-        lambda_a_theory=th["angle_rate"],
-        lambda_g=lg,
-        lambda_g_se=lg_se,
-        lambda_g_theory=th["lambda_g_input"],
+        angle_rate=la,
+        angle_rate_se=la_se,
+        angle_rate_theory=th["angle_rate"],
+        lambda_g_input=lg,
+        lambda_g_input_se=lg_se,
+        lambda_g_input_theory=th["lambda_g_input"],
         phase=list(res.phase),
         z={k: np.asarray(v, float).tolist() for k, v in z.items()},
         max_abs_z=float(max(np.nanmax(np.abs(np.atleast_1d(v))) for v in z.values())),
@@ -79,7 +79,7 @@ def load(path):
 
 def report(rows):
     lines = [
-        "| block | point | d | inits | lambda_a (probe) | theory | lambda_g(L) (probe) | theory | phase | "
+        "| block | point | d | inits | angle_rate (probe) | theory | lambda_g_input (probe) | theory | phase | "
         "max abs z (all curves) |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
@@ -87,9 +87,9 @@ def report(rows):
     for r in sorted(rows, key=outside):
         pt = ", ".join(f"{k}={v}" for k, v in r["point"].items())
         lines.append(
-            f"| {r['preset']} | {pt} | {r['width']} | {r['inits']} | {r['lambda_a']:+.4f} +- "
-            f"{r['lambda_a_se']:.4f} | {r['lambda_a_theory']:+.4f} | {r['lambda_g']:+.4f} +- "
-            f"{r['lambda_g_se']:.4f} | {r['lambda_g_theory']:+.4f} | {'/'.join(r['phase'])} | "
+            f"| {r['preset']} | {pt} | {r['width']} | {r['inits']} | {r['angle_rate']:+.4f} +- "
+            f"{r['angle_rate_se']:.4f} | {r['angle_rate_theory']:+.4f} | {r['lambda_g_input']:+.4f} +- "
+            f"{r['lambda_g_input_se']:.4f} | {r['lambda_g_input_theory']:+.4f} | {'/'.join(r['phase'])} | "
             f"{r['max_abs_z']:.2f}" + (" (outside the theory's validity)" if outside(r) else "") + " |"
         )
     return "\n".join(lines)

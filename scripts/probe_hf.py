@@ -53,10 +53,10 @@ def run(model, depth, std, scaled, inits):
         inits=inits,
         width=768,
         **SIZE[model],
-        lambda_a=la,
-        lambda_a_se=la_se,
-        lambda_g=lg,
-        lambda_g_se=lg_se,
+        angle_rate=la,
+        angle_rate_se=la_se,
+        lambda_g_input=lg,
+        lambda_g_input_se=lg_se,
         phase=list(res.phase),
         rho_in=float(res.ds["rho_data"][0]),
         rho_out=float(res.ds["rho_data"][-1]),
@@ -74,7 +74,7 @@ def load(path):
 
 def report(rows):
     lines = [
-        "| model | L | weight std | 1/sqrt(2L) | lambda_a | lambda_g(L) | phase | rho in -> out | q in -> out | "
+        "| model | L | weight std | 1/sqrt(2L) | angle_rate | lambda_g_input | phase | rho in -> out | q in -> out | "
         "seconds |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
@@ -82,7 +82,7 @@ def report(rows):
         std = "as shipped" if r["std"] is None else f"{r['std']:g}"
         lines.append(
             f"| {r['model']} | {r['depth']} | {std} | {'yes' if r['scaled'] else 'no'} | "
-            f"{r['lambda_a']:+.4f} +- {r['lambda_a_se']:.4f} | {r['lambda_g']:+.4f} +- {r['lambda_g_se']:.4f} | "
+            f"{r['angle_rate']:+.4f} +- {r['angle_rate_se']:.4f} | {r['lambda_g_input']:+.4f} +- {r['lambda_g_input_se']:.4f} | "
             f"{'/'.join(r['phase'])} | {r['rho_in']:.3f} -> {r['rho_out']:.3f} | "
             f"{r['q_in']:.3g} -> {r['q_out']:.3g} | {r['seconds']:.0f} |"
         )

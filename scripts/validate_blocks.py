@@ -73,7 +73,7 @@ def theory(preset, point, attention="paper") -> dict:
     return dict(
         rho=np.asarray(fd["rho"])[1:].tolist(),
         q=np.asarray(fd["q"])[1:].tolist(),
-        lambda_g=float(fd["lambda_g_input"]),
+        lambda_g_input=float(fd["lambda_g_input"]),
         angle_rate=float(np.log((1 - rho_near[-1]) / EPS) / L),
         angle_rate_limit=float(near["angle_rate"]),
     )
@@ -132,8 +132,8 @@ def simulate(preset, point, d, draws, seed=0) -> dict:
         rho_se=se(rho)[1:].tolist(),
         q=q.mean(0)[1:].tolist(),
         q_se=se(q)[1:].tolist(),
-        lambda_g=float(np.log(g.mean()) / L),
-        lambda_g_se=float(se(g) / g.mean() / L),
+        lambda_g_input=float(np.log(g.mean()) / L),
+        lambda_g_input_se=float(se(g) / g.mean() / L),
         **angle_rates(preset, point, d, draws, seed),
     )
 
@@ -193,7 +193,7 @@ def report(rows):
                 cells.append(f"{values[m]:.4f} | {z:+.1f}")
             lines.append(f"| {preset} | {pt_s} | {label} | {a:.4f} ({s:.4f}) | {last:.4f} | {' | '.join(cells)} |")
 
-        for name in ("lambda_g", "angle_rate"):
+        for name in ("lambda_g_input", "angle_rate"):
             a, s = extrapolate(ds, [r["sim"][name] for r in rs], [r["sim"][name + "_se"] for r in rs])
             row(name, a, s, rs[-1]["sim"][name], {m: ths[m][name] for m in MAPS})
         fits = [

@@ -48,7 +48,7 @@ def block_study():
 
     order = [config_id(c) for c in configs]
     rng = np.random.default_rng(0)
-    loss = 0.4 + 3.0 * np.abs(feats["lambda_g"])
+    loss = 0.4 + 3.0 * np.abs(feats["lambda_g_collapse"])
     rows = [
         dict(c, seed=s, test_loss=float(loss[i] + 0.01 * rng.standard_normal()), test_acc=0.5, diverged=False)
         for i, c in enumerate(configs)
@@ -62,7 +62,7 @@ def test_block_features_are_the_blocks(block_study):
     features = layers.finite_depth of the preset built directly (not through TrainConfig)."""
     cfg, configs, feats, _, _ = block_study
     th = block_theory(cfg, configs)
-    for k in ("lambda_a", "lambda_g", "lambda_g_inf"):
+    for k in ("lambda_a", "lambda_g_collapse", "lambda_g_inf"):
         # the features size every point's tables alike (one program per depth), the per-run
         # theory sizes them per point: the same maps, equal to rounding
         np.testing.assert_allclose(feats[k], th[k], rtol=1e-12, atol=1e-14)
@@ -106,8 +106,8 @@ def test_fit_and_predict_a_block_sweep(block_study, tmp_path, capsys):
     th = block_theory(cfg, [c])
     assert res["block"] == SPEC
     assert res["lambda_a"] == pytest.approx(th["lambda_a"][0], abs=1e-12)
-    assert res["lambda_g"] == pytest.approx(th["lambda_g"][0], abs=1e-12)
-    assert res["predicted_loss"] == pytest.approx(0.4 + 3.0 * abs(th["lambda_g"][0]), abs=0.15)
+    assert res["lambda_g_collapse"] == pytest.approx(th["lambda_g_collapse"][0], abs=1e-12)
+    assert res["predicted_loss"] == pytest.approx(0.4 + 3.0 * abs(th["lambda_g_collapse"][0]), abs=0.15)
 
     fit = tmp_path / "fit.json"
     fit.write_text(json.dumps(dict(report={}, model=doc)))
@@ -188,8 +188,8 @@ def test_fast_block_rates_equal_the_reference_route(block):
     got = vp.predict(*cols, doc)
     want = vp.predict(*cols, doc, reference=True)  # features.block_theory (~10 CPU s a post-LN point)
     for i, (g, w) in enumerate(zip(got, want)):
-        assert g["lambda_a"] == fast["lambda_a"][i] and g["lambda_g"] == fast["lambda_g"][i]
-        for k in ("lambda_a", "lambda_g", "predicted_loss", "p_fail"):
+        assert g["lambda_a"] == fast["lambda_a"][i] and g["lambda_g_collapse"] == fast["lambda_g_collapse"][i]
+        for k in ("lambda_a", "lambda_g_collapse", "predicted_loss", "p_fail"):
             assert g[k] == pytest.approx(w[k], abs=1e-12), k
         np.testing.assert_allclose(g["interval"], w["interval"], rtol=0, atol=1e-12)
         assert g["warnings"] == w["warnings"]

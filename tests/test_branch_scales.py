@@ -90,14 +90,14 @@ def test_theory_features_follow_alpha_m():
     cfg = TrainConfig(block=SPEC, depth=2, width=16)
     runs = [dict(sigma_w=0.8, sigma_a=1.0, alpha_a=0.3, alpha_m=m, depth=2) for m in (0.3, 0.9)]
     th = block_theory(cfg, runs)  # one call: one cache
-    assert np.isfinite(th["lambda_g"]).all() and np.isfinite(th["lambda_a"]).all(), th  # (NaN != anything)
-    assert th["lambda_g"][0] != th["lambda_g"][1] and th["lambda_a"][0] != th["lambda_a"][1]
+    assert np.isfinite(th["lambda_g_collapse"]).all() and np.isfinite(th["lambda_a"]).all(), th  # (NaN != anything)
+    assert th["lambda_g_collapse"][0] != th["lambda_g_collapse"][1] and th["lambda_a"][0] != th["lambda_a"][1]
     for i, m in enumerate((0.3, 0.9)):
         blk = layers.presets.get("pre-ln", sigma=0.8, alpha_attn=0.3, alpha_mlp=m, heads=2)
         fd = layers.finite_depth(blk, q0=1.0, rho0=1.0, n_tokens=cfg.n_tokens, depth=2)
-        assert th["lambda_g"][i] == float(fd["lambda_g_collapse"])
+        assert th["lambda_g_collapse"][i] == float(fd["lambda_g_collapse"])
     feats = F.block_features(cfg, runs, 1.6, 0.07, maps=("paper",))
-    for k in ("lambda_g", "lambda_g_in_paper", "lambda_g_in_paper_corr", "rho_out_paper"):
+    for k in ("lambda_g_collapse", "lambda_g_in_paper", "lambda_g_in_paper_corr", "rho_out_paper"):
         assert np.isfinite(feats[k]).all() and feats[k][0] != feats[k][1], k
 
 
@@ -130,8 +130,8 @@ def test_train_sweep_trains_and_records_both_scales(capsys, tmp_path):
     hp = cfg.hparams(row["sigma_w"], row["sigma_a"], row["alpha_a"], row["alpha_m"])
     assert _alphas(vtrain.model_for(cfg, hp, 10).block) == pytest.approx((0.3, 0.9))
     th = block_theory(cfg, [row, dict(row, alpha_m=0.3)])
-    assert row["lambda_g"] == pytest.approx(th["lambda_g"][0], abs=1e-12)
-    assert row["lambda_g"] != pytest.approx(th["lambda_g"][1], abs=1e-6)
+    assert row["lambda_g_collapse"] == pytest.approx(th["lambda_g_collapse"][0], abs=1e-12)
+    assert row["lambda_g_collapse"] != pytest.approx(th["lambda_g_collapse"][1], abs=1e-6)
 
 
 @pytest.mark.parametrize(

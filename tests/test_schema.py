@@ -1,9 +1,8 @@
-"""One name per quantity: every block's theory, the paper block's, and the deprecated
-aliases that say which quantity they are."""
+"""One name per quantity: every block's theory, the paper block's and the probe's results
+carry the names of phasefield.schema and no earlier one; files of earlier releases read
+under today's names."""
 
 from __future__ import annotations
-
-import warnings
 
 import numpy as np
 import pytest
@@ -11,6 +10,7 @@ import xarray as xr
 
 from phasefield import HParams, layers, schema
 from phasefield.layers import paper, spec
+from phasefield.theory.reference import ReferencePoint
 
 
 def test_block_and_paper_results_share_the_names():
@@ -33,39 +33,53 @@ def test_block_and_paper_results_share_the_names():
     assert float(block["q_L"]) == float(block["q"][-1]) and float(block["rho_L"]) == float(block["rho"][-1])
 
 
-@pytest.mark.parametrize(
-    "aliases, old, new",
-    [
-        (schema.COLLAPSE, "lambda_g", "lambda_g_collapse"),
-        (schema.INPUT, "lambda_g", "lambda_g_input"),
-        (schema.INPUT, "lambda_g_collapsed", "lambda_g_collapse"),
-    ],
-)
-def test_a_deprecated_name_reads_its_quantity_and_says_which(aliases, old, new):
-    r = schema.results({new: 1.25, "lambda_a": -0.5}, aliases)
-    with pytest.warns(schema.PhasefieldDeprecationWarning, match=f"'{old}' is the deprecated name of '{new}'"):
-        assert r[old] == 1.25
-    with pytest.warns(schema.PhasefieldDeprecationWarning):
-        assert r.get(old) == 1.25
-    assert old not in r and list(r) == [new, "lambda_a"]
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        assert r[new] == 1.25 and r.get("nothing", 3) == 3
-    with pytest.raises(KeyError):
-        r["nothing"]
+def test_results_are_plain_dicts_without_the_earlier_names():
+    """lambda_g (two quantities, by result), lambda_g_collapsed and the probe's lambda_a (an
+    angle rate) are gone: every result is a plain dict under the names of schema.NAMES."""
+    blk = spec.build("post-ln", dict(sigma=0.8, alpha=0.4, attention="paper"))
+    hp = HParams(sigma_w=1.5, n_tokens=8, depth=4)
+    results = (
+        layers.rates(blk, n_tokens=8, depth=4),
+        layers.finite_depth(blk, n_tokens=8, depth=4),
+        layers.exponents(blk, n_tokens=8, depth=4),
+        paper.exponents(hp),
+        ReferencePoint(1.5, 1.0, 0.5, 0.5, n_tokens=8, depth=4).exponents(),
+    )
+    for r in results:
+        assert type(r) is dict
+        for old in ("lambda_g", "lambda_g_collapsed", "lambda_g_se"):
+            assert old not in r and r.get(old) is None
+            with pytest.raises(KeyError):
+                r[old]
+    for gone in ("COLLAPSE", "PAPER", "PROBE", "with_aliases"):
+        assert not hasattr(schema, gone), gone
+    from phasefield.probing.result import ProbeResult
+
+    assert not hasattr(ProbeResult, "lambda_a") and not hasattr(ProbeResult, "lambda_g")
 
 
-def test_alias_variables_and_canonical_round_trip():
-    ds = xr.Dataset({"lambda_g_collapse": ("x", np.arange(3.0)), "lambda_g_collapse_se": ("x", np.ones(3))})
-    ds = schema.alias_variables(ds, schema.SIMULATION)
-    assert "deprecated" in ds["lambda_g"].attrs and np.array_equal(ds["lambda_g"], ds["lambda_g_collapse"])
-    old = xr.Dataset({"lambda_g": ("x", np.arange(3.0)), "lambda_g_se": ("x", np.ones(3))})
-    new = schema.canonical(old, schema.SIMULATION)
-    assert set(new.data_vars) == {"lambda_g_collapse", "lambda_g_collapse_se"}
-    assert schema.with_aliases({"lambda_g_collapse": 2.0}, schema.PAPER) == {
-        "lambda_g_collapse": 2.0,
-        "lambda_g": 2.0,
+def test_canonical_reads_the_files_of_earlier_releases():
+    """0.1 files carry only the earlier name; 0.2 files carry it beside the canonical one as a
+    copy marked ``deprecated``: both read under the names of today, nothing else renamed."""
+    v01 = xr.Dataset(
+        {"lambda_g": ("x", np.arange(3.0)), "lambda_g_se": ("x", np.ones(3)), "lambda_a": ("x", -np.ones(3))}
+    )
+    new = schema.canonical(v01, schema.EARLIER_COLLAPSE)
+    assert set(new.data_vars) == {"lambda_g_collapse", "lambda_g_collapse_se", "lambda_a"}
+    assert np.array_equal(new["lambda_g_collapse"], np.arange(3.0))
+    v02 = xr.Dataset({"lambda_g_collapse": ("x", np.arange(3.0))})
+    v02["lambda_g"] = v02["lambda_g_collapse"].copy()
+    v02["lambda_g"].attrs["deprecated"] = "the earlier name of lambda_g_collapse"
+    assert set(schema.canonical(v02, schema.EARLIER_COLLAPSE).data_vars) == {"lambda_g_collapse"}
+    block = {"lambda_g": 0.2, "lambda_g_se": 0.01, "lambda_g_collapsed": 0.3, "angle_rate": -0.1}
+    assert schema.canonical(block, schema.EARLIER_INPUT) == {
+        "lambda_g_input": 0.2,
+        "lambda_g_input_se": 0.01,
+        "lambda_g_collapse": 0.3,
+        "angle_rate": -0.1,
     }
+    today = {"lambda_g_input": 0.2}
+    assert schema.canonical(today, schema.EARLIER_INPUT) is today
 
 
 def test_phasefield_exponents_is_one_function_for_every_block():

@@ -102,9 +102,7 @@ def test_the_paper_block_spellings_give_bit_identical_numbers():
         assert list(ds.data_vars) == list(ref.data_vars)
         for v in ref.data_vars:  # every point has every quantity here: a NaN fails
             assert np.array_equal(ds[v].values, ref[v].values), (kw, v)
-    # lambda_g: the alias of lambda_g_collapse (old files and figures read it)
-    assert np.array_equal(ref.lambda_g.values, ref.lambda_g_collapse.values)
-    assert "earlier name of lambda_g_collapse" in ref.lambda_g.attrs["deprecated"]
+    assert "lambda_g" not in ref and "lambda_g_collapse" in ref
 
 
 @pytest.mark.parametrize(

@@ -272,7 +272,7 @@ def _study(n_per_depth=12, seeds=3, noise=0.05, seed=0):
     la = np.log(sw / 1.8) * (1 - aa) * 2
     lg = np.sin(3 * aa) * (L / 16) * la
     truth = M.MaxForm.curve([0.2, 1.5, 0.0, 1.0, 0.0], np.stack([la, lg], 1), L_SAT)
-    feats = dict(lambda_a=la, lambda_g=lg, lambda_g_inf=lg, rho_star=np.ones_like(la))
+    feats = dict(lambda_a=la, lambda_g_collapse=lg, lambda_g_inf=lg, rho_star=np.ones_like(la))
     rows = [
         dict(c, seed=s, test_loss=float(truth[i] + noise * rng.standard_normal()), test_acc=0.9, diverged=False)
         for i, c in enumerate(configs)
@@ -351,7 +351,7 @@ def test_effective_depth_models_learn_a_loss_set_by_the_summed_branch_variance(t
     truth = 0.1 + 0.08 * eff + 0.05 * col("sigma_a")
     feats = dict(
         lambda_a=np.log(col("sigma_w")),
-        lambda_g=col("alpha_a") - 0.5,
+        lambda_g_collapse=col("alpha_a") - 0.5,
         lambda_g_inf=col("alpha_a"),
         rho_star=np.ones(len(configs)),
     )
@@ -398,7 +398,7 @@ def test_packaged_model_predicts_with_interval_and_warnings():
     assert res["family"] in ("exponents", "raw", "hybrid") and res["cv_r2"] == doc["cv"]["r2"]
     assert doc["name"] in doc.get("candidates", [doc["name"]])
     assert doc["cv"]["nested_coverage_runs"] >= 0.75
-    assert res["warnings"] == [] and math.isfinite(res["lambda_a"]) and math.isfinite(res["lambda_g"])
+    assert res["warnings"] == [] and math.isfinite(res["lambda_a"]) and math.isfinite(res["lambda_g_collapse"])
     far = P.predict(1.2, 1.0, 0.4, 0.6, 48, doc)  # the fitted depths are 8-32
     assert any("depth" in w for w in far["warnings"])
     many = P.predict(np.array([1.2, 2.5]), 1.0, 0.4, 0.6, 16, doc)
@@ -422,8 +422,8 @@ def test_recommend_finds_the_point_nearest_to_criticality():
     u = qmc.Sobol(2, scramble=True, seed=0).random_base2(5)
     pts = np.stack([0.3 + 2.7 * u[:, 0], np.ones(32), 0.05 + 0.9 * u[:, 1], np.full(32, 0.5)], 1)
     la, lg = R.exponents_of(pts, 17, 16, "tanh")
-    assert math.hypot(c["lambda_a"], c["lambda_g"]) < np.hypot(la, lg).min()
-    assert math.hypot(c["lambda_a"], c["lambda_g"]) < 0.01
+    assert math.hypot(c["lambda_a"], c["lambda_g_collapse"]) < np.hypot(la, lg).min()
+    assert math.hypot(c["lambda_a"], c["lambda_g_collapse"]) < 0.01
 
 
 def test_predict_computes_the_models_features_as_the_full_route_does():
@@ -445,19 +445,19 @@ def test_predict_computes_the_models_features_as_the_full_route_does():
     )
     ref.update(
         L_lambda_a=16 * ref["lambda_a"],
-        L_lambda_g=16 * ref["lambda_g"],
+        L_lambda_g_collapse=16 * ref["lambda_g_collapse"],
         effective_depth=16 * (aa**2 + am**2),
         effective_depth_attention=16 * aa**2,
         effective_depth_mlp=16 * am**2,
     )
     for i, r in enumerate(res):
         assert r["lambda_a"] == pytest.approx(ref["lambda_a"][i], abs=1e-12)
-        assert r["lambda_g"] == pytest.approx(ref["lambda_g"][i], abs=1e-12)
+        assert r["lambda_g_collapse"] == pytest.approx(ref["lambda_g_collapse"][i], abs=1e-12)
     y = M.from_json(doc["model"]).predict(np.stack([ref[f] for f in doc["features"]], 1))
     np.testing.assert_allclose([r["predicted_loss"] for r in res], y, rtol=0, atol=1e-12)
     # any depth the grid allows, one compiled program: finite exponents at depth 4096
     deep = P.predict(1.2, 1.0, 0.4, 0.6, 4096, doc)
-    assert math.isfinite(deep["lambda_g"]) and any("depth" in w for w in deep["warnings"])
+    assert math.isfinite(deep["lambda_g_collapse"]) and any("depth" in w for w in deep["warnings"])
 
 
 def _study_dir(out, rows, feats, order, cfg=None):

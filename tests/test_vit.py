@@ -185,7 +185,7 @@ def test_sweep_records_theory_exponents():
     cfg = TrainConfig(depth=16)
     runs = vdesign.expand(vdesign.grid([0.3, 3.0], [0.1, 0.95]), depths=[8, 16])
     lam = vsweep.theory_exponents(cfg, runs)
-    for k in ("lambda_a", "lambda_g", "lambda_g_inf"):
+    for k in ("lambda_a", "lambda_g_collapse", "lambda_g_inf"):
         assert np.all(np.isfinite(lam[k])), k
     # one point per phase at least: the grid spans ordered and chaotic initializations
     assert lam["lambda_a"].min() < 0 < lam["lambda_a"].max()
@@ -202,7 +202,7 @@ def test_sweep_records_theory_exponents():
                 depth=runs[i]["depth"],
                 dtype=jnp.float64,
             )
-        assert lam["lambda_g"][i] == pytest.approx(float(paper.exponents(hp)["lambda_g_collapse"]), abs=1e-10)
+        assert lam["lambda_g_collapse"][i] == pytest.approx(float(paper.exponents(hp)["lambda_g_collapse"]), abs=1e-10)
     assert runs[0]["depth"] == 8 and runs[1]["depth"] == 16
 
 
@@ -279,7 +279,7 @@ def test_block_sweep_records_the_block_theory():
     for i, r in enumerate(runs):
         blk = layers.presets.get("pre-ln", heads=2, sigma=r["sigma_w"], alpha=r["alpha_a"])
         fd = layers.finite_depth(blk, q0=1.0, rho0=1.0, n_tokens=cfg.n_tokens, depth=r["depth"])
-        assert lam["lambda_g"][i] == pytest.approx(float(fd["lambda_g_collapse"]), abs=1e-12)
+        assert lam["lambda_g_collapse"][i] == pytest.approx(float(fd["lambda_g_collapse"]), abs=1e-12)
         assert lam["lambda_a"][i] == pytest.approx(float(fd["angle_rate"]), abs=1e-12)  # no fixed point
         assert np.isnan(lam["lambda_g_inf"][i])
 

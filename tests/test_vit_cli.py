@@ -113,7 +113,7 @@ def test_fit_on_a_study_directory_and_mixed_learning_rates(capsys, tmp_path):
     la, lg = rng.normal(0, 0.4, 16), rng.normal(0, 0.3, 16)
     names = (
         "lambda_a",
-        "lambda_g",
+        "lambda_g_collapse",
         "lambda_g_inf",
         "rho_star",
         "lambda_a_in_paper",

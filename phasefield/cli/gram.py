@@ -5,16 +5,9 @@ from __future__ import annotations
 
 import click
 
-from .. import schema
 from .common import UsageError, echo_json, option, point_hparams, point_options
 
 MAX_TOKENS = 128
-# the JSON's deprecated names, written beside the canonical ones for one more release
-GRAM_ALIASES = {
-    "lambda_g": "lambda_g_collapse",
-    "lambda_g_rho0": "lambda_g_input",
-    "lambda_g_rho0_corrected": "lambda_g_input_corrected",
-}
 MAX_DEPTH = 4096  # the full-Gram map is iterated L times on an n x n Gram
 
 
@@ -166,7 +159,7 @@ def register(cli):
             )
         res.update(n_tokens=n_tokens, depth=depth, causal=causal, attention=attention, q0=q0, rho0=rho0)
         if as_json:
-            echo_json(schema.with_aliases(res, GRAM_ALIASES))
+            echo_json(res)
         else:
             for k in (
                 "lambda_a",

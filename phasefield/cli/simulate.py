@@ -11,7 +11,6 @@ import os
 import click
 import numpy as np
 
-from .. import schema
 from .blockopt import PRESET_LIST, parse_axes
 from .common import (
     UsageError,
@@ -387,7 +386,7 @@ def register(cli):
         )
         res.update(width=width, seeds=seeds, depth=depth, n_tokens=n_tokens, causal=causal, weights=weights)
         if as_json:
-            echo_json(schema.with_aliases(res, schema.SIMULATION))
+            echo_json(dict(res))
         else:
             click.echo(f"lambda_a          = {res['lambda_a']:+.4f} +- {res['lambda_a_se']:.4f}")
             click.echo(

@@ -86,7 +86,7 @@ def _put(values, where, key, arr, src):
 @_options
 def sweep_command(spec_text, axes, n_tokens, depth, q0, rho0, chunk, out, progress, figure, sim, **paper):
     """The theory of any block on a grid -> netCDF (xarray). Interrupted sweeps resume from
-    OUT.chunks/. The paper block (default) gives lambda_a, lambda_g_collapse (alias lambda_g),
+    OUT.chunks/. The paper block (default) gives lambda_a, lambda_g_collapse,
     lambda_g_inf, q_star, rho_star ...; any other block angle_rate, lambda_g_input,
     lambda_g_collapse, lambda_a, rho_L, q_L."""
     from .. import grid

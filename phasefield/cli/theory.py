@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import click
 
-from .. import schema
 from .common import UsageError, echo_json, option, point_hparams, point_options
 
 Q0_MAX = 1e6  # input squared norm per component (trajectory)
@@ -46,11 +45,10 @@ def exponents_result(hp, kw=None) -> dict:
     ``phase`` is "<angle>/<gradient>": angle chaotic (lambda_a > 0), ordered (< 0) or, where
     lambda_a = 0 exactly, decided by :func:`phasefield.layers.paper.angle_growth` (identity
     residual: the power law of 1 - rho; alpha = 0: the block is the identity, "edge");
-    gradient exploding (lambda_g > 0), vanishing (< 0) or edge (= 0).
+    gradient exploding (lambda_g_collapse > 0), vanishing (< 0) or edge (= 0).
     ``attractors``: every stable cosine, ascending (1 = the collapsed point);
     ``bistable``: more than one; ``rho_star``: the one reached from ``rho_0``.
-    ``lambda_g_collapse``: lambda_g(L) from the collapsed fixed point (the JSON also writes it
-    under its deprecated earlier name ``lambda_g`` for one more release)."""
+    ``lambda_g_collapse``: lambda_g(L) from the collapsed fixed point."""
     import numpy as np
 
     from ..layers import registry
@@ -263,7 +261,7 @@ def run_exponents(block_spec, q0, rho0, as_json, kw):
         fd = block_exponents_result(name, _hp_fixed(hp), int(hp.n_tokens), int(hp.depth), q0, rho0)
         res.update({k: fd[k] for k in ("q0", "rho0", "lambda_g_input", "angle_rate", "rho_L", "q_L")})
     if as_json:
-        echo_json({k: _json_number(v) for k, v in schema.with_aliases(res, schema.PAPER).items()})
+        echo_json({k: _json_number(v) for k, v in res.items()})
         return
     angle = res["phase"].split("/")[0]
     click.echo(f"lambda_a          = {res['lambda_a']:+.6f}   ({angle}{_note(res)})")
@@ -325,7 +323,7 @@ def exponents_options(f):
 EXPONENTS_HELP = """λ_a, λ_g and the attractors of a block at one point.
 
     The paper block (default; --sigma-w, --alpha ... are its numbers): λ_a, λ_g(L) from the
-    collapsed fixed point (lambda_g_collapse, also 'lambda_g'), λ_g^∞, q*, ρ* and every stable
+    collapsed fixed point (lambda_g_collapse), λ_g^∞, q*, ρ* and every stable
     fixed point (more than one: bistable); --q0/--rho0 add its finite-depth rates. Another block
     (--block pre-ln:sigma=0.55,alpha=0.2): lambda_g_input (from q0, rho0), lambda_g_collapse
     (from collapsed tokens), angle_rate, rho_L, q_L and, where it has a finite fixed point,

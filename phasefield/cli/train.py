@@ -382,7 +382,7 @@ def _print_prediction(res, doc, at, depth) -> None:
             f"block {res['block']} at {', '.join(f'{k}={v:g}' for k, v in at.items())}"
             " (lambda_a is its finite-depth angle rate where it has no fixed point)"
         )
-    click.echo(f"lambda_a = {res['lambda_a']:+.4f}   lambda_g(L={depth}) = {res['lambda_g']:+.4f}")
+    click.echo(f"lambda_a = {res['lambda_a']:+.4f}   lambda_g(L={depth}) = {res['lambda_g_collapse']:+.4f}")
     if set(EFFECTIVE) & set(res["features"]):
         e = effective_depths(depth, res["alpha_a"], res["alpha_m"])
         click.echo(
@@ -489,7 +489,7 @@ def _print_paper_recommend(res, n_tokens, depth, activation) -> None:
         click.echo(
             "  "
             + "  ".join(f"{k} {c[k]:.4f}" for k in names)
-            + f"  lambda_a {c['lambda_a']:+.2e}  lambda_g {c['lambda_g']:+.2e}"
+            + f"  lambda_a {c['lambda_a']:+.2e}  lambda_g {c['lambda_g_collapse']:+.2e}"
             + (f"  predicted loss {c['predicted_loss']:.3f}" if "predicted_loss" in c else "")
             + (f"  P(fail) {c['p_fail']:.3f}" if c.get("p_fail") is not None else "")
         )

@@ -2,27 +2,23 @@
 and the gradient rate over two of its numbers (or one number and depth), each with its
 zero contour, and the simulation's measured signs beside the theory where given.
 
-``sim``: rows of ``scripts/validate_blocks.py`` (``docs/data/blocks/rows.jsonl``); the
-points of this block at the widest width are drawn as markers, filled where the measured
-rate is positive (chaotic / exploding), open where negative.
+``sim``: rows of ``scripts/validate_blocks.py`` (``docs/data/blocks/rows.jsonl``; rows of an
+earlier release, whose ``lambda_g`` was ``lambda_g_input``, are read too); the points of this
+block at the widest width are drawn as markers, filled where the measured rate is positive
+(chaotic / exploding), open where negative.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from .. import schema
 from .style import context, diverging_norm, extend, save
 
 TITLES = {
     "angle_rate": "angle rate (1/L) log[(1-ρ_L)/(1-ρ_0)]",
-    "lambda_g": "gradient rate λ_g(L)",
     "lambda_g_input": "gradient rate λ_g(L)",
 }
-
-
-def _gradient_name(ds) -> str:
-    """The gradient rate from the input geometry: ``lambda_g_input`` (or its earlier name)."""
-    return "lambda_g_input" if "lambda_g_input" in ds else "lambda_g"
 
 
 def _sim_points(sim, block, x, y):
@@ -32,12 +28,12 @@ def _sim_points(sim, block, x, y):
     if not rows:
         return []
     wmax = max(r["width"] for r in rows)
-    return [r for r in rows if r["width"] == wmax]
+    return [dict(r, sim=schema.canonical(r["sim"], schema.EARLIER_INPUT)) for r in rows if r["width"] == wmax]
 
 
 def phase_diagram(ds, out_dir: str, name: str, sim=None, formats=("png",)) -> list[str]:
     """Two panels (angle rate, gradient rate) of the 2-D dataset ``ds``."""
-    grad = _gradient_name(ds)
+    grad = "lambda_g_input"
     dims = list(ds[grad].dims)
     if len(dims) != 2:
         raise ValueError(f"a phase diagram needs a 2-D sweep (got axes {', '.join(dims) or 'none'})")
@@ -55,7 +51,7 @@ def phase_diagram(ds, out_dir: str, name: str, sim=None, formats=("png",)) -> li
                 ax.contour(xs, ys, z, levels=[0.0], colors="k", linewidths=1.0)
             fig.colorbar(im, ax=ax, extend=extend(norm, z))
             for r in pts:
-                v = r["sim"].get(var, r["sim"].get("lambda_g")) if var == grad else r["sim"][var]
+                v = r["sim"].get(var)
                 if v is None or not np.isfinite(v):  # not measurable (e.g. below float32 resolution)
                     ax.plot(r["point"][x], r["point"][y], "x", ms=6, color="k")
                     continue

@@ -75,7 +75,7 @@ def load_groups(path: str, kind: str = "theory") -> dict:
         key = name.strip("/")
         if not key:  # plain single-group grid
             key = _recognise(ds, path)
-        out[key] = schema.canonical(ds, schema.SIMULATION)  # a file of an earlier release
+        out[key] = schema.canonical(ds, schema.EARLIER_COLLAPSE)  # perhaps a file of an earlier release
     for ds in groups.values():
         ds.close()
     if not out:

@@ -141,7 +141,8 @@ def critical_point(
 
     Returns ``None`` when the λ_a = 0 contour does not enter the grid, else a dict
     ``kind`` ('crossing' or 'closest'), ``x``/``y`` names and the point's coordinates
-    under those names, ``lambda_a`` and ``lambda_g`` interpolated there, ``points`` (every
+    under those names, the ``angle`` and ``gradient`` variables (``lambda_a``,
+    ``lambda_g_collapse``) interpolated there, ``points`` (every
     crossing, sorted by x) and ``min_abs_gradient`` (smallest |λ_g| on the λ_a = 0
     contour)."""
     fa = slice2d(ds, x, y, angle)

@@ -22,7 +22,6 @@ SYMBOLS = {
     "n_tokens": r"$n$",
     "depth": r"$L$",
     "lambda_a": r"$\lambda_a$",
-    "lambda_g": r"$\lambda_g(L)$",
     "lambda_g_collapse": r"$\lambda_g(L)$",
     "lambda_g_input": r"$\lambda_g(L; q_0, \rho_0)$",
     "lambda_g_inf": r"$\lambda_g^{\infty}$",
@@ -73,8 +72,8 @@ def context():
 
 
 def symbol(name: str, depth=None) -> str:
-    """Axis / colorbar label of a variable; ``lambda_g`` names its depth when known."""
-    if name in ("lambda_g", "lambda_g_collapse") and depth is not None:
+    """Axis / colorbar label of a variable; ``lambda_g_collapse`` names its depth when known."""
+    if name == "lambda_g_collapse" and depth is not None:
         return rf"$\lambda_g(L{{=}}{int(depth)})$"
     return SYMBOLS.get(name, name.replace("_", " "))
 

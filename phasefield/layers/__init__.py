@@ -27,7 +27,6 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from .. import schema
 from ..theory.precision import float64
 from . import (  # noqa: F401
     depth,
@@ -68,15 +67,6 @@ def compiled(name):
     return jax.jit(fn, static_argnames=("depth",) if name != "norm_fixed_point" else ())
 
 
-def _named(out: dict, aliases) -> dict:
-    """``out`` with the deprecated names of ``aliases`` readable (:func:`phasefield.schema.results`),
-    or as it is under a trace (a result returned from a caller's ``jit``/``vmap`` must stay a
-    plain dict, a pytree)."""
-    if any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves(out)):
-        return out
-    return schema.results(out, aliases)
-
-
 def _kernel(q0, rho0):
     dt = jnp.result_type(float)
     q0 = jnp.asarray(q0, dt)
@@ -87,7 +77,7 @@ def _kernel(q0, rho0):
 def exponents(block, n_tokens=32, depth=16) -> dict:
     """:func:`.depth.exponents` of ``block`` (float64)."""
     block, ctx = prepare(block, n_tokens)
-    return _named(compiled("exponents")(block, ctx, depth=int(depth)), schema.COLLAPSE)
+    return dict(compiled("exponents")(block, ctx, depth=int(depth)))
 
 
 @float64
@@ -115,7 +105,7 @@ def gradient_exponent(block, q0=1.0, rho0=1.0, n_tokens=32, depth=16):
 def finite_depth(block, q0=1.0, rho0=0.5, n_tokens=32, depth=16) -> dict:
     """:func:`.depth.finite_depth` from (q0, rho0 q0)."""
     block, ctx = prepare(block, n_tokens)
-    return _named(compiled("finite_depth")(block, ctx, _kernel(q0, rho0), depth=int(depth)), schema.INPUT)
+    return dict(compiled("finite_depth")(block, ctx, _kernel(q0, rho0), depth=int(depth)))
 
 
 @float64
@@ -128,6 +118,6 @@ def rates(block, q0=1.0, rho0=0.5, n_tokens=32, depth=16) -> dict:
     depth) those are NaN (``q_star`` inf, ``n_stable`` 0) and the costly attractor search is
     skipped."""
     block, ctx = prepare(block, n_tokens)
-    out = schema.results(compiled("rates")(block, ctx, _kernel(q0, rho0), depth=int(depth)), schema.INPUT)
+    out = dict(compiled("rates")(block, ctx, _kernel(q0, rho0), depth=int(depth)))
     out["has_fixed_point"] = bool(out["has_fixed_point"])
     return out

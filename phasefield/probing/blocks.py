@@ -3,7 +3,7 @@ leaves the band that keeps the whole stack within ``recommend --block``'s criter
 
 The criteria (as for ``phasefield recommend --block``): over the whole stack of L blocks the
 gradient grows or shrinks by at most a factor F (``|L lambda_g(L)| <= log F``), and nearby
-tokens neither merge nor separate faster than r per block (``|lambda_a| <= r``). Spread
+tokens neither merge nor separate faster than r per block (``|angle_rate| <= r``). Spread
 evenly over the blocks, each block's share is
 
 * **gradient**: ``|log(grad_{l-1} / grad_l)| <= log(F) / L``, the log of the factor by

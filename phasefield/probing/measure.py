@@ -8,7 +8,7 @@ For one draw of the parameters, from the tokens ``x0`` entering the first block:
 * ``q_sym``, ``rho_sym`` [L + 1]: the same from permutation-symmetric tokens at the start
   geometry (q0, rho0) (default: the input's own, rho0 clipped at 0);
 * ``gap`` [L + 1]: ``1 - rho`` after each block from symmetric tokens at (q0, 1 - eps):
-  nearby tokens, whose per-block log ratio is the angle growth lambda_a of that block;
+  nearby tokens, whose per-block log ratio is the angle growth (angle rate) of that block;
 * ``grad`` [L + 1]: ``|d(u . x_L)/d x_l|^2 / |x0|`` (``|x0|`` = number of entries), the
   gradient at block l's output (l = 0: the first block's input) of a random cotangent
   ``u ~ N(0, I)`` at the last block's output, from the user's inputs: one vector-Jacobian

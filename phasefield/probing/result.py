@@ -21,8 +21,6 @@ import math
 import numpy as np
 import xarray as xr
 
-from .. import schema
-
 Z = 3.0
 RESOLUTION = 1e-5  # relative: float32 rounding and the norms' epsilon (1e-6)
 PER_BLOCK = ("q_data", "rho_data", "q_sym", "rho_sym", "gap", "angle", "grad")
@@ -107,18 +105,6 @@ class ProbeResult:
         return float(np.log(g.mean()) / self.depth), float(_se(g) / g.mean() / self.depth)
 
     @property
-    def lambda_a(self) -> tuple:
-        """Deprecated name of :attr:`angle_rate` (until 0.3.0)."""
-        schema.warn_deprecated("lambda_a", "angle_rate")
-        return self.angle_rate
-
-    @property
-    def lambda_g(self) -> tuple:
-        """Deprecated name of :attr:`lambda_g_input` (until 0.3.0)."""
-        schema.warn_deprecated("lambda_g", "lambda_g_input")
-        return self.lambda_g_input
-
-    @property
     def phase(self) -> tuple:
         la, la_se = self.angle_rate
         lg, lg_se = self.lambda_g_input
@@ -131,10 +117,9 @@ class ProbeResult:
         if self.theory is None:
             return {}
         t, L = self.theory, self.depth
-        rates = dict(
+        return dict(
             angle_rate=float(np.log(t["gap"][-1] / t["gap"][0]) / L), lambda_g_input=float(t["log_grad"][0] / L)
         )
-        return schema.results(rates, schema.PROBE)
 
     def verdict(self) -> str:
         la, la_se = self.angle_rate
@@ -214,7 +199,7 @@ class ProbeResult:
             out["theory"].update(self.theory_rates())
         if self.fix is not None:
             out["fix"] = self.fix
-        return schema.with_aliases(out, schema.PROBE)
+        return out
 
     def agreement(self, resolution: float = RESOLUTION) -> dict:
         """z = (measured - theory) / se for every per-block curve and the two rates (theory
@@ -239,4 +224,4 @@ class ProbeResult:
         lg, lg_se = self.lambda_g_input
         z["angle_rate"] = (la - rates["angle_rate"]) / la_se
         z["lambda_g_input"] = (lg - rates["lambda_g_input"]) / lg_se
-        return schema.results(z, schema.PROBE)
+        return z

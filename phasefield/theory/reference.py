@@ -14,7 +14,7 @@ import math
 import numpy as np
 from scipy.optimize import brentq
 
-from .. import activations, schema
+from .. import activations
 from . import quadrature
 
 
@@ -143,15 +143,12 @@ class ReferencePoint:
         return float(np.log(np.max(np.real(np.linalg.eigvals(m)))))
 
     def exponents(self) -> dict:
-        return schema.results(
-            dict(
-                lambda_a=self.lambda_a(),
-                lambda_g_collapse=self.lambda_g(),
-                lambda_g_inf=self.lambda_g_inf(),
-                q_star=self.q_star(),
-                rho_star=self.rho_star(),
-            ),
-            schema.COLLAPSE,
+        return dict(
+            lambda_a=self.lambda_a(),
+            lambda_g_collapse=self.lambda_g(),
+            lambda_g_inf=self.lambda_g_inf(),
+            q_star=self.q_star(),
+            rho_star=self.rho_star(),
         )
 
 

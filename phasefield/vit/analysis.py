@@ -28,11 +28,11 @@ from . import models as M
 from .design import config_id
 
 RAW = ("sigma_w", "sigma_a", "alpha_a", "alpha_m", "depth")
-COLLAPSED = ("lambda_a", "lambda_g")
+COLLAPSED = ("lambda_a", "lambda_g_collapse")
 # features predict computes in about a millisecond at any depth (raw values and the two
 # collapsed-point closed forms): the shipped model is chosen among models on these alone
 EFFECTIVE = ("effective_depth", "effective_depth_attention", "effective_depth_mlp")
-CHEAP = frozenset(RAW + COLLAPSED + ("L_lambda_a", "L_lambda_g") + EFFECTIVE)
+CHEAP = frozenset(RAW + COLLAPSED + ("L_lambda_a", "L_lambda_g_collapse") + EFFECTIVE)
 LISTS = ("config", "run_losses", "run_failed", "lrs")
 # a run "fails to train" when it diverged or ended within 5 % of chance (test loss >= 0.95 log C)
 CHANCE_FRACTION = 0.95
@@ -145,33 +145,45 @@ def model_specs(tab: dict) -> dict:
     """name -> (kind, features, group, options). Groups: 'exponents' (theory outputs only),
     'raw' (the hyperparameters alone), 'hybrid' (both)."""
     specs = {
-        "paper_max": ("max", ("lambda_a", "lambda_g"), "exponents"),
+        "paper_max": ("max", ("lambda_a", "lambda_g_collapse"), "exponents"),
         "lambda_a_only": ("one", ("lambda_a",), "exponents"),
-        "lambda_g_only": ("one", ("lambda_g",), "exponents"),
-        "depth_max": ("max", ("L_lambda_a", "L_lambda_g"), "exponents"),
+        "lambda_g_only": ("one", ("lambda_g_collapse",), "exponents"),
+        "depth_max": ("max", ("L_lambda_a", "L_lambda_g_collapse"), "exponents"),
     }
     for m in ("paper", "exact"):
         if f"lambda_a_in_{m}" not in tab:
             continue
         for corr in ("", "_corr"):
             specs[f"input_{m}{corr}_max"] = ("max", (f"lambda_a_in_{m}", f"lambda_g_in_{m}{corr}"), "exponents")
-    specs["trees_collapsed"] = ("trees", ("lambda_a", "lambda_g"), "exponents")
-    specs["trees_collapsed_L"] = ("trees", ("lambda_a", "lambda_g", "L_lambda_a", "L_lambda_g"), "exponents")
+    specs["trees_collapsed"] = ("trees", ("lambda_a", "lambda_g_collapse"), "exponents")
+    specs["trees_collapsed_L"] = (
+        "trees",
+        ("lambda_a", "lambda_g_collapse", "L_lambda_a", "L_lambda_g_collapse"),
+        "exponents",
+    )
     inputs = [k for k in ("lambda_a_in_exact", "lambda_g_in_exact_corr", "rho_out_exact") if k in tab]
     if inputs:
         specs["trees_input_exact"] = ("trees", tuple(inputs), "exponents")
         specs["trees_all_exponents"] = (
             "trees",
-            ("lambda_a", "lambda_g", "lambda_g_inf") + tuple(inputs) + ("L_lambda_a", "L_lambda_g"),
+            ("lambda_a", "lambda_g_collapse", "lambda_g_inf") + tuple(inputs) + ("L_lambda_a", "L_lambda_g_collapse"),
             "exponents",
         )
-        specs["poly2_all_exponents"] = ("poly", ("lambda_a", "lambda_g") + tuple(inputs), "exponents")
-        specs["two_part_exponents"] = ("two_part", ("lambda_a", "lambda_g") + tuple(inputs), "exponents")
-    specs["poly2_collapsed"] = ("poly", ("lambda_a", "lambda_g", "L_lambda_a", "L_lambda_g"), "exponents")
-    specs["forest_collapsed_L"] = ("forest", ("lambda_a", "lambda_g", "L_lambda_a", "L_lambda_g"), "exponents")
+        specs["poly2_all_exponents"] = ("poly", ("lambda_a", "lambda_g_collapse") + tuple(inputs), "exponents")
+        specs["two_part_exponents"] = ("two_part", ("lambda_a", "lambda_g_collapse") + tuple(inputs), "exponents")
+    specs["poly2_collapsed"] = (
+        "poly",
+        ("lambda_a", "lambda_g_collapse", "L_lambda_a", "L_lambda_g_collapse"),
+        "exponents",
+    )
+    specs["forest_collapsed_L"] = (
+        "forest",
+        ("lambda_a", "lambda_g_collapse", "L_lambda_a", "L_lambda_g_collapse"),
+        "exponents",
+    )
     specs["two_part_collapsed_L"] = (
         "two_part",
-        ("lambda_a", "lambda_g", "L_lambda_a", "L_lambda_g"),
+        ("lambda_a", "lambda_g_collapse", "L_lambda_a", "L_lambda_g_collapse"),
         "exponents",
         dict(reg_kind="forest"),
     )
@@ -198,7 +210,7 @@ def model_specs(tab: dict) -> dict:
     specs["gp_hp"] = ("gp", raw, "raw")
     specs["gp_hp_rough"] = ("gp", raw, "raw", dict(nu=0.5))
     # hybrids: the raw values and the collapsed exponents together
-    hyb = raw + ("lambda_a", "lambda_g") + (("L_lambda_a", "L_lambda_g") if "depth" in raw else ())
+    hyb = raw + ("lambda_a", "lambda_g_collapse") + (("L_lambda_a", "L_lambda_g_collapse") if "depth" in raw else ())
     specs["linear_hybrid"] = ("poly", hyb, "hybrid", dict(degree=1))
     specs["trees_hybrid"] = ("trees", hyb, "hybrid")
     specs["forest_hybrid"] = ("forest", hyb, "hybrid")

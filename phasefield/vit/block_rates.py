@@ -1,4 +1,4 @@
-"""The collapsed-point rates a block model reads (``lambda_a``, ``lambda_g``), fast: the
+"""The collapsed-point rates a block model reads (``lambda_a``, ``lambda_g_collapse``), fast: the
 route of ``predict --block``.
 
 :func:`phasefield.vit.features.block_theory` (the reference) integrates the exact-softmax map
@@ -20,7 +20,7 @@ those values as its mesh tables (constant interpolants, ``ExactKernel.interp``) 
 integrating: no quadrature, no per-scale tables, one compiled program per (block structure,
 depth, padded point count) with the numbers traced (points mapped one by one):
 
-* ``lambda_g`` = lambda_g(L) from (1, 1) (:func:`phasefield.layers.depth.gradient_exponent`);
+* ``lambda_g_collapse`` = lambda_g(L) from (1, 1) (:func:`phasefield.layers.depth.gradient_exponent`);
 * ``lambda_a`` = ``log m(q*)`` (:func:`phasefield.layers.depth.exponents`' formula, without
   its attractor search) where the norm has a finite fixed point, else the finite-depth angle
   rate from collapsed tokens (:func:`phasefield.layers.depth.finite_depth`'s).
@@ -39,7 +39,7 @@ import functools
 
 import numpy as np
 
-OUT = ("lambda_a", "lambda_g")
+OUT = ("lambda_a", "lambda_g_collapse")
 RHO_TOL = 1e-12  # the largest |1 - rho| along the collapsed trajectory this route accepts
 
 
@@ -62,7 +62,7 @@ def _attention_leaves(block):
 
 
 def _point(name, fixed, run_numbers, n_tokens, depth, scales):
-    """The traced point function: (the run's numbers, S, T) -> {lambda_a, lambda_g}."""
+    """The traced point function: (the run's numbers, S, T) -> {lambda_a, lambda_g_collapse}."""
     import jax.numpy as jnp
 
     from ..layers import depth as D
@@ -92,7 +92,7 @@ def _point(name, fixed, run_numbers, n_tokens, depth, scales):
         lambda_g = D.backward_rate(block, ctx, qc, pc, depth)  # along the trajectory above
         # lambda_a of layers.depth.exponents where the norm has a finite fixed point
         _, fin, _, la = D.collapsed_point(block, ctx)
-        return dict(lambda_a=jnp.where(fin, la, angle_rate), lambda_g=lambda_g, stray=stray)
+        return dict(lambda_a=jnp.where(fin, la, angle_rate), lambda_g_collapse=lambda_g, stray=stray)
 
     return f
 
@@ -108,7 +108,7 @@ def _compiled(name, fixed_items, run_numbers, n_tokens, depth, scales):
 
 
 def rates(cfg, configs: list[dict], attention: str | None = None) -> dict | None:
-    """{lambda_a, lambda_g} (arrays over ``configs``) of :func:`phasefield.vit.features.block_theory`
+    """{lambda_a, lambda_g_collapse} (arrays over ``configs``) of :func:`phasefield.vit.features.block_theory`
     by the uniform-attention route (module docstring), or None where that route does not serve."""
     import jax
     import jax.numpy as jnp

@@ -175,7 +175,7 @@ CANDIDATES = {
     ),
     "logistic_hybrid": (
         "logistic",
-        ("sigma_w", "sigma_a", "effective_depth_attention", "effective_depth_mlp", "lambda_a", "lambda_g"),
+        ("sigma_w", "sigma_a", "effective_depth_attention", "effective_depth_mlp", "lambda_a", "lambda_g_collapse"),
         dict(degree=1),
     ),
     "logistic_raw_eff_C01": ("logistic", RAW4 + ("depth", "effective_depth"), dict(degree=1, C=0.1)),
@@ -194,7 +194,7 @@ CANDIDATES = {
     "logistic_raw_eff2_C01": ("logistic", RAW4 + ("depth", "effective_depth"), dict(degree=2, C=0.05)),
     "logistic_raw_eff_lambda": (
         "logistic",
-        RAW4 + ("depth", "effective_depth", "lambda_a", "lambda_g"),
+        RAW4 + ("depth", "effective_depth", "lambda_a", "lambda_g_collapse"),
         dict(degree=1),
     ),
     "forest_raw_eff_leaf12": ("forest", RAW4 + ("depth", "effective_depth"), dict(min_samples_leaf=12)),

@@ -83,7 +83,7 @@ def _traced_features(hp, q0, rho0, L: int, maps) -> dict:
     ex = paper.exponents(hp)
     out = dict(
         lambda_a=ex["lambda_a"],
-        lambda_g=ex["lambda_g_collapse"],
+        lambda_g_collapse=ex["lambda_g_collapse"],
         lambda_g_inf=ex["lambda_g_inf"],
         rho_star=ex["rho_star"],
     )
@@ -188,7 +188,7 @@ def table_scales_of(cfg, blocks, **over):
 def block_theory(cfg, configs: list[dict], attention: str | None = None) -> dict:
     """The collapsed-point theory of :func:`phasefield.vit.sweep.block_theory` (``lambda_a``: the
     angle exponent where the block has a finite fixed point, else the finite-depth angle rate
-    from collapsed tokens; ``lambda_g`` = lambda_g(L) from (1, 1); ``lambda_g_inf``,
+    from collapsed tokens; ``lambda_g_collapse`` = lambda_g(L) from (1, 1); ``lambda_g_inf``,
     ``rho_star`` at the stable fixed point, NaN without one), computed with every block's
     tables sized alike (:data:`SCALE_NUMBERS`): one compiled program per depth, not per point.
     ``attention``: the attention map (default: the preset's)."""
@@ -201,7 +201,7 @@ def block_theory(cfg, configs: list[dict], attention: str | None = None) -> dict
     over = {} if attention is None else dict(attention=attention)
     blocks = block_specs(cfg, configs, **over)
     scales = table_scales_of(cfg, blocks, **over)
-    keys = ("lambda_a", "lambda_g", "lambda_g_inf", "rho_star")
+    keys = ("lambda_a", "lambda_g_collapse", "lambda_g_inf", "rho_star")
     out = {k: np.full(len(configs), np.nan) for k in keys}
     with jax.enable_x64(True):
         one = jnp.asarray(1.0, jnp.float64)
@@ -209,7 +209,7 @@ def block_theory(cfg, configs: list[dict], attention: str | None = None) -> dict
             L = int(c["depth"])
             pb, ctx = layers.prepare(blk, cfg.n_tokens, scales=scales)
             fd = layers.compiled("finite_depth")(pb, ctx, Kernel(one, one), depth=L)
-            out["lambda_g"][i] = float(fd["lambda_g_collapse"])
+            out["lambda_g_collapse"][i] = float(fd["lambda_g_collapse"])
             if bool(jnp.isfinite(layers.compiled("norm_fixed_point")(pb, ctx, one))):
                 # the fixed point's quantities do not depend on depth: one program for every depth
                 ex = layers.compiled("exponents")(pb, ctx, depth=1)
@@ -223,7 +223,7 @@ def block_theory(cfg, configs: list[dict], attention: str | None = None) -> dict
 def block_features(cfg, configs: list[dict], q0: float, rho0: float, maps=MAPS, attention: str | None = None) -> dict:
     """The features of :func:`features` for the :mod:`phasefield.layers` block of ``cfg``
     (``cfg.block_for``: sigma = sigma_w, alpha_attn = alpha_A, alpha_mlp = alpha_M): at the collapsed point
-    ``lambda_a``, ``lambda_g``, ``lambda_g_inf``, ``rho_star`` as
+    ``lambda_a``, ``lambda_g_collapse``, ``lambda_g_inf``, ``rho_star`` as
     :func:`phasefield.vit.sweep.block_theory` gives them per run (:func:`block_theory`: the angle
     exponent where the block has a finite fixed point, else the finite-depth angle rate); from the
     input geometry (q0, rho0), per attention map, the trajectory's ``rho_out``, ``lambda_a_in`` and

@@ -41,7 +41,7 @@ def fig7(report: dict, path: str, dpi: int = 150, dataset: str = "digits") -> No
     best = report["best_exponent_model"]
     oof = np.asarray(report["models"][best]["oof"])
     fig, axes = plt.subplots(1, 3, figsize=(13.5, 4.2))
-    for ax, key, name in ((axes[0], "lambda_a", r"$\lambda_a$"), (axes[1], "lambda_g", r"$\lambda_g(L)$")):
+    for ax, key, name in ((axes[0], "lambda_a", r"$\lambda_a$"), (axes[1], "lambda_g_collapse", r"$\lambda_g(L)$")):
         x = np.asarray(t[key])
         for d in sorted(set(L.tolist())):
             m = L == d
@@ -94,7 +94,7 @@ def plane(report: dict, path: str, dpi: int = 150) -> None:
         m = L == d
         sc = ax.scatter(
             np.asarray(t["lambda_a"])[m],
-            np.asarray(t["lambda_g"])[m],
+            np.asarray(t["lambda_g_collapse"])[m],
             c=y[m],
             cmap="viridis",
             vmin=float(y.min()),

@@ -356,7 +356,7 @@ def load_model(path: str | None = None, block: str | None = None) -> dict:
 
 
 # ---------------------------------------------------------------------------- features
-COLLAPSED = ("lambda_a", "lambda_g", "L_lambda_a", "L_lambda_g")
+COLLAPSED = ("lambda_a", "lambda_g_collapse", "L_lambda_a", "L_lambda_g_collapse")
 
 
 @functools.cache
@@ -396,7 +396,7 @@ def collapsed_exponents(cfg, sigma_w, sigma_a, alpha_a, alpha_m, depth) -> tuple
 
 
 def model_features(doc: dict, configs: list[dict], cfg=None, reference: bool = False) -> dict:
-    """The columns a model needs at ``configs`` ({name: array}), plus lambda_a and lambda_g:
+    """The columns a model needs at ``configs`` ({name: array}), plus lambda_a and lambda_g_collapse:
     raw hyperparameters as given, the effective depths (L alpha^2 per branch and their sum),
     collapsed exponents (and L * lambda) from :func:`collapsed_exponents` (for a model fitted on
     the runs of a block without a closed-form engine, that block's, with the model's
@@ -420,12 +420,12 @@ def model_features(doc: dict, configs: list[dict], cfg=None, reference: bool = F
         th = None if reference else rates(cfg, configs, doc.get("attention"))
         if th is None:
             th = F.block_theory(cfg, configs, doc.get("attention"))
-        la, lg = th["lambda_a"], th["lambda_g"]
+        la, lg = th["lambda_a"], th["lambda_g_collapse"]
     out.update(
         lambda_a=la,
-        lambda_g=lg,
+        lambda_g_collapse=lg,
         L_lambda_a=L * la,
-        L_lambda_g=L * lg,
+        L_lambda_g_collapse=L * lg,
         **analysis.effective_depths(L, out["alpha_a"], out["alpha_m"]),
     )
     rest = [f for f in doc["features"] if f not in out]
@@ -488,7 +488,7 @@ def predict(
                 fail_criterion=(doc.get("failure") or {}).get("criterion"),
                 fail_note=(doc.get("failure") or {}).get("note"),
                 lambda_a=float(feats["lambda_a"][i]),
-                lambda_g=float(feats["lambda_g"][i]),
+                lambda_g_collapse=float(feats["lambda_g_collapse"][i]),
                 features={f: float(feats[f][i]) for f in doc["features"]},
                 model=doc.get("name"),
                 family=doc.get("family"),

@@ -128,7 +128,7 @@ def recommend(
             dict(
                 zip(NAMES, map(float, p)),
                 lambda_a=float(a[0]),
-                lambda_g=float(g[0]),
+                lambda_g_collapse=float(g[0]),
                 exact=bool(np.hypot(a[0], g[0]) < 1e-6),
             )
         )
@@ -180,7 +180,7 @@ def recommend(
             interval=best["interval"],
             p_fail=best["p_fail"],
             lambda_a=best["lambda_a"],
-            lambda_g=best["lambda_g"],
+            lambda_g_collapse=best["lambda_g_collapse"],
             model=best["model"],
             warnings=warn,
             evaluated=int(len(eval_pts)),

@@ -51,7 +51,7 @@ RESULT_FIELDS = (
     "test_acc",
     "diverged",
     "lambda_a",
-    "lambda_g",
+    "lambda_g_collapse",
     "lambda_g_inf",
     "chunk",
     "seconds",
@@ -63,7 +63,7 @@ class SweepError(ValueError):
 
 
 def theory_exponents(cfg: TrainConfig, runs: list[dict]):
-    """lambda_a, lambda_g (finite depth: each run's depth), lambda_g_inf at the collapsed /
+    """lambda_a, lambda_g_collapse (finite depth: each run's depth), lambda_g_inf at the collapsed /
     stable fixed points, from the block's closed-form engine (the paper block's
     :mod:`phasefield.layers.paper`) vmapped in float64; a block without one: :func:`block_theory`."""
     import jax
@@ -71,11 +71,11 @@ def theory_exponents(cfg: TrainConfig, runs: list[dict]):
 
     n = len(runs)
     if n == 0:
-        return {k: np.zeros(0) for k in ("lambda_a", "lambda_g", "lambda_g_inf")}
+        return {k: np.zeros(0) for k in ("lambda_a", "lambda_g_collapse", "lambda_g_inf")}
     preset = cfg.preset()
     if not preset.fast_engine:
         th = block_theory(cfg, runs)
-        return {k: th[k] for k in ("lambda_a", "lambda_g", "lambda_g_inf")}
+        return {k: th[k] for k in ("lambda_a", "lambda_g_collapse", "lambda_g_inf")}
     engine = preset.engine
     col = lambda k: np.array([r.get(k, cfg.depth) if k == "depth" else r[k] for r in runs], float)
     with jax.enable_x64(True):
@@ -83,9 +83,7 @@ def theory_exponents(cfg: TrainConfig, runs: list[dict]):
             col("sigma_w"), col("sigma_a"), col("alpha_a"), col("alpha_m"), depth=col("depth"), dtype=jnp.float64
         )
         ex = jax.device_get(jax.jit(jax.vmap(engine.exponents))(hp))
-    # the runs' columns keep the predictor's feature names: its lambda_g is lambda_g_collapse
-    cols = dict(lambda_a="lambda_a", lambda_g="lambda_g_collapse", lambda_g_inf="lambda_g_inf")
-    return {k: np.asarray(ex[v], float).reshape(n) for k, v in cols.items()}
+    return {k: np.asarray(ex[k], float).reshape(n) for k in ("lambda_a", "lambda_g_collapse", "lambda_g_inf")}
 
 
 def block_theory(cfg: TrainConfig, runs: list[dict], **over):
@@ -93,11 +91,11 @@ def block_theory(cfg: TrainConfig, runs: list[dict], **over):
     the ViT's n tokens and each run's depth, from collapsed input tokens (the paper's
     convention): ``lambda_a`` the angle exponent where the block has a finite fixed point,
     else the finite-depth angle rate (1/L) log[(1 - rho_L)/(1 - rho_0)] (rho_0 -> 1);
-    ``lambda_g`` = lambda_g(L); ``lambda_g_inf`` and ``rho_star`` at the stable fixed point
+    ``lambda_g_collapse`` = lambda_g(L); ``lambda_g_inf`` and ``rho_star`` at the stable fixed point
     (NaN without one). ``over``: preset keywords to set (``attention="exact"``)."""
     from .. import layers
 
-    keys = ("lambda_a", "lambda_g", "lambda_g_inf", "rho_star")
+    keys = ("lambda_a", "lambda_g_collapse", "lambda_g_inf", "rho_star")
     cache, out = {}, {k: np.empty(len(runs)) for k in keys}
     for i, r in enumerate(runs):
         depth = int(r.get("depth", cfg.depth))
@@ -332,7 +330,7 @@ def run_sweep(
     lam = (
         theory_exponents(cfg, todo)
         if theory
-        else {k: np.full(len(todo), np.nan) for k in ("lambda_a", "lambda_g", "lambda_g_inf")}
+        else {k: np.full(len(todo), np.nan) for k in ("lambda_a", "lambda_g_collapse", "lambda_g_inf")}
     )
     for i, r in enumerate(todo):
         r.update({k: _clean(v[i]) for k, v in lam.items()})

@@ -27,7 +27,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ... import schema
 from ...theory import attention, mlp
 from ...theory.precision import float64
 from . import fixed_points
@@ -270,5 +269,4 @@ def causal_exponents(hp, kern=None, causal: bool = True) -> dict:
         "lambda_g_collapse": gradient_exponent(hp, c0, int(np.asarray(hp.depth)), causal, kern),
         "q_star": q_star,
     }
-    traced = any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves(out))
-    return out if traced else schema.results(out, schema.COLLAPSE)
+    return out

@@ -8,6 +8,8 @@ procedure           how the loss model, its interval and its failure part were f
 command             the commands that regenerate the file from the committed tables
 phasefield_version  the version of phasefield that wrote it
 fitted              the date it was fitted (ISO)
+renamed             (where present) the names changed in the file since it was fitted; its
+                    numbers are as fitted
 
 :func:`phasefield.vit.predict.load_model` ignores it; :func:`of` reads it.
 """
