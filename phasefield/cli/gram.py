@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import click
 
-from .common import UsageError, echo_json, option, point_hparams, point_options
+from .common import UsageError, echo_json, option, options, point_hparams, point_options
 
 MAX_TOKENS = 128
 MAX_DEPTH = 4096  # the full-Gram map is iterated L times on an n x n Gram
@@ -45,131 +45,84 @@ def _check_input(q0, rho0, n):
         raise UsageError(f"--rho0 must lie in [-1/(n-1), 1] (got {rho0:g})")
 
 
-def register(cli):
-    @cli.group("gram")
-    def gram_group():
-        """Full-Gram mean field: causal attention, two-group inputs, exact softmax."""
-
-    @gram_group.command("trajectory")
-    @_point
-    @click.option("--q0", type=float, default=1.0, show_default=True, help="input squared norm / d")
-    @click.option("--rho0", type=float, default=0.3, show_default=True, help="input token cosine")
-    @click.option(
+_TRAJECTORY_OPTIONS = (
+    click.option("--q0", type=float, default=1.0, show_default=True, help="input squared norm / d"),
+    click.option("--rho0", type=float, default=0.3, show_default=True, help="input token cosine"),
+    click.option(
         "--rho-inter",
         type=float,
         default=None,
         help="two-group input (paper Eq. 12): cosine across the groups (--rho0 inside)",
-    )
-    def trajectory(
-        sigma_w,
-        sigma_a,
-        alpha,
-        alpha_a,
-        alpha_m,
-        sigma_v,
-        n_tokens,
-        depth,
-        activation,
-        attention,
-        causal,
-        as_json,
-        q0,
-        rho0,
-        rho_inter,
-    ):
-        """Per-layer token norms and cosines (per position with --causal)."""
-        hp = _hp(sigma_w, sigma_a, alpha, alpha_a, alpha_m, sigma_v, n_tokens, depth, activation, attention)
-        _check_input(q0, rho0, n_tokens)
-        import numpy as np
-
-        gram = _engine().gram
-
-        if rho_inter is not None:
-            option("--rho-inter", rho_inter)
-            if not -1.0 <= rho_inter <= rho0:
-                raise UsageError(f"--rho-inter must lie in [-1, --rho0] (got {rho_inter:g})")
-            intra, inter = gram.two_group_trajectory(hp, q0, rho0, rho_inter, depth, causal=causal)
-            res = dict(
-                layer=list(range(depth + 1)),
-                intra=np.asarray(intra),
-                inter=np.asarray(inter),
-                ratio=np.asarray(inter) / np.asarray(intra),
-            )
-            if as_json:
-                echo_json(res)
-            else:
-                click.echo(f"{'layer':>5} {'intra':>9} {'inter':>9} {'ratio':>7}")
-                for l_ in range(depth + 1):
-                    click.echo(f"{l_:>5d} {res['intra'][l_]:>9.5f} {res['inter'][l_]:>9.5f} {res['ratio'][l_]:>7.4f}")
-            return
-        geo = gram.causal_geometry(hp, q0, rho0, depth, causal=causal)
-        norms, cos = np.asarray(geo["norms"]), np.asarray(geo["cosines"])
-        iu = np.triu_indices(n_tokens, 1)
-        mean_prev = np.array([[c[i, :i].mean() if i else np.nan for i in range(n_tokens)] for c in cos])
-        res = dict(
-            layer=list(range(depth + 1)),
-            causal=causal,
-            norms=norms,
-            cosines=cos,
-            mean_cosine=cos[:, iu[0], iu[1]].mean(-1),
-            mean_cosine_with_earlier=mean_prev,
-        )
-        if as_json:
-            echo_json(res)
-        else:
-            click.echo(f"{'layer':>5} {'mean q':>9} {'mean rho':>9}   (per position: --json)")
-            for l_ in range(depth + 1):
-                click.echo(f"{l_:>5d} {norms[l_].mean():>9.5f} {res['mean_cosine'][l_]:>9.5f}")
-
-    @gram_group.command("exponents")
-    @_point
-    @click.option(
+    ),
+)
+_EXPONENTS_OPTIONS = (
+    click.option(
         "--softmax-correction", is_flag=True, help="also lambda_g from (q0, rho0) with the query/key-path term"
-    )
-    @click.option("--q0", type=float, default=1.0, show_default=True)
-    @click.option("--rho0", type=float, default=0.3, show_default=True)
-    def exponents(
-        sigma_w,
-        sigma_a,
-        alpha,
-        alpha_a,
-        alpha_m,
-        sigma_v,
-        n_tokens,
-        depth,
-        activation,
-        attention,
-        causal,
-        as_json,
-        softmax_correction,
-        q0,
-        rho0,
-    ):
-        """lambda_a and lambda_g(depth) of the full-Gram map (causal with --causal)."""
-        hp = _hp(sigma_w, sigma_a, alpha, alpha_a, alpha_m, sigma_v, n_tokens, depth, activation, attention)
-        _check_input(q0, rho0, n_tokens)
-        gram = _engine().gram
+    ),
+    click.option("--q0", type=float, default=1.0, show_default=True),
+    click.option("--rho0", type=float, default=0.3, show_default=True),
+)
+_NUMBERS = (
+    "sigma_w",
+    "sigma_a",
+    "alpha",
+    "alpha_a",
+    "alpha_m",
+    "sigma_v",
+    "n_tokens",
+    "depth",
+    "activation",
+    "attention",
+)
 
-        res = {k: float(v) for k, v in gram.causal_exponents(hp, causal=causal).items()}
-        c0 = gram.symmetric_gram(n_tokens, q0, rho0 * q0)
-        res["lambda_g_input"] = float(gram.gradient_exponent(hp, c0, depth, causal))
-        if softmax_correction:
-            res["lambda_g_input_corrected"] = float(
-                gram.gradient_exponent(hp.replace(softmax_correction=True), c0, depth, causal)
-            )
-        res.update(n_tokens=n_tokens, depth=depth, causal=causal, attention=attention, q0=q0, rho0=rho0)
-        if as_json:
-            echo_json(res)
-        else:
-            for k in (
-                "lambda_a",
-                "lambda_a_spectral",
-                "lambda_g_collapse",
-                "lambda_g_input",
-                "lambda_g_input_corrected",
-            ):
-                if k in res:
-                    click.echo(f"{k:<24} = {res[k]:+.5f}")
+
+@click.group("gram")
+def gram_group():
+    """Full-Gram mean field: causal attention, two-group inputs, exact softmax."""
+
+
+@gram_group.command("trajectory")
+@_point
+@options(*_TRAJECTORY_OPTIONS)
+def trajectory(causal, as_json, q0, rho0, rho_inter, **kw):
+    """Per-layer token norms and cosines (per position with --causal)."""
+    hp = _hp(*(kw[k] for k in _NUMBERS))
+    _check_input(q0, rho0, hp.n_tokens)
+    if rho_inter is not None:
+        option("--rho-inter", rho_inter)
+        if not -1.0 <= rho_inter <= rho0:
+            raise UsageError(f"--rho-inter must lie in [-1, --rho0] (got {rho_inter:g})")
+    res = _engine().gram.geometry_report(hp, q0, rho0, rho_inter, hp.depth, causal=causal)
+    if as_json:
+        return echo_json(res)
+    if rho_inter is not None:
+        click.echo(f"{'layer':>5} {'intra':>9} {'inter':>9} {'ratio':>7}")
+        for l_ in res["layer"]:
+            click.echo(f"{l_:>5d} {res['intra'][l_]:>9.5f} {res['inter'][l_]:>9.5f} {res['ratio'][l_]:>7.4f}")
+        return
+    click.echo(f"{'layer':>5} {'mean q':>9} {'mean rho':>9}   (per position: --json)")
+    for l_ in res["layer"]:
+        click.echo(f"{l_:>5d} {res['norms'][l_].mean():>9.5f} {res['mean_cosine'][l_]:>9.5f}")
+
+
+@gram_group.command("exponents")
+@_point
+@options(*_EXPONENTS_OPTIONS)
+def exponents(causal, as_json, softmax_correction, q0, rho0, **kw):
+    """lambda_a and lambda_g(depth) of the full-Gram map (causal with --causal)."""
+    hp = _hp(*(kw[k] for k in _NUMBERS))
+    _check_input(q0, rho0, hp.n_tokens)
+    res = _engine().gram.exponents_report(hp, q0, rho0, causal=causal, softmax_correction=softmax_correction)
+    res.update(n_tokens=hp.n_tokens, depth=hp.depth, causal=causal, attention=kw["attention"], q0=q0, rho0=rho0)
+    if as_json:
+        return echo_json(res)
+    for k in ("lambda_a", "lambda_a_spectral", "lambda_g_collapse", "lambda_g_input", "lambda_g_input_corrected"):
+        if k in res:
+            click.echo(f"{k:<24} = {res[k]:+.5f}")
+
+
+def register(cli):
+    cli.add_command(gram_group)
 
 
 def _engine():

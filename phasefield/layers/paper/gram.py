@@ -270,3 +270,47 @@ def causal_exponents(hp, kern=None, causal: bool = True) -> dict:
         "q_star": q_star,
     }
     return out
+
+
+# ---- the reports of ``phasefield gram`` --------------------------------------------------
+
+
+def geometry_report(hp, q0, rho0, rho_inter=None, num_layers: int | None = None, causal: bool = False) -> dict:
+    """Per-layer geometry from a permutation-symmetric input (q0, rho0): ``norms`` [L+1, n],
+    ``cosines`` [L+1, n, n], their means and each position's mean cosine with the earlier
+    positions; with ``rho_inter``, from the two-group input of paper Eq. 12 instead (cosine
+    ``rho0`` inside a group, ``rho_inter`` across): ``intra``, ``inter`` and their ``ratio``
+    per layer. NumPy arrays; ``hp.n_tokens`` concrete."""
+    num_layers = int(np.asarray(hp.depth)) if num_layers is None else int(num_layers)
+    layer = list(range(num_layers + 1))
+    if rho_inter is not None:
+        intra, inter = (np.asarray(v) for v in two_group_trajectory(hp, q0, rho0, rho_inter, num_layers, causal))
+        return dict(layer=layer, intra=intra, inter=inter, ratio=inter / intra)
+    n = int(np.asarray(hp.n_tokens))
+    geo = causal_geometry(hp, q0, rho0, num_layers, causal=causal)
+    norms, cos = np.asarray(geo["norms"]), np.asarray(geo["cosines"])
+    iu = np.triu_indices(n, 1)
+    earlier = np.array([[c[i, :i].mean() if i else np.nan for i in range(n)] for c in cos])
+    return dict(
+        layer=layer,
+        causal=causal,
+        norms=norms,
+        cosines=cos,
+        mean_cosine=cos[:, iu[0], iu[1]].mean(-1),
+        mean_cosine_with_earlier=earlier,
+    )
+
+
+def exponents_report(hp, q0, rho0, causal: bool = False, softmax_correction: bool = False) -> dict:
+    """:func:`causal_exponents` and ``lambda_g_input``, lambda_g(L) from the symmetric input
+    (q0, rho0) (with ``softmax_correction`` also ``lambda_g_input_corrected``, the backward
+    map with the softmax path), as plain floats."""
+    n, depth = int(np.asarray(hp.n_tokens)), int(np.asarray(hp.depth))
+    res = {k: float(v) for k, v in causal_exponents(hp, causal=causal).items()}
+    c0 = symmetric_gram(n, q0, rho0 * q0)
+    res["lambda_g_input"] = float(gradient_exponent(hp, c0, depth, causal))
+    if softmax_correction:
+        res["lambda_g_input_corrected"] = float(
+            gradient_exponent(hp.replace(softmax_correction=True), c0, depth, causal)
+        )
+    return res
