@@ -3,11 +3,13 @@
 and the finite-width simulation sweeps (:mod:`phasefield.simulate.sweep`,
 :mod:`phasefield.simulate.blocks`).
 
+    points = driver.Grid(axes, scalars, outer=("n_tokens",))   # the grid's points
+    chunks = points.chunks(size, multiple=len(devices))
     with driver.Driver(out, spec) as drv:
-        results = drv.run(evaluate, n_chunks, span, total, variables, progress=True)
+        results = drv.run(evaluate, chunks.count, chunks.span, points.size, variables, progress=True)
         if results is None:          # a multi-host process other than 0: its chunks are stored
             return None
-        ds = ...                     # the caller labels ``results`` (flat float64 arrays)
+        ds = points.dataset(results, {name: attrs, ...})   # labelled
         drv.write(ds)                # atomic netCDF write, then the chunk store is removed
 
 * :mod:`~phasefield.driver.store`: with ``out`` (or a ``store`` folder) every finished chunk
@@ -18,15 +20,18 @@ and the finite-width simulation sweeps (:mod:`phasefield.simulate.sweep`,
   multi-host (after ``jax.distributed.initialize()`` each process computes the chunks
   ``c % process_count == process_index``; process 0 waits, up to ``wait`` seconds, for every
   chunk and assembles; the others get None from :meth:`Driver.run`), a tqdm bar;
+* :mod:`~phasefield.driver.grid`: the grid's points (:class:`Grid`): flattening, chunk sizing,
+  the padding of the last chunk of each slab, the points' values and the labelled dataset;
 * :mod:`~phasefield.driver.shard`: a chunk's points over devices (:func:`shard` places the
   per-point arrays, :func:`over_points` compiles the chunk function for that placement).
 
-The caller checks the grid's size first (:func:`phasefield.grid.check_grid`) and pads each
-chunk to its evaluator's width; ``span(c)`` says which points of the flat result chunk ``c``
-fills, ``evaluate(c)`` returns its values.
+The caller checks the grid's size first (:func:`phasefield.grid.check_grid`) and builds its
+:class:`Grid`; ``Grid.chunks`` gives each chunk's ``span`` (the points of the flat result it
+fills) and its ``index`` padded to the evaluator's width; ``evaluate(c)`` returns its values.
 """
 
+from .grid import Chunks, Grid
 from .run import WAIT, Driver
 from .shard import over_points, shard
 
-__all__ = ["WAIT", "Driver", "over_points", "shard"]
+__all__ = ["WAIT", "Chunks", "Driver", "Grid", "over_points", "shard"]

@@ -426,7 +426,6 @@ def sweep(
     logit scale when q0 = 1 (:func:`mesh_tables`; the interpolants equal the maps to
     rounding, else the grid integrates them per point as ``mesh=False`` does).
     ``phasefield.sweep(block=...)`` calls this for every block but the paper's."""
-    import xarray as xr
 
     from .. import driver, grid
 
@@ -434,34 +433,26 @@ def sweep(
     grid.check_values({"n_tokens": n_tokens, "depth": depth})
     num_keys = tuple(k for k in axes if k not in ("depth", "n_tokens"))
     grids = [np.asarray(axes[k], float) for k in num_keys]
-    shape = tuple(len(g) for g in grids)
     n_axis = "n_tokens" in axes
     n_list = [int(v) for v in np.asarray(axes["n_tokens"], float)] if n_axis else [int(n_tokens)]
     depth_list = depths if depths is not None else [int(depth)]
-    lead = ((len(n_list),) if n_axis else ()) + ((len(depth_list),) if depths is not None else ())
-    grid.check_grid(lead + shape, 8 * len(VARIABLES), "grid")
+    # n_tokens and depth are static in a compiled chunk: outer axes, one slab per pair
+    outer = {"n_tokens": np.asarray(n_list)} if n_axis else {}
+    if depths is not None:
+        outer["depth"] = np.asarray(depths)
+    points = driver.Grid({**outer, **dict(zip(num_keys, grids))}, outer=("n_tokens", "depth"))
+    grid.check_grid(points.shape, 8 * len(VARIABLES), "grid")
     if chunk is not None and not 1 <= int(chunk) <= grid.CHUNK_MAX:
         raise ValueError(f"chunk must lie in [1, {grid.CHUNK_MAX:,}] (got {chunk})")
-    npts = int(np.prod(shape)) if grids else 1
-    flat = [m.ravel() for m in np.meshgrid(*grids, indexing="ij")] if grids else []
     plans = [plan(name, fixed, dict(zip(num_keys, grids)), n, depth_list, q0, rho0, mesh) for n in n_list]
     devices = list(devices) if devices is not None else jax.local_devices()
-    ndev = len(devices) if flat else 1
-    size = int(chunk or plans[0].chunk)
-    size = -(-min(size, npts) // ndev) * ndev  # whole points per device
-    per_slab = -(-npts // size)
-    slabs = [(i, j) for i in range(len(n_list)) for j in range(len(depth_list))]
-    total = len(slabs) * npts
-
-    def span(c):
-        s, off = divmod(c, per_slab)
-        return s * npts + off * size, s * npts + min((off + 1) * size, npts)
+    ndev = len(devices) if grids else 1
+    chunks = points.chunks(int(chunk or plans[0].chunk), multiple=ndev)  # whole points per device
 
     def evaluate(c):
-        s, off = divmod(c, per_slab)
-        i, j = slabs[s]
-        idx = np.arange(off * size, (off + 1) * size) % npts  # the last chunk padded by wrapping
-        values = driver.shard({k: jnp.asarray(a[idx]) for k, a in zip(num_keys, flat)}, devices[:ndev])
+        i, j = divmod(chunks.slab(c), len(depth_list))
+        values = points.values(chunks.index(c), inner=True)  # the last chunk padded by wrapping
+        values = driver.shard({k: jnp.asarray(values[k]) for k in num_keys}, devices[:ndev])
         return evaluate_chunk(plans[i], values, depth_list[j])
 
     store_spec = dict(
@@ -474,15 +465,15 @@ def sweep(
         q0=float(q0),
         rho0=float(rho0),
         mesh=bool(mesh),
-        chunk=size,
+        chunk=chunks.size,
         version=1,
     )
     with driver.Driver(out, store_spec, log=log) as drv:
         results = drv.run(
             evaluate,
-            len(slabs) * per_slab,
-            span,
-            total,
+            chunks.count,
+            chunks.span,
+            points.size,
             tuple(VARIABLES),
             progress=progress,
             desc=f"{name} sweep",
@@ -490,16 +481,6 @@ def sweep(
         )
         if results is None:
             return None
-        dims = (["n_tokens"] if n_axis else []) + (["depth"] if depths is not None else []) + list(num_keys)
-        coords = dict(zip(num_keys, grids))
-        if n_axis:
-            coords["n_tokens"] = np.asarray(n_list)
-        if depths is not None:
-            coords["depth"] = np.asarray(depths)
-        data = {
-            v: (dims, results[v].reshape(lead + shape), dict(long_name=VARIABLES[v], symbol=SYMBOLS[v]))
-            for v in VARIABLES
-        }
         attrs = dict(
             block=name,
             q0=float(q0),
@@ -510,6 +491,6 @@ def sweep(
             attrs["n_tokens"] = int(n_tokens)
         if depths is None:
             attrs["depth"] = int(depth)
-        ds = xr.Dataset(data, coords=coords, attrs=attrs)
+        ds = points.dataset(results, {v: dict(long_name=VARIABLES[v], symbol=SYMBOLS[v]) for v in VARIABLES}, attrs)
         drv.write(ds)
         return ds

@@ -88,22 +88,6 @@ def _axes(sigma_w, sigma_a, alpha, alpha_a, alpha_m, sigma_v, n_tokens, depth):
     return dims, scalars
 
 
-def _point_fields(dims, scalars, flat_index):
-    """Hyperparameter values of the points ``flat_index`` of the grid."""
-    shape = tuple(v.size for v in dims.values())
-    idx = np.unravel_index(flat_index, shape) if shape else ()
-    vals = {}
-    for axis, (name, v) in enumerate(dims.items()):
-        vals[name] = v[idx[axis]]
-    for name, v in scalars.items():
-        vals[name] = np.full(flat_index.shape, float(v))
-    if "alpha" in vals:
-        vals["alpha_a"] = vals["alpha_m"] = vals.pop("alpha")
-    sw_axis = list(dims).index("sigma_w") if "sigma_w" in dims else None
-    sw_index = idx[sw_axis] if sw_axis is not None else np.zeros(flat_index.shape, np.int64)
-    return vals, sw_index
-
-
 # compiled once per activation (run eagerly, this vmap compiled every primitive on its own)
 @functools.cache
 def _layer_scales_fn(activation: str, mlp_layers: int):
@@ -338,8 +322,6 @@ def _evaluate_grid(
     _thorough: bool = False,
 ):
     """The grid through the chunk driver, every option checked (the keywords as :func:`sweep_grid`'s)."""
-    import xarray as xr
-
     HParams(
         activation=activation,
         mlp_layers=mlp_layers,
@@ -348,8 +330,8 @@ def _evaluate_grid(
         softmax_correction=bool(softmax_correction),
     ).validate()
     dims, scalars = _axes(sigma_w, sigma_a, alpha, alpha_a, alpha_m, sigma_v, n_tokens, depth)
-    shape = tuple(v.size for v in dims.values())
-    total = grid.check_grid(shape, 8 * 8, "grid")
+    points = driver.Grid(dims, scalars)
+    total = grid.check_grid(points.shape, 8 * 8, "grid")
     if chunk_size is not None and not 1 <= int(chunk_size) <= grid.CHUNK_MAX:
         raise ValueError(f"chunk_size must lie in [1, {grid.CHUNK_MAX:,}] (got {chunk_size})")
     devices = list(devices) if devices is not None else jax.local_devices()
@@ -429,13 +411,14 @@ def _evaluate_grid(
             int(TILE),
         )
 
-        def span(c):
-            return c * chunk, min(total, (c + 1) * chunk)
+        chunks = points.chunks(chunk)
 
         def evaluate(c):
-            lo = c * chunk
-            index = np.arange(lo, lo + width) % total  # pad (the last chunk) by wrapping
-            fields, sw_index = _point_fields(dims, scalars, index)
+            index = chunks.index(c, width)  # pad (the last chunk) by wrapping
+            fields = points.values(index)
+            if "alpha" in fields:
+                fields["alpha_a"] = fields["alpha_m"] = fields.pop("alpha")
+            sw_index = points.indices(index, "sigma_w") if "sigma_w" in dims else np.zeros(index.shape, np.int64)
             att_index = np.zeros(index.shape, np.int64)
             if att_sizes is not None:
                 att_index[:] = [pair_index[p] for p in zip(fields["sigma_a"].tolist(), fields["n_tokens"].tolist())]
@@ -444,15 +427,12 @@ def _evaluate_grid(
             fields, sw_index, att_index = driver.shard((fields, sw_index, att_index), devices)
             return fn(fields, sw_index, kernels, att_index, att_values)
 
-        results = drv.run(evaluate, n_chunks, span, total, VARIABLES, progress=progress, wait=wait)
+        results = drv.run(evaluate, n_chunks, chunks.span, total, VARIABLES, progress=progress, wait=wait)
         if results is None:
             return None  # process 0 assembles
-        coords = {name: (name, v) for name, v in dims.items()}
-        coords.update({name: float(v) for name, v in scalars.items()})
-        data = {k: (tuple(dims), results[k].reshape(shape), ATTRS[k]) for k in VARIABLES}
-        ds = xr.Dataset(
-            data,
-            coords=coords,
+        ds = points.dataset(
+            results,
+            {k: ATTRS[k] for k in VARIABLES},
             attrs=dict(
                 title="phasefield theory sweep",
                 block="paper",
