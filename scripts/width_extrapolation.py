@@ -272,24 +272,26 @@ def tables(fs):
     lines = []
     for preset in dict.fromkeys(f["preset"] for f in fs):
         mine = [f for f in fs if f["preset"] == preset]
-        widths = mine[0]["widths"]
+        widths = sorted({d for f in mine for d in f["widths"]})
         soft = mine[0]["theory_softmax"] is not None
         lines += [f"### {preset}", "", "λ_g from the input (lambda_g_input):", ""]
-        head = ["point", "theory"] + (["+ softmax path"] if soft else []) + [f"d = {d}" for d in widths]
-        head += ["d → ∞", "χ²/dof", "z", "bias at d = 1024 (b/1024)", "bias / se(1024)"]
+        head = ["point", "theory"] + [f"d = {d}" for d in widths] + ["d → ∞", "χ²/dof", "z"]
+        head += ["+ softmax path", "its z"] if soft else []
+        head += ["bias at d = 1024 (b/1024)", "bias / se(1024)"]
         lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         for f in (f for f in mine if f["quantity"] == "lambda_g_input"):
+            at = dict(zip(f["widths"], zip(f["values"], f["ses"])))
             cells = [label(f["spec"]), f"{f['theory']:+.5f}"]
-            cells += [f"{f['theory_softmax']:+.5f}"] if soft else []
-            cells += [_cell(v, s) for v, s in zip(f["values"], f["ses"])]
-            se1024 = np.interp(1024.0, f["widths"], f["ses"])
+            cells += [_cell(*at[d]) if d in at else "" for d in widths]
             cells += [
                 _cell(f["a"], f["a_se"]),
                 "—" if not np.isfinite(f["chi2_dof"]) else f"{f['chi2_dof']:.2f}",
                 f"{f['z']:+.1f}",
-                _cell(f["b"] / 1024, f["b_se"] / 1024),
-                f"{f['b'] / 1024 / se1024:+.1f}",
             ]
+            if soft:
+                cells += [f"{f['theory_softmax']:+.5f}", f"{(f['a'] - f['theory_softmax']) / f['a_se']:+.1f}"]
+            se1024 = np.interp(1024.0, f["widths"], f["ses"])
+            cells += [_cell(f["b"] / 1024, f["b_se"] / 1024), f"{f['b'] / 1024 / se1024:+.1f}"]
             lines.append("| " + " | ".join(cells) + " |")
         lines += ["", "z = (d → ∞ − theory) / se of every quantity:", ""]
         head = ["point"] + list(QUANTITIES)

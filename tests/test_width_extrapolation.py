@@ -113,3 +113,40 @@ def test_run_resumes_and_skips_done_rows(script, tmp_path):
         except json.JSONDecodeError:
             bad.append(line)
     assert len(bad) == 1 and len(script.read_rows(path)) == 20  # only the torn line is lost
+
+
+def test_tables_align_points_measured_at_different_widths(script):
+    """The markdown printer: one column per width of the preset, a blank cell where a
+    point lacks that width, the softmax-path columns only where the theory has them."""
+
+    def fit(text, widths, soft):
+        f = script.fit_inverse_width(widths, [0.1 + 1 / d for d in widths], [0.01] * len(widths))
+        return dict(
+            preset=text.split(":")[0],
+            spec=text,
+            quantity="lambda_g_input",
+            widths=widths,
+            draws=[32] * len(widths),
+            values=[0.1 + 1 / d for d in widths],
+            ses=[0.01] * len(widths),
+            theory=0.1,
+            theory_softmax=0.1 if soft else None,
+            weights="lazy",
+            z=(f["a"] - 0.1) / f["a_se"],
+            **f,
+        )
+
+    fs = [fit("dyt:sigma=1,alpha=0.3,heads=4", [512, 1024], True)]
+    fs += [fit("dyt:sigma=1,alpha=0.3,heads=4,a=2", [512, 1024, 2048], True)]
+    fs += [fit("pre-ln:sigma=1,alpha=0.3,heads=4", [512, 1024], False)]
+    fs += [dict(f, quantity=q) for f in fs for q in script.QUANTITIES if q != "lambda_g_input"]
+    lines = script.tables(fs)
+    rows = [ln for ln in lines if ln.startswith("|")]
+    for block in ("### dyt", "### pre-ln"):
+        i = lines.index(block)
+        head = lines[i + 4]
+        body = [ln for ln in lines[i + 6 :] if ln.startswith("|")][: 2 if block == "### dyt" else 1]
+        assert all(ln.count("|") == head.count("|") for ln in body), (head, body)
+        assert ("softmax path" in head) == (block == "### dyt")
+    assert "d = 2048" in lines[lines.index("### dyt") + 4] and "d = 2048" not in lines[lines.index("### pre-ln") + 4]
+    assert "| sigma=1,alpha=0.3,a=2 |" in "\n".join(rows)
