@@ -26,6 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
+from .. import table_cache
 from ..precision import float64
 from . import exact
 
@@ -649,11 +650,10 @@ def point_cap(sigma_a: float) -> float:
 def point_kernel(sigma_a: float, n: float, values: bool = True) -> ExactKernel:
     """The exact map's kernel of one concrete logit scale ``sigma_a`` and ``n`` tokens: grid
     sizes for :func:`point_cap` (the scale's own where the cap's grid is over the cost bound)
-    and, with ``values``, (S, T) on the :data:`MESH_FULL` mesh (:func:`scale_tables`' route,
-    each scale integrated once per process, or read from the interpolant in the scale once a
-    process has asked for more than :data:`DIRECT_SCALES` scales of one cap), whose
-    interpolants stand for the maps where their Chebyshev tails reach rounding (``interp``,
-    ``interp_t``)."""
+    and, with ``values``, (S, T) on the :data:`MESH_FULL` mesh read from the interpolant in
+    the scale on [0, cap] (:func:`point_pieces`: built once per (n, cap) and kept on disk),
+    whose interpolants in rho stand for the maps where their Chebyshev tails reach rounding
+    (``interp``, ``interp_t``)."""
     sa, n = float(sigma_a), float(n)
     cap = point_cap(sa)
     try:
@@ -669,27 +669,69 @@ def point_kernel(sigma_a: float, n: float, values: bool = True) -> ExactKernel:
     )
 
 
-DIRECT_SCALES = 4  # scales of one (n, cap) integrated one by one before the interpolant
-_seen: dict = {}  # (n, n_a, n_z, cap) -> distinct scales asked for so far
-
-
 @float64
 def _point_values(sa: float, n: float, n_a: int, n_z: int, cap: float):
-    """(S, T) [2, MESH_FULL + 1] of one scale: integrated, or, once more than
-    :data:`DIRECT_SCALES` scales of this cap were asked for (a loop over points), read from
-    the interpolant in the scale on [0, cap] (:func:`_scale_pieces`: the tables at
-    Chebyshev nodes of the scale, built once; within ~1e-14 of the integrated tables, as a
-    block sweep reads them)."""
-    key = (n, n_a, n_z, cap)
-    seen = _seen.setdefault(key, set())
-    seen.add(sa)
-    if len(seen) > DIRECT_SCALES:
-        for lo, hi, x, s_nodes, t_nodes in _scale_pieces(n, n_a, n_z, 0.0, cap, cap, adaptive=False):
-            if lo <= sa <= hi:
-                c = barycentric_matrix(x, [sa])
-                return np.tensordot(c, s_nodes, axes=1)[0], np.tensordot(c, t_nodes, axes=1)[0]
+    """(S, T) [2, MESH_FULL + 1] of one scale, from the interpolant in the scale on [0, cap]
+    (:func:`point_pieces`; within ~1e-14 of the integrated tables, as a block sweep reads
+    them), or integrated where no piece holds the scale. The same function of (sigma_A, n)
+    in every process, whichever scales it asked for before."""
+    for lo, hi, x, s_nodes, t_nodes in point_pieces(n, n_a, n_z, cap):
+        if lo <= sa <= hi:
+            c = barycentric_matrix(x, [sa])
+            return np.tensordot(c, s_nodes, axes=1)[0], np.tensordot(c, t_nodes, axes=1)[0]
     s, t = _direct_tables(np.asarray([sa]), n, n_a, n_z, cap, adaptive=False)
     return s[0], t[0]
+
+
+# the modules whose code computes the pieces: their hash is part of the disk cache's key (the
+# one-scale program's compiler options are in the key itself)
+TABLE_SOURCES = ("phasefield.theory.attention.exact", "phasefield.theory.attention.exact_table")
+
+
+def _pieces_ok(got: dict) -> bool:
+    """Whether stored pieces have the arrays and shapes :func:`point_pieces` writes."""
+    k = len(got["lo"])
+    if got["lo"].shape != (k,) or got["hi"].shape != (k,) or len(got) != 2 + 3 * k:
+        return False
+    for i in range(k):
+        m = got[f"x{i}"].shape
+        if len(m) != 1 or got[f"s{i}"].shape != got[f"t{i}"].shape or got[f"s{i}"].shape != (m[0], 2, MESH_FULL + 1):
+            return False
+    return True
+
+
+@functools.lru_cache(maxsize=16)
+def point_pieces(n: float, n_a: int, n_z: int, cap: float) -> tuple:
+    """:func:`_scale_pieces` on [0, cap] of the one-scale program (sizes (n_a, n_z), ``n``
+    tokens): read from the tables' folder (:mod:`phasefield.theory.table_cache`) when a
+    process computed them before, else computed (57 scales integrated: seconds) and written
+    there. Once per process and (n, cap)."""
+    key = dict(
+        n=float(n),
+        n_a=int(n_a),
+        n_z=int(n_z),
+        cap=float(cap),
+        scale_nodes=list(SCALE_NODES),
+        scale_tail=SCALE_TAIL,
+        mesh=MESH_FULL,
+        options=one_scale_options(),
+    )
+
+    def compute():
+        pieces = _scale_pieces(float(n), n_a, n_z, 0.0, float(cap), float(cap), adaptive=False)
+        out = dict(lo=[p[0] for p in pieces], hi=[p[1] for p in pieces])
+        for i, (_, _, x, s, t) in enumerate(pieces):
+            out.update({f"x{i}": x, f"s{i}": s, f"t{i}": t})
+        return out
+
+    got = table_cache.cached("exact-point", key, TABLE_SOURCES, compute, _pieces_ok)
+    pieces = []
+    for i, (lo, hi) in enumerate(zip(got["lo"], got["hi"])):
+        x, s, t = got[f"x{i}"], got[f"s{i}"], got[f"t{i}"]
+        for v in (x, s, t):
+            v.flags.writeable = False
+        pieces.append((float(lo), float(hi), x, s, t))
+    return tuple(pieces)
 
 
 @functools.lru_cache(maxsize=16)
