@@ -235,7 +235,7 @@ def test_point_tables_read_back_bitwise_without_integrating(folder, fresh, monke
     nothing."""
     n_a, n_z = _sizes()
     with jax.enable_x64(True):
-        built = exact_table.point_pieces(N, n_a, n_z, CAP)
+        built = exact_table.point_pieces(N, n_a, n_z, CAP, 0.0, CAP)
         values = [exact_table._point_values(sa, N, n_a, n_z, CAP) for sa in (0.11, 0.43)]
     assert built and len(list(folder.iterdir())) == 1
     _fresh_process_state()
@@ -247,7 +247,7 @@ def test_point_tables_read_back_bitwise_without_integrating(folder, fresh, monke
     monkeypatch.setattr(exact_table, "_scale_pieces", refuse)
     before = len(_COMPILES)
     with jax.enable_x64(True):
-        read = exact_table.point_pieces(N, n_a, n_z, CAP)
+        read = exact_table.point_pieces(N, n_a, n_z, CAP, 0.0, CAP)
         again = [exact_table._point_values(sa, N, n_a, n_z, CAP) for sa in (0.11, 0.43)]
     assert len(_COMPILES) == before
     assert len(read) == len(built)

@@ -669,13 +669,27 @@ def point_kernel(sigma_a: float, n: float, values: bool = True) -> ExactKernel:
     )
 
 
+POINT_EDGES = (1.0, 2.0, 3.0)  # a point's interpolant in the scale is built on one range of
+# [0, cap] split here: a new token count builds only the ranges its scales fall in, and the
+# lower ranges (small meshes, fewer nodes) cost least
+POINT_NODES = (15, 29, 57)  # node counts tried on each range (nested, as SCALE_NODES)
+
+
+def point_range(sa: float, cap: float) -> tuple[float, float]:
+    """The range of [0, cap] (split at :data:`POINT_EDGES`) whose interpolant serves the scale
+    ``sa``: the first that holds it."""
+    edges = [0.0, *(e for e in POINT_EDGES if e < cap), cap]
+    i = min(int(np.searchsorted(edges, sa, side="left")), len(edges) - 1)
+    return edges[max(i - 1, 0)], edges[max(i, 1)]
+
+
 @float64
 def _point_values(sa: float, n: float, n_a: int, n_z: int, cap: float):
-    """(S, T) [2, MESH_FULL + 1] of one scale, from the interpolant in the scale on [0, cap]
-    (:func:`point_pieces`; within ~1e-14 of the integrated tables, as a block sweep reads
-    them), or integrated where no piece holds the scale. The same function of (sigma_A, n)
-    in every process, whichever scales it asked for before."""
-    for lo, hi, x, s_nodes, t_nodes in point_pieces(n, n_a, n_z, cap):
+    """(S, T) [2, MESH_FULL + 1] of one scale, from the interpolant in the scale on its range
+    (:func:`point_range`, :func:`point_pieces`; within ~1e-14 of the integrated tables, as a
+    block sweep reads them), or integrated where no piece holds the scale. The same function
+    of (sigma_A, n) in every process, whichever scales it asked for before."""
+    for lo, hi, x, s_nodes, t_nodes in point_pieces(n, n_a, n_z, cap, *point_range(sa, cap)):
         if lo <= sa <= hi:
             c = barycentric_matrix(x, [sa])
             return np.tensordot(c, s_nodes, axes=1)[0], np.tensordot(c, t_nodes, axes=1)[0]
@@ -700,25 +714,27 @@ def _pieces_ok(got: dict) -> bool:
     return True
 
 
-@functools.lru_cache(maxsize=16)
-def point_pieces(n: float, n_a: int, n_z: int, cap: float) -> tuple:
-    """:func:`_scale_pieces` on [0, cap] of the one-scale program (sizes (n_a, n_z), ``n``
-    tokens): read from the tables' folder (:mod:`phasefield.theory.table_cache`) when a
-    process computed them before, else computed (57 scales integrated: seconds) and written
-    there. Once per process and (n, cap)."""
+@functools.lru_cache(maxsize=64)
+def point_pieces(n: float, n_a: int, n_z: int, cap: float, lo: float, hi: float) -> tuple:
+    """:func:`_scale_pieces` on [lo, hi] (:data:`POINT_NODES`) of the one-scale program (sizes
+    (n_a, n_z), ``n`` tokens, scales up to ``cap``): read from the tables' folder
+    (:mod:`phasefield.theory.table_cache`) when a process computed them before, else computed
+    (15 to 57 scales integrated: seconds) and written there. Once per process and key."""
     key = dict(
         n=float(n),
         n_a=int(n_a),
         n_z=int(n_z),
         cap=float(cap),
-        scale_nodes=list(SCALE_NODES),
+        lo=float(lo),
+        hi=float(hi),
+        scale_nodes=list(POINT_NODES),
         scale_tail=SCALE_TAIL,
         mesh=MESH_FULL,
         options=one_scale_options(),
     )
 
     def compute():
-        pieces = _scale_pieces(float(n), n_a, n_z, 0.0, float(cap), float(cap), adaptive=False)
+        pieces = _scale_pieces(float(n), n_a, n_z, float(lo), float(hi), float(cap), adaptive=False, nodes=POINT_NODES)
         out = dict(lo=[p[0] for p in pieces], hi=[p[1] for p in pieces])
         for i, (_, _, x, s, t) in enumerate(pieces):
             out.update({f"x{i}": x, f"s{i}": s, f"t{i}": t})
@@ -736,13 +752,13 @@ def point_pieces(n: float, n_a: int, n_z: int, cap: float) -> tuple:
 
 @functools.lru_cache(maxsize=16)
 @float64
-def _scale_pieces(n, n_a, n_z, lo, hi, top, depth: int = 0, adaptive: bool = True) -> tuple:
+def _scale_pieces(n, n_a, n_z, lo, hi, top, depth: int = 0, adaptive: bool = True, nodes=SCALE_NODES) -> tuple:
     """Pieces ``(lo, hi, nodes, S, T)`` covering [lo, hi] whose Chebyshev interpolants in the
-    logit scale reach :data:`SCALE_TAIL` (:func:`scale_tables`' rule: SCALE_NODES in turn,
-    the range halved where neither does); empty where the node tables are not finite or
+    logit scale reach :data:`SCALE_TAIL` (:func:`scale_tables`' rule: ``nodes`` in turn,
+    the range halved where none does); empty where the node tables are not finite or
     halving runs out (those scales are integrated one by one). ``adaptive`` as
     :func:`st_mesh_fn`."""
-    fit = _fit_range(n, n_a, n_z, lo, hi, SCALE_NODES, top, adaptive)
+    fit = _fit_range(n, n_a, n_z, lo, hi, nodes, top, adaptive)
     if fit is NOT_FINITE:
         return ()
     if fit is not None:
@@ -750,6 +766,6 @@ def _scale_pieces(n, n_a, n_z, lo, hi, top, depth: int = 0, adaptive: bool = Tru
     if depth >= 4:
         return ()
     mid = 0.5 * (lo + hi)
-    return _scale_pieces(n, n_a, n_z, lo, mid, top, depth + 1, adaptive) + _scale_pieces(
-        n, n_a, n_z, mid, hi, top, depth + 1, adaptive
+    return _scale_pieces(n, n_a, n_z, lo, mid, top, depth + 1, adaptive, nodes) + _scale_pieces(
+        n, n_a, n_z, mid, hi, top, depth + 1, adaptive, nodes
     )
