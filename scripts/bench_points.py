@@ -18,6 +18,7 @@ beside them, never asserted. ``PYTHONPATH=OTHER_CHECKOUT`` measures another vers
 subprocesses inherit it; one without the tables cache ignores ``PHASEFIELD_TABLES``).
 
     python scripts/bench_points.py [--points 8] [--seed 0] [--cold] [--no-cli] [--cli-repeats 3]
+                                   [--presets a,b] [--tables FOLDER]
 """
 
 from __future__ import annotations
@@ -194,12 +195,14 @@ def main():
     ap.add_argument("--no-cli", action="store_true")
     ap.add_argument("--cli-repeats", type=int, default=3, help="CLI runs per case (their median)")
     ap.add_argument("--presets", default=",".join(PRESETS), help="comma-separated presets (default: all)")
+    ap.add_argument("--tables", help="the tables folder to fill and read (default: a new empty one)")
     a = ap.parse_args()
     names = [n for n in a.presets.split(",") if n]
     with tempfile.TemporaryDirectory() as tmp:
-        tables = os.path.join(tmp, "tables")
+        tables = a.tables or os.path.join(tmp, "tables")
         fill = _child(["--child", "fill"], tables)
-        print(f"tables of n = {N_TOKENS} built by a first process (empty folder), one logit scale per range:")
+        state = "its own folder" if a.tables else "empty folder"
+        print(f"tables of n = {N_TOKENS} built by a first process ({state}), one logit scale per range:")
         for f in fill:
             print(f"  scale {f['scale']:<4}: {f['wall_s']:6.2f} s wall, {f['cpu_s']:6.2f} s CPU")
         print(

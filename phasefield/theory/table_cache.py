@@ -26,6 +26,7 @@ import functools
 import hashlib
 import json
 import os
+import sys
 import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -66,13 +67,11 @@ def full_key(kind: str, key: dict, sources: Iterable[str]) -> dict:
     version, the hash of ``sources``, JAX's version and default backend."""
     import jax
 
-    from .. import __version__
-
     return dict(
         kind=kind,
         **key,
         format=FORMAT,
-        phasefield=__version__,
+        phasefield=getattr(sys.modules.get("phasefield"), "__version__", None),  # the root, already loaded
         source=source_hash(*sources),
         jax=jax.__version__,
         backend=jax.default_backend(),
