@@ -46,6 +46,13 @@ def _compute(calls, value=1.0):
     return compute
 
 
+def test_the_suite_keeps_its_tables_in_the_runs_folder():
+    """tests/conftest.py: the run's own folder (PHASEFIELD_TEST_TABLES), never the user's."""
+    assert os.environ["PHASEFIELD_TABLES"] == os.environ["PHASEFIELD_TEST_TABLES"]
+    home = Path(os.path.expanduser("~")) / ".cache" / "phasefield" / "tables"
+    assert table_cache.folder() != home
+
+
 def test_folder_follows_the_environment(tmp_path, monkeypatch):
     monkeypatch.delenv("PHASEFIELD_TABLES", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))

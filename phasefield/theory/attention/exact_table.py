@@ -651,19 +651,24 @@ def point_kernel(sigma_a: float, n: float, values: bool = True) -> ExactKernel:
     """The exact map's kernel of one concrete logit scale ``sigma_a`` and ``n`` tokens: grid
     sizes for :func:`point_cap` (the scale's own where the cap's grid is over the cost bound)
     and, with ``values``, (S, T) on the :data:`MESH_FULL` mesh read from the interpolant in
-    the scale on [0, cap] (:func:`point_pieces`: built once per (n, cap) and kept on disk),
+    the scale on its range of [0, cap] (:func:`point_pieces`: built once per (n, cap, range)
+    and kept on disk; integrated on the scale's own grid, which no other scale shares),
     whose interpolants in rho stand for the maps where their Chebyshev tails reach rounding
     (``interp``, ``interp_t``)."""
     sa, n = float(sigma_a), float(n)
     cap = point_cap(sa)
+    own = False
     try:
         n_a, n_z = exact.sizes(sigma_max=cap, n_max=n)
     except ValueError:
-        cap = sa
+        cap, own = sa, True
         n_a, n_z = exact.sizes(sigma_max=sa, n_max=n)
     if not values:
         return ExactKernel(None, n_a=n_a, n_z=n_z)
-    s, t = _point_values(sa, n, n_a, n_z, cap)
+    if own:  # the scale's own grid (a cap for it alone): integrated, no interpolant to share
+        s, t = (v[0] for v in _direct_tables(np.asarray([sa]), n, n_a, n_z, cap, adaptive=False))
+    else:
+        s, t = _point_values(sa, n, n_a, n_z, cap)
     return ExactKernel(
         jnp.asarray(s), n_a=n_a, n_z=n_z, interp=interpolant_exact(s), t=jnp.asarray(t), interp_t=interpolant_exact(t)
     )
