@@ -18,7 +18,11 @@ then loads (programs compiled again after ``jax.clear_caches``, by a fresh ``jax
 the same function, in the other worker or in a subprocess), which saves the workers ~10 %
 of their CPU (a size-limited cache would scan every entry before each write).
 ``PHASEFIELD_TEST_CACHE=FOLDER`` names a folder of your own (kept: a warm rerun), ``PHASEFIELD_TEST_CACHE=off`` turns the
-cache off. A segmentation fault late in a run in ``put_executable_and_time`` /
+cache off. The computed tables' disk cache (the exact-softmax tables of each token
+count, :mod:`phasefield.theory.table_cache`) is per run the same way: a fresh folder
+exported as ``PHASEFIELD_TEST_TABLES`` and ``PHASEFIELD_TABLES``, removed at the end, so
+every run computes its tables once and no test touches the user's own folder
+(``PHASEFIELD_TEST_TABLES=FOLDER`` keeps one, ``off`` computes them in every process). A segmentation fault late in a run in ``put_executable_and_time`` /
 ``backend_compile_and_load`` (with or without the cache) is the worker running out of
 memory maps (below), not the cache. The :func:`no_compilation_cache` fixture keeps the
 cache away from the DeepScaleLM moments (crashes seen in the cache write there, cause not
@@ -135,6 +139,22 @@ if _CACHE is None:
     os.environ["PHASEFIELD_CACHE"] = "off"  # the subprocesses too
 else:
     os.environ["PHASEFIELD_CACHE"] = _CACHE  # the subprocesses' CLI uses the same folder
+
+
+def _run_tables_folder() -> str:
+    """PHASEFIELD_TEST_TABLES, or a fresh empty folder made by the process that starts the run
+    (exported, so the workers and subprocesses share it): the computed tables' disk cache
+    (``phasefield.theory.table_cache``), never the user's own folder."""
+    asked = os.environ.get("PHASEFIELD_TEST_TABLES")
+    if asked is not None:
+        return asked
+    folder = tempfile.mkdtemp(prefix="phasefield-test-tables-")
+    os.environ["PHASEFIELD_TEST_TABLES"] = folder
+    _MADE_CACHE.append(folder)
+    return folder
+
+
+os.environ["PHASEFIELD_TABLES"] = _run_tables_folder()  # read by phasefield.theory.table_cache
 
 # Python's cyclic garbage collector takes ~4 % of the suite's CPU at its default thresholds
 # (perf over a whole run): JAX's tracing allocates many short-lived objects, and at the default thresholds

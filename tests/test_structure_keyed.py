@@ -90,13 +90,11 @@ def test_padded_kernel_is_the_same_function(act):
         np.testing.assert_array_equal(mlp_maps.d_m(kern, rho), mlp_maps.d_m(own, rho))
 
 
-def test_scale_interpolant_equals_the_integrated_tables(monkeypatch):
-    """Past DIRECT_SCALES scales a point reads (S, T) from the interpolant in the logit
-    scale: equal to the tables integrated at that scale (S to 1e-12 relative, T to 1e-12)."""
+def test_scale_interpolant_equals_the_integrated_tables():
+    """A point reads (S, T) from the interpolant in the logit scale: equal to the tables
+    integrated at that scale (S to 1e-12 relative, T to 1e-12)."""
     n = 8.0
     n_a, n_z = exact_table.exact.sizes(sigma_max=exact_table.POINT_CAP, n_max=n)
-    monkeypatch.setattr(exact_table, "DIRECT_SCALES", 0)
-    monkeypatch.setattr(exact_table, "_seen", {})
     with jax.enable_x64(True):  # as point_kernel (float64) calls them
         for sa in (0.37, 2.9):
             s, t = exact_table._point_values(sa, n, n_a, n_z, exact_table.POINT_CAP)

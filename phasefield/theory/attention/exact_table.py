@@ -26,6 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
+from .. import table_cache
 from ..precision import float64
 from . import exact
 
@@ -649,58 +650,120 @@ def point_cap(sigma_a: float) -> float:
 def point_kernel(sigma_a: float, n: float, values: bool = True) -> ExactKernel:
     """The exact map's kernel of one concrete logit scale ``sigma_a`` and ``n`` tokens: grid
     sizes for :func:`point_cap` (the scale's own where the cap's grid is over the cost bound)
-    and, with ``values``, (S, T) on the :data:`MESH_FULL` mesh (:func:`scale_tables`' route,
-    each scale integrated once per process, or read from the interpolant in the scale once a
-    process has asked for more than :data:`DIRECT_SCALES` scales of one cap), whose
-    interpolants stand for the maps where their Chebyshev tails reach rounding (``interp``,
-    ``interp_t``)."""
+    and, with ``values``, (S, T) on the :data:`MESH_FULL` mesh read from the interpolant in
+    the scale on its range of [0, cap] (:func:`point_pieces`: built once per (n, cap, range)
+    and kept on disk; integrated on the scale's own grid, which no other scale shares),
+    whose interpolants in rho stand for the maps where their Chebyshev tails reach rounding
+    (``interp``, ``interp_t``)."""
     sa, n = float(sigma_a), float(n)
     cap = point_cap(sa)
+    own = False
     try:
         n_a, n_z = exact.sizes(sigma_max=cap, n_max=n)
     except ValueError:
-        cap = sa
+        cap, own = sa, True
         n_a, n_z = exact.sizes(sigma_max=sa, n_max=n)
     if not values:
         return ExactKernel(None, n_a=n_a, n_z=n_z)
-    s, t = _point_values(sa, n, n_a, n_z, cap)
+    if own:  # the scale's own grid (a cap for it alone): integrated, no interpolant to share
+        s, t = (v[0] for v in _direct_tables(np.asarray([sa]), n, n_a, n_z, cap, adaptive=False))
+    else:
+        s, t = _point_values(sa, n, n_a, n_z, cap)
     return ExactKernel(
         jnp.asarray(s), n_a=n_a, n_z=n_z, interp=interpolant_exact(s), t=jnp.asarray(t), interp_t=interpolant_exact(t)
     )
 
 
-DIRECT_SCALES = 4  # scales of one (n, cap) integrated one by one before the interpolant
-_seen: dict = {}  # (n, n_a, n_z, cap) -> distinct scales asked for so far
+POINT_EDGES = (1.0, 2.0, 3.0)  # a point's interpolant in the scale is built on one range of
+# [0, cap] split here: a new token count builds only the ranges its scales fall in, and the
+# lower ranges (small meshes, fewer nodes) cost least
+POINT_NODES = (15, 29, 57)  # node counts tried on each range (nested, as SCALE_NODES)
+
+
+def point_range(sa: float, cap: float) -> tuple[float, float]:
+    """The range of [0, cap] (split at :data:`POINT_EDGES`) whose interpolant serves the scale
+    ``sa``: the first that holds it."""
+    edges = [0.0, *(e for e in POINT_EDGES if e < cap), cap]
+    i = min(int(np.searchsorted(edges, sa, side="left")), len(edges) - 1)
+    return edges[max(i - 1, 0)], edges[max(i, 1)]
 
 
 @float64
 def _point_values(sa: float, n: float, n_a: int, n_z: int, cap: float):
-    """(S, T) [2, MESH_FULL + 1] of one scale: integrated, or, once more than
-    :data:`DIRECT_SCALES` scales of this cap were asked for (a loop over points), read from
-    the interpolant in the scale on [0, cap] (:func:`_scale_pieces`: the tables at
-    Chebyshev nodes of the scale, built once; within ~1e-14 of the integrated tables, as a
-    block sweep reads them)."""
-    key = (n, n_a, n_z, cap)
-    seen = _seen.setdefault(key, set())
-    seen.add(sa)
-    if len(seen) > DIRECT_SCALES:
-        for lo, hi, x, s_nodes, t_nodes in _scale_pieces(n, n_a, n_z, 0.0, cap, cap, adaptive=False):
-            if lo <= sa <= hi:
-                c = barycentric_matrix(x, [sa])
-                return np.tensordot(c, s_nodes, axes=1)[0], np.tensordot(c, t_nodes, axes=1)[0]
+    """(S, T) [2, MESH_FULL + 1] of one scale, from the interpolant in the scale on its range
+    (:func:`point_range`, :func:`point_pieces`; within ~1e-14 of the integrated tables, as a
+    block sweep reads them), or integrated where no piece holds the scale. The same function
+    of (sigma_A, n) in every process, whichever scales it asked for before."""
+    for lo, hi, x, s_nodes, t_nodes in point_pieces(n, n_a, n_z, cap, *point_range(sa, cap)):
+        if lo <= sa <= hi:
+            c = barycentric_matrix(x, [sa])
+            return np.tensordot(c, s_nodes, axes=1)[0], np.tensordot(c, t_nodes, axes=1)[0]
     s, t = _direct_tables(np.asarray([sa]), n, n_a, n_z, cap, adaptive=False)
     return s[0], t[0]
 
 
+# the modules whose code computes the pieces: their hash is part of the disk cache's key (the
+# one-scale program's compiler options are in the key itself)
+TABLE_SOURCES = ("phasefield.theory.attention.exact", "phasefield.theory.attention.exact_table")
+
+
+def _pieces_ok(got: dict) -> bool:
+    """Whether stored pieces have the arrays and shapes :func:`point_pieces` writes."""
+    k = len(got["lo"])
+    if got["lo"].shape != (k,) or got["hi"].shape != (k,) or len(got) != 2 + 3 * k:
+        return False
+    for i in range(k):
+        m = got[f"x{i}"].shape
+        if len(m) != 1 or got[f"s{i}"].shape != got[f"t{i}"].shape or got[f"s{i}"].shape != (m[0], 2, MESH_FULL + 1):
+            return False
+    return True
+
+
+@functools.lru_cache(maxsize=64)
+def point_pieces(n: float, n_a: int, n_z: int, cap: float, lo: float, hi: float) -> tuple:
+    """:func:`_scale_pieces` on [lo, hi] (:data:`POINT_NODES`) of the one-scale program (sizes
+    (n_a, n_z), ``n`` tokens, scales up to ``cap``): read from the tables' folder
+    (:mod:`phasefield.theory.table_cache`) when a process computed them before, else computed
+    (15 to 57 scales integrated: seconds) and written there. Once per process and key."""
+    key = dict(
+        n=float(n),
+        n_a=int(n_a),
+        n_z=int(n_z),
+        cap=float(cap),
+        lo=float(lo),
+        hi=float(hi),
+        scale_nodes=list(POINT_NODES),
+        scale_tail=SCALE_TAIL,
+        mesh=MESH_FULL,
+        options=one_scale_options(),
+    )
+
+    def compute():
+        pieces = _scale_pieces(float(n), n_a, n_z, float(lo), float(hi), float(cap), adaptive=False, nodes=POINT_NODES)
+        out = dict(lo=[p[0] for p in pieces], hi=[p[1] for p in pieces])
+        for i, (_, _, x, s, t) in enumerate(pieces):
+            out.update({f"x{i}": x, f"s{i}": s, f"t{i}": t})
+        return out
+
+    got = table_cache.cached("exact-point", key, TABLE_SOURCES, compute, _pieces_ok)
+    pieces = []
+    for i, (lo, hi) in enumerate(zip(got["lo"], got["hi"])):
+        x, s, t = got[f"x{i}"], got[f"s{i}"], got[f"t{i}"]
+        for v in (x, s, t):
+            v.flags.writeable = False
+        pieces.append((float(lo), float(hi), x, s, t))
+    return tuple(pieces)
+
+
 @functools.lru_cache(maxsize=16)
 @float64
-def _scale_pieces(n, n_a, n_z, lo, hi, top, depth: int = 0, adaptive: bool = True) -> tuple:
+def _scale_pieces(n, n_a, n_z, lo, hi, top, depth: int = 0, adaptive: bool = True, nodes=SCALE_NODES) -> tuple:
     """Pieces ``(lo, hi, nodes, S, T)`` covering [lo, hi] whose Chebyshev interpolants in the
-    logit scale reach :data:`SCALE_TAIL` (:func:`scale_tables`' rule: SCALE_NODES in turn,
-    the range halved where neither does); empty where the node tables are not finite or
+    logit scale reach :data:`SCALE_TAIL` (:func:`scale_tables`' rule: ``nodes`` in turn,
+    the range halved where none does); empty where the node tables are not finite or
     halving runs out (those scales are integrated one by one). ``adaptive`` as
     :func:`st_mesh_fn`."""
-    fit = _fit_range(n, n_a, n_z, lo, hi, SCALE_NODES, top, adaptive)
+    fit = _fit_range(n, n_a, n_z, lo, hi, nodes, top, adaptive)
     if fit is NOT_FINITE:
         return ()
     if fit is not None:
@@ -708,6 +771,6 @@ def _scale_pieces(n, n_a, n_z, lo, hi, top, depth: int = 0, adaptive: bool = Tru
     if depth >= 4:
         return ()
     mid = 0.5 * (lo + hi)
-    return _scale_pieces(n, n_a, n_z, lo, mid, top, depth + 1, adaptive) + _scale_pieces(
-        n, n_a, n_z, mid, hi, top, depth + 1, adaptive
+    return _scale_pieces(n, n_a, n_z, lo, mid, top, depth + 1, adaptive, nodes) + _scale_pieces(
+        n, n_a, n_z, mid, hi, top, depth + 1, adaptive, nodes
     )
