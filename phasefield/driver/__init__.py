@@ -1,7 +1,6 @@
 """The chunk driver of every sweep: the theory sweeps (the paper block's closed form,
 :mod:`phasefield.diagram`, and the layers evaluator of any block, :mod:`phasefield.layers.sweep`)
-and the finite-width simulation sweeps (:mod:`phasefield.simulate.sweep`,
-:mod:`phasefield.simulate.blocks`).
+and the finite-width simulation sweeps (:mod:`phasefield.simulate.sweep`).
 
     with driver.Driver(out, spec) as drv:
         results = drv.run(evaluate, n_chunks, span, total, variables, progress=True)
