@@ -150,3 +150,35 @@ def test_token_geometry_shapes_and_consistency():
     # same draws: the mean squared norm is the transients' q
     np.testing.assert_allclose(g["norms"].mean(1), t["q"], rtol=1e-5)
     assert np.all(np.abs(g["cosines"]) <= 1 + 1e-6)
+
+
+# The paper block's fixed-point exponents and transient at one small point (width 32, 3 draws,
+# n = 6, L = 3, seed 7, lazy weights), as the simulator gave them when it took an HParams (the
+# last release): the one simulator must reproduce them. They are bit-identical on the CPU
+# they were taken on; the tolerance (2e-6 relative, a few float32 roundings of the float64
+# estimators' float32 inputs) only admits another platform's float32 kernels, far below one
+# standard error (any change of draws, keys or inputs moves them by O(se)).
+FROZEN_POINT = "paper:sigma_w=2,sigma_a=1,alpha_a=0.5,alpha_m=0.5"
+FROZEN_OPTS = dict(n_tokens=6, depth=3, width=32, draws=3, seed=7, weights="lazy")
+FROZEN = {
+    "lambda_a": -0.09859164555867513,
+    "lambda_a_se": 0.18985264784969194,
+    "lambda_g_collapse": 0.06411096408115241,
+    "lambda_g_collapse_se": 0.04995779113349892,
+    "q_star": 1.8805971068730059,
+}
+FROZEN_RHO = [0.29999999205270883, 0.383676021894249, 0.373956426090799, 0.3852513490336644]
+
+
+def test_paper_block_simulation_is_frozen():
+    """The paper block through the one simulator, as a spec and as ``presets.paper(hp)``,
+    equals the frozen numbers of the HParams route (and the two spellings each other, bit for
+    bit: the same block, the same draws)."""
+    hp = HParams(sigma_w=2.0, sigma_a=1.0, alpha_a=0.5, alpha_m=0.5)
+    res = measure.fixed_point_exponents(FROZEN_POINT, **FROZEN_OPTS)
+    assert res == measure.fixed_point_exponents(paper(hp), **FROZEN_OPTS)
+    assert set(res) == set(FROZEN)
+    for k, v in FROZEN.items():
+        assert res[k] == pytest.approx(v, rel=2e-6, abs=0), (k, res[k], v)
+    rho = measure.transients(FROZEN_POINT, 1.0, 0.3, **FROZEN_OPTS)["rho"]
+    np.testing.assert_allclose(rho, FROZEN_RHO, rtol=2e-6, atol=0)
