@@ -105,7 +105,8 @@ def sweep(
     """Simulate ``lambda_a, lambda_g_collapse`` (with ``_se``) of the preset ``block`` (a spec
     ``NAME:key=value,...`` or ``(name, keywords)``: its fixed numbers, default ``"paper"``)
     on the grid spanned by ``axes`` (keyword arrays named as in :data:`AXES`, numbers of the
-    preset or ``n_tokens``, ``depth``; ``alpha`` sets alpha_a = alpha_m). ``mlp_hidden``: the
+    preset, or ``n_tokens``, ``depth`` given as arrays: the last dimensions; ``alpha`` sets
+    alpha_a = alpha_m). ``mlp_hidden``: the
     MLP's hidden width where the preset's builder takes its ratio to the width (``mult``, the
     paper's block; default: the preset's).
 
@@ -120,6 +121,11 @@ def sweep(
     ``weights``: ``"lazy"`` (default) or ``"dense"`` (see :mod:`phasefield.simulate.stack`).
     """
     name, preset, kw = _base(block)
+    sizes = {"n_tokens": n_tokens, "depth": depth}
+    for k, v in sizes.items():  # arrays: the last dimensions
+        if np.ndim(v) > 0:
+            axes[k], sizes[k] = v, np.ravel(v)[0]
+    n_tokens, depth = sizes["n_tokens"], sizes["depth"]
     for k in axes:
         if k not in AXES:
             raise ValueError(f"unknown sweep axis {k!r}; choose from {', '.join(AXES)}")
