@@ -154,10 +154,13 @@ def test_token_geometry_shapes_and_consistency():
 
 # The paper block's fixed-point exponents and transient at one small point (width 32, 3 draws,
 # n = 6, L = 3, seed 7, lazy weights), as the simulator gave them when it took an HParams (the
-# last release): the one simulator must reproduce them. They are bit-identical on the CPU
-# they were taken on; the tolerance (2e-6 relative, a few float32 roundings of the float64
-# estimators' float32 inputs) only admits another platform's float32 kernels, far below one
-# standard error (any change of draws, keys or inputs moves them by O(se)).
+# last release): the one simulator must reproduce them. A process that compiles the same
+# programs the same way (the command line, a script) reproduces them bit for bit; the suite
+# compiles for speed and another platform has other float32 kernels, which reorder float32
+# roundings (1.2e-7 relative), and lambda_a reads 1 - rho = u/q ~ eps = 1e-3 through a
+# cancellation that multiplies them by up to 1/eps: hence 1e-4 relative (measured here: 6e-6
+# on lambda_a), far below one standard error (0.05 to 0.19: any change of draws, keys or
+# inputs moves them by O(se)).
 FROZEN_POINT = "paper:sigma_w=2,sigma_a=1,alpha_a=0.5,alpha_m=0.5"
 FROZEN_OPTS = dict(n_tokens=6, depth=3, width=32, draws=3, seed=7, weights="lazy")
 FROZEN = {
@@ -179,6 +182,6 @@ def test_paper_block_simulation_is_frozen():
     assert res == measure.fixed_point_exponents(paper(hp), **FROZEN_OPTS)
     assert set(res) == set(FROZEN)
     for k, v in FROZEN.items():
-        assert res[k] == pytest.approx(v, rel=2e-6, abs=0), (k, res[k], v)
+        assert res[k] == pytest.approx(v, rel=1e-4, abs=0), (k, res[k], v)
     rho = measure.transients(FROZEN_POINT, 1.0, 0.3, **FROZEN_OPTS)["rho"]
-    np.testing.assert_allclose(rho, FROZEN_RHO, rtol=2e-6, atol=0)
+    np.testing.assert_allclose(rho, FROZEN_RHO, rtol=1e-4, atol=0)
