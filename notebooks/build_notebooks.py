@@ -130,9 +130,10 @@ standard errors over independent draws.""",
     (
         "code",
         """\
+from phasefield.layers import presets
 from phasefield.simulate import measure
 
-sim = measure.exponents(hp, width=WIDTH, seeds=SEEDS)
+sim = measure.fixed_point_exponents(presets.paper(hp), n_tokens=N, depth=L, width=WIDTH, draws=SEEDS)
 print(f"lambda_a: theory {ex['lambda_a']:+.3f}   simulation {sim['lambda_a']:+.3f} +- {sim['lambda_a_se']:.3f}")
 print(f"lambda_g_collapse: theory {ex['lambda_g_collapse']:+.3f}   "
       f"simulation {sim['lambda_g_collapse']:+.3f} +- {sim['lambda_g_collapse_se']:.3f}")""",
@@ -146,8 +147,7 @@ from phasefield.simulate import sweep as simsweep
 
 sw_sim = np.array([1.0, 2.0, 3.0]) if SMALL else np.linspace(0.5, 3.5, 7)
 al_sim = np.array([0.3, 0.7]) if SMALL else np.linspace(0.1, 0.9, 5)
-sim_grid = simsweep.sweep(width=WIDTH, seeds=SEEDS, sigma_w=sw_sim, alpha=al_sim,
-                          base=HParams(n_tokens=N, depth=L))
+sim_grid = simsweep.sweep("paper", n_tokens=N, depth=L, width=WIDTH, draws=SEEDS, sigma_w=sw_sim, alpha=al_sim)
 th_grid = phasefield.sweep(sigma_w=sw_sim, alpha=al_sim, n_tokens=N, depth=L)
 print(compare.format_table(compare.agreement(th_grid, sim_grid)))""",
     ),

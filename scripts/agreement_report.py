@@ -41,7 +41,7 @@ def stage_sim(out):
         return path
     t = time.time()
     ds = simsweep.sweep(
-        width=WIDTH, seeds=SEEDS, sigma_w=SW, alpha=ALPHA, chunk=16, parts_dir=path + ".parts", progress=True
+        "paper", width=WIDTH, draws=SEEDS, sigma_w=SW, alpha=ALPHA, chunk=16, parts_dir=path + ".parts", progress=True
     )
     ds.attrs["runtime_s"] = time.time() - t
     ds.to_netcdf(path + ".tmp", engine="h5netcdf")
@@ -62,14 +62,14 @@ def stage_theory(out):
 def transient_table(
     out, attention="paper", sigma_ws=(1.0, 2.0, 3.0), sigma_as=(0.5, 1.0, 1.5, 2.0, 3.0, 4.0), width=WIDTH, seeds=8
 ):
-    from phasefield.layers import paper
+    from phasefield.layers import paper, presets
 
     rows = []
     for sa in sigma_as:
         dq, drho = [], []
         for sw in sigma_ws:
             hp = HParams(sigma_w=sw, sigma_a=sa, alpha_a=0.5, alpha_m=0.5, attention=attention)
-            sim = measure.transients(hp, 1.0, 0.5, width=width, seeds=seeds, seed=7)
+            sim = measure.transients(presets.paper(hp), 1.0, 0.5, width=width, draws=seeds, seed=7)
             q_th, p_th = (np.asarray(v, float) for v in paper.trajectory(hp, 1.0, 0.5, 16))
             dq.append(np.max(np.abs(sim["q"] - q_th) / q_th))
             drho.append(np.max(np.abs(sim["rho"] - p_th / q_th)))

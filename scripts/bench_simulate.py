@@ -41,6 +41,7 @@ import jax.numpy as jnp
 import phasefield
 from phasefield import HParams
 from phasefield.block import Block
+from phasefield.layers.presets import paper as paper_block
 from phasefield.simulate import measure, stack
 
 phasefield.use_all_cpu_cores()  # this script owns its process
@@ -107,12 +108,12 @@ def compare(args):
                     continue
                 if name == "forward":
                     f = partial(
-                        measure.transient_draws, hp, q0=1.0, p0=0.5, n=n, d=d, depth=L, weights=w
+                        measure.transient_draws, paper_block(hp), q0=1.0, p0=0.5, n=n, d=d, depth=L, weights=w
                     )  # jitted: static options
                 else:
-                    db = measure.default_draw_batch(n, d, L, weights=w)
+                    db = measure.batch_size(paper_block(hp), n, d, L, w, S)
                     f = _jit_closure(
-                        measure.gradient_draws, hp, q_star=1.2, n=n, d=d, depth=L, weights=w, draw_batch=db
+                        measure.gradient_draws, paper_block(hp), q_star=1.2, n=n, d=d, depth=L, weights=w, draw_batch=db
                     )
                 wall, cpu = cputime(f, keys, reps=args.reps)
                 sec[w] = (cpu / S, wall / S)
@@ -178,7 +179,11 @@ def main():
         del params
         # full stack, one point
         g = jax.jit(
-            jax.vmap(lambda k: stack.stack_forward(hp, k, stack.simplex_tokens(k, n, d, 1.0, 0.5), L, weights="dense"))
+            jax.vmap(
+                lambda k: stack.stack_forward(
+                    paper_block(hp), k, stack.simplex_tokens(k, n, d, 1.0, 0.5), L, weights="dense"
+                )
+            )
         )
         rows.append(("stack", timeit(g, keys), S * L * block_flops(n, d)))
         # a chunk of points sharing draws
@@ -186,16 +191,22 @@ def main():
             lambda hps, keys: jax.vmap(
                 lambda hh: jax.vmap(
                     lambda k: stack.stack_forward(
-                        hh.astype(jnp.float32), k, stack.simplex_tokens(k, n, d, 1.0, 0.5), L, weights="dense"
+                        paper_block(hh.astype(jnp.float32)),
+                        k,
+                        stack.simplex_tokens(k, n, d, 1.0, 0.5),
+                        L,
+                        weights="dense",
                     )
                 )(keys)
             )(hps)
         )
         rows.append(("sweep-fwd", timeit(h, hps, keys), P * S * L * block_flops(n, d)))
-        db = measure.default_draw_batch(n, d, L, points=P, weights="dense")
+        db = measure.batch_size(paper_block(hp), n, d, L, "dense", S, points=P)
         gk = jax.jit(
             lambda hps, keys: jax.vmap(
-                lambda hh: measure.gradient_draws(hh, keys, 1.0, n=n, d=d, depth=L, draw_batch=db, weights="dense")
+                lambda hh: measure.gradient_draws(
+                    paper_block(hh), keys, 1.0, n=n, d=d, depth=L, draw_batch=db, weights="dense"
+                )
             )(hps)
         )
         rows.append(("sweep-grad", timeit(gk, hps, keys, reps=2), P * S * L * block_flops(n, d, grad=True)))

@@ -31,6 +31,7 @@ import phasefield
 from phasefield import HParams
 from phasefield.layers import paper
 from phasefield.layers.paper import block, gram
+from phasefield.layers.presets import paper as paper_block
 from phasefield.simulate import compare, measure
 from phasefield.simulate.stack import simplex_tokens, stack_forward
 from phasefield.theory import mlp
@@ -50,7 +51,7 @@ def _grad_draws(hp, keys, *, n, d, depth):
     def one(key):
         kx, kw, ku = jax.random.split(key, 3)
         x = simplex_tokens(kx, n, d, Q0, RHO0 * Q0, jnp.float32, exact=True)
-        y, vjp = jax.vjp(lambda x0: stack_forward(hp, kw, x0, depth), x)
+        y, vjp = jax.vjp(lambda x0: stack_forward(paper_block(hp), kw, x0, depth), x)
         u = jax.random.normal(ku, y.shape, jnp.float32)
         (g,) = vjp(u)
         return jnp.sum(g * g), jnp.sum(u * u)
@@ -94,10 +95,9 @@ def grid(args):
                     res = fns[mode](hp.replace(attention=mode), kern)
                     for k, v in res.items():
                         th[mode].setdefault(k, np.full(shape, np.nan))[ia, iw, il] = float(v)
-                tr = measure.transients(
-                    hp, Q0, RHO0 * Q0, width=args.width, seeds=args.seeds, depth=depth, seed=args.seed
-                )
-                ea = measure.exponents(hp, width=args.width, seeds=args.seeds, seed=args.seed)
+                sim = dict(n_tokens=n, depth=depth, width=args.width, draws=args.seeds, seed=args.seed)
+                tr = measure.transients(paper_block(hp), Q0, RHO0 * Q0, **sim)
+                ea = measure.fixed_point_exponents(paper_block(hp), **sim)
                 a, b = _grad_draws(hp, keys, n=n, d=args.width, depth=depth)
                 lg, lg_se = measure.log_ratio_of_means(np.asarray(a), np.asarray(b), 1.0 / depth)
                 vals = dict(
@@ -175,7 +175,15 @@ def causal(args):
         for sw in (1.0, 2.0):
             hp = HParams(sigma_w=sw, sigma_a=sa, alpha_a=0.5, alpha_m=0.7, n_tokens=n, depth=depth)
             sim = measure.token_geometry(
-                hp, Q0, RHO0 * Q0, width=args.width, seeds=seeds, depth=depth, causal=True, seed=args.seed
+                paper_block(hp),
+                Q0,
+                RHO0 * Q0,
+                n_tokens=n,
+                width=args.width,
+                draws=seeds,
+                depth=depth,
+                causal=True,
+                seed=args.seed,
             )
             cs = sim["cosines"].reshape(depth + 1, seeds, -1)[-1]
             c_mean, c_se = cs.mean(0), cs.std(0, ddof=1) / np.sqrt(seeds)
@@ -210,7 +218,9 @@ def causal(args):
             row["noncausal_cos_err_max"] = float(np.abs(c_mean - float(ps[-1] / qs[-1])).max())
             hpe = hp.replace(depth=16, n_tokens=16)
             th = gram.causal_exponents(hpe)
-            se = measure.exponents(hpe, width=args.width, seeds=args.seeds, causal=True, seed=args.seed)
+            se = measure.fixed_point_exponents(
+                paper_block(hpe), n_tokens=16, depth=16, width=args.width, draws=args.seeds, causal=True, seed=args.seed
+            )
             row.update(
                 lambda_a_theory=float(th["lambda_a"]),
                 lambda_a_spectral=float(th["lambda_a_spectral"]),

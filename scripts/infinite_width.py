@@ -37,6 +37,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from phasefield import HParams
+from phasefield.layers.presets import paper as paper_block
 from phasefield.simulate import measure
 
 # (sigma_w, sigma_A, alpha): theory phases at n = 32, L = 16 (lambda_a, lambda_g(16)):
@@ -70,16 +71,20 @@ def point(i, points=POINTS):
 @partial(jax.jit, static_argnames=("d", "draw_batch"))
 def _kernel(hp, q_star, keys_g, keys_t, *, d, draw_batch):
     opts = dict(n=N, d=d, weights="lazy")
-    a, b = jax.vmap(lambda h, qs: measure.gradient_draws(h, keys_g, qs, depth=DEPTH, draw_batch=draw_batch, **opts))(
-        hp, q_star
+    a, b = jax.vmap(
+        lambda h, qs: measure.gradient_draws(paper_block(h), keys_g, qs, depth=DEPTH, draw_batch=draw_batch, **opts)
+    )(hp, q_star)
+    q, p, _ = jax.vmap(lambda h: measure.transient_draws(paper_block(h), keys_t, Q0, Q0 * RHO0, depth=DEPTH, **opts))(
+        hp
     )
-    q, p, _ = jax.vmap(lambda h: measure.transient_draws(h, keys_t, Q0, Q0 * RHO0, depth=DEPTH, **opts))(hp)
     return a, b, p / q
 
 
 @partial(jax.jit, static_argnames=("d",))
 def _angle(hp, q_star, keys, *, d):
-    return jax.vmap(lambda h, qs: measure.angle_draws(h, keys, qs, eps=EPS, n=N, d=d, weights="lazy"))(hp, q_star)
+    return jax.vmap(lambda h, qs: measure.angle_draws(paper_block(h), keys, qs, eps=EPS, n=N, d=d, weights="lazy"))(
+        hp, q_star
+    )
 
 
 def angle_in_batches(hp, q_star, keys, d):
@@ -116,7 +121,7 @@ def run(args):
         ka, kg, kt = jax.random.split(key, 3)
         ka, kg, kt = jax.random.split(ka, ma), jax.random.split(kg, m), jax.random.split(kt, m)
         t = time.perf_counter()
-        db = measure.default_draw_batch(N, d, DEPTH, points=len(POINTS), weights="lazy")
+        db = measure.batch_size(paper_block(point(0)), N, d, DEPTH, "lazy", m, points=len(POINTS))
         hp32, qs32 = hp.astype(jnp.float32), jnp.asarray(q_star, jnp.float32)
         a, b, rho = (np.asarray(v, np.float64) for v in _kernel(hp32, qs32, kg, kt, d=d, draw_batch=db))
         la = np.asarray(angle_in_batches(hp32, qs32, ka, d), np.float64)

@@ -1,12 +1,12 @@
 """Theory against ``phasefield simulate exponents --block``: pre-LN, post-LN and
 rms-SwiGLU at three points each across their phases, at one width (default 4096).
 
-For every (preset, point) it runs :func:`phasefield.simulate.blocks.exponents` (the library
+For every (preset, point) it runs :func:`phasefield.simulate.measure.exponents` (the library
 behind ``simulate exponents --block``: lazy weights, float32 forward and gradient passes,
-float64 angle pass) and :func:`phasefield.simulate.blocks.theory`, and prints one line per
+float64 angle pass) and :func:`phasefield.simulate.compare.theory`, and prints one line per
 quantity (angle_rate, lambda_g_input, lambda_g_collapse, lambda_a where the block has a
 finite fixed point, rho_L, q_L) with z = (sim - theory) / se (se floored at 1e-6 relative,
-:func:`phasefield.simulate.blocks.z_scores`). The theory uses the exact-softmax attention
+:func:`phasefield.simulate.compare.z_scores`). The theory uses the exact-softmax attention
 map (``attention=exact``, the map valid at every logit scale of these blocks, docs/blocks.md);
 the network does not depend on the map. n = 16 tokens, L = 8 blocks, 4 heads, from
 (q0, rho0) = (1, 0.5).
@@ -57,17 +57,17 @@ def phase(th) -> str:
 
 
 def run_point(preset, point, width, draws, seed) -> dict:
-    from phasefield.simulate import blocks
+    from phasefield.simulate import compare, measure
 
     spec = spec_of(preset, point)
     t0 = time.perf_counter()
-    th = blocks.theory(spec, n_tokens=N, depth=L, q0=Q0, rho0=RHO0)
-    sim = blocks.exponents(
+    th = compare.theory(spec, n_tokens=N, depth=L, q0=Q0, rho0=RHO0)
+    sim = measure.exponents(
         spec, width=width, draws=draws, n_tokens=N, depth=L, q0=Q0, rho0=RHO0, seed=seed, q_star=th["q_star"]
     )
-    z = blocks.z_scores(sim, th)
+    z = compare.z_scores(sim, th)
     rows = {
-        q: dict(sim=sim[q], se=sim[q + "_se"], theory=th[q], z=z[q]) for q in blocks.QUANTITIES if np.isfinite(th[q])
+        q: dict(sim=sim[q], se=sim[q + "_se"], theory=th[q], z=z[q]) for q in measure.QUANTITIES if np.isfinite(th[q])
     }
     return dict(
         preset=preset,

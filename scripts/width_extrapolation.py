@@ -4,13 +4,13 @@
 For every preset of ``--presets`` (default ``dyt`` and ``pre-ln``), every point of
 ``--sigmas`` at branch scale ``--alpha`` (4 heads; DyT's ``a`` at its default 0.5) and
 every width of ``--widths``, measures the block's own network with the block simulator
-(:func:`phasefield.simulate.blocks.exponents`: n = 16 tokens, L = 8 blocks from
+(:func:`phasefield.simulate.measure.exponents`: n = 16 tokens, L = 8 blocks from
 (q0, rho0) = (1, 0.5), ``--draws`` independent draws, ``--weights`` lazy by default: exact
 in distribution, one vector-Jacobian product per draw included, at O(n^2 d) per block),
 then fits ``y(d) = a + b / d`` per quantity by weighted least squares (weights 1 / se^2;
 the standard errors of a and b multiplied by sqrt(chi^2 / dof) when that exceeds 1, as
 ``scripts/infinite_width.py``) and compares the intercept a (the network at d -> infinity)
-with the theory (:func:`phasefield.simulate.blocks.theory`): z = (a - theory) / se(a).
+with the theory (:func:`phasefield.simulate.compare.theory`): z = (a - theory) / se(a).
 For a block whose attention runs without the softmax-derivative path (``dyt``) the report
 also gives the theory with that path added at the point's own logit scale.
 
@@ -129,10 +129,10 @@ def plan(args):
 
 
 def measure_row(preset, text, sigma, width, args):
-    from phasefield.simulate import blocks
+    from phasefield.simulate import measure
 
     t = time.perf_counter()
-    r = blocks.exponents(
+    r = measure.exponents(
         text,
         width=width,
         draws=args.draws,
@@ -199,10 +199,10 @@ def theories(text):
     """The theory at the spec (``plain``) and, where the block's attention leaves the
     softmax-derivative path out, with it (``softmax``; else None)."""
     from phasefield.layers.attention import Attention
-    from phasefield.simulate import blocks
+    from phasefield.simulate import compare, stack
 
-    plain = blocks.theory(text, n_tokens=N_TOKENS, depth=DEPTH)
-    _, blk = blocks.resolve(text)
+    plain = compare.theory(text, n_tokens=N_TOKENS, depth=DEPTH)
+    _, blk = stack.resolve(text)
 
     def attentions(layer):
         if isinstance(layer, Attention):
@@ -211,7 +211,7 @@ def theories(text):
 
     if all(a.softmax_correction for a in attentions(blk)):
         return plain, None
-    return plain, blocks.theory(with_softmax_path(blk), n_tokens=N_TOKENS, depth=DEPTH)
+    return plain, compare.theory(with_softmax_path(blk), n_tokens=N_TOKENS, depth=DEPTH)
 
 
 def fits(rows):

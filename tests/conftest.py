@@ -267,3 +267,31 @@ def small_ensembles(monkeypatch):
     monkeypatch.setitem(models.TREE_PARAMS, "n_estimators", 100)
     monkeypatch.setitem(models.TREE_PARAMS, "learning_rate", 3 * models.TREE_PARAMS["learning_rate"])
     monkeypatch.setattr(models.GP, "restarts", 0)
+
+
+def q_star_reference(hp) -> float:
+    """The paper block's q* in closed form, an independent route to the engine's (imported by
+    the simulator's tests): ``q* = (beta_M^2 alpha_A^2 sigma_V^2 + alpha_M^2 q_M(1)) / (1 -
+    beta_A^2 beta_M^2)`` with q_M(1) from a dense trapezoid rule in standard-normal space
+    (composed over ``mlp_layers``). Requires the unit-norm residual (finite q*)."""
+    import numpy as np
+
+    from phasefield import activations
+    from phasefield.theory.precision import float64
+
+    @float64
+    def value():
+        phi = activations.get(hp.activation)
+        z = np.linspace(-12.0, 12.0, 200001)
+        w = np.exp(-0.5 * z * z)
+        w /= w.sum()
+        sw = float(hp.sigma_w)
+        var = sw**2  # pre-activation variance of the first layer (normalised input)
+        for _ in range(hp.mlp_layers):
+            qm = sw**2 * float(np.sum(w * np.asarray(phi(np.sqrt(var) * z)) ** 2))
+            var = qm
+        aa, am, sv = float(hp.alpha_a), float(hp.alpha_m), float(hp.sigma_v)
+        ba2, bm2 = float(hp.beta_a) ** 2, float(hp.beta_m) ** 2
+        return (bm2 * aa**2 * sv**2 + am**2 * qm) / (1.0 - ba2 * bm2)
+
+    return value()

@@ -10,8 +10,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from phasefield import HParams, driver, grid, io
-from phasefield.simulate import blocks
+from phasefield import driver, grid, io
+from phasefield.simulate import measure
 from phasefield.simulate import sweep as simsweep
 
 VARS = ("a", "b")
@@ -118,7 +118,7 @@ def _interrupt_after(monkeypatch, n_saved):
     return real
 
 
-SIM = dict(width=8, seeds=2, seed=3, base=HParams(n_tokens=3), chunk=2)
+SIM = dict(width=8, draws=2, seed=3, n_tokens=3, chunk=2)
 SIM_AXES = dict(sigma_w=np.array([1.0, 2.0, 2.5]), depth=np.array([1, 2]))  # two shapes: chunks of 2, 1, 2, 1
 
 
@@ -145,16 +145,16 @@ def test_simulated_sweep_interrupted_and_resumed_equals_one_run(tmp_path, monkey
 def test_simulated_block_sweep_interrupted_and_resumed_equals_one_run(tmp_path, monkeypatch):
     args = ("pre-ln", {"sigma": np.array([0.5, 1.0])}, {"alpha": 0.5, "heads": 2})
     opts = dict(n_tokens=3, depth=1, width=8, draws=2, seed=1)
-    whole = blocks.sweep(*args, **opts)
+    whole = simsweep.block_sweep(*args, **opts)
     out = tmp_path / "blk.nc"
     real = _interrupt_after(monkeypatch, 1)
     with pytest.raises(KeyboardInterrupt):
-        blocks.sweep(*args, **opts, out=out)
+        simsweep.block_sweep(*args, **opts, out=out)
     assert not out.exists() and len(list((tmp_path / "blk.nc.parts").glob("chunk_*.npz"))) == 1
     monkeypatch.setattr(grid.ChunkStore, "save", real)
-    computed, exponents = [], blocks.exponents
-    monkeypatch.setattr(blocks, "exponents", lambda *a, **k: computed.append(1) or exponents(*a, **k))
-    resumed = blocks.sweep(*args, **opts, out=out)
+    computed, exponents = [], measure.exponents
+    monkeypatch.setattr(measure, "exponents", lambda *a, **k: computed.append(1) or exponents(*a, **k))
+    resumed = simsweep.block_sweep(*args, **opts, out=out)
     assert len(computed) == 1
     assert out.exists() and not (tmp_path / "blk.nc.parts").exists()
     assert resumed.attrs == whole.attrs

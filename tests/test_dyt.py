@@ -12,7 +12,7 @@ import pytest
 
 from phasefield import layers
 from phasefield.layers import Context, Kernel, dyt, spec
-from phasefield.simulate import blocks
+from phasefield.simulate import compare, measure
 from phasefield.theory import quadrature
 
 pytestmark = pytest.mark.usefixtures("float64")
@@ -194,14 +194,14 @@ POINTS = ["dyt:sigma=1,alpha=0.5,heads=4", "dyt:sigma=0.8,alpha=1,a=1,heads=4"]
 def test_theory_against_its_own_network(text):
     """q_L, rho_L, the angle rate and lambda_g (from the input and from collapsed tokens)
     of the block simulator within 3 standard errors of the theory."""
-    th = blocks.theory(text, n_tokens=SIM["n_tokens"], depth=SIM["depth"])
-    sim = blocks.exponents(text, **SIM)
-    z = blocks.z_scores(sim, th)
+    th = compare.theory(text, n_tokens=SIM["n_tokens"], depth=SIM["depth"])
+    sim = measure.exponents(text, **SIM)
+    z = compare.z_scores(sim, th)
     print(
         text,
         {
             q: (round(th[q], 5), round(sim[q], 5), round(sim[q + "_se"], 5), round(z[q], 2))
-            for q in blocks.QUANTITIES
+            for q in measure.QUANTITIES
             if np.isfinite(th[q])
         },
     )

@@ -74,9 +74,10 @@ def test_theory_md_case_and_simulation():
     rho_exact = float(ps[-1] / qs[-1])
     assert abs(rho_paper - 0.19) < 0.005
     assert abs(rho_exact - 0.30) < 0.005
+    from phasefield.layers import presets
     from phasefield.simulate import measure
 
-    sim = measure.transients(hp, 1.0, 0.3, width=512, seeds=4, depth=16, seed=0)
+    sim = measure.transients(presets.paper(hp), 1.0, 0.3, n_tokens=32, width=512, draws=4, depth=16, seed=0)
     r, se = sim["rho"][-1], sim["rho_se"][-1]
     assert abs(r - rho_exact) < 0.05 + 3 * se
     assert abs(r - rho_exact) < abs(r - rho_paper)

@@ -27,6 +27,7 @@ import pytest
 from phasefield import HParams
 from phasefield.block import Block
 from phasefield.layers import weights as block  # the lazy sampler behind every block's network
+from phasefield.layers.presets import paper
 from phasefield.layers.weights import random_linear
 from phasefield.simulate import measure, stack
 
@@ -139,7 +140,7 @@ def test_token_basis_is_stable_at_collapse():
     q = block.token_basis(x)
     assert [bool(jnp.any(q[:, i] != 0)) for i in range(n)] == [True] + [False] * (n - 1)
     np.testing.assert_allclose(q.T @ q, np.diag([1.0] + [0.0] * (n - 1)), atol=1e-6)
-    f = lambda h, x: stack.stack_forward(h, jax.random.key(4), x, 4)
+    f = lambda h, x: stack.stack_forward(paper(h), jax.random.key(4), x, 4)
     y = f(hp.astype(jnp.float32), x)
     assert float(jnp.max(jnp.abs(y - y[:1]))) <= 1e-5 * float(jnp.max(jnp.abs(y)))
     hps = jax.tree_util.tree_map(lambda v: jnp.stack([v, 0.5 * v]), hp.astype(jnp.float32))
@@ -159,12 +160,12 @@ def test_lazy_stack_layers_and_causality():
     n, d, depth = 5, 16, 3
     key = jax.random.key(5)
     x = stack.simplex_tokens(jax.random.key(1), n, d, 1.0, 0.4)
-    _, ys = stack.stack_forward(hp, key, x, depth, return_all=True, causal=True)
+    _, ys = stack.stack_forward(paper(hp), key, x, depth, return_all=True, causal=True)
     h = x
     for l, k in enumerate(stack.layer_keys(key, depth)):
         h = Block(hp, causal=True, weights="lazy").apply({}, h, rngs={"lazy": k})
         np.testing.assert_allclose(ys[l + 1], h, rtol=1e-5, atol=1e-5)
-    y, vjp = jax.vjp(lambda x: stack.stack_forward(hp, key, x, depth, causal=True), x)
+    y, vjp = jax.vjp(lambda x: stack.stack_forward(paper(hp), key, x, depth, causal=True), x)
     for i in range(n):
         (g,) = vjp(jnp.zeros_like(y).at[i].set(1.0))
         assert float(jnp.max(jnp.abs(g[i + 1 :]), initial=0.0)) == 0.0
@@ -183,7 +184,8 @@ def _compare(hp, *, n, d, depth, draws, causal, mlp_hidden, seeds=(101, 202)):
     stats = {}
     for w, seed in zip(("dense", "lazy"), seeds):
         keys = jax.random.split(jax.random.key(seed), draws)
-        opts = dict(n=n, d=d, causal=causal, mlp_hidden=mlp_hidden, weights=w)
+        opts = dict(n=n, d=d, causal=causal, weights=w)
+        blk = paper(hp, mult=1.0 if mlp_hidden is None else mlp_hidden / d)
 
         @jax.jit
         @jax.vmap
@@ -191,13 +193,11 @@ def _compare(hp, *, n, d, depth, draws, causal, mlp_hidden, seeds=(101, 202)):
             kx, kw = jax.random.split(key)
             x = stack.simplex_tokens(kx, n, d, 1.0, 0.4, exact=True)
             reduce = lambda x: (*measure.token_stats(x)[:2], measure.cosines(x))
-            return stack.stack_forward(
-                hp, kw, x, depth, causal=causal, mlp_hidden=mlp_hidden, reduce=reduce, weights=w
-            )[1]
+            return stack.stack_forward(blk, kw, x, depth, causal=causal, reduce=reduce, weights=w)[1]
 
         q, p, cos = forward(keys)
-        la = measure.angle_draws(hp, keys, 1.2, eps=1e-2, **opts)
-        a, b = measure.gradient_draws(hp, keys, 1.2, depth=depth, **opts)
+        la = measure.angle_draws(blk, keys, 1.2, eps=1e-2, **opts)
+        a, b = measure.gradient_draws(blk, keys, 1.2, depth=depth, **opts)
         stats[w] = (np.asarray(q), np.asarray(p), np.asarray(cos)[:, -1], np.asarray(la), np.asarray(a), np.asarray(b))
     (qd, pd, cd, lad, ad, bd), (ql, pl, cl, lal, al, bl) = stats["dense"], stats["lazy"]
     for name, xd, xl in (("q", qd[:, 1:], ql[:, 1:]), ("p", pd[:, 1:], pl[:, 1:]), ("lambda_a", lad, lal)):
@@ -235,6 +235,6 @@ def test_lambda_g_comparison_detects_a_missing_noise_term(monkeypatch):
     keys = jax.random.split(jax.random.key(9), 256)
     res = {}
     for w in ("dense", "lazy"):
-        a, b = measure.gradient_draws(hp, keys, 1.2, n=8, d=16, depth=4, causal=False, mlp_hidden=None, weights=w)
+        a, b = measure.gradient_draws(paper(hp), keys, 1.2, n=8, d=16, depth=4, causal=False, weights=w)
         res[w] = measure.log_ratio_of_means(np.asarray(a), np.asarray(b), 1 / 4)
     assert abs(_z(*res["lazy"], *res["dense"])) > 3 * Z_MAX, res

@@ -1,4 +1,4 @@
-"""``simulate`` for every block (phasefield.simulate.blocks, ``simulate exponents|sweep
+"""``simulate`` for every block (phasefield.simulate.measure.exponents, ``simulate exponents|sweep
 --block``): the theory's quantities under its names, measured on the block's own network.
 
 All tests share one shape (n = 8 tokens, L = 3 blocks, 2 heads, width 256, 16 draws, seed 0)
@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 
 from phasefield.cli import main
-from phasefield.simulate import blocks
+from phasefield.simulate import compare, measure
+from phasefield.simulate import sweep as simsweep
 
 N, L, D, DRAWS = 8, 3, 256, 16
 SHAPE = dict(n_tokens=N, depth=L, width=D, draws=DRAWS, seed=0)
@@ -28,7 +29,7 @@ POST = "post-ln:sigma=1,alpha=0.5,heads=2"
 @pytest.fixture(scope="module")
 def measured():
     """(simulation, theory) of the two test blocks, once per module."""
-    return {s: (blocks.exponents(s, **SHAPE), blocks.theory(s, n_tokens=N, depth=L)) for s in (PRE, POST)}
+    return {s: (measure.exponents(s, **SHAPE), compare.theory(s, n_tokens=N, depth=L)) for s in (PRE, POST)}
 
 
 @pytest.mark.parametrize("spec", [PRE, POST])
@@ -37,25 +38,25 @@ def test_block_agrees_with_theory(measured, spec):
     pre-LN: none, NaN on both sides) within 4 se + 2/d; the se floored as in z_scores."""
     sim, th = measured[spec]
     assert np.isfinite(th["q_star"]) == spec.startswith("post-ln")
-    for q in blocks.QUANTITIES:
+    for q in measure.QUANTITIES:
         if not np.isfinite(th[q]):
             assert q == "lambda_a" and np.isnan(sim[q]), (spec, q)
             continue
-        se = max(sim[q + "_se"], blocks.RESOLUTION * max(1.0, abs(th[q])))
+        se = max(sim[q + "_se"], compare.RESOLUTION * max(1.0, abs(th[q])))
         assert sim[q + "_se"] > 0, (spec, q)
         assert abs(sim[q] - th[q]) <= 4 * se + 2.0 / D, (spec, q, sim[q], sim[q + "_se"], th[q])
-    z = blocks.z_scores(sim, th)
+    z = compare.z_scores(sim, th)
     print(spec, {k: round(v, 2) for k, v in z.items()})
 
 
 def test_library_entry_dispatches(measured):
-    """phasefield.simulate.exponents: an HParams -> the paper block's measurement, a spec ->
-    the block's (the same numbers as simulate.blocks.exponents for the same seed)."""
+    """phasefield.simulate.exponents: a spec -> the block's measurement (the same numbers as
+    simulate.measure.exponents for the same seed)."""
     from phasefield import simulate
 
     res = simulate.exponents(PRE, **SHAPE)
     sim, _ = measured[PRE]
-    for q in blocks.QUANTITIES:
+    for q in measure.QUANTITIES:
         np.testing.assert_equal(res[q], sim[q])
 
 
@@ -65,10 +66,10 @@ def test_cli_exponents_block_json_and_text(measured, capsys):
     sim, th = measured[POST]
     assert main(["simulate", "exponents", "--block", POST, *CLI_SHAPE, "--theory", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
-    for q in blocks.QUANTITIES:
+    for q in measure.QUANTITIES:
         assert out[q] == pytest.approx(sim[q], rel=1e-12, abs=1e-15) and q + "_se" in out
         assert out["theory"][q] == pytest.approx(th[q], rel=1e-12)
-    assert set(out["z"]) == set(blocks.QUANTITIES) and out["block"] == "post-ln" and out["spec"]["heads"] == 2
+    assert set(out["z"]) == set(measure.QUANTITIES) and out["block"] == "post-ln" and out["spec"]["heads"] == 2
     assert len(out["rho"]) == L + 1
     assert main(["simulate", "exponents", "--block", PRE, *CLI_SHAPE]) == 0
     text = capsys.readouterr().out
@@ -102,7 +103,7 @@ def test_cli_sweep_block_and_compare(measured, tmp_path, capsys):
     ds = xr.open_dataset(sim_nc, engine="h5netcdf").load()
     assert ds["angle_rate"].dims == ("sigma",) and ds.attrs["block"] == "pre-ln"
     sim, _ = measured[PRE]
-    for q in blocks.QUANTITIES:
+    for q in measure.QUANTITIES:
         assert q + "_se" in ds
         np.testing.assert_allclose(float(ds[q].sel(sigma=1.0)), sim[q], rtol=1e-12, atol=0)
     assert (
@@ -142,14 +143,14 @@ def test_sweep_resumes_from_its_parts(tmp_path, monkeypatch):
     axes = {"sigma": np.array([1.0])}
     fixed = {"alpha": 0.5, "heads": 2}
     opts = dict(n_tokens=N, depth=L, width=D, draws=DRAWS, seed=0)
-    first = blocks.sweep("pre-ln", axes, fixed, parts_dir=str(parts), **opts)
+    first = simsweep.block_sweep("pre-ln", axes, fixed, parts_dir=str(parts), **opts)
 
     def fail(*a, **k):
         raise AssertionError("measured again")
 
-    monkeypatch.setattr(blocks, "exponents", fail)
-    again = blocks.sweep("pre-ln", axes, fixed, parts_dir=str(parts), **opts)
-    for q in blocks.QUANTITIES:
+    monkeypatch.setattr(measure, "exponents", fail)
+    again = simsweep.block_sweep("pre-ln", axes, fixed, parts_dir=str(parts), **opts)
+    for q in measure.QUANTITIES:
         np.testing.assert_array_equal(first[q].values, again[q].values)
 
 
@@ -159,9 +160,9 @@ def test_lazy_and_dense_weights_agree(measured):
     multi-head attention with W_O, the GELU MLP; the paper block's own check is
     tests/test_lazy.py)."""
     lazy, _ = measured[POST]
-    dense = blocks.exponents(POST, weights="dense", **SHAPE)
-    for q in blocks.QUANTITIES:
-        se = max(np.hypot(lazy[q + "_se"], dense[q + "_se"]), blocks.RESOLUTION)
+    dense = measure.exponents(POST, weights="dense", **SHAPE)
+    for q in measure.QUANTITIES:
+        se = max(np.hypot(lazy[q + "_se"], dense[q + "_se"]), compare.RESOLUTION)
         assert abs(lazy[q] - dense[q]) <= 4 * se, (q, lazy[q], dense[q], se)
 
 

@@ -12,10 +12,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import q_star_reference
 
 import phasefield  # noqa: F401
 from phasefield import HParams
-from phasefield.layers import paper  # noqa: E402  (the lead's theory engine; no skip)
+from phasefield.layers import (
+    paper,  # noqa: E402  (the lead's theory engine; no skip)
+    presets,
+)
 from phasefield.simulate import measure
 
 # (sigma_w, sigma_A, alpha): ordered/vanishing, ordered/vanishing near the lambda_g
@@ -26,7 +30,7 @@ POINTS = [(1.0, 1.0, 0.5), (1.5, 1.5, 0.5), (2.0, 0.5, 0.5), (3.0, 1.0, 0.5)]
 @pytest.mark.parametrize("sigma_w,sigma_a,alpha", POINTS)
 def test_transients_match_theory(sigma_w, sigma_a, alpha):
     hp = HParams(sigma_w=sigma_w, sigma_a=sigma_a, alpha_a=alpha, alpha_m=alpha, depth=16)
-    sim = measure.transients(hp, 1.0, 0.5, width=512, seeds=64, seed=21, weights="lazy")
+    sim = measure.transients(presets.paper(hp), 1.0, 0.5, depth=16, width=512, draws=64, seed=21, weights="lazy")
     q, p = (np.asarray(v, float) for v in paper.trajectory(hp, 1.0, 0.5, 16))
     z = np.abs(sim["q"] - q)[1:] / sim["q_se"][1:]
     print(f"max |z| of q over the layers: {z.max():.2f}, max |rho - theory| {np.abs(sim['rho'] - p / q).max():.4f}")
@@ -47,10 +51,11 @@ def test_exponents_match_theory(sigma_w, sigma_a, alpha):
     hp = HParams(sigma_w=sigma_w, sigma_a=sigma_a, alpha_a=alpha, alpha_m=alpha, depth=16)
     th = paper.exponents(hp)
     q_star = float(paper.collapsed_fixed_point(hp)[0])
-    assert measure.q_star_reference(hp) == pytest.approx(q_star, rel=1e-6)
-    la, la_se = measure.angle_exponent(hp, width=256, seeds=16, q_star=q_star, seed=11, weights="lazy")
+    assert q_star_reference(hp) == pytest.approx(q_star, rel=1e-6)
+    blk = presets.paper(hp)
+    la, la_se = measure.angle_exponent(blk, width=256, draws=16, q_star=q_star, seed=11, weights="lazy")
     assert abs(la - float(th["lambda_a"])) < 3 * la_se
-    lg, lg_se = measure.gradient_exponent(hp, width=256, seeds=16, q_star=q_star, seed=11, weights="lazy")
+    lg, lg_se = measure.gradient_exponent(blk, depth=16, width=256, draws=16, q_star=q_star, seed=11, weights="lazy")
     assert lg_se < 0.01
     assert abs(lg - float(th["lambda_g_collapse"])) < 0.03
 

@@ -1,8 +1,9 @@
 """``phasefield simulate exponents|sweep`` and ``phasefield compare``.
 
 Without ``--block`` the commands simulate the paper block (``--sigma-w`` ... options, its
-``lambda_a, lambda_g_collapse``); with ``--block SPEC`` any block (``phasefield.simulate.blocks``:
-the quantities of its theory under the same names)."""
+``lambda_a, lambda_g_collapse`` at the collapsed fixed point:
+``phasefield.simulate.measure.fixed_point_exponents``); with ``--block SPEC`` any block
+(``phasefield.simulate.measure.exponents``: the quantities of its theory under the same names)."""
 
 from __future__ import annotations
 
@@ -153,7 +154,7 @@ def _block_setup(spec_text, q0, rho0, n_tokens, depth, width, seeds, seed, eps, 
     """Checked (name, keywords, n, depth, q0, rho0, eps) of a --block command; one-line
     UsageError for paper-only options and values out of range."""
     from ..layers import spec
-    from ..simulate import blocks
+    from ..simulate import measure
 
     extra = _given(PAPER_ONLY)
     if extra:
@@ -165,7 +166,7 @@ def _block_setup(spec_text, q0, rho0, n_tokens, depth, width, seeds, seed, eps, 
     option("--width", width, 2, WIDTH_MAX[weights], integer=True, hint=f" with --weights {weights}")
     option("--seeds", seeds, 2, SEEDS_MAX, integer=True, hint=" (>= 2 to give a standard error)")
     option("--seed", seed, 0, 2**31 - 1, integer=True)
-    eps = blocks.DEFAULT_EPS if eps is None else eps
+    eps = measure.GAP_EPS if eps is None else eps
     option("--eps", eps, 0.0, 1.0, lo_open=True, hi_open=True)
     n = parse_range(n_tokens, "n_tokens") if isinstance(n_tokens, str) else np.asarray([n_tokens])
     L = parse_range(depth, "depth") if isinstance(depth, str) else np.asarray([depth])
@@ -190,13 +191,13 @@ def _block_exponents(
 ):
     import jax.numpy as jnp
 
-    from ..simulate import blocks
+    from ..simulate import compare, measure
 
     name, kw, n, L, q0, rho0, eps = _block_setup(
         spec_text, q0, rho0, n_tokens, depth, width, seeds, seed, eps, weights, dtype
     )
-    th = blocks.theory((name, kw), n_tokens=n, depth=L, q0=q0, rho0=rho0)
-    res = blocks.exponents(
+    th = compare.theory((name, kw), n_tokens=n, depth=L, q0=q0, rho0=rho0)
+    res = measure.exponents(
         (name, kw),
         width=width,
         draws=seeds,
@@ -224,13 +225,13 @@ def _block_exponents(
         weights=weights,
         dtype=dtype,
     )
-    out.update({k: res[k] for k in blocks.QUANTITIES + tuple(k + "_se" for k in blocks.QUANTITIES)})
+    out.update({k: res[k] for k in measure.QUANTITIES + tuple(k + "_se" for k in measure.QUANTITIES)})
     out["q_star"] = res["q_star"]
     for k in ("q", "q_se", "rho", "rho_se"):
         out[k] = [float(v) for v in np.asarray(res[k])]
     if with_theory:
-        out["theory"] = {k: th[k] for k in blocks.QUANTITIES}
-        out["z"] = blocks.z_scores(res, th)
+        out["theory"] = {k: th[k] for k in measure.QUANTITIES}
+        out["z"] = compare.z_scores(res, th)
     if as_json:
         echo_json(out)
         return
@@ -238,7 +239,7 @@ def _block_exponents(
         f"block = {name} {', '.join(f'{k}={v}' for k, v in kw.items())}   (width {width}, "
         f"{seeds} draws, {weights} weights, n = {n}, L = {L}, q0 = {q0:g}, rho0 = {rho0:g})"
     )
-    for k in blocks.QUANTITIES:
+    for k in measure.QUANTITIES:
         line = f"{k:<17} = {res[k]:+.4f} +- {res[k + '_se']:.4f}"
         if k == "lambda_a" and not np.isfinite(res[k]):
             line = f"{k:<17} = nan   (no finite collapsed fixed point)"
@@ -257,7 +258,7 @@ def _block_sweep(spec_text, axes, q0, rho0, n_tokens, depth, width, seeds, seed,
     import jax.numpy as jnp
 
     from .. import grid
-    from ..simulate import blocks
+    from ..simulate import sweep as simsweep
 
     if not axes:
         raise UsageError("--block needs at least one --axis NAME=start:stop:count")
@@ -275,7 +276,7 @@ def _block_sweep(spec_text, axes, q0, rho0, n_tokens, depth, width, seeds, seed,
         _check_memory(width, n, int(max(parsed["depth"])), 4 * int(width), dtype, 1, weights)
     output(out, need_bytes=2 * 8 * 16 * total)
     ds = check(
-        blocks.sweep,
+        simsweep.block_sweep,
         name,
         parsed,
         kw,
@@ -371,15 +372,17 @@ def register(cli):
         _check_memory(width, n_tokens, depth, mlp_hidden, dtype, 1, weights)
         import jax.numpy as jnp
 
+        from ..layers import presets
         from ..simulate import measure
 
-        res = measure.exponents(
-            hp,
+        res = measure.fixed_point_exponents(
+            presets.paper(hp, mult=1.0 if mlp_hidden is None else mlp_hidden / width),
+            n_tokens=int(hp.n_tokens),
+            depth=int(hp.depth),
             width=width,
-            seeds=seeds,
+            draws=seeds,
             eps=eps,
             causal=causal,
-            mlp_hidden=mlp_hidden,
             dtype=jnp.dtype(dtype),
             seed=seed,
             weights=weights,
@@ -458,16 +461,15 @@ def register(cli):
             width, int(vals["n_tokens"].max()), int(vals["depth"].max()), mlp_hidden, dtype, min(chunk, total), weights
         )
         output(out, need_bytes=2 * 8 * 8 * total)
-        from .. import HParams
+        from ..layers import spec
 
-        base = HParams(activation=activation, mlp_layers=mlp_layers, residual=residual)
-        base.validate()
         # every multi-valued axis is a dimension; single values are fixed (attributes)
         axes = {k: v for k, v in vals.items() if v.size > 1}
         fixed = {k: float(v[0]) for k, v in vals.items() if v.size == 1}
         if "alpha" in fixed:
             fixed["alpha_a"] = fixed["alpha_m"] = fixed.pop("alpha")
-        base = base.replace(**fixed)
+        sizes = {k: int(fixed.pop(k)) for k in ("n_tokens", "depth") if k in fixed}
+        base = check(spec.check, "paper", dict(fixed, activation=activation, mlp_layers=mlp_layers, residual=residual))
         if not axes:  # a single point: keep sigma_w as a length-1 dimension
             axes = {"sigma_w": vals["sigma_w"]}
         import jax.numpy as jnp
@@ -475,14 +477,15 @@ def register(cli):
         from ..simulate import sweep as simsweep
 
         ds = simsweep.sweep(
+            ("paper", base),
+            **sizes,
             width=width,
-            seeds=seeds,
+            draws=seeds,
             eps=eps,
             causal=causal,
             mlp_hidden=mlp_hidden,
             dtype=jnp.dtype(dtype),
             seed=seed,
-            base=base,
             chunk=chunk,
             out=out,
             progress=True,

@@ -1,7 +1,6 @@
 """The chunk driver of every sweep: the theory sweeps (the paper block's closed form,
 :mod:`phasefield.diagram`, and the layers evaluator of any block, :mod:`phasefield.layers.sweep`)
-and the finite-width simulation sweeps (:mod:`phasefield.simulate.sweep`,
-:mod:`phasefield.simulate.blocks`).
+and the finite-width simulation sweeps (:mod:`phasefield.simulate.sweep`).
 
     points = driver.Grid(axes, scalars, outer=("n_tokens",))   # the grid's points
     chunks = points.chunks(size, multiple=len(devices))

@@ -92,12 +92,11 @@ def sim_grid(s: Settings, which: str, parts_dir: str | None = None, progress: bo
     """Simulated λ_a, λ_g(L) on the ``alpha_sigma_w`` / ``sigma_a_alpha`` / ``causal`` grid."""
     import jax.numpy as jnp  # noqa: F401
 
-    from .. import HParams
     from ..simulate import sweep as simsweep
 
-    base = HParams(sigma_a=s.sigma_a, n_tokens=s.n_tokens, depth=s.depth)
+    base = dict(sigma_a=s.sigma_a)
     if which == "sigma_a_alpha":
-        base = base.replace(sigma_w=s.slice_sigma_w)
+        base.update(sigma_w=s.slice_sigma_w)
         axes = dict(sigma_a=lin(s.sim_sigma_a), alpha=lin(s.sim_alpha_b))
     else:
         axes = dict(sigma_w=lin(s.sim_sigma_w), alpha=lin(s.sim_alpha))
@@ -105,11 +104,13 @@ def sim_grid(s: Settings, which: str, parts_dir: str | None = None, progress: bo
     width, seeds = (s.causal_width, s.causal_seeds) if causal else (s.width, s.seeds)
     n_points = int(np.prod([len(v) for v in axes.values()]))
     ds = simsweep.sweep(
+        ("paper", base),
+        n_tokens=s.n_tokens,
+        depth=s.depth,
         width=width,
-        seeds=seeds,
+        draws=seeds,
         causal=causal,
         seed=s.seed,
-        base=base,
         chunk=min(n_points, 64),
         parts_dir=parts_dir,
         progress=progress,
@@ -135,6 +136,7 @@ def fig2_data(s: Settings):
     import xarray as xr
 
     paper = _paper()
+    from ..layers import presets
     from ..simulate import measure
 
     L = s.depth
@@ -142,7 +144,14 @@ def fig2_data(s: Settings):
     for sw in s.fig_sigma_w:
         hp = _hp(s, sw)
         geo = measure.token_geometry(
-            hp, s.q0, s.q0 * s.rho0, width=s.geometry_width, seeds=s.geometry_seeds, seed=s.seed
+            presets.paper(hp),
+            s.q0,
+            s.q0 * s.rho0,
+            n_tokens=s.n_tokens,
+            depth=L,
+            width=s.geometry_width,
+            draws=s.geometry_seeds,
+            seed=s.seed,
         )
         q, p = (np.asarray(v, float) for v in paper.trajectory(hp, s.q0, s.q0 * s.rho0, L))
         mq, mr = [], []
@@ -193,6 +202,8 @@ def fig3_data(s: Settings):
     and the full-Gram theory."""
     import xarray as xr
 
+    from ..layers import presets
+
     gram = _paper().gram
     from ..simulate import measure
 
@@ -201,12 +212,14 @@ def fig3_data(s: Settings):
     for sw in s.fig_sigma_w:
         hp = _hp(s, sw)
         g = measure.group_cosines(
-            hp,
+            presets.paper(hp),
             s.q0,
             s.q0 * s.rho_intra,
             s.q0 * s.rho_inter,
+            n_tokens=s.n_tokens,
+            depth=L,
             width=s.geometry_width,
-            seeds=s.geometry_seeds,
+            draws=s.geometry_seeds,
             seed=s.seed,
         )
         data = {

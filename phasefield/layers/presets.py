@@ -60,6 +60,13 @@ from .residual import Residual
 GPT2_SIGMA = 0.02 * math.sqrt(768)
 
 
+def paper(hp, mult: float = 1.0) -> Serial:
+    """The paper's block from its numbers ``hp`` (an :class:`phasefield.HParams`): the builder
+    of the ``paper`` preset, which its own package (:mod:`phasefield.layers.paper`) registers
+    with its closed-form engine."""
+    return registry.lookup("paper").builder(hp, mult=mult)
+
+
 def _attention(sigma, heads, attention, softmax_correction, sigma_v=None, sigma_o=None, qk_norm=False):
     return (QKNormAttention if qk_norm else Attention)(
         sigma_a=sigma * sigma,

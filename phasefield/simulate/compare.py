@@ -17,11 +17,18 @@ out), not by noise.
 
 from __future__ import annotations
 
+import jax
 import numpy as np
 import xarray as xr
 
-from .. import grid, schema
-from .blocks import RESOLUTION
+from .. import grid, layers, schema
+from ..layers import depth as depth_fns
+from ..theory.precision import float64
+from .measure import QUANTITIES as BLOCK_QUANTITIES
+from .stack import resolve
+
+RESOLUTION = 1e-6  # relative floor of the standard errors in z-scores (z_scores)
+_angle_exponent = jax.jit(depth_fns.angle_exponent)
 
 QUANTITIES = ("lambda_a", "lambda_g_collapse", "lambda_g_inf", "rho_star")  # q_star: an input of the simulation
 INPUTS = ("q_star",)
@@ -188,3 +195,37 @@ def format_markdown(rows: list[dict]) -> str:
             )
         out.append("| " + " | ".join(cells) + " |")
     return "\n".join(out)
+
+
+# ---------------------------------------------------------------- one point of any block
+@float64
+def theory(block, n_tokens=32, depth=16, q0=1.0, rho0=0.5) -> dict:
+    """The theory's values of the finite-depth quantities (:data:`BLOCK_QUANTITIES`) (and ``q_star``) under these names, from
+    :func:`phasefield.layers.finite_depth` and the collapsed fixed point."""
+    _, block = resolve(block)
+    fd = layers.finite_depth(block, q0=q0, rho0=rho0, n_tokens=n_tokens, depth=depth)
+    blk, ctx = layers.prepare(block, n_tokens)
+    q_star = float(layers.q_star(block, n_tokens=n_tokens))
+    la = float(_angle_exponent(blk, ctx)) if np.isfinite(q_star) else float("nan")
+    return dict(
+        angle_rate=float(fd["angle_rate"]),
+        lambda_g_input=float(fd["lambda_g_input"]),
+        lambda_g_collapse=float(fd["lambda_g_collapse"]),
+        lambda_a=la,
+        rho_L=float(fd["rho"][-1]),
+        q_L=float(fd["q"][-1]),
+        q_star=q_star,
+    )
+
+
+def z_scores(sim: dict, th: dict) -> dict:
+    """``(sim - theory) / se`` of every quantity both give (NaN where either is NaN), the se
+    floored at :data:`RESOLUTION` max(1, |theory|) (a LayerNorm's epsilon moves q after the
+    norm by up to 1e-6, which the theory leaves out: post-LN's q_L is 1 - 7e-7 with se 2e-8)."""
+    out = {}
+    for k in BLOCK_QUANTITIES:
+        if k in sim and k in th and k + "_se" in sim:
+            se = max(float(sim[k + "_se"]), RESOLUTION * max(1.0, abs(float(th[k]))))
+            with np.errstate(invalid="ignore", divide="ignore"):
+                out[k] = float((sim[k] - th[k]) / se)
+    return out

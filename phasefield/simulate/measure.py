@@ -1,21 +1,35 @@
-"""Finite-width measurements on random transformer stacks, each with a standard error over
-independent draws (seeds).
+"""Finite-width measurements on random stacks of any block, each with a standard error over
+independent draws. One simulator: every measurement takes a block (a spec string
+``NAME:key=value,...``, a ``(name, keywords)`` pair or a :mod:`phasefield.layers` block,
+:func:`phasefield.simulate.stack.resolve`; the paper's block is ``"paper:sigma_w=2,..."`` or
+``layers.presets.paper(hp)``) and runs the block's own network
+(:mod:`phasefield.simulate.stack`), with the keyword options
 
-Every public function takes a concrete :class:`HParams` (one hyperparameter point) and
-keyword options
-
+    n_tokens  number of tokens n
+    depth     number of blocks L
     width     embedding width d
-    seeds     number of independent draws (weights and input tokens)
-    causal    causal attention mask
-    mlp_hidden MLP hidden width (default d)
+    draws     number of independent draws (weights and input tokens)
+    causal    causal attention mask (the fixed-point protocol)
     dtype     simulation dtype (float32 by default)
     seed      integer seed of the draw keys (fixed seed -> reproducible numbers)
     weights   "lazy" (default: lazily sampled linear maps, O(n^2 d) per block, exact in
               distribution) or "dense" (every d x d matrix drawn; the reference)
 
-and returns numpy arrays. The ``*_draws`` kernels underneath are pure jit-able functions
-of ``(hp, key, ...)``; :mod:`phasefield.simulate.sweep` vmaps them over hyperparameter
-points (sharing the weight draws between points: common random numbers).
+Two protocols (docs/simulation.md):
+
+* the fixed-point protocol of the paper (docs/theory.md §6, §7): :func:`transients`,
+  :func:`token_geometry`, :func:`group_cosines` from simplex / two-group tokens,
+  :func:`angle_exponent` (one block from nearby simplex tokens at the collapsed fixed point
+  q*, 1 - rho read as u/q in ``dtype``), :func:`gradient_exponent` (identical tokens of
+  squared norm q*), both in :func:`fixed_point_exponents`;
+* the finite-depth protocol of any block's theory (:func:`phasefield.layers.finite_depth`):
+  :func:`exponents` (``angle_rate, lambda_g_input, lambda_g_collapse, lambda_a, rho_L,
+  q_L`` from (q0, rho0); its ``lambda_a`` reads 1 - rho in float64 through
+  :func:`phasefield.layers.measure.near_gap`).
+
+The ``*_draws`` kernels underneath are pure jit-able functions of ``(block, key, ...)``;
+:mod:`phasefield.simulate.sweep` vmaps them over points (sharing the weight draws between
+points: common random numbers).
 """
 
 from __future__ import annotations
@@ -26,18 +40,29 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import HParams, grid, schema
+from .. import grid, layers
 from .._runtime import optimized_jit
-from ..layers import registry
-from ..theory.precision import float64
-from .stack import DEFAULT_WEIGHTS, block_forward, collapsed_tokens, simplex_tokens, stack_forward, two_group_tokens
+from ..driver import shard
+from ..layers import measure as M
+from ..layers.weights import check_weights
+from .stack import (
+    DEFAULT_WEIGHTS,
+    block_forward,
+    block_of,
+    cast,
+    collapsed_tokens,
+    simplex_tokens,
+    stack_forward,
+    two_group_tokens,
+)
 
-paper = registry.lookup("paper").engine.namespace  # the paper block's closed-form engine
-
-DEFAULT_EPS = 1e-3
-# bytes of live weights and residuals per draw batch of the gradient kernel (memory-bound on
-# a CPU: smaller batches measured faster at widths 256 and 512)
+DEFAULT_EPS = 1e-3  # 1 - rho of the fixed-point protocol's nearby tokens (float32 network)
+GAP_EPS = 1e-4  # 1 - rho of the finite-depth protocol's nearby tokens (float64 network)
+QUANTITIES = ("angle_rate", "lambda_g_input", "lambda_g_collapse", "lambda_a", "rho_L", "q_L")
+# bytes of live weights and residuals per draw batch of the gradient kernels (memory-bound on
+# a CPU: smaller batches measured faster at widths 256 and 512); on an accelerator
 MEMORY_BUDGET = 2.5e8
+GPU_MEMORY_BUDGET = 4e9
 
 
 # ---------------------------------------------------------------- per-draw statistics
@@ -83,17 +108,17 @@ def group_stats(x):
 OPTIMIZE_ABOVE = 2e8
 
 
-def _large(hp, keys, *args, n, d, depth, **kwargs):  # noqa: ARG001 - the kernels' signature
+def _large(block, keys, *args, n, d, depth, **kwargs):  # noqa: ARG001 - the kernels' signature
     return keys.shape[0] * depth * n * d * d >= OPTIMIZE_ABOVE
 
 
 @partial(
     optimized_jit,
     when=_large,
-    static_argnames=("n", "d", "depth", "causal", "mlp_hidden", "dtype", "exact_input", "weights"),
+    static_argnames=("n", "d", "depth", "causal", "dtype", "exact_input", "weights"),
 )
 def transient_draws(
-    hp,
+    block,
     keys,
     q0,
     p0,
@@ -102,32 +127,27 @@ def transient_draws(
     d,
     depth,
     causal=False,
-    mlp_hidden=None,
     dtype=jnp.float32,
     exact_input=True,
     weights=DEFAULT_WEIGHTS,
 ):
     """Per draw and layer (q, p, u): arrays ``[draws, depth + 1]``."""
-    hp = hp.astype(dtype)
+    block = cast(block, dtype)
 
     def one(key):
         kx, kw = jax.random.split(key)
         x = simplex_tokens(kx, n, d, q0, p0, dtype, exact=exact_input)
-        _, stats = stack_forward(
-            hp, kw, x, depth, causal=causal, mlp_hidden=mlp_hidden, reduce=token_stats, weights=weights
-        )
+        _, stats = stack_forward(block, kw, x, depth, causal=causal, reduce=token_stats, weights=weights)
         return stats
 
     return jax.vmap(one)(keys)
 
 
-@partial(jax.jit, static_argnames=("n", "d", "depth", "causal", "mlp_hidden", "dtype", "weights"))
-def geometry_draws(
-    hp, keys, q0, p0, *, n, d, depth, causal=False, mlp_hidden=None, dtype=jnp.float32, weights=DEFAULT_WEIGHTS
-):
+@partial(jax.jit, static_argnames=("n", "d", "depth", "causal", "dtype", "weights"))
+def geometry_draws(block, keys, q0, p0, *, n, d, depth, causal=False, dtype=jnp.float32, weights=DEFAULT_WEIGHTS):
     """Per draw and layer: squared norms / d ``[draws, depth+1, n]`` and pairwise cosines
     ``[draws, depth+1, n(n-1)/2]``."""
-    hp = hp.astype(dtype)
+    block = cast(block, dtype)
 
     def reduce(x):
         return jnp.sum(jnp.square(x), -1) / d, cosines(x)
@@ -135,14 +155,14 @@ def geometry_draws(
     def one(key):
         kx, kw = jax.random.split(key)
         x = simplex_tokens(kx, n, d, q0, p0, dtype)
-        return stack_forward(hp, kw, x, depth, causal=causal, mlp_hidden=mlp_hidden, reduce=reduce, weights=weights)[1]
+        return stack_forward(block, kw, x, depth, causal=causal, reduce=reduce, weights=weights)[1]
 
     return jax.vmap(one)(keys)
 
 
-@partial(jax.jit, static_argnames=("n", "d", "depth", "causal", "mlp_hidden", "dtype", "weights"))
+@partial(jax.jit, static_argnames=("n", "d", "depth", "causal", "dtype", "weights"))
 def group_draws(
-    hp,
+    block,
     keys,
     q0,
     p_intra,
@@ -152,25 +172,22 @@ def group_draws(
     d,
     depth,
     causal=False,
-    mlp_hidden=None,
     dtype=jnp.float32,
     weights=DEFAULT_WEIGHTS,
 ):
     """Per draw and layer (intra, inter) group cosines, ``[draws, depth + 1]`` each."""
-    hp = hp.astype(dtype)
+    block = cast(block, dtype)
 
     def one(key):
         kx, kw = jax.random.split(key)
         x = two_group_tokens(kx, n, d, q0, p_intra, p_inter, dtype)
-        return stack_forward(
-            hp, kw, x, depth, causal=causal, mlp_hidden=mlp_hidden, reduce=group_stats, weights=weights
-        )[1]
+        return stack_forward(block, kw, x, depth, causal=causal, reduce=group_stats, weights=weights)[1]
 
     return jax.vmap(one)(keys)
 
 
 def angle_draws(
-    hp,
+    block,
     keys,
     q_star,
     *,
@@ -178,20 +195,19 @@ def angle_draws(
     d,
     eps=DEFAULT_EPS,
     causal=False,
-    mlp_hidden=None,
     dtype=jnp.float32,
     weights=DEFAULT_WEIGHTS,
 ):
     """Per draw ``log[(1 - rho') / (1 - rho)]`` for one random block, input tokens at
     ``q = q*``, ``rho = 1 - eps`` (docs/theory.md §6, paper App. A). rho is the draw's
     realised cosine (``p/q`` averaged over token pairs), before and after the block."""
-    hp = hp.astype(dtype)
+    block = cast(block, dtype)
 
     def one(key):
         kx, kw = jax.random.split(key)
         q = jnp.asarray(q_star, dtype)
         x = simplex_tokens(kx, n, d, q, q * (1 - eps), dtype)
-        y = block_forward(hp, kw, x, causal=causal, mlp_hidden=mlp_hidden, weights=weights)
+        y = block_forward(block, kw, x, causal=causal, weights=weights)
         q0, _, u0 = token_stats(x)
         q1, _, u1 = token_stats(y)
         return jnp.log(u1 / q1) - jnp.log(u0 / q0)
@@ -200,7 +216,7 @@ def angle_draws(
 
 
 def gradient_draws(
-    hp,
+    block,
     keys,
     q_star,
     *,
@@ -208,7 +224,6 @@ def gradient_draws(
     d,
     depth,
     causal=False,
-    mlp_hidden=None,
     dtype=jnp.float32,
     draw_batch=None,
     weights=DEFAULT_WEIGHTS,
@@ -218,14 +233,12 @@ def gradient_draws(
     ``u ~ N(0, I)`` shaped like X_L (docs/theory.md §7). Draws run ``draw_batch`` at a time
     (vmapped) to bound memory; each block is recomputed in the backward pass (its
     parameters are redrawn from the same key) instead of storing every layer's weights."""
-    hp = hp.astype(dtype)
+    block = cast(block, dtype)
 
     def one(key):
         kx, kw, ku = jax.random.split(key, 3)
         x = collapsed_tokens(kx, n, d, q_star, dtype)
-        f = lambda x0: stack_forward(
-            hp, kw, x0, depth, causal=causal, mlp_hidden=mlp_hidden, remat=True, weights=weights
-        )
+        f = lambda x0: stack_forward(block, kw, x0, depth, causal=causal, remat=True, weights=weights)
         y, vjp = jax.vjp(f, x)
         u = jax.random.normal(ku, y.shape, dtype)
         (g,) = vjp(u)
@@ -234,21 +247,44 @@ def gradient_draws(
     return jax.lax.map(one, keys, batch_size=draw_batch)
 
 
-def default_draw_batch(
-    n, d, depth, mlp_hidden=None, points=1, itemsize=4, budget=MEMORY_BUDGET, weights=DEFAULT_WEIGHTS
-):
-    """How many draws to vmap at once so that the memory of the gradient kernel
-    (:func:`phasefield.grid.simulation_bytes`) fits ``budget`` bytes."""
-    per_draw = grid.simulation_bytes(d, n, depth, mlp_hidden, itemsize, points, weights)
-    return int(max(1, min(1024, budget // max(per_draw, 1))))
-
-
 _gradient_jit = optimized_jit(
     gradient_draws,
     when=_large,
-    static_argnames=("n", "d", "depth", "causal", "mlp_hidden", "dtype", "draw_batch", "weights"),
+    static_argnames=("n", "d", "depth", "causal", "dtype", "draw_batch", "weights"),
 )
-_angle_jit = jax.jit(angle_draws, static_argnames=("n", "d", "causal", "mlp_hidden", "dtype", "weights"))
+_angle_jit = jax.jit(angle_draws, static_argnames=("n", "d", "causal", "dtype", "weights"))
+
+
+# ---------------------------------------------------------------- finite-depth protocol kernels
+@partial(optimized_jit, static_argnames=("n", "d", "depth", "weights", "dtype", "batch"))
+def forward_draws(block, keys, q0, rho0, *, n, d, depth, weights, dtype, batch):
+    """Per draw, from (q0, rho0) and from n identical tokens (q0, 1) (vmapped together: one
+    compiled network): :func:`phasefield.layers.measure.gradient_draw`'s ``q, p``
+    (``[draws, 2, depth + 1]``) and ``g, u`` (``[draws, 2]``)."""
+    block = cast(block, dtype)
+    rhos = jnp.stack([jnp.asarray(rho0, dtype), jnp.asarray(1.0, dtype)])
+
+    def one(key):
+        ks = jax.random.split(key, 2)
+        return jax.vmap(lambda k, r: M.gradient_draw(block, k, n, d, depth, q0, r, weights, dtype))(ks, rhos)
+
+    return jax.lax.map(one, keys, batch_size=batch)
+
+
+@partial(optimized_jit, static_argnames=("n", "d", "depth", "weights", "batch", "with_fixed_point"))
+def gap_draws(block, keys, q0, eps, q_star, *, n, d, depth, weights, batch, with_fixed_point):
+    """Per draw (float64; call inside ``jax.enable_x64``) ``1 - rho`` per layer
+    (:func:`phasefield.layers.measure.near_gap`) from (q0, 1 - eps), and, with
+    ``with_fixed_point``, from (q_star, 1 - eps) (vmapped together): ``[draws, 1 or 2,
+    depth + 1]``."""
+    block = cast(block, jnp.float64)
+    q = jnp.stack([jnp.asarray(q0, jnp.float64), jnp.asarray(q_star, jnp.float64)])[: 2 if with_fixed_point else 1]
+
+    def one(key):
+        ks = jax.random.split(jax.random.fold_in(key, 1), q.shape[0])
+        return jax.vmap(lambda k, qq: M.near_gap(block, k, n, d, depth, qq, eps, weights, jnp.float64))(ks, q)
+
+    return jax.lax.map(one, keys, batch_size=batch)
 
 
 # ---------------------------------------------------------------- estimators
@@ -272,78 +308,104 @@ def log_ratio_of_means(a, b, scale=1.0, axis=0):
     return val, se
 
 
-def _keys(seed, seeds):
-    if seeds < 2:
-        raise ValueError(f"seeds must be >= 2 to give a standard error (got {seeds})")
-    return shard_draws(jax.random.split(jax.random.key(int(seed)), int(seeds)))
+def hidden_width(block, d: int) -> int:
+    """The widest hidden layer of the block's MLPs at width ``d`` (``d`` without one)."""
+    widths, todo = [int(d)], [block]
+    while todo:
+        layer = todo.pop()
+        mult = getattr(layer, "mult", None)
+        if isinstance(mult, (int, float)):
+            widths.append(max(1, int(round(mult * d))))
+        todo.extend(layer.children())
+    return max(widths)
+
+
+def batch_size(block, n, d, depth, weights, draws, *, points=1, itemsize=4) -> int:
+    """Draws vmapped at once by the gradient kernels: the memory of one draw
+    (:func:`phasefield.grid.simulation_bytes` at the block's MLP width, ``points`` points
+    vmapped together) within the budget of the platform (CPU: :data:`MEMORY_BUDGET`; an
+    accelerator: :data:`GPU_MEMORY_BUDGET`), at most ``draws``."""
+    budget = MEMORY_BUDGET if jax.default_backend() == "cpu" else GPU_MEMORY_BUDGET
+    per = grid.simulation_bytes(d, n, depth, hidden_width(block, d), itemsize, points, weights)
+    return int(max(1, min(int(draws), budget // max(per, 1))))
 
 
 def shard_draws(keys):
     """Spread independent draws over every local accelerator (the jitted, vmapped
-    measurement follows its inputs' sharding); left alone when the count does not divide
-    evenly, and on CPU host devices, where a sharded QR of the exact simplex input was
-    seen to deadlock XLA's CPU runtime (2 cores, jaxlib 0.10); there XLA's own threads
-    already use every core for the matmuls."""
+    measurement follows its inputs' sharding, :func:`phasefield.driver.shard.shard`); left
+    alone when the count does not divide evenly, and on CPU host devices, where a sharded QR
+    of the exact simplex input was seen to deadlock XLA's CPU runtime (2 cores, jaxlib
+    0.10); there XLA's own threads already use every core for the matmuls."""
     devices = jax.local_devices()
     if len(devices) < 2 or keys.shape[0] % len(devices) or devices[0].platform == "cpu":
         return keys
-    from jax.sharding import Mesh, NamedSharding
-    from jax.sharding import PartitionSpec as P
-
-    return jax.device_put(keys, NamedSharding(Mesh(np.array(devices), ("draws",)), P("draws")))
+    return shard.shard(keys, devices)
 
 
-def exponent_keys(seed, seeds):
-    """(angle keys, gradient keys) of the exponent measurements: the sweep and the
+def draw_keys(seed, draws):
+    """The keys of ``draws`` independent draws (sharded, :func:`shard_draws`)."""
+    if int(draws) != draws or draws < 2:
+        raise ValueError(f"draws must be an integer >= 2 to give a standard error (got {draws})")
+    return shard_draws(jax.random.split(jax.random.key(int(seed)), int(draws)))
+
+
+def exponent_keys(seed, draws):
+    """(angle keys, gradient keys) of the fixed-point exponents: the sweep and the
     single-point functions use the same draws for the same ``seed``."""
-    keys = jax.random.split(jax.random.key(int(seed)), 2 * _keys(seed, seeds).shape[0])
-    return shard_draws(keys[:seeds]), shard_draws(keys[seeds:])
+    draws = draw_keys(seed, draws).shape[0]
+    keys = jax.random.split(jax.random.key(int(seed)), 2 * draws)
+    return shard_draws(keys[:draws]), shard_draws(keys[draws:])
 
 
-def _check(hp, width):
-    hp.validate()
-    if int(width) < 2:
-        raise ValueError(f"width must be >= 2 (got {width})")
-    return int(np.asarray(hp.n_tokens)), int(width)
+def check(width, draws, n_tokens, depth, q0=1.0, rho0=0.5, eps=GAP_EPS, weights=DEFAULT_WEIGHTS):
+    """ValueError (one line) for options out of range."""
+    check_weights(weights)
+    if int(width) != width or width < 2:
+        raise ValueError(f"width must be an integer >= 2 (got {width})")
+    if int(draws) != draws or draws < 2:
+        raise ValueError(f"draws must be an integer >= 2 to give a standard error (got {draws})")
+    if int(n_tokens) != n_tokens or n_tokens < 2:
+        raise ValueError(f"n_tokens must be an integer >= 2 (got {n_tokens})")
+    if int(depth) != depth or depth < 1:
+        raise ValueError(f"depth must be an integer >= 1 (got {depth})")
+    if not (0.0 < q0 < np.inf):
+        raise ValueError(f"q0 must be positive and finite (got {q0})")
+    if not (-1.0 / (n_tokens - 1) <= rho0 <= 1.0):
+        raise ValueError(f"rho0 must lie in [-1/(n-1), 1] (got {rho0})")
+    if not (0.0 < eps < 1.0):
+        raise ValueError(f"eps must lie in (0, 1) (got {eps})")
 
 
-def collapsed_q_star(hp: HParams) -> float:
-    """q* of the collapsed fixed point from the theory engine (docs/theory.md §6)."""
-    return float(paper.collapsed_fixed_point(hp)[0])
+def _setup(block, n_tokens, depth, width, draws, weights):
+    block = block_of(block)
+    check(width, draws, n_tokens, depth, weights=weights)
+    return block, int(n_tokens), int(depth), int(width)
 
 
-@float64
-def q_star_reference(hp: HParams) -> float:
-    """Closed form ``q* = (beta_M^2 alpha_A^2 sigma_V^2 + alpha_M^2 q_M(1)) / (1 -
-    beta_A^2 beta_M^2)`` with q_M(1) from a dense trapezoid rule in standard-normal space
-    (composed over ``mlp_layers``). Requires the unit-norm residual (finite q*)."""
-    from .. import activations
-
-    phi = activations.get(hp.activation)
-    z = np.linspace(-12.0, 12.0, 200001)
-    w = np.exp(-0.5 * z * z)
-    w /= w.sum()
-    sw = float(hp.sigma_w)
-    var = sw**2  # pre-activation variance of the first layer (normalised input)
-    for _ in range(hp.mlp_layers):
-        qm = sw**2 * float(np.sum(w * np.asarray(phi(np.sqrt(var) * z)) ** 2))
-        var = qm
-    aa, am, sv = float(hp.alpha_a), float(hp.alpha_m), float(hp.sigma_v)
-    ba2, bm2 = float(hp.beta_a) ** 2, float(hp.beta_m) ** 2
-    return (bm2 * aa**2 * sv**2 + am**2 * qm) / (1.0 - ba2 * bm2)
+def collapsed_q_star(block, n_tokens=32) -> float:
+    """q* of the block's collapsed fixed point (the theory's, :func:`phasefield.layers.q_star`;
+    ``inf`` where the norm grows with depth)."""
+    return float(layers.q_star(block_of(block), n_tokens=int(n_tokens)))
 
 
-# ---------------------------------------------------------------- public measurements
+def _fixed_q_star(block, n):
+    qs = collapsed_q_star(block, n)
+    if not np.isfinite(qs):
+        raise ValueError("the fixed-point protocol needs a finite collapsed fixed point q* (this block has none)")
+    return qs
+
+
+# ---------------------------------------------------------------- fixed-point protocol
 def transients(
-    hp: HParams,
+    block,
     q0,
     p0,
     *,
+    n_tokens=32,
+    depth=16,
     width=512,
-    seeds=16,
-    depth=None,
+    draws=16,
     causal=False,
-    mlp_hidden=None,
     dtype=jnp.float32,
     seed=0,
     exact_input=True,
@@ -352,18 +414,16 @@ def transients(
     """Per-layer q, p and rho = p/q (each averaged over draws, with ``*_se``), arrays of
     length depth+1 (index 0 is the input), from simplex tokens with (q0, p0)
     (``exact_input``: input Gram exactly (q0, p0), see :func:`stack.simplex_tokens`)."""
-    n, d = _check(hp, width)
-    depth = int(np.asarray(hp.depth)) if depth is None else int(depth)
+    block, n, depth, d = _setup(block, n_tokens, depth, width, draws, weights)
     q, p, u = transient_draws(
-        hp,
-        _keys(seed, seeds),
+        block,
+        draw_keys(seed, draws),
         q0,
         p0,
         n=n,
         d=d,
         depth=depth,
         causal=causal,
-        mlp_hidden=mlp_hidden,
         dtype=dtype,
         exact_input=bool(exact_input),
         weights=weights,
@@ -377,34 +437,32 @@ def transients(
 
 
 def token_geometry(
-    hp: HParams,
+    block,
     q0,
     p0,
     *,
+    n_tokens=32,
+    depth=16,
     width=512,
-    seeds=16,
-    depth=None,
+    draws=16,
     causal=False,
-    mlp_hidden=None,
     dtype=jnp.float32,
     seed=0,
     weights=DEFAULT_WEIGHTS,
 ) -> dict:
     """Full per-layer samples for histograms (paper Fig. 2): ``norms`` ``[depth+1,
-    seeds*n]`` (squared norm / d of every token) and ``cosines`` ``[depth+1,
-    seeds*n(n-1)/2]`` (every token pair), pooled over draws."""
-    n, d = _check(hp, width)
-    depth = int(np.asarray(hp.depth)) if depth is None else int(depth)
+    draws*n]`` (squared norm / d of every token) and ``cosines`` ``[depth+1,
+    draws*n(n-1)/2]`` (every token pair), pooled over draws."""
+    block, n, depth, d = _setup(block, n_tokens, depth, width, draws, weights)
     norms, cos = geometry_draws(
-        hp,
-        _keys(seed, seeds),
+        block,
+        draw_keys(seed, draws),
         q0,
         p0,
         n=n,
         d=d,
         depth=depth,
         causal=causal,
-        mlp_hidden=mlp_hidden,
         dtype=dtype,
         weights=weights,
     )
@@ -414,16 +472,16 @@ def token_geometry(
 
 
 def group_cosines(
-    hp: HParams,
+    block,
     q0,
     p_intra,
     p_inter,
     *,
+    n_tokens=32,
+    depth=16,
     width=512,
-    seeds=16,
-    depth=None,
+    draws=16,
     causal=False,
-    mlp_hidden=None,
     dtype=jnp.float32,
     seed=0,
     weights=DEFAULT_WEIGHTS,
@@ -431,13 +489,12 @@ def group_cosines(
     """Permutation-symmetry restoration (paper Eq. 12, Fig. 3): per layer the mean
     intra-group and inter-group cosine of two groups of n/2 tokens and their ratio
     ``inter/intra`` (-> 1 when symmetry is restored), each with ``*_se``."""
-    n, d = _check(hp, width)
+    block, n, depth, d = _setup(block, n_tokens, depth, width, draws, weights)
     if not (0 <= p_inter < p_intra <= q0):
         raise ValueError("need 0 <= p_inter < p_intra <= q0 for the two-group input")
-    depth = int(np.asarray(hp.depth)) if depth is None else int(depth)
     intra, inter = group_draws(
-        hp,
-        _keys(seed, seeds),
+        block,
+        draw_keys(seed, draws),
         q0,
         p_intra,
         p_inter,
@@ -445,7 +502,6 @@ def group_cosines(
         d=d,
         depth=depth,
         causal=causal,
-        mlp_hidden=mlp_hidden,
         dtype=dtype,
         weights=weights,
     )
@@ -457,30 +513,30 @@ def group_cosines(
 
 
 def angle_exponent(
-    hp: HParams,
+    block,
     *,
+    n_tokens=32,
     width=512,
-    seeds=16,
+    draws=16,
     eps=DEFAULT_EPS,
     q_star=None,
     causal=False,
-    mlp_hidden=None,
     dtype=jnp.float32,
     seed=0,
     weights=DEFAULT_WEIGHTS,
 ):
-    """Numerical lambda_a and its standard error over draws (docs/theory.md §6)."""
-    n, d = _check(hp, width)
-    q_star = collapsed_q_star(hp) if q_star is None else float(q_star)
+    """Numerical lambda_a and its standard error over draws (docs/theory.md §6): one block
+    from nearby simplex tokens at (q*, 1 - eps), 1 - rho read as u/q in ``dtype``."""
+    block, n, _, d = _setup(block, n_tokens, 1, width, draws, weights)
+    q_star = _fixed_q_star(block, n) if q_star is None else float(q_star)
     vals = _angle_jit(
-        hp,
-        exponent_keys(seed, seeds)[0],
+        block,
+        exponent_keys(seed, draws)[0],
         q_star,
         n=n,
         d=d,
         eps=eps,
         causal=causal,
-        mlp_hidden=mlp_hidden,
         dtype=dtype,
         weights=weights,
     )
@@ -489,33 +545,32 @@ def angle_exponent(
 
 
 def gradient_exponent(
-    hp: HParams,
+    block,
     *,
+    n_tokens=32,
+    depth=16,
     width=512,
-    seeds=16,
-    depth=None,
+    draws=16,
     q_star=None,
     causal=False,
-    mlp_hidden=None,
     dtype=jnp.float32,
     seed=0,
     draw_batch=None,
     weights=DEFAULT_WEIGHTS,
 ):
-    """Numerical lambda_g(L) and its delta-method standard error (docs/theory.md §7)."""
-    n, d = _check(hp, width)
-    depth = int(np.asarray(hp.depth)) if depth is None else int(depth)
-    q_star = collapsed_q_star(hp) if q_star is None else float(q_star)
-    draw_batch = draw_batch or default_draw_batch(n, d, depth, mlp_hidden, weights=weights)
+    """Numerical lambda_g(L) from identical tokens of squared norm q* and its delta-method
+    standard error (docs/theory.md §7)."""
+    block, n, depth, d = _setup(block, n_tokens, depth, width, draws, weights)
+    q_star = _fixed_q_star(block, n) if q_star is None else float(q_star)
+    draw_batch = draw_batch or batch_size(block, n, d, depth, weights, draws)
     a, b = _gradient_jit(
-        hp,
-        exponent_keys(seed, seeds)[1],
+        block,
+        exponent_keys(seed, draws)[1],
         q_star,
         n=n,
         d=d,
         depth=depth,
         causal=causal,
-        mlp_hidden=mlp_hidden,
         dtype=dtype,
         draw_batch=draw_batch,
         weights=weights,
@@ -524,39 +579,114 @@ def gradient_exponent(
     return float(m), float(se)
 
 
-def exponents(
-    hp: HParams,
+def fixed_point_exponents(
+    block,
     *,
+    n_tokens=32,
+    depth=16,
     width=512,
-    seeds=16,
+    draws=16,
     eps=DEFAULT_EPS,
     causal=False,
-    mlp_hidden=None,
     dtype=jnp.float32,
     seed=0,
     weights=DEFAULT_WEIGHTS,
 ) -> dict:
-    """``lambda_a, lambda_a_se, lambda_g_collapse, lambda_g_collapse_se`` (lambda_g(L) from the
-    collapsed point at depth ``hp.depth``; ``lambda_g``, ``lambda_g_se``: deprecated aliases)
-    and the ``q_star`` the inputs were built from."""
-    q_star = collapsed_q_star(hp)
-    opts = dict(
-        width=width,
-        seeds=seeds,
-        q_star=q_star,
-        causal=causal,
-        mlp_hidden=mlp_hidden,
-        dtype=dtype,
-        seed=seed,
-        weights=weights,
-    )
-    la, la_se = angle_exponent(hp, eps=eps, **opts)
-    lg, lg_se = gradient_exponent(hp, **opts)
-    out = {
+    """``lambda_a, lambda_a_se`` (:func:`angle_exponent`), ``lambda_g_collapse,
+    lambda_g_collapse_se`` (:func:`gradient_exponent` at depth ``depth``) and the ``q_star``
+    the inputs were built from: the fixed-point protocol (the paper's, docs/theory.md §6-7)."""
+    block, n, depth, d = _setup(block, n_tokens, depth, width, draws, weights)
+    qs = _fixed_q_star(block, n)
+    opts = dict(n_tokens=n, width=d, draws=draws, q_star=qs, causal=causal, dtype=dtype, seed=seed, weights=weights)
+    la, la_se = angle_exponent(block, eps=eps, **opts)
+    lg, lg_se = gradient_exponent(block, depth=depth, **opts)
+    return {
         "lambda_a": la,
         "lambda_a_se": la_se,
         "lambda_g_collapse": lg,
         "lambda_g_collapse_se": lg_se,
-        "q_star": q_star,
+        "q_star": qs,
     }
-    return schema.results(out, schema.SIMULATION)
+
+
+# ---------------------------------------------------------------- finite-depth protocol
+def _leaves_as(block, dtype):
+    """The block with its numbers as NumPy arrays of ``dtype`` (one compilation per dtype,
+    whatever JAX's x64 switch)."""
+    return jax.tree_util.tree_map(lambda v: np.asarray(v, dtype), block)
+
+
+def exponents(
+    block,
+    *,
+    width=512,
+    draws=16,
+    n_tokens=32,
+    depth=16,
+    q0=1.0,
+    rho0=0.5,
+    eps=GAP_EPS,
+    weights=DEFAULT_WEIGHTS,
+    dtype=jnp.float32,
+    seed=0,
+    batch=None,
+    q_star=None,
+) -> dict:
+    """:data:`QUANTITIES` of ``block`` at finite ``width``, each with ``<name>_se`` over
+    ``draws`` independent draws, and per layer ``q, q_se, rho, rho_se`` (length depth + 1)
+    and ``q_star``: the finite-depth protocol (the names of
+    :func:`phasefield.layers.finite_depth`):
+
+    ``angle_rate``         (1/L) log[(1 - rho_L)/(1 - rho_0)] of nearby tokens from (q0, 1 - eps)
+    ``lambda_g_input``     (1/L) log(E|J^T u|^2 / E|u|^2) from tokens at (q0, rho0)
+    ``lambda_g_collapse``  the same from n identical tokens of squared norm q0
+    ``lambda_a``           log[(1 - rho')/(1 - rho)] of one block at (q*, 1 - eps) (NaN where
+                           the block has no finite collapsed fixed point q*)
+    ``rho_L``, ``q_L``     token cosine and squared norm per component after L blocks
+
+    The forward and gradient passes run in ``dtype``; the two angle measurements always in
+    float64, reading 1 - rho from the centred tokens (:func:`phasefield.layers.measure.near_gap`:
+    in float32 a stack that contracts nearby tokens to 1 - rho ~ 1e-8 merges them).
+    ``seed``: the draws' keys; ``batch``: draws vmapped at once (default: :func:`batch_size`);
+    ``q_star``: the theory's, computed if not given."""
+    block = block_of(block)
+    check(width, draws, n_tokens, depth, q0, rho0, eps, weights)
+    n, d, L = int(n_tokens), int(width), int(depth)
+    if q_star is None:
+        q_star = collapsed_q_star(block, n)
+    fixed = bool(np.isfinite(q_star))
+    keys = draw_keys(seed, draws)
+    dt = jnp.dtype(dtype)
+    batch = int(batch or batch_size(block, n, d, L, weights, draws, itemsize=dt.itemsize))
+    # both kernels trace inside JAX's x64 scope (every array has an explicit dtype): one
+    # compilation whether the caller has x64 on (the CLI) or off
+    opts = dict(n=n, d=d, depth=L, weights=weights, batch=batch)
+    with jax.enable_x64(True):
+        fw = jax.device_get(
+            forward_draws(_leaves_as(block, dt), keys, np.asarray(q0, dt), np.asarray(rho0, dt), dtype=dt, **opts)
+        )
+        f64 = [np.asarray(v, np.float64) for v in (q0, eps, q_star if fixed else 1.0)]
+        gap = np.asarray(
+            jax.device_get(gap_draws(_leaves_as(block, np.float64), keys, *f64, with_fixed_point=fixed, **opts)),
+            np.float64,
+        )
+    q, p = (np.asarray(fw[k][:, 0], np.float64) for k in ("q", "p"))
+    (gi, gc), (ui, uc) = (np.asarray(fw[k], np.float64).T for k in ("g", "u"))
+    rate = np.log(gap[:, 0, -1] / gap[:, 0, 0]) / L
+    out = {}
+    for name, arr in (("q", q), ("rho", p / q)):
+        out[name], out[name + "_se"] = mean_se(arr)
+    out["rho_L"], out["rho_L_se"] = float(out["rho"][-1]), float(out["rho_se"][-1])
+    out["q_L"], out["q_L_se"] = float(out["q"][-1]), float(out["q_se"][-1])
+    for name, (g, u) in (("lambda_g_input", (gi, ui)), ("lambda_g_collapse", (gc, uc))):
+        m, se = log_ratio_of_means(g, u, scale=1.0 / L)
+        out[name], out[name + "_se"] = float(m), float(se)
+    m, se = mean_se(rate)
+    out["angle_rate"], out["angle_rate_se"] = float(m), float(se)
+    if fixed:  # one block from (q*, 1 - eps)
+        m, se = mean_se(np.log(gap[:, 1, 1] / gap[:, 1, 0]))
+        out["lambda_a"], out["lambda_a_se"] = float(m), float(se)
+    else:
+        out["lambda_a"] = out["lambda_a_se"] = float("nan")
+    out["q_star"] = float(q_star)
+    return out

@@ -1,14 +1,20 @@
-"""Random transformer stacks of docs/theory.md §1, built from the shared Flax :class:`Block`.
+"""Random stacks of any block (docs/theory.md §1): the block's own Flax network
+(``block.module(weights, causal)``, :mod:`phasefield.layers`), and the token inputs the
+measurements start from.
 
-A stack is L blocks with independent Gaussian weights, drawn one of two ways
-(``weights=``):
+A block is named as everywhere else (:func:`resolve`): a spec string ``NAME:key=value,...``
+(or a JSON file's path), a ``(name, keywords)`` pair, or a block itself (a
+:mod:`phasefield.layers` composition, e.g. ``layers.presets.paper(hp)``: the paper's block,
+:class:`phasefield.block.Block`).
 
-``"lazy"`` (default)  ``Block(hp, weights="lazy")``: every linear map is sampled lazily
-    on the tokens it sees (:func:`phasefield.block.random_linear`, exact in distribution
-    with one VJP per draw), O(n^2 d) per block; the block's randomness is the ``"lazy"``
-    rng stream seeded by the layer key.
-``"dense"`` (reference)  the parameters of block ``l`` are drawn from ``keys[l]`` by
-    ``Block.init`` (the same initialisation the ViT trainer uses): ``init_with_output``
+A stack is L blocks with independent Gaussian weights, drawn one of two ways (``weights=``):
+
+``"lazy"`` (default)  every linear map is sampled lazily on the tokens it sees
+    (:func:`phasefield.layers.weights.random_linear`, exact in distribution with one VJP per
+    draw), O(n^2 d) per block; the block's randomness is the ``"lazy"`` rng stream seeded by
+    the layer key.
+``"dense"`` (reference)  the parameters of block ``l`` are drawn from ``keys[l]`` by the
+    module's ``init`` (the same initialisation the ViT trainer uses): ``init_with_output``
     returns the block's output together with its freshly drawn parameters, so one layer's
     parameters live in memory at a time. O(n d^2) per block, d^2 numbers per matrix.
 
@@ -16,8 +22,8 @@ Layers run inside a ``lax.scan``. Autodiff with respect to the tokens passes str
 through (the weights depend only on the key), which is what the vector-Jacobian protocol
 of §7 needs (lazy weights: one VJP per draw; full Jacobians need dense weights).
 
-All functions are pure in ``(hp, key, tokens)``, so they ``jit`` and ``vmap`` over draws
-(keys) and over hyperparameter points (the numeric leaves of :class:`HParams`).
+All functions are pure in ``(block, key, tokens)``, so they ``jit`` and ``vmap`` over draws
+(keys) and over points (the block's numbers are pytree leaves).
 """
 
 from __future__ import annotations
@@ -25,31 +31,56 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from .. import HParams
-from ..block import LAZY_RNG, WEIGHTS, Block, check_weights  # noqa: F401 (WEIGHTS re-exported)
+from ..layers import spec as block_spec
+from ..layers.base import check_layer
+from ..layers.measure import symmetric_tokens, tokens  # noqa: F401 (the block protocol's inputs)
+from ..layers.weights import LAZY_RNG, WEIGHTS, check_weights  # noqa: F401 (WEIGHTS re-exported)
 
 DEFAULT_WEIGHTS = "lazy"
 
 
-def block_forward(
-    hp: HParams, key, x, *, causal: bool = False, mlp_hidden: int | None = None, weights: str = DEFAULT_WEIGHTS
-):
+def resolve(block):
+    """``(label, block)`` from a spec string (``NAME:key=value,...`` or a JSON file's path),
+    a ``(name, keywords)`` pair or a block (a layer); ValueError (one line) otherwise."""
+    if isinstance(block, str):
+        name, kw = block_spec.parse(block)
+        return name, block_spec.build(name, kw)
+    if isinstance(block, tuple) and len(block) == 2 and isinstance(block[0], str):
+        name, kw = block[0], block_spec.check(block[0], dict(block[1]))
+        return name, block_spec.build(name, kw)
+    try:
+        check_layer(block)
+    except TypeError as exc:
+        raise ValueError(str(exc)) from None
+    return type(block).__name__, block
+
+
+def block_of(block):
+    """The block (a layer) of anything :func:`resolve` takes."""
+    return resolve(block)[1]
+
+
+def cast(block, dtype):
+    """The block with every number (pytree leaf) an array of ``dtype``."""
+    return jax.tree_util.tree_map(lambda v: jnp.asarray(v, dtype), block)
+
+
+def block_forward(block, key, x, *, causal: bool = False, weights: str = DEFAULT_WEIGHTS):
     """One random block applied to tokens ``x`` (``[n, d]``) with weights drawn from ``key``
     (``weights``: ``"lazy"`` or ``"dense"``, see the module docstring)."""
     check_weights(weights)
-    block = Block(hp, causal=causal, mlp_hidden=mlp_hidden, weights=weights)
+    mod = block.module(weights, causal)
     if weights == "lazy":
-        return block.apply({}, x, rngs={LAZY_RNG: key})
-    out, _ = block.init_with_output({"params": key}, x)
+        return mod.apply({}, x, rngs={LAZY_RNG: key})
+    out, _ = mod.init_with_output({"params": key}, x)
     return out
 
 
-def block_params(
-    hp: HParams, key, n: int, d: int, *, causal: bool = False, mlp_hidden: int | None = None, dtype=jnp.float32
-):
-    """The parameters :func:`block_forward` draws from ``key`` (for inspection and tests)."""
+def block_params(block, key, n: int, d: int, *, causal: bool = False, dtype=jnp.float32):
+    """The parameters :func:`block_forward` draws from ``key`` with dense weights (for
+    inspection and tests)."""
     x = jnp.zeros((n, d), dtype)
-    return Block(hp, causal=causal, mlp_hidden=mlp_hidden).init({"params": key}, x)
+    return block.module("dense", causal).init({"params": key}, x)
 
 
 def layer_keys(key, depth: int):
@@ -58,13 +89,12 @@ def layer_keys(key, depth: int):
 
 
 def stack_forward(
-    hp: HParams,
+    block,
     key,
     x,
     depth: int,
     *,
     causal: bool = False,
-    mlp_hidden: int | None = None,
     return_all: bool = False,
     reduce=None,
     remat: bool = False,
@@ -80,7 +110,7 @@ def stack_forward(
     """
     keys = layer_keys(key, depth)
 
-    fwd = lambda h, k: block_forward(hp, k, h, causal=causal, mlp_hidden=mlp_hidden, weights=weights)
+    fwd = lambda h, k: block_forward(block, k, h, causal=causal, weights=weights)
     if remat:
         fwd = jax.checkpoint(fwd)
 

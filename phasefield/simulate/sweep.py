@@ -1,16 +1,21 @@
-"""Simulated exponents over a grid of hyperparameter points, in the grid format of the
-theory sweep (:func:`phasefield.diagram.sweep`): one dimension per swept hyperparameter,
-variables ``lambda_a, lambda_g_collapse`` plus their standard errors ``lambda_a_se,
-lambda_g_collapse_se`` (and the ``q_star`` the inputs were built from; ``lambda_g``,
-``lambda_g_se``: deprecated copies under the earlier names).
+"""Simulated exponents over grids of points, each point a block of one preset:
 
-Points are vmapped in chunks; within a chunk every point uses the same weight and token
-draws (common random numbers: the Gaussian draws are made once and only rescaled per
-point), which makes differences between neighbouring points far less noisy and
+:func:`sweep`        the fixed-point exponents (:func:`phasefield.simulate.measure.fixed_point_exponents`)
+                     in the grid format of the theory sweep (:func:`phasefield.diagram.sweep`):
+                     one dimension per swept number (:data:`AXES`), variables ``lambda_a,
+                     lambda_g_collapse`` plus their standard errors ``lambda_a_se,
+                     lambda_g_collapse_se`` (and the ``q_star`` the inputs were built from);
+:func:`block_sweep`  the finite-depth quantities (:func:`phasefield.simulate.measure.exponents`)
+                     in the format of the block sweep (:func:`phasefield.layers.sweep.sweep`).
+
+In :func:`sweep` points are vmapped in chunks; within a chunk every point uses the same weight
+and token draws (common random numbers: the Gaussian draws are made once and only rescaled
+per point), which makes differences between neighbouring points far less noisy and
 amortises the cost of the Gaussian sampling. With lazily sampled weights (the default,
 ``weights="lazy"``) the shared draws are the standard-normal slabs S and noise G of
-:func:`phasefield.block.random_linear`, which do not depend on the point either. The chunks
-run through the chunk driver of every sweep (:mod:`phasefield.driver`): finished chunks are
+:func:`phasefield.layers.weights.random_linear`, which do not depend on the point either.
+:func:`block_sweep` measures one point at a time with the same draws (``seed``). Both run
+through the chunk driver of every sweep (:mod:`phasefield.driver`): finished chunks are
 stored under a parts directory so an interrupted sweep resumes where it stopped, the netCDF
 file is written atomically, and the chunks split over the processes of a multi-host run.
 """
@@ -26,61 +31,68 @@ import jax.numpy as jnp
 import numpy as np
 import xarray as xr
 
-from .. import HParams, driver, grid, schema
-from ..block import check_weights
+from .. import driver, grid
 from ..layers import registry
-from ..theory.precision import float64
+from ..layers import spec as block_spec
+from ..layers.weights import check_weights
 from . import measure
 
-paper = registry.lookup("paper").engine.namespace  # the paper block's closed-form engine
-NUMERIC_FIELDS = paper.numbers.NUMERIC_FIELDS
-
 AXES = grid.AXES
+SIZES = ("n_tokens", "depth")  # axes of the measurement, not numbers of the block
 VARIABLES = ("lambda_a", "lambda_a_se", "lambda_g_collapse", "lambda_g_collapse_se", "q_star")
 
 
-@partial(jax.jit, static_argnames=("n", "d", "depth", "eps", "causal", "mlp_hidden", "dtype", "draw_batch", "weights"))
-def _chunk_kernel(hp, keys_a, keys_g, q_star, *, n, d, depth, eps, causal, mlp_hidden, dtype, draw_batch, weights):
-    opts = dict(n=n, d=d, causal=causal, mlp_hidden=mlp_hidden, dtype=dtype, weights=weights)
-    la = jax.vmap(lambda h, qs: measure.angle_draws(h, keys_a, qs, eps=eps, **opts))(hp, q_star)
-    a, b = jax.vmap(lambda h, qs: measure.gradient_draws(h, keys_g, qs, depth=depth, draw_batch=draw_batch, **opts))(
-        hp, q_star
-    )
+@partial(jax.jit, static_argnames=("n", "d", "depth", "eps", "causal", "dtype", "draw_batch", "weights"))
+def _chunk_kernel(blocks, keys_a, keys_g, q_star, *, n, d, depth, eps, causal, dtype, draw_batch, weights):
+    opts = dict(n=n, d=d, causal=causal, dtype=dtype, weights=weights)
+    la = jax.vmap(lambda b, qs: measure.angle_draws(b, keys_a, qs, eps=eps, **opts))(blocks, q_star)
+    a, b = jax.vmap(
+        lambda blk, qs: measure.gradient_draws(blk, keys_g, qs, depth=depth, draw_batch=draw_batch, **opts)
+    )(blocks, q_star)
     return la, a, b
 
 
-# one compiled program per batch shape (run eagerly, the vmap dispatched and compiled every
-# primitive on its own: ~10 s per chunk of a small sweep)
-_q_star_jit = jax.jit(jax.vmap(lambda h: paper.collapsed_fixed_point(h)[0]))
+def _base(block):
+    """(name, the preset, its checked keywords) of a spec string or a ``(name, keywords)`` pair."""
+    if isinstance(block, str):
+        name, kw = block_spec.parse(block)
+    elif isinstance(block, tuple) and len(block) == 2 and isinstance(block[0], str):
+        name, kw = block[0], block_spec.check(block[0], dict(block[1]))
+    else:
+        raise ValueError("a grid sweep ranges over a preset's numbers: give the block as NAME[:key=value,...]")
+    return name, registry.lookup(name), kw
 
 
-@float64
-def _q_star_batch(hp_batch: HParams) -> np.ndarray:
-    return np.asarray(_q_star_jit(hp_batch.astype(jnp.float64)), np.float64)
-
-
-def grid_points(base: HParams, axes: dict):
-    """Cartesian grid: (dims, coords, list of per-point field dicts)."""
+def grid_points(numbers: dict, axes: dict):
+    """Cartesian grid: (dims, coords, list of per-point number dicts) over ``numbers``
+    (every number of a point, the sizes ``n_tokens`` and ``depth`` included)."""
     dims = list(axes)
     coords = {k: np.asarray(v, np.float64).ravel() for k, v in axes.items()}
     points = []
     for values in itertools.product(*(coords[k] for k in dims)):
-        fields = {k: float(getattr(base, k)) for k in NUMERIC_FIELDS}
+        fields = {k: float(v) for k, v in numbers.items()}
         fields.update(grid.untie(dict(zip(dims, values))))
         points.append(fields)
     return dims, coords, points
 
 
+def _ordered(names):
+    """``names`` in the order of :data:`AXES` (the theory sweep's coordinates)."""
+    return sorted(names, key=lambda k: AXES.index(k) if k in AXES else len(AXES))
+
+
 def sweep(
+    block="paper",
     *,
+    n_tokens: int = 32,
+    depth: int = 16,
     width: int = 512,
-    seeds: int = 16,
+    draws: int = 16,
     eps: float = measure.DEFAULT_EPS,
     causal: bool = False,
     mlp_hidden: int | None = None,
     dtype=jnp.float32,
     seed: int = 0,
-    base: HParams | None = None,
     chunk: int = 16,
     parts_dir: str | None = None,
     progress: bool = False,
@@ -90,8 +102,13 @@ def sweep(
     log=None,
     **axes,
 ) -> xr.Dataset | None:
-    """Simulate ``lambda_a, lambda_g`` (with ``_se``) on the grid spanned by ``axes``
-    (keyword arrays named as in :data:`AXES`; ``alpha`` sets alpha_a = alpha_m).
+    """Simulate ``lambda_a, lambda_g_collapse`` (with ``_se``) of the preset ``block`` (a spec
+    ``NAME:key=value,...`` or ``(name, keywords)``: its fixed numbers, default ``"paper"``)
+    on the grid spanned by ``axes`` (keyword arrays named as in :data:`AXES`, numbers of the
+    preset, or ``n_tokens``, ``depth`` given as arrays: the last dimensions; ``alpha`` sets
+    alpha_a = alpha_m). ``mlp_hidden``: the
+    MLP's hidden width where the preset's builder takes its ratio to the width (``mult``, the
+    paper's block; default: the preset's).
 
     Runs through the chunk driver of every sweep (:mod:`phasefield.driver`): ``out``: the
     netCDF file, written atomically once the grid is complete; ``parts_dir`` (default
@@ -101,35 +118,48 @@ def sweep(
     on a shared filesystem): each process computes the chunks ``c % process_count ==
     process_index``, process 0 waits (up to ``wait`` seconds) and assembles, the others
     return None.
-    ``weights``: ``"lazy"`` (default) or ``"dense"`` (see :mod:`phasefield.simulate.measure`).
+    ``weights``: ``"lazy"`` (default) or ``"dense"`` (see :mod:`phasefield.simulate.stack`).
     """
-    base = HParams() if base is None else base
+    name, preset, kw = _base(block)
+    sizes = {"n_tokens": n_tokens, "depth": depth}
+    for k, v in sizes.items():  # arrays: the last dimensions
+        if np.ndim(v) > 0:
+            axes[k], sizes[k] = v, np.ravel(v)[0]
+    n_tokens, depth = sizes["n_tokens"], sizes["depth"]
     for k in axes:
         if k not in AXES:
             raise ValueError(f"unknown sweep axis {k!r}; choose from {', '.join(AXES)}")
+        for n in grid.untie({k: 0}):
+            if n not in preset.numbers and n not in SIZES:
+                raise ValueError(f"block {name} has no number {n!r} to sweep")
     grid.branch_weights(axes.get("alpha"), axes.get("alpha_a"), axes.get("alpha_m"))  # not both
-    if seeds < 2:
-        raise ValueError(f"seeds must be >= 2 to give a standard error (got {seeds})")
+    if draws < 2:
+        raise ValueError(f"draws must be >= 2 to give a standard error (got {draws})")
     check_weights(weights)
-    dims, coords, points = grid_points(base, axes)
-    base.validate()
+    defaults = preset.defaults
+    options = {k: kw.get(k, defaults.get(k)) for k in preset.options}
+    numbers = {k: float(kw.get(k, defaults[k])) for k in _ordered(preset.numbers)}
+    numbers.update(n_tokens=float(n_tokens), depth=float(depth))
+    numbers = {k: numbers[k] for k in _ordered(numbers)}
+    dims, coords, points = grid_points(numbers, axes)
+    grid.check_values({k: v for k, v in numbers.items() if k in SIZES})
     grid.check_values(coords)
     d = int(width)
     config = dict(
         width=d,
-        seeds=int(seeds),
+        seeds=int(draws),
         eps=float(eps),
         causal=bool(causal),
         mlp_hidden=mlp_hidden,
         dtype=jnp.dtype(dtype).name,
         seed=int(seed),
         chunk=int(chunk),
-        activation=base.activation,
-        mlp_layers=base.mlp_layers,
-        residual=base.residual,
+        **{k: v for k, v in options.items()},
         axes={k: coords[k].tolist() for k in dims},
-        base={k: float(getattr(base, k)) for k in NUMERIC_FIELDS},
+        base=numbers,
     )
+    if name != "paper":
+        config["block"] = name
     if weights != "dense":  # dense keeps the tags of parts written before the lazy sampler
         config["weights"] = weights
     # group points by their static shape (n, depth), then chunk
@@ -137,21 +167,22 @@ def sweep(
     for i, f in enumerate(points):
         groups.setdefault((int(round(f["n_tokens"])), int(round(f["depth"]))), []).append(i)
     jobs = [(nd, idx[s : s + chunk]) for nd, idx in groups.items() for s in range(0, len(idx), chunk)]
-    keys_a, keys_g = measure.exponent_keys(seed, int(seeds))
+    keys_a, keys_g = measure.exponent_keys(seed, int(draws))
 
     def evaluate(j):
-        (n, depth), idx = jobs[j]
+        (n, L), idx = jobs[j]
         return _run_chunk(
-            base,
+            preset,
+            options,
+            None if mlp_hidden is None else mlp_hidden / d,
             [points[i] for i in idx],
             keys_a,
             keys_g,
             n=n,
             d=d,
-            depth=depth,
+            depth=L,
             eps=eps,
             causal=causal,
-            mlp_hidden=mlp_hidden,
             dtype=dtype,
             weights=weights,
         )
@@ -173,11 +204,12 @@ def sweep(
             return None  # process 0 assembles
         ds = _dataset(
             values,
-            base=base,
+            numbers=numbers,
+            options=options,
             dims=dims,
             coords=coords,
             d=d,
-            seeds=seeds,
+            draws=draws,
             eps=eps,
             causal=causal,
             dtype=dtype,
@@ -188,12 +220,12 @@ def sweep(
     return ds
 
 
-def _dataset(out, *, base, dims, coords, d, seeds, eps, causal, dtype, seed, weights) -> xr.Dataset:
+def _dataset(out, *, numbers, options, dims, coords, d, draws, eps, causal, dtype, seed, weights) -> xr.Dataset:
     """The flat results ``out`` as the sweep's dataset."""
     shape = tuple(len(coords[k]) for k in dims)
-    # fixed hyperparameters are scalar coordinates, as in the theory sweep
+    # fixed numbers are scalar coordinates, as in the theory sweep
     tied = ("alpha_a", "alpha_m") if "alpha" in dims else ()
-    fixed = {k: float(getattr(base, k)) for k in NUMERIC_FIELDS if k not in dims and k not in tied}
+    fixed = {k: v for k, v in numbers.items() if k not in dims and k not in tied}
     ds = xr.Dataset(
         {v: (dims, out[v].reshape(shape)) for v in VARIABLES},
         coords={**{k: coords[k] for k in dims}, **fixed},
@@ -202,31 +234,39 @@ def _dataset(out, *, base, dims, coords, d, seeds, eps, causal, dtype, seed, wei
         {
             "source": "phasefield.simulate.sweep",
             "width": d,
-            "seeds": int(seeds),
+            "seeds": int(draws),
             "eps": float(eps),
             "causal": int(bool(causal)),
             "dtype": jnp.dtype(dtype).name,
             "seed": int(seed),
             "weights": weights,
-            "activation": base.activation,
-            "mlp_layers": base.mlp_layers,
-            "residual": base.residual,
+            **{k: (int(v) if isinstance(v, bool) else v) for k, v in options.items() if v is not None},
         }
     )
     ds["lambda_a"].attrs["long_name"] = "angle exponent, one block, rho = 1 - eps at q*"
     ds["lambda_g_collapse"].attrs["long_name"] = "gradient exponent lambda_g(L), VJP from the collapsed point"
-    return schema.alias_variables(ds, schema.SIMULATION)
+    return ds
 
 
-def _run_chunk(base, fields, keys_a, keys_g, *, n, d, depth, eps, causal, mlp_hidden, dtype, weights):
-    P = len(fields)
-    hp = base.replace(**{k: np.asarray([f[k] for f in fields], np.float64) for k in NUMERIC_FIELDS})
-    q_star = _q_star_batch(hp)
-    draw_batch = measure.default_draw_batch(
-        n, d, depth, mlp_hidden, points=P, itemsize=jnp.dtype(dtype).itemsize, weights=weights
+def _build(preset, kw, mult):
+    """The preset's block from its keywords, its MLP ``mult`` times the width if given."""
+    if mult is None:
+        return preset.build(kw)
+    if preset.numbers_class is not None:
+        return preset.builder(preset.numbers_class(**kw), mult=mult)
+    return preset.builder(**kw, mult=mult)
+
+
+def _run_chunk(preset, options, mult, fields, keys_a, keys_g, *, n, d, depth, eps, causal, dtype, weights):
+    """The chunk's points vmapped together: their blocks stacked leaf by leaf."""
+    blocks = [_build(preset, {**options, **{k: f[k] for k in preset.numbers}}, mult) for f in fields]
+    q_star = np.asarray([measure.collapsed_q_star(b, n) for b in blocks], np.float64)
+    stacked = jax.tree_util.tree_map(lambda *v: np.stack([np.asarray(x, np.float64) for x in v]), *blocks)
+    size = measure.batch_size(
+        blocks[0], n, d, depth, weights, keys_g.shape[0], points=len(fields), itemsize=jnp.dtype(dtype).itemsize
     )
     la, a, b = _chunk_kernel(
-        hp,
+        stacked,
         keys_a,
         keys_g,
         jnp.asarray(q_star),
@@ -235,9 +275,8 @@ def _run_chunk(base, fields, keys_a, keys_g, *, n, d, depth, eps, causal, mlp_hi
         depth=depth,
         eps=float(eps),
         causal=bool(causal),
-        mlp_hidden=mlp_hidden,
         dtype=dtype,
-        draw_batch=draw_batch,
+        draw_batch=size,
         weights=weights,
     )
     la_m, la_se = measure.mean_se(np.asarray(la), axis=1)
@@ -249,3 +288,180 @@ def _run_chunk(base, fields, keys_a, keys_g, *, n, d, depth, eps, causal, mlp_hi
         "lambda_g_collapse_se": lg_se,
         "q_star": q_star,
     }
+
+
+# ---------------------------------------------------------------- the finite-depth quantities
+def block_sweep(
+    name: str,
+    axes: dict,
+    fixed: dict | None = None,
+    *,
+    n_tokens=32,
+    depth=16,
+    q0=1.0,
+    rho0=0.5,
+    width=512,
+    draws=16,
+    eps=measure.GAP_EPS,
+    weights=measure.DEFAULT_WEIGHTS,
+    dtype=jnp.float32,
+    seed=0,
+    parts_dir=None,
+    progress=False,
+    out=None,
+    wait=driver.WAIT,
+    log=None,
+):
+    """:func:`phasefield.simulate.measure.exponents` on the grid ``axes`` (name -> values:
+    numbers of preset ``name`` and at most one ``depth``, as :func:`phasefield.layers.sweep.sweep`) with the other
+    numbers ``fixed``: an ``xarray.Dataset`` with the variables :data:`~phasefield.simulate.measure.QUANTITIES`, their
+    ``<name>_se`` and ``q_star``, dimensions as the theory's block sweep (``depth`` first,
+    then the numbers in order), so ``phasefield compare`` matches them by name. Every point
+    uses the same draws (``seed``). Runs through the chunk driver of every sweep
+    (:mod:`phasefield.driver`), one point a chunk: ``out``: the netCDF file, written
+    atomically once the grid is complete; ``parts_dir`` (default ``<out>.parts`` with
+    ``out``): each finished point is kept there and reused by a rerun (with ``out`` the folder
+    is removed after the write, without it the caller removes it); multi-host as the theory
+    sweeps (the other processes return None)."""
+    from ..layers import sweep as layer_sweep
+
+    fixed, depths = layer_sweep.check(name, axes, dict(fixed or {}))
+    measure.check(width, draws, n_tokens, depth, q0, rho0, eps, weights)
+    num_keys = [k for k in axes if k != "depth"]
+    grids = [np.asarray(axes[k], np.float64) for k in num_keys]
+    depth_list = depths if depths is not None else [int(depth)]
+    dims = (["depth"] if depths is not None else []) + num_keys
+    coords = ([np.asarray(depth_list)] if depths is not None else []) + grids
+    shape = tuple(len(c) for c in coords)
+    points = list(np.ndindex(*shape)) if shape else [()]
+    names = list(measure.QUANTITIES) + [k + "_se" for k in measure.QUANTITIES] + ["q_star"]
+    spec = dict(
+        source="phasefield.simulate.sweep.block_sweep",
+        block=name,
+        fixed=fixed,
+        dims=dims,
+        coords=[np.asarray(c, np.float64).tolist() for c in coords],
+        n_tokens=int(n_tokens),
+        depth=int(depth),
+        q0=float(q0),
+        rho0=float(rho0),
+        width=int(width),
+        draws=int(draws),
+        eps=float(eps),
+        weights=weights,
+        dtype=jnp.dtype(dtype).name,
+        seed=int(seed),
+    )
+
+    def evaluate(i):  # one point a chunk
+        at = {k: float(c[j]) for k, c, j in zip(dims, coords, points[i])}
+        L = int(at.pop("depth", depth_list[0]))
+        r = measure.exponents(
+            (name, dict(fixed, **at)),
+            width=width,
+            draws=draws,
+            n_tokens=n_tokens,
+            depth=L,
+            q0=q0,
+            rho0=rho0,
+            eps=eps,
+            weights=weights,
+            dtype=dtype,
+            seed=seed,
+        )
+        return {v: np.asarray(r[v], np.float64) for v in names}
+
+    folder = parts_dir if parts_dir is not None else None if out is None else os.fspath(out) + ".parts"
+    with driver.Driver(out, spec, log=log, store=folder) as drv:
+        values = drv.run(
+            evaluate,
+            len(points),
+            lambda i: (i, i + 1),
+            len(points),
+            names,
+            progress=progress,
+            desc=f"simulate {name}",
+            wait=wait,
+            unit="pt",
+        )
+        if values is None:
+            return None  # process 0 assembles
+        ds = _block_dataset(
+            values,
+            names=names,
+            dims=dims,
+            coords=coords,
+            shape=shape,
+            name=name,
+            fixed=fixed,
+            depths=depths,
+            n_tokens=n_tokens,
+            depth=depth,
+            q0=q0,
+            rho0=rho0,
+            width=width,
+            draws=draws,
+            eps=eps,
+            weights=weights,
+            dtype=dtype,
+            seed=seed,
+        )
+        drv.write(ds)
+    return ds
+
+
+def _block_dataset(
+    out,
+    *,
+    names,
+    dims,
+    coords,
+    shape,
+    name,
+    fixed,
+    depths,
+    n_tokens,
+    depth,
+    q0,
+    rho0,
+    width,
+    draws,
+    eps,
+    weights,
+    dtype,
+    seed,
+):
+    """The flat results ``out`` of :func:`block_sweep` as its dataset."""
+    import xarray as xr
+
+    long = {
+        "angle_rate": "angle rate of nearby tokens (1/L) log[(1 - rho_L)/(1 - rho_0)] from rho_0 = 1 - eps",
+        "lambda_g_input": "(1/L) log(E|J^T u|^2 / E|u|^2) from (q0, rho0)",
+        "lambda_g_collapse": "(1/L) log(E|J^T u|^2 / E|u|^2) from identical tokens of norm q0",
+        "lambda_a": "log[(1 - rho')/(1 - rho)] of one block at (q*, 1 - eps) (NaN: no finite q*)",
+        "rho_L": "token cosine after L blocks from (q0, rho0)",
+        "q_L": "token squared norm per component after L blocks from (q0, rho0)",
+        "q_star": "the theory's collapsed fixed point q* (input of lambda_a)",
+    }
+    data = {}
+    for v in names:
+        base = v[:-3] if v.endswith("_se") else v
+        attrs = dict(long_name=("standard error of " if v.endswith("_se") else "") + long[base])
+        data[v] = (dims, out[v].reshape(shape), attrs)
+    attrs = dict(
+        source="phasefield.simulate.sweep.block_sweep",
+        block=name,
+        n_tokens=int(n_tokens),
+        q0=float(q0),
+        rho0=float(rho0),
+        width=int(width),
+        draws=int(draws),
+        eps=float(eps),
+        weights=weights,
+        dtype=jnp.dtype(dtype).name,
+        seed=int(seed),
+        **{f"fixed_{k}": (str(v) if isinstance(v, (str, bool)) else v) for k, v in fixed.items()},
+    )
+    if depths is None:
+        attrs["depth"] = int(depth)
+    return xr.Dataset(data, coords=dict(zip(dims, coords)), attrs=attrs)
