@@ -9,8 +9,6 @@ and ``lambda_g_collapsed``; :func:`canonical` reads such a file under the names 
 
 from __future__ import annotations
 
-import warnings
-
 NAMES = {
     "lambda_a": "angle exponent at the collapsed fixed point (NaN: no finite fixed point)",
     "angle_rate": "angle rate of nearby tokens (1/L) log[(1 - rho_L)/(1 - rho_0)], rho_0 -> 1 (from q0)",
@@ -62,60 +60,3 @@ def canonical(ds, earlier):
     if hasattr(ds, "rename"):
         return ds.rename(ren)
     return {ren.get(k, k): v for k, v in ds.items()}
-
-
-# ---- phasefield.simulate's results still carry their earlier names (a separate change
-# removes them there); nothing else uses what follows ----------------------------------
-REMOVED_IN = "0.3.0"
-SIMULATION = {"lambda_g": "lambda_g_collapse", "lambda_g_se": "lambda_g_collapse_se"}
-INPUT = {"lambda_g": "lambda_g_input", "lambda_g_collapsed": "lambda_g_collapse"}
-
-
-class PhasefieldDeprecationWarning(FutureWarning):
-    """A name or call that goes in a later release (shown to users by default)."""
-
-
-def warn_deprecated(old: str, new: str, stacklevel: int = 3) -> None:
-    warnings.warn(
-        f"{old!r} is the deprecated name of {new!r} ({NAMES.get(new.removesuffix('_se'), new)}); "
-        f"it goes in phasefield {REMOVED_IN}",
-        PhasefieldDeprecationWarning,
-        stacklevel=stacklevel,
-    )
-
-
-class Results(dict):
-    """A dict of results under the canonical names; ``aliases`` (deprecated name ->
-    canonical name) are read as their canonical keys with a
-    :class:`PhasefieldDeprecationWarning`. ``in`` and iteration see the canonical names only."""
-
-    def __init__(self, data=(), aliases=None):
-        super().__init__(data)
-        self.aliases = dict(aliases or {})
-
-    def __missing__(self, key):
-        new = self.aliases.get(key)
-        if new is None or not dict.__contains__(self, new):
-            raise KeyError(key)
-        warn_deprecated(key, new)
-        return dict.__getitem__(self, new)
-
-    def get(self, key, default=None):
-        if dict.__contains__(self, key):
-            return dict.__getitem__(self, key)
-        new = self.aliases.get(key)
-        return self[key] if new is not None and dict.__contains__(self, new) else default
-
-
-def results(data, aliases) -> Results:
-    return Results(data, aliases)
-
-
-def alias_variables(ds, aliases):
-    for old, new in aliases.items():
-        if new in ds.data_vars and old not in ds.data_vars:
-            ds[old] = ds[new].copy()
-            ds[old].attrs = dict(
-                ds[new].attrs, deprecated=f"the earlier name of {new}; it goes in phasefield {REMOVED_IN}"
-            )
-    return ds

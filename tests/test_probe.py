@@ -308,21 +308,18 @@ def test_cli_runs_a_users_model_file(tmp_path, monkeypatch, capsys):
     assert "gradients" in capsys.readouterr().out
 
 
-def test_cli_reads_the_deprecated_package_name_with_one_line_on_stderr(tmp_path, monkeypatch, capsys):
-    """``--model phasefield.probe.X:factory`` is ``phasefield.probing.X:factory``, with a notice."""
+def test_cli_refuses_the_package_name_removed_in_0_3(tmp_path, monkeypatch, capsys):
+    """``--model phasefield.probe.X:factory`` (the probe package's name until 0.2) is an
+    ordinary module path that does not import: one line, exit 2; the package's name works."""
     argv = ["probe", "--model", "phasefield.probe.models:preset", "--set", "name=pre-ln", "--set", "heads=2"]
     argv += ["--width", "16", "--depth", "2", "--n-tokens", "4", "--inits", "2", "--json", "--quiet"]
-    assert _cli(argv, tmp_path, monkeypatch) == 0
-    cap = capsys.readouterr()
-    assert cap.err == "phasefield.probe.models is now phasefield.probing.models\n", cap.err
-    doc = json.loads(cap.out)
-    assert doc["depth"] == 2 and doc["inits"] == 2
+    assert _cli(argv, tmp_path, monkeypatch) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("phasefield: error: --model: cannot import phasefield.probe.models") and "\n" not in err, err
 
     from phasefield.cli.probe import _factory
 
-    assert _factory("phasefield.probing.models:preset") is models.preset  # the name itself: no notice
-    assert _factory("phasefield.probe.models:preset") is models.preset
-    assert capsys.readouterr().err == "phasefield.probe.models is now phasefield.probing.models\n"
+    assert _factory("phasefield.probing.models:preset") is models.preset
 
 
 # ---- the ViT's input geometry through the probe, identical to the forward written by hand

@@ -60,11 +60,6 @@ def _settings(items):
     return out
 
 
-# ``--model phasefield.probe.X:factory`` is read as ``phasefield.probing.X:factory`` (with a
-# one-line notice on stderr) until 0.3.0
-_OLD_PACKAGE, _NEW_PACKAGE = "phasefield.probe.", "phasefield.probing."
-
-
 def _factory(spec):
     mod_name, sep, attr = spec.rpartition(":")
     if not sep or not mod_name or not attr:
@@ -77,10 +72,6 @@ def _factory(spec):
             mod = importlib.util.module_from_spec(loader_spec)
             loader_spec.loader.exec_module(mod)
         else:
-            if mod_name.startswith(_OLD_PACKAGE):  # the package's earlier name, read for one release
-                new_name = _NEW_PACKAGE + mod_name[len(_OLD_PACKAGE) :]
-                click.echo(f"{mod_name} is now {new_name}", err=True)
-                mod_name = new_name
             mod = importlib.import_module(mod_name)
     except UsageError:
         raise

@@ -38,8 +38,7 @@ def theory_names(ds: xr.Dataset) -> xr.Dataset:
     """A grid under the canonical names (:mod:`phasefield.schema`): the deprecated copies a
     file carries dropped, and a file of an earlier release renamed (a block grid's
     ``lambda_g`` was ``lambda_g_input``; the paper grids' ``lambda_g`` ``lambda_g_collapse``)."""
-    ds = ds.drop_vars([v for v in ds.data_vars if "deprecated" in ds[v].attrs])
-    return schema.canonical(ds, schema.INPUT if "block" in ds.attrs else schema.SIMULATION)
+    return schema.canonical(ds, schema.EARLIER_INPUT if "block" in ds.attrs else schema.EARLIER_COLLAPSE)
 
 
 def common_quantities(theory: xr.Dataset, sim: xr.Dataset, quantities=None) -> list:
