@@ -98,7 +98,7 @@ def main(argv=None):
                 print(
                     f"  {b:8s} {route:34s} first {times[0][0]:6.2f} s wall {times[0][1]:6.2f} s CPU, "
                     f"second {times[1][0]:6.2f} s wall {times[1][1]:6.2f} s CPU; loss {r['predicted_loss']:.15f}, "
-                    f"lambda_a {r['lambda_a']:+.15f}",
+                    f"lambda_a {r['lambda_a']:+.15f}, angle_rate {r['angle_rate']:+.15f}",
                     flush=True,
                 )
     return 0

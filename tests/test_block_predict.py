@@ -62,10 +62,13 @@ def test_block_features_are_the_blocks(block_study):
     features = layers.finite_depth of the preset built directly (not through TrainConfig)."""
     cfg, configs, feats, _, _ = block_study
     th = block_theory(cfg, configs)
-    for k in ("lambda_a", "lambda_g_collapse", "lambda_g_inf"):
+    for k in ("angle_rate", "lambda_g_collapse"):
         # the features size every point's tables alike (one program per depth), the per-run
         # theory sizes them per point: the same maps, equal to rounding
+        assert np.isfinite(feats[k]).all(), k
         np.testing.assert_allclose(feats[k], th[k], rtol=1e-12, atol=1e-14)
+    for k in ("lambda_a", "lambda_g_inf"):  # no fixed point anywhere (test below): NaN in both
+        assert np.isnan(feats[k]).all() and np.isnan(th[k]).all(), k
     for i in (0, 5):
         c = configs[i]
         for corr, name in ((False, "lambda_g_in_paper"), (True, "lambda_g_in_paper_corr")):
@@ -76,9 +79,30 @@ def test_block_features_are_the_blocks(block_study):
             assert feats[name][i] == pytest.approx(float(fd["lambda_g_input"]), abs=1e-12)
         rho_l = float(np.asarray(fd["rho"])[-1])
         assert feats["rho_out_paper"][i] == pytest.approx(rho_l, abs=1e-12)
-        assert feats["lambda_a_in_paper"][i] == pytest.approx(np.log((1 - rho_l) / (1 - RHO0)) / 2, abs=1e-12)
-    # pre-LN has no finite fixed point: lambda_a is the finite-depth angle rate (< 0, ordered)
-    assert np.all(feats["lambda_a"] < 0) and np.all(np.isnan(feats["lambda_g_inf"]))
+        assert feats["angle_rate_in_paper"][i] == pytest.approx(np.log((1 - rho_l) / (1 - RHO0)) / 2, abs=1e-12)
+    # pre-LN has no finite fixed point: its angle feature is the finite-depth angle rate (< 0, ordered)
+    assert np.all(feats["angle_rate"] < 0)
+
+
+def test_lambda_a_is_nan_exactly_where_a_block_has_no_fixed_point(block_study):
+    """The block features' lambda_a is the exponent at the collapsed fixed point, NaN where the
+    block has none (every pre-LN point: layers.rates says so, point by point), and angle_rate is
+    the finite-depth angle rate from collapsed tokens at every point (layers.rates of the preset
+    built directly); the fast route of predict --block agrees (post-LN, which has a
+    fixed point: a finite lambda_a, test_fast_block_rates_equal_the_reference_route)."""
+    from phasefield.vit import block_rates
+
+    cfg, configs, feats, _, _ = block_study
+    for i, c in enumerate(configs):
+        blk = layers.presets.get("pre-ln", sigma=c["sigma_w"], alpha=c["alpha_a"], heads=2)
+        r = layers.rates(blk, q0=1.0, rho0=1.0, n_tokens=cfg.n_tokens, depth=int(c["depth"]))
+        assert not r["has_fixed_point"]
+        assert np.isnan(feats["lambda_a"][i])
+        assert np.isfinite(feats["angle_rate"][i])
+        assert feats["angle_rate"][i] == pytest.approx(float(r["angle_rate"]), abs=1e-12)
+    fast = block_rates.rates(cfg, configs)
+    assert np.isnan(fast["lambda_a"]).all() and np.isfinite(fast["angle_rate"]).all()
+    np.testing.assert_allclose(fast["angle_rate"], feats["angle_rate"], rtol=1e-12, atol=1e-14)
 
 
 def test_a_map_that_does_not_answer_gives_no_features():
@@ -105,7 +129,8 @@ def test_fit_and_predict_a_block_sweep(block_study, tmp_path, capsys):
     res = vp.predict(c["sigma_w"], 1.0, c["alpha_a"], c["alpha_a"], 2, doc)
     th = block_theory(cfg, [c])
     assert res["block"] == SPEC
-    assert res["lambda_a"] == pytest.approx(th["lambda_a"][0], abs=1e-12)
+    assert np.isnan(res["lambda_a"]) and np.isnan(th["lambda_a"][0])  # no fixed point
+    assert res["angle_rate"] == pytest.approx(th["angle_rate"][0], abs=1e-12)
     assert res["lambda_g_collapse"] == pytest.approx(th["lambda_g_collapse"][0], abs=1e-12)
     assert res["predicted_loss"] == pytest.approx(0.4 + 3.0 * abs(th["lambda_g_collapse"][0]), abs=0.15)
 
@@ -183,13 +208,17 @@ def test_fast_block_rates_equal_the_reference_route(block):
     doc = vp.load_model(block=block)
     cfg = TrainConfig.from_dict(doc["train_config"])
     fast = block_rates.rates(cfg, POINTS, doc["attention"])
-    assert fast is not None and all(np.all(np.isfinite(v)) for v in fast.values())
+    # pre-LN has no fixed point at these points (lambda_a NaN, its model reads angle_rate), post-LN has
+    angle = "angle_rate" if block == "pre-ln" else "lambda_a"
+    assert fast is not None and angle in doc["features"]
+    assert all(np.all(np.isfinite(fast[k])) for k in ("angle_rate", "lambda_g_collapse", angle))
+    assert np.isnan(fast["lambda_a"]).all() if block == "pre-ln" else np.isfinite(fast["lambda_a"]).all()
     cols = [np.array([c[k] for c in POINTS], float) for k in ("sigma_w", "sigma_a", "alpha_a", "alpha_m", "depth")]
     got = vp.predict(*cols, doc)
     want = vp.predict(*cols, doc, reference=True)  # features.block_theory (~10 CPU s a post-LN point)
     for i, (g, w) in enumerate(zip(got, want)):
-        assert g["lambda_a"] == fast["lambda_a"][i] and g["lambda_g_collapse"] == fast["lambda_g_collapse"][i]
-        for k in ("lambda_a", "lambda_g_collapse", "predicted_loss", "p_fail"):
+        assert g[angle] == fast[angle][i] and g["lambda_g_collapse"] == fast["lambda_g_collapse"][i]
+        for k in (angle, "lambda_g_collapse", "predicted_loss", "p_fail"):
             assert g[k] == pytest.approx(w[k], abs=1e-12), k
         np.testing.assert_allclose(g["interval"], w["interval"], rtol=0, atol=1e-12)
         assert g["warnings"] == w["warnings"]

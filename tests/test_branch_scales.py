@@ -90,8 +90,8 @@ def test_theory_features_follow_alpha_m():
     cfg = TrainConfig(block=SPEC, depth=2, width=16)
     runs = [dict(sigma_w=0.8, sigma_a=1.0, alpha_a=0.3, alpha_m=m, depth=2) for m in (0.3, 0.9)]
     th = block_theory(cfg, runs)  # one call: one cache
-    assert np.isfinite(th["lambda_g_collapse"]).all() and np.isfinite(th["lambda_a"]).all(), th  # (NaN != anything)
-    assert th["lambda_g_collapse"][0] != th["lambda_g_collapse"][1] and th["lambda_a"][0] != th["lambda_a"][1]
+    assert np.isfinite(th["lambda_g_collapse"]).all() and np.isfinite(th["angle_rate"]).all(), th  # (NaN != anything)
+    assert th["lambda_g_collapse"][0] != th["lambda_g_collapse"][1] and th["angle_rate"][0] != th["angle_rate"][1]
     for i, m in enumerate((0.3, 0.9)):
         blk = layers.presets.get("pre-ln", sigma=0.8, alpha_attn=0.3, alpha_mlp=m, heads=2)
         fd = layers.finite_depth(blk, q0=1.0, rho0=1.0, n_tokens=cfg.n_tokens, depth=2)

@@ -74,6 +74,34 @@ def test_every_shipped_model_records_its_provenance(block):
     assert vp.load_model(path) == loaded
 
 
+@pytest.mark.parametrize("block", ["pre-ln", "post-ln"])
+def test_a_block_names_its_angle_feature_by_what_it_is(block):
+    """lambda_a is the exponent at the collapsed fixed point alone: pre-LN has none at any
+    configuration of its studies (lambda_a NaN in every features.csv row, no lambda_a in its
+    result rows), so its shipped model reads angle_rate (the finite-depth angle rate, finite
+    everywhere); post-LN has one everywhere (lambda_a finite). A model file renamed since it
+    was fitted says so in its provenance, one line per change."""
+    import csv
+    import math
+
+    _, doc = _shipped(block)
+    angle, other = ("angle_rate", "lambda_a") if block == "pre-ln" else ("lambda_a", "angle_rate")
+    assert {angle, f"L_{angle}"} <= set(doc["features"]) and other not in doc["features"]
+    notes = P.renamed(doc)
+    assert notes and all(isinstance(n, str) and "\n" not in n for n in notes)
+    assert any("renamed angle_rate" in n for n in notes) == (block == "pre-ln")
+    for study in (block, f"{block}-holdout", f"{block}-mnist1d"):
+        with open(os.path.join(R.STUDIES[study]["out"], "features.csv")) as f:
+            rows = list(csv.DictReader(f))
+        assert rows and all(math.isfinite(float(r["angle_rate"])) for r in rows), study
+        fixed_point = [math.isfinite(float(r["lambda_a"])) for r in rows]
+        assert not any(fixed_point) if block == "pre-ln" else all(fixed_point), study
+        with open(os.path.join(R.STUDIES[study]["out"], "results.jsonl")) as f:
+            keys = set().union(*(json.loads(line) for line in f if line.strip()))
+        assert ("lambda_a" in keys) == (block == "post-ln"), study
+    assert P.renamed({}) == []
+
+
 def test_provenance_plays_no_part_in_a_prediction():
     doc = vp.load_model()
     bare = {k: v for k, v in doc.items() if k != "provenance"}

@@ -116,12 +116,14 @@ def test_fit_on_a_study_directory_and_mixed_learning_rates(capsys, tmp_path):
         "lambda_g_collapse",
         "lambda_g_inf",
         "rho_star",
-        "lambda_a_in_paper",
+        "angle_rate_in_paper",
         "lambda_g_in_paper",
         "lambda_g_in_paper_corr",
         "rho_out_paper",
     )
-    feats = {k: (la if "lambda_a" in k else lg if "lambda_g" in k else np.ones(16)) for k in names}
+    feats = {
+        k: (la if k.startswith(("lambda_a", "angle_rate")) else lg if "lambda_g" in k else np.ones(16)) for k in names
+    }
     rows = [
         dict(c, seed=s, test_loss=float(0.3 + abs(la[i]) + 0.02 * rng.standard_normal()), test_acc=0.9, diverged=False)
         for i, c in enumerate(configs)

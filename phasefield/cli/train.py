@@ -378,11 +378,12 @@ def _print_prediction(res, doc, at, depth) -> None:
         + f"; fitted for {_fitted_for(doc)})"
     )
     if not vpredict.closed_form(res["block"]):
-        click.echo(
-            f"block {res['block']} at {', '.join(f'{k}={v:g}' for k, v in at.items())}"
-            " (lambda_a is its finite-depth angle rate where it has no fixed point)"
-        )
-    click.echo(f"lambda_a = {res['lambda_a']:+.4f}   lambda_g(L={depth}) = {res['lambda_g_collapse']:+.4f}")
+        click.echo(f"block {res['block']} at {', '.join(f'{k}={v:g}' for k, v in at.items())}")
+    if "angle_rate" in res and math.isnan(res["lambda_a"]):  # a block without a fixed point
+        angle = f"angle_rate = {res['angle_rate']:+.4f} (no fixed point: no lambda_a)"
+    else:
+        angle = f"lambda_a = {res['lambda_a']:+.4f}"
+    click.echo(f"{angle}   lambda_g(L={depth}) = {res['lambda_g_collapse']:+.4f}")
     if set(EFFECTIVE) & set(res["features"]):
         e = effective_depths(depth, res["alpha_a"], res["alpha_m"])
         click.echo(

@@ -30,9 +30,10 @@ from .design import config_id
 RAW = ("sigma_w", "sigma_a", "alpha_a", "alpha_m", "depth")
 COLLAPSED = ("lambda_a", "lambda_g_collapse")
 # features predict computes in about a millisecond at any depth (raw values and the two
-# collapsed-point closed forms): the shipped model is chosen among models on these alone
+# collapsed-point closed forms; a standard block's angle rate from collapsed tokens beside its
+# lambda_a): the shipped model is chosen among models on these alone
 EFFECTIVE = ("effective_depth", "effective_depth_attention", "effective_depth_mlp")
-CHEAP = frozenset(RAW + COLLAPSED + ("L_lambda_a", "L_lambda_g_collapse") + EFFECTIVE)
+CHEAP = frozenset(RAW + COLLAPSED + ("angle_rate", "L_lambda_a", "L_angle_rate", "L_lambda_g_collapse") + EFFECTIVE)
 LISTS = ("config", "run_losses", "run_failed", "lrs")
 # a run "fails to train" when it diverged or ended within 5 % of chance (test loss >= 0.95 log C)
 CHANCE_FRACTION = 0.95
@@ -125,11 +126,11 @@ def effective_depths(depth, alpha_a, alpha_m) -> dict:
 
 def add_features(tab: dict, feats: dict) -> dict:
     """Attach theory features (arrays aligned with the table), the depth-aware products
-    L*lambda and the effective depths (:func:`effective_depths`)."""
+    L*lambda (and L*angle_rate) and the effective depths (:func:`effective_depths`)."""
     tab = dict(tab, **feats)
     L = tab["depth"]
     for k in list(feats):
-        if k.startswith("lambda_"):
+        if k.startswith(("lambda_", "angle_rate")):
             tab["L_" + k] = L * tab[k]
     tab.update(effective_depths(L, tab["alpha_a"], tab["alpha_m"]))
     return tab
@@ -141,52 +142,49 @@ def varying_raw(tab: dict) -> tuple:
     return tuple(k for k in RAW if np.ptp(tab[k]) > 0)
 
 
+def angle_feature(tab: dict) -> str:
+    """The table's collapsed-point angle feature: ``lambda_a`` (the exponent at the collapsed
+    fixed point) where every configuration has one, else ``angle_rate`` (a standard block's
+    finite-depth angle rate from collapsed tokens: lambda_a is NaN where the block has no fixed
+    point), where the table has it."""
+    if "lambda_a" in tab and not np.isnan(np.asarray(tab["lambda_a"], float)).any():
+        return "lambda_a"
+    return "angle_rate" if "angle_rate" in tab else "lambda_a"
+
+
 def model_specs(tab: dict) -> dict:
     """name -> (kind, features, group, options). Groups: 'exponents' (theory outputs only),
-    'raw' (the hyperparameters alone), 'hybrid' (both)."""
+    'raw' (the hyperparameters alone), 'hybrid' (both). The angle feature is
+    :func:`angle_feature`'s (``lambda_a`` or ``angle_rate``; ``a`` below)."""
+    a = angle_feature(tab)
+    collapsed = (a, "lambda_g_collapse")
+    collapsed_l = collapsed + (f"L_{a}", "L_lambda_g_collapse")
     specs = {
-        "paper_max": ("max", ("lambda_a", "lambda_g_collapse"), "exponents"),
-        "lambda_a_only": ("one", ("lambda_a",), "exponents"),
+        "paper_max": ("max", collapsed, "exponents"),
+        f"{a}_only": ("one", (a,), "exponents"),
         "lambda_g_only": ("one", ("lambda_g_collapse",), "exponents"),
-        "depth_max": ("max", ("L_lambda_a", "L_lambda_g_collapse"), "exponents"),
+        "depth_max": ("max", (f"L_{a}", "L_lambda_g_collapse"), "exponents"),
     }
     for m in ("paper", "exact"):
-        if f"lambda_a_in_{m}" not in tab:
+        if f"angle_rate_in_{m}" not in tab:
             continue
         for corr in ("", "_corr"):
-            specs[f"input_{m}{corr}_max"] = ("max", (f"lambda_a_in_{m}", f"lambda_g_in_{m}{corr}"), "exponents")
-    specs["trees_collapsed"] = ("trees", ("lambda_a", "lambda_g_collapse"), "exponents")
-    specs["trees_collapsed_L"] = (
-        "trees",
-        ("lambda_a", "lambda_g_collapse", "L_lambda_a", "L_lambda_g_collapse"),
-        "exponents",
-    )
-    inputs = [k for k in ("lambda_a_in_exact", "lambda_g_in_exact_corr", "rho_out_exact") if k in tab]
+            specs[f"input_{m}{corr}_max"] = ("max", (f"angle_rate_in_{m}", f"lambda_g_in_{m}{corr}"), "exponents")
+    specs["trees_collapsed"] = ("trees", collapsed, "exponents")
+    specs["trees_collapsed_L"] = ("trees", collapsed_l, "exponents")
+    inputs = [k for k in ("angle_rate_in_exact", "lambda_g_in_exact_corr", "rho_out_exact") if k in tab]
     if inputs:
         specs["trees_input_exact"] = ("trees", tuple(inputs), "exponents")
         specs["trees_all_exponents"] = (
             "trees",
-            ("lambda_a", "lambda_g_collapse", "lambda_g_inf") + tuple(inputs) + ("L_lambda_a", "L_lambda_g_collapse"),
+            collapsed + ("lambda_g_inf",) + tuple(inputs) + collapsed_l[2:],
             "exponents",
         )
-        specs["poly2_all_exponents"] = ("poly", ("lambda_a", "lambda_g_collapse") + tuple(inputs), "exponents")
-        specs["two_part_exponents"] = ("two_part", ("lambda_a", "lambda_g_collapse") + tuple(inputs), "exponents")
-    specs["poly2_collapsed"] = (
-        "poly",
-        ("lambda_a", "lambda_g_collapse", "L_lambda_a", "L_lambda_g_collapse"),
-        "exponents",
-    )
-    specs["forest_collapsed_L"] = (
-        "forest",
-        ("lambda_a", "lambda_g_collapse", "L_lambda_a", "L_lambda_g_collapse"),
-        "exponents",
-    )
-    specs["two_part_collapsed_L"] = (
-        "two_part",
-        ("lambda_a", "lambda_g_collapse", "L_lambda_a", "L_lambda_g_collapse"),
-        "exponents",
-        dict(reg_kind="forest"),
-    )
+        specs["poly2_all_exponents"] = ("poly", collapsed + tuple(inputs), "exponents")
+        specs["two_part_exponents"] = ("two_part", collapsed + tuple(inputs), "exponents")
+    specs["poly2_collapsed"] = ("poly", collapsed_l, "exponents")
+    specs["forest_collapsed_L"] = ("forest", collapsed_l, "exponents")
+    specs["two_part_collapsed_L"] = ("two_part", collapsed_l, "exponents", dict(reg_kind="forest"))
     raw = varying_raw(tab)
     specs["linear_hp"] = ("poly", raw, "raw", dict(degree=1))
     specs["quad_hp"] = ("poly", raw, "raw", dict(degree=2))
@@ -210,7 +208,7 @@ def model_specs(tab: dict) -> dict:
     specs["gp_hp"] = ("gp", raw, "raw")
     specs["gp_hp_rough"] = ("gp", raw, "raw", dict(nu=0.5))
     # hybrids: the raw values and the collapsed exponents together
-    hyb = raw + ("lambda_a", "lambda_g_collapse") + (("L_lambda_a", "L_lambda_g_collapse") if "depth" in raw else ())
+    hyb = raw + collapsed + (collapsed_l[2:] if "depth" in raw else ())
     specs["linear_hybrid"] = ("poly", hyb, "hybrid", dict(degree=1))
     specs["trees_hybrid"] = ("trees", hyb, "hybrid")
     specs["forest_hybrid"] = ("forest", hyb, "hybrid")

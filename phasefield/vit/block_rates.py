@@ -1,5 +1,5 @@
-"""The collapsed-point rates a block model reads (``lambda_a``, ``lambda_g_collapse``), fast: the
-route of ``predict --block``.
+"""The collapsed-point rates a block model reads (``lambda_a``, ``angle_rate``,
+``lambda_g_collapse``), fast: the route of ``predict --block``.
 
 :func:`phasefield.vit.features.block_theory` (the reference) integrates the exact-softmax map
 (and its softmax-derivative term) by quadrature at every layer of every trajectory, on the
@@ -22,8 +22,9 @@ depth, padded point count) with the numbers traced (points mapped one by one):
 
 * ``lambda_g_collapse`` = lambda_g(L) from (1, 1) (:func:`phasefield.layers.depth.gradient_exponent`);
 * ``lambda_a`` = ``log m(q*)`` (:func:`phasefield.layers.depth.exponents`' formula, without
-  its attractor search) where the norm has a finite fixed point, else the finite-depth angle
-  rate from collapsed tokens (:func:`phasefield.layers.depth.finite_depth`'s).
+  its attractor search) where the norm has a finite fixed point, NaN where it has none;
+* ``angle_rate`` = the finite-depth angle rate from collapsed tokens
+  (:func:`phasefield.layers.depth.finite_depth`'s), at every point.
 
 The program also returns how far the collapsed trajectory strays from rho = 1 (rounding
 in the other layers' maps can leave it at 1 - 1e-16): a stray e changes the attention's
@@ -39,7 +40,7 @@ import functools
 
 import numpy as np
 
-OUT = ("lambda_a", "lambda_g_collapse")
+OUT = ("lambda_a", "angle_rate", "lambda_g_collapse")
 RHO_TOL = 1e-12  # the largest |1 - rho| along the collapsed trajectory this route accepts
 
 
@@ -62,7 +63,7 @@ def _attention_leaves(block):
 
 
 def _point(name, fixed, run_numbers, n_tokens, depth, scales):
-    """The traced point function: (the run's numbers, S, T) -> {lambda_a, lambda_g_collapse}."""
+    """The traced point function: (the run's numbers, S, T) -> {lambda_a, angle_rate, lambda_g_collapse}."""
     import jax.numpy as jnp
 
     from ..layers import depth as D
@@ -90,9 +91,10 @@ def _point(name, fixed, run_numbers, n_tokens, depth, scales):
         angle_rate, _ = D.collapsed_angle_rate(block, ctx, qc, depth)
         stray = jnp.max(jnp.abs(1.0 - pc / qc))
         lambda_g = D.backward_rate(block, ctx, qc, pc, depth)  # along the trajectory above
-        # lambda_a of layers.depth.exponents where the norm has a finite fixed point
+        # lambda_a of layers.depth.exponents where the norm has a finite fixed point (NaN without one)
         _, fin, _, la = D.collapsed_point(block, ctx)
-        return dict(lambda_a=jnp.where(fin, la, angle_rate), lambda_g_collapse=lambda_g, stray=stray)
+        lambda_a = jnp.where(fin, la, jnp.nan)
+        return dict(lambda_a=lambda_a, angle_rate=angle_rate, lambda_g_collapse=lambda_g, stray=stray)
 
     return f
 
@@ -108,8 +110,9 @@ def _compiled(name, fixed_items, run_numbers, n_tokens, depth, scales):
 
 
 def rates(cfg, configs: list[dict], attention: str | None = None) -> dict | None:
-    """{lambda_a, lambda_g_collapse} (arrays over ``configs``) of :func:`phasefield.vit.features.block_theory`
-    by the uniform-attention route (module docstring), or None where that route does not serve."""
+    """{lambda_a, angle_rate, lambda_g_collapse} (arrays over ``configs``) of
+    :func:`phasefield.vit.features.block_theory` by the uniform-attention route (module
+    docstring), or None where that route does not serve."""
     import jax
     import jax.numpy as jnp
 

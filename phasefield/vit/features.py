@@ -13,7 +13,7 @@ Two places to start the mean-field map from:
   softmax-derivative (query/key) path. From it
 
       lambda_g_in   = (1/L) log (a + b) at the input         (finite-depth gradient exponent)
-      lambda_a_in   = (1/L) log [(1 - rho_L) / (1 - rho_0)]  (finite-depth angle exponent)
+      angle_rate_in = (1/L) log [(1 - rho_L) / (1 - rho_0)]  (finite-depth angle rate)
       rho_out       = rho_L                                   (token cosine at the output)
 
 The features are computed per configuration (sigma_w, sigma_A, alpha_A, alpha_M, depth), in
@@ -93,7 +93,7 @@ def _traced_features(hp, q0, rho0, L: int, maps) -> dict:
         qs, ps = paper.trajectory(hpm, q0, p0, num_layers=L)
         rho_l = ps[-1] / qs[-1]
         out[f"rho_out_{m}"] = rho_l
-        out[f"lambda_a_in_{m}"] = jnp.log(jnp.maximum(1.0 - rho_l, 1e-300) / (1.0 - rho0)) / L
+        out[f"angle_rate_in_{m}"] = jnp.log(jnp.maximum(1.0 - rho_l, 1e-300) / (1.0 - rho0)) / L
         for corr in (False, True):
             out[f"lambda_g_in_{m}" + ("_corr" if corr else "")] = paper.gradient_exponent(
                 hpm.replace(softmax_correction=corr), q0, p0, num_layers=L
@@ -187,9 +187,10 @@ def table_scales_of(cfg, blocks, **over):
 
 def block_theory(cfg, configs: list[dict], attention: str | None = None) -> dict:
     """The collapsed-point theory of :func:`phasefield.vit.sweep.block_theory` (``lambda_a``: the
-    angle exponent where the block has a finite fixed point, else the finite-depth angle rate
-    from collapsed tokens; ``lambda_g_collapse`` = lambda_g(L) from (1, 1); ``lambda_g_inf``,
-    ``rho_star`` at the stable fixed point, NaN without one), computed with every block's
+    angle exponent where the block has a finite fixed point, NaN without one; ``angle_rate``: the
+    finite-depth angle rate from collapsed tokens, at every point; ``lambda_g_collapse`` =
+    lambda_g(L) from (1, 1); ``lambda_g_inf``, ``rho_star`` at the stable fixed point, NaN
+    without one), computed with every block's
     tables sized alike (:data:`SCALE_NUMBERS`): one compiled program per depth, not per point.
     ``attention``: the attention map (default: the preset's)."""
     import jax
@@ -201,7 +202,7 @@ def block_theory(cfg, configs: list[dict], attention: str | None = None) -> dict
     over = {} if attention is None else dict(attention=attention)
     blocks = block_specs(cfg, configs, **over)
     scales = table_scales_of(cfg, blocks, **over)
-    keys = ("lambda_a", "lambda_g_collapse", "lambda_g_inf", "rho_star")
+    keys = ("lambda_a", "angle_rate", "lambda_g_collapse", "lambda_g_inf", "rho_star")
     out = {k: np.full(len(configs), np.nan) for k in keys}
     with jax.enable_x64(True):
         one = jnp.asarray(1.0, jnp.float64)
@@ -210,24 +211,24 @@ def block_theory(cfg, configs: list[dict], attention: str | None = None) -> dict
             pb, ctx = layers.prepare(blk, cfg.n_tokens, scales=scales)
             fd = layers.compiled("finite_depth")(pb, ctx, Kernel(one, one), depth=L)
             out["lambda_g_collapse"][i] = float(fd["lambda_g_collapse"])
+            out["angle_rate"][i] = float(fd["angle_rate"])
             if bool(jnp.isfinite(layers.compiled("norm_fixed_point")(pb, ctx, one))):
                 # the fixed point's quantities do not depend on depth: one program for every depth
                 ex = layers.compiled("exponents")(pb, ctx, depth=1)
                 out["lambda_a"][i], out["lambda_g_inf"][i] = float(ex["lambda_a"]), float(ex["lambda_g_inf"])
                 out["rho_star"][i] = float(ex["rho_star"])
-            else:
-                out["lambda_a"][i] = float(fd["angle_rate"])
     return out
 
 
 def block_features(cfg, configs: list[dict], q0: float, rho0: float, maps=MAPS, attention: str | None = None) -> dict:
     """The features of :func:`features` for the :mod:`phasefield.layers` block of ``cfg``
     (``cfg.block_for``: sigma = sigma_w, alpha_attn = alpha_A, alpha_mlp = alpha_M): at the collapsed point
-    ``lambda_a``, ``lambda_g_collapse``, ``lambda_g_inf``, ``rho_star`` as
+    ``lambda_a``, ``angle_rate``, ``lambda_g_collapse``, ``lambda_g_inf``, ``rho_star`` as
     :func:`phasefield.vit.sweep.block_theory` gives them per run (:func:`block_theory`: the angle
-    exponent where the block has a finite fixed point, else the finite-depth angle rate); from the
-    input geometry (q0, rho0), per attention map, the trajectory's ``rho_out``, ``lambda_a_in`` and
-    ``lambda_g_in`` without and with (``_corr``) the softmax-derivative term
+    exponent where the block has a finite fixed point, NaN without one, and the finite-depth angle
+    rate at every point); from the input geometry (q0, rho0), per attention map, the trajectory's
+    ``rho_out``, ``angle_rate_in`` and ``lambda_g_in`` without and with (``_corr``) the
+    softmax-derivative term
     (:func:`phasefield.layers.finite_depth`); a map whose features are not finite at every
     configuration is left out. ``attention``: the attention map of the collapsed-point features
     (default: the preset's; at rho = 1 attention is uniform, so the maps agree there). Every
@@ -241,7 +242,7 @@ def block_features(cfg, configs: list[dict], q0: float, rho0: float, maps=MAPS, 
     n = len(configs)
     out = block_theory(cfg, configs, attention)
     for m in maps:
-        for k in (f"rho_out_{m}", f"lambda_a_in_{m}", f"lambda_g_in_{m}", f"lambda_g_in_{m}_corr"):
+        for k in (f"rho_out_{m}", f"angle_rate_in_{m}", f"lambda_g_in_{m}", f"lambda_g_in_{m}_corr"):
             out[k] = np.full(n, np.nan)
     with jax.enable_x64(True):
         k0 = Kernel(jnp.asarray(q0, jnp.float64), jnp.asarray(q0 * rho0, jnp.float64))
@@ -257,7 +258,7 @@ def block_features(cfg, configs: list[dict], q0: float, rho0: float, maps=MAPS, 
                     if not corr:
                         rho_l = float(np.asarray(fd["rho"])[-1])
                         out[f"rho_out_{m}"][i] = rho_l
-                        out[f"lambda_a_in_{m}"][i] = math.log(max(1.0 - rho_l, 1e-300) / (1.0 - rho0)) / L
+                        out[f"angle_rate_in_{m}"][i] = math.log(max(1.0 - rho_l, 1e-300) / (1.0 - rho0)) / L
     # a map that does not answer here (the exact map needs normalized tokens at the attention:
     # post-LN's first attention reads the raw embedding) gives no features: its models are left out
     for m in maps:

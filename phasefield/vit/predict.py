@@ -399,7 +399,9 @@ def model_features(doc: dict, configs: list[dict], cfg=None, reference: bool = F
     """The columns a model needs at ``configs`` ({name: array}), plus lambda_a and lambda_g_collapse:
     raw hyperparameters as given, the effective depths (L alpha^2 per branch and their sum),
     collapsed exponents (and L * lambda) from :func:`collapsed_exponents` (for a model fitted on
-    the runs of a block without a closed-form engine, that block's, with the model's
+    the runs of a block without a closed-form engine, that block's lambda_a (NaN where it has no
+    fixed point), angle_rate (the finite-depth angle rate from collapsed tokens) and
+    lambda_g_collapse, and L times each, with the model's
     ``attention``: by the uniform-attention route of :func:`phasefield.vit.block_rates.rates`,
     or, where it does not serve or with ``reference``, by
     :func:`phasefield.vit.features.block_theory`, which integrates the exact map at every
@@ -421,6 +423,7 @@ def model_features(doc: dict, configs: list[dict], cfg=None, reference: bool = F
         if th is None:
             th = F.block_theory(cfg, configs, doc.get("attention"))
         la, lg = th["lambda_a"], th["lambda_g_collapse"]
+        out.update(angle_rate=th["angle_rate"], L_angle_rate=L * th["angle_rate"])
     out.update(
         lambda_a=la,
         lambda_g_collapse=lg,
@@ -449,7 +452,8 @@ def predict(
     reference: bool = False,
 ) -> dict:
     """Predicted final test loss (with the model's interval), P(fails to train) (``p_fail``;
-    None for a fit file without a failure model), both exponents and any warning,
+    None for a fit file without a failure model), both exponents (``lambda_a``: NaN where a
+    standard block has no fixed point; such a block's ``angle_rate`` too) and any warning,
     at arrays (or numbers) of initialization hyperparameters (a standard block's run numbers:
     ``sigma_w`` its sigma, ``alpha_a``/``alpha_m`` its alpha_attn/alpha_mlp, ``sigma_a`` 1);
     ``doc`` defaults to the model packaged for ``block`` (default the paper block's); a ``doc``
@@ -488,6 +492,7 @@ def predict(
                 fail_criterion=(doc.get("failure") or {}).get("criterion"),
                 fail_note=(doc.get("failure") or {}).get("note"),
                 lambda_a=float(feats["lambda_a"][i]),
+                **({"angle_rate": float(feats["angle_rate"][i])} if "angle_rate" in feats else {}),
                 lambda_g_collapse=float(feats["lambda_g_collapse"][i]),
                 features={f: float(feats[f][i]) for f in doc["features"]},
                 model=doc.get("name"),

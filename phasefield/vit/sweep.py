@@ -51,6 +51,7 @@ RESULT_FIELDS = (
     "test_acc",
     "diverged",
     "lambda_a",
+    "angle_rate",
     "lambda_g_collapse",
     "lambda_g_inf",
     "chunk",
@@ -65,7 +66,8 @@ class SweepError(ValueError):
 def theory_exponents(cfg: TrainConfig, runs: list[dict]):
     """lambda_a, lambda_g_collapse (finite depth: each run's depth), lambda_g_inf at the collapsed /
     stable fixed points, from the block's closed-form engine (the paper block's
-    :mod:`phasefield.layers.paper`) vmapped in float64; a block without one: :func:`block_theory`."""
+    :mod:`phasefield.layers.paper`) vmapped in float64; a block without one: :func:`block_theory`'s
+    (with its ``angle_rate``)."""
     import jax
     import jax.numpy as jnp
 
@@ -75,7 +77,7 @@ def theory_exponents(cfg: TrainConfig, runs: list[dict]):
     preset = cfg.preset()
     if not preset.fast_engine:
         th = block_theory(cfg, runs)
-        return {k: th[k] for k in ("lambda_a", "lambda_g_collapse", "lambda_g_inf")}
+        return {k: th[k] for k in ("lambda_a", "angle_rate", "lambda_g_collapse", "lambda_g_inf")}
     engine = preset.engine
     col = lambda k: np.array([r.get(k, cfg.depth) if k == "depth" else r[k] for r in runs], float)
     with jax.enable_x64(True):
@@ -89,13 +91,14 @@ def theory_exponents(cfg: TrainConfig, runs: list[dict]):
 def block_theory(cfg: TrainConfig, runs: list[dict], **over):
     """The theory point of each run of a :mod:`phasefield.layers` block (``cfg.block``), at
     the ViT's n tokens and each run's depth, from collapsed input tokens (the paper's
-    convention): ``lambda_a`` the angle exponent where the block has a finite fixed point,
-    else the finite-depth angle rate (1/L) log[(1 - rho_L)/(1 - rho_0)] (rho_0 -> 1);
+    convention): ``lambda_a`` the angle exponent where the block has a finite fixed point (NaN
+    without one); ``angle_rate`` the finite-depth angle rate (1/L) log[(1 - rho_L)/(1 - rho_0)]
+    (rho_0 -> 1), at every point;
     ``lambda_g_collapse`` = lambda_g(L); ``lambda_g_inf`` and ``rho_star`` at the stable fixed point
     (NaN without one). ``over``: preset keywords to set (``attention="exact"``)."""
     from .. import layers
 
-    keys = ("lambda_a", "lambda_g_collapse", "lambda_g_inf", "rho_star")
+    keys = ("lambda_a", "angle_rate", "lambda_g_collapse", "lambda_g_inf", "rho_star")
     cache, out = {}, {k: np.empty(len(runs)) for k in keys}
     for i, r in enumerate(runs):
         depth = int(r.get("depth", cfg.depth))
@@ -103,8 +106,10 @@ def block_theory(cfg: TrainConfig, runs: list[dict], **over):
         if key not in cache:
             blk = cfg.block_for(HParams(sigma_w=key[0], sigma_a=key[1], alpha_a=key[2], alpha_m=key[3]), **over)
             r = layers.rates(blk, q0=1.0, rho0=1.0, n_tokens=cfg.n_tokens, depth=depth)
-            lam_a = r["lambda_a"] if r["has_fixed_point"] else r["angle_rate"]
-            cache[key] = (float(lam_a), float(r["lambda_g_collapse"]), float(r["lambda_g_inf"]), float(r["rho_star"]))
+            lam_a = r["lambda_a"] if r["has_fixed_point"] else np.nan
+            cache[key] = tuple(
+                float(v) for v in (lam_a, r["angle_rate"], r["lambda_g_collapse"], r["lambda_g_inf"], r["rho_star"])
+            )
         for k, v in zip(keys, cache[key]):
             out[k][i] = v
     return out

@@ -131,7 +131,9 @@ def block_failure_doc(rep: dict, model: dict, folds: int, repeats: int) -> tuple
     cv["n_configs"] = len(tab["loss"])
     cands = {}
     for name in failure.CANDIDATES:
-        if set(failure.CANDIDATES[name][1]) <= set(T):
+        cols = failure.CANDIDATES[name][1]
+        # a candidate on lambda_a is left out where the block has no fixed point (lambda_a NaN)
+        if set(cols) <= set(T) and all(np.isfinite(np.asarray(T[c], float)).all() for c in cols):
             c = failure.cross_validate(name, T, folds, repeats)
             cands[name] = {k: c[k] for k in ("auc", "brier") if k in c}
     doc["cv"] = cv

@@ -8,8 +8,8 @@ procedure           how the loss model, its interval and its failure part were f
 command             the commands that regenerate the file from the committed tables
 phasefield_version  the version of phasefield that wrote it
 fitted              the date it was fitted (ISO)
-renamed             (where present) the names changed in the file since it was fitted; its
-                    numbers are as fitted
+renamed             (where present) the names changed in the file since it was fitted, one
+                    line per change (:func:`renamed`); its numbers are as fitted
 
 :func:`phasefield.vit.predict.load_model` ignores it; :func:`of` reads it.
 """
@@ -157,6 +157,12 @@ def _cv_options(folds: int, repeats: int) -> str:
 def of(doc: dict) -> dict | None:
     """A model document's provenance (None for a file without one, e.g. a user's fit)."""
     return doc.get("provenance")
+
+
+def renamed(doc: dict) -> list[str]:
+    """The one-line notes of the names changed in a model file since it was fitted (its
+    provenance's ``renamed`` list; [] where nothing was renamed)."""
+    return list((of(doc) or {}).get("renamed") or [])
 
 
 def with_provenance(doc: dict, prov: dict) -> dict:
