@@ -5,9 +5,7 @@ for every function, nested ones included (``ast``: ``decorator_list[0].lineno`` 
 ``lineno`` to ``end_lineno``). A command parses its options, calls one library function and
 formats the result; the computing and the checks live in the library.
 
-For now this checks only the modules in :data:`FILES` (the train, seeds, probe and figures
-topics); the other modules of ``phasefield/cli/`` are not checked yet, and :data:`FILES` is
-to be extended to every module of ``phasefield/cli/`` once they are thin as well.
+:data:`FILES` is every module of ``phasefield/cli/``.
 """
 
 from __future__ import annotations
@@ -19,12 +17,9 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MAX_LINES = 80
-# the modules checked (paths from the repository root); to become every phasefield/cli/*.py
-FILES = (
-    "phasefield/cli/train.py",
-    "phasefield/cli/seeds.py",
-    "phasefield/cli/probe.py",
-    "phasefield/cli/figures.py",
+# the modules checked (paths from the repository root): every phasefield/cli/*.py
+FILES = tuple(
+    sorted(f"phasefield/cli/{f}" for f in os.listdir(os.path.join(ROOT, "phasefield", "cli")) if f.endswith(".py"))
 )
 
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from phasefield import HParams
-from phasefield.layers import paper
+from phasefield.layers import paper, presets
 from phasefield.layers.paper import block, fixed_points, gram
 from phasefield.theory import attention, mlp
 from phasefield.theory.attention import exact
@@ -72,7 +72,7 @@ def test_two_group_trajectory_and_simulation():
     assert intra.shape == (7,) and float(inter[-1] / intra[-1]) > float(inter[0] / intra[0])
     from phasefield.simulate import measure
 
-    sim = measure.group_cosines(hp, 1.0, 0.6, 0.1, width=256, seeds=6, depth=6, seed=1)
+    sim = measure.group_cosines(presets.paper(hp), 1.0, 0.6, 0.1, n_tokens=8, width=256, draws=6, depth=6, seed=1)
     assert np.all(np.abs(sim["intra"] - np.asarray(intra)) < 0.03 + 4 * sim["intra_se"])
     assert np.all(np.abs(sim["inter"] - np.asarray(inter)) < 0.03 + 4 * sim["inter_se"])
 
@@ -82,7 +82,9 @@ def test_causal_geometry_against_causal_simulator():
     geo = gram.causal_geometry(hp, 1.0, 0.3, 8)
     from phasefield.simulate import measure
 
-    sim = measure.token_geometry(hp, 1.0, 0.3, width=256, seeds=6, depth=8, causal=True, seed=2)
+    sim = measure.token_geometry(
+        presets.paper(hp), 1.0, 0.3, n_tokens=8, width=256, draws=6, depth=8, causal=True, seed=2
+    )
     iu = np.triu_indices(8, 1)
     cos_sim = sim["cosines"].reshape(9, 6, -1)
     m, se = cos_sim.mean(1), cos_sim.std(1, ddof=1) / np.sqrt(6)
@@ -100,7 +102,9 @@ def _causal_cosine_errors(hp, modes, seeds=64, width=512):
     from phasefield.simulate import measure
 
     n, depth = int(hp.n_tokens), int(hp.depth)
-    sim = measure.token_geometry(hp, 1.0, 0.3, width=width, seeds=seeds, depth=depth, causal=True, seed=0)
+    sim = measure.token_geometry(
+        presets.paper(hp), 1.0, 0.3, n_tokens=n, width=width, draws=seeds, depth=depth, causal=True, seed=0
+    )
     cs = sim["cosines"].reshape(depth + 1, seeds, -1)[-1]
     m, se = cs.mean(0), cs.std(0, ddof=1) / np.sqrt(seeds)
     iu = np.triu_indices(n, 1)
@@ -136,7 +140,7 @@ def test_causal_exponents_against_simulator():
     assert set(th) >= {"lambda_a", "lambda_g_collapse"}
     from phasefield.simulate import measure
 
-    sim = measure.exponents(hp, width=256, seeds=8, causal=True, seed=0)
+    sim = measure.fixed_point_exponents(presets.paper(hp), n_tokens=8, depth=6, width=256, draws=8, causal=True, seed=0)
     assert abs(sim["lambda_a"] - float(th["lambda_a"])) < 0.03 + 3 * sim["lambda_a_se"]
     assert abs(sim["lambda_g_collapse"] - float(th["lambda_g_collapse"])) < 0.03 + 3 * sim["lambda_g_collapse_se"]
     # the causal mask changes the exponents (the non-causal theory differs)

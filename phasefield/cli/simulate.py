@@ -307,210 +307,184 @@ def _wrote(out, ds):
     click.echo(f"wrote {out} ({' x '.join(f'{k}={ds.sizes[k]}' for k in ds.dims)} points)")
 
 
-def register(cli):
-    @cli.group("simulate")
-    def simulate():
-        """Finite-width simulations of random transformers (docs/theory.md §1, §6, §7)."""
+_THEORY = click.option(
+    "--theory", "with_theory", is_flag=True, help="with --block: also the theory's values and z = (sim - theory)/se"
+)
+_CHUNK = click.option(
+    "--chunk", type=int, default=16, show_default=True, help="points vmapped together (sharing their random draws)"
+)
+_AXIS = click.option(
+    "--axis",
+    "axes",
+    multiple=True,
+    help="with --block: NAME=start:stop:count or NAME=a,b,c (a number of the block or depth)",
+)
+_PAPER_NUMBERS = ("sigma_w", "sigma_a", "alpha", "alpha_a", "alpha_m", "sigma_v", "n_tokens", "depth")
 
-    @simulate.command("exponents")
-    @point_options()
-    @_sim_options
-    @_block_options
-    @click.option(
-        "--theory", "with_theory", is_flag=True, help="with --block: also the theory's values and z = (sim - theory)/se"
-    )
-    @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
-    def exponents(
-        sigma_w,
-        sigma_a,
-        alpha,
-        alpha_a,
-        alpha_m,
-        sigma_v,
-        n_tokens,
-        depth,
-        width,
-        seeds,
-        seed,
-        causal,
-        eps,
-        mlp_hidden,
-        dtype,
-        activation,
-        mlp_layers,
-        residual,
-        weights,
-        spec_text,
-        q0,
-        rho0,
-        with_theory,
-        as_json,
-    ):
-        """Numerical lambda_a and lambda_g(depth) of the paper block with standard errors at
-        one point; with --block, any block's angle_rate, lambda_g_input, lambda_g_collapse,
-        lambda_a, rho_L, q_L (the names of its theory) with standard errors."""
-        if spec_text is not None:
-            return _block_exponents(
-                spec_text, q0, rho0, n_tokens, depth, width, seeds, seed, eps, weights, dtype, as_json, with_theory
-            )
-        _no_block_options(q0=q0, rho0=rho0, theory=with_theory)
-        eps = 1e-3 if eps is None else eps
-        _check_sim(width, seeds, eps, mlp_hidden, residual, seed, mlp_layers, weights)
-        hp = point_hparams(
-            sigma_w,
-            sigma_a,
-            alpha,
-            alpha_a,
-            alpha_m,
-            sigma_v,
+
+@click.group("simulate")
+def simulate():
+    """Finite-width simulations of random transformers (docs/theory.md §1, §6, §7)."""
+
+
+@simulate.command("exponents")
+@point_options()
+@_sim_options
+@_block_options
+@_THEORY
+@click.option("--json", "as_json", is_flag=True, help="print one JSON object")
+def exponents(n_tokens, depth, width, seeds, seed, causal, eps, mlp_hidden, dtype, weights, as_json, **kw):
+    """Numerical lambda_a and lambda_g(depth) of the paper block with standard errors at
+    one point; with --block, any block's angle_rate, lambda_g_input, lambda_g_collapse,
+    lambda_a, rho_L, q_L (the names of its theory) with standard errors."""
+    if kw["spec_text"] is not None:
+        return _block_exponents(
+            kw["spec_text"],
+            kw["q0"],
+            kw["rho0"],
             n_tokens,
             depth,
-            activation=activation,
-            mlp_layers=int(mlp_layers),
-            residual=residual,
+            width,
+            seeds,
+            seed,
+            eps,
+            weights,
+            dtype,
+            as_json,
+            kw["with_theory"],
         )
-        _check_memory(width, n_tokens, depth, mlp_hidden, dtype, 1, weights)
-        import jax.numpy as jnp
-
-        from ..layers import presets
-        from ..simulate import measure
-
-        res = measure.fixed_point_exponents(
-            presets.paper(hp, mult=1.0 if mlp_hidden is None else mlp_hidden / width),
-            n_tokens=int(hp.n_tokens),
-            depth=int(hp.depth),
-            width=width,
-            draws=seeds,
-            eps=eps,
-            causal=causal,
-            dtype=jnp.dtype(dtype),
-            seed=seed,
-            weights=weights,
-        )
-        res.update(width=width, seeds=seeds, depth=depth, n_tokens=n_tokens, causal=causal, weights=weights)
-        if as_json:
-            echo_json(dict(res))
-        else:
-            click.echo(f"lambda_a          = {res['lambda_a']:+.4f} +- {res['lambda_a_se']:.4f}")
-            click.echo(
-                f"lambda_g_collapse = {res['lambda_g_collapse']:+.4f} +- {res['lambda_g_collapse_se']:.4f}  (L = {depth})"
-            )
-            click.echo(f"q*       = {res['q_star']:.6g}")
-
-    @simulate.command("sweep")
-    @grid_options
-    @_sim_options
-    @click.option(
-        "--chunk", type=int, default=16, show_default=True, help="points vmapped together (sharing their random draws)"
+    _no_block_options(q0=kw["q0"], rho0=kw["rho0"], theory=kw["with_theory"])
+    eps = 1e-3 if eps is None else eps
+    _check_sim(width, seeds, eps, mlp_hidden, kw["residual"], seed, kw["mlp_layers"], weights)
+    numbers = dict(kw, n_tokens=n_tokens, depth=depth)
+    hp = point_hparams(
+        *(numbers[k] for k in _PAPER_NUMBERS),
+        activation=kw["activation"],
+        mlp_layers=int(kw["mlp_layers"]),
+        residual=kw["residual"],
     )
-    @_block_options
-    @click.option(
-        "--axis",
-        "axes",
-        multiple=True,
-        help="with --block: NAME=start:stop:count or NAME=a,b,c (a number of the block or depth)",
+    _check_memory(width, n_tokens, depth, mlp_hidden, dtype, 1, weights)
+    import jax.numpy as jnp
+
+    from ..layers import presets
+    from ..simulate import measure
+
+    res = measure.fixed_point_exponents(
+        presets.paper(hp, mult=1.0 if mlp_hidden is None else mlp_hidden / width),
+        n_tokens=int(hp.n_tokens),
+        depth=int(hp.depth),
+        width=width,
+        draws=seeds,
+        eps=eps,
+        causal=causal,
+        dtype=jnp.dtype(dtype),
+        seed=seed,
+        weights=weights,
     )
-    @click.option("--out", "-o", required=True, help="output netCDF file")
-    def sweep_cmd(
-        sigma_w,
-        sigma_a,
-        alpha_a,
-        alpha_m,
-        alpha,
-        sigma_v,
-        n_tokens,
-        depth,
-        width,
-        seeds,
-        seed,
-        causal,
-        eps,
-        mlp_hidden,
-        dtype,
-        activation,
-        mlp_layers,
-        residual,
-        weights,
-        chunk,
-        spec_text,
-        q0,
-        rho0,
-        axes,
-        out,
-    ):
-        """Simulated exponents on a grid, in the theory sweep's format plus *_se variables;
-        with --block and --axis, any block's quantities in the block sweep's format (the same
-        variable names) plus *_se.
+    res.update(width=width, seeds=seeds, depth=depth, n_tokens=n_tokens, causal=causal, weights=weights)
+    if as_json:
+        return echo_json(dict(res))
+    click.echo(f"lambda_a          = {res['lambda_a']:+.4f} +- {res['lambda_a_se']:.4f}")
+    click.echo(
+        f"lambda_g_collapse = {res['lambda_g_collapse']:+.4f} +- {res['lambda_g_collapse_se']:.4f}  (L = {depth})"
+    )
+    click.echo(f"q*       = {res['q_star']:.6g}")
 
-        Finished chunks (points) are kept in OUT.parts/ and reused when the command is rerun."""
-        if spec_text is not None:
-            if _given(("chunk",)):
-                raise UsageError("--chunk: the paper block's sweep only (a block sweep runs point by point)")
-            return _block_sweep(
-                spec_text, axes, q0, rho0, n_tokens, depth, width, seeds, seed, eps, weights, dtype, out
-            )
-        _no_block_options(q0=q0, rho0=rho0, axis=axes or None)
-        eps = 1e-3 if eps is None else eps
-        _check_sim(width, seeds, eps, mlp_hidden, residual, seed, mlp_layers, weights)
-        from .. import grid
 
-        option("--chunk", chunk, 1, 4096, integer=True)
-        vals = grid_values(sigma_w, sigma_a, alpha, alpha_a, alpha_m, sigma_v, n_tokens, depth)
-        total = check(grid.check_grid, [v.size for v in vals.values()], 8 * 8, "simulated grid")
-        _check_memory(
-            width, int(vals["n_tokens"].max()), int(vals["depth"].max()), mlp_hidden, dtype, min(chunk, total), weights
+@simulate.command("sweep")
+@grid_options
+@_sim_options
+@_CHUNK
+@_block_options
+@_AXIS
+@click.option("--out", "-o", required=True, help="output netCDF file")
+def sweep_cmd(width, seeds, seed, causal, eps, mlp_hidden, dtype, weights, chunk, spec_text, q0, rho0, axes, out, **kw):
+    """Simulated exponents on a grid, in the theory sweep's format plus *_se variables;
+    with --block and --axis, any block's quantities in the block sweep's format (the same
+    variable names) plus *_se.
+
+    Finished chunks (points) are kept in OUT.parts/ and reused when the command is rerun."""
+    if spec_text is not None:
+        if _given(("chunk",)):
+            raise UsageError("--chunk: the paper block's sweep only (a block sweep runs point by point)")
+        return _block_sweep(
+            spec_text, axes, q0, rho0, kw["n_tokens"], kw["depth"], width, seeds, seed, eps, weights, dtype, out
         )
-        output(out, need_bytes=2 * 8 * 8 * total)
-        from ..layers import spec
+    _no_block_options(q0=q0, rho0=rho0, axis=axes or None)
+    eps = 1e-3 if eps is None else eps
+    _check_sim(width, seeds, eps, mlp_hidden, kw["residual"], seed, kw["mlp_layers"], weights)
+    option("--chunk", chunk, 1, 4096, integer=True)
+    vals = grid_values(*(kw[k] for k in _PAPER_NUMBERS))
+    axes, sizes, base = _paper_grid(vals, kw, width, mlp_hidden, dtype, chunk, weights, out)
+    import jax.numpy as jnp
 
-        # every multi-valued axis is a dimension; single values are fixed (attributes)
-        axes = {k: v for k, v in vals.items() if v.size > 1}
-        fixed = {k: float(v[0]) for k, v in vals.items() if v.size == 1}
-        if "alpha" in fixed:
-            fixed["alpha_a"] = fixed["alpha_m"] = fixed.pop("alpha")
-        sizes = {k: int(fixed.pop(k)) for k in ("n_tokens", "depth") if k in fixed}
-        base = check(spec.check, "paper", dict(fixed, activation=activation, mlp_layers=mlp_layers, residual=residual))
-        if not axes:  # a single point: keep sigma_w as a length-1 dimension
-            axes = {"sigma_w": vals["sigma_w"]}
-        import jax.numpy as jnp
+    from ..simulate import sweep as simsweep
 
-        from ..simulate import sweep as simsweep
+    ds = simsweep.sweep(
+        ("paper", base),
+        **sizes,
+        width=width,
+        draws=seeds,
+        eps=eps,
+        causal=causal,
+        mlp_hidden=mlp_hidden,
+        dtype=jnp.dtype(dtype),
+        seed=seed,
+        chunk=chunk,
+        out=out,
+        progress=True,
+        weights=weights,
+        **axes,
+    )
+    _wrote(out, ds)
 
-        ds = simsweep.sweep(
-            ("paper", base),
-            **sizes,
-            width=width,
-            draws=seeds,
-            eps=eps,
-            causal=causal,
-            mlp_hidden=mlp_hidden,
-            dtype=jnp.dtype(dtype),
-            seed=seed,
-            chunk=chunk,
-            out=out,
-            progress=True,
-            weights=weights,
-            **axes,
-        )
-        _wrote(out, ds)
 
-    @cli.command("compare")
-    @click.argument("theory_nc")
-    @click.argument("sim_nc")
-    @click.option("--json", "as_json", is_flag=True, help="print the rows as JSON")
-    @click.option("--markdown", is_flag=True, help="print a Markdown table")
-    def compare(theory_nc, sim_nc, as_json, markdown):
-        """Agreement table of a theory grid and a simulated grid: median, 90th percentile and
-        maximum |sim - theory| of each common quantity, overall and by the theory's phase."""
-        for name, path in (("THEORY_NC", theory_nc), ("SIM_NC", sim_nc)):
-            if not os.path.isfile(path):
-                raise UsageError(f"{name}: no such file: {path!r}")
-        from ..simulate import compare as cmp
+def _paper_grid(vals, kw, width, mlp_hidden, dtype, chunk, weights, out):
+    """(axes, sizes, checked fixed numbers) of the paper block's simulated grid, its size,
+    memory and output checked: every multi-valued axis is a dimension, single values are
+    fixed (attributes)."""
+    from .. import grid
+    from ..layers import spec
 
-        rows = cmp.agreement(cmp.open_grid(theory_nc), cmp.open_grid(sim_nc))
-        if as_json:
-            echo_json(rows)
-        elif markdown:
-            click.echo(cmp.format_markdown(rows))
-        else:
-            click.echo(cmp.format_table(rows))
+    total = check(grid.check_grid, [v.size for v in vals.values()], 8 * 8, "simulated grid")
+    _check_memory(
+        width, int(vals["n_tokens"].max()), int(vals["depth"].max()), mlp_hidden, dtype, min(chunk, total), weights
+    )
+    output(out, need_bytes=2 * 8 * 8 * total)
+    axes = {k: v for k, v in vals.items() if v.size > 1}
+    fixed = {k: float(v[0]) for k, v in vals.items() if v.size == 1}
+    if "alpha" in fixed:
+        fixed["alpha_a"] = fixed["alpha_m"] = fixed.pop("alpha")
+    sizes = {k: int(fixed.pop(k)) for k in ("n_tokens", "depth") if k in fixed}
+    static = {k: kw[k] for k in ("activation", "mlp_layers", "residual")}
+    base = check(spec.check, "paper", dict(fixed, **static))
+    if not axes:  # a single point: keep sigma_w as a length-1 dimension
+        axes = {"sigma_w": vals["sigma_w"]}
+    return axes, sizes, base
+
+
+@click.command("compare")
+@click.argument("theory_nc")
+@click.argument("sim_nc")
+@click.option("--json", "as_json", is_flag=True, help="print the rows as JSON")
+@click.option("--markdown", is_flag=True, help="print a Markdown table")
+def compare(theory_nc, sim_nc, as_json, markdown):
+    """Agreement table of a theory grid and a simulated grid: median, 90th percentile and
+    maximum |sim - theory| of each common quantity, overall and by the theory's phase."""
+    for name, path in (("THEORY_NC", theory_nc), ("SIM_NC", sim_nc)):
+        if not os.path.isfile(path):
+            raise UsageError(f"{name}: no such file: {path!r}")
+    from ..simulate import compare as cmp
+
+    rows = cmp.agreement(cmp.open_grid(theory_nc), cmp.open_grid(sim_nc))
+    if as_json:
+        echo_json(rows)
+    elif markdown:
+        click.echo(cmp.format_markdown(rows))
+    else:
+        click.echo(cmp.format_table(rows))
+
+
+def register(cli):
+    cli.add_command(simulate)
+    cli.add_command(compare)
