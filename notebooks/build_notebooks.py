@@ -147,7 +147,7 @@ from phasefield.simulate import sweep as simsweep
 
 sw_sim = np.array([1.0, 2.0, 3.0]) if SMALL else np.linspace(0.5, 3.5, 7)
 al_sim = np.array([0.3, 0.7]) if SMALL else np.linspace(0.1, 0.9, 5)
-sim_grid = simsweep.sweep("paper", n_tokens=N, depth=L, width=WIDTH, draws=SEEDS, sigma_w=sw_sim, alpha=al_sim)
+sim_grid = simsweep.fixed_point_grid("paper", n_tokens=N, depth=L, width=WIDTH, draws=SEEDS, sigma_w=sw_sim, alpha=al_sim)
 th_grid = phasefield.sweep(sigma_w=sw_sim, alpha=al_sim, n_tokens=N, depth=L)
 print(compare.format_table(compare.agreement(th_grid, sim_grid)))""",
     ),

@@ -13,7 +13,7 @@ Every block runs through one chunk driver (:mod:`phasefield.driver`): a block wh
 carries a closed-form engine with its engine's grid evaluator (the paper block's:
 :mod:`phasefield.layers.paper.sweep`, its variables lambda_a, lambda_g_collapse,
 lambda_g_inf, q_star, rho_star and the attractors), every other block with the layers
-evaluator (:func:`phasefield.layers.sweep.sweep`, its variables angle_rate, lambda_g_input,
+evaluator (:func:`phasefield.layers.sweep.sweep_grid`, its variables angle_rate, lambda_g_input,
 lambda_g_collapse, lambda_a, rho_L, q_L).
 
 How it runs, for every block:
@@ -85,7 +85,7 @@ def sweep(
     scalar coordinate. A block with a closed-form engine (the paper block) runs
     the engine's grid evaluator (:func:`phasefield.layers.paper.sweep.sweep_grid`), every
     other block :func:`phasefield.layers.sweep.evaluate_chunk` (``q0``, ``rho0``: its input
-    geometry, default 1 and 1/2; ``mesh``: see :func:`phasefield.layers.sweep.sweep`); both
+    geometry, default 1 and 1/2; ``mesh``: see :func:`phasefield.layers.sweep.sweep_grid`); both
     through the chunk driver :mod:`phasefield.driver`. Returns None on a multi-host process
     other than 0. (``_thorough``: the engine's untiled evaluation refining every root bracket,
     the reference of the tiled one in tests/test_sweep.py and scripts/bench_theory.py.)"""
@@ -126,7 +126,7 @@ def sweep(
             axes[k] = v
     n = n_tokens if n_tokens is not None and np.ndim(n_tokens) == 0 else 32
     d = depth if depth is not None and np.ndim(depth) == 0 else 16
-    return layers_sweep.sweep(
+    return layers_sweep.sweep_grid(
         name,
         axes,
         fixed,

@@ -1,6 +1,6 @@
 """One name per quantity, for every block, every command, theory and simulation.
 
-The results of the theory (``layers.exponents``, ``layers.finite_depth``, ``layers.rates``,
+The results of the theory (``layers.fixed_point_exponents``, ``layers.finite_depth``, ``layers.rates``,
 ``layers.paper.exponents``, the sweeps' datasets), of the simulations (``_se`` beside each
 measured quantity) and of the probe use the names of :data:`NAMES`, and no other. Files
 written by earlier releases called two of them ``lambda_g`` (which one depended on the file)

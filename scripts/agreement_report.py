@@ -40,7 +40,7 @@ def stage_sim(out):
     if os.path.exists(path):
         return path
     t = time.time()
-    ds = simsweep.sweep(
+    ds = simsweep.fixed_point_grid(
         "paper", width=WIDTH, draws=SEEDS, sigma_w=SW, alpha=ALPHA, chunk=16, parts_dir=path + ".parts", progress=True
     )
     ds.attrs["runtime_s"] = time.time() - t

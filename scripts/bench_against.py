@@ -70,16 +70,16 @@ print(sum(out))
 import time, phasefield
 from phasefield import simulate
 kw = dict(width=256, draws=8, n_tokens=16, depth=8)
-simulate.exponents("paper:sigma_w=1.5,alpha_a=0.5,alpha_m=0.5", **kw)
-t = time.perf_counter(); simulate.exponents("paper:sigma_w=1.7,alpha_a=0.5,alpha_m=0.5", **kw)
+simulate.rates("paper:sigma_w=1.5,alpha_a=0.5,alpha_m=0.5", **kw)
+t = time.perf_counter(); simulate.rates("paper:sigma_w=1.7,alpha_a=0.5,alpha_m=0.5", **kw)
 print(time.perf_counter() - t)
 """,
     "simulate pre-ln d=256 (warm)": """
 import time, phasefield
 from phasefield import simulate
 kw = dict(width=256, draws=8, n_tokens=16, depth=8)
-simulate.exponents("pre-ln:sigma=1,alpha=0.5,heads=4", **kw)
-t = time.perf_counter(); simulate.exponents("pre-ln:sigma=1.1,alpha=0.5,heads=4", **kw)
+simulate.rates("pre-ln:sigma=1,alpha=0.5,heads=4", **kw)
+t = time.perf_counter(); simulate.rates("pre-ln:sigma=1.1,alpha=0.5,heads=4", **kw)
 print(time.perf_counter() - t)
 """,
     "cli exponents, paper (process)": "cli:exponents --sigma-w 2.1 --sigma-a 1 --alpha-a .5 --alpha-m .5 --json",

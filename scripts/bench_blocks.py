@@ -5,7 +5,7 @@ For each size N (default 128 and 256) it times, each in a fresh subprocess:
 
 * ``paper``          ``phasefield.sweep(sigma_w=linspace(.5, 4, N), alpha=linspace(.01, .99, N),
                      n_tokens=16, depth=16)`` (the paper engine);
-* ``pre-ln``         ``layers.sweep.sweep("pre-ln", {sigma: linspace(.1, 2, N), alpha:
+* ``pre-ln``         ``layers.sweep.sweep_grid("pre-ln", {sigma: linspace(.1, 2, N), alpha:
                      linspace(.05, 1, N)}, fixed={"attention": "exact"}, n_tokens=16, depth=16)``;
 * ``paper-generic``  the generic engine's ``paper`` preset on the same sizes (sigma_w x alpha_a,
                      its finite-depth outputs: not the paper engine's outputs, the same grid);
@@ -52,7 +52,7 @@ def worker(kind: str, n: int, cache: str) -> None:
     if kind == "paper":
         phasefield.sweep(sigma_w=np.linspace(0.5, 4.0, n), alpha=np.linspace(0.01, 0.99, n), n_tokens=16, depth=16)
     elif kind == "pre-ln":
-        block_sweep.sweep(
+        block_sweep.sweep_grid(
             "pre-ln",
             {"sigma": np.linspace(0.1, 2.0, n), "alpha": np.linspace(0.05, 1.0, n)},
             fixed={"attention": "exact"},
@@ -60,7 +60,7 @@ def worker(kind: str, n: int, cache: str) -> None:
             depth=16,
         )
     elif kind == "paper-generic":
-        block_sweep.sweep(
+        block_sweep.sweep_grid(
             "paper", {"sigma_w": np.linspace(0.5, 4.0, n), "alpha_a": np.linspace(0.01, 0.99, n)}, n_tokens=16, depth=16
         )
     else:

@@ -1,7 +1,7 @@
 """Theory against ``phasefield simulate exponents --block``: pre-LN, post-LN and
 rms-SwiGLU at three points each across their phases, at one width (default 4096).
 
-For every (preset, point) it runs :func:`phasefield.simulate.measure.exponents` (the library
+For every (preset, point) it runs :func:`phasefield.simulate.measure.rates` (the library
 behind ``simulate exponents --block``: lazy weights, float32 forward and gradient passes,
 float64 angle pass) and :func:`phasefield.simulate.compare.theory`, and prints one line per
 quantity (angle_rate, lambda_g_input, lambda_g_collapse, lambda_a where the block has a
@@ -62,7 +62,7 @@ def run_point(preset, point, width, draws, seed) -> dict:
     spec = spec_of(preset, point)
     t0 = time.perf_counter()
     th = compare.theory(spec, n_tokens=N, depth=L, q0=Q0, rho0=RHO0)
-    sim = measure.exponents(
+    sim = measure.rates(
         spec, width=width, draws=draws, n_tokens=N, depth=L, q0=Q0, rho0=RHO0, seed=seed, q_star=th["q_star"]
     )
     z = compare.z_scores(sim, th)

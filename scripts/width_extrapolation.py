@@ -4,7 +4,7 @@
 For every preset of ``--presets`` (default ``dyt`` and ``pre-ln``), every point of
 ``--sigmas`` at branch scale ``--alpha`` (4 heads; DyT's ``a`` at its default 0.5) and
 every width of ``--widths``, measures the block's own network with the block simulator
-(:func:`phasefield.simulate.measure.exponents`: n = 16 tokens, L = 8 blocks from
+(:func:`phasefield.simulate.measure.rates`: n = 16 tokens, L = 8 blocks from
 (q0, rho0) = (1, 0.5), ``--draws`` independent draws, ``--weights`` lazy by default: exact
 in distribution, one vector-Jacobian product per draw included, at O(n^2 d) per block),
 then fits ``y(d) = a + b / d`` per quantity by weighted least squares (weights 1 / se^2;
@@ -132,7 +132,7 @@ def measure_row(preset, text, sigma, width, args):
     from phasefield.simulate import measure
 
     t = time.perf_counter()
-    r = measure.exponents(
+    r = measure.rates(
         text,
         width=width,
         draws=args.draws,

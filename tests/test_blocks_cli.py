@@ -78,7 +78,7 @@ def test_block_exponents_json(capsys):
     fd = layers.finite_depth(blk, q0=1.0, rho0=0.5, n_tokens=8, depth=3)
     assert res["has_fixed_point"] and res["q_star"] == 1.0
     assert abs(res["lambda_g_input"] - float(fd["lambda_g_input"])) < 1e-14 and "lambda_g" not in res
-    assert abs(res["lambda_a"] - float(layers.exponents(blk, n_tokens=8, depth=3)["lambda_a"])) < 1e-14
+    assert abs(res["lambda_a"] - float(layers.fixed_point_exponents(blk, n_tokens=8, depth=3)["lambda_a"])) < 1e-14
     rc, out, _ = _run(capsys, "block", "exponents", "--block", "pre-ln:heads=4", "--depth", "3", "--n-tokens", "8")
     assert rc == 0 and "finite-depth rates, not exponents" in out
 
@@ -242,7 +242,7 @@ def test_block_sweep_bad_input(capsys, tmp_path, args, msg):
 def test_block_exponents_reports_the_attractors_of_a_multistable_point(capsys):
     """The paper block at a bistable point (sigma_w = 3, sigma_A = 6.875, n = 128): two stable
     cosines, as the generic block engine finds them (an independent route: the paper preset
-    through phasefield.layers.exponents)."""
+    through phasefield.layers.fixed_point_exponents)."""
     from phasefield import HParams
 
     rc, out, _ = _run(
@@ -259,7 +259,7 @@ def test_block_exponents_reports_the_attractors_of_a_multistable_point(capsys):
     )
     assert rc == 0
     res = json.loads(out)
-    ex = layers.exponents(
+    ex = layers.fixed_point_exponents(
         layers.presets.get("paper", HParams(sigma_w=3.0, sigma_a=6.875, alpha_a=0.5, alpha_m=0.5)),
         n_tokens=128,
         depth=8,
@@ -289,8 +289,8 @@ def test_block_sweep_from_mesh_values_equals_the_integrated_maps():
 
     name, fixed = "pre-ln", {"heads": 2, "attention": "exact"}
     axes = {"sigma": np.array([0.5, 2.0]), "alpha": np.array([0.6])}
-    fast = sweep.sweep(name, axes, fixed=fixed, n_tokens=8, depth=2)
-    slow = sweep.sweep(name, axes, fixed=fixed, n_tokens=8, depth=2, mesh=False)
+    fast = sweep.sweep_grid(name, axes, fixed=fixed, n_tokens=8, depth=2)
+    slow = sweep.sweep_grid(name, axes, fixed=fixed, n_tokens=8, depth=2, mesh=False)
     assert (
         sweep.mesh_tables(
             name,

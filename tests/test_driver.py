@@ -123,16 +123,16 @@ SIM_AXES = dict(sigma_w=np.array([1.0, 2.0, 2.5]), depth=np.array([1, 2]))  # tw
 
 
 def test_simulated_sweep_interrupted_and_resumed_equals_one_run(tmp_path, monkeypatch):
-    whole = simsweep.sweep(**SIM, **SIM_AXES)
+    whole = simsweep.fixed_point_grid(**SIM, **SIM_AXES)
     out = tmp_path / "sim.nc"
     real = _interrupt_after(monkeypatch, 2)
     with pytest.raises(KeyboardInterrupt):
-        simsweep.sweep(**SIM, **SIM_AXES, out=out)
+        simsweep.fixed_point_grid(**SIM, **SIM_AXES, out=out)
     assert not out.exists() and len(list((tmp_path / "sim.nc.parts").glob("chunk_*.npz"))) == 2
     monkeypatch.setattr(grid.ChunkStore, "save", real)
     computed, run_chunk = [], simsweep._run_chunk
     monkeypatch.setattr(simsweep, "_run_chunk", lambda *a, **k: computed.append(1) or run_chunk(*a, **k))
-    resumed = simsweep.sweep(**SIM, **SIM_AXES, out=out)
+    resumed = simsweep.fixed_point_grid(**SIM, **SIM_AXES, out=out)
     assert len(computed) == 2  # 4 chunks, 2 stored
     assert out.exists() and not (tmp_path / "sim.nc.parts").exists()
     on_disk = io.read_netcdf(out)
@@ -145,16 +145,16 @@ def test_simulated_sweep_interrupted_and_resumed_equals_one_run(tmp_path, monkey
 def test_simulated_block_sweep_interrupted_and_resumed_equals_one_run(tmp_path, monkeypatch):
     args = ("pre-ln", {"sigma": np.array([0.5, 1.0])}, {"alpha": 0.5, "heads": 2})
     opts = dict(n_tokens=3, depth=1, width=8, draws=2, seed=1)
-    whole = simsweep.block_sweep(*args, **opts)
+    whole = simsweep.rates_grid(*args, **opts)
     out = tmp_path / "blk.nc"
     real = _interrupt_after(monkeypatch, 1)
     with pytest.raises(KeyboardInterrupt):
-        simsweep.block_sweep(*args, **opts, out=out)
+        simsweep.rates_grid(*args, **opts, out=out)
     assert not out.exists() and len(list((tmp_path / "blk.nc.parts").glob("chunk_*.npz"))) == 1
     monkeypatch.setattr(grid.ChunkStore, "save", real)
-    computed, exponents = [], measure.exponents
-    monkeypatch.setattr(measure, "exponents", lambda *a, **k: computed.append(1) or exponents(*a, **k))
-    resumed = simsweep.block_sweep(*args, **opts, out=out)
+    computed, rates = [], measure.rates
+    monkeypatch.setattr(measure, "rates", lambda *a, **k: computed.append(1) or rates(*a, **k))
+    resumed = simsweep.rates_grid(*args, **opts, out=out)
     assert len(computed) == 1
     assert out.exists() and not (tmp_path / "blk.nc.parts").exists()
     assert resumed.attrs == whole.attrs

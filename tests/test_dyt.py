@@ -195,7 +195,7 @@ def test_theory_against_its_own_network(text):
     """q_L, rho_L, the angle rate and lambda_g (from the input and from collapsed tokens)
     of the block simulator within 3 standard errors of the theory."""
     th = compare.theory(text, n_tokens=SIM["n_tokens"], depth=SIM["depth"])
-    sim = measure.exponents(text, **SIM)
+    sim = measure.rates(text, **SIM)
     z = compare.z_scores(sim, th)
     print(
         text,

@@ -144,8 +144,8 @@ def no_compute(monkeypatch):
         raise AssertionError("recomputed although --from was given")
 
     monkeypatch.setattr(diagram, "sweep", boom)
-    monkeypatch.setattr(simsweep, "sweep", boom)
-    for name in ("token_geometry", "group_cosines", "exponents", "transients"):
+    monkeypatch.setattr(simsweep, "fixed_point_grid", boom)
+    for name in ("token_geometry", "group_cosines", "rates", "transients"):
         monkeypatch.setattr(measure, name, boom)
     monkeypatch.setattr(compute, "compute", boom)
 

@@ -211,7 +211,7 @@ def _stubs():
 
     def tiny(*a, **k):
         if k.get("block") is not None:  # phasefield sweep --block: a block's 2-D grid (its figure draws)
-            return block_sweep.sweep()
+            return block_sweep.sweep_grid()
         return xr.Dataset({"lambda_a": ("sigma_w", [0.0])}, coords={"sigma_w": [1.0]})
 
     def png(path, **k):
@@ -224,8 +224,8 @@ def _stubs():
         (demo, "run", demo.run),
         (vrec, "recommend", vrec.recommend),
         (diagram, "sweep", diagram.sweep),
-        (simsweep, "sweep", simsweep.sweep),
-        (block_sweep, "sweep", block_sweep.sweep),
+        (simsweep, "fixed_point_grid", simsweep.fixed_point_grid),
+        (block_sweep, "sweep_grid", block_sweep.sweep_grid),
     ]
     saved += [
         (seed_figs, n, getattr(seed_figs, n))
@@ -245,8 +245,8 @@ def _stubs():
     figs.make_figures = lambda *a, **k: dict(paths=[], seconds=0.0)
     demo.run = lambda *a, **k: {}
     vrec.recommend = lambda *a, **k: dict(critical=[], critical_found=False)
-    diagram.sweep = simsweep.sweep = tiny
-    block_sweep.sweep = lambda *a, **k: xr.Dataset(
+    diagram.sweep = simsweep.fixed_point_grid = tiny
+    block_sweep.sweep_grid = lambda *a, **k: xr.Dataset(
         {v: (("sigma", "alpha"), [[0.1, -0.1], [0.2, -0.2]]) for v in block_sweep.VARIABLES},
         coords={"sigma": [0.5, 1.0], "alpha": [0.5, 1.0]},
         attrs={"block": "pre-ln", "depth": 2},

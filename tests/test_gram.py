@@ -18,7 +18,7 @@ HP = HParams(sigma_w=2.0, sigma_a=1.5, alpha_a=0.6, alpha_m=0.7, n_tokens=8, dep
 def test_symmetric_start_reproduces_qp_engine():
     kern = mlp.kernel(HP)
     qs, ps = block.trajectory(HP, 1.3, 0.4, 10, kern)
-    cs = gram.trajectory(HP, gram.symmetric_gram(8, 1.3, 0.4), 10, kern=kern)
+    cs = gram.trajectory_from_gram(HP, gram.symmetric_gram(8, 1.3, 0.4), 10, kern=kern)
     np.testing.assert_allclose(np.diagonal(cs, axis1=1, axis2=2), np.repeat(qs[:, None], 8, 1), rtol=0, atol=1e-10)
     off = ~np.eye(8, dtype=bool)
     np.testing.assert_allclose(np.asarray(cs)[:, off], np.repeat(ps[:, None], 56, 1), atol=1e-10)
@@ -26,16 +26,16 @@ def test_symmetric_start_reproduces_qp_engine():
         lg = paper.gradient_exponent(HP, q0, p0, 10, kern)
         if q0 is None:
             q0 = p0 = fixed_points.collapsed_fixed_point(HP, kern)[0]
-        lg2 = gram.gradient_exponent(HP, gram.symmetric_gram(8, q0, p0), 10, kern=kern)
+        lg2 = gram.gradient_exponent_from_gram(HP, gram.symmetric_gram(8, q0, p0), 10, kern=kern)
         assert abs(float(lg) - float(lg2)) < 1e-10
     la = float(paper.angle_exponent(HP, kern))
-    assert abs(float(gram.angle_exponent(HP, causal=False, kern=kern)) - la) < 1e-10
+    assert abs(float(gram.angle_exponent_from_gram(HP, causal=False, kern=kern)) - la) < 1e-10
     assert abs(float(gram.angle_exponent_spectral(HP, causal=False, kern=kern)) - la) < 1e-9
 
 
 def test_causal_first_token_and_collapsed_gradient():
     kern = mlp.kernel(HP)
-    cs = gram.trajectory(HP, gram.symmetric_gram(8, 1.0, 0.3), 6, causal=True, kern=kern)
+    cs = gram.trajectory_from_gram(HP, gram.symmetric_gram(8, 1.0, 0.3), 6, causal=True, kern=kern)
     # token 1 attends only to itself: its norm follows the collapsed-point recursion
     ba2, bm2, aa2, am2 = (float(v) ** 2 for v in (HP.beta_a, HP.beta_m, HP.alpha_a, HP.alpha_m))
     q = 1.0
@@ -50,7 +50,7 @@ def test_causal_first_token_and_collapsed_gradient():
     for _ in range(10):
         g = c * (ba2 * g + aa2 / q_star * abar.T @ g @ abar)
     expected = np.log(np.trace(g) / 8) / 10
-    got = gram.gradient_exponent(HP, q_star * jnp.ones((8, 8)), 10, causal=True, kern=kern)
+    got = gram.gradient_exponent_from_gram(HP, q_star * jnp.ones((8, 8)), 10, causal=True, kern=kern)
     assert abs(float(got) - expected) < 1e-10
 
 

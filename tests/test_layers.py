@@ -49,7 +49,7 @@ def _close(a, b, tol=TOL):
 @pytest.mark.parametrize("pt", POINTS, ids=lambda p: ",".join(f"{k}={v}" for k, v in p.items()))
 def test_generic_exponents_of_the_paper_preset_equal_the_closed_forms(pt):
     hp = HParams(depth=16, **pt)
-    got = layers.exponents(layers.presets.get("paper", hp), n_tokens=hp.n_tokens, depth=16)
+    got = layers.fixed_point_exponents(layers.presets.get("paper", hp), n_tokens=hp.n_tokens, depth=16)
     ref = paper.exponents(hp)
     for k in KEYS:
         assert _close(got[k], ref[k]), (k, float(got[k]), float(ref[k]))

@@ -175,8 +175,8 @@ def test_a_registered_preset_takes_the_library_routes(toy):
     assert name == "toy" and kw == spec.parse("pre-ln:" + text)[1]
     block = spec.build(name, kw)
     assert block == spec.build("pre-ln", kw)
-    mine = layers.exponents(block, n_tokens=8, depth=4)
-    ref = layers.exponents(spec.build("pre-ln", kw), n_tokens=8, depth=4)
+    mine = layers.fixed_point_exponents(block, n_tokens=8, depth=4)
+    ref = layers.fixed_point_exponents(spec.build("pre-ln", kw), n_tokens=8, depth=4)
     # pre-LN has no finite fixed point (q_star = inf): the fixed point's quantities are NaN on
     # both sides, the same answer; every other quantity is a number
     no_fixed_point = {"lambda_a", "lambda_g_collapse", "lambda_g_inf", "rho_star", "rho_star_min", "rho_star_max"}

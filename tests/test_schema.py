@@ -41,7 +41,7 @@ def test_results_are_plain_dicts_without_the_earlier_names():
     results = (
         layers.rates(blk, n_tokens=8, depth=4),
         layers.finite_depth(blk, n_tokens=8, depth=4),
-        layers.exponents(blk, n_tokens=8, depth=4),
+        layers.fixed_point_exponents(blk, n_tokens=8, depth=4),
         paper.exponents(hp),
         ReferencePoint(1.5, 1.0, 0.5, 0.5, n_tokens=8, depth=4).exponents(),
     )

@@ -1,4 +1,4 @@
-"""``simulate`` for every block (phasefield.simulate.measure.exponents, ``simulate exponents|sweep
+"""``simulate`` for every block (phasefield.simulate.measure.rates, ``simulate exponents|sweep
 --block``): the theory's quantities under its names, measured on the block's own network.
 
 All tests share one shape (n = 8 tokens, L = 3 blocks, 2 heads, width 256, 16 draws, seed 0)
@@ -29,7 +29,7 @@ POST = "post-ln:sigma=1,alpha=0.5,heads=2"
 @pytest.fixture(scope="module")
 def measured():
     """(simulation, theory) of the two test blocks, once per module."""
-    return {s: (measure.exponents(s, **SHAPE), compare.theory(s, n_tokens=N, depth=L)) for s in (PRE, POST)}
+    return {s: (measure.rates(s, **SHAPE), compare.theory(s, n_tokens=N, depth=L)) for s in (PRE, POST)}
 
 
 @pytest.mark.parametrize("spec", [PRE, POST])
@@ -50,11 +50,11 @@ def test_block_agrees_with_theory(measured, spec):
 
 
 def test_library_entry_dispatches(measured):
-    """phasefield.simulate.exponents: a spec -> the block's measurement (the same numbers as
-    simulate.measure.exponents for the same seed)."""
+    """phasefield.simulate.rates: a spec -> the block's measurement (the same numbers as
+    simulate.measure.rates for the same seed)."""
     from phasefield import simulate
 
-    res = simulate.exponents(PRE, **SHAPE)
+    res = simulate.rates(PRE, **SHAPE)
     sim, _ = measured[PRE]
     for q in measure.QUANTITIES:
         np.testing.assert_equal(res[q], sim[q])
@@ -143,13 +143,13 @@ def test_sweep_resumes_from_its_parts(tmp_path, monkeypatch):
     axes = {"sigma": np.array([1.0])}
     fixed = {"alpha": 0.5, "heads": 2}
     opts = dict(n_tokens=N, depth=L, width=D, draws=DRAWS, seed=0)
-    first = simsweep.block_sweep("pre-ln", axes, fixed, parts_dir=str(parts), **opts)
+    first = simsweep.rates_grid("pre-ln", axes, fixed, parts_dir=str(parts), **opts)
 
     def fail(*a, **k):
         raise AssertionError("measured again")
 
-    monkeypatch.setattr(measure, "exponents", fail)
-    again = simsweep.block_sweep("pre-ln", axes, fixed, parts_dir=str(parts), **opts)
+    monkeypatch.setattr(measure, "rates", fail)
+    again = simsweep.rates_grid("pre-ln", axes, fixed, parts_dir=str(parts), **opts)
     for q in measure.QUANTITIES:
         np.testing.assert_array_equal(first[q].values, again[q].values)
 
@@ -160,7 +160,7 @@ def test_lazy_and_dense_weights_agree(measured):
     multi-head attention with W_O, the GELU MLP; the paper block's own check is
     tests/test_lazy.py)."""
     lazy, _ = measured[POST]
-    dense = measure.exponents(POST, weights="dense", **SHAPE)
+    dense = measure.rates(POST, weights="dense", **SHAPE)
     for q in measure.QUANTITIES:
         se = max(np.hypot(lazy[q + "_se"], dense[q + "_se"]), compare.RESOLUTION)
         assert abs(lazy[q] - dense[q]) <= 4 * se, (q, lazy[q], dense[q], se)

@@ -103,7 +103,7 @@ def test_sweep_matches_single_point(tmp_path):
     """A sweep point (vmapped over points, shared draws) equals the single-point measurement."""
     from phasefield.simulate import measure, sweep
 
-    ds = sweep.sweep("paper", n_tokens=4, depth=3, width=32, draws=3, sigma_w=np.array([1.0, 2.0]), seed=4)
+    ds = sweep.fixed_point_grid("paper", n_tokens=4, depth=3, width=32, draws=3, sigma_w=np.array([1.0, 2.0]), seed=4)
     res = measure.fixed_point_exponents("paper:sigma_w=2", n_tokens=4, depth=3, width=32, draws=3, seed=4)
     got = ds.sel(sigma_w=2.0)
     for k in ("lambda_a", "lambda_a_se", "lambda_g_collapse", "lambda_g_collapse_se"):

@@ -2,7 +2,7 @@
 ``phasefield sweep --block ... --axis ...`` (``block sweep`` its alias).
 
 The standard blocks' grids equal the layers library point by point (an independent route:
-``layers.finite_depth`` / ``layers.exponents`` of ``layers.spec.build``); the paper block's
+``layers.finite_depth`` / ``layers.fixed_point_exponents`` of ``layers.spec.build``); the paper block's
 spellings (keywords, ``block=``, ``axes=``) give bit-identical numbers; bad input is one
 line, exit 2, no file."""
 
@@ -43,7 +43,7 @@ def _library(name, kw, n_tokens, depth):
     blk = spec.build(name, spec.check(name, kw))
     fd = layers.finite_depth(blk, q0=1.0, rho0=0.5, n_tokens=n_tokens, depth=depth)
     if np.isfinite(float(layers.q_star(blk, n_tokens=n_tokens))):
-        la = layers.exponents(blk, n_tokens=n_tokens, depth=depth)["lambda_a"]
+        la = layers.fixed_point_exponents(blk, n_tokens=n_tokens, depth=depth)["lambda_a"]
     else:
         la = np.nan
     return dict(

@@ -72,16 +72,16 @@ def _grid(name):
 @pytest.mark.parametrize("name", presets.NAMES)
 def test_every_preset_sweep_equals_the_library_point_by_point(name):
     """The sweep (tables once per distinct scale, gathered per point) against
-    ``layers.finite_depth`` and ``layers.exponents`` of each point's block, to 1e-9."""
+    ``layers.finite_depth`` and ``layers.fixed_point_exponents`` of each point's block, to 1e-9."""
     n_tokens, depth = 4, 2
     fixed, axes = _grid(name)
-    ds = layers_sweep.sweep(name, axes, fixed=fixed, n_tokens=n_tokens, depth=depth)
+    ds = layers_sweep.sweep_grid(name, axes, fixed=fixed, n_tokens=n_tokens, depth=depth)
     (ka, va), (kb, vb) = axes.items()
     for a in va:
         for b in vb:
             blk = spec.build(name, spec.check(name, dict(fixed, **{ka: a, kb: b})))
             fd = layers.finite_depth(blk, q0=1.0, rho0=0.5, n_tokens=n_tokens, depth=depth)
-            ex = layers.exponents(blk, n_tokens=n_tokens, depth=depth)
+            ex = layers.fixed_point_exponents(blk, n_tokens=n_tokens, depth=depth)
             want = dict(
                 angle_rate=fd["angle_rate"],
                 lambda_g_input=fd["lambda_g_input"],

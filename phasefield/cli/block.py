@@ -14,7 +14,7 @@ def register(cli):
 
     @block.command("exponents", help="The same command as `phasefield exponents` (an alias). " + EXPONENTS_HELP)
     @exponents_options
-    def exponents(block_spec, q0, rho0, as_json, **kw):
+    def exponents_cmd(block_spec, q0, rho0, as_json, **kw):
         run_exponents(block_spec, q0, rho0, as_json, kw)
 
     from .sweep import sweep_command

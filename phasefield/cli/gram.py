@@ -84,7 +84,7 @@ def gram_group():
 @gram_group.command("trajectory")
 @_point
 @options(*_TRAJECTORY_OPTIONS)
-def trajectory(causal, as_json, q0, rho0, rho_inter, **kw):
+def trajectory_cmd(causal, as_json, q0, rho0, rho_inter, **kw):
     """Per-layer token norms and cosines (per position with --causal)."""
     hp = _hp(*(kw[k] for k in _NUMBERS))
     _check_input(q0, rho0, hp.n_tokens)
@@ -108,7 +108,7 @@ def trajectory(causal, as_json, q0, rho0, rho_inter, **kw):
 @gram_group.command("exponents")
 @_point
 @options(*_EXPONENTS_OPTIONS)
-def exponents(causal, as_json, softmax_correction, q0, rho0, **kw):
+def exponents_cmd(causal, as_json, softmax_correction, q0, rho0, **kw):
     """lambda_a and lambda_g(depth) of the full-Gram map (causal with --causal)."""
     hp = _hp(*(kw[k] for k in _NUMBERS))
     _check_input(q0, rho0, hp.n_tokens)

@@ -3,7 +3,7 @@
 Without ``--block`` the commands simulate the paper block (``--sigma-w`` ... options, its
 ``lambda_a, lambda_g_collapse`` at the collapsed fixed point:
 ``phasefield.simulate.measure.fixed_point_exponents``); with ``--block SPEC`` any block
-(``phasefield.simulate.measure.exponents``: the quantities of its theory under the same names)."""
+(``phasefield.simulate.measure.rates``: the quantities of its theory under the same names)."""
 
 from __future__ import annotations
 
@@ -197,7 +197,7 @@ def _block_exponents(
         spec_text, q0, rho0, n_tokens, depth, width, seeds, seed, eps, weights, dtype
     )
     th = compare.theory((name, kw), n_tokens=n, depth=L, q0=q0, rho0=rho0)
-    res = measure.exponents(
+    res = measure.rates(
         (name, kw),
         width=width,
         draws=seeds,
@@ -276,7 +276,7 @@ def _block_sweep(spec_text, axes, q0, rho0, n_tokens, depth, width, seeds, seed,
         _check_memory(width, n, int(max(parsed["depth"])), 4 * int(width), dtype, 1, weights)
     output(out, need_bytes=2 * 8 * 16 * total)
     ds = check(
-        simsweep.block_sweep,
+        simsweep.rates_grid,
         name,
         parsed,
         kw,
@@ -333,7 +333,7 @@ def simulate():
 @_block_options
 @_THEORY
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
-def exponents(n_tokens, depth, width, seeds, seed, causal, eps, mlp_hidden, dtype, weights, as_json, **kw):
+def exponents_cmd(n_tokens, depth, width, seeds, seed, causal, eps, mlp_hidden, dtype, weights, as_json, **kw):
     """Numerical lambda_a and lambda_g(depth) of the paper block with standard errors at
     one point; with --block, any block's angle_rate, lambda_g_input, lambda_g_collapse,
     lambda_a, rho_L, q_L (the names of its theory) with standard errors."""
@@ -420,7 +420,7 @@ def sweep_cmd(width, seeds, seed, causal, eps, mlp_hidden, dtype, weights, chunk
 
     from ..simulate import sweep as simsweep
 
-    ds = simsweep.sweep(
+    ds = simsweep.fixed_point_grid(
         ("paper", base),
         **sizes,
         width=width,

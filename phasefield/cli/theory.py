@@ -333,7 +333,7 @@ EXPONENTS_HELP = """λ_a, λ_g and the attractors of a block at one point.
 def register(cli):
     @cli.command("exponents", help=EXPONENTS_HELP)
     @exponents_options
-    def exponents(block_spec, q0, rho0, as_json, **kw):
+    def exponents_cmd(block_spec, q0, rho0, as_json, **kw):
         run_exponents(block_spec, q0, rho0, as_json, kw)
 
     @cli.command("trajectory")
@@ -343,7 +343,7 @@ def register(cli):
     @click.option("--rho0", type=float, default=None, help="input cosine (or give --p0)")
     @click.option("--p0", type=float, default=None, help="input dot product per component")
     @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
-    def trajectory(block_spec, q0, rho0, p0, as_json, **kw):
+    def trajectory_cmd(block_spec, q0, rho0, p0, as_json, **kw):
         """q and p per layer of the mean-field map of a block (default: the paper's) from input
         (q0, p0 = rho0 q0)."""
         name, fixed, preset = _block_point(block_spec, kw)

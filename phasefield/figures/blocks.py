@@ -96,7 +96,7 @@ def block_phase_diagram(name: str, axes: dict, fixed: dict, out_dir: str, n_toke
     if npts > BLOCK_DIAGRAM_POINTS_MAX:
         raise ValueError(f"a --block phase diagram takes at most {BLOCK_DIAGRAM_POINTS_MAX:,} points (got {npts:,})")
     io.check_output(out_dir, kind="dir", need_bytes=16 << 20)
-    ds = sweep.sweep(name, axes, fixed, n_tokens=int(n_tokens), depth=int(depth))
+    ds = sweep.sweep_grid(name, axes, fixed, n_tokens=int(n_tokens), depth=int(depth))
     base = f"phase_{name}"
     os.makedirs(out_dir, exist_ok=True)
     data = os.path.join(out_dir, base + ".nc")

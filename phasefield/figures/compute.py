@@ -103,7 +103,7 @@ def sim_grid(s: Settings, which: str, parts_dir: str | None = None, progress: bo
     causal = which == "causal"
     width, seeds = (s.causal_width, s.causal_seeds) if causal else (s.width, s.seeds)
     n_points = int(np.prod([len(v) for v in axes.values()]))
-    ds = simsweep.sweep(
+    ds = simsweep.fixed_point_grid(
         ("paper", base),
         n_tokens=s.n_tokens,
         depth=s.depth,

@@ -4,9 +4,9 @@ mean-field maps (forward (q, p), backward gradient Gram): :mod:`.norm`, :mod:`.a
 
     from phasefield import layers
     block = layers.presets.pre_ln(sigma=0.55, alpha=0.2, heads=12)
-    layers.exponents(block, n_tokens=64, depth=24)      # fixed-point exponents (NaN: none)
-    layers.finite_depth(block, n_tokens=64, depth=24)   # finite-depth rates along the trajectory
-    block.module(weights="lazy")                         # the same block as a Flax module
+    layers.fixed_point_exponents(block, n_tokens=64, depth=24)  # fixed-point exponents (NaN: none)
+    layers.finite_depth(block, n_tokens=64, depth=24)           # finite-depth rates along the trajectory
+    block.module(weights="lazy")                                # the same block as a Flax module
 
 Every public function here runs in float64 (JAX's scoped switch) and is jit-compiled once
 per block structure and depth; the block's numbers are pytree leaves (vmap over them with
@@ -74,10 +74,10 @@ def _kernel(q0, rho0):
 
 
 @float64
-def exponents(block, n_tokens=32, depth=16) -> dict:
-    """:func:`.depth.exponents` of ``block`` (float64)."""
+def fixed_point_exponents(block, n_tokens=32, depth=16) -> dict:
+    """:func:`.depth.fixed_point_exponents` of ``block`` (float64)."""
     block, ctx = prepare(block, n_tokens)
-    return dict(compiled("exponents")(block, ctx, depth=int(depth)))
+    return dict(compiled("fixed_point_exponents")(block, ctx, depth=int(depth)))
 
 
 @float64
@@ -114,7 +114,7 @@ def rates(block, q0=1.0, rho0=0.5, n_tokens=32, depth=16) -> dict:
     (:func:`.depth.rates`): :func:`finite_depth` from (q0, rho0 q0), and, where the block has
     a finite collapsed fixed point (``has_fixed_point``), the exponents ``lambda_a``,
     ``lambda_g_inf``, ``q_star``, ``rho_star`` and the attractors (``n_stable``,
-    ``rho_star_min``, ``rho_star_max``) of :func:`exponents`; without one (the norm grows with
+    ``rho_star_min``, ``rho_star_max``) of :func:`fixed_point_exponents`; without one (the norm grows with
     depth) those are NaN (``q_star`` inf, ``n_stable`` 0) and the costly attractor search is
     skipped."""
     block, ctx = prepare(block, n_tokens)

@@ -235,7 +235,7 @@ def top_eigenvalue(m):
     return 0.5 * (tr + jnp.sqrt(jnp.maximum(disc, 0.0)))
 
 
-def exponents(block, ctx, depth: int) -> dict:
+def fixed_point_exponents(block, ctx, depth: int) -> dict:
     """Everything at one point, the keys of :func:`phasefield.layers.paper.exponents` (same
     states): lambda_a (collapsed point), lambda_g_collapse (depth L from the collapsed fixed point),
     lambda_g_inf (at rho_star), q_star, rho_star, n_stable, rho_star_min, rho_star_max.
@@ -293,7 +293,7 @@ FIXED_POINT_KEYS = ("lambda_a", "lambda_g_inf", "q_star", "rho_star", "n_stable"
 
 def rates(block, ctx, k0: Kernel, depth: int) -> dict:
     """:func:`finite_depth` from ``k0`` and, where the block has a finite collapsed fixed
-    point, the fixed-point quantities of :func:`exponents` (:data:`FIXED_POINT_KEYS`); without
+    point, the fixed-point quantities of :func:`fixed_point_exponents` (:data:`FIXED_POINT_KEYS`); without
     one they are NaN (``q_star`` inf, ``n_stable`` 0) and the attractor search is skipped
     (``lax.cond``: one program for both cases)."""
     out = dict(finite_depth(block, ctx, k0, depth))
@@ -309,5 +309,5 @@ def rates(block, ctx, k0: Kernel, depth: int) -> dict:
 
 
 def _fixed_point_quantities(block, ctx, depth: int) -> dict:
-    ex = exponents(block, ctx, depth)
+    ex = fixed_point_exponents(block, ctx, depth)
     return {k: ex[k] for k in FIXED_POINT_KEYS}

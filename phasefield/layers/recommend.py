@@ -10,7 +10,7 @@ Criteria (both over the whole stack, from the input geometry (q0, rho0) = (1, 0.
 
 Distance to criticality: ``d = max(|lambda_g(L)| L / log F, |angle_rate| / r)`` (d <= 1: both
 criteria met). The block's theory is evaluated on a coarse grid of the box
-(:func:`phasefield.layers.sweep.sweep`), then on a finer grid around the best coarse point
+(:func:`phasefield.layers.sweep.sweep_grid`), then on a finer grid around the best coarse point
 (same size and largest sigma, so the compiled program is reused); the points are ranked by d.
 """
 
@@ -100,11 +100,11 @@ def recommend(
     coarse = dict(default_axes(), **{k: np.asarray(v, float) for k, v in (axes or {}).items()})
     fixed = dict(fixed or {})
     log_f = math.log(max_factor)
-    ds = sweep.sweep(name, coarse, fixed, n_tokens=n_tokens, depth=depth)
+    ds = sweep.sweep_grid(name, coarse, fixed, n_tokens=n_tokens, depth=depth)
     pts = _points(ds, depth, log_f, max_angle_rate)
     best = min(pts, key=lambda p: p["distance"])
     if any(len(v) > 1 for v in coarse.values()) and math.isfinite(best["distance"]):
-        ds = sweep.sweep(name, _refined(coarse, best), fixed, n_tokens=n_tokens, depth=depth)
+        ds = sweep.sweep_grid(name, _refined(coarse, best), fixed, n_tokens=n_tokens, depth=depth)
         pts += _points(ds, depth, log_f, max_angle_rate)
     seen, finite = set(), []
     for p in pts:

@@ -3,7 +3,7 @@ and ``depth``): the finite-depth rates and, where the block has a finite fixed p
 angle exponent, as an ``xarray.Dataset``.
 
     from phasefield.layers import sweep
-    ds = sweep.sweep("pre-ln", {"sigma": np.linspace(0.1, 2, 64), "alpha": np.linspace(0.05, 1, 64)},
+    ds = sweep.sweep_grid("pre-ln", {"sigma": np.linspace(0.1, 2, 64), "alpha": np.linspace(0.05, 1, 64)},
                      fixed={"heads": 12}, n_tokens=64, depth=16)
 
 A sweep runs through the chunk driver of every sweep (:mod:`phasefield.driver`: chunk
@@ -401,7 +401,7 @@ def check(name: str, axes: dict, fixed: dict) -> tuple[dict, list]:
 
 
 @float64
-def sweep(
+def sweep_grid(
     name: str,
     axes: dict,
     fixed: dict | None = None,

@@ -8,16 +8,16 @@ a ``(name, keywords)`` pair or a :mod:`phasefield.layers` block; the paper's is 
              collapsed fixed point q*) and the finite-depth protocol (angle_rate,
              lambda_g_input, lambda_g_collapse, lambda_a, rho_L, q_L from (q0, rho0))
     sweep    the same over grids of a preset's numbers (netCDF: the theory sweep's format,
-             :func:`~.sweep.sweep`, or the block sweep's, :func:`~.sweep.block_sweep`)
+             :func:`~.sweep.fixed_point_grid`, or the block sweep's, :func:`~.sweep.rates_grid`)
     compare  the theory's values at a point, z-scores, and theory-vs-simulation tables
 """
 
 from .measure import (  # noqa: F401
     angle_exponent,
-    exponents,
     fixed_point_exponents,
     gradient_exponent,
     group_cosines,
+    rates,
     token_geometry,
     transients,
 )

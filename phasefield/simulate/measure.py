@@ -23,7 +23,7 @@ Two protocols (docs/simulation.md):
   q*, 1 - rho read as u/q in ``dtype``), :func:`gradient_exponent` (identical tokens of
   squared norm q*), both in :func:`fixed_point_exponents`;
 * the finite-depth protocol of any block's theory (:func:`phasefield.layers.finite_depth`):
-  :func:`exponents` (``angle_rate, lambda_g_input, lambda_g_collapse, lambda_a, rho_L,
+  :func:`rates` (``angle_rate, lambda_g_input, lambda_g_collapse, lambda_a, rho_L,
   q_L`` from (q0, rho0); its ``lambda_a`` reads 1 - rho in float64 through
   :func:`phasefield.layers.measure.near_gap`).
 
@@ -616,7 +616,7 @@ def _leaves_as(block, dtype):
     return jax.tree_util.tree_map(lambda v: np.asarray(v, dtype), block)
 
 
-def exponents(
+def rates(
     block,
     *,
     width=512,

@@ -1,20 +1,20 @@
 """Simulated exponents over grids of points, each point a block of one preset:
 
-:func:`sweep`        the fixed-point exponents (:func:`phasefield.simulate.measure.fixed_point_exponents`)
-                     in the grid format of the theory sweep (:func:`phasefield.diagram.sweep`):
-                     one dimension per swept number (:data:`AXES`), variables ``lambda_a,
-                     lambda_g_collapse`` plus their standard errors ``lambda_a_se,
-                     lambda_g_collapse_se`` (and the ``q_star`` the inputs were built from);
-:func:`block_sweep`  the finite-depth quantities (:func:`phasefield.simulate.measure.exponents`)
-                     in the format of the block sweep (:func:`phasefield.layers.sweep.sweep`).
+:func:`fixed_point_grid`  the fixed-point exponents (:func:`phasefield.simulate.measure.fixed_point_exponents`)
+                          in the grid format of the theory sweep (:func:`phasefield.diagram.sweep`):
+                          one dimension per swept number (:data:`AXES`), variables ``lambda_a,
+                          lambda_g_collapse`` plus their standard errors ``lambda_a_se,
+                          lambda_g_collapse_se`` (and the ``q_star`` the inputs were built from);
+:func:`rates_grid`        the finite-depth quantities (:func:`phasefield.simulate.measure.rates`)
+                          in the format of the block sweep (:func:`phasefield.layers.sweep.sweep_grid`).
 
-In :func:`sweep` points are vmapped in chunks; within a chunk every point uses the same weight
-and token draws (common random numbers: the Gaussian draws are made once and only rescaled
+In :func:`fixed_point_grid` points are vmapped in chunks; within a chunk every point uses the
+same weight and token draws (common random numbers: the Gaussian draws are made once and only rescaled
 per point), which makes differences between neighbouring points far less noisy and
 amortises the cost of the Gaussian sampling. With lazily sampled weights (the default,
 ``weights="lazy"``) the shared draws are the standard-normal slabs S and noise G of
 :func:`phasefield.layers.weights.random_linear`, which do not depend on the point either.
-:func:`block_sweep` measures one point at a time with the same draws (``seed``). Both run
+:func:`rates_grid` measures one point at a time with the same draws (``seed``). Both run
 through the chunk driver of every sweep (:mod:`phasefield.driver`): finished chunks are
 stored under a parts directory so an interrupted sweep resumes where it stopped, the netCDF
 file is written atomically, and the chunks split over the processes of a multi-host run.
@@ -81,7 +81,7 @@ def _ordered(names):
     return sorted(names, key=lambda k: AXES.index(k) if k in AXES else len(AXES))
 
 
-def sweep(
+def fixed_point_grid(
     block="paper",
     *,
     n_tokens: int = 32,
@@ -291,7 +291,7 @@ def _run_chunk(preset, options, mult, fields, keys_a, keys_g, *, n, d, depth, ep
 
 
 # ---------------------------------------------------------------- the finite-depth quantities
-def block_sweep(
+def rates_grid(
     name: str,
     axes: dict,
     fixed: dict | None = None,
@@ -312,8 +312,8 @@ def block_sweep(
     wait=driver.WAIT,
     log=None,
 ):
-    """:func:`phasefield.simulate.measure.exponents` on the grid ``axes`` (name -> values:
-    numbers of preset ``name`` and at most one ``depth``, as :func:`phasefield.layers.sweep.sweep`) with the other
+    """:func:`phasefield.simulate.measure.rates` on the grid ``axes`` (name -> values:
+    numbers of preset ``name`` and at most one ``depth``, as :func:`phasefield.layers.sweep.sweep_grid`) with the other
     numbers ``fixed``: an ``xarray.Dataset`` with the variables :data:`~phasefield.simulate.measure.QUANTITIES`, their
     ``<name>_se`` and ``q_star``, dimensions as the theory's block sweep (``depth`` first,
     then the numbers in order), so ``phasefield compare`` matches them by name. Every point
@@ -336,7 +336,7 @@ def block_sweep(
     points = list(np.ndindex(*shape)) if shape else [()]
     names = list(measure.QUANTITIES) + [k + "_se" for k in measure.QUANTITIES] + ["q_star"]
     spec = dict(
-        source="phasefield.simulate.sweep.block_sweep",
+        source="phasefield.simulate.sweep.rates_grid",
         block=name,
         fixed=fixed,
         dims=dims,
@@ -356,7 +356,7 @@ def block_sweep(
     def evaluate(i):  # one point a chunk
         at = {k: float(c[j]) for k, c, j in zip(dims, coords, points[i])}
         L = int(at.pop("depth", depth_list[0]))
-        r = measure.exponents(
+        r = measure.rates(
             (name, dict(fixed, **at)),
             width=width,
             draws=draws,
@@ -431,7 +431,7 @@ def _block_dataset(
     dtype,
     seed,
 ):
-    """The flat results ``out`` of :func:`block_sweep` as its dataset."""
+    """The flat results ``out`` of :func:`rates_grid` as its dataset."""
     import xarray as xr
 
     long = {
@@ -449,7 +449,7 @@ def _block_dataset(
         attrs = dict(long_name=("standard error of " if v.endswith("_se") else "") + long[base])
         data[v] = (dims, out[v].reshape(shape), attrs)
     attrs = dict(
-        source="phasefield.simulate.sweep.block_sweep",
+        source="phasefield.simulate.sweep.rates_grid",
         block=name,
         n_tokens=int(n_tokens),
         q0=float(q0),

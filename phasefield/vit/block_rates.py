@@ -5,7 +5,7 @@
 (and its softmax-derivative term) by quadrature at every layer of every trajectory, on the
 logit grid sized for the study box's largest scale: ~2.5 CPU s a point (pre-LN, depth 16),
 ~9 s where the block has a fixed point (post-LN: the whole attractor search of
-``layers.exponents``, for lambda_a alone). Both rates live at the **collapsed point**: every
+``layers.fixed_point_exponents``, for lambda_a alone). Both rates live at the **collapsed point**: every
 trajectory starts from (q0, rho0) = (1, 1) and rho = 1 is invariant, so the attention only
 ever sees n identical tokens (at unit norm: its branches read normalized tokens). There the
 logits of a row are equal and the softmax is uniform whatever the logit scale, so
@@ -21,7 +21,7 @@ integrating: no quadrature, no per-scale tables, one compiled program per (block
 depth, padded point count) with the numbers traced (points mapped one by one):
 
 * ``lambda_g_collapse`` = lambda_g(L) from (1, 1) (:func:`phasefield.layers.depth.gradient_exponent`);
-* ``lambda_a`` = ``log m(q*)`` (:func:`phasefield.layers.depth.exponents`' formula, without
+* ``lambda_a`` = ``log m(q*)`` (:func:`phasefield.layers.depth.fixed_point_exponents`' formula, without
   its attractor search) where the norm has a finite fixed point, NaN where it has none;
 * ``angle_rate`` = the finite-depth angle rate from collapsed tokens
   (:func:`phasefield.layers.depth.finite_depth`'s), at every point.
@@ -91,7 +91,7 @@ def _point(name, fixed, run_numbers, n_tokens, depth, scales):
         angle_rate, _ = D.collapsed_angle_rate(block, ctx, qc, depth)
         stray = jnp.max(jnp.abs(1.0 - pc / qc))
         lambda_g = D.backward_rate(block, ctx, qc, pc, depth)  # along the trajectory above
-        # lambda_a of layers.depth.exponents where the norm has a finite fixed point (NaN without one)
+        # lambda_a of layers.depth.fixed_point_exponents where the norm has a finite fixed point (NaN without one)
         _, fin, _, la = D.collapsed_point(block, ctx)
         lambda_a = jnp.where(fin, la, jnp.nan)
         return dict(lambda_a=lambda_a, angle_rate=angle_rate, lambda_g_collapse=lambda_g, stray=stray)

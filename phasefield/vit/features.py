@@ -214,7 +214,7 @@ def block_theory(cfg, configs: list[dict], attention: str | None = None) -> dict
             out["angle_rate"][i] = float(fd["angle_rate"])
             if bool(jnp.isfinite(layers.compiled("norm_fixed_point")(pb, ctx, one))):
                 # the fixed point's quantities do not depend on depth: one program for every depth
-                ex = layers.compiled("exponents")(pb, ctx, depth=1)
+                ex = layers.compiled("fixed_point_exponents")(pb, ctx, depth=1)
                 out["lambda_a"][i], out["lambda_g_inf"][i] = float(ex["lambda_a"]), float(ex["lambda_g_inf"])
                 out["rho_star"][i] = float(ex["rho_star"])
     return out

@@ -107,7 +107,9 @@ def block_map(hp, c, causal: bool = False, kern=None):
 
 
 @float64
-def trajectory(hp, c0, num_layers: int | None = None, causal: bool = False, kern=None, return_z: bool = False):
+def trajectory_from_gram(
+    hp, c0, num_layers: int | None = None, causal: bool = False, kern=None, return_z: bool = False
+):
     """Grams [L + 1, n, n] (index 0 = input); with ``return_z`` also C^z [L, n, n]."""
     kern = _kern(hp, kern)
     num_layers = int(hp.depth) if num_layers is None else int(num_layers)
@@ -139,13 +141,13 @@ def backward_block(hp, kern, c, cz, g, mask):
 
 
 @float64
-def gradient_exponent(
+def gradient_exponent_from_gram(
     hp, c0, num_layers: int | None = None, causal: bool = False, kern=None, return_grams: bool = False
 ):
     """lambda_g(L) = (1/L) log(tr G_0 / n) with G_L = I, from input Gram c0 (docs/theory.md §7)."""
     kern = _kern(hp, kern)
     num_layers = int(hp.depth) if num_layers is None else int(num_layers)
-    cs, czs = trajectory(hp, c0, num_layers, causal, kern, return_z=True)
+    cs, czs = trajectory_from_gram(hp, c0, num_layers, causal, kern, return_z=True)
     n = cs.shape[-1]
     mask = causal_mask(n, causal)
 
@@ -188,7 +190,7 @@ def two_group_trajectory(hp, q0, rho_intra, rho_inter, num_layers: int | None = 
     permutation symmetry is restored. ``hp.n_tokens`` must be concrete."""
     n = int(np.asarray(hp.n_tokens))
     c0 = two_group_gram(n, q0, rho_intra, rho_inter)
-    cs = trajectory(hp, c0, num_layers, causal, kern)
+    cs = trajectory_from_gram(hp, c0, num_layers, causal, kern)
     return group_cosines(cs)
 
 
@@ -197,7 +199,7 @@ def causal_geometry(hp, q0, rho0, num_layers: int | None = None, causal: bool = 
     """Per-position token norms ``norms [L+1, n]`` (``C_ii``, squared norm / d) and cosines
     ``cosines [L+1, n, n]`` from a permutation-symmetric input (q0, rho0)."""
     n = int(np.asarray(hp.n_tokens))
-    cs = trajectory(hp, symmetric_gram(n, q0, rho0 * q0), num_layers, causal, kern)
+    cs = trajectory_from_gram(hp, symmetric_gram(n, q0, rho0 * q0), num_layers, causal, kern)
     return {"norms": jnp.diagonal(cs, axis1=-2, axis2=-1), "cosines": cosines(cs)}
 
 
@@ -209,7 +211,7 @@ def _u_over_q(c):
 
 
 @float64
-def angle_exponent(hp, causal: bool = True, kern=None):
+def angle_exponent_from_gram(hp, causal: bool = True, kern=None):
     """lambda_a by the simulator's protocol (docs/theory.md §6): tokens at q*, cosine 1 - eps,
     one block, ``log[(u'/q') / (u/q)]`` in the limit eps -> 0 (u = mean squared distance
     to the token mean, as in ``simulate.measure.token_stats``). At the collapsed point, so
@@ -264,9 +266,9 @@ def causal_exponents(hp, kern=None, causal: bool = True) -> dict:
     q_star, _ = fixed_points.collapsed_fixed_point(hp, kern)
     c0 = q_star * jnp.ones((n, n))
     out = {
-        "lambda_a": angle_exponent(hp, causal, kern),
+        "lambda_a": angle_exponent_from_gram(hp, causal, kern),
         "lambda_a_spectral": angle_exponent_spectral(hp, causal, kern),
-        "lambda_g_collapse": gradient_exponent(hp, c0, int(np.asarray(hp.depth)), causal, kern),
+        "lambda_g_collapse": gradient_exponent_from_gram(hp, c0, int(np.asarray(hp.depth)), causal, kern),
         "q_star": q_star,
     }
     return out
@@ -308,9 +310,9 @@ def exponents_report(hp, q0, rho0, causal: bool = False, softmax_correction: boo
     n, depth = int(np.asarray(hp.n_tokens)), int(np.asarray(hp.depth))
     res = {k: float(v) for k, v in causal_exponents(hp, causal=causal).items()}
     c0 = symmetric_gram(n, q0, rho0 * q0)
-    res["lambda_g_input"] = float(gradient_exponent(hp, c0, depth, causal))
+    res["lambda_g_input"] = float(gradient_exponent_from_gram(hp, c0, depth, causal))
     if softmax_correction:
         res["lambda_g_input_corrected"] = float(
-            gradient_exponent(hp.replace(softmax_correction=True), c0, depth, causal)
+            gradient_exponent_from_gram(hp.replace(softmax_correction=True), c0, depth, causal)
         )
     return res
