@@ -60,9 +60,7 @@ from .residual import Residual
 GPT2_SIGMA = 0.02 * math.sqrt(768)
 
 
-def _attention(
-    sigma, heads, attention, softmax_correction, sigma_v=None, sigma_o=None, qk_norm=False, any_norm=False
-):
+def _attention(sigma, heads, attention, softmax_correction, sigma_v=None, sigma_o=None, qk_norm=False, any_norm=False):
     return (QKNormAttention if qk_norm else Attention)(
         sigma_a=sigma * sigma,
         sigma_v=sigma if sigma_v is None else sigma_v,
