@@ -11,8 +11,9 @@ then fits ``y(d) = a + b / d`` per quantity by weighted least squares (weights 1
 the standard errors of a and b multiplied by sqrt(chi^2 / dof) when that exceeds 1, as
 ``scripts/infinite_width.py``) and compares the intercept a (the network at d -> infinity)
 with the theory (:func:`phasefield.simulate.compare.theory`): z = (a - theory) / se(a).
-For a block whose attention runs without the softmax-derivative path (``dyt``) the report
-also gives the theory with that path added at the point's own logit scale.
+For a block whose attention runs without the softmax-derivative path (e.g.
+``dyt:softmax_correction=false``) the report also gives the theory with that path added at
+the point's own logit scale.
 
     python scripts/width_extrapolation.py run    [--out docs/data/width_extrapolation]
         [--presets dyt,pre-ln] [--sigmas 0.5,0.9,1.3,1.5] [--alpha 0.3]

@@ -12,6 +12,7 @@ import pytest
 
 from phasefield import layers
 from phasefield.layers import Context, Kernel, dyt, spec
+from phasefield.layers.sweep import leaf_layers
 from phasefield.simulate import compare, measure
 from phasefield.theory import quadrature
 
@@ -117,8 +118,6 @@ def test_module_parameters_and_lazy_map():
     "text,msg",
     [
         ("dyt:a=0", "a = 0 is outside (0, 100]"),
-        ("dyt:attention=exact", "attention=paper without softmax_correction"),
-        ("dyt:softmax_correction=true", "attention=paper without softmax_correction"),
         ("dyt:activation=silu", "no MLP map at every input norm"),
     ],
 )
@@ -208,3 +207,29 @@ def test_theory_against_its_own_network(text):
     assert np.isnan(th["lambda_a"]) and np.isnan(sim["lambda_a"])  # identity residual: no q*
     for q in ("q_L", "rho_L", "angle_rate", "lambda_g_input", "lambda_g_collapse"):
         assert sim[q + "_se"] > 0 and abs(z[q]) <= 3.0, (text, q, th[q], sim[q], sim[q + "_se"], z[q])
+
+
+# the softmax-derivative path (on by default): two points at larger logits, where the path
+# moves lambda_g from the input by 4 and 8 standard errors of this simulation (the network
+# at d 512: its finite-width bias of lambda_g is below 0.1 se at d 1024 with 128 draws,
+# docs/blocks.md)
+SIM_LOGITS = dict(n_tokens=8, depth=3, width=512, draws=32, seed=0)
+POINTS_LOGITS = ["dyt:sigma=1.5,alpha=1,heads=4", "dyt:sigma=1.4,alpha=0.7,a=1,heads=4"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("text", POINTS_LOGITS)
+def test_the_softmax_path_against_the_network_at_larger_logits(text):
+    """With the path (the default, integrated at the point's logit scale sigma_A q) every
+    quantity within 3 se of the block simulator; without it lambda_g from the input is
+    outside that tolerance (the check can tell the two maps apart)."""
+    block = spec.build(*spec.parse(text))
+    att = [x for x in leaf_layers(block) if x.logit_scale() is not None]
+    assert att and all(x.softmax_correction and x.any_norm for x in att)
+    sim = measure.exponents(text, **SIM_LOGITS)
+    th = compare.theory(text, n_tokens=SIM_LOGITS["n_tokens"], depth=SIM_LOGITS["depth"])
+    z = compare.z_scores(sim, th)
+    for q in ("q_L", "rho_L", "angle_rate", "lambda_g_input", "lambda_g_collapse"):
+        assert sim[q + "_se"] > 0 and abs(z[q]) <= 3.0, (text, q, th[q], sim[q], sim[q + "_se"], z[q])
+    off = compare.theory(text + ",softmax_correction=false", n_tokens=SIM_LOGITS["n_tokens"], depth=SIM_LOGITS["depth"])
+    assert abs(compare.z_scores(sim, off)["lambda_g_input"]) > 3.0

@@ -20,6 +20,15 @@ Mean field on input ``(q, rho)``: the logits are those of normalized tokens with
 :mod:`phasefield.theory.attention` (paper Eq. 10 or the exact softmax) apply with
 ``sigma_A q`` and ``sigma_V sqrt(q)``, and the backward map is theirs with the input norm
 q (whose ``1/q`` is the chain rule of ``x = sqrt(q) x_hat``).
+
+The exact map and the softmax-derivative term read tables of the logit scale sigma_A
+(:meth:`Attention.prepare`, a block sweep's :meth:`Attention.with_logit_tables`): those
+serve q = 1. At another norm a point's map integrates at its own logit scale ``sigma_A q``
+on the tables' grid (``lax.cond``: the branch runs only where q != 1), NaN beyond the
+scale that grid resolves (:func:`phasefield.theory.attention.exact.reach`); a sweep's tables
+(attached only from q0 = 1) give NaN there. ``any_norm``: the attention reads tokens whose
+norm is not 1 (behind DyT): no tables of sigma_A at all, every map integrated at
+``sigma_A q`` (a sweep attaches none, :meth:`Attention.logit_tables`).
 """
 
 from __future__ import annotations
@@ -51,6 +60,7 @@ class Attention(Layer):
     width: int | None = struct.field(pytree_node=False, default=None)
     map: str = struct.field(pytree_node=False, default="paper")
     softmax_correction: bool = struct.field(pytree_node=False, default=False)
+    any_norm: bool = struct.field(pytree_node=False, default=False)  # reads tokens of norm != 1
     att: Any = None  # the exact map's tables (prepare)
     name: str | None = struct.field(pytree_node=False, default=None)  # its Flax module's (None: automatic)
 
@@ -89,7 +99,8 @@ class Attention(Layer):
         softmax-derivative correction: for a concrete logit scale and n, the sizes of its
         cap (:func:`phasefield.theory.attention.exact_table.point_cap`) and, for the exact
         map, the mesh values of S and T; with ``sigma_max`` (the largest logit scale a sweep
-        will trace) its sizes; else the traced defaults (sigma_A <= 4.5, n <= 4096)."""
+        will trace) its sizes; else the traced defaults (sigma_A <= 4.5, n <= 4096). With
+        ``any_norm``, the sizes alone (no values: the maps integrate at ``sigma_A q``)."""
         if (self.map != "exact" and not self.softmax_correction) or self.att is not None:
             return self
         sigma_a = self.logit_scale()
@@ -101,41 +112,74 @@ class Attention(Layer):
             return self.replace(att=exact_table.kernel(sigma_a, ctx.n_tokens))
         # sizes and mesh values keyed by the scale's cap, not its value: one compiled program
         # serves every new scale (the softmax term alone integrates per point, at any norm)
-        return self.replace(att=exact_table.point_kernel(*logits, values=self.map == "exact"))
+        values = self.map == "exact" and not self.any_norm
+        return self.replace(att=exact_table.point_kernel(*logits, values=values))
 
     # ---- block sweeps (:mod:`.sweep`) -------------------------------------------------
-    def logit_tables(self):
+    def logit_grid(self):
         return self.map == "exact" or self.softmax_correction
+
+    def logit_tables(self):
+        return self.logit_grid() and not self.any_norm
 
     def with_logit_tables(self, s, t, interp, interp_t):
         """``att`` (sized by :meth:`prepare_for`) with the mesh values ``s`` (S_1, S_rho) and
-        ``t`` (T_1, T_rho) of its logit scale."""
+        ``t`` (T_1, T_rho) of its logit scale (unit input norm: NaN at another)."""
         if self.att is None:
             return self
-        return self.replace(att=self.att.replace(s=s, t=t, interp=interp, interp_t=interp_t))
+        return self.replace(att=self.att.replace(s=s, t=t, interp=interp, interp_t=interp_t, unit_norm=True))
 
     def prepare_for(self, ctx, logit_max, kernel_max):
         return self.prepare(ctx, sigma_max=max(logit_max, 1e-3))
 
-    def _exact_ok(self, q, x, backward=False):
-        """The exact map's tables (and, backward, the softmax term's mesh values a block sweep
-        attaches) are built for unit input norm: NaN elsewhere."""
-        tabled = self.map == "exact" or (backward and self.att is not None and self.att.interp_t)
-        return jnp.where(q == 1.0, x, jnp.nan) if tabled else x
+    def _reads_tables(self, backward=False):
+        """Whether its maps read ``att``'s values of the logit scale sigma_A (forward: the
+        exact map's S; backward: S and the softmax term's T)."""
+        att = self.att
+        if att is None:
+            return False
+        return (self.map == "exact" and att.interp) or (backward and self.softmax_correction and att.interp_t)
+
+    def _in_reach(self, sigma_a, ctx, out):
+        """``out`` (a map integrated at the logit scale ``sigma_a``), NaN beyond the scale
+        its grid resolves."""
+        n_a, n_z = att_maps.exact.grid_sizes(sigma_a, ctx.n_tokens, self.att)
+        ok = sigma_a <= att_maps.exact.reach(n_a, n_z, ctx.n_tokens) * (1.0 + 1e-12)
+        return tuple(jnp.where(ok, x, jnp.nan) for x in out)
+
+    def _at_norm(self, q, sigma_a, ctx, fn, backward=False):
+        """``fn(att)`` (a map given the tables) at input norm ``q``, logit scale ``sigma_a``
+        (= sigma_A q): the tables of sigma_A at q = 1; elsewhere the map integrated at
+        ``sigma_a`` (a point's tables: ``lax.cond``, one branch runs) or NaN (a sweep's
+        unit-norm tables); a map that integrates anyway, NaN beyond its grid's reach."""
+        grid = self.map == "exact" or (backward and self.softmax_correction)
+        if not grid:
+            return fn(self.att)
+        if not self._reads_tables(backward):
+            return self._in_reach(sigma_a, ctx, fn(self.att))
+        if self.att.unit_norm:
+            return tuple(jnp.where(q == 1.0, x, jnp.nan) for x in fn(self.att))
+        own = self.att.replace(s=None, t=None, interp=False, interp_t=False)
+        return jax.lax.cond(q == 1.0, lambda: fn(self.att), lambda: self._in_reach(sigma_a, ctx, fn(own)))
 
     def forward(self, k, ctx):
         sigma_a, sigma_v = self._scales(k.q)
-        q_a, p_a = att_maps.forward(sigma_a, ctx.n_tokens, sigma_v, k.rho, self.map, self.att)
+        fn = lambda att: att_maps.forward(sigma_a, ctx.n_tokens, sigma_v, k.rho, self.map, att)
+        q_a, p_a = self._at_norm(k.q, sigma_a, ctx, fn)
         c = self._out_scale()
-        return Kernel(self._exact_ok(k.q, c * q_a), self._exact_ok(k.q, c * p_a))
+        return Kernel(c * q_a, c * p_a)
 
     def backward(self, k, g, ctx):
         sigma_a, sigma_v = self._scales(k.q)
-        diag, off = att_maps.backward(
-            sigma_a, ctx.n_tokens, sigma_v, k.q, k.rho, g.a, g.b, self.map, self.softmax_correction, self.att
-        )
+
+        def fn(att):
+            return att_maps.backward(
+                sigma_a, ctx.n_tokens, sigma_v, k.q, k.rho, g.a, g.b, self.map, self.softmax_correction, att
+            )
+
+        diag, off = self._at_norm(k.q, sigma_a, ctx, fn, backward=True)
         c = self._out_scale()
-        return Grad.from_diag_off(self._exact_ok(k.q, c * diag, True), self._exact_ok(k.q, c * off, True))
+        return Grad.from_diag_off(c * diag, c * off)
 
     # ---- network ------------------------------------------------------------------------
     def module(self, weights="dense", causal=False, name=None):

@@ -27,6 +27,8 @@ without tables (``prepare_for`` builds the kernel of a layer that has one):
                                      (None: no logits)
 ``logit_tables()``                   whether its maps read tables on the logit scale, which
                                      a sweep builds once per distinct scale
+``logit_grid()``                     whether its maps integrate on a logit grid (with or
+                                     without those tables: the sweep's chunk size)
 ``with_logit_tables(s, t, interp, interp_t)``  the layer reading those tables' values
 ``kernel_scale()``                   the input scale its Gaussian-integral kernel is built
                                      for (None: no kernel)
@@ -99,6 +101,11 @@ class Layer:
         """Whether its maps read tables on the logit scale (built per distinct
         :meth:`logit_scale` by a block sweep)."""
         return False
+
+    def logit_grid(self) -> bool:
+        """Whether its maps integrate on a logit grid (the exact map, the softmax term), tables
+        or not: ~30 MB a point where they integrate per point (a sweep's chunk)."""
+        return self.logit_tables()
 
     def with_logit_tables(self, s, t, interp: bool, interp_t: bool):
         """The layer reading the logit tables' values ``s`` and ``t`` (a sweep point's,

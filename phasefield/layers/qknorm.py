@@ -44,10 +44,10 @@ class QKNormAttention(Attention):
     def logit_std(self, q):
         return self.logit_scale() + 0.0 * q
 
-    def _exact_ok(self, q, x, backward=False):
+    def _at_norm(self, q, sigma_a, ctx, fn, backward=False):
         """The exact map's tables are built for the logit scale g^2, which no token norm
         changes: valid at every q (plain attention's are valid at q = 1 only)."""
-        return x
+        return fn(self.att)
 
     def module(self, weights="dense", causal=False, name=None):
         return QKNormModule(self, causal=causal, weights=weights, name=name)

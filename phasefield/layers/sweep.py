@@ -270,7 +270,11 @@ def plan(
     grids = [np.asarray(axes[k], float) for k in keys]
     flat = [m.ravel() for m in np.meshgrid(*grids, indexing="ij")] if grids else []
     scales = table_scales(name, fixed, {k: axes[k] for k in keys})
-    exact = any(x.logit_tables() for x in leaf_layers(spec.build(name, fixed)))
+    if float(q0) > 1.0:  # an attention reading the input (post-LN's first) sees sigma_A q0
+        scales = (scales[0] * float(q0), scales[1])
+    leaves = leaf_layers(spec.build(name, fixed))
+    exact = any(x.logit_tables() for x in leaves)
+    grid = any(x.logit_grid() for x in leaves)
     att, mlp = None, ()
     if flat and mesh:
         # distinct values per axis suffice: every table scale is a function of the numbers
@@ -288,7 +292,7 @@ def plan(
             kern = _kernels_fn(_template(leaf), float(scales[1]))(jnp.asarray(_padded(uniq, _pow2(len(uniq)))))
             out.append((pos, uniq, kern))
         mlp = tuple(out)
-    chunk = CHUNK_EXACT if exact and att is None else CHUNK  # mesh values: no logit grid per point
+    chunk = CHUNK_EXACT if grid and att is None else CHUNK  # mesh values: no logit grid per point
     return Plan(
         name,
         dict(fixed),
@@ -424,7 +428,9 @@ def sweep_grid(
     :func:`plan` (one per ``n_tokens``). With the exact map or the softmax term, ``mesh``
     (default) evaluates them from their values on a cosine mesh, computed once per distinct
     logit scale when q0 = 1 (:func:`mesh_tables`; the interpolants equal the maps to
-    rounding, else the grid integrates them per point as ``mesh=False`` does).
+    rounding, else the grid integrates them per point as ``mesh=False`` does; so does an
+    attention reading tokens of norm != 1, at its own logit scale sigma_A q, on grids sized
+    for the grid's largest logit scale, times q0 where q0 > 1: NaN beyond).
     ``phasefield.sweep(block=...)`` calls this for every block but the paper's."""
 
     from .. import driver, grid

@@ -101,6 +101,19 @@ def sizes(sigma_a=None, n_tokens=None, sigma_max: float | None = None, n_max: fl
     return n_a, n_z
 
 
+def reach(n_a: int, n_z: int, n_tokens):
+    """The largest logit scale the grid sizes ``(n_a, n_z)`` resolve at ``n_tokens`` tokens
+    (may be traced): :func:`sizes` read backwards, so ``reach(*sizes(s, n), n) >= s``. A map
+    integrated on these sizes at a larger scale (attention reading tokens of norm q > 1 at
+    ``sigma_A q``) is not resolved: the layers turn it into NaN."""
+    dt = jnp.result_type(float)
+    n = jnp.maximum(jnp.asarray(n_tokens, dt), 2.0)
+    s_z = (n_z - 1) * H_X / (2 * Z_MAX)
+    s_a = ((n_a - 1) * H_A - jnp.log(n) - A_LOW_PAD - A_HIGH_PAD) / (2 * Z_MAX)
+    few = jnp.where(n < 6, 2 * jnp.sqrt(n) / (n - 1), 0.0)
+    return jnp.minimum(s_z, s_a) / jnp.maximum(1.05, few)
+
+
 # ---- building blocks -----------------------------------------------------------------
 
 

@@ -47,6 +47,9 @@ class ExactKernel:
     # the softmax-derivative term's (T_1, T_rho) at mesh_points(n), or None (block sweeps)
     t: Any = None
     interp_t: bool = struct.field(pytree_node=False, default=False)  # t's interpolant is exact
+    # the tables serve unit input norm only (a block sweep's, attached when q0 = 1): NaN at
+    # another norm; else (a point's) the map integrates at the point's own logit scale there
+    unit_norm: bool = struct.field(pytree_node=False, default=False)
 
     def s_at(self, n_tokens, rho):
         """(S_1, S_rho) at rho from the interpolant of ``s`` (use when ``interp``)."""
