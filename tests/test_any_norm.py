@@ -92,7 +92,7 @@ def test_post_ln_from_a_non_unit_input_is_finite_and_new_sigmas_compile_nothing(
 def test_post_ln_from_q0_above_one_against_the_network():
     """The theory from q0 = 1.2 within 3 se of the block simulator (d 512, 32 draws)."""
     text = "post-ln:sigma=0.55,alpha=1,heads=2"
-    sim = measure.exponents(text, n_tokens=8, depth=3, width=512, draws=32, seed=0, q0=1.2)
+    sim = measure.rates(text, n_tokens=8, depth=3, width=512, draws=32, seed=0, q0=1.2)
     th = compare.theory(text, n_tokens=8, depth=3, q0=1.2)
     z = compare.z_scores(sim, th)
     for q in ("q_L", "rho_L", "angle_rate", "lambda_g_input", "lambda_g_collapse"):
@@ -111,7 +111,7 @@ def test_sweep_off_unit_norm_equals_the_points(name, fixed, axes, q0):
     """A sweep whose attention reads tokens of norm != 1 (DyT with the softmax path; post-LN
     from q0 = 1.2, its grids sized for sigma_A q0) equals ``layers.finite_depth`` point by point."""
     n_tokens, depth = 8, 2
-    ds = layers_sweep.sweep(name, axes, fixed=fixed, n_tokens=n_tokens, depth=depth, q0=q0)
+    ds = layers_sweep.sweep_grid(name, axes, fixed=fixed, n_tokens=n_tokens, depth=depth, q0=q0)
     (ka, va), (kb, vb) = axes.items()
     for a in va:
         for b in vb:

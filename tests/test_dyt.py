@@ -226,7 +226,7 @@ def test_the_softmax_path_against_the_network_at_larger_logits(text):
     block = spec.build(*spec.parse(text))
     att = [x for x in leaf_layers(block) if x.logit_scale() is not None]
     assert att and all(x.softmax_correction and x.any_norm for x in att)
-    sim = measure.exponents(text, **SIM_LOGITS)
+    sim = measure.rates(text, **SIM_LOGITS)
     th = compare.theory(text, n_tokens=SIM_LOGITS["n_tokens"], depth=SIM_LOGITS["depth"])
     z = compare.z_scores(sim, th)
     for q in ("q_L", "rho_L", "angle_rate", "lambda_g_input", "lambda_g_collapse"):
