@@ -157,9 +157,8 @@ def fixed_point_grid(
         **{k: v for k, v in options.items()},
         axes={k: coords[k].tolist() for k in dims},
         base=numbers,
+        block=name,
     )
-    if name != "paper":
-        config["block"] = name
     if weights != "dense":  # dense keeps the tags of parts written before the lazy sampler
         config["weights"] = weights
     # group points by their static shape (n, depth), then chunk
