@@ -48,7 +48,7 @@ __all__ = [
 ]
 # the release: the one place it is written (setup.cfg, ``phasefield --version`` and the
 # CHANGELOG's latest section follow it; tests/test_cli_start.py checks they agree)
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
 _LAZY = ("theory", "layers", "diagram", "simulate", "probing", "figures", "vit", "seeds")
 # names loaded on first use, like the subpackages: importing phasefield imports no JAX
