@@ -257,13 +257,6 @@ def _check_dyt(kw: dict) -> None:
             f"block dyt: activation {kw['activation']!r} has no MLP map at every input "
             f"norm; choose one of {', '.join(ANY_NORM_ACTIVATIONS)}"
         )
-    if not kw.get("qk_norm", False) and (
-        kw.get("attention", "paper") != "paper" or kw.get("softmax_correction", False)
-    ):
-        raise ValueError(
-            "block dyt: its attention reads tokens of norm q != 1, where only "
-            "attention=paper without softmax_correction holds (or set qk_norm=true)"
-        )
 
 
 def _check_deepscalelm(kw: dict) -> None:
