@@ -36,22 +36,33 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import numpy as np
 
 from . import io
 
 
-def block_of(block) -> tuple[str, dict]:
+class Block(NamedTuple):
+    """A checked block: its preset's name and checked keywords (what :func:`block_of` returns;
+    given back to it, it is not checked again)."""
+
+    name: str
+    kw: dict
+
+
+def block_of(block) -> Block:
     """``(name, checked keywords)`` of a block given as a spec string ``NAME[:k=v,...]``, the
     path of a JSON file or a ``(name, dict)`` pair (:mod:`phasefield.layers.spec`)."""
     from .layers import spec
 
+    if isinstance(block, Block):
+        return block
     if isinstance(block, (tuple, list)) and len(block) == 2:
         name, kw = block
-        return str(name), spec.check(str(name), dict(kw or {}))
+        return Block(str(name), spec.check(str(name), dict(kw or {})))
     if isinstance(block, (str, os.PathLike)):
-        return spec.parse(os.fspath(block))
+        return Block(*spec.parse(os.fspath(block)))
     raise ValueError(f"block must be a spec string NAME[:k=v,...], a JSON file or (name, dict) (got {block!r})")
 
 
@@ -116,8 +127,8 @@ def sweep(
     # every other block: the layers evaluator
     if given:
         raise ValueError(
-            f"{', '.join(k + '=' for k in given)}: numbers of the paper block; block {name} "
-            f"takes its own numbers in axes= or the spec ({', '.join(_numbers(name))})"
+            f"{', '.join(k + '=' for k in given)}: options of the paper block; block {name} "
+            f"takes its own numbers as axes or in its spec ({', '.join(_numbers(name))})"
         )
     from .layers import sweep as layers_sweep
 

@@ -227,3 +227,34 @@ def test_every_block_option_help_names_every_preset(capsys):
     assert main(["exponents", "--help"]) == 0
     out = re.sub(r"-\s+", "-", capsys.readouterr().out)  # click may wrap a line after a hyphen
     assert all(n in out for n in presets.NAMES), out
+
+
+def test_the_paper_flags_are_the_paper_numbers_class():
+    """The paper block's flags are written once in the CLI (phasefield.cli.common: --help
+    imports no JAX); they are the fields of the paper preset's numbers class, with its
+    defaults, plus ``alpha`` (ties alpha_A = alpha_M), and the preset's NUMBERS and OPTIONS.
+    Every command taking them has the whole set, and blockopt's map follows them."""
+    import dataclasses
+
+    from phasefield.cli import blockopt, common
+    from phasefield.layers import registry
+
+    preset = registry.lookup("paper")
+    fields = {f.name: f.default for f in dataclasses.fields(preset.numbers_class)}
+    flags = {**common.PAPER_NUMBERS, **common.PAPER_CONTEXT, **common.PAPER_OPTIONS}
+    assert set(flags) == set(fields) | {"alpha"}
+    assert {k: v for k, v in flags.items() if k != "alpha"} == fields
+    assert set(common.PAPER_NUMBERS) == set(preset.numbers) | {"alpha"}
+    assert set(common.PAPER_OPTIONS) == set(preset.options)
+    assert set(common.PAPER_CONTEXT) == set(fields) - set(preset.numbers) - set(preset.options)
+    assert set(blockopt.PAPER_FLAGS) == set(common.PAPER_NUMBERS) | set(common.PAPER_OPTIONS)
+    assert all(set(v) <= set(preset.numbers) | set(preset.options) for v in blockopt.PAPER_FLAGS.values())
+    names = set(common.PAPER_NUMBERS) | set(common.PAPER_CONTEXT)
+    for path in (["exponents"], ["trajectory"], ["sweep"], ["simulate", "exponents"], ["simulate", "sweep"]):
+        cmd = cli
+        for name in path:
+            cmd = cmd.commands[name]
+        params = {p.name for p in cmd.params}
+        assert names <= params, (path, names - params)
+        want = set(common.PAPER_OPTIONS) if path[0] != "simulate" else {"activation", "mlp_layers", "residual"}
+        assert want <= params, (path, want - params)

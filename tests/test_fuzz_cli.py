@@ -9,7 +9,7 @@ traceback; with 2 exactly one line on stderr and no file left behind.
 
 The expensive work behind the grid commands (sweep, simulate sweep, train-sweep), figures,
 demo, the seed figures, recommend and probe's measurement is replaced by a stub (their validation, output
-checks and locks still run; scripts/hostile_probe.py runs them for real); everything else
+checks and locks still run; the theory sweep's checks in the library too; scripts/hostile_probe.py runs them for real); everything else
 runs for real with tiny sizes, so every example is cheap.
 """
 
@@ -201,7 +201,7 @@ def _stubs():
     import xarray as xr
 
     import phasefield.figures as figs
-    from phasefield import diagram, probing
+    from phasefield import diagram, driver, probing
     from phasefield.figures import demo
     from phasefield.layers import sweep as block_sweep
     from phasefield.seeds import figures as seed_figs
@@ -209,10 +209,33 @@ def _stubs():
     from phasefield.vit import recommend as vrec
     from phasefield.vit import sweep as vsweep
 
+    def block_grid():
+        return xr.Dataset(
+            {v: (("sigma", "alpha"), [[0.1, -0.1], [0.2, -0.2]]) for v in block_sweep.VARIABLES},
+            coords={"sigma": [0.5, 1.0], "alpha": [0.5, 1.0]},
+            attrs={"block": "pre-ln", "depth": 2},
+        )
+
     def tiny(*a, **k):
-        if k.get("block") is not None:  # phasefield sweep --block: a block's 2-D grid (its figure draws)
-            return block_sweep.sweep_grid()
+        if k.get("block") is not None and diagram.block_of(k["block"]).name != "paper":  # a block's 2-D grid
+            return block_grid()  # (its figure draws)
         return xr.Dataset({"lambda_a": ("sigma_w", [0.0])}, coords={"sigma_w": [1.0]})
+
+    class Stop(Exception):
+        """Raised where a sweep's work would start: every check before it ran."""
+
+    def stop(*a, **k):
+        raise Stop
+
+    def checked_sweep(*a, **k):  # the library's checks run; its work is replaced by ``tiny``
+        real = (driver.Driver, block_sweep.plan)
+        driver.Driver = block_sweep.plan = stop
+        try:
+            return sweep(*a, **k)
+        except Stop:
+            return tiny(*a, **k)
+        finally:
+            driver.Driver, block_sweep.plan = real
 
     def png(path, **k):
         with open(path, "w") as f:
@@ -225,7 +248,6 @@ def _stubs():
         (vrec, "recommend", vrec.recommend),
         (diagram, "sweep", diagram.sweep),
         (simsweep, "fixed_point_grid", simsweep.fixed_point_grid),
-        (block_sweep, "sweep_grid", block_sweep.sweep_grid),
     ]
     saved += [
         (seed_figs, n, getattr(seed_figs, n))
@@ -245,12 +267,9 @@ def _stubs():
     figs.make_figures = lambda *a, **k: dict(paths=[], seconds=0.0)
     demo.run = lambda *a, **k: {}
     vrec.recommend = lambda *a, **k: dict(critical=[], critical_found=False)
-    diagram.sweep = simsweep.fixed_point_grid = tiny
-    block_sweep.sweep_grid = lambda *a, **k: xr.Dataset(
-        {v: (("sigma", "alpha"), [[0.1, -0.1], [0.2, -0.2]]) for v in block_sweep.VARIABLES},
-        coords={"sigma": [0.5, 1.0], "alpha": [0.5, 1.0]},
-        attrs={"block": "pre-ln", "depth": 2},
-    )
+    sweep = diagram.sweep
+    diagram.sweep = checked_sweep
+    simsweep.fixed_point_grid = tiny
     for n in ("rank_collapse_figure", "deepscalelm_figure", "sensitivity_figure"):
         setattr(seed_figs, n, png)
     try:

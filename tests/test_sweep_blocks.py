@@ -108,7 +108,7 @@ def test_the_paper_block_spellings_give_bit_identical_numbers():
 @pytest.mark.parametrize(
     "kw,msg",
     [
-        (dict(block="pre-ln", sigma_w=1.0, axes={"sigma": [1.0]}), "numbers of the paper block"),
+        (dict(block="pre-ln", sigma_w=1.0, axes={"sigma": [1.0]}), "of the paper block"),
         (dict(block="pre-ln:sigma=1", axes={"sigma": [0.5, 1.0]}), "both an axis and a fixed"),
         (dict(block="pre-ln", axes={"sigma_w": [1.0]}), "no number"),
         (dict(block="deepscalelm", axes={"k": [1.0]}, depth=[2, 4]), "depth"),
@@ -135,12 +135,12 @@ def test_bad_library_input_is_one_line_value_error(kw, msg, tmp_path):
         (["--block", "pre-ln", "--axis", "nope=1,2"], "no number"),
         (["--block", "pre-ln", "--axis", "sigma=1:2"], "malformed range for --axis sigma"),
         (["--block", "deepscalelm", "--axis", "k=1,2", "--depth", "2,4"], "depth"),
-        (["--block", "pre-ln:sigma=1", "--axis", "sigma=1,2"], "both in --block and an --axis"),
+        (["--block", "pre-ln:sigma=1", "--axis", "sigma=1,2"], "both an axis and a fixed value"),
         (["--block", "pre-ln", "--axis", "sigma=0.1:1:2000", "--axis", "alpha=0:1:1000"], "at most"),
-        (["--block", "pre-ln", "--axis", "depth=2", "--depth", "3"], "both an --axis and --depth"),
+        (["--block", "pre-ln", "--axis", "depth=2", "--depth", "3"], "depth is both an axis and depth="),
         (["--axis", "sigma_w=1,2", "--sigma-w", "1"], "given twice"),
         (["--axis", "sigma=1,2"], "block paper has no number"),
-        (["--sigma-w", "1,2", "--q0", "2"], "--q0"),
+        (["--sigma-w", "1,2", "--q0", "2"], "q0=/rho0="),
     ],
 )
 @pytest.mark.parametrize("command", [["sweep"], ["block", "sweep"]])

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import click
 
-from .common import UsageError, check, parse_range
+from ..grid import untie
+from .common import PAPER_NUMBERS, PAPER_OPTIONS, UsageError, check, parse_range
 
 # The registry's presets (phasefield.layers.registry.names(), in its order) and the standard
 # blocks `recommend --block` searches (phasefield.layers.recommend.BLOCKS), written out because
@@ -31,20 +32,9 @@ BLOCK_HELP = (
 )
 AXIS_HELP = "NAME=start:stop:count or NAME=a,b,c: an axis over a number of the block (repeat it)"
 
-# the paper flags (click parameter names) -> the paper block's numbers they set
-PAPER_FLAGS = dict(
-    sigma_w=("sigma_w",),
-    sigma_a=("sigma_a",),
-    sigma_v=("sigma_v",),
-    alpha=("alpha_a", "alpha_m"),
-    alpha_a=("alpha_a",),
-    alpha_m=("alpha_m",),
-    activation=("activation",),
-    mlp_layers=("mlp_layers",),
-    residual=("residual",),
-    attention=("attention",),
-    softmax_correction=("softmax_correction",),
-)
+# the paper flags (click parameter names) -> the paper block's numbers they set (``alpha``:
+# both branch weights), from the one list of them (:data:`.common.PAPER_NUMBERS`, ``PAPER_OPTIONS``)
+PAPER_FLAGS = {k: tuple(untie({k: None})) for k in (*PAPER_NUMBERS, *PAPER_OPTIONS)}
 
 
 def block_option(default: str | None = "paper", axes: bool = False, help: str = BLOCK_HELP):

@@ -54,86 +54,87 @@ def check_hparams_values(values: dict) -> None:
         raise UsageError(str(exc)) from None
 
 
-def point_options(n_tokens: int = 32, depth: int = 16):
+# The paper block's flags, written once: the fields of its numbers class (``HParams``, the
+# ``numbers_class`` of the registry's ``paper`` preset) with their defaults -- its numbers (and
+# ``alpha``, which ties alpha_A = alpha_M), the context (n_tokens, depth) and its static options.
+# Written out because ``--help`` imports no JAX (HParams' module does); tests/test_cli_start.py
+# holds them to HParams and to the preset's NUMBERS/OPTIONS.
+PAPER_NUMBERS = dict(sigma_w=1.0, sigma_a=1.0, alpha=None, alpha_a=0.5, alpha_m=0.5, sigma_v=1.0)
+PAPER_CONTEXT = dict(n_tokens=32, depth=16)
+PAPER_OPTIONS = dict(activation="tanh", mlp_layers=1, residual="unit-norm", attention="paper", softmax_correction=False)
+PAPER_HELP = dict(
+    sigma_w="MLP weight scale σ_w",
+    sigma_a="attention logit scale σ_A",
+    alpha="sets α_A = α_M",
+    alpha_a=f"attention branch weight α_A [{PAPER_NUMBERS['alpha_a']}]",
+    alpha_m=f"MLP branch weight α_M [{PAPER_NUMBERS['alpha_m']}]",
+    sigma_v="value weight scale σ_V",
+    activation="tanh, erf, relu, gelu or linear",
+    residual="unit-norm or identity",
+    attention="paper or exact",
+    softmax_correction="add the softmax-derivative path to the backward map (λ_g^∞)",
+)
+MLP_LAYERS_MAX = 16  # --mlp-layers (the numbers class takes any count >= 1)
+
+
+def paper_option(name, **kw):
+    """The click option of the paper block's field ``name`` (``--sigma-w`` ...): its default
+    and help unless ``kw`` gives them."""
+    if name == "softmax_correction":
+        kw.setdefault("is_flag", True)
+    else:
+        default = {**PAPER_NUMBERS, **PAPER_CONTEXT, **PAPER_OPTIONS}[name]
+        kw.setdefault("default", default)
+        kw.setdefault("show_default", default is not None)
+        if isinstance(default, (int, float)) and not isinstance(default, bool):
+            kw.setdefault("type", type(default))
+    if name in PAPER_HELP:
+        kw.setdefault("help", PAPER_HELP[name])
+    return click.option("--" + grid.flag(name), **kw)
+
+
+def point_options(n_tokens: int = PAPER_CONTEXT["n_tokens"], depth: int = PAPER_CONTEXT["depth"]):
     """Decorator: the hyperparameters of one point (``alpha`` ties alpha_A = alpha_M);
     :func:`point_hparams` turns them into ``HParams``."""
-    opts = [
-        click.option("--sigma-w", type=float, default=1.0, show_default=True, help="MLP weight scale σ_w"),
-        click.option("--sigma-a", type=float, default=1.0, show_default=True, help="attention logit scale σ_A"),
-        click.option("--alpha", type=float, default=None, help="sets α_A = α_M"),
-        click.option(
-            "--alpha-a", type=float, default=None, help=f"attention branch weight α_A [{grid.DEFAULT_BRANCH_WEIGHT}]"
-        ),
-        click.option(
-            "--alpha-m", type=float, default=None, help=f"MLP branch weight α_M [{grid.DEFAULT_BRANCH_WEIGHT}]"
-        ),
-        click.option("--sigma-v", type=float, default=1.0, show_default=True, help="value weight scale σ_V"),
-        click.option("--n-tokens", type=int, default=n_tokens, show_default=True),
-        click.option("--depth", type=int, default=depth, show_default=True),
-    ]
-
-    def deco(f):
-        for o in reversed(opts):
-            f = o(f)
-        return f
-
-    return deco
+    # alpha_a, alpha_m: None unless given (grid.branch_weights: alpha or the pair)
+    opts = [paper_option(k, type=float, default=None if k.startswith("alpha") else v) for k, v in PAPER_NUMBERS.items()]
+    opts += [paper_option("n_tokens", default=n_tokens), paper_option("depth", default=depth)]
+    return options(*opts)
 
 
-def point_hparams(sigma_w, sigma_a, alpha, alpha_a, alpha_m, sigma_v, n_tokens, depth, **static):
-    """``HParams`` of the :func:`point_options` (and static fields), validated."""
+def point_hparams(n_tokens, depth, alpha=None, alpha_a=None, alpha_m=None, **fields):
+    """``HParams`` of the :func:`point_options` (and static fields), validated once (by
+    ``HParams.validate``)."""
     from .. import HParams
 
-    tied = grid.branch_weights(alpha, alpha_a, alpha_m)
-    check_hparams_values(
-        {
-            k: v
-            for k, v in dict(
-                tied, sigma_w=sigma_w, sigma_a=sigma_a, sigma_v=sigma_v, n_tokens=n_tokens, depth=depth
-            ).items()
-            if v is not None
-        }
-    )
-    w = grid.untie(tied)
+    w = grid.untie(grid.branch_weights(alpha, alpha_a, alpha_m))
+    numbers = {k: float(fields.pop(k)) for k in PAPER_NUMBERS if k in fields}
     return HParams(
-        sigma_w=float(sigma_w),
-        sigma_a=float(sigma_a),
-        alpha_a=float(w["alpha_a"]),
-        alpha_m=float(w["alpha_m"]),
-        sigma_v=float(sigma_v),
-        n_tokens=int(n_tokens),
-        depth=int(depth),
-        **static,
+        n_tokens=int(n_tokens), depth=int(depth), **{k: float(v) for k, v in w.items()}, **numbers, **fields
     ).validate()
 
 
 def grid_options(f):
     """The hyperparameter axes of a grid command (each a range, a list or a number)."""
-    opts = [
-        click.option("--sigma-w", default="1.0", show_default=True, help="start:stop:count, a,b,c or x"),
-        click.option("--sigma-a", default="1.0", show_default=True),
-        click.option("--alpha", default=None, help="sets alpha_a = alpha_m (one axis)"),
-        click.option("--alpha-a", default=None, help="(default 0.5)"),
-        click.option("--alpha-m", default=None, help="(default 0.5)"),
-        click.option("--sigma-v", default="1.0", show_default=True),
-        click.option("--n-tokens", default="32", show_default=True),
-        click.option("--depth", default="16", show_default=True),
-    ]
-    for o in reversed(opts):
-        f = o(f)
-    return f
+    opts = []
+    for k, v in {**PAPER_NUMBERS, **PAPER_CONTEXT}.items():
+        text = None if v is None else str(v)
+        help = "start:stop:count, a,b,c or x" if k == "sigma_w" else None
+        if k == "alpha":
+            help = "sets alpha_a = alpha_m (one axis)"
+        elif k in ("alpha_a", "alpha_m"):
+            text, help = None, f"(default {v})"
+        opts.append(paper_option(k, default=text, type=str, help=help))
+    return options(*opts)(f)
 
 
-def grid_values(sigma_w, sigma_a, alpha, alpha_a, alpha_m, sigma_v, n_tokens, depth) -> dict:
-    """Parse and validate the :func:`grid_options` into arrays (``alpha`` or the pair)."""
-    try:
-        weights = grid.branch_weights(alpha, alpha_a, alpha_m, default=str(grid.DEFAULT_BRANCH_WEIGHT))
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
-    raw = dict(sigma_w=sigma_w, sigma_a=sigma_a, sigma_v=sigma_v, n_tokens=n_tokens, depth=depth, **weights)
-    vals = {k: parse_range(v, k) for k, v in raw.items()}
-    check_hparams_values(vals)
-    return vals
+def grid_values(**raw) -> dict:
+    """Parse the :func:`grid_options` into arrays (``alpha`` or the pair; their values are
+    checked where they are used)."""
+    weights = check(
+        grid.branch_weights, raw.pop("alpha"), raw.pop("alpha_a"), raw.pop("alpha_m"), str(grid.DEFAULT_BRANCH_WEIGHT)
+    )
+    return {k: parse_range(v, k) for k, v in dict(raw, **weights).items()}
 
 
 def echo_json(obj) -> None:

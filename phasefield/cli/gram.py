@@ -34,7 +34,16 @@ def _hp(sigma_w, sigma_a, alpha, alpha_a, alpha_m, sigma_v, n_tokens, depth, act
         raise UsageError(f"--n-tokens must lie in [2, {MAX_TOKENS}] for the full-Gram map (got {n_tokens})")
     option("--depth", depth, 1, MAX_DEPTH, integer=True)
     return point_hparams(
-        sigma_w, sigma_a, alpha, alpha_a, alpha_m, sigma_v, n_tokens, depth, activation=activation, attention=attention
+        sigma_w=sigma_w,
+        sigma_a=sigma_a,
+        alpha=alpha,
+        alpha_a=alpha_a,
+        alpha_m=alpha_m,
+        sigma_v=sigma_v,
+        n_tokens=n_tokens,
+        depth=depth,
+        activation=activation,
+        attention=attention,
     )
 
 

@@ -14,6 +14,9 @@ import numpy as np
 
 from .blockopt import PRESET_LIST, parse_axes
 from .common import (
+    MLP_LAYERS_MAX,
+    PAPER_CONTEXT,
+    PAPER_NUMBERS,
     UsageError,
     check,
     echo_json,
@@ -21,6 +24,7 @@ from .common import (
     grid_values,
     option,
     output,
+    paper_option,
     parse_range,
     point_hparams,
     point_options,
@@ -60,11 +64,9 @@ def _sim_options(f):
         ),
         click.option("--mlp-hidden", type=int, default=None, help="MLP hidden width (default d)"),
         click.option("--dtype", type=click.Choice(DTYPES), default="float32", show_default=True),
-        click.option("--activation", default="tanh", show_default=True),
-        click.option("--mlp-layers", type=int, default=1, show_default=True, help="[1, 16]"),
-        click.option(
-            "--residual", type=click.Choice(["unit-norm", "identity"]), default="unit-norm", show_default=True
-        ),
+        paper_option("activation", help=None),
+        paper_option("mlp_layers", help=f"[1, {MLP_LAYERS_MAX}]"),
+        paper_option("residual", type=click.Choice(["unit-norm", "identity"]), help=None),
         click.option(
             "--weights",
             type=click.Choice(["lazy", "dense"]),
@@ -86,7 +88,7 @@ def _check_sim(width, seeds, eps, mlp_hidden, residual, seed=0, mlp_layers=1, we
     option("--eps", eps, 0.0, 1.0, lo_open=True, hi_open=True)
     option("--mlp-hidden", mlp_hidden, 1, MLP_HIDDEN_MAX, integer=True)
     option("--seed", seed, 0, 2**31 - 1, integer=True)
-    option("--mlp-layers", mlp_layers, 1, 16, integer=True)
+    option("--mlp-layers", mlp_layers, hi=MLP_LAYERS_MAX, integer=True)  # its lower end: the numbers class's
     if residual != "unit-norm":
         raise UsageError("the exponents need the collapsed fixed point, which exists only for --residual unit-norm")
 
@@ -265,12 +267,7 @@ def _block_sweep(spec_text, axes, q0, rho0, n_tokens, depth, width, seeds, seed,
     name, kw, n, L, q0, rho0, eps = _block_setup(
         spec_text, q0, rho0, n_tokens, depth, width, seeds, seed, eps, weights, dtype
     )
-    parsed = parse_axes(axes)
-    if set(kw) & set(parsed):
-        raise UsageError(f"{', '.join(sorted(set(kw) & set(parsed)))}: both in --block and an --axis")
-    from ..layers import sweep as layer_sweep
-
-    check(layer_sweep.check, name, parsed, kw)
+    parsed = parse_axes(axes)  # checked with the block by simsweep.rates_grid, before any work
     total = check(grid.check_grid, [len(v) for v in parsed.values()], 8 * 8, "simulated grid")
     if "depth" in parsed:
         _check_memory(width, n, int(max(parsed["depth"])), 4 * int(width), dtype, 1, weights)
@@ -319,7 +316,6 @@ _AXIS = click.option(
     multiple=True,
     help="with --block: NAME=start:stop:count or NAME=a,b,c (a number of the block or depth)",
 )
-_PAPER_NUMBERS = ("sigma_w", "sigma_a", "alpha", "alpha_a", "alpha_m", "sigma_v", "n_tokens", "depth")
 
 
 @click.group("simulate")
@@ -356,9 +352,10 @@ def exponents_cmd(n_tokens, depth, width, seeds, seed, causal, eps, mlp_hidden, 
     _no_block_options(q0=kw["q0"], rho0=kw["rho0"], theory=kw["with_theory"])
     eps = 1e-3 if eps is None else eps
     _check_sim(width, seeds, eps, mlp_hidden, kw["residual"], seed, kw["mlp_layers"], weights)
-    numbers = dict(kw, n_tokens=n_tokens, depth=depth)
     hp = point_hparams(
-        *(numbers[k] for k in _PAPER_NUMBERS),
+        n_tokens=n_tokens,
+        depth=depth,
+        **{k: kw[k] for k in PAPER_NUMBERS},
         activation=kw["activation"],
         mlp_layers=int(kw["mlp_layers"]),
         residual=kw["residual"],
@@ -414,7 +411,7 @@ def sweep_cmd(width, seeds, seed, causal, eps, mlp_hidden, dtype, weights, chunk
     eps = 1e-3 if eps is None else eps
     _check_sim(width, seeds, eps, mlp_hidden, kw["residual"], seed, kw["mlp_layers"], weights)
     option("--chunk", chunk, 1, 4096, integer=True)
-    vals = grid_values(*(kw[k] for k in _PAPER_NUMBERS))
+    vals = grid_values(**{k: kw[k] for k in (*PAPER_NUMBERS, *PAPER_CONTEXT)})
     axes, sizes, base = _paper_grid(vals, kw, width, mlp_hidden, dtype, chunk, weights, out)
     import jax.numpy as jnp
 
@@ -444,7 +441,6 @@ def _paper_grid(vals, kw, width, mlp_hidden, dtype, chunk, weights, out):
     memory and output checked: every multi-valued axis is a dimension, single values are
     fixed (attributes)."""
     from .. import grid
-    from ..layers import spec
 
     total = check(grid.check_grid, [v.size for v in vals.values()], 8 * 8, "simulated grid")
     _check_memory(
@@ -455,9 +451,9 @@ def _paper_grid(vals, kw, width, mlp_hidden, dtype, chunk, weights, out):
     fixed = {k: float(v[0]) for k, v in vals.items() if v.size == 1}
     if "alpha" in fixed:
         fixed["alpha_a"] = fixed["alpha_m"] = fixed.pop("alpha")
-    sizes = {k: int(fixed.pop(k)) for k in ("n_tokens", "depth") if k in fixed}
+    sizes = {k: fixed.pop(k) for k in ("n_tokens", "depth") if k in fixed}  # checked whole by fixed_point_grid
     static = {k: kw[k] for k in ("activation", "mlp_layers", "residual")}
-    base = check(spec.check, "paper", dict(fixed, **static))
+    base = dict(fixed, **static)  # checked by simsweep.fixed_point_grid, before any work
     if not axes:  # a single point: keep sigma_w as a length-1 dimension
         axes = {"sigma_w": vals["sigma_w"]}
     return axes, sizes, base

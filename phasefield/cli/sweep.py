@@ -15,19 +15,32 @@ import click
 import numpy as np
 
 from .blockopt import PRESET_LIST, parse_axes
-from .common import UsageError, check, check_hparams_values, option, output, parse_range
+from .common import (
+    MLP_LAYERS_MAX,
+    PAPER_NUMBERS,
+    PAPER_OPTIONS,
+    UsageError,
+    check,
+    option,
+    output,
+    paper_option,
+    parse_range,
+)
 
 BLOCK_HELP = (
     f"a preset ({PRESET_LIST}), NAME:key=value,... "
     '(e.g. pre-ln:sigma=0.55,alpha=0.2,heads=12) or a JSON file {"block": NAME, ...}; default paper'
 )
-PAPER_FLAGS = ("sigma_w", "sigma_a", "alpha", "alpha_a", "alpha_m", "sigma_v")
-PAPER_STATIC = ("activation", "mlp_layers", "residual", "attention", "softmax_correction")
 GENERIC_POINTS_MAX = 1 << 20  # the layers evaluator: ~ms a point
+EXACT_POINT_BYTES = 25 << 20  # the exact-softmax map integrates a logit grid per point
 
 
-def _flag(k):
-    return "--" + k.replace("_", "-")
+def _number_help(k, v):
+    if k == "sigma_w":
+        return f"paper block: start:stop:count, a,b,c or x [{v}]"
+    if k == "alpha":
+        return "paper block: sets alpha_a = alpha_m (one axis)"
+    return f"paper block [{v}]"
 
 
 def _options(f):
@@ -40,21 +53,26 @@ def _options(f):
             help="NAME=start:stop:count or NAME=a,b,c: a number of the block (or depth, n_tokens) "
             "as an axis; repeat for more",
         ),
-        click.option("--sigma-w", default=None, help="paper block: start:stop:count, a,b,c or x [1.0]"),
-        click.option("--sigma-a", default=None, help="paper block [1.0]"),
-        click.option("--alpha", default=None, help="paper block: sets alpha_a = alpha_m (one axis)"),
-        click.option("--alpha-a", default=None, help="paper block [0.5]"),
-        click.option("--alpha-m", default=None, help="paper block [0.5]"),
-        click.option("--sigma-v", default=None, help="paper block [1.0]"),
-        click.option("--n-tokens", default=None, help="tokens n: a number or a range (an axis) [32]"),
-        click.option("--depth", default=None, help="blocks L: a number or a range (an axis) [16]"),
-        click.option("--activation", default=None, help="paper block: tanh, erf, relu, gelu or linear [tanh]"),
-        click.option("--mlp-layers", type=int, default=None, help="paper block: [1, 16] [1]"),
-        click.option("--residual", default=None, help="paper block: unit-norm or identity [unit-norm]"),
-        click.option("--attention", default=None, help="paper block: paper or exact [paper]"),
-        click.option(
-            "--softmax-correction",
-            is_flag=True,
+        *(
+            paper_option(k, default=None, type=str, show_default=False, help=_number_help(k, v))
+            for k, v in PAPER_NUMBERS.items()
+        ),
+        paper_option(
+            "n_tokens", default=None, type=str, show_default=False, help="tokens n: a number or a range (an axis) [32]"
+        ),
+        paper_option(
+            "depth", default=None, type=str, show_default=False, help="blocks L: a number or a range (an axis) [16]"
+        ),
+        paper_option(
+            "activation", default=None, show_default=False, help="paper block: tanh, erf, relu, gelu or linear [tanh]"
+        ),
+        paper_option("mlp_layers", default=None, show_default=False, help=f"paper block: [1, {MLP_LAYERS_MAX}] [1]"),
+        paper_option(
+            "residual", default=None, show_default=False, help="paper block: unit-norm or identity [unit-norm]"
+        ),
+        paper_option("attention", default=None, show_default=False, help="paper block: paper or exact [paper]"),
+        paper_option(
+            "softmax_correction",
             default=None,
             help="paper block: the softmax-derivative path in the backward map (λ_g^∞)",
         ),
@@ -76,65 +94,46 @@ def _options(f):
     return f
 
 
-def _put(values, where, key, arr, src):
-    if key in values:
-        raise UsageError(f"{key} is given twice ({where[key]} and {src})")
-    values[key], where[key] = arr, src
-
-
 @click.command("sweep")
 @_options
-def sweep_command(spec_text, axes, n_tokens, depth, q0, rho0, chunk, out, progress, figure, sim, **paper):
+def sweep_command(spec_text, axes, n_tokens, depth, q0, rho0, chunk, out, progress, figure, sim, **flags):
     """The theory of any block on a grid -> netCDF (xarray). Interrupted sweeps resume from
     OUT.chunks/. The paper block (default) gives lambda_a, lambda_g_collapse,
     lambda_g_inf, q_star, rho_star ...; any other block angle_rate, lambda_g_input,
     lambda_g_collapse, lambda_a, rho_L, q_L."""
-    from .. import grid
-
-    name, kw = ("paper", {}) if spec_text is None else _spec(spec_text)
-    parsed = parse_axes(axes)
-    option("--chunk", chunk, 1, grid.CHUNK_MAX, integer=True)
-    for k, text in (("n_tokens", n_tokens), ("depth", depth)):
-        if text is not None:
-            if k in parsed:
-                raise UsageError(f"{k} is both an --axis and {_flag(k)}")
-            parsed[k] = parse_range(text, k)
+    from .. import diagram
     from ..layers import registry
 
-    if registry.lookup(name).fast_engine:  # the closed-form evaluator (phasefield.diagram)
-        return _paper(kw, parsed, chunk, out, progress, q0, rho0, figure, sim, **paper)
-    given = [_flag(k) for k, v in paper.items() if v is not None]
-    if given:
-        raise UsageError(
-            f"{', '.join(given)}: options of the paper block; block {name} takes --axis NAME=... over its numbers"
-        )
-    return _generic(name, kw, parsed, chunk, out, progress, q0, rho0, figure, sim)
+    # The options are parsed here; their values, names and combinations are checked once, by
+    # phasefield.diagram.sweep, before any work. Checked here: what only the command has
+    # (--figure, --sim, the output file) and the limits it alone sets.
+    block = check(diagram.block_of, "paper" if spec_text is None else spec_text)
+    axes = parse_axes(axes)
+    sizes = {k: parse_range(v, k) for k, v in (("n_tokens", n_tokens), ("depth", depth)) if v is not None}
+    for k in ("n_tokens", "depth"):  # one value as an --axis: the number, as --n-tokens/--depth give it
+        if k in axes and axes[k].size == 1 and k not in sizes:
+            sizes[k] = axes.pop(k)
+    given = {k: v for k, v in flags.items() if v is not None}
+    run = dict(axes=axes, q0=q0, rho0=rho0, chunk_size=chunk, progress=progress)
+    if registry.lookup(block[0]).fast_engine:  # the closed-form evaluator
+        return _paper(block, given, sizes, run, out, figure, sim)
+    return _generic(block, given, sizes, run, out, figure, sim)
 
 
-def _spec(text):
-    from ..layers import spec
+def _scalars(values: dict) -> dict:
+    """Single values as numbers (scalar coordinates), the others as arrays (dimensions)."""
+    return {k: (float(v[0]) if isinstance(v, np.ndarray) and v.size == 1 else v) for k, v in values.items()}
 
-    return check(spec.parse, text)
 
-
-def _generic(name, kw, parsed, chunk, out, progress, q0, rho0, figure, sim):
+def _generic(block, given, sizes, run, out, figure, sim):
     from .. import grid, io
     from ..layers import sweep as layers_sweep
 
-    check_hparams_values({k: parsed[k] for k in ("n_tokens", "depth") if k in parsed})
-    q0 = 1.0 if q0 is None else q0
-    rho0 = 0.5 if rho0 is None else rho0
-    option("--q0", q0, 0.0, 1e6, lo_open=True)
-    n_min = float(parsed["n_tokens"].min()) if "n_tokens" in parsed else 32.0
-    option("--rho0", rho0, -1.0 / (n_min - 1), 1.0)
-    scalars = {k: int(parsed.pop(k)[0]) for k in ("n_tokens", "depth") if k in parsed and parsed[k].size == 1}
-    if set(kw) & set(parsed):
-        raise UsageError(f"{', '.join(sorted(set(kw) & set(parsed)))}: both in --block and an --axis")
-    check(layers_sweep.check, name, parsed, kw)
-    npts = check(grid.check_grid, [len(v) for v in parsed.values()], 8 * 8)
+    dims = [len(v) for v in run["axes"].values()] + [v.size for v in sizes.values() if v.size > 1]
+    npts = grid.grid_size(dims)
     if npts > GENERIC_POINTS_MAX:
-        raise UsageError(f"sweeps of block {name} take at most {GENERIC_POINTS_MAX:,} points (got {npts:,})")
-    if figure is not None and len(parsed) != 2:
+        raise UsageError(f"sweeps of block {block[0]} take at most {GENERIC_POINTS_MAX:,} points (got {npts:,})")
+    if figure is not None and len(dims) != 2:
         raise UsageError("--figure needs two axes")
     if sim is not None and figure is None:
         raise UsageError("--sim draws on --figure; give both")
@@ -150,7 +149,7 @@ def _generic(name, kw, parsed, chunk, out, progress, q0, rho0, figure, sim):
                 rows = [io.loads_json(line, f"line {i + 1}") for i, line in enumerate(f) if line.strip()]
         except (OSError, ValueError) as exc:
             raise UsageError(f"--sim {sim}: {exc}") from None
-    ds = _run(out, block=(name, kw), axes=parsed, q0=q0, rho0=rho0, chunk_size=chunk, progress=progress, **scalars)
+    ds = _run(out, block=block, **given, **_scalars(sizes), **run)
     if ds is not None and figure is not None:
         from ..figures.blocks import phase_diagram
 
@@ -159,84 +158,39 @@ def _generic(name, kw, parsed, chunk, out, progress, q0, rho0, figure, sim):
         click.echo(f"wrote {figure}")
 
 
-def _paper(kw, parsed, chunk, out, progress, q0, rho0, figure, sim, **flags):
-    from .. import HParams, grid
+def _paper(block, given, sizes, run, out, figure, sim):
+    from .. import grid
     from ..layers import registry
 
     evaluator = registry.lookup("paper").engine.namespace.sweep  # the paper block's grid evaluator
-    PAPER_NUMBERS, VARIABLES = evaluator.PAPER_NUMBERS, evaluator.VARIABLES
-
-    for opt, v in (("--q0", q0), ("--rho0", rho0), ("--figure", figure), ("--sim", sim)):
+    for opt, v in (("--figure", figure), ("--sim", sim)):
         if v is not None:
-            raise UsageError(
-                f"{opt} is an option of the other blocks (the paper block's sweep starts from its "
-                f"collapsed fixed point; its figures: phasefield figures)"
-            )
-    values, where = {}, {}
-    for k, v in kw.items():
-        if k in PAPER_NUMBERS:
-            _put(values, where, k, np.array([float(v)]), "--block")
-    for k in PAPER_FLAGS:
-        if flags[k] is not None:
-            _put(values, where, k, parse_range(flags[k], k), _flag(k))
-    for k, v in parsed.items():
-        if k not in PAPER_NUMBERS and k not in ("n_tokens", "depth"):
-            raise UsageError(
-                f"block paper has no number {k!r} to sweep; it has {', '.join(PAPER_NUMBERS + ('n_tokens', 'depth'))}"
-            )
-        _put(values, where, k, v, "--axis" if k not in ("n_tokens", "depth") else "--axis or " + _flag(k))
-    static = {k: kw[k] for k in PAPER_STATIC if k in kw}
-    for k in PAPER_STATIC:
-        if flags[k] is not None:
-            if k in static:
-                raise UsageError(f"{k} is given twice (--block and {_flag(k)})")
-            static[k] = flags[k]
-    static = dict(
-        dict(activation="tanh", mlp_layers=1, residual="unit-norm", attention="paper", softmax_correction=False),
-        **static,
-    )
-    try:
-        weights = grid.branch_weights(
-            values.pop("alpha", None),
-            values.pop("alpha_a", None),
-            values.pop("alpha_m", None),
-            default=np.array([grid.DEFAULT_BRANCH_WEIGHT]),
-        )
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
-    vals = dict(
-        dict(
-            sigma_w=np.array([1.0]),
-            sigma_a=np.array([1.0]),
-            sigma_v=np.array([1.0]),
-            n_tokens=np.array([32.0]),
-            depth=np.array([16.0]),
-        ),
-        **values,
-        **weights,
-    )
-    check_hparams_values(vals)
-    option("--mlp-layers", static["mlp_layers"], 1, 16, integer=True)
-    try:
-        HParams(**static).validate()
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
-    total = check(grid.check_grid, [v.size for v in vals.values()], 8 * 8, "grid")
-    if static["attention"] == "exact":  # the exact-softmax map integrates a logit grid per point
-        per_chunk = min(total, chunk or 64)
+            raise UsageError(f"{opt} is an option of the other blocks (the paper block's figures: phasefield figures)")
+    if "mlp_layers" in given:  # its lower end and type: the numbers class's check
+        option("--mlp-layers", given["mlp_layers"], hi=MLP_LAYERS_MAX, integer=True)
+    fixed = block.kw
+    numbers = {k: parse_range(v, k) if k in PAPER_NUMBERS else v for k, v in given.items()}
+    values = [v for v in (*numbers.values(), *run["axes"].values(), *sizes.values()) if isinstance(v, np.ndarray)]
+    total = grid.grid_size(v.size for v in values)
+    numbers, run["axes"] = _scalars(numbers), _scalars(run["axes"])
+    given_at = [d for d in (fixed, numbers, run["axes"]) if "sigma_w" in d]
+    if total == 1 and len(given_at) <= 1:  # one point: sigma_w stays a dimension (of one value)
+        fixed = dict(fixed)
+        sigma_w = given_at[0].pop("sigma_w") if given_at else PAPER_NUMBERS["sigma_w"]
+        numbers["sigma_w"] = np.atleast_1d(float(sigma_w))
+    if given.get("attention", fixed.get("attention", PAPER_OPTIONS["attention"])) == "exact":
+        per_chunk = min(total, run["chunk_size"] or 64)  # a logit grid per point
         check(
             grid.check_memory,
-            per_chunk * (25 << 20),
+            per_chunk * EXACT_POINT_BYTES,
             f"a chunk of {per_chunk} points with --attention exact",
             "use a smaller --chunk",
         )
-    # the file and, while it runs, the chunks: about 2 x 8 float64 per point
-    output(out, need_bytes=2 * (len(VARIABLES) + 1) * 8 * total)
-    # multi-valued axes are dimensions, single values scalar coordinates
-    axes = {k: (v if v.size > 1 else float(v[0])) for k, v in vals.items()}
-    if all(v.size == 1 for v in vals.values()):
-        axes["sigma_w"] = vals["sigma_w"]
-    _run(out, **axes, **static, chunk_size=chunk, progress=progress)
+    # the file and, while it runs, the chunks: about 2 x 8 float64 per point (a grid over the
+    # library's limit is refused by it, naming its size)
+    points = total if total <= grid.GRID_POINTS_MAX else 0
+    output(out, need_bytes=2 * (len(evaluator.VARIABLES) + 1) * 8 * points)
+    _run(out, block=block._replace(kw=fixed), **numbers, **_scalars(sizes), **run)
 
 
 def _run(out, **kw):

@@ -5,11 +5,18 @@ from __future__ import annotations
 
 import click
 
-from .common import UsageError, echo_json, option, point_hparams, point_options
+from .common import (
+    MLP_LAYERS_MAX,
+    PAPER_OPTIONS,
+    UsageError,
+    echo_json,
+    option,
+    paper_option,
+    point_hparams,
+    point_options,
+)
 
 Q0_MAX = 1e6  # input squared norm per component (trajectory)
-
-ACTIVATION_HELP = "tanh, erf, relu, gelu or linear"
 
 
 def _point_options(f):
@@ -20,18 +27,12 @@ def _point_options(f):
 
 def _static_options():
     return [
-        click.option("--activation", default="tanh", show_default=True, help=ACTIVATION_HELP),
-        click.option("--mlp-layers", type=int, default=1, show_default=True, help="[1, 16]"),
-        click.option("--residual", default="unit-norm", show_default=True, help="unit-norm or identity"),
-        click.option("--attention", default="paper", show_default=True, help="paper or exact"),
-        click.option(
-            "--softmax-correction", is_flag=True, help="add the softmax-derivative path to the backward map (λ_g^∞)"
-        ),
+        paper_option(k, help=f"[1, {MLP_LAYERS_MAX}]") if k == "mlp_layers" else paper_option(k) for k in PAPER_OPTIONS
     ]
 
 
 def _hp(mlp_layers, **kw):
-    option("--mlp-layers", mlp_layers, 1, 16, integer=True)
+    option("--mlp-layers", mlp_layers, hi=MLP_LAYERS_MAX, integer=True)  # its lower end: HParams.validate
     return point_hparams(mlp_layers=int(mlp_layers), **kw)
 
 

@@ -404,6 +404,19 @@ def check(name: str, axes: dict, fixed: dict) -> tuple[dict, list]:
     return fixed, depths
 
 
+Q0_MAX = 1e6  # the input's squared norm per component
+
+
+def check_input(q0: float, rho0: float, n_tokens) -> None:
+    """ValueError (one line) for an input geometry (q0, rho0) out of range at the token counts
+    ``n_tokens`` (a number or the values of an axis): q0 in (0, Q0_MAX], rho0 in
+    [-1/(n-1), 1] for the smallest n."""
+    from .. import grid
+
+    grid.check_option("q0", q0, 0.0, Q0_MAX, lo_open=True)
+    grid.check_option("rho0", rho0, -1.0 / (float(np.min(n_tokens)) - 1.0), 1.0)
+
+
 @float64
 def sweep_grid(
     name: str,
@@ -437,6 +450,7 @@ def sweep_grid(
 
     fixed, depths = check(name, axes, dict(fixed or {}))
     grid.check_values({"n_tokens": n_tokens, "depth": depth})
+    check_input(q0, rho0, axes.get("n_tokens", n_tokens))
     num_keys = tuple(k for k in axes if k not in ("depth", "n_tokens"))
     grids = [np.asarray(axes[k], float) for k in num_keys]
     n_axis = "n_tokens" in axes
