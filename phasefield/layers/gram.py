@@ -136,11 +136,20 @@ def _compiled(name: str):
     return jax.jit(fn[name], static_argnames=("depth",))
 
 
+def prepare_kernels(layer, ctx):
+    """``layer`` with the tables its Gram maps read built (the Gaussian-integral kernels of
+    the layers that have one, :meth:`.base.Layer.kernel_scale`); the attention's logit
+    tables serve its (q, p) maps only and are not built."""
+    if layer.children():
+        return layer.map_children(lambda child: prepare_kernels(child, ctx))
+    return layer.prepare(ctx) if layer.kernel_scale() is not None else layer
+
+
 def _prepared(block, c0, causal: bool):
     c0 = jnp.asarray(c0, jnp.result_type(float))
     n = c0.shape[-1]
     ctx = Context(jnp.asarray(n, c0.dtype), causal=bool(causal))
-    return block.prepare(Context(n)), ctx, c0
+    return prepare_kernels(block, Context(n)), ctx, c0
 
 
 @float64
