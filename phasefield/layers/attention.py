@@ -212,14 +212,14 @@ class Attention(Layer):
         scale, m = self.gram_logits(c)
         mask = gram.causal_mask(c.shape[-1], ctx.causal)
         fg = att_maps.full_gram
-        if self.map == "paper":
-            w = fg.paper_weights(scale, m, mask)
-            return (lambda x: jnp.einsum("ikjl,jl->ik", w, x)), (lambda g: jnp.einsum("ikml,ik->ml", w, g))
-        a = fg.mc_attention(scale, m, mask)
-        return (
-            (lambda x: jnp.mean(jnp.einsum("sij,jl,skl->sik", a, x, a), axis=0)),
-            (lambda g: jnp.mean(jnp.einsum("sim,ik,skl->sml", a, g, a), axis=0)),
-        )
+        if self.map == "exact":
+            a = fg.mc_attention(scale, m, mask)
+            return (
+                (lambda x: jnp.mean(jnp.einsum("sij,jl,skl->sik", a, x, a), axis=0)),
+                (lambda g: jnp.mean(jnp.einsum("sim,ik,skl->sml", a, g, a), axis=0)),
+            )
+        w = fg.paper_weights(scale, m, mask)
+        return (lambda x: jnp.einsum("ikjl,jl->ik", w, x)), (lambda g: jnp.einsum("ikml,ik->ml", w, g))
 
     def gram_forward(self, c, ctx):
         fwd, _ = self._pair_means(c, ctx)
