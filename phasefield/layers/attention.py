@@ -29,6 +29,18 @@ scale that grid resolves (:func:`phasefield.theory.attention.exact.reach`); a sw
 (attached only from q0 = 1) give NaN there. ``any_norm``: the attention reads tokens whose
 norm is not 1 (behind DyT): no tables of sigma_A at all, every map integrated at
 ``sigma_A q`` (a sweep attaches none, :meth:`Attention.logit_tables`).
+
+Full Gram (:mod:`.gram`), any token norms, with or without a causal mask (``ctx.causal``):
+the logits have covariance ``E[M_ij M_kl] = sigma_A^2 C_ik C_jl`` (the Gram itself, not its
+cosines: the (q, p) map's ``sigma_A q``), the values carry ``sigma_V^2 C``, so::
+
+    forward    C' = sigma_O^2 sigma_V^2 E[A C A^T]
+    backward   G  = sigma_O^2 (sigma_V^2 E[A^T G A] + softmax path)
+
+with ``E[A_ij A_kl]`` of :mod:`phasefield.theory.attention.full_gram` (``map="paper"``:
+Assumption 3.2 over the allowed keys; ``"exact"``: its fixed Monte-Carlo logit fields) and,
+with ``softmax_correction``, :func:`phasefield.theory.attention.softmax.gram_softmax_term` at
+the Gram ``C``. The multi-head map is the single-head one, as for (q, p).
 """
 
 from __future__ import annotations
@@ -42,6 +54,7 @@ from flax import struct
 
 from ..theory import attention as att_maps
 from ..theory.attention import exact_table
+from . import gram
 from .base import Layer
 from .state import Grad, Kernel, as_float
 from .weights import check_weights, linear
@@ -184,6 +197,46 @@ class Attention(Layer):
     # ---- network ------------------------------------------------------------------------
     def module(self, weights="dense", causal=False, name=None):
         return AttentionModule(self, causal=causal, weights=weights, name=name)
+
+    # ---- full Gram (:mod:`.gram`) ------------------------------------------------------
+    def gram_logits(self, c):
+        """``(scale, m)``: the logits' covariance on input Gram ``c`` is ``scale^2 m_ik m_jl``:
+        (:meth:`logit_scale`, ``c``) here; a variant that normalizes queries and keys
+        overrides it."""
+        return self.logit_scale(), c
+
+    def _pair_means(self, c, ctx):
+        """``(X -> E[A X A^T], G -> E[A^T G A])`` (``(E[A^T G A])_mm' = sum_ik E[A_im A_km'] G_ik``)
+        over the attention matrices of input Gram ``c``, in the layer's map, masked by
+        ``ctx.causal``: the sums of :mod:`phasefield.theory.attention.full_gram`."""
+        scale, m = self.gram_logits(c)
+        mask = gram.causal_mask(c.shape[-1], ctx.causal)
+        fg = att_maps.full_gram
+        if self.map == "exact":
+            a = fg.mc_attention(scale, m, mask)
+            return (
+                (lambda x: jnp.mean(jnp.einsum("sij,jl,skl->sik", a, x, a), axis=0)),
+                (lambda g: jnp.mean(jnp.einsum("sim,ik,skl->sml", a, g, a), axis=0)),
+            )
+        w = fg.paper_weights(scale, m, mask)
+        return (lambda x: jnp.einsum("ikjl,jl->ik", w, x)), (lambda g: jnp.einsum("ikml,ik->ml", w, g))
+
+    def gram_forward(self, c, ctx):
+        fwd, _ = self._pair_means(c, ctx)
+        return self._out_scale() * (jnp.square(as_float(self.sigma_v)) * fwd(c))
+
+    def gram_backward(self, c, g, ctx):
+        _, bwd = self._pair_means(c, ctx)
+        ga = jnp.square(as_float(self.sigma_v)) * bwd(g)
+        if self.softmax_correction:
+            ga = ga + self.gram_softmax_path(c, g, gram.causal_mask(c.shape[-1], ctx.causal))
+        return self._out_scale() * ga
+
+    def gram_softmax_path(self, c, g, mask):
+        """The softmax-derivative path's gradient Gram at input Gram ``c`` (queries, keys and
+        values all read ``c``)."""
+        scale, m = self.gram_logits(c)
+        return att_maps.softmax.gram_softmax_term(scale, as_float(self.sigma_v), m, g, mask)
 
 
 class AttentionModule(nn.Module):

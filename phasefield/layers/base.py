@@ -17,6 +17,15 @@ Every layer is a ``flax.struct`` dataclass: its sweepable numbers are pytree lea
 ``prepare(ctx) -> layer``            the same layer with its tables built outside any trace
                                      (MLP Chebyshev tables, exact-attention grids); a no-op
                                      for layers without tables
+``gram_forward(c, ctx) -> C'``       the full-Gram map (docs/theory.md §8): the n x n Gram
+                                     ``c`` of its input tokens -> of its output (:mod:`.gram`)
+``gram_backward(c, g, ctx) -> G``    the gradient Gram ``g`` [n, n] at its output -> at its
+                                     input, for input Gram ``c``
+
+The Gram maps read ``n`` from the shape of ``c`` and the mask from ``ctx.causal`` (static:
+attention to the keys j <= i); with ``c = (q - p) I + p 11^T`` and no mask they are the
+(q, p) maps. A map that holds only where two tokens' norms are equal (an MLP's tables, DyT's
+rules) gives NaN for a pair (i, k) with ``C_ii != C_kk``, never another pair's answer.
 
 and what a block sweep (:mod:`.sweep`) asks of it, whose defaults answer for a leaf
 without tables (``prepare_for`` builds the kernel of a layer that has one):
@@ -77,6 +86,12 @@ class Layer:
         unnamed.)"""
         name = getattr(self, "name", None)
         return self.module(weights, causal, **({} if name is None else {"name": name}))(x)
+
+    def gram_forward(self, c, ctx: Context):
+        raise NotImplementedError(f"{type(self).__name__} has no Gram maps (gram_forward)")
+
+    def gram_backward(self, c, g, ctx: Context):
+        raise NotImplementedError(f"{type(self).__name__} has no Gram maps (gram_backward)")
 
     def states(self, k: Kernel, ctx: Context):
         """The input state of every leaf layer and the output: ``(inputs, out)`` (a flat
@@ -163,6 +178,20 @@ class Serial(Layer):
             k = layer.forward(k, ctx)
         for layer, k_in in zip(reversed(self.layers), reversed(inputs)):
             g = layer.backward(k_in, g, ctx)
+        return g
+
+    def gram_forward(self, c, ctx):
+        for layer in self.layers:
+            c = layer.gram_forward(c, ctx)
+        return c
+
+    def gram_backward(self, c, g, ctx):
+        inputs = []
+        for layer in self.layers:
+            inputs.append(c)
+            c = layer.gram_forward(c, ctx)
+        for layer, c_in in zip(reversed(self.layers), reversed(inputs)):
+            g = layer.gram_backward(c_in, g, ctx)
         return g
 
     def call(self, x, weights, causal):

@@ -43,6 +43,7 @@ from flax import struct
 
 from ..theory import quadrature, smoothed
 from ..theory.mlp import arccos_j1
+from . import gram
 from .base import Layer
 from .mlp import MLP, MLPModule
 from .state import Grad, Kernel, as_float
@@ -231,6 +232,12 @@ class DyT(Layer):
         _, j1, _, jr = self._pairs(k)
         return Grad.from_diag_off(c * j1 * g.diag, c * jr * g.b)
 
+    def gram_forward(self, c, ctx):
+        return gram.tokenwise_forward(self, c, ctx)
+
+    def gram_backward(self, c, g, ctx):
+        return gram.tokenwise_backward(self, c, g, ctx)
+
     def module(self, weights="dense", causal=False, name=None):
         return DyTModule(self, weights=weights, name=name)
 
@@ -304,6 +311,12 @@ class AnyNormMLP(Layer):
         c = self._out2() * jnp.square(as_float(self.sigma_w))
         _, d1, _, dr = self._pairs(k)
         return Grad.from_diag_off(c * d1 * g.diag, c * dr * g.b)
+
+    def gram_forward(self, c, ctx):
+        return gram.tokenwise_forward(self, c, ctx)
+
+    def gram_backward(self, c, g, ctx):
+        return gram.tokenwise_backward(self, c, g, ctx)
 
     def as_mlp(self) -> MLP:
         """The same network as an :class:`.mlp.MLP` (whose module this layer's is)."""

@@ -14,6 +14,9 @@ The backward factor is the derivative of the forward kernel's ``rho p_M(rho)`` i
 gate path gives ``sigma_g^2 K' sigma_v^2 rho``, the value path ``sigma_v^2 K``; their cross
 term vanishes): Price's theorem for the product kernel. ``sigma_out`` is the output layer's
 fan-in scale (std ``sigma_out / sqrt(mult d)``).
+
+Full Gram (:mod:`.gram`): the same maps on every pair (i, k) of a normalized input
+(``rho = C_ik``), NaN for a token whose norm is not 1 (as :class:`.mlp.MLP`).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from flax import struct
 
 from .. import activations
 from ..theory import mlp as mlp_maps
+from . import gram
 from .base import Layer
 from .state import Grad, Kernel, as_float
 from .weights import check_weights, linear
@@ -74,6 +78,12 @@ class GLU(Layer):
         c_d = c * (kern.d_one + kern.q_m)
         c_o = c * (rho * d_rho + mlp_maps.p_m(kern, rho))
         return Grad.from_diag_off(c_d * g.diag, c_o * g.b)
+
+    def gram_forward(self, c, ctx):
+        return gram.tokenwise_forward(self, c, ctx)
+
+    def gram_backward(self, c, g, ctx):
+        return gram.tokenwise_backward(self, c, g, ctx)
 
     def module(self, weights="dense", causal=False, name=None):
         return GLUModule(self, weights=weights, name=name)

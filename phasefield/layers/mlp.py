@@ -11,6 +11,10 @@ The Gaussian-integral tables (:class:`phasefield.theory.mlp.MLPKernel`) are buil
 outside any trace, sized from the concrete sigma_w) and are *checked*, never trusted: where
 the layer's sigma_w is not the kernel's, or the input norm is not 1 (no norm before the
 MLP), every output is NaN rather than the answer for another sigma_w.
+
+Full Gram (:mod:`.gram`): the same maps on every pair (i, k) of a normalized input
+(``C_ii = 1``): ``C'_ii = q_M``, ``C'_ik = p_M(C_ik)``, backward ``G_ik -> D(C_ik) G_ik``
+(``D(1)`` on the diagonal); NaN for a token whose norm is not 1.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from flax import struct
 
 from .. import activations
 from ..theory import mlp as mlp_maps
+from . import gram
 from .base import Layer
 from .state import Grad, Kernel, as_float
 from .weights import check_weights, linear
@@ -78,6 +83,12 @@ class MLP(Layer):
         # at rho = 1 the 1-D value (the table's end node; needs no table)
         d_rho = jnp.where(rho >= 1.0, kern.d_one, mlp_maps.d_m(kern, jnp.minimum(rho, 1.0)))
         return Grad.from_diag_off(self._checked(k, kern.d_one * g.diag), self._checked(k, d_rho * g.b))
+
+    def gram_forward(self, c, ctx):
+        return gram.tokenwise_forward(self, c, ctx)
+
+    def gram_backward(self, c, g, ctx):
+        return gram.tokenwise_backward(self, c, g, ctx)
 
     def module(self, weights="dense", causal=False, name=None):
         return MLPModule(self, weights=weights, name=name)

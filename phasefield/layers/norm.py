@@ -6,6 +6,10 @@ the zero-mean random features of a random network, so it changes q and p by O(1/
 (a finite-width term the simulator measures; it is not in the infinite-width map).
 Backward: ``LN'(x) = (sqrt(d) / |x|) (I - x x^T / |x|^2)`` removes one direction of d, so
 at infinite width the gradient Gram is divided by q: ``(a, b) -> (a, b) / q``.
+
+Full Gram (:mod:`.gram`), exact at any token norms: forward ``C -> R`` (the cosine matrix,
+``C_ik / sqrt(C_ii C_kk)``), backward ``G_ik -> G_ik / sqrt(C_ii C_kk)`` (each token divided by
+its own norm).
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import jax.numpy as jnp
 from flax import linen as nn
 from flax import struct
 
+from . import gram
 from .base import Layer
 from .state import Kernel
 from .weights import normalize
@@ -38,6 +43,13 @@ class Norm(Layer):
 
     def backward(self, k, g, ctx):
         return g.scale(1.0 / k.q)
+
+    def gram_forward(self, c, ctx):
+        return gram.cosines(c)
+
+    def gram_backward(self, c, g, ctx):
+        q = jnp.diagonal(c)
+        return g / jnp.sqrt(q[:, None] * q[None, :])
 
     def module(self, weights="dense", causal=False, name=None):
         return NormModule(self.kind, trainable=weights == "dense", name=name)

@@ -16,6 +16,13 @@ direction of d_head: the logit derivative is the unnormalized one times the same
 to O(1/d_head). So every map of :class:`Attention` applies with the logit scale ``g^2``
 in place of ``sigma_A q`` (:meth:`QKNormAttention.logit_std`), and the exact-softmax map
 (``map="exact"``, tables built for the logit scale) holds at every token norm.
+
+Full Gram (:mod:`.gram`): the logits read the cosines, ``E[M_ij M_kl] = g^4 R_ik R_jl`` at any
+token norms, the values the Gram ``C`` (:meth:`QKNormAttention.gram_logits`). The softmax
+path's queries and keys read ``R`` while its values read ``C``: with equal token norms
+``C = q R`` its value factor q cancels the normalization's 1/q and the path is
+:func:`phasefield.theory.attention.softmax.gram_softmax_term` at ``R``; with unequal norms it
+is NaN (a mixed term that module does not compute).
 """
 
 from __future__ import annotations
@@ -25,6 +32,8 @@ from typing import Any
 import jax.numpy as jnp
 from flax import struct
 
+from ..theory import attention as att_maps
+from . import gram
 from .attention import Attention, AttentionModule
 from .state import as_float
 
@@ -48,6 +57,14 @@ class QKNormAttention(Attention):
         """The exact map's tables are built for the logit scale g^2, which no token norm
         changes: valid at every q (plain attention's are valid at q = 1 only)."""
         return fn(self.att)
+
+    def gram_logits(self, c):
+        return self.logit_scale(), gram.cosines(c)
+
+    def gram_softmax_path(self, c, g, mask):
+        scale, r = self.gram_logits(c)
+        term = att_maps.softmax.gram_softmax_term(scale, as_float(self.sigma_v), r, g, mask)
+        return jnp.where(jnp.all(gram.equal_norms(c)), term, jnp.nan)
 
     def module(self, weights="dense", causal=False, name=None):
         return QKNormModule(self, causal=causal, weights=weights, name=name)

@@ -5,7 +5,9 @@ GPT-2, BERT, most trained transformers), ``"explicit"`` (beta a number of its ow
 DeepScaleLM's). A 1/sqrt(L) or 1/L^gamma branch scale is just the number ``alpha``.
 
 The branch carries fresh weights, so residual and branch are uncorrelated: forward
-``(q, p) -> beta^2 (q, p) + alpha^2 f(q, p)``, backward ``G -> beta^2 G + alpha^2 f'(G)``.
+``(q, p) -> beta^2 (q, p) + alpha^2 f(q, p)``, backward ``G -> beta^2 G + alpha^2 f'(G)``;
+the same on the full Gram (:mod:`.gram`): ``C -> beta^2 C + alpha^2 f(C)``, ``G -> beta^2 G +
+alpha^2 f'(C; G)``.
 """
 
 from __future__ import annotations
@@ -64,6 +66,14 @@ class Residual(Layer):
         b2, a2 = self.weights()
         f = self.branch.backward(k, g, ctx)
         return g.scale(b2) + f.scale(a2)
+
+    def gram_forward(self, c, ctx):
+        b2, a2 = self.weights()
+        return b2 * c + a2 * self.branch.gram_forward(c, ctx)
+
+    def gram_backward(self, c, g, ctx):
+        b2, a2 = self.weights()
+        return b2 * g + a2 * self.branch.gram_backward(c, g, ctx)
 
     def call(self, x, weights, causal):
         a = jnp.asarray(self.alpha, x.dtype)

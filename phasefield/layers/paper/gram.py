@@ -1,6 +1,10 @@
 """Full-Gram mean field (docs/theory.md §8): propagate the whole n x n token Gram ``C`` forward
 and the gradient Gram ``G`` backward, with an optional causal mask and any initial Gram.
 
+The maps are the paper preset's layers' own Gram maps (``gram_forward``, ``gram_backward``)
+stacked by :mod:`phasefield.layers.gram`, the engine of every block; this module gives them
+the paper's numbers (an :class:`.numbers.HParams`) and adds the figures' helpers.
+
 Forward, one block (``R`` = cosine matrix of ``C``, ``q_i = C_ii``)::
 
     C^A_ik = sigma_V^2 sum_jl E[A_ij A_kl] R_jl          attention on normalized tokens
@@ -27,9 +31,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ...theory import attention, mlp
+from ...theory import mlp
 from ...theory.precision import float64
+from .. import gram as layer_gram
+from ..base import Serial
+from ..state import Context
 from . import fixed_points
+from .block import _sublayers
 
 
 def _kern(hp, kern):
@@ -46,28 +54,9 @@ def _at_collapse(hp):
 
 # ---- Gram helpers ----------------------------------------------------------------------
 
-
-@float64
-def cosines(c):
-    """Cosine matrix of a Gram matrix (unit diagonal; not clipped, so derivatives at the
-    collapsed point R = 11^T are those of the smooth formula — the MLP tables clip)."""
-    d = jnp.sqrt(jnp.diagonal(c, axis1=-2, axis2=-1))
-    r = c / (d[..., :, None] * d[..., None, :])
-    eye = jnp.eye(c.shape[-1], dtype=bool)
-    return jnp.where(eye, 1.0, r)
-
-
-def causal_mask(n: int, causal: bool) -> np.ndarray:
-    """Allowed (query, key) pairs: lower triangle with the diagonal, or everything."""
-    return np.tril(np.ones((n, n), bool)) if causal else np.ones((n, n), bool)
-
-
-@float64
-def symmetric_gram(n: int, q, p):
-    """C = (q - p) I + p 11^T."""
-    dt = jnp.result_type(float)
-    q, p = jnp.asarray(q, dt), jnp.asarray(p, dt)
-    return (q - p) * jnp.eye(n, dtype=dt) + p * jnp.ones((n, n), dt)
+cosines = float64(layer_gram.cosines)
+causal_mask = layer_gram.causal_mask
+symmetric_gram = float64(layer_gram.symmetric_gram)
 
 
 @float64
@@ -82,28 +71,42 @@ def two_group_gram(n: int, q, rho_intra, rho_inter):
     return jnp.asarray(q, dt) * r
 
 
-# ---- block maps ---------------------------------------------------------------------------
+# ---- block maps: the paper preset's layers on the full Gram (phasefield.layers.gram) --------
+
+
+def _block(hp, kern=None):
+    """The paper preset's block with the MLP kernel ``kern`` attached (its two residual
+    sublayers, as :mod:`.block`)."""
+    return Serial(_sublayers(hp, kern))
+
+
+def _ctx(hp, causal: bool):
+    return Context(hp.n_tokens, causal=bool(causal))
+
+
+def _causal(mask) -> bool:
+    """Whether ``mask`` (one of :func:`causal_mask`'s) is the causal one."""
+    mask = np.asarray(mask, bool)
+    if mask.all():
+        return False
+    if np.array_equal(mask, causal_mask(mask.shape[-1], True)):
+        return True
+    raise ValueError("the Gram maps take the causal mask or none")
 
 
 def attention_step(hp, c, mask):
     """C^z: the Gram between the two branches."""
-    ca = attention.gram_forward(hp.sigma_a, hp.sigma_v, cosines(c), mask, hp.attention)
-    return jnp.square(hp.beta_a) * c + jnp.square(hp.alpha_a) * ca
+    return _sublayers(hp)[0].gram_forward(c, _ctx(hp, _causal(mask)))
 
 
 def mlp_step(hp, cz, kern):
-    rz = cosines(cz)
-    eye = jnp.eye(cz.shape[-1], dtype=bool)
-    pm = jnp.where(eye, kern.q_m, mlp.p_m(kern, jnp.where(eye, 0.0, rz)))
-    return jnp.square(hp.beta_m) * cz + jnp.square(hp.alpha_m) * pm
+    return _sublayers(hp, kern)[1].gram_forward(cz, _ctx(hp, False))
 
 
 @float64
 def block_map(hp, c, causal: bool = False, kern=None):
     """One block of the Gram map: C -> C'."""
-    kern = _kern(hp, kern)
-    mask = causal_mask(c.shape[-1], causal)
-    return mlp_step(hp, attention_step(hp, c, mask), kern)
+    return _block(hp, _kern(hp, kern)).gram_forward(c, _ctx(hp, causal))
 
 
 @float64
@@ -111,33 +114,20 @@ def trajectory_from_gram(
     hp, c0, num_layers: int | None = None, causal: bool = False, kern=None, return_z: bool = False
 ):
     """Grams [L + 1, n, n] (index 0 = input); with ``return_z`` also C^z [L, n, n]."""
-    kern = _kern(hp, kern)
     num_layers = int(hp.depth) if num_layers is None else int(num_layers)
-    c0 = jnp.asarray(c0, jnp.result_type(float))
-    mask = causal_mask(c0.shape[-1], causal)
-
-    def step(c, _):
-        cz = attention_step(hp, c, mask)
-        c1 = mlp_step(hp, cz, kern)
-        return c1, (c1, cz)
-
-    _, (cs, czs) = jax.lax.scan(step, c0, None, length=num_layers)
-    cs = jnp.concatenate([c0[None], cs])
-    return (cs, czs) if return_z else cs
+    block, ctx = _block(hp, _kern(hp, kern)), _ctx(hp, causal)
+    cs = layer_gram.forward_grams(block, ctx, c0, num_layers)
+    if not return_z:
+        return cs
+    czs = jax.lax.map(lambda c: block.layers[0].gram_forward(c, ctx), cs[:-1])
+    return cs, czs
 
 
 def backward_block(hp, kern, c, cz, g, mask):
     """Gradient Gram G at a block's output -> at its input (forward states C, C^z)."""
-    qz = jnp.diagonal(cz)
-    rz = cosines(cz)
-    eye = jnp.eye(c.shape[-1], dtype=bool)
-    dm = jnp.where(eye, kern.d_one, mlp.d_m(kern, jnp.where(eye, 0.0, rz)))
-    cm = jnp.square(hp.beta_m) + jnp.square(hp.alpha_m) * dm / jnp.sqrt(qz[:, None] * qz[None, :])
-    g = cm * g
-    q = jnp.diagonal(c)
-    r = cosines(c)
-    ga = attention.gram_backward(hp.sigma_a, hp.sigma_v, r, g, mask, hp.attention, hp.softmax_correction)
-    return jnp.square(hp.beta_a) * g + jnp.square(hp.alpha_a) * ga / jnp.sqrt(q[:, None] * q[None, :])
+    attn, mlp = _sublayers(hp, kern)
+    ctx = _ctx(hp, _causal(mask))
+    return attn.gram_backward(c, mlp.gram_backward(cz, g, ctx), ctx)
 
 
 @float64
@@ -145,22 +135,9 @@ def gradient_exponent_from_gram(
     hp, c0, num_layers: int | None = None, causal: bool = False, kern=None, return_grams: bool = False
 ):
     """lambda_g(L) = (1/L) log(tr G_0 / n) with G_L = I, from input Gram c0 (docs/theory.md §7)."""
-    kern = _kern(hp, kern)
     num_layers = int(hp.depth) if num_layers is None else int(num_layers)
-    cs, czs = trajectory_from_gram(hp, c0, num_layers, causal, kern, return_z=True)
-    n = cs.shape[-1]
-    mask = causal_mask(n, causal)
-
-    def step(carry, x):
-        g, log_scale = carry
-        c, cz = x
-        g = backward_block(hp, kern, c, cz, g, mask)
-        s = jnp.trace(g) / n
-        return (g / s, log_scale + jnp.log(s)), g / s
-
-    g0 = jnp.eye(n, dtype=cs.dtype)
-    (g, log_total), gs = jax.lax.scan(step, (g0, jnp.zeros((), cs.dtype)), (cs[:-1], czs), reverse=True)
-    lam = log_total / num_layers
+    block, ctx = _block(hp, _kern(hp, kern)), _ctx(hp, causal)
+    lam, gs = layer_gram.backward_grams(block, ctx, layer_gram.forward_grams(block, ctx, c0, num_layers))
     return (lam, gs) if return_grams else lam
 
 

@@ -1,0 +1,243 @@
+"""The Gram maps of the layers (phasefield.layers.gram): every preset's Gram route reduces to
+its (q, p) route on a permutation-symmetric input, the paper preset's reproduces the paper
+engine's full-Gram formulas (causal or not), layers refuse the norms their maps do not
+cover, and a causal standard block matches its finite-width network per position."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from phasefield import HParams, layers
+from phasefield.layers import gram, registry, spec
+from phasefield.layers.paper import gram as paper_gram
+from phasefield.layers.state import Context, Grad, Kernel
+from phasefield.theory import attention, mlp
+
+pytestmark = pytest.mark.usefixtures("float64")
+N = 6
+EYE = np.eye(N, dtype=bool)
+
+# two points of every registered preset, in the maps both routes compute alike (paper-mode
+# attention, values path: the exact map and the softmax path average Monte-Carlo samples on
+# the Gram route)
+_PLAIN = dict(attention="paper", softmax_correction=False)
+POINTS = {
+    "paper": [
+        dict(sigma_w=1.6, sigma_a=1.3, alpha_a=0.5, alpha_m=0.7),
+        dict(sigma_w=0.8, sigma_a=2.2, alpha_a=0.9, alpha_m=0.3, activation="relu", mlp_layers=2),
+    ],
+    "pre-ln": [dict(sigma=0.9, alpha=0.6, heads=2, **_PLAIN), dict(sigma=1.4, alpha=0.3, qk_norm=True, **_PLAIN)],
+    "post-ln": [dict(sigma=0.7, alpha=0.8, **_PLAIN), dict(sigma=1.2, alpha_attn=0.4, alpha_mlp=1.1, **_PLAIN)],
+    "rms-swiglu": [dict(sigma=0.9, alpha=0.5, **_PLAIN), dict(sigma=1.3, alpha=0.2, qk_norm=True, **_PLAIN)],
+    "deepscalelm": [dict(depth=4, k=2.0, **_PLAIN), dict(depth=8, k=5.0, sigma_a=1.7, **_PLAIN)],
+    "dyt": [dict(sigma=0.9, alpha=0.6, a=0.7, **_PLAIN), dict(sigma=1.3, alpha=0.3, a=1.5, qk_norm=True, **_PLAIN)],
+}
+STATES = [(1.0, 0.3), (0.7, 0.85)]
+
+
+def test_every_registered_preset_has_points():
+    assert set(POINTS) == set(registry.names())
+
+
+def _leaves(layer, k, ctx):
+    """(leaf layer, its input (q, p)) through the block."""
+    kids = layer.children()
+    if not kids:
+        yield layer, k
+        return
+    if isinstance(layer, layers.Serial):
+        for child in kids:
+            yield from _leaves(child, k, ctx)
+            k = child.forward(k, ctx)
+    else:  # a residual: its branch reads its input
+        yield from _leaves(kids[0], k, ctx)
+
+
+def _sym(k):
+    return gram.symmetric_gram(N, k.q, k.p)
+
+
+def _as_qp(c):
+    c = np.asarray(c)
+    return np.diagonal(c), c[~EYE]
+
+
+def _gap(c, q, p):
+    d, off = _as_qp(c)
+    return max(np.max(np.abs(d - np.asarray(q))), np.max(np.abs(off - np.asarray(p))))
+
+
+def _layer_gaps(layer, k, ctx):
+    """max |Gram - (q, p)| of a layer's forward and backward maps at input ``k``."""
+    g = Grad(jnp.asarray(0.8), jnp.asarray(-0.05))
+    f, cf = layer.forward(k, ctx), layer.gram_forward(_sym(k), ctx)
+    b = layer.backward(k, g, ctx)
+    cb = layer.gram_backward(_sym(k), g.a * jnp.eye(N) + g.b, ctx)
+    return _gap(cf, f.q, f.p), _gap(cb, b.diag, b.b)
+
+
+@pytest.mark.parametrize("name", list(POINTS))
+def test_gram_route_is_the_qp_route_on_a_symmetric_input(name):
+    worst = 0.0
+    for kw in POINTS[name]:
+        block, ctx = layers.prepare(spec.build(name, kw), N)
+        for q0, rho0 in STATES:
+            k = Kernel(jnp.asarray(q0), jnp.asarray(rho0 * q0))
+            leaves = list(_leaves(block, k, ctx)) + [(block, k)]
+            for layer, k_in in leaves:  # every leaf at its own input, and the whole block
+                gaps = _layer_gaps(layer, k_in, ctx)
+                assert np.all(np.isfinite(gaps)) and max(gaps) < 1e-10, (type(layer).__name__, gaps)
+                worst = max(worst, *gaps)
+            # a few blocks: the trajectory and lambda_g(L) from the input
+            qs, ps = layers.trajectory(block, q0, rho0, n_tokens=N, depth=3)
+            cs = gram.grams(block, gram.symmetric_gram(N, q0, rho0 * q0), depth=3)
+            d, off = np.diagonal(cs, axis1=1, axis2=2), np.asarray(cs)[:, ~EYE]
+            gap = max(np.max(np.abs(d - np.asarray(qs)[:, None])), np.max(np.abs(off - np.asarray(ps)[:, None])))
+            lg = float(layers.gradient_exponent(block, q0, rho0, n_tokens=N, depth=3))
+            lg_gram = float(gram.gram_gradient(block, gram.symmetric_gram(N, q0, rho0 * q0), depth=3)[0])
+            assert np.isfinite(lg_gram) and gap < 1e-10 and abs(lg - lg_gram) < 1e-10, (gap, lg, lg_gram)
+            worst = max(worst, gap, abs(lg - lg_gram))
+    print(f"{name}: max |Gram - (q, p)| = {worst:.1e}")
+
+
+# ---- the paper preset against the paper engine's full-Gram formulas ---------------------------
+
+
+def _reference_block(hp, kern, c, mask):
+    """One paper block on the full Gram written out (docs/theory.md §8): (C^z, C')."""
+    ca = attention.gram_forward(hp.sigma_a, hp.sigma_v, paper_gram.cosines(c), mask, hp.attention)
+    cz = jnp.square(hp.beta_a) * c + jnp.square(hp.alpha_a) * ca
+    rz = paper_gram.cosines(cz)
+    pm = jnp.where(EYE, kern.q_m, mlp.p_m(kern, jnp.where(EYE, 0.0, rz)))
+    return cz, jnp.square(hp.beta_m) * cz + jnp.square(hp.alpha_m) * pm
+
+
+def _reference_backward(hp, kern, c, cz, g, mask):
+    qz, q = jnp.diagonal(cz), jnp.diagonal(c)
+    dm = jnp.where(EYE, kern.d_one, mlp.d_m(kern, jnp.where(EYE, 0.0, paper_gram.cosines(cz))))
+    g = (jnp.square(hp.beta_m) + jnp.square(hp.alpha_m) * dm / jnp.sqrt(qz[:, None] * qz[None, :])) * g
+    r = paper_gram.cosines(c)
+    ga = attention.gram_backward(hp.sigma_a, hp.sigma_v, r, g, mask, hp.attention, hp.softmax_correction)
+    return jnp.square(hp.beta_a) * g + jnp.square(hp.alpha_a) * ga / jnp.sqrt(q[:, None] * q[None, :])
+
+
+@pytest.mark.parametrize("mode", ["paper", "exact"])
+def test_paper_preset_on_the_common_route_is_the_paper_gram_map(mode):
+    hp = HParams(sigma_w=1.7, sigma_a=1.4, alpha_a=0.6, alpha_m=0.7, n_tokens=N, depth=3, attention=mode)
+    hp = hp.replace(softmax_correction=mode == "exact")
+    kern = mlp.kernel(hp)
+    block = spec.build("paper", {k: getattr(hp, k) for k in ("sigma_w", "sigma_a", "alpha_a", "alpha_m", "attention")})
+    block = block.replace(layers=tuple(paper_gram._sublayers(hp, kern)))  # the same kernel
+    c0 = paper_gram.two_group_gram(N, 1.3, 0.7, 0.1)
+    worst, acausal = 0.0, None
+    for causal in (False, True):
+        mask = paper_gram.causal_mask(N, causal)
+        ctx = Context(float(N), causal=causal)
+        c, cs, czs = c0, [c0], []
+        for _ in range(3):
+            cz, c = _reference_block(hp, kern, c, mask)
+            cs.append(c)
+            czs.append(cz)
+        got = gram.grams(block, c0, depth=3, causal=causal)
+        got_paper = paper_gram.trajectory_from_gram(hp, c0, 3, causal, kern)
+        g = jnp.eye(N)
+        for layer in reversed(range(3)):
+            want = _reference_backward(hp, kern, cs[layer], czs[layer], g, mask)
+            have = block.gram_backward(cs[layer], g, ctx)
+            worst = max(worst, float(jnp.max(jnp.abs(want - have))))
+            g = want / (jnp.trace(want) / N)
+        worst = max(worst, float(jnp.max(jnp.abs(got - jnp.stack(cs)))), float(jnp.max(jnp.abs(got_paper - got))))
+        # causal: the first token attends to itself alone, so it differs from the acausal map
+        if causal:
+            assert abs(float(got[1, 0, 0]) - float(acausal[1, 0, 0])) > 1e-3
+        acausal = got
+    assert np.isfinite(worst) and worst < 1e-10, worst
+    print(f"paper preset ({mode}): max |common route - paper Gram formulas| = {worst:.1e}")
+
+
+# ---- norms the maps do not cover ------------------------------------------------------------
+
+
+def test_unequal_norms():
+    """A normalization is exact at any norms; an MLP's tables need unit norms, DyT's rules
+    equal ones: NaN for the pairs they do not cover, never another pair's answer."""
+    ctx = Context(float(N))
+    r = paper_gram.two_group_gram(N, 1.0, 0.6, 0.2)
+    scale = jnp.sqrt(jnp.linspace(0.5, 1.5, N))
+    c = scale[:, None] * r * scale[None, :]
+    norm = layers.Norm("layernorm")
+    np.testing.assert_allclose(norm.gram_forward(c, ctx), r, rtol=0, atol=1e-15)
+    g = 0.3 + jnp.eye(N)
+    np.testing.assert_allclose(norm.gram_backward(c, g, ctx), g / (scale[:, None] * scale[None, :]), atol=1e-15)
+    block, _ = layers.prepare(layers.MLP(sigma_w=1.2, activation="tanh"), N)
+    out = np.asarray(block.gram_forward(c, ctx))
+    assert np.all(np.isnan(out))  # no token at norm 1
+    assert np.all(np.isfinite(np.asarray(block.gram_forward(r, ctx))))
+    dyt = layers.DyT(a=0.8)
+    out = np.asarray(dyt.gram_forward(c, ctx))
+    assert np.all(np.isnan(out[~EYE])) and np.all(np.isfinite(np.diag(out)))
+    # equal norms not 1: DyT answers with its (q, p) map at that norm
+    k = Kernel(jnp.asarray(0.6), jnp.asarray(0.6 * 0.3))
+    assert _gap(dyt.gram_forward(_sym(k), ctx), *(lambda f: (f.q, f.p))(dyt.forward(k, ctx))) < 1e-12
+
+
+# ---- structure-keyed programs -------------------------------------------------------------
+
+
+class _Compiles:
+    def __init__(self):
+        self.count = 0
+        jax.monitoring.register_event_duration_secs_listener(self)
+
+    def __call__(self, event, duration, **kw):
+        if event == "/jax/core/compile/backend_compile_duration":
+            self.count += 1
+
+
+_COUNTER = _Compiles()
+
+
+def test_a_new_number_compiles_nothing():
+    c0 = gram.symmetric_gram(N, 1.0, 0.4)
+    first = gram.gram_gradient(spec.build("pre-ln", dict(sigma=0.8, alpha=0.5, **_PLAIN)), c0, depth=2, causal=True)
+    before = _COUNTER.count
+    lam, gs = gram.gram_gradient(spec.build("pre-ln", dict(sigma=1.1, alpha=0.3, **_PLAIN)), c0, depth=2, causal=True)
+    assert _COUNTER.count == before
+    assert np.isfinite(float(lam)) and float(lam) != float(first[0])
+
+
+# ---- a causal standard block against its finite-width network ----------------------------------
+
+
+def test_causal_pre_ln_against_network_per_position():
+    """Per-position squared norms and cosines after 2 causal pre-LN blocks (exact-softmax
+    map): within 4 standard errors over 48 draws plus an O(1/d) allowance at d = 256; the
+    acausal Gram map, the wrong one, lies far outside."""
+    from phasefield.simulate import measure
+
+    n, depth, draws, width = 5, 2, 48, 256
+    kw = dict(sigma=1.2, alpha=0.9, heads=2, attention="exact", softmax_correction=False)
+    block = spec.build("pre-ln", kw)
+    c0 = gram.symmetric_gram(n, 1.0, 0.3)
+    th = {c: np.asarray(gram.grams(block, c0, depth=depth, causal=c))[-1] for c in (True, False)}
+    sim = measure.token_geometry(
+        block, 1.0, 0.3, n_tokens=n, width=width, draws=draws, depth=depth, causal=True, seed=1
+    )
+    norms = sim["norms"].reshape(depth + 1, draws, n)[-1]
+    iu = np.triu_indices(n, 1)
+    cos = sim["cosines"].reshape(depth + 1, draws, -1)[-1]
+    sim_vals = np.concatenate([norms, cos], axis=1)
+    mean, se = sim_vals.mean(0), sim_vals.std(0, ddof=1) / np.sqrt(draws)
+
+    def theory(c):
+        return np.concatenate([np.diag(c), gram.cosines(c)[iu]])
+
+    z = (mean - theory(th[True])) / se
+    print("causal pre-ln, per position (norms, cosines) z:", np.round(z, 2))
+    allowance = 2.0 / width * np.abs(theory(th[True]))
+    assert np.all(np.abs(mean - theory(th[True])) < 4 * se + allowance)
+    z_wrong = (mean - theory(th[False])) / se
+    assert np.max(np.abs(z_wrong)) > 8
