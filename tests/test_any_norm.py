@@ -121,3 +121,32 @@ def test_sweep_off_unit_norm_equals_the_points(name, fixed, axes, q0):
             for key in ("lambda_g_input", "lambda_g_collapse", "angle_rate", "rho_L", "q_L"):
                 ref = float(fd[key])
                 assert np.isfinite(ref) and float(got[key]) == pytest.approx(ref, rel=1e-9, abs=1e-12), (a, b, key)
+
+
+def test_an_any_norm_point_reads_the_scale_table_as_it_would_integrate(monkeypatch):
+    """DyT's attention (tokens of norm q < 1) reads the softmax path's values at sigma_A q from
+    the interpolants in the scale (:mod:`phasefield.theory.attention.scale_table`): the
+    table at random scales against the integrated values (1e-12), and a DyT point's rates
+    against the same point with no table (it integrates at every layer)."""
+    from phasefield.theory.attention import scale_table
+
+    n = 16.0
+    table = scale_table.for_point(1.44, n)
+    assert table is not None and table.interp and table.interp_t
+    n_a, n_z = exact.sizes(sigma_max=exact_table.POINT_CAP, n_max=n)
+    rng = np.random.default_rng(3)
+    for sa in [*rng.uniform(0.05, 1.44, 3), 1.0]:
+        assert bool(table.holds(sa))
+        s, t = (np.asarray(v) for v in table.at(sa))
+        s_ref, t_ref = exact_table._st_values(float(sa), n, n_a, n_z, exact_table.MESH_FULL, adaptive=False)
+        np.testing.assert_allclose(s, s_ref, rtol=0, atol=1e-12)
+        np.testing.assert_allclose(t, t_ref, rtol=0, atol=1e-12)
+    assert not bool(table.holds(2.5))  # beyond the ranges built for sigma_A = 1.44
+
+    block = spec.build("dyt", dict(sigma=1.2, alpha=0.6, a=0.8, heads=4))
+    got = layers.rates(block, n_tokens=16, depth=3)
+    monkeypatch.setattr(scale_table, "for_point", lambda *a: None)
+    ref = layers.rates(block, n_tokens=16, depth=3)
+    for key in ("lambda_g_input", "lambda_g_collapse", "angle_rate", "q_L", "rho_L"):
+        assert np.isfinite(float(ref[key])), key
+        np.testing.assert_allclose(float(got[key]), float(ref[key]), rtol=1e-11, atol=1e-13, err_msg=key)

@@ -27,8 +27,11 @@ serve q = 1. At another norm a point's map integrates at its own logit scale ``s
 on the tables' grid (``lax.cond``: the branch runs only where q != 1), NaN beyond the
 scale that grid resolves (:func:`phasefield.theory.attention.exact.reach`); a sweep's tables
 (attached only from q0 = 1) give NaN there. ``any_norm``: the attention reads tokens whose
-norm is not 1 (behind DyT): no tables of sigma_A at all, every map integrated at
-``sigma_A q`` (a sweep attaches none, :meth:`Attention.logit_tables`).
+norm is not 1 (behind DyT): no tables of sigma_A; a point reads the values of every scale
+up to sigma_A from their interpolants in the scale
+(:mod:`phasefield.theory.attention.scale_table`) at ``sigma_A q``, and integrates there
+where no piece holds that scale; a sweep attaches none and integrates
+(:meth:`Attention.logit_tables`).
 
 Full Gram (:mod:`.gram`), any token norms, with or without a causal mask (``ctx.causal``):
 the logits have covariance ``E[M_ij M_kl] = sigma_A^2 C_ik C_jl`` (the Gram itself, not its
@@ -53,7 +56,7 @@ from flax import linen as nn
 from flax import struct
 
 from ..theory import attention as att_maps
-from ..theory.attention import exact_table
+from ..theory.attention import exact_table, scale_table
 from . import gram
 from .base import Layer
 from .state import Grad, Kernel, as_float
@@ -125,8 +128,12 @@ class Attention(Layer):
             return self.replace(att=exact_table.kernel(sigma_a, ctx.n_tokens))
         # sizes and mesh values keyed by the scale's cap, not its value: one compiled program
         # serves every new scale (the softmax term alone integrates per point, at any norm)
-        values = self.map == "exact" and not self.any_norm
-        return self.replace(att=exact_table.point_kernel(*logits, values=values))
+        if not self.any_norm:
+            return self.replace(att=exact_table.point_kernel(*logits, values=self.map == "exact"))
+        # tokens of norm q < 1 behind DyT: the values of every scale up to sigma_A, read at
+        # sigma_A q (integrated where the table holds no piece, or beyond sigma_A)
+        att = exact_table.point_kernel(*logits, values=False)
+        return self.replace(att=att.replace(scales=scale_table.for_point(*logits)))
 
     # ---- block sweeps (:mod:`.sweep`) -------------------------------------------------
     def logit_grid(self):
@@ -168,6 +175,15 @@ class Attention(Layer):
         grid = self.map == "exact" or (backward and self.softmax_correction)
         if not grid:
             return fn(self.att)
+        if self.att is not None and self.att.scales is not None:  # a point's values of every scale (any norm)
+            table = self.att.scales
+            bare = self.att.replace(scales=None)
+
+            def read():
+                s, t = table.at(sigma_a)
+                return fn(bare.replace(s=s, t=t, interp=table.interp, interp_t=table.interp_t))
+
+            return jax.lax.cond(table.holds(sigma_a), read, lambda: self._in_reach(sigma_a, ctx, fn(bare)))
         if not self._reads_tables(backward):
             return self._in_reach(sigma_a, ctx, fn(self.att))
         if self.att.unit_norm:

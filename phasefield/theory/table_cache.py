@@ -1,7 +1,9 @@
 """Computed tables kept on disk: computed once per machine, read by every later process.
 
 A table that depends on a few numbers (the exact-softmax tables of one token count n) costs
-seconds to compute and a fraction of a millisecond to read. :func:`cached` reads it from a
+seconds to compute and a fraction of a millisecond to read. The package ships those of the
+common token counts (:func:`phasefield.theory.attention.exact_table.shipped_pieces`, read
+first); this folder holds the others. :func:`cached` reads it from a
 file named by a hash of its key, or computes it and writes the file for the next process.
 
 Where: ``PHASEFIELD_TABLES`` (a folder; ``off``, ``0``, ``none`` or empty: no disk cache),

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import math
+from pathlib import Path
 from typing import Any, NamedTuple
 
 import jax
@@ -50,6 +51,9 @@ class ExactKernel:
     # the tables serve unit input norm only (a block sweep's, attached when q0 = 1): NaN at
     # another norm; else (a point's) the map integrates at the point's own logit scale there
     unit_norm: bool = struct.field(pytree_node=False, default=False)
+    # the values of every logit scale up to the point's (:class:`.scale_table.ScaleTable`),
+    # or None: what a layer reading tokens of any norm uses at its scale sigma_A q
+    scales: Any = None
 
     def s_at(self, n_tokens, rho):
         """(S_1, S_rho) at rho from the interpolant of ``s`` (use when ``interp``)."""
@@ -722,12 +726,70 @@ def _pieces_ok(got: dict) -> bool:
     return True
 
 
+# ---- the point tables shipped with the package -----------------------------------------------
+
+SHIPPED = Path(__file__).resolve().with_name("tables")  # exact-point-n{n}.npz, one per common n
+SHIPPED_FORMAT = 1  # bump when the pieces' code changes their values (tests/test_shipped_tables.py
+# recomputes one range and fails on a difference; scripts/build_tables.py writes them again)
+
+
+def shipped_key(n: float, n_a: int, n_z: int, cap: float) -> dict:
+    """What a shipped file of ``n`` tokens holds: the pieces of every range of
+    :func:`point_range` on [0, cap] at grid sizes (n_a, n_z), with this module's nodes, tail
+    and mesh. A file whose key differs (other sizes or settings) is not read."""
+    return dict(
+        format=SHIPPED_FORMAT,
+        n=float(n),
+        n_a=int(n_a),
+        n_z=int(n_z),
+        cap=float(cap),
+        edges=list(POINT_EDGES),
+        scale_nodes=list(POINT_NODES),
+        scale_tail=SCALE_TAIL,
+        mesh=MESH_FULL,
+    )
+
+
+def shipped_path(n: float) -> Path:
+    return SHIPPED / f"exact-point-n{float(n):g}.npz"
+
+
+def point_ranges(cap: float) -> list[tuple[float, float]]:
+    """The ranges [lo, hi] of [0, cap] that :func:`point_range` picks from."""
+    edges = [0.0, *(e for e in POINT_EDGES if e < cap), cap]
+    return list(zip(edges[:-1], edges[1:]))
+
+
+@functools.cache
+def _shipped(n: float, n_a: int, n_z: int, cap: float) -> dict | None:
+    path = shipped_path(n)
+    if not path.is_file():
+        return None
+    key = shipped_key(n, n_a, n_z, cap)
+    got = table_cache.load(path, key)
+    return got
+
+
+def shipped_pieces(n: float, n_a: int, n_z: int, cap: float, lo: float, hi: float) -> dict | None:
+    """The stored pieces of the range [lo, hi] (:func:`point_pieces`' arrays) from the file
+    shipped for ``n`` tokens, or None (no file for n, another key, another range)."""
+    got = _shipped(float(n), int(n_a), int(n_z), float(cap))
+    ranges = point_ranges(float(cap))
+    if got is None or (float(lo), float(hi)) not in ranges:
+        return None
+    tag = f"r{ranges.index((float(lo), float(hi)))}_"
+    out = {k[len(tag) :]: v for k, v in got.items() if k.startswith(tag)}
+    return out if out and _pieces_ok(out) else None
+
+
 @functools.lru_cache(maxsize=64)
 def point_pieces(n: float, n_a: int, n_z: int, cap: float, lo: float, hi: float) -> tuple:
     """:func:`_scale_pieces` on [lo, hi] (:data:`POINT_NODES`) of the one-scale program (sizes
     (n_a, n_z), ``n`` tokens, scales up to ``cap``): read from the tables' folder
     (:mod:`phasefield.theory.table_cache`) when a process computed them before, else computed
-    (15 to 57 scales integrated: seconds) and written there. Once per process and key."""
+    (15 to 57 scales integrated: seconds) and written there; for the token counts shipped
+    with the package (:func:`shipped_pieces`, ``tables/``) read from its file. Once per
+    process and key."""
     key = dict(
         n=float(n),
         n_a=int(n_a),
@@ -748,7 +810,9 @@ def point_pieces(n: float, n_a: int, n_z: int, cap: float, lo: float, hi: float)
             out.update({f"x{i}": x, f"s{i}": s, f"t{i}": t})
         return out
 
-    got = table_cache.cached("exact-point", key, TABLE_SOURCES, compute, _pieces_ok)
+    got = shipped_pieces(n, n_a, n_z, cap, lo, hi)
+    if got is None:
+        got = table_cache.cached("exact-point", key, TABLE_SOURCES, compute, _pieces_ok)
     pieces = []
     for i, (lo, hi) in enumerate(zip(got["lo"], got["hi"])):
         x, s, t = got[f"x{i}"], got[f"s{i}"], got[f"t{i}"]
