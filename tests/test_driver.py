@@ -25,8 +25,8 @@ def _evaluate(calls):
     return evaluate
 
 
-# chunks of up to three points that are not contiguous in the flat result (as the simulated
-# sweep groups its points by shape): chunk 0 fills 0, 2, 4; chunk 1 fills 1, 3; chunk 2 fills 5
+# chunks of up to three points that need not be contiguous in the flat result (a span may be
+# the indices themselves): chunk 0 fills 0, 2, 4; chunk 1 fills 1, 3; chunk 2 fills 5
 PLACES = [np.array([0, 2, 4]), np.array([1, 3]), (5, 6)]
 
 
@@ -102,6 +102,59 @@ def test_over_points_places_a_chunk_over_the_devices():
         got = driver.over_points(fn, devices, (True, False, True), per_device=per_device)(xs, table, ys)
         np.testing.assert_array_equal(np.asarray(got), ref)
     assert driver.shard(x, devices[:1]) is x
+
+
+def test_grid_flattens_outer_axes_first_and_labels_in_the_given_order():
+    """An outer axis given last (the simulated sweep's n_tokens): the flat points run slab by
+    slab, each chunk within one slab (the last one short, or padded by wrapping), and the
+    dataset keeps the dimensions in the order given."""
+    a, n = np.array([0.1, 0.2, 0.3]), np.array([3, 5])
+    g = driver.Grid({"a": a, "n": n}, {"s": 2.0}, outer=("n",))
+    assert g.dims == ("a", "n") and tuple(g.axes) == ("n", "a") and g.shape == (2, 3)
+    chunks = g.chunks(2)
+    assert chunks.count == 4 and [chunks.span(c) for c in range(4)] == [(0, 2), (2, 3), (3, 5), (5, 6)]
+    np.testing.assert_array_equal(chunks.index(1), [2, 0])  # padded by wrapping within slab 0
+    at = g.values(np.arange(*chunks.span(2)))
+    np.testing.assert_array_equal(at["n"], [5, 5])
+    np.testing.assert_array_equal(at["a"], [0.1, 0.2])
+    np.testing.assert_array_equal(at["s"], [2.0, 2.0])
+    flat = g.values(np.arange(g.size))
+    ds = g.dataset({"v": 10 * flat["n"] + flat["a"]}, {"v": {"long_name": "v"}})
+    assert ds["v"].dims == ("a", "n") and float(ds["s"]) == 2.0
+    np.testing.assert_array_equal(ds["v"].values, 10 * n[None, :] + a[:, None])
+
+
+def test_pad_to_devices_and_replicate():
+    """The trainer's placement: a batch padded to whole points per device by repeating its
+    last point (unchanged when it divides), shared data whole on every device."""
+    devices = jax.local_devices()
+    k = 2 * len(devices) - 1 if len(devices) > 1 else 3
+    tree = {"x": jnp.arange(k, dtype=jnp.float32), "y": jnp.ones((k, 2), jnp.float32)}
+    padded = driver.pad_to_devices(tree, devices)
+    m = -(-k // len(devices)) * len(devices)
+    np.testing.assert_array_equal(padded["x"], np.r_[np.arange(k), [k - 1] * (m - k)])
+    assert padded["y"].shape == (m, 2)
+    assert driver.pad_to_devices(tree, devices[:1]) is tree
+    data = driver.replicate((np.arange(4.0), np.zeros(3)), devices)
+    assert all(a.sharding.device_set == set(devices) for a in data)
+    np.testing.assert_array_equal(data[0], np.arange(4.0))
+    one = driver.replicate(np.arange(4.0), devices[-1:])
+    assert one.sharding.device_set == {devices[-1]}
+
+
+def test_draws_on_accelerators_go_through_the_one_placement(monkeypatch):
+    """The simulator spreads its draws over several accelerators with the driver's
+    :func:`phasefield.driver.shard` (no CPU here has them: the devices are stand-ins)."""
+
+    class Accelerator:
+        platform = "gpu"
+
+    placed = []
+    monkeypatch.setattr(measure.jax, "local_devices", lambda: [Accelerator(), Accelerator()])
+    monkeypatch.setattr(driver, "shard", lambda tree, devices: placed.append(len(devices)) or tree)
+    keys, three = np.zeros((4, 2), np.uint32), np.zeros((3, 2), np.uint32)
+    assert measure.shard_draws(keys) is keys and placed == [2]
+    assert measure.shard_draws(three) is three and placed == [2]  # 3 draws over 2: left alone
 
 
 def _interrupt_after(monkeypatch, n_saved):

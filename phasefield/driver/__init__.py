@@ -21,8 +21,10 @@ and the finite-width simulation sweeps (:mod:`phasefield.simulate.sweep`).
   chunk and assembles; the others get None from :meth:`Driver.run`), a tqdm bar;
 * :mod:`~phasefield.driver.grid`: the grid's points (:class:`Grid`): flattening, chunk sizing,
   the padding of the last chunk of each slab, the points' values and the labelled dataset;
-* :mod:`~phasefield.driver.shard`: a chunk's points over devices (:func:`shard` places the
-  per-point arrays, :func:`over_points` compiles the chunk function for that placement).
+* :mod:`~phasefield.driver.shard`: a chunk's points over devices, the one placement of every
+  sweep, simulation and training chunk (:func:`shard` places the per-point arrays,
+  :func:`over_points` compiles the chunk function for that placement, :func:`pad_to_devices`
+  fills a batch to whole points per device, :func:`replicate` places shared data on each).
 
 The caller checks the grid's size first (:func:`phasefield.grid.check_grid`) and builds its
 :class:`Grid`; ``Grid.chunks`` gives each chunk's ``span`` (the points of the flat result it
@@ -31,6 +33,6 @@ fills) and its ``index`` padded to the evaluator's width; ``evaluate(c)`` return
 
 from .grid import Chunks, Grid
 from .run import WAIT, Driver
-from .shard import over_points, shard
+from .shard import over_points, pad_to_devices, replicate, shard
 
-__all__ = ["WAIT", "Chunks", "Driver", "Grid", "over_points", "shard"]
+__all__ = ["WAIT", "Chunks", "Driver", "Grid", "over_points", "pad_to_devices", "replicate", "shard"]

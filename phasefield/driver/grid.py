@@ -1,7 +1,7 @@
 """The points of a sweep (:class:`Grid`): named axes flattened in C order, cut into chunks, each
 chunk padded to its evaluator's width, and the results labelled as an ``xarray.Dataset``.
 One definition for every sweep: the theory's (the layers evaluator and a preset's closed-form
-engine), the simulator's and the ViT training sweeps'.
+engine) and the simulator's.
 
     g = Grid({"sigma": s, "alpha": a}, outer=("n_tokens", "depth"))
     chunks = g.chunks(1024, multiple=n_devices)
@@ -11,7 +11,9 @@ engine), the simulator's and the ViT training sweeps'.
     ds = g.dataset(results, {"angle_rate": attrs, ...}, attrs={...})
 
 ``outer`` axes are those a compiled program holds fixed (a token count, a depth): a chunk
-never mixes two of their values, and they lead the dimensions.
+never mixes two of their values. The points are flattened with the outer axes first (so a
+chunk's points are contiguous); the dataset's dimensions keep the order the axes were given
+in (:attr:`Grid.dims`).
 """
 
 from __future__ import annotations
@@ -55,10 +57,12 @@ class Chunks:
 
 
 class Grid:
-    """Named axes (1-D values; ``outer`` ones first, in the order given) and scalars."""
+    """Named axes (1-D values) and scalars. ``axes`` keeps the flat order (``outer`` ones
+    first, then the others, each in the order given); ``dims`` the order given."""
 
     def __init__(self, axes: dict, scalars: dict | None = None, outer=()):
         axes = {k: np.asarray(v) for k, v in axes.items()}
+        self.dims = tuple(axes)
         self.outer = tuple(k for k in axes if k in outer)
         self.inner = tuple(k for k in axes if k not in outer)
         self.axes = {k: axes[k] for k in self.outer + self.inner}
@@ -110,13 +114,17 @@ class Grid:
 
     def dataset(self, results: dict, variables: dict, attrs: dict | None = None, coords: dict | None = None):
         """``xarray.Dataset`` of the flat ``results`` ({name: [size]}) of ``variables``
-        ({name: its attributes}) over the grid's dimensions, the scalars as scalar
-        coordinates (``coords``: others to add)."""
+        ({name: its attributes}) over the grid's dimensions (:attr:`dims`), the scalars as
+        scalar coordinates (``coords``: others to add)."""
         import xarray as xr
 
-        dims = tuple(self.axes)
-        data = {k: (dims, np.asarray(results[k]).reshape(self.shape), dict(a)) for k, a in variables.items()}
-        cs = {k: (k, v) for k, v in self.axes.items()}
+        order = [list(self.axes).index(k) for k in self.dims]
+
+        def labelled(v):
+            return np.ascontiguousarray(np.transpose(np.asarray(v).reshape(self.shape), order))
+
+        data = {k: (self.dims, labelled(results[k]), dict(a)) for k, a in variables.items()}
+        cs = {k: (k, self.axes[k]) for k in self.dims}
         cs.update({k: float(v) for k, v in self.scalars.items()})
         cs.update(coords or {})
         return xr.Dataset(data, coords=cs, attrs=dict(attrs or {}))

@@ -6,6 +6,8 @@ per-point arguments arrive so split (the rest replicated): either one program ov
 chunk (XLA partitions it) or, with ``per_device``, one program per device over its own share
 (``jax.shard_map``: a device runs its points in the order it chooses, e.g. tile by tile).
 With one device both are plain: the arrays stay where they are, the function is ``jax.jit``.
+:func:`pad_to_devices` fills a batch to whole points per device, :func:`replicate` places
+what every point reads (a training set) whole on every device.
 """
 
 from __future__ import annotations
@@ -42,6 +44,33 @@ def shard(tree, devices):
     import jax
 
     return jax.device_put(tree, sharding)
+
+
+def pad_to_devices(tree, devices):
+    """``tree`` (arrays with a leading points axis) padded to a multiple of the device count
+    by repeating its last point; unchanged when it divides. The caller drops the copies."""
+    import jax
+    import jax.numpy as jnp
+
+    count = len(list(devices))
+    k = int(np.shape(jax.tree.leaves(tree)[0])[0])
+    extra = -(-k // count) * count - k
+    if extra == 0:
+        return tree
+    return jax.tree.map(lambda a: jnp.concatenate([a, jnp.repeat(a[-1:], extra, 0)]), tree)
+
+
+def replicate(tree, devices):
+    """``tree`` placed whole on every one of ``devices`` (one device: on it)."""
+    import jax
+
+    devices = list(devices)
+    if len(devices) < 2:
+        return jax.device_put(tree, devices[0])
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    return jax.device_put(tree, NamedSharding(mesh(devices), P()))
 
 
 def over_points(fn, devices, per_point: tuple, per_device: bool = False):

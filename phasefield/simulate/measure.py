@@ -40,9 +40,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import grid, layers
+from .. import driver, grid, layers
 from .._runtime import optimized_jit
-from ..driver import shard
 from ..layers import measure as M
 from ..layers.weights import check_weights
 from .stack import (
@@ -332,14 +331,14 @@ def batch_size(block, n, d, depth, weights, draws, *, points=1, itemsize=4) -> i
 
 def shard_draws(keys):
     """Spread independent draws over every local accelerator (the jitted, vmapped
-    measurement follows its inputs' sharding, :func:`phasefield.driver.shard.shard`); left
+    measurement follows its inputs' sharding, :func:`phasefield.driver.shard`); left
     alone when the count does not divide evenly, and on CPU host devices, where a sharded QR
     of the exact simplex input was seen to deadlock XLA's CPU runtime (2 cores, jaxlib
     0.10); there XLA's own threads already use every core for the matmuls."""
     devices = jax.local_devices()
     if len(devices) < 2 or keys.shape[0] % len(devices) or devices[0].platform == "cpu":
         return keys
-    return shard.shard(keys, devices)
+    return driver.shard(keys, devices)
 
 
 def draw_keys(seed, draws):

@@ -15,14 +15,15 @@ amortises the cost of the Gaussian sampling. With lazily sampled weights (the de
 ``weights="lazy"``) the shared draws are the standard-normal slabs S and noise G of
 :func:`phasefield.layers.weights.random_linear`, which do not depend on the point either.
 :func:`rates_grid` measures one point at a time with the same draws (``seed``). Both run
-through the chunk driver of every sweep (:mod:`phasefield.driver`): finished chunks are
-stored under a parts directory so an interrupted sweep resumes where it stopped, the netCDF
-file is written atomically, and the chunks split over the processes of a multi-host run.
+through the chunk driver of every sweep (:mod:`phasefield.driver`): their points are a
+:class:`phasefield.driver.Grid` (``n_tokens`` and ``depth`` its outer axes: a chunk's static
+shape), finished chunks are stored under a parts directory so an interrupted sweep resumes
+where it stopped, the netCDF file is written atomically, and the chunks split over the
+processes of a multi-host run.
 """
 
 from __future__ import annotations
 
-import itertools
 import os
 from functools import partial
 
@@ -61,19 +62,6 @@ def _base(block):
     else:
         raise ValueError("a grid sweep ranges over a preset's numbers: give the block as NAME[:key=value,...]")
     return name, registry.lookup(name), kw
-
-
-def grid_points(numbers: dict, axes: dict):
-    """Cartesian grid: (dims, coords, list of per-point number dicts) over ``numbers``
-    (every number of a point, the sizes ``n_tokens`` and ``depth`` included)."""
-    dims = list(axes)
-    coords = {k: np.asarray(v, np.float64).ravel() for k, v in axes.items()}
-    points = []
-    for values in itertools.product(*(coords[k] for k in dims)):
-        fields = {k: float(v) for k, v in numbers.items()}
-        fields.update(grid.untie(dict(zip(dims, values))))
-        points.append(fields)
-    return dims, coords, points
 
 
 def _ordered(names):
@@ -141,9 +129,17 @@ def fixed_point_grid(
     numbers = {k: float(kw.get(k, defaults[k])) for k in _ordered(preset.numbers)}
     numbers.update(n_tokens=float(n_tokens), depth=float(depth))
     numbers = {k: numbers[k] for k in _ordered(numbers)}
-    dims, coords, points = grid_points(numbers, axes)
+    coords = {k: np.asarray(v, np.float64).ravel() for k, v in axes.items()}
     grid.check_values({k: v for k, v in numbers.items() if k in SIZES})
     grid.check_values(coords)
+    if int(chunk) != chunk or chunk < 1:
+        raise ValueError(f"chunk must be an integer >= 1 (got {chunk})")
+    # the numbers not swept are scalar coordinates, as in the theory sweep (alpha ties both weights)
+    tied = ("alpha_a", "alpha_m") if "alpha" in axes else ()
+    fixed = {k: v for k, v in numbers.items() if k not in axes and k not in tied}
+    # n_tokens and depth are static in a compiled chunk: outer axes (the last dimensions)
+    points = driver.Grid(coords, fixed, outer=SIZES)
+    chunks = points.chunks(int(chunk))
     d = int(width)
     config = dict(
         width=d,
@@ -155,31 +151,29 @@ def fixed_point_grid(
         seed=int(seed),
         chunk=int(chunk),
         **{k: v for k, v in options.items()},
-        axes={k: coords[k].tolist() for k in dims},
+        axes={k: coords[k].tolist() for k in coords},
         base=numbers,
         block=name,
     )
     if weights != "dense":  # dense keeps the tags of parts written before the lazy sampler
         config["weights"] = weights
-    # group points by their static shape (n, depth), then chunk
-    groups: dict = {}
-    for i, f in enumerate(points):
-        groups.setdefault((int(round(f["n_tokens"])), int(round(f["depth"]))), []).append(i)
-    jobs = [(nd, idx[s : s + chunk]) for nd, idx in groups.items() for s in range(0, len(idx), chunk)]
     keys_a, keys_g = measure.exponent_keys(seed, int(draws))
 
-    def evaluate(j):
-        (n, L), idx = jobs[j]
+    def evaluate(c):  # the chunk's points, not padded: a simulated point costs more than a compile
+        lo, hi = chunks.span(c)
+        at = {k: v.tolist() for k, v in points.values(np.arange(lo, hi)).items()}
+        # every number of each point: the fixed ones, then the swept ones (alpha untied)
+        fields = [{**fixed, **grid.untie({k: at[k][i] for k in coords})} for i in range(hi - lo)]
         return _run_chunk(
             preset,
             options,
             None if mlp_hidden is None else mlp_hidden / d,
-            [points[i] for i in idx],
+            fields,
             keys_a,
             keys_g,
-            n=n,
+            n=int(round(fields[0]["n_tokens"])),
             d=d,
-            depth=L,
+            depth=int(round(fields[0]["depth"])),
             eps=eps,
             causal=causal,
             dtype=dtype,
@@ -190,9 +184,9 @@ def fixed_point_grid(
     with driver.Driver(out, dict(source="phasefield.simulate.sweep", **config), log=log, store=folder) as drv:
         values = drv.run(
             evaluate,
-            len(jobs),
-            lambda j: np.asarray(jobs[j][1]),
-            len(points),
+            chunks.count,
+            chunks.span,
+            points.size,
             VARIABLES,
             progress=progress,
             desc="simulate sweep",
@@ -201,36 +195,11 @@ def fixed_point_grid(
         )
         if values is None:
             return None  # process 0 assembles
-        ds = _dataset(
-            values,
-            numbers=numbers,
-            options=options,
-            dims=dims,
-            coords=coords,
-            d=d,
-            draws=draws,
-            eps=eps,
-            causal=causal,
-            dtype=dtype,
-            seed=seed,
-            weights=weights,
-        )
-        drv.write(ds)
-    return ds
-
-
-def _dataset(out, *, numbers, options, dims, coords, d, draws, eps, causal, dtype, seed, weights) -> xr.Dataset:
-    """The flat results ``out`` as the sweep's dataset."""
-    shape = tuple(len(coords[k]) for k in dims)
-    # fixed numbers are scalar coordinates, as in the theory sweep
-    tied = ("alpha_a", "alpha_m") if "alpha" in dims else ()
-    fixed = {k: v for k, v in numbers.items() if k not in dims and k not in tied}
-    ds = xr.Dataset(
-        {v: (dims, out[v].reshape(shape)) for v in VARIABLES},
-        coords={**{k: coords[k] for k in dims}, **fixed},
-    )
-    ds.attrs.update(
-        {
+        long = {
+            "lambda_a": "angle exponent, one block, rho = 1 - eps at q*",
+            "lambda_g_collapse": "gradient exponent lambda_g(L), VJP from the collapsed point",
+        }
+        attrs = {
             "source": "phasefield.simulate.sweep",
             "width": d,
             "seeds": int(draws),
@@ -241,9 +210,8 @@ def _dataset(out, *, numbers, options, dims, coords, d, draws, eps, causal, dtyp
             "weights": weights,
             **{k: (int(v) if isinstance(v, bool) else v) for k, v in options.items() if v is not None},
         }
-    )
-    ds["lambda_a"].attrs["long_name"] = "angle exponent, one block, rho = 1 - eps at q*"
-    ds["lambda_g_collapse"].attrs["long_name"] = "gradient exponent lambda_g(L), VJP from the collapsed point"
+        ds = points.dataset(values, {v: {"long_name": long[v]} if v in long else {} for v in VARIABLES}, attrs)
+        drv.write(ds)
     return ds
 
 
@@ -327,19 +295,18 @@ def rates_grid(
     fixed, depths = layer_sweep.check(name, axes, dict(fixed or {}))
     measure.check(width, draws, n_tokens, depth, q0, rho0, eps, weights)
     num_keys = [k for k in axes if k != "depth"]
-    grids = [np.asarray(axes[k], np.float64) for k in num_keys]
     depth_list = depths if depths is not None else [int(depth)]
-    dims = (["depth"] if depths is not None else []) + num_keys
-    coords = ([np.asarray(depth_list)] if depths is not None else []) + grids
-    shape = tuple(len(c) for c in coords)
-    points = list(np.ndindex(*shape)) if shape else [()]
+    # dimensions as the theory's block sweep: depth first, then the numbers in order
+    lead = {"depth": np.asarray(depth_list)} if depths is not None else {}
+    points = driver.Grid({**lead, **{k: np.asarray(axes[k], np.float64) for k in num_keys}}, outer=("depth",))
+    chunks = points.chunks(1)  # one point a chunk
     names = list(measure.QUANTITIES) + [k + "_se" for k in measure.QUANTITIES] + ["q_star"]
     spec = dict(
         source="phasefield.simulate.sweep.rates_grid",
         block=name,
         fixed=fixed,
-        dims=dims,
-        coords=[np.asarray(c, np.float64).tolist() for c in coords],
+        dims=list(points.dims),
+        coords=[np.asarray(v, np.float64).tolist() for v in points.axes.values()],
         n_tokens=int(n_tokens),
         depth=int(depth),
         q0=float(q0),
@@ -352,8 +319,8 @@ def rates_grid(
         seed=int(seed),
     )
 
-    def evaluate(i):  # one point a chunk
-        at = {k: float(c[j]) for k, c, j in zip(dims, coords, points[i])}
+    def evaluate(c):
+        at = {k: float(v[0]) for k, v in points.values([chunks.span(c)[0]]).items()}
         L = int(at.pop("depth", depth_list[0]))
         r = measure.rates(
             (name, dict(fixed, **at)),
@@ -374,9 +341,9 @@ def rates_grid(
     with driver.Driver(out, spec, log=log, store=folder) as drv:
         values = drv.run(
             evaluate,
-            len(points),
-            lambda i: (i, i + 1),
-            len(points),
+            chunks.count,
+            chunks.span,
+            points.size,
             names,
             progress=progress,
             desc=f"simulate {name}",
@@ -385,82 +352,40 @@ def rates_grid(
         )
         if values is None:
             return None  # process 0 assembles
-        ds = _block_dataset(
-            values,
-            names=names,
-            dims=dims,
-            coords=coords,
-            shape=shape,
-            name=name,
-            fixed=fixed,
-            depths=depths,
-            n_tokens=n_tokens,
-            depth=depth,
-            q0=q0,
-            rho0=rho0,
-            width=width,
-            draws=draws,
-            eps=eps,
+        attrs = dict(
+            source="phasefield.simulate.sweep.rates_grid",
+            block=name,
+            n_tokens=int(n_tokens),
+            q0=float(q0),
+            rho0=float(rho0),
+            width=int(width),
+            draws=int(draws),
+            eps=float(eps),
             weights=weights,
-            dtype=dtype,
-            seed=seed,
+            dtype=jnp.dtype(dtype).name,
+            seed=int(seed),
+            **{f"fixed_{k}": (str(v) if isinstance(v, (str, bool)) else v) for k, v in fixed.items()},
         )
+        if depths is None:
+            attrs["depth"] = int(depth)
+        ds = points.dataset(values, {v: dict(long_name=_long_name(v)) for v in names}, attrs)
         drv.write(ds)
     return ds
 
 
-def _block_dataset(
-    out,
-    *,
-    names,
-    dims,
-    coords,
-    shape,
-    name,
-    fixed,
-    depths,
-    n_tokens,
-    depth,
-    q0,
-    rho0,
-    width,
-    draws,
-    eps,
-    weights,
-    dtype,
-    seed,
-):
-    """The flat results ``out`` of :func:`rates_grid` as its dataset."""
-    import xarray as xr
+_LONG_NAMES = {
+    "angle_rate": "angle rate of nearby tokens (1/L) log[(1 - rho_L)/(1 - rho_0)] from rho_0 = 1 - eps",
+    "lambda_g_input": "(1/L) log(E|J^T u|^2 / E|u|^2) from (q0, rho0)",
+    "lambda_g_collapse": "(1/L) log(E|J^T u|^2 / E|u|^2) from identical tokens of norm q0",
+    "lambda_a": "log[(1 - rho')/(1 - rho)] of one block at (q*, 1 - eps) (NaN: no finite q*)",
+    "rho_L": "token cosine after L blocks from (q0, rho0)",
+    "q_L": "token squared norm per component after L blocks from (q0, rho0)",
+    "q_star": "the theory's collapsed fixed point q* (input of lambda_a)",
+}
 
-    long = {
-        "angle_rate": "angle rate of nearby tokens (1/L) log[(1 - rho_L)/(1 - rho_0)] from rho_0 = 1 - eps",
-        "lambda_g_input": "(1/L) log(E|J^T u|^2 / E|u|^2) from (q0, rho0)",
-        "lambda_g_collapse": "(1/L) log(E|J^T u|^2 / E|u|^2) from identical tokens of norm q0",
-        "lambda_a": "log[(1 - rho')/(1 - rho)] of one block at (q*, 1 - eps) (NaN: no finite q*)",
-        "rho_L": "token cosine after L blocks from (q0, rho0)",
-        "q_L": "token squared norm per component after L blocks from (q0, rho0)",
-        "q_star": "the theory's collapsed fixed point q* (input of lambda_a)",
-    }
-    data = {}
-    for v in names:
-        base = v[:-3] if v.endswith("_se") else v
-        attrs = dict(long_name=("standard error of " if v.endswith("_se") else "") + long[base])
-        data[v] = (dims, out[v].reshape(shape), attrs)
-    attrs = dict(
-        source="phasefield.simulate.sweep.rates_grid",
-        block=name,
-        n_tokens=int(n_tokens),
-        q0=float(q0),
-        rho0=float(rho0),
-        width=int(width),
-        draws=int(draws),
-        eps=float(eps),
-        weights=weights,
-        dtype=jnp.dtype(dtype).name,
-        seed=int(seed),
-        **{f"fixed_{k}": (str(v) if isinstance(v, (str, bool)) else v) for k, v in fixed.items()},
-    )
-    if depths is None:
-        attrs["depth"] = int(depth)
-    return xr.Dataset(data, coords=dict(zip(dims, coords)), attrs=attrs)
+
+def _long_name(v: str) -> str:
+    """The long name of :func:`rates_grid`'s variable ``v`` (``<name>_se``: its standard error)."""
+    if v.endswith("_se"):
+        return "standard error of " + _LONG_NAMES[v[:-3]]
+    return _LONG_NAMES[v]

@@ -25,7 +25,7 @@ import numpy as np
 import optax
 from flax import struct
 
-from .. import HParams
+from .. import HParams, driver
 from .._runtime import options_known
 from ..layers import registry
 from .model import ViT, n_tokens, preprocess
@@ -364,36 +364,21 @@ class Trainer:
     def arrays(self):
         if self._arrays is None:
             d = self.data
-            rep = None
-            if len(self.devices) > 1:
-                from jax.sharding import Mesh, NamedSharding
-                from jax.sharding import PartitionSpec as P
-
-                rep = NamedSharding(Mesh(np.array(self.devices), ("config",)), P())
-            put = (lambda a: jax.device_put(a, rep)) if rep is not None else jnp.asarray
-            self._arrays = tuple(
-                put(a) for a in (d.x_train, d.y_train.astype(np.int32), d.x_test, d.y_test.astype(np.int32))
-            )
+            arrays = (d.x_train, d.y_train.astype(np.int32), d.x_test, d.y_test.astype(np.int32))
+            self._arrays = driver.replicate(arrays, self.devices)  # every run reads all of it
         return self._arrays
 
     def train_many(self, points: Point, on_epoch: Callable[[int], None] | None = None):
         """Train every run of the batched ``points`` together (vmapped, sharded over the devices),
         one compiled epoch at a time; ``on_epoch(e)`` is called after epoch e. Numpy results."""
         k = int(np.shape(points.lr)[0])
-        nd = len(self.devices)
-        if nd > 1:
-            from jax.sharding import Mesh, NamedSharding
-            from jax.sharding import PartitionSpec as P
-
-            kp = -(-k // nd) * nd
-            if kp != k:  # pad by repeating the last run; the copies are dropped below
-                points = jax.tree.map(lambda a: jnp.concatenate([a, jnp.repeat(a[-1:], kp - k, 0)]), points)
-            sh = NamedSharding(Mesh(np.array(self.devices), ("config",)), P("config"))
-            points = jax.device_put(points, sh)
+        # whole runs per device (the copies of the last run are dropped below), split over them
+        points = driver.shard(driver.pad_to_devices(points, self.devices), self.devices)
         xtr, ytr, xte, yte = self.arrays()
         state = self._init(points, xtr)
-        if nd > 1:  # init hands back parts of the state replicated, every epoch sharded by run:
-            state = jax.device_put(state, sh)  # one epoch program, not one for the first epoch
+        # init hands back parts of the state replicated, every epoch sharded by run: one
+        # epoch program, not one for the first epoch
+        state = driver.shard(state, self.devices)
         hist = []
         for e in range(self.cfg.epochs):  # one compiled epoch per call: progress, prompt Ctrl-C
             state, m = self._epoch(state, xtr, ytr, xte, yte)
