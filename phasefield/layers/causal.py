@@ -10,7 +10,11 @@ without the causal mask, through :mod:`.gram`'s engine.
   with ``rho_L_last`` the last token's mean cosine with the earlier ones: the derivative of
   ``1 - rho_L_last`` along ``C_0 = q0 [(1 - eps) 11^T + eps I]`` at ``eps = 0`` (forward-mode
   autodiff through the L blocks), as the (q, p) engine's ``angle_rate``
-  (:mod:`.depth`).
+  (:mod:`.depth`). At the collapsed Gram ``C = Q 11^T`` every attention row is the uniform
+  average over its allowed keys and ``A 1 = 1``, so the first-order change of
+  ``E[A C A^T]`` is ``E[A dC A^T]`` at that uniform ``A``: the same in both attention maps.
+  The rate is computed with the paper map (:func:`at_collapse`); the exact map's
+  Monte-Carlo fields differentiate an eigendecomposition at its degenerate point (NaN).
 * ``lambda_g_last``: the last token's gradient rate ``(1/L) log G_0[n-1, n-1]``, with the
   gradient Gram ``G_L = I`` at the output backpropagated through the L blocks along the
   trajectory from (q0, rho0) (:func:`.gram.backward_grams`): the per-layer log growth of the
@@ -32,6 +36,7 @@ import numpy as np
 
 from ..theory.precision import float64
 from . import gram
+from .attention import Attention
 from .base import check_layer
 from .state import Context
 
@@ -44,6 +49,14 @@ def mean_cosine_with_earlier(c):
     return jnp.sum(gram.cosines(c) * lower, -1) / counts
 
 
+def at_collapse(layer):
+    """``layer`` with every attention in the paper map without the softmax path (the same
+    forward map at the collapsed Gram and its first order, module docstring)."""
+    if isinstance(layer, Attention):
+        return layer.replace(map="paper", softmax_correction=False)
+    return layer.map_children(at_collapse) if layer.children() else layer
+
+
 def causal_rates_traced(block, ctx, q0, rho0, n: int, depth: int) -> dict:
     """:func:`causal_rates` on a prepared block (pure, traced)."""
     cs = gram.forward_grams(block, ctx, gram.symmetric_gram(n, q0, rho0 * q0), depth)
@@ -51,9 +64,11 @@ def causal_rates_traced(block, ctx, q0, rho0, n: int, depth: int) -> dict:
     # gs[0] = G_0 / prod(scales), tr gs[0] / n = 1: log G_0[i, i] = L lam_g + log gs[0][i, i]
     lambda_g_last = lam_g + jnp.log(gs[0][-1, -1]) / depth
 
+    collapsed = at_collapse(block)
+
     def gap_last(eps):
         c0 = q0 * ((1.0 - eps) * jnp.ones((n, n)) + eps * jnp.eye(n))
-        return 1.0 - mean_cosine_with_earlier(gram.forward_grams(block, ctx, c0, depth)[-1])[-1]
+        return 1.0 - mean_cosine_with_earlier(gram.forward_grams(collapsed, ctx, c0, depth)[-1])[-1]
 
     zero = jnp.zeros_like(q0)
     _, slope = jax.jvp(gap_last, (zero,), (jnp.ones_like(q0),))
