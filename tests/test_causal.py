@@ -27,6 +27,10 @@ KEYS = ("q_L_pos", "rho_L_pos", "angle_rate_last", "lambda_g_last")
 
 def test_the_results_carry_schema_names():
     assert set(KEYS) <= set(schema.NAMES) and set(KEYS) <= set(schema.SYMBOLS)
+    block = spec.build("pre-ln", POINTS["pre-ln"])
+    for bad in (dict(n_tokens=1), dict(depth=0)):
+        with pytest.raises(ValueError):
+            layers.causal_rates(block, **{"n_tokens": N, "depth": DEPTH, **bad})
 
 
 @pytest.mark.parametrize("name", list(POINTS))

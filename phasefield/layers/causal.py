@@ -97,6 +97,8 @@ def causal_rates(block, n_tokens: int = 32, depth: int = 16, q0=1.0, rho0=0.5, c
     n = int(n_tokens)
     if n < 2:
         raise ValueError(f"n_tokens must be at least 2 (a token before the last), got {n_tokens}")
+    if int(depth) < 1:
+        raise ValueError(f"depth must be at least 1, got {depth}")
     dt = jnp.result_type(float)
     prepared = gram.prepare_kernels(block, Context(n))
     ctx = Context(jnp.asarray(n, dt), causal=bool(causal))
