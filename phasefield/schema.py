@@ -19,6 +19,11 @@ NAMES = {
     "rho_L": "token cosine after L blocks from rho0",
     "q_star": "squared norm per component at the collapsed fixed point",
     "rho_star": "token cosine at the attractor reached from rho0 = 1/2",
+    "q_L_pos": "per position i: token i's squared norm per component C_ii after L blocks from (q0, rho0) (full Gram)",
+    "rho_L_pos": "per position i: token i's mean cosine with the tokens j < i after L blocks (position 0: 0)",
+    "angle_rate_last": "the last token's angle rate (1/L) log[(1 - rho_L)/(1 - rho_0)], rho_0 -> 1 (from q0), "
+    "rho the last token's mean cosine with the earlier tokens",
+    "lambda_g_last": "the last token's gradient rate (1/L) log G_0[n-1, n-1], G_L = I, from (q0, rho0)",
 }
 SYMBOLS = {
     "lambda_a": "λ_a",
@@ -30,6 +35,10 @@ SYMBOLS = {
     "rho_L": "ρ_L",
     "q_star": "q*",
     "rho_star": "ρ*",
+    "q_L_pos": "q_L(i)",
+    "rho_L_pos": "ρ_L(i)",
+    "angle_rate_last": "(1/L) log[(1-ρ_L(n))/(1-ρ_0)]",
+    "lambda_g_last": "λ_g(L; n)",
 }
 # how files written by releases before 0.3.0 named the gradient rates, by the kind of file:
 # the paper block's grids and simulations (lambda_g: from the collapsed point) ...

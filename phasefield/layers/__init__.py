@@ -6,6 +6,7 @@ mean-field maps (forward (q, p), backward gradient Gram): :mod:`.norm`, :mod:`.a
     block = layers.presets.pre_ln(sigma=0.55, alpha=0.2, heads=12)
     layers.fixed_point_exponents(block, n_tokens=64, depth=24)  # fixed-point exponents (NaN: none)
     layers.finite_depth(block, n_tokens=64, depth=24)           # finite-depth rates along the trajectory
+    layers.causal_rates(block, n_tokens=8, depth=24)            # per position, causal mask (full Gram)
     block.module(weights="lazy")                                # the same block as a Flax module
 
 Every public function here runs in float64 (JAX's scoped switch) and is jit-compiled once
@@ -36,6 +37,7 @@ from . import (  # noqa: F401
 )
 from .attention import Attention  # noqa: F401
 from .base import Layer, Serial, check_layer  # noqa: F401
+from .causal import causal_rates  # noqa: F401
 from .dyt import DyT  # noqa: F401
 from .glu import GLU  # noqa: F401
 from .mlp import MLP  # noqa: F401

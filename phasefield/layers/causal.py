@@ -1,0 +1,106 @@
+"""Per-position results of a stack of blocks on the full Gram (docs/theory.md, "Causal
+stacks"): any block (every registered preset) from a permutation-symmetric input, with or
+without the causal mask, through :mod:`.gram`'s engine.
+
+* ``q_L_pos`` [n]: token i's squared norm per component after L blocks, ``C_ii``.
+* ``rho_L_pos`` [n]: token i's mean cosine with the earlier tokens j < i after L blocks
+  (position 0 has none: 0).
+* ``angle_rate_last``: the last token's angle rate,
+  ``(1/L) log[(1 - rho_L_last) / (1 - rho_0)]`` in the limit ``rho_0 -> 1`` from norm q0,
+  with ``rho_L_last`` the last token's mean cosine with the earlier ones: the derivative of
+  ``1 - rho_L_last`` along ``C_0 = q0 [(1 - eps) 11^T + eps I]`` at ``eps = 0`` (forward-mode
+  autodiff through the L blocks), as the (q, p) engine's ``angle_rate``
+  (:mod:`.depth`). At the collapsed Gram ``C = Q 11^T`` every attention row is the uniform
+  average over its allowed keys and ``A 1 = 1``, so the first-order change of
+  ``E[A C A^T]`` is ``E[A dC A^T]`` at that uniform ``A``: the same in both attention maps.
+  The rate is computed with the paper map (:func:`at_collapse`); the exact map's
+  Monte-Carlo fields differentiate an eigendecomposition at its degenerate point (NaN).
+* ``lambda_g_last``: the last token's gradient rate ``(1/L) log G_0[n-1, n-1]``, with the
+  gradient Gram ``G_L = I`` at the output backpropagated through the L blocks along the
+  trajectory from (q0, rho0) (:func:`.gram.backward_grams`): the per-layer log growth of the
+  last input token's squared gradient norm, the (q, p) engine's ``lambda_g_input`` for one
+  token. Under the mask the last input token reaches only the last output token, so this is
+  its own gradient.
+
+Float64; one compiled program per block structure, n, depth and mask (the numbers, q0 and
+rho0 are traced).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ..theory.precision import float64
+from . import gram
+from .attention import Attention
+from .base import check_layer
+from .state import Context
+
+
+def mean_cosine_with_earlier(c):
+    """[n]: each token's mean cosine with the tokens before it (position 0: 0)."""
+    n = c.shape[-1]
+    lower = np.tril(np.ones((n, n)), -1)
+    counts = np.maximum(lower.sum(-1), 1.0)
+    return jnp.sum(gram.cosines(c) * lower, -1) / counts
+
+
+def at_collapse(layer):
+    """``layer`` with every attention in the paper map without the softmax path (the same
+    forward map at the collapsed Gram and its first order, module docstring)."""
+    if isinstance(layer, Attention):
+        return layer.replace(map="paper", softmax_correction=False)
+    return layer.map_children(at_collapse) if layer.children() else layer
+
+
+def causal_rates_traced(block, ctx, q0, rho0, n: int, depth: int) -> dict:
+    """:func:`causal_rates` on a prepared block (pure, traced)."""
+    cs = gram.forward_grams(block, ctx, gram.symmetric_gram(n, q0, rho0 * q0), depth)
+    lam_g, gs = gram.backward_grams(block, ctx, cs)
+    # gs[0] = G_0 / prod(scales), tr gs[0] / n = 1: log G_0[i, i] = L lam_g + log gs[0][i, i]
+    lambda_g_last = lam_g + jnp.log(gs[0][-1, -1]) / depth
+
+    collapsed = at_collapse(block)
+
+    def gap_last(eps):
+        c0 = q0 * ((1.0 - eps) * jnp.ones((n, n)) + eps * jnp.eye(n))
+        return 1.0 - mean_cosine_with_earlier(gram.forward_grams(collapsed, ctx, c0, depth)[-1])[-1]
+
+    zero = jnp.zeros_like(q0)
+    _, slope = jax.jvp(gap_last, (zero,), (jnp.ones_like(q0),))
+    c_l = cs[-1]
+    return dict(
+        q_L_pos=jnp.diagonal(c_l),
+        rho_L_pos=mean_cosine_with_earlier(c_l),
+        angle_rate_last=jnp.log(slope) / depth,
+        lambda_g_last=lambda_g_last,
+    )
+
+
+@functools.cache
+def _compiled():
+    return jax.jit(causal_rates_traced, static_argnames=("n", "depth"))
+
+
+@float64
+def causal_rates(block, n_tokens: int = 32, depth: int = 16, q0=1.0, rho0=0.5, causal: bool = True) -> dict:
+    """Per-position results of ``depth`` blocks from the permutation-symmetric input
+    (q0, rho0) on ``n_tokens`` tokens, causal mask or none (module docstring): ``q_L_pos``
+    [n], ``rho_L_pos`` [n], ``angle_rate_last``, ``lambda_g_last`` (names of
+    :data:`phasefield.schema.NAMES`). Without the mask every position is the (q, p)
+    engine's ``q_L``/``rho_L``, ``angle_rate`` and ``lambda_g_input``."""
+    check_layer(block)
+    n = int(n_tokens)
+    if n < 2:
+        raise ValueError(f"n_tokens must be at least 2 (a token before the last), got {n_tokens}")
+    if int(depth) < 1:
+        raise ValueError(f"depth must be at least 1, got {depth}")
+    dt = jnp.result_type(float)
+    prepared = gram.prepare_kernels(block, Context(n))
+    ctx = Context(jnp.asarray(n, dt), causal=bool(causal))
+    out = _compiled()(prepared, ctx, jnp.asarray(q0, dt), jnp.asarray(rho0, dt), n=n, depth=int(depth))
+    return dict(out)
