@@ -33,6 +33,6 @@ fills) and its ``index`` padded to the evaluator's width; ``evaluate(c)`` return
 
 from .grid import Chunks, Grid
 from .run import WAIT, Driver
-from .shard import over_points, pad_to_devices, replicate, shard
+from .shard import over_points, pad_to_devices, place_like, replicate, shard
 
-__all__ = ["WAIT", "Chunks", "Driver", "Grid", "over_points", "pad_to_devices", "replicate", "shard"]
+__all__ = ["WAIT", "Chunks", "Driver", "Grid", "over_points", "pad_to_devices", "place_like", "replicate", "shard"]

@@ -95,3 +95,13 @@ def over_points(fn, devices, per_point: tuple, per_device: bool = False):
         in_shardings=tuple(NamedSharding(m, s) for s in specs),
         out_shardings=NamedSharding(m, P(AXIS)),
     )
+
+
+def place_like(x, ref):
+    """``x`` as a device array placed as the array ``ref`` is (a sharded chunk's per-point
+    indices stay with its points); a plain device array where ``ref`` has no placement."""
+    import jax
+    import jax.numpy as jnp
+
+    sharding = getattr(ref, "sharding", None)
+    return jax.device_put(x, sharding) if sharding is not None else jnp.asarray(x)

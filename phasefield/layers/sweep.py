@@ -317,12 +317,6 @@ def _index(uniq, x):
     return idx.astype(np.int32)
 
 
-def _like(x, ref):
-    """``x`` as a device array placed as ``ref`` is (sharded chunks stay sharded)."""
-    sharding = getattr(ref, "sharding", None)
-    return jax.device_put(x, sharding) if sharding is not None else jnp.asarray(x)
-
-
 @float64
 def evaluate_chunk(plan: Plan, values: dict, depth: int) -> dict:
     """``values``: number name -> flat per-point values (the driver pads the last chunk);
@@ -334,6 +328,8 @@ def evaluate_chunk(plan: Plan, values: dict, depth: int) -> dict:
     if not p.keys:
         out = _compiled_point(p.name, fixed_items, p.n_tokens, int(depth), p.q0, p.rho0)()
         return {v: np.asarray(out[v], np.float64)[None] for v in OUTPUTS}
+    from ..driver import place_like  # a sharded chunk's placement (loaded with the driver)
+
     args = [values[k] if hasattr(values[k], "sharding") else jnp.asarray(values[k], jnp.float64) for k in p.keys]
     if p.att is not None or p.mlp:
         host = [np.asarray(a, np.float64) for a in args]
@@ -341,10 +337,10 @@ def evaluate_chunk(plan: Plan, values: dict, depth: int) -> dict:
         npts = len(host[0])
     if p.att is not None:
         uniq, s, t, _ = p.att
-        args += [_like(_index(uniq, _logit_scales(block, npts)[0]), args[0]), s, t]
+        args += [place_like(_index(uniq, _logit_scales(block, npts)[0]), args[0]), s, t]
     by_pos = {pos: sig for pos, sig, _ in _kernel_scales(block, npts)} if p.mlp else {}
     for pos, uniq, kern in p.mlp:
-        args += [_like(_index(uniq, by_pos[pos]), args[0]), kern]
+        args += [place_like(_index(uniq, by_pos[pos]), args[0]), kern]
     f = _compiled(
         p.name,
         fixed_items,
