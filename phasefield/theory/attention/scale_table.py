@@ -63,15 +63,14 @@ class ScaleTable:
 
 @functools.lru_cache(maxsize=32)
 @float64
-def build(n: float, n_a: int, n_z: int, cap: float, upto: float) -> ScaleTable | None:
+def build(n: float, n_a: int, n_z: int, cap: float, ranges: int) -> ScaleTable | None:
     """The table of ``n`` tokens and grid sizes (n_a, n_z) (scales up to ``cap``) whose pieces
-    cover [0, upto]: the point tables of every range of :func:`.exact_table.point_range` up
-    to the one holding ``upto`` (built or read from disk, :func:`.exact_table.point_pieces`).
-    None where they need more than :data:`PIECES` pieces or no range has any."""
+    cover the first ``ranges`` ranges of :func:`.exact_table.point_ranges` (built, read from
+    the package or from disk: :func:`.exact_table.point_pieces`). None where they need more
+    than :data:`PIECES` pieces or no range has any. Once per process and key: every point
+    whose scale falls in the same range reads the same table."""
     pieces = []
-    for lo, hi in exact_table.point_ranges(cap):
-        if lo > upto:
-            break
+    for lo, hi in exact_table.point_ranges(cap)[:ranges]:
         pieces += exact_table.point_pieces(float(n), n_a, n_z, float(cap), lo, hi)
     if not pieces or len(pieces) > PIECES:
         return None
@@ -84,8 +83,7 @@ def build(n: float, n_a: int, n_z: int, cap: float, upto: float) -> ScaleTable |
         lo[k], hi[k] = a, b
         s[k], t[k] = np.tensordot(c, sk, axes=1), np.tensordot(c, tk, axes=1)
     used = slice(0, len(pieces))
-    interp = all(exact_table.interpolant_exact(v) for v in s[used].reshape(-1, *shape[2:]))
-    interp_t = all(exact_table.interpolant_exact(v) for v in t[used].reshape(-1, *shape[2:]))
+    interp, interp_t = exact_table.interpolant_exact(s[used]), exact_table.interpolant_exact(t[used])
     return ScaleTable(
         jnp.asarray(lo), jnp.asarray(hi), jnp.asarray(s), jnp.asarray(t), interp=interp, interp_t=interp_t
     )
@@ -104,4 +102,5 @@ def for_point(sigma_a: float, n: float) -> ScaleTable | None:
         n_a, n_z = exact.sizes(sigma_max=cap, n_max=n)
     except ValueError:
         return None
-    return build(n, n_a, n_z, cap, sa)
+    lo, hi = exact_table.point_range(sa, cap)
+    return build(n, n_a, n_z, cap, exact_table.point_ranges(cap).index((lo, hi)) + 1)
