@@ -217,9 +217,10 @@ def dyt(
 
     DyT does not normalize: the branches read tokens of squared norm ``E[tanh(a h)^2] < 1``
     that changes from layer to layer, so the attention's logit scale is ``sigma^2 q``
-    (:class:`.attention.Attention` with ``any_norm``: its exact map and softmax-derivative
-    term integrate at that scale per point, no tables of sigma^2; a block sweep sizes their
-    grids for its largest sigma^2, which bounds sigma^2 q as q < gamma^2 = 1). The
+    (:class:`.attention.Attention` with ``any_norm``: a point reads its exact map and
+    softmax-derivative term at that scale from the interpolants in the scale up to sigma^2,
+    :mod:`phasefield.theory.attention.scale_table`; a block sweep integrates them on grids
+    sized for its largest sigma^2, which bounds sigma^2 q as q < gamma^2 = 1). The
     softmax-derivative path is on by default (``softmax_correction``): without it lambda_g
     from the input falls 4 to 11 standard errors below the network extrapolated to infinite
     width at sigma 1.3 to 1.5; with it within 1.4 se, and 8 se off at the larger logit scale
