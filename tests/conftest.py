@@ -295,3 +295,22 @@ def q_star_reference(hp) -> float:
         return (bm2 * aa**2 * sv**2 + am**2 * qm) / (1.0 - ba2 * bm2)
 
     return value()
+
+
+class _Compiles:
+    """XLA compilations of this process so far (JAX's compile-duration events)."""
+
+    def __init__(self):
+        self.count = 0
+        jax.monitoring.register_event_duration_secs_listener(self)
+
+    def __call__(self, event, duration, **kw):  # noqa: ARG002 - JAX's listener signature
+        if event == "/jax/core/compile/backend_compile_duration":
+            self.count += 1
+
+
+@pytest.fixture(scope="session")
+def compiles():
+    """A counter of the process's XLA compilations (``.count``): a test reads it before and
+    after new numbers to show they compile nothing."""
+    return _Compiles()

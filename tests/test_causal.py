@@ -5,7 +5,6 @@ per position."""
 
 from __future__ import annotations
 
-import jax
 import numpy as np
 import pytest
 
@@ -98,24 +97,11 @@ def test_the_angle_rate_is_its_finite_difference():
     assert np.isfinite(rate) and abs(rate - fd) < 1e-3
 
 
-class _Compiles:
-    def __init__(self):
-        self.count = 0
-        jax.monitoring.register_event_duration_secs_listener(self)
-
-    def __call__(self, event, duration, **kw):
-        if event == "/jax/core/compile/backend_compile_duration":
-            self.count += 1
-
-
-_COUNTER = _Compiles()
-
-
-def test_a_new_number_compiles_nothing():
+def test_a_new_number_compiles_nothing(compiles):
     first = layers.causal_rates(spec.build("pre-ln", dict(sigma=0.8, alpha=0.5, **_PLAIN)), N, 2, causal=True)
-    before = _COUNTER.count
+    before = compiles.count
     out = layers.causal_rates(spec.build("pre-ln", dict(sigma=1.1, alpha=0.3, **_PLAIN)), N, 2, 0.9, 0.2, causal=True)
-    assert _COUNTER.count == before
+    assert compiles.count == before
     assert np.isfinite(float(out["angle_rate_last"])) and float(out["lambda_g_last"]) != float(first["lambda_g_last"])
 
 

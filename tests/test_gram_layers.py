@@ -5,7 +5,6 @@ cover, and a causal standard block matches its finite-width network per position
 
 from __future__ import annotations
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -187,25 +186,12 @@ def test_unequal_norms():
 # ---- structure-keyed programs -------------------------------------------------------------
 
 
-class _Compiles:
-    def __init__(self):
-        self.count = 0
-        jax.monitoring.register_event_duration_secs_listener(self)
-
-    def __call__(self, event, duration, **kw):
-        if event == "/jax/core/compile/backend_compile_duration":
-            self.count += 1
-
-
-_COUNTER = _Compiles()
-
-
-def test_a_new_number_compiles_nothing():
+def test_a_new_number_compiles_nothing(compiles):
     c0 = gram.symmetric_gram(N, 1.0, 0.4)
     first = gram.gram_gradient(spec.build("pre-ln", dict(sigma=0.8, alpha=0.5, **_PLAIN)), c0, depth=2, causal=True)
-    before = _COUNTER.count
+    before = compiles.count
     lam, gs = gram.gram_gradient(spec.build("pre-ln", dict(sigma=1.1, alpha=0.3, **_PLAIN)), c0, depth=2, causal=True)
-    assert _COUNTER.count == before
+    assert compiles.count == before
     assert np.isfinite(float(lam)) and float(lam) != float(first[0])
 
 

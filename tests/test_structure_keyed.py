@@ -16,19 +16,6 @@ from phasefield.theory import mlp as mlp_maps
 from phasefield.theory.attention import exact_table
 
 
-class _Compiles:
-    def __init__(self):
-        self.count = 0
-        jax.monitoring.register_event_duration_secs_listener(self)
-
-    def __call__(self, event, duration, **kw):
-        if event == "/jax/core/compile/backend_compile_duration":
-            self.count += 1
-
-
-_COUNTER = _Compiles()
-
-
 @pytest.mark.parametrize(
     "name, points",
     [
@@ -51,17 +38,17 @@ _COUNTER = _Compiles()
         ("pre-ln", [dict(sigma=0.5, alpha=0.3), dict(sigma=0.9, alpha=0.9), dict(sigma=1.4, alpha=0.2)]),
     ],
 )
-def test_a_new_point_compiles_nothing(name, points):
+def test_a_new_point_compiles_nothing(name, points, compiles):
     first, *rest = points
     layers.rates(spec.build(name, first), n_tokens=16, depth=16)
-    before = _COUNTER.count
+    before = compiles.count
     for kw in rest:
         r = layers.rates(spec.build(name, kw), n_tokens=16, depth=16, q0=1.0, rho0=0.3)
         assert np.isfinite(float(r["angle_rate"]))
-    assert _COUNTER.count == before
+    assert compiles.count == before
 
 
-def test_a_new_logit_scale_of_the_paper_engine_with_the_exact_map_compiles_nothing():
+def test_a_new_logit_scale_of_the_paper_engine_with_the_exact_map_compiles_nothing(compiles):
     """The paper block's own engine with ``attention="exact"``: its attention tables are sized
     by the logit scale's cap (not its value), so a new sigma_A compiles nothing."""
     from phasefield import HParams
@@ -69,10 +56,10 @@ def test_a_new_logit_scale_of_the_paper_engine_with_the_exact_map_compiles_nothi
 
     kw = dict(sigma_w=2.2, alpha_a=0.45, alpha_m=0.6, n_tokens=16, depth=16, attention="exact")
     paper.exponents(HParams(sigma_a=1.5, **kw))
-    before = _COUNTER.count
+    before = compiles.count
     for sa in (1.1, 1.9):
         assert 0.0 < float(paper.exponents(HParams(sigma_a=sa, **kw))["rho_star"]) < 1.0
-    assert _COUNTER.count == before
+    assert compiles.count == before
 
 
 @pytest.mark.parametrize("act", ["tanh", "silu"])

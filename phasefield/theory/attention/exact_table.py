@@ -737,13 +737,17 @@ def shipped_key(n: float, n_a: int, n_z: int, cap: float) -> dict:
     """What a shipped file of ``n`` tokens holds: the pieces of every range of
     :func:`point_range` on [0, cap] at grid sizes (n_a, n_z), with this module's nodes, tail
     and mesh. A file whose key differs (other sizes or settings) is not read."""
+    return dict(format=SHIPPED_FORMAT, **_pieces_key(n, n_a, n_z, cap), edges=list(POINT_EDGES))
+
+
+def _pieces_key(n, n_a, n_z, cap) -> dict:
+    """What the pieces of ``n`` tokens at grid sizes (n_a, n_z) and cap depend on, besides
+    their range (:func:`point_pieces`, :func:`shipped_key`)."""
     return dict(
-        format=SHIPPED_FORMAT,
         n=float(n),
         n_a=int(n_a),
         n_z=int(n_z),
         cap=float(cap),
-        edges=list(POINT_EDGES),
         scale_nodes=list(POINT_NODES),
         scale_tail=SCALE_TAIL,
         mesh=MESH_FULL,
@@ -790,18 +794,7 @@ def point_pieces(n: float, n_a: int, n_z: int, cap: float, lo: float, hi: float)
     (15 to 57 scales integrated: seconds) and written there; for the token counts shipped
     with the package (:func:`shipped_pieces`, ``tables/``) read from its file. Once per
     process and key."""
-    key = dict(
-        n=float(n),
-        n_a=int(n_a),
-        n_z=int(n_z),
-        cap=float(cap),
-        lo=float(lo),
-        hi=float(hi),
-        scale_nodes=list(POINT_NODES),
-        scale_tail=SCALE_TAIL,
-        mesh=MESH_FULL,
-        options=one_scale_options(),
-    )
+    key = dict(_pieces_key(n, n_a, n_z, cap), lo=float(lo), hi=float(hi), options=one_scale_options())
 
     def compute():
         pieces = _scale_pieces(float(n), n_a, n_z, float(lo), float(hi), float(cap), adaptive=False, nodes=POINT_NODES)
