@@ -127,7 +127,7 @@ class Attention(Layer):
         if logits is None:
             return self.replace(att=exact_table.kernel(sigma_a, ctx.n_tokens))
         # sizes and mesh values keyed by the scale's cap, not its value: one compiled program
-        # serves every new scale (the softmax term alone integrates per point, at any norm)
+        # serves every new scale
         if not self.any_norm:
             return self.replace(att=exact_table.point_kernel(*logits, values=self.map == "exact"))
         # tokens of norm q < 1 behind DyT: the values of every scale up to sigma_A, read at
