@@ -301,14 +301,9 @@ def rates_grid(
     points = driver.Grid({**lead, **{k: np.asarray(axes[k], np.float64) for k in num_keys}}, outer=("depth",))
     chunks = points.chunks(1)  # one point a chunk
     names = list(measure.QUANTITIES) + [k + "_se" for k in measure.QUANTITIES] + ["q_star"]
-    spec = dict(
-        source="phasefield.simulate.sweep.rates_grid",
-        block=name,
-        fixed=fixed,
-        dims=list(points.dims),
-        coords=[np.asarray(v, np.float64).tolist() for v in points.axes.values()],
+    source = "phasefield.simulate.sweep.rates_grid"
+    settings = dict(  # the run's settings: in the store's key and the dataset's attributes
         n_tokens=int(n_tokens),
-        depth=int(depth),
         q0=float(q0),
         rho0=float(rho0),
         width=int(width),
@@ -317,6 +312,15 @@ def rates_grid(
         weights=weights,
         dtype=jnp.dtype(dtype).name,
         seed=int(seed),
+    )
+    spec = dict(
+        source=source,
+        block=name,
+        fixed=fixed,
+        dims=list(points.dims),
+        coords=[np.asarray(v, np.float64).tolist() for v in points.axes.values()],
+        depth=int(depth),
+        **settings,
     )
 
     def evaluate(c):
@@ -353,17 +357,9 @@ def rates_grid(
         if values is None:
             return None  # process 0 assembles
         attrs = dict(
-            source="phasefield.simulate.sweep.rates_grid",
+            source=source,
             block=name,
-            n_tokens=int(n_tokens),
-            q0=float(q0),
-            rho0=float(rho0),
-            width=int(width),
-            draws=int(draws),
-            eps=float(eps),
-            weights=weights,
-            dtype=jnp.dtype(dtype).name,
-            seed=int(seed),
+            **settings,
             **{f"fixed_{k}": (str(v) if isinstance(v, (str, bool)) else v) for k, v in fixed.items()},
         )
         if depths is None:

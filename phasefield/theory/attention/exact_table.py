@@ -767,11 +767,7 @@ def point_ranges(cap: float) -> list[tuple[float, float]]:
 @functools.cache
 def _shipped(n: float, n_a: int, n_z: int, cap: float) -> dict | None:
     path = shipped_path(n)
-    if not path.is_file():
-        return None
-    key = shipped_key(n, n_a, n_z, cap)
-    got = table_cache.load(path, key)
-    return got
+    return table_cache.load(path, shipped_key(n, n_a, n_z, cap)) if path.is_file() else None
 
 
 def shipped_pieces(n: float, n_a: int, n_z: int, cap: float, lo: float, hi: float) -> dict | None:
