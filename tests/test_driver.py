@@ -197,7 +197,7 @@ def test_simulated_sweep_interrupted_and_resumed_equals_one_run(tmp_path, monkey
 
 def test_simulated_block_sweep_interrupted_and_resumed_equals_one_run(tmp_path, monkeypatch):
     args = ("pre-ln", {"sigma": np.array([0.5, 1.0])}, {"alpha": 0.5, "heads": 2})
-    opts = dict(n_tokens=3, depth=1, width=8, draws=2, seed=1)
+    opts = dict(n_tokens=4, depth=1, width=8, draws=2, seed=1)
     whole = simsweep.rates_grid(*args, **opts)
     out = tmp_path / "blk.nc"
     real = _interrupt_after(monkeypatch, 1)

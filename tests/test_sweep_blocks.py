@@ -79,13 +79,13 @@ def test_depth_and_n_tokens_are_axes_of_a_standard_block(block_grid):
     name, fixed, axes, ref = block_grid
     if name != "pre-ln":
         pytest.skip("one block")
-    ds = phasefield.sweep(block=(name, fixed), axes=dict(axes, depth=[2]), n_tokens=[4, 6], chunk_size=2)
+    ds = phasefield.sweep(block=(name, fixed), axes=dict(axes, depth=[2]), n_tokens=[4, 8], chunk_size=2)
     assert ds.lambda_a.dims == ("n_tokens", "depth") + tuple(axes)
     for v in ref.data_vars:  # n = 4: the fixture's grid; NaN (the same answer) only for lambda_a
         assert np.isfinite(ref[v].values).all() != (v == "lambda_a"), v  # (no finite fixed point)
         assert np.array_equal(ds[v].sel(n_tokens=4, depth=2).values, ref[v].values, equal_nan=True), v
-    want = _library(name, dict(fixed, sigma=1.1, alpha=0.8), 6, 2)
-    pt = ds.sel(n_tokens=6, depth=2, sigma=1.1, alpha=0.8)
+    want = _library(name, dict(fixed, sigma=1.1, alpha=0.8), 8, 2)
+    pt = ds.sel(n_tokens=8, depth=2, sigma=1.1, alpha=0.8)
     for k in ("angle_rate", "lambda_g_input", "q_L"):
         np.testing.assert_allclose(float(pt[k]), float(want[k]), rtol=0, atol=1e-9, err_msg=k)
 
