@@ -22,9 +22,9 @@ Every layer is a ``flax.struct`` dataclass: its sweepable numbers are pytree lea
 ``gram_backward(c, g, ctx) -> G``    the gradient Gram ``g`` [n, n] at its output -> at its
                                      input, for input Gram ``c``
 
-The Gram maps read ``n`` from the shape of ``c`` and the mask from ``ctx.causal`` (static:
-attention to the keys j <= i); with ``c = (q - p) I + p 11^T`` and no mask they are the
-(q, p) maps. A map that holds only where two tokens' norms are equal (an MLP's tables, DyT's
+The Gram maps read ``n`` from the shape of ``c``; the mask is the attention layer's static
+field ``causal`` (attention to the keys j <= i); with ``c = (q - p) I + p 11^T`` and no mask
+they are the (q, p) maps. A map that holds only where two tokens' norms are equal (an MLP's tables, DyT's
 rules) gives NaN for a pair (i, k) with ``C_ii != C_kk``, never another pair's answer.
 
 and what a block sweep (:mod:`.sweep`) asks of it, whose defaults answer for a leaf
