@@ -147,9 +147,7 @@ def causal_rates(block, n_tokens: int = 32, depth: int = 16, q0=1.0, rho0=0.5, c
 
 
 @float64
-def causal_trajectory(
-    block, q0=1.0, rho0=0.5, n_tokens: int = 32, depth: int = 16, causal: bool | None = None
-) -> dict:
+def causal_trajectory(block, q0=1.0, rho0=0.5, n_tokens: int = 32, depth: int = 16, causal: bool | None = None) -> dict:
     """Per layer and position from the permutation-symmetric input (q0, rho0): ``q_pos``
     [depth + 1, n] (``C_ii``) and ``rho_pos`` [depth + 1, n] (token i's mean cosine with the
     tokens j < i; position 0: 0), index 0 the input; ``causal`` as :func:`causal_rates`."""
