@@ -407,7 +407,7 @@ def register(cli):
     @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
     def trajectory_cmd(block_spec, q0, rho0, p0, as_json, **kw):
         """q and p per layer of the mean-field map of a block (default: the paper's) from input
-        (q0, p0 = rho0 q0); a causal block (--block NAME:causal=true): q_pos and rho_pos per
+        (q0, p0 = rho0 q0). A causal block (--block NAME:causal=true): q_pos and rho_pos per
         layer and position (rho: mean cosine with the earlier tokens)."""
         name, fixed, preset = _block_point(block_spec, kw)
         fixed, n, L, hp = _point_size(name, fixed, preset, kw)

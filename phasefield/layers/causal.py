@@ -43,7 +43,7 @@ import numpy as np
 from ..theory.precision import float64
 from . import gram
 from .attention import Attention
-from .base import check_layer
+from .base import check_layer, is_causal, masked  # noqa: F401 (the mask is a property of the block)
 from .state import Context
 
 
@@ -53,22 +53,6 @@ def mean_cosine_with_earlier(c):
     lower = np.tril(np.ones((n, n)), -1)
     counts = np.maximum(lower.sum(-1), 1.0)
     return jnp.sum(gram.cosines(c) * lower, -1) / counts
-
-
-def masked(layer, causal: bool = True):
-    """``layer`` with every attention in it causal (``causal=False``: none), through
-    ``map_children`` as :func:`at_collapse`."""
-    if isinstance(layer, Attention):
-        return layer.replace(causal=bool(causal))
-    return layer.map_children(lambda child: masked(child, causal)) if layer.children() else layer
-
-
-def is_causal(layer) -> bool:
-    """Whether any attention in ``layer`` is causal."""
-    if isinstance(layer, Attention):
-        return bool(layer.causal)
-    children = getattr(layer, "children", None)
-    return callable(children) and any(is_causal(child) for child in children())
 
 
 def _with_mask(layer, causal):

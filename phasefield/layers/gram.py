@@ -6,7 +6,7 @@ layer's own Gram maps (:mod:`.base`'s protocol)::
     layer.gram_backward(c, g, ctx)  -> G    the gradient Gram at its input, given the one
                                             at its output g [n, n], input Gram c
 
-A causal attention (its static field ``causal``, :func:`.causal.masked`) attends to the keys
+A causal attention (its static field ``causal``, :func:`.base.masked`) attends to the keys
 j <= i. ``n`` is the (static) size of ``c``; ``ctx.n_tokens`` is not read. With a permutation-symmetric input ``C = (q - p) I +
 p 11^T`` and no mask the Gram maps are the (q, p) maps (paper-mode attention: to rounding;
 exact-softmax attention and the softmax path average fixed Monte-Carlo attention samples
@@ -29,6 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..theory.precision import float64
+from .base import masked
 from .state import Context, Grad, Kernel
 
 
@@ -147,8 +148,6 @@ def prepare_kernels(layer, ctx):
 
 def _prepared(block, c0, causal: bool | None):
     if causal is not None:
-        from .causal import masked
-
         block = masked(block, bool(causal))
     c0 = jnp.asarray(c0, jnp.result_type(float))
     n = c0.shape[-1]

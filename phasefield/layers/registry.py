@@ -144,7 +144,7 @@ class Preset:
             block = self.builder(**kw)
         if not causal:
             return block
-        from .causal import masked
+        from .base import masked
 
         return masked(block)
 
