@@ -39,7 +39,7 @@ def test_every_preset_takes_causal(name):
         with pytest.raises(ValueError, match="equal norm") as exc:
             spec.parse("dyt:causal=true")
         assert "\n" not in str(exc.value)
-        assert spec.parse("dyt:causal=false") == ("dyt", {"causal": False})
+        assert spec.parse("dyt:causal=false") == ("dyt", {})  # the default, the plain block
         return
     got = spec.parse(f"{name}:causal=true")
     assert got == (name, {"causal": True})
@@ -47,6 +47,7 @@ def test_every_preset_takes_causal(name):
     assert is_causal(block) and not is_causal(plain)
     assert _attentions(block) and all(a.causal for a in _attentions(block))
     assert block == masked(plain) and spec.build(name, {"causal": False}) == plain
+    assert spec.parse(f"{name}:causal=false") == (name, {})
     with pytest.raises(ValueError, match="true or false"):
         spec.parse(f"{name}:causal=maybe")
 

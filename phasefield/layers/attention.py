@@ -194,7 +194,7 @@ class Attention(Layer):
         own = self.att.replace(s=None, t=None, interp=False, interp_t=False)
         return jax.lax.cond(q == 1.0, lambda: fn(self.att), lambda: self._in_reach(sigma_a, ctx, fn(own)))
 
-    def _symmetric(self):
+    def _unmasked(self):
         """ValueError for a causal attention: its (q, p) maps assume permutation-symmetric
         tokens, which the mask breaks (its results are per position: :mod:`.causal`)."""
         if self.causal:
@@ -204,7 +204,7 @@ class Attention(Layer):
             )
 
     def forward(self, k, ctx):
-        self._symmetric()
+        self._unmasked()
         sigma_a, sigma_v = self._scales(k.q)
         fn = lambda att: att_maps.forward(sigma_a, ctx.n_tokens, sigma_v, k.rho, self.map, att)
         q_a, p_a = self._at_norm(k.q, sigma_a, ctx, fn)
@@ -212,7 +212,7 @@ class Attention(Layer):
         return Kernel(c * q_a, c * p_a)
 
     def backward(self, k, g, ctx):
-        self._symmetric()
+        self._unmasked()
         sigma_a, sigma_v = self._scales(k.q)
 
         def fn(att):

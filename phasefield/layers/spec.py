@@ -80,6 +80,8 @@ def check(name: str, kw: dict) -> dict:
         )
     if out.get("attention", "paper") not in ("paper", "exact"):
         raise ValueError(f"block {name}: attention must be paper or exact (got {out['attention']!r})")
+    if out.get("causal") is False:  # the default: ``causal=false`` spells the plain block
+        del out["causal"]
     preset.validate(out)
     return out
 
