@@ -102,6 +102,11 @@ def sweep(
     the reference of the tiled one in tests/test_sweep.py and scripts/bench_theory.py.)"""
     given = {k: v for k, v in numbers.items() if v is not None}
     name, fixed = ("paper", {}) if block is None else block_of(block)
+    if fixed.get("causal"):
+        raise ValueError(
+            f"block {name}: causal=true gives per-position results (phasefield.exponents); a sweep "
+            "computes the (q, p) numbers, which the mask breaks"
+        )
     axes = dict(axes or {})
     for k, v in (("n_tokens", n_tokens), ("depth", depth)):
         if v is not None and k in axes:

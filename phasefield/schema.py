@@ -24,6 +24,10 @@ NAMES = {
     "angle_rate_last": "the last token's angle rate (1/L) log[(1 - rho_L)/(1 - rho_0)], rho_0 -> 1 (from q0), "
     "rho the last token's mean cosine with the earlier tokens",
     "lambda_g_last": "the last token's gradient rate (1/L) log G_0[n-1, n-1], G_L = I, from (q0, rho0)",
+    "q_pos": "per layer l (0: the input) and position i: token i's squared norm per component C_ii after l "
+    "blocks from (q0, rho0) (full Gram; a causal block's trajectory)",
+    "rho_pos": "per layer l (0: the input) and position i: token i's mean cosine with the tokens j < i after "
+    "l blocks (position 0: 0)",
 }
 SYMBOLS = {
     "lambda_a": "λ_a",
@@ -39,6 +43,8 @@ SYMBOLS = {
     "rho_L_pos": "ρ_L(i)",
     "angle_rate_last": "(1/L) log[(1-ρ_L(n))/(1-ρ_0)]",
     "lambda_g_last": "λ_g(L; n)",
+    "q_pos": "q_l(i)",
+    "rho_pos": "ρ_l(i)",
 }
 # how files written by releases before 0.3.0 named the gradient rates, by the kind of file:
 # the paper block's grids and simulations (lambda_g: from the collapsed point) ...

@@ -8,7 +8,9 @@ grid axes ``--axis NAME=start:stop:count`` (or ``NAME=a,b,c``) over the block's 
         name, fixed, axes = resolve(block_spec, axis_texts, paper_flags(kw))
 
 A paper flag given with another block, a number given twice (in ``--block`` and by its flag
-or an ``--axis``), or an axis the block has no number for: one line (:class:`UsageError`).
+or an ``--axis``), an axis the block has no number for, or a causal block
+(``NAME:causal=true``, whose results are per position) given to a command other than the point
+commands: one line (:class:`UsageError`).
 """
 
 from __future__ import annotations
@@ -30,6 +32,9 @@ BLOCK_HELP = (
     f"the block: a preset ({PRESET_LIST}), NAME:key=value,... "
     '(e.g. pre-ln:sigma=0.55,alpha=0.2,heads=12) or a JSON file {"block": NAME, ...}'
 )
+# the point commands take every preset's option causal=true (per-position results)
+POINT_BLOCK_HELP = BLOCK_HELP + "; NAME:causal=true masks its attention (results per position)"
+POINT_COMMANDS = "`phasefield exponents` and `phasefield trajectory`"
 AXIS_HELP = "NAME=start:stop:count or NAME=a,b,c: an axis over a number of the block (repeat it)"
 
 # the paper flags (click parameter names) -> the paper block's numbers they set (``alpha``:
@@ -87,17 +92,30 @@ def parse_axes(texts, allowed=None) -> dict:
     return out
 
 
+def refuse_causal(name: str, kw: dict) -> None:
+    """UsageError for a causal block (``NAME:causal=true``): a command that computes the
+    (q, p) numbers or simulates without per-position measurements cannot take it."""
+    if kw.get("causal"):
+        raise UsageError(
+            f"block {name}: causal=true gives per-position results, which {POINT_COMMANDS} compute; "
+            "this command takes no causal block"
+        )
+
+
 def resolve(
-    spec_text: str, axis_texts=(), flags: dict | None = None, extra_axes=(), grid: bool = False
+    spec_text: str, axis_texts=(), flags: dict | None = None, extra_axes=(), grid: bool = False, causal: bool = False
 ) -> tuple[str, dict, dict]:
     """``(name, fixed, axes)`` of a command's block: ``fixed`` the block's checked keywords
     (the paper flags in ``flags`` folded in as the paper block's numbers, unchecked: the
     command checks them with its flags' messages), ``axes`` name ->
     values (numbers of the block, or one of ``extra_axes`` such as ``depth``); ``grid``: the
-    command takes ``--axis`` (its messages say so)."""
+    command takes ``--axis`` (its messages say so); ``causal``: the command takes a causal
+    block (:func:`refuse_causal` otherwise)."""
     from ..layers import registry, spec
 
     name, kw = check(spec.parse, spec_text)
+    if not causal:
+        refuse_causal(name, kw)
     flags = dict(flags or {})
     if flags and registry.lookup(name).numbers_class is None:  # the flags set a numbers_class's fields
         f = next(iter(flags))

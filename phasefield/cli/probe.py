@@ -32,7 +32,7 @@ import os
 import click
 
 from .. import io
-from .blockopt import PRESET_LIST
+from .blockopt import PRESET_LIST, refuse_causal
 from .common import UsageError, atomic_path, check, echo_json, option, options, output
 
 INITS_MAX = 10_000
@@ -102,6 +102,7 @@ def _declared(as_spec):
     from ..layers import spec
 
     name, numbers = check(spec.parse, as_spec)
+    refuse_causal(name, numbers)
     block = check(spec.build, name, dict(numbers))
     return block, (name, numbers)
 
@@ -299,6 +300,7 @@ def _factory_kw(model, block_spec, preset, settings, sizes, as_spec):
         from ..layers import spec
 
         preset, numbers = check(spec.parse, block_spec)
+        refuse_causal(preset, numbers)
         both = sorted(set(numbers) & set(kw))
         if both:
             raise UsageError(f"{both[0]} given twice: in --block and by --set")

@@ -12,7 +12,7 @@ import os
 import click
 import numpy as np
 
-from .blockopt import PRESET_LIST, parse_axes
+from .blockopt import PRESET_LIST, parse_axes, refuse_causal
 from .common import (
     MLP_LAYERS_MAX,
     PAPER_CONTEXT,
@@ -165,6 +165,7 @@ def _block_setup(spec_text, q0, rho0, n_tokens, depth, width, seeds, seed, eps, 
             "give a block's numbers in its spec (e.g. --block paper:sigma_w=2)"
         )
     name, kw = check(spec.parse, spec_text)
+    refuse_causal(name, kw)  # its measurements are the (q, p) ones
     option("--width", width, 2, WIDTH_MAX[weights], integer=True, hint=f" with --weights {weights}")
     option("--seeds", seeds, 2, SEEDS_MAX, integer=True, hint=" (>= 2 to give a standard error)")
     option("--seed", seed, 0, 2**31 - 1, integer=True)

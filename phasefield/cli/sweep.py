@@ -14,7 +14,7 @@ import os
 import click
 import numpy as np
 
-from .blockopt import PRESET_LIST, parse_axes
+from .blockopt import PRESET_LIST, parse_axes, refuse_causal
 from .common import (
     MLP_LAYERS_MAX,
     PAPER_NUMBERS,
@@ -108,6 +108,7 @@ def sweep_command(spec_text, axes, n_tokens, depth, q0, rho0, chunk, out, progre
     # phasefield.diagram.sweep, before any work. Checked here: what only the command has
     # (--figure, --sim, the output file) and the limits it alone sets.
     block = check(diagram.block_of, "paper" if spec_text is None else spec_text)
+    refuse_causal(*block)
     axes = parse_axes(axes)
     sizes = {k: parse_range(v, k) for k, v in (("n_tokens", n_tokens), ("depth", depth)) if v is not None}
     for k in ("n_tokens", "depth"):  # one value as an --axis: the number, as --n-tokens/--depth give it

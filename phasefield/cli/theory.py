@@ -232,8 +232,22 @@ def _block_point(block_spec, kw):
     from ..layers import registry
     from .blockopt import paper_flags, resolve
 
-    name, fixed, _ = resolve(block_spec, (), paper_flags(kw))
+    name, fixed, _ = resolve(block_spec, (), paper_flags(kw), causal=True)
     return name, fixed, registry.lookup(name)
+
+
+def _point_size(name, fixed, preset, kw):
+    """``(fixed, n, L, hp)`` of a point command's block: the paper block's numbers checked
+    into ``hp`` (its flags folded in) and ``n``, ``L`` from them, else from --n-tokens and
+    --depth (``hp`` None). A causal paper block takes the layers' road: ``hp`` None and its
+    numbers spelled out in ``fixed``."""
+    if not preset.fast_engine:
+        n, L = _std_size(kw["n_tokens"], kw["depth"])
+        return fixed, n, L, None
+    hp = _hp(**_paper_kw({k: v for k, v in fixed.items() if k != "causal"}, kw))
+    if fixed.get("causal"):
+        return dict(_hp_fixed(hp), causal=True), int(hp.n_tokens), int(hp.depth), None
+    return fixed, int(hp.n_tokens), int(hp.depth), hp
 
 
 def _std_size(n_tokens, depth):
@@ -242,9 +256,54 @@ def _std_size(n_tokens, depth):
     return int(n_tokens), int(depth)
 
 
+def causal_exponents_result(name, fixed, n_tokens, depth, q0=1.0, rho0=0.5) -> dict:
+    """The ``phasefield exponents --block NAME:causal=true`` record (plain numbers): the
+    per-position results of :func:`phasefield.layers.causal_rates` from (q0, rho0), lists
+    over the positions; ``phase`` from the last token's rates."""
+    import numpy as np
+
+    from .. import layers
+    from ..layers import spec
+
+    r = layers.rates(spec.build(name, fixed), q0=q0, rho0=rho0, n_tokens=n_tokens, depth=depth)
+    res = dict(block=name, **fixed, n_tokens=n_tokens, depth=depth, q0=q0, rho0=rho0)
+    res.update({k: float(r[k]) for k in ("angle_rate_last", "lambda_g_last")})
+    res.update({k: [float(v) for v in np.asarray(r[k])] for k in ("q_L_pos", "rho_L_pos")})
+    res["phase"] = (
+        _sign_word(res["angle_rate_last"], "chaotic", "ordered")
+        + "/"
+        + _sign_word(res["lambda_g_last"], "exploding", "vanishing")
+    )
+    return res
+
+
+def _print_causal(res):
+    L, name = res["depth"], res["block"]
+    kw = {k: v for k, v in res.items() if k not in _BLOCK_KEYS | _CAUSAL_KEYS}
+    click.echo(f"block           = {name} {', '.join(f'{k}={v}' for k, v in kw.items())}")
+    click.echo(f"angle_rate_last = {res['angle_rate_last']:+.6f}   (the last token's angle rate, L = {L})")
+    click.echo(
+        f"lambda_g_last   = {res['lambda_g_last']:+.6f}   (the last token, L = {L}, from q0 = {res['q0']:g}, "
+        f"rho0 = {res['rho0']:g})"
+    )
+    click.echo(f"phase           = {res['phase']}   (the last token's rates)")
+    click.echo(f"{'position':>8} {'q_L_pos':>12} {'rho_L_pos':>10}   (rho: mean cosine with the earlier tokens)")
+    for i, (q, rho) in enumerate(zip(res["q_L_pos"], res["rho_L_pos"])):
+        click.echo(f"{i:8d} {q:12.6g} {rho:10.6f}")
+
+
+_CAUSAL_KEYS = {"q_L_pos", "rho_L_pos", "angle_rate_last", "lambda_g_last"}
+
+
 def run_exponents(block_spec, q0, rho0, as_json, kw):
     """``phasefield exponents`` and its alias ``phasefield block exponents`` (one code path)."""
     name, fixed, preset = _block_point(block_spec, kw)
+    if fixed.get("causal"):  # per position, on the layers' road (the paper block too)
+        fixed, n, L, _ = _point_size(name, fixed, preset, kw)
+        q0, rho0 = _geometry(n, q0, rho0)
+        res = causal_exponents_result(name, fixed, n, L, q0, rho0)
+        echo_json(res) if as_json else _print_causal(res)
+        return
     if not preset.fast_engine:
         n, L = _std_size(kw["n_tokens"], kw["depth"])
         q0, rho0 = _geometry(n, q0, rho0)
@@ -302,7 +361,7 @@ def _hp_fixed(hp):
 
 def exponents_options(f):
     """The options of ``phasefield exponents`` (shared by its alias ``block exponents``)."""
-    from .blockopt import block_option
+    from .blockopt import POINT_BLOCK_HELP, block_option
 
     f = click.option(
         "--json",
@@ -318,7 +377,7 @@ def exponents_options(f):
     )(f)
     f = click.option("--q0", type=float, default=None, help="input squared norm per component [1]")(f)
     f = _point_options(f)
-    return block_option()(f)
+    return block_option(help=POINT_BLOCK_HELP)(f)
 
 
 EXPONENTS_HELP = """λ_a, λ_g and the attractors of a block at one point.
@@ -328,7 +387,9 @@ EXPONENTS_HELP = """λ_a, λ_g and the attractors of a block at one point.
     fixed point (more than one: bistable); --q0/--rho0 add its finite-depth rates. Another block
     (--block pre-ln:sigma=0.55,alpha=0.2): lambda_g_input (from q0, rho0), lambda_g_collapse
     (from collapsed tokens), angle_rate, rho_L, q_L and, where it has a finite fixed point,
-    lambda_a and λ_g^∞."""
+    lambda_a and λ_g^∞. A causal block (--block pre-ln:causal=true; every preset takes
+    causal=true but dyt): per position, q_L_pos and rho_L_pos (each token's mean cosine with
+    the earlier ones) and the last token's angle_rate_last and lambda_g_last."""
 
 
 def register(cli):
@@ -346,13 +407,10 @@ def register(cli):
     @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
     def trajectory_cmd(block_spec, q0, rho0, p0, as_json, **kw):
         """q and p per layer of the mean-field map of a block (default: the paper's) from input
-        (q0, p0 = rho0 q0)."""
+        (q0, p0 = rho0 q0). A causal block (--block NAME:causal=true): q_pos and rho_pos per
+        layer and position (rho: mean cosine with the earlier tokens)."""
         name, fixed, preset = _block_point(block_spec, kw)
-        if preset.fast_engine:
-            hp = _hp(**_paper_kw(fixed, kw))
-            n, L = int(hp.n_tokens), int(hp.depth)
-        else:
-            n, L = _std_size(kw["n_tokens"], kw["depth"])
+        fixed, n, L, hp = _point_size(name, fixed, preset, kw)
         option("--q0", q0, 0.0, Q0_MAX, lo_open=True)
         option("--rho0", rho0, -1.0, 1.0)
         option("--p0", p0, -Q0_MAX, Q0_MAX)
@@ -363,9 +421,11 @@ def register(cli):
             p0 = rho0 * q0
         if not (-q0 / (n - 1) - 1e-12 <= p0 <= q0):
             raise UsageError(f"input cosine must lie in [-1/(n-1), 1] (got {p0 / q0:g})")
+        if fixed.get("causal"):
+            return _causal_trajectory(name, fixed, q0, p0 / q0, n, L, as_json)
         import numpy as np
 
-        if preset.fast_engine:
+        if hp is not None:
             q, p = (np.asarray(v, float) for v in preset.engine.trajectory(hp, q0, p0, L))
         else:
             from .. import layers
@@ -391,6 +451,27 @@ def register(cli):
 
 
 def block_option_lazy():
-    from .blockopt import block_option
+    from .blockopt import POINT_BLOCK_HELP, block_option
 
-    return block_option()
+    return block_option(help=POINT_BLOCK_HELP)
+
+
+def _causal_trajectory(name, fixed, q0, rho0, n, depth, as_json):
+    """The trajectory of a causal block: per layer and position (:func:`phasefield.layers.trajectory`)."""
+    import numpy as np
+
+    from .. import layers
+    from ..layers import spec
+
+    r = layers.trajectory(spec.build(name, fixed), q0=q0, rho0=rho0, n_tokens=n, depth=depth)
+    q, rho = np.asarray(r["q_pos"], float), np.asarray(r["rho_pos"], float)
+    res = dict(block=name, **fixed, q0=q0, rho0=rho0, layer=list(range(len(q))), q_pos=q.tolist(), rho_pos=rho.tolist())
+    if as_json:
+        echo_json(res)
+        return
+    click.echo(
+        f"{'layer':>5} {'position':>8} {'q_pos':>12} {'rho_pos':>10}   (rho: mean cosine with the earlier tokens)"
+    )
+    for i in range(len(q)):
+        for j in range(q.shape[1]):
+            click.echo(f"{i:5d} {j:8d} {q[i, j]:12.6g} {rho[i, j]:10.6f}")

@@ -6,7 +6,8 @@ mean-field maps (forward (q, p), backward gradient Gram): :mod:`.norm`, :mod:`.a
     block = layers.presets.pre_ln(sigma=0.55, alpha=0.2, heads=12)
     layers.fixed_point_exponents(block, n_tokens=64, depth=24)  # fixed-point exponents (NaN: none)
     layers.finite_depth(block, n_tokens=64, depth=24)           # finite-depth rates along the trajectory
-    layers.causal_rates(block, n_tokens=8, depth=24)            # per position, causal mask (full Gram)
+    layers.causal_rates(block, n_tokens=8, depth=24, causal=True)  # per position, causal mask (full Gram)
+    layers.rates(layers.causal.masked(block))                   # a causal block: the same, per position
     block.module(weights="lazy")                                # the same block as a Flax module
 
 Every public function here runs in float64 (JAX's scoped switch) and is jit-compiled once
@@ -37,7 +38,7 @@ from . import (  # noqa: F401
 )
 from .attention import Attention  # noqa: F401
 from .base import Layer, Serial, check_layer  # noqa: F401
-from .causal import causal_rates  # noqa: F401
+from .causal import causal_rates, causal_trajectory, is_causal  # noqa: F401
 from .dyt import DyT  # noqa: F401
 from .glu import GLU  # noqa: F401
 from .mlp import MLP  # noqa: F401
@@ -51,8 +52,14 @@ def prepare(block, n_tokens=32, scales=None):
     """(block with its tables built, Context): call outside any trace. Tables are sized for
     the block's own numbers, or, with ``scales=(att_max, mlp_max)`` (e.g.
     ``sweep.block_scales(blocks)``), for every block up to those scales, so blocks prepared
-    with the same scales stack into one pytree for ``jax.vmap``."""
+    with the same scales stack into one pytree for ``jax.vmap``. A causal block has no (q, p)
+    maps (ValueError): its results are per position (:func:`rates`, :func:`trajectory`)."""
     check_layer(block)
+    if is_causal(block):
+        raise ValueError(
+            "a causal block has no (q, p) maps (the mask makes every position differ): "
+            "its results are per position (layers.rates, layers.trajectory, layers.causal_rates)"
+        )
     ctx = Context(jnp.asarray(n_tokens, jnp.result_type(float)))
     if scales is not None:
         from .sweep import prepare_traced
@@ -91,7 +98,11 @@ def q_star(block, n_tokens=32):
 
 @float64
 def trajectory(block, q0=1.0, rho0=0.5, n_tokens=32, depth=16):
-    """(q, p) per layer from (q0, rho0 q0), length depth + 1."""
+    """(q, p) per layer from (q0, rho0 q0), length depth + 1; a causal block
+    (:func:`.causal.is_causal`): per layer and position, the dict of
+    :func:`.causal.causal_trajectory` (``q_pos``, ``rho_pos`` [depth + 1, n])."""
+    if is_causal(block):
+        return causal_trajectory(block, q0, rho0, n_tokens, depth)
     block, ctx = prepare(block, n_tokens)
     return compiled("trajectory")(block, ctx, _kernel(q0, rho0), depth=int(depth))
 
@@ -118,7 +129,11 @@ def rates(block, q0=1.0, rho0=0.5, n_tokens=32, depth=16) -> dict:
     ``lambda_g_inf``, ``q_star``, ``rho_star`` and the attractors (``n_stable``,
     ``rho_star_min``, ``rho_star_max``) of :func:`fixed_point_exponents`; without one (the norm grows with
     depth) those are NaN (``q_star`` inf, ``n_stable`` 0) and the costly attractor search is
-    skipped."""
+    skipped. A causal block (:func:`.causal.is_causal`): its per-position results,
+    :func:`.causal.causal_rates` (``q_L_pos``, ``rho_L_pos``, ``angle_rate_last``,
+    ``lambda_g_last``); the (q, p) numbers would ignore the mask."""
+    if is_causal(block):
+        return causal_rates(block, n_tokens, depth, q0, rho0)
     block, ctx = prepare(block, n_tokens)
     out = dict(compiled("rates")(block, ctx, _kernel(q0, rho0), depth=int(depth)))
     out["has_fixed_point"] = bool(out["has_fixed_point"])

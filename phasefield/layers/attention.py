@@ -33,7 +33,9 @@ up to sigma_A from their interpolants in the scale
 where no piece holds that scale; a sweep attaches none and integrates
 (:meth:`Attention.logit_tables`).
 
-Full Gram (:mod:`.gram`), any token norms, with or without a causal mask (``ctx.causal``):
+Full Gram (:mod:`.gram`), any token norms, with or without a causal mask (the static field
+``causal``: each query attends to the keys j <= i, in the Gram maps and in the network;
+:func:`phasefield.layers.causal.masked` sets it on every attention of a block):
 the logits have covariance ``E[M_ij M_kl] = sigma_A^2 C_ik C_jl`` (the Gram itself, not its
 cosines: the (q, p) map's ``sigma_A q``), the values carry ``sigma_V^2 C``, so::
 
@@ -77,6 +79,7 @@ class Attention(Layer):
     map: str = struct.field(pytree_node=False, default="paper")
     softmax_correction: bool = struct.field(pytree_node=False, default=False)
     any_norm: bool = struct.field(pytree_node=False, default=False)  # reads tokens of norm != 1
+    causal: bool = struct.field(pytree_node=False, default=False)  # mask: query i reads keys j <= i
     att: Any = None  # the exact map's tables (prepare)
     name: str | None = struct.field(pytree_node=False, default=None)  # its Flax module's (None: automatic)
 
@@ -191,7 +194,17 @@ class Attention(Layer):
         own = self.att.replace(s=None, t=None, interp=False, interp_t=False)
         return jax.lax.cond(q == 1.0, lambda: fn(self.att), lambda: self._in_reach(sigma_a, ctx, fn(own)))
 
+    def _unmasked(self):
+        """ValueError for a causal attention: its (q, p) maps assume permutation-symmetric
+        tokens, which the mask breaks (its results are per position: :mod:`.causal`)."""
+        if self.causal:
+            raise ValueError(
+                "causal attention has no (q, p) map (the mask makes every position differ): "
+                "its results are per position (phasefield.layers.causal_rates)"
+            )
+
     def forward(self, k, ctx):
+        self._unmasked()
         sigma_a, sigma_v = self._scales(k.q)
         fn = lambda att: att_maps.forward(sigma_a, ctx.n_tokens, sigma_v, k.rho, self.map, att)
         q_a, p_a = self._at_norm(k.q, sigma_a, ctx, fn)
@@ -199,6 +212,7 @@ class Attention(Layer):
         return Kernel(c * q_a, c * p_a)
 
     def backward(self, k, g, ctx):
+        self._unmasked()
         sigma_a, sigma_v = self._scales(k.q)
 
         def fn(att):
@@ -212,7 +226,8 @@ class Attention(Layer):
 
     # ---- network ------------------------------------------------------------------------
     def module(self, weights="dense", causal=False, name=None):
-        return AttentionModule(self, causal=causal, weights=weights, name=name)
+        """Its network, masked where ``causal`` (the caller's) or its own field says so."""
+        return AttentionModule(self, causal=causal or self.causal, weights=weights, name=name)
 
     # ---- full Gram (:mod:`.gram`) ------------------------------------------------------
     def gram_logits(self, c):
@@ -223,10 +238,10 @@ class Attention(Layer):
 
     def _pair_means(self, c, ctx):
         """``(X -> E[A X A^T], G -> E[A^T G A])`` (``(E[A^T G A])_mm' = sum_ik E[A_im A_km'] G_ik``)
-        over the attention matrices of input Gram ``c``, in the layer's map, masked by
-        ``ctx.causal``: the sums of :mod:`phasefield.theory.attention.full_gram`."""
+        over the attention matrices of input Gram ``c``, in the layer's map, masked where
+        ``causal``: the sums of :mod:`phasefield.theory.attention.full_gram`."""
         scale, m = self.gram_logits(c)
-        mask = gram.causal_mask(c.shape[-1], ctx.causal)
+        mask = gram.causal_mask(c.shape[-1], self.causal)
         fg = att_maps.full_gram
         if self.map == "exact":
             a = fg.mc_attention(scale, m, mask)
@@ -245,7 +260,7 @@ class Attention(Layer):
         _, bwd = self._pair_means(c, ctx)
         ga = jnp.square(as_float(self.sigma_v)) * bwd(g)
         if self.softmax_correction:
-            ga = ga + self.gram_softmax_path(c, g, gram.causal_mask(c.shape[-1], ctx.causal))
+            ga = ga + self.gram_softmax_path(c, g, gram.causal_mask(c.shape[-1], self.causal))
         return self._out_scale() * ga
 
     def gram_softmax_path(self, c, g, mask):

@@ -22,9 +22,10 @@ Every layer is a ``flax.struct`` dataclass: its sweepable numbers are pytree lea
 ``gram_backward(c, g, ctx) -> G``    the gradient Gram ``g`` [n, n] at its output -> at its
                                      input, for input Gram ``c``
 
-The Gram maps read ``n`` from the shape of ``c`` and the mask from ``ctx.causal`` (static:
-attention to the keys j <= i); with ``c = (q - p) I + p 11^T`` and no mask they are the
-(q, p) maps. A map that holds only where two tokens' norms are equal (an MLP's tables, DyT's
+The Gram maps read ``n`` from the shape of ``c``; the mask is the attention layer's static
+field ``causal`` (attention to the keys j <= i; :func:`masked` sets it on every layer that
+has the field, :func:`is_causal` reads it); with ``c = (q - p) I + p 11^T`` and no mask
+they are the (q, p) maps. A map that holds only where two tokens' norms are equal (an MLP's tables, DyT's
 rules) gives NaN for a pair (i, k) with ``C_ii != C_kk``, never another pair's answer.
 
 and what a block sweep (:mod:`.sweep`) asks of it, whose defaults answer for a leaf
@@ -217,6 +218,34 @@ class BlockModule(nn.Module):
     def __call__(self, x):
         check_weights(self.weights)
         return self.layer.call(x, self.weights, self.causal)
+
+
+def _has_mask(layer) -> bool:
+    """Whether ``layer`` carries a mask: a static field ``causal`` (attention)."""
+    return "causal" in getattr(layer, "__dataclass_fields__", {})
+
+
+def masked(layer, causal: bool = True):
+    """``layer`` with every attention in it causal (``causal=False``: none): each leaf layer
+    with the static field ``causal`` (:class:`.attention.Attention` and its variants) set,
+    through ``map_children``."""
+    if _children(layer):
+        return layer.map_children(lambda child: masked(child, causal))
+    return layer.replace(causal=bool(causal)) if _has_mask(layer) else layer
+
+
+def is_causal(layer) -> bool:
+    """Whether any attention in ``layer`` is causal."""
+    kids = _children(layer)
+    if kids:
+        return any(is_causal(child) for child in kids)
+    return _has_mask(layer) and bool(layer.causal)
+
+
+def _children(layer) -> tuple:
+    """``layer.children()``, or none for a layer without the method (the older protocol)."""
+    children = getattr(layer, "children", None)
+    return tuple(children()) if callable(children) else ()
 
 
 def check_layer(layer) -> None:

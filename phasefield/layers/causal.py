@@ -22,8 +22,14 @@ without the causal mask, through :mod:`.gram`'s engine.
   token. Under the mask the last input token reaches only the last output token, so this is
   its own gradient.
 
-Float64; one compiled program per block structure, n, depth and mask (the numbers, q0 and
-rho0 are traced).
+* ``q_pos`` [L + 1, n], ``rho_pos`` [L + 1, n] (:func:`causal_trajectory`): token i's
+  squared norm per component and mean cosine with the earlier tokens after l blocks (index
+  0: the input), the per-position trajectory.
+
+The mask is a property of the block: every attention layer's static field ``causal``
+(:func:`masked` sets it, :func:`is_causal` reads it; ``NAME:causal=true`` builds a preset
+masked). Float64; one compiled program per block structure, n, depth and mask (the
+numbers, q0 and rho0 are traced).
 """
 
 from __future__ import annotations
@@ -37,7 +43,7 @@ import numpy as np
 from ..theory.precision import float64
 from . import gram
 from .attention import Attention
-from .base import check_layer
+from .base import check_layer, is_causal, masked  # noqa: F401 (the mask is a property of the block)
 from .state import Context
 
 
@@ -47,6 +53,12 @@ def mean_cosine_with_earlier(c):
     lower = np.tril(np.ones((n, n)), -1)
     counts = np.maximum(lower.sum(-1), 1.0)
     return jnp.sum(gram.cosines(c) * lower, -1) / counts
+
+
+def _with_mask(layer, causal):
+    """``layer`` masked as ``causal`` says (True: every attention, False: none), or as its
+    layers say (None)."""
+    return layer if causal is None else masked(layer, causal)
 
 
 def at_collapse(layer):
@@ -81,18 +93,19 @@ def causal_rates_traced(block, ctx, q0, rho0, n: int, depth: int) -> dict:
     )
 
 
+def causal_trajectory_traced(block, ctx, q0, rho0, n: int, depth: int) -> dict:
+    """:func:`causal_trajectory` on a prepared block (pure, traced)."""
+    cs = gram.forward_grams(block, ctx, gram.symmetric_gram(n, q0, rho0 * q0), depth)
+    return dict(q_pos=jnp.diagonal(cs, axis1=-2, axis2=-1), rho_pos=mean_cosine_with_earlier(cs))
+
+
 @functools.cache
-def _compiled():
-    return jax.jit(causal_rates_traced, static_argnames=("n", "depth"))
+def _compiled(name: str = "rates"):
+    fn = causal_rates_traced if name == "rates" else causal_trajectory_traced
+    return jax.jit(fn, static_argnames=("n", "depth"))
 
 
-@float64
-def causal_rates(block, n_tokens: int = 32, depth: int = 16, q0=1.0, rho0=0.5, causal: bool = True) -> dict:
-    """Per-position results of ``depth`` blocks from the permutation-symmetric input
-    (q0, rho0) on ``n_tokens`` tokens, causal mask or none (module docstring): ``q_L_pos``
-    [n], ``rho_L_pos`` [n], ``angle_rate_last``, ``lambda_g_last`` (names of
-    :data:`phasefield.schema.NAMES`). Without the mask every position is the (q, p)
-    engine's ``q_L``/``rho_L``, ``angle_rate`` and ``lambda_g_input``."""
+def _run(name, block, n_tokens, depth, q0, rho0, causal) -> dict:
     check_layer(block)
     n = int(n_tokens)
     if n < 2:
@@ -100,7 +113,26 @@ def causal_rates(block, n_tokens: int = 32, depth: int = 16, q0=1.0, rho0=0.5, c
     if int(depth) < 1:
         raise ValueError(f"depth must be at least 1, got {depth}")
     dt = jnp.result_type(float)
-    prepared = gram.prepare_kernels(block, Context(n))
-    ctx = Context(jnp.asarray(n, dt), causal=bool(causal))
-    out = _compiled()(prepared, ctx, jnp.asarray(q0, dt), jnp.asarray(rho0, dt), n=n, depth=int(depth))
+    prepared = gram.prepare_kernels(_with_mask(block, causal), Context(n))
+    ctx = Context(jnp.asarray(n, dt))
+    out = _compiled(name)(prepared, ctx, jnp.asarray(q0, dt), jnp.asarray(rho0, dt), n=n, depth=int(depth))
     return dict(out)
+
+
+@float64
+def causal_rates(block, n_tokens: int = 32, depth: int = 16, q0=1.0, rho0=0.5, causal: bool | None = None) -> dict:
+    """Per-position results of ``depth`` blocks from the permutation-symmetric input
+    (q0, rho0) on ``n_tokens`` tokens (module docstring): ``q_L_pos`` [n], ``rho_L_pos``
+    [n], ``angle_rate_last``, ``lambda_g_last`` (names of :data:`phasefield.schema.NAMES`).
+    ``causal``: every attention masked (True) or none (False); None: as the block's layers
+    say (:func:`is_causal`). Without the mask every position is the (q, p) engine's
+    ``q_L``/``rho_L``, ``angle_rate`` and ``lambda_g_input``."""
+    return _run("rates", block, n_tokens, depth, q0, rho0, causal)
+
+
+@float64
+def causal_trajectory(block, q0=1.0, rho0=0.5, n_tokens: int = 32, depth: int = 16, causal: bool | None = None) -> dict:
+    """Per layer and position from the permutation-symmetric input (q0, rho0): ``q_pos``
+    [depth + 1, n] (``C_ii``) and ``rho_pos`` [depth + 1, n] (token i's mean cosine with the
+    tokens j < i; position 0: 0), index 0 the input; ``causal`` as :func:`causal_rates`."""
+    return _run("trajectory", block, n_tokens, depth, q0, rho0, causal)

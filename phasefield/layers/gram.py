@@ -6,8 +6,8 @@ layer's own Gram maps (:mod:`.base`'s protocol)::
     layer.gram_backward(c, g, ctx)  -> G    the gradient Gram at its input, given the one
                                             at its output g [n, n], input Gram c
 
-``ctx.causal`` (static) masks attention to the keys j <= i. ``n`` is the (static) size of
-``c``; ``ctx.n_tokens`` is not read. With a permutation-symmetric input ``C = (q - p) I +
+A causal attention (its static field ``causal``, :func:`.base.masked`) attends to the keys
+j <= i. ``n`` is the (static) size of ``c``; ``ctx.n_tokens`` is not read. With a permutation-symmetric input ``C = (q - p) I +
 p 11^T`` and no mask the Gram maps are the (q, p) maps (paper-mode attention: to rounding;
 exact-softmax attention and the softmax path average fixed Monte-Carlo attention samples
 here, so to their sampling error; tests/test_gram_layers.py).
@@ -29,6 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..theory.precision import float64
+from .base import masked
 from .state import Context, Grad, Kernel
 
 
@@ -145,24 +146,27 @@ def prepare_kernels(layer, ctx):
     return layer.prepare(ctx) if layer.kernel_scale() is not None else layer
 
 
-def _prepared(block, c0, causal: bool):
+def _prepared(block, c0, causal: bool | None):
+    if causal is not None:
+        block = masked(block, bool(causal))
     c0 = jnp.asarray(c0, jnp.result_type(float))
     n = c0.shape[-1]
-    ctx = Context(jnp.asarray(n, c0.dtype), causal=bool(causal))
-    return prepare_kernels(block, Context(n)), ctx, c0
+    return prepare_kernels(block, Context(n)), Context(jnp.asarray(n, c0.dtype)), c0
 
 
 @float64
-def grams(block, c0, depth: int = 16, causal: bool = False):
+def grams(block, c0, depth: int = 16, causal: bool | None = None):
     """Grams [depth + 1, n, n] of ``block`` stacked ``depth`` times from ``c0`` [n, n]
-    (float64; compiled once per block structure, n, depth and mask)."""
+    (float64; compiled once per block structure, n, depth and mask). ``causal``: every
+    attention masked (True) or not (False); None: as the block's layers say."""
     block, ctx, c0 = _prepared(block, c0, causal)
     return _compiled("forward")(block, ctx, c0, depth=int(depth))
 
 
 @float64
-def gram_gradient(block, c0, depth: int = 16, causal: bool = False):
+def gram_gradient(block, c0, depth: int = 16, causal: bool | None = None):
     """``(lambda_g, gs)`` of :func:`backward_grams` from ``c0`` through ``depth`` blocks
-    (float64; compiled once per block structure, n, depth and mask)."""
+    (float64; compiled once per block structure, n, depth and mask; ``causal`` as
+    :func:`grams`)."""
     block, ctx, c0 = _prepared(block, c0, causal)
     return _compiled("gradient")(block, ctx, c0, depth=int(depth))

@@ -8,7 +8,10 @@
 The block is a preset name, ``NAME:key=value,...``, a JSON file's path (checked as the
 command line checks them, :mod:`.spec`) or a block built from layers; keyword numbers add
 to a spelled preset's. The answer is :func:`phasefield.layers.rates` under the names of
-:mod:`phasefield.schema`; every block takes this one road (the paper block too).
+:mod:`phasefield.schema`; every block takes this one road (the paper block too). A causal
+block (``"pre-ln:causal=true"``, or one built with :func:`phasefield.layers.causal.masked`)
+answers per position: ``q_L_pos``, ``rho_L_pos``, ``angle_rate_last``, ``lambda_g_last``
+(:func:`phasefield.layers.causal_rates`).
 """
 
 from __future__ import annotations

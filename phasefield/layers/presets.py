@@ -35,6 +35,10 @@ docs/blocks.md); ``qk_norm`` (RMS-normalized queries and keys per head, gain 1:
 :mod:`.qknorm`). Every number is a leaf: ``jax.vmap`` over ``sigma``, ``alpha`` etc. after
 ``block.replace`` or by building the block inside the vmapped function.
 
+Every preset takes ``causal`` (``NAME:causal=true``: each attention masked,
+:data:`.registry.BLOCK_OPTIONS`), but ``dyt``: its maps hold only between tokens of equal
+norm, which the mask makes differ (its per-position results would be NaN).
+
 Each preset is registered as a :class:`.registry.Preset`: its numbers and their ranges, its
 options, its validation and its capabilities (the ``paper`` preset's numbers are one
 :class:`phasefield.HParams`, and it has the closed-form engine :mod:`phasefield.layers.paper`).
@@ -253,6 +257,11 @@ _STD_RUN = dict(sigma_w="sigma", alpha_a="alpha_attn", alpha_m="alpha_mlp")
 
 
 def _check_dyt(kw: dict) -> None:
+    if kw.get("causal"):
+        raise ValueError(
+            "block dyt: causal=true has no full-Gram map: under the mask the tokens' norms differ, "
+            "and DyT's and its MLP's maps hold only between tokens of equal norm (NaN)"
+        )
     if "activation" in kw and kw["activation"] not in ANY_NORM_ACTIVATIONS:
         raise ValueError(
             f"block dyt: activation {kw['activation']!r} has no MLP map at every input "

@@ -67,7 +67,7 @@ class QKNormAttention(Attention):
         return jnp.where(jnp.all(gram.equal_norms(c)), term, jnp.nan)
 
     def module(self, weights="dense", causal=False, name=None):
-        return QKNormModule(self, causal=causal, weights=weights, name=name)
+        return QKNormModule(self, causal=causal or self.causal, weights=weights, name=name)
 
 
 class QKNormModule(AttentionModule):

@@ -5,6 +5,7 @@ takes and what it can do, and every caller asks it instead of branching on its n
     p = registry.lookup("pre-ln")
     p.build({"sigma": 0.55, "alpha": 0.2})     # its Serial
     p.numbers, p.options, p.defaults           # sweepable numbers (ranges), static options
+    p.build({"causal": True})                  # every preset's option: its attention masked
     p.engine, p.numbers_class                  # capabilities (a closed-form engine, its numbers)
 
 The built-in presets are registered by :mod:`.presets`; :func:`register` adds another (a
@@ -18,6 +19,11 @@ import dataclasses
 import inspect
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
+
+# options every preset takes besides its own (:attr:`Preset.options`), applied by
+# :meth:`Preset.build` to the built block: ``causal`` masks every attention layer
+# (:func:`phasefield.layers.causal.masked`)
+BLOCK_OPTIONS = {"causal": bool}
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -58,7 +64,8 @@ class Preset:
     builder         the block from its numbers: ``builder(numbers_class(**kw))`` where
                     ``numbers_class`` is set, else ``builder(**kw)``
     numbers         number -> (low, high, low open): the numbers a block sweep can range over
-    options         option -> type (int, float, str, bool): the static choices
+    options         option -> type (int, float, str, bool): the static choices of its own
+                    (:attr:`all_options` adds :data:`BLOCK_OPTIONS`, which every preset takes)
     engine          its own closed-form theory (:class:`Engine`: its numbers class, exponents,
                     sweep evaluator, fixed points): the block's sweeps, point commands,
                     recommendations and ViT theory features go through it, and its numbers
@@ -101,6 +108,12 @@ class Preset:
         return None if self.engine is None else self.engine.numbers_class
 
     @property
+    def all_options(self) -> dict:
+        """Its own options and :data:`BLOCK_OPTIONS` (option -> type): what ``NAME:k=v`` takes
+        besides the numbers."""
+        return {**self.options, **BLOCK_OPTIONS}
+
+    @property
     def defaults(self) -> dict:
         """The default of each number and option (from ``numbers_class`` or ``builder``)."""
         keys = set(self.numbers) | set(self.options)
@@ -110,21 +123,35 @@ class Preset:
         return {k: p.default for k, p in params.items() if k in keys and p.default is not p.empty}
 
     def validate(self, kw: dict) -> None:
-        """ValueError (one line) unless the checked keywords ``kw`` make a valid block."""
+        """ValueError (one line) unless the checked keywords ``kw`` make a valid block (the
+        preset's ``check`` sees :data:`BLOCK_OPTIONS` too)."""
         if self.check is not None:
             self.check(kw)
         if self.numbers_class is not None:
             try:
-                self.numbers_class(**kw).validate()
+                self.numbers_class(**_own(kw)).validate()
             except (TypeError, ValueError) as exc:
                 raise ValueError(f"block {self.name}: {exc}") from None
 
     def build(self, numbers: Mapping | None = None):
-        """The block (a :class:`.base.Serial`) from its keywords."""
+        """The block (a :class:`.base.Serial`) from its keywords; ``causal=True``: every
+        attention in it masked (:func:`phasefield.layers.causal.masked`)."""
         kw = dict(numbers or {})
+        causal = bool(kw.pop("causal", False))
         if self.numbers_class is not None:
-            return self.builder(self.numbers_class(**kw))
-        return self.builder(**kw)
+            block = self.builder(self.numbers_class(**kw))
+        else:
+            block = self.builder(**kw)
+        if not causal:
+            return block
+        from .base import masked
+
+        return masked(block)
+
+
+def _own(kw: dict) -> dict:
+    """``kw`` without :data:`BLOCK_OPTIONS` (the keywords of a preset's builder)."""
+    return {k: v for k, v in kw.items() if k not in BLOCK_OPTIONS}
 
 
 _REGISTRY: dict[str, Preset] = {}

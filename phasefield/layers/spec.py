@@ -7,6 +7,8 @@ or the path of a JSON file ``{"block": NAME, "key": value, ...}``, checked befor
 The numbers a preset takes (:data:`NUMBERS`, each with its range) are the ones a block sweep
 can range over by name; :data:`OPTIONS` are the static choices (heads, activation, maps); both
 are read from the preset's :class:`.registry.Preset`, which also validates them.
+Every preset also takes ``causal`` (:data:`.registry.BLOCK_OPTIONS`: ``NAME:causal=true`` is the
+block with every attention masked, whose results are per position, :mod:`.causal`).
 ``paper`` takes the :class:`phasefield.HParams` fields (``sigma_w``, ``sigma_a``, ``sigma_v``,
 ``alpha_a``, ``alpha_m``, ...); the standard presets ``sigma``, ``alpha`` (both branches) and
 ``alpha_attn``, ``alpha_mlp`` (one branch each, overriding ``alpha``); ``dyt`` those and ``a``
@@ -52,7 +54,7 @@ def _value(name, key, text, kind):
 def check(name: str, kw: dict) -> dict:
     """``kw`` with its values converted and range-checked (ValueError: one line)."""
     preset = registry.lookup(name)
-    nums, opts = preset.numbers, preset.options
+    nums, opts = preset.numbers, preset.all_options
     out = {}
     for key, text in kw.items():
         if key in nums:
@@ -78,6 +80,8 @@ def check(name: str, kw: dict) -> dict:
         )
     if out.get("attention", "paper") not in ("paper", "exact"):
         raise ValueError(f"block {name}: attention must be paper or exact (got {out['attention']!r})")
+    if out.get("causal") is False:  # the default: ``causal=false`` spells the plain block
+        del out["causal"]
     preset.validate(out)
     return out
 

@@ -5,9 +5,9 @@ backward (docs/theory.md §2, §7).
                   ``p = x_i . x_j / d`` (i != j): the Gram ``C = (q - p) I + p 11^T``.
 ``Grad(a, b)``    the gradient Gram ``G = a I + b 11^T`` (diagonal ``a + b``, off-diagonal
                   ``b``) of the backpropagated cotangents.
-``Context``       what every layer may read besides its own numbers: the token count n and,
-                  static, whether attention is ``causal`` (read by the full-Gram maps,
-                  :mod:`.gram`; the (q, p) maps are those of acausal attention).
+``Context``       what every layer may read besides its own numbers: the token count n
+                  (whether attention is causal is the attention layer's own static field,
+                  :attr:`.attention.Attention.causal`).
 
 All three are pytrees whose numbers are leaves, so ``vmap``/``jit``/``grad`` go through them.
 """
@@ -53,7 +53,6 @@ class Grad:
 @struct.dataclass
 class Context:
     n_tokens: Any = 32
-    causal: bool = struct.field(pytree_node=False, default=False)
 
 
 def as_float(x):

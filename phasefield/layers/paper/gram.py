@@ -35,6 +35,7 @@ from ...theory import mlp
 from ...theory.precision import float64
 from .. import gram as layer_gram
 from ..base import Serial
+from ..causal import masked
 from ..state import Context
 from . import fixed_points
 from .block import _sublayers
@@ -74,14 +75,18 @@ def two_group_gram(n: int, q, rho_intra, rho_inter):
 # ---- block maps: the paper preset's layers on the full Gram (phasefield.layers.gram) --------
 
 
-def _block(hp, kern=None):
+def _block(hp, kern=None, causal: bool = False):
     """The paper preset's block with the MLP kernel ``kern`` attached (its two residual
-    sublayers, as :mod:`.block`)."""
-    return Serial(_sublayers(hp, kern))
+    sublayers, as :mod:`.block`), its attention causal where ``causal``."""
+    return _mask(Serial(_sublayers(hp, kern)), causal)
 
 
-def _ctx(hp, causal: bool):
-    return Context(hp.n_tokens, causal=bool(causal))
+def _mask(layer, causal: bool):
+    return masked(layer) if causal else layer
+
+
+def _ctx(hp):
+    return Context(hp.n_tokens)
 
 
 def _causal(mask) -> bool:
@@ -96,17 +101,17 @@ def _causal(mask) -> bool:
 
 def attention_step(hp, c, mask):
     """C^z: the Gram between the two branches."""
-    return _sublayers(hp)[0].gram_forward(c, _ctx(hp, _causal(mask)))
+    return _mask(_sublayers(hp)[0], _causal(mask)).gram_forward(c, _ctx(hp))
 
 
 def mlp_step(hp, cz, kern):
-    return _sublayers(hp, kern)[1].gram_forward(cz, _ctx(hp, False))
+    return _sublayers(hp, kern)[1].gram_forward(cz, _ctx(hp))
 
 
 @float64
 def block_map(hp, c, causal: bool = False, kern=None):
     """One block of the Gram map: C -> C'."""
-    return _block(hp, _kern(hp, kern)).gram_forward(c, _ctx(hp, causal))
+    return _block(hp, _kern(hp, kern), causal).gram_forward(c, _ctx(hp))
 
 
 @float64
@@ -115,7 +120,7 @@ def trajectory_from_gram(
 ):
     """Grams [L + 1, n, n] (index 0 = input); with ``return_z`` also C^z [L, n, n]."""
     num_layers = int(hp.depth) if num_layers is None else int(num_layers)
-    block, ctx = _block(hp, _kern(hp, kern)), _ctx(hp, causal)
+    block, ctx = _block(hp, _kern(hp, kern), causal), _ctx(hp)
     cs = layer_gram.forward_grams(block, ctx, c0, num_layers)
     if not return_z:
         return cs
@@ -126,8 +131,8 @@ def trajectory_from_gram(
 def backward_block(hp, kern, c, cz, g, mask):
     """Gradient Gram G at a block's output -> at its input (forward states C, C^z)."""
     attn, mlp = _sublayers(hp, kern)
-    ctx = _ctx(hp, _causal(mask))
-    return attn.gram_backward(c, mlp.gram_backward(cz, g, ctx), ctx)
+    ctx = _ctx(hp)
+    return _mask(attn, _causal(mask)).gram_backward(c, mlp.gram_backward(cz, g, ctx), ctx)
 
 
 @float64
@@ -136,7 +141,7 @@ def gradient_exponent_from_gram(
 ):
     """lambda_g(L) = (1/L) log(tr G_0 / n) with G_L = I, from input Gram c0 (docs/theory.md §7)."""
     num_layers = int(hp.depth) if num_layers is None else int(num_layers)
-    block, ctx = _block(hp, _kern(hp, kern)), _ctx(hp, causal)
+    block, ctx = _block(hp, _kern(hp, kern), causal), _ctx(hp)
     lam, gs = layer_gram.backward_grams(block, ctx, layer_gram.forward_grams(block, ctx, c0, num_layers))
     return (lam, gs) if return_grams else lam
 

@@ -1,0 +1,136 @@
+"""The causal mask as a property of the block: every preset takes ``causal=true`` (its
+attention masked, :func:`phasefield.layers.causal.masked`), ``phasefield.exponents`` and the
+point commands answer a causal block per position (:func:`phasefield.layers.causal_rates`),
+its (q, p) maps refuse, and bad input is one line and exit 2 with no file left. (Without the
+mask the per-position route is the (q, p) one: tests/test_causal.py.)"""
+
+from __future__ import annotations
+
+import json
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import phasefield
+from phasefield import layers
+from phasefield.cli import main
+from phasefield.layers import registry, spec
+from phasefield.layers.attention import Attention
+from phasefield.layers.causal import is_causal, masked
+from phasefield.layers.qknorm import QKNormAttention
+
+N, DEPTH = 6, 3
+# the paper map without the softmax path: the cheapest Gram maps of the standard blocks
+PLAIN = "attention=paper,softmax_correction=false,heads=2"
+CAUSAL = f"pre-ln:sigma=0.9,alpha=0.6,{PLAIN},causal=true"
+
+
+def _attentions(layer):
+    if isinstance(layer, Attention):
+        return [layer]
+    return [a for child in layer.children() for a in _attentions(child)]
+
+
+@pytest.mark.parametrize("name", registry.names())
+def test_every_preset_takes_causal(name):
+    if name == "dyt":  # DyT's maps hold only between tokens of equal norm, which the mask makes differ
+        with pytest.raises(ValueError, match="equal norm") as exc:
+            spec.parse("dyt:causal=true")
+        assert "\n" not in str(exc.value)
+        assert spec.parse("dyt:causal=false") == ("dyt", {})  # the default, the plain block
+        return
+    got = spec.parse(f"{name}:causal=true")
+    assert got == (name, {"causal": True})
+    block, plain = spec.build(*got), spec.build(name, {})
+    assert is_causal(block) and not is_causal(plain)
+    assert _attentions(block) and all(a.causal for a in _attentions(block))
+    assert block == masked(plain) and spec.build(name, {"causal": False}) == plain
+    assert spec.parse(f"{name}:causal=false") == (name, {})
+    with pytest.raises(ValueError, match="true or false"):
+        spec.parse(f"{name}:causal=maybe")
+
+
+def test_masked_sets_every_attention_and_the_network_follows():
+    """masked() reaches every attention (nested, QK-norm too), masked(., False) none; a
+    causal block's network is masked without the caller's flag: output token i does not
+    depend on the tokens j > i."""
+    att = Attention(sigma_a=1.0, heads=1)
+    block = layers.Serial(
+        (layers.Residual(layers.Serial((layers.Norm("rms"), att)), alpha=0.5), QKNormAttention(heads=1, gain=1.2))
+    )
+    on = masked(block)
+    assert [a.causal for a in _attentions(on)] == [True, True] and is_causal(on)
+    assert not is_causal(masked(on, False)) and masked(on, False) == block
+    x = jax.random.normal(jax.random.key(0), (3, 8))
+    mod = on.module("lazy")
+    jac = jax.jacrev(lambda x: mod.apply({}, x, rngs={"lazy": jax.random.key(1)}))(x)
+    assert float(jnp.max(jnp.abs(jac[0, :, 1:, :]))) == 0.0 and float(jnp.max(jnp.abs(jac[1, :, 0, :]))) > 0
+    jac = jax.jacrev(lambda x: block.module("lazy").apply({}, x, rngs={"lazy": jax.random.key(1)}))(x)
+    assert float(jnp.max(jnp.abs(jac[0, :, 1:, :]))) > 0  # the same draw unmasked reads later tokens
+
+
+def test_exponents_of_a_causal_block_are_its_per_position_results():
+    """One road: the spelled causal preset, the built block with causal=True and rates() of
+    the masked block give the same numbers, bit for bit (one compiled program); the
+    trajectory's last layer is the rates' q_L_pos and rho_L_pos."""
+    got = phasefield.exponents(CAUSAL, n_tokens=N, depth=DEPTH)
+    plain = spec.build("pre-ln", spec.parse(CAUSAL.replace(",causal=true", ""))[1])
+    want = layers.causal_rates(plain, N, DEPTH, causal=True)
+    assert set(got) == {"q_L_pos", "rho_L_pos", "angle_rate_last", "lambda_g_last"}
+    for k, v in want.items():
+        assert np.array_equal(np.asarray(got[k]), np.asarray(v)), k
+    assert np.all(np.isfinite(np.asarray(got["q_L_pos"])))
+    assert np.ptp(np.asarray(got["q_L_pos"])) > 1e-3  # the mask makes the positions differ
+    traj = layers.trajectory(masked(plain), q0=1.0, rho0=0.5, n_tokens=N, depth=DEPTH)
+    assert np.asarray(traj["q_pos"]).shape == (DEPTH + 1, N)
+    np.testing.assert_allclose(traj["q_pos"][-1], got["q_L_pos"], rtol=0, atol=1e-13)
+    np.testing.assert_allclose(traj["rho_pos"][-1], got["rho_L_pos"], rtol=0, atol=1e-13)
+    assert np.all(np.asarray(traj["q_pos"][0]) == 1.0) and float(traj["rho_pos"][0, 1]) == 0.5
+    for fn in (layers.fixed_point_exponents, layers.finite_depth):
+        with pytest.raises(ValueError, match="per position"):
+            fn(masked(plain), n_tokens=N, depth=DEPTH)
+
+
+def _run(capsys, *argv):
+    rc = main(list(argv))
+    out = capsys.readouterr()
+    return rc, out.out, out.err
+
+
+def test_point_commands_answer_per_position(capsys):
+    size = ("--n-tokens", str(N), "--depth", str(DEPTH))
+    rc, out, _ = _run(capsys, "exponents", "--block", CAUSAL, *size, "--json")
+    assert rc == 0
+    res = json.loads(out)
+    want = phasefield.exponents(CAUSAL, n_tokens=N, depth=DEPTH)
+    assert res["q_L_pos"] == [float(v) for v in want["q_L_pos"]] and len(res["rho_L_pos"]) == N
+    assert res["lambda_g_last"] == float(want["lambda_g_last"]) and res["causal"] is True
+    assert "lambda_g_input" not in res and "q_L" not in res
+    rc, out, _ = _run(capsys, "exponents", "--block", CAUSAL, *size)
+    assert rc == 0 and "angle_rate_last = " in out and len(out.splitlines()) == 5 + N
+    rc, out, _ = _run(capsys, "trajectory", "--block", CAUSAL, *size, "--rho0", "0.5", "--json")
+    assert rc == 0
+    traj = json.loads(out)
+    assert np.asarray(traj["q_pos"]).shape == (DEPTH + 1, N) and traj["layer"] == list(range(DEPTH + 1))
+    np.testing.assert_allclose(traj["q_pos"][-1], res["q_L_pos"], rtol=0, atol=1e-13)
+
+
+@pytest.mark.parametrize(
+    "argv,msg",
+    [
+        (["exponents", "--block", "dyt:causal=true"], "equal norm"),
+        (["trajectory", "--block", "dyt:causal=true"], "equal norm"),
+        (["exponents", "--block", "pre-ln:causal=2"], "true or false"),
+        (["sweep", "--block", "pre-ln:causal=true", "--axis", "sigma=0.5:1:2", "--out", "OUT"], "per-position"),
+        (["simulate", "exponents", "--block", "paper:causal=true"], "per-position"),
+        (["recommend", "--block", "pre-ln:causal=true"], "per-position"),
+    ],
+)
+def test_bad_causal_input_is_one_line(capsys, tmp_path, argv, msg):
+    out = tmp_path / "out.nc"
+    argv = [str(out) if a == "OUT" else a for a in argv]
+    rc, _, err = _run(capsys, *argv)
+    assert rc == 2 and msg in err and len(err.strip().splitlines()) == 1, err
+    assert not list(tmp_path.iterdir())
