@@ -19,11 +19,12 @@ two widths), z = (sim - theory) / se (se floored at 1e-6 max(1, |theory|), as
 :func:`phasefield.simulate.compare.z_scores`: a LayerNorm's epsilon moves post-LN's q by up
 to 1e-6), and the acausal (q, p) theory's value (:func:`phasefield.layers.rates`: q_L,
 rho_L, angle_rate, lambda_g_input) with its z at every position. A rerun skips the lines
-already there (a torn last line is ignored); Ctrl-C stops after the current point. Then
+already there (a torn last line is ignored); Ctrl-C stops after the current point (twice: at once). Then
 the summary: the largest |z| per preset and quantity at each width, the mask's size (the
 acausal theory's largest |z| at the last position), and the extrapolation linear in 1/d
 through the two widths (``2 x_512 - x_256``, se ``sqrt(4 se_512^2 + se_256^2)``) against the
-theory, printed and written to ``OUT`` with ``.summary.json``.
+theory, over every preset in ``OUT`` at these draws and seed, printed and written to
+``OUT`` with ``.seed<SEED>.summary.json``.
 
     nice python scripts/causal_check.py [--draws 256] [--widths 256 512] [--seed 0]
         [--presets pre-ln,post-ln,rms-swiglu,deepscalelm] [--out scripts/results/causal_check.jsonl]
@@ -37,6 +38,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 import time
 
@@ -194,6 +196,23 @@ def _where(c):
     return f"[{pt}" + (f" @{c['position']}]" if "position" in c else "]")
 
 
+def _stop_after_point() -> list:
+    """A list that the first Ctrl-C fills: the loop stops after the current point (an XLA
+    compilation interrupted in mid-flight can crash the process at exit); a second Ctrl-C
+    stops at once."""
+    stop: list = []
+
+    def handler(signum, frame):  # noqa: ARG001 - the signal handler's signature
+        if stop:
+            raise KeyboardInterrupt
+        stop.append(True)
+        print("\ncausal_check: stopping after this point (Ctrl-C again: now)", file=sys.stderr)
+
+    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+        signal.signal(signal.SIGINT, handler)
+    return stop
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--draws", type=int, default=256)
@@ -227,24 +246,24 @@ def main(argv=None) -> int:
         if key(dict(preset=p, point=pt, width=w, draws=a.draws, seed=a.seed)) not in done
     ]
     theories = {}
+    stop = _stop_after_point()
     bar = tqdm(todo, desc="points", unit="point", file=sys.stderr)
-    try:
-        for preset, pt, w in bar:
-            bar.set_postfix_str(f"{preset} " + ",".join(f"{k}={v:g}" for k, v in pt.items()) + f" d={w}")
-            tk = (preset, json.dumps(pt, sort_keys=True))
-            if tk not in theories:
-                theories[tk] = theory(preset, pt)
-            r = run_point(preset, pt, w, a.draws, a.seed, theories[tk])
-            io.append_jsonl(a.out, r)
-            rows.append(r)
-    except KeyboardInterrupt:
-        bar.close()
-        print(f"causal_check: stopped; {len(rows)} points kept in {a.out} (rerun to resume)", file=sys.stderr)
-        return 130
+    for preset, pt, w in bar:
+        bar.set_postfix_str(f"{preset} " + ",".join(f"{k}={v:g}" for k, v in pt.items()) + f" d={w}")
+        tk = (preset, json.dumps(pt, sort_keys=True))
+        if tk not in theories:
+            theories[tk] = theory(preset, pt)
+        r = run_point(preset, pt, w, a.draws, a.seed, theories[tk])
+        io.append_jsonl(a.out, r)
+        rows.append(r)
+        if stop:
+            bar.close()
+            print(f"causal_check: stopped; {len(rows)} points kept in {a.out} (rerun to resume)", file=sys.stderr)
+            return 130
     bar.close()
-    keep = [r for r in rows if r["preset"] in presets and r["draws"] == a.draws and r["seed"] == a.seed]
+    keep = [r for r in rows if r["draws"] == a.draws and r["seed"] == a.seed]  # every preset run so
     s = summary(keep, a.widths)
-    with open(os.path.splitext(a.out)[0] + ".summary.json", "w") as f:
+    with open(f"{os.path.splitext(a.out)[0]}.seed{a.seed}.summary.json", "w") as f:
         json.dump(dict(draws=a.draws, seed=a.seed, widths=a.widths, n_tokens=N, depth=L, summary=s), f, indent=1)
         f.write("\n")
     print_summary(s, a.widths)
