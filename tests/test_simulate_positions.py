@@ -98,3 +98,12 @@ def test_causal_pre_ln_against_the_theory(block, sim):
     lg = float(layers.causal_rates(no_path, N, DEPTH, Q0, RHO0, causal=True)["lambda_g_last"])
     print(f"lambda_g_last: measured {mean[-1]:.4f} +- {se[-1]:.4f}, theory {want[-1]:.4f}, without the path {lg:.4f}")
     assert abs(mean[-1] - lg) > tol[-1]
+
+
+def test_new_numbers_compile_nothing(sim, compiles):
+    """The kernels are keyed by structure: another sigma, alpha, q0 and rho0 reuse them."""
+    before = compiles.count
+    other = spec.build("pre-ln", dict(POINT, sigma=0.7, alpha=0.4))
+    out = causal_positions(other, n_tokens=N, width=WIDTH, depth=DEPTH, draws=DRAWS, seed=3, q0=0.8, rho0=0.5)
+    assert compiles.count == before
+    assert np.isfinite(out["lambda_g_last"]) and out["lambda_g_last"] != sim["lambda_g_last"]
