@@ -9,6 +9,8 @@ a ``(name, keywords)`` pair or a :mod:`phasefield.layers` block; the paper's is 
              lambda_g_input, lambda_g_collapse, lambda_a, rho_L, q_L from (q0, rho0))
     sweep    the same over grids of a preset's numbers (netCDF: the theory sweep's format,
              :func:`~.sweep.fixed_point_grid`, or the block sweep's, :func:`~.sweep.rates_grid`)
+    positions per-position measurements of causal stacks (:func:`causal_positions`: the
+             network's ``causal_rates``: q_L_pos, rho_L_pos, angle_rate_last, lambda_g_last)
     compare  the theory's values at a point, z-scores, and theory-vs-simulation tables
 """
 
@@ -21,3 +23,4 @@ from .measure import (  # noqa: F401
     token_geometry,
     transients,
 )
+from .positions import causal_positions  # noqa: F401
