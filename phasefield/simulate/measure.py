@@ -609,7 +609,7 @@ def fixed_point_exponents(
 
 
 # ---------------------------------------------------------------- finite-depth protocol
-def _leaves_as(block, dtype):
+def leaves_as(block, dtype):
     """The block with its numbers as NumPy arrays of ``dtype`` (one compilation per dtype,
     whatever JAX's x64 switch)."""
     return jax.tree_util.tree_map(lambda v: np.asarray(v, dtype), block)
@@ -662,11 +662,11 @@ def rates(
     opts = dict(n=n, d=d, depth=L, weights=weights, batch=batch)
     with jax.enable_x64(True):
         fw = jax.device_get(
-            forward_draws(_leaves_as(block, dt), keys, np.asarray(q0, dt), np.asarray(rho0, dt), dtype=dt, **opts)
+            forward_draws(leaves_as(block, dt), keys, np.asarray(q0, dt), np.asarray(rho0, dt), dtype=dt, **opts)
         )
         f64 = [np.asarray(v, np.float64) for v in (q0, eps, q_star if fixed else 1.0)]
         gap = np.asarray(
-            jax.device_get(gap_draws(_leaves_as(block, np.float64), keys, *f64, with_fixed_point=fixed, **opts)),
+            jax.device_get(gap_draws(leaves_as(block, np.float64), keys, *f64, with_fixed_point=fixed, **opts)),
             np.float64,
         )
     q, p = (np.asarray(fw[k][:, 0], np.float64) for k in ("q", "p"))

@@ -32,7 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..layers import measure as M
-from .measure import GAP_EPS, batch_size, check, draw_keys, log_ratio_of_means, mean_se
+from .measure import GAP_EPS, batch_size, check, draw_keys, leaves_as, log_ratio_of_means, mean_se
 from .stack import DEFAULT_WEIGHTS, block_of, cast, stack_forward
 
 POSITION_QUANTITIES = ("q_L_pos", "rho_L_pos", "angle_rate_last", "lambda_g_last")
@@ -99,12 +99,6 @@ def last_gap_draws(block, keys, q0, eps, *, n, d, depth, causal, weights, batch)
     return jax.lax.map(one, keys, batch_size=batch)
 
 
-def _leaves_as(block, dtype):
-    """The block's numbers as NumPy arrays of ``dtype`` (one compilation per dtype, whatever
-    JAX's x64 switch)."""
-    return jax.tree_util.tree_map(lambda v: np.asarray(v, dtype), block)
-
-
 def causal_positions(
     block,
     *,
@@ -138,10 +132,10 @@ def causal_positions(
     # whether the caller has x64 on or off
     with jax.enable_x64(True):
         fw = jax.device_get(
-            position_draws(_leaves_as(block, dt), keys, np.asarray(q0, dt), np.asarray(rho0, dt), dtype=dt, **opts)
+            position_draws(leaves_as(block, dt), keys, np.asarray(q0, dt), np.asarray(rho0, dt), dtype=dt, **opts)
         )
         f64 = (np.asarray(v, np.float64) for v in (q0, eps))
-        gap = np.asarray(jax.device_get(last_gap_draws(_leaves_as(block, np.float64), keys, *f64, **opts)), np.float64)
+        gap = np.asarray(jax.device_get(last_gap_draws(leaves_as(block, np.float64), keys, *f64, **opts)), np.float64)
     fw = {k: np.asarray(v, np.float64) for k, v in fw.items()}
     out = {}
     out["q_L_pos"], out["q_L_pos_se"] = mean_se(fw["q"])
