@@ -47,7 +47,10 @@ def test_every_preset_takes_causal(name):
     assert is_causal(block) and not is_causal(plain)
     assert _attentions(block) and all(a.causal for a in _attentions(block))
     assert block == masked(plain) and spec.build(name, {"causal": False}) == plain
-    assert spec.parse(f"{name}:causal=false") == (name, {})
+    # a decoder's preset (gpt2, llama) is causal unless spelled causal=false, which stays said
+    default = registry.lookup(name).causal_default
+    assert spec.parse(f"{name}:causal=false") == (name, {"causal": False} if default else {})
+    assert spec.parse(name) == (name, {"causal": True} if default else {})
     with pytest.raises(ValueError, match="true or false"):
         spec.parse(f"{name}:causal=maybe")
 

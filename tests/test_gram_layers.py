@@ -34,6 +34,9 @@ POINTS = {
     "rms-swiglu": [dict(sigma=0.9, alpha=0.5, **_PLAIN), dict(sigma=1.3, alpha=0.2, qk_norm=True, **_PLAIN)],
     "deepscalelm": [dict(depth=4, k=2.0, **_PLAIN), dict(depth=8, k=5.0, sigma_a=1.7, **_PLAIN)],
     "dyt": [dict(sigma=0.9, alpha=0.6, a=0.7, **_PLAIN), dict(sigma=1.3, alpha=0.3, a=1.5, qk_norm=True, **_PLAIN)],
+    # the decoders' presets at their own init (pre-ln's and rms-swiglu's structures above)
+    "gpt2": [dict(width=256, depth=3, heads=2, **_PLAIN)],
+    "llama": [dict(width=2025, heads=12, **_PLAIN)],  # sigma 0.9: rms-swiglu's first point's tables
 }
 STATES = [(1.0, 0.3), (0.7, 0.85)]
 

@@ -97,7 +97,7 @@ def test_every_preset_builds_its_default_block(name):
     block = p.build()
     layers.check_layer(block)
     assert isinstance(block, layers.Serial)
-    assert spec.check(name, {}) == {}
+    assert spec.check(name, {}) == ({"causal": True} if p.causal_default else {})  # gpt2, llama: causal
     assert isinstance(spec.build(name, {}), layers.Serial)
     assert isinstance(presets.get(name), layers.Serial)
     assert _heads(block) and set(_heads(block)) == {p.default_heads}

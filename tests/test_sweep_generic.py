@@ -16,7 +16,7 @@ import pytest
 from flax import struct
 
 from phasefield import layers
-from phasefield.layers import base, presets, spec
+from phasefield.layers import base, presets, registry, spec
 from phasefield.layers import sweep as layers_sweep
 from phasefield.layers.state import Context, Kernel
 
@@ -66,6 +66,8 @@ def _grid(name):
         top = min(hi, lo + 2.0)
         axes[key] = [lo + 0.35 * (top - lo), lo + 0.7 * (top - lo)]
     fixed = {"heads": 2} if "heads" in spec.OPTIONS[name] else {}
+    if registry.lookup(name).causal_default:  # gpt2, llama: the (q, p) sweep takes the unmasked block
+        fixed["causal"] = False
     return fixed, axes
 
 

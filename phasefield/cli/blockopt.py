@@ -24,7 +24,7 @@ from .common import PAPER_NUMBERS, PAPER_OPTIONS, UsageError, check, parse_range
 # blocks `recommend --block` searches (phasefield.layers.recommend.BLOCKS), written out because
 # --help answers without importing JAX, which filling the registry does;
 # tests/test_cli_start.py checks both against the library.
-PRESETS = ("paper", "pre-ln", "post-ln", "rms-swiglu", "deepscalelm", "dyt")
+PRESETS = ("paper", "pre-ln", "post-ln", "rms-swiglu", "deepscalelm", "dyt", "gpt2", "llama")
 RECOMMEND_BLOCKS = ("pre-ln", "post-ln", "rms-swiglu", "dyt")
 PRESET_LIST = ", ".join(PRESETS)
 
@@ -33,7 +33,10 @@ BLOCK_HELP = (
     '(e.g. pre-ln:sigma=0.55,alpha=0.2,heads=12) or a JSON file {"block": NAME, ...}'
 )
 # the point commands take every preset's option causal=true (per-position results)
-POINT_BLOCK_HELP = BLOCK_HELP + "; NAME:causal=true masks its attention (results per position)"
+POINT_BLOCK_HELP = (
+    BLOCK_HELP + "; NAME:causal=true masks its attention (results per position; gpt2 and llama are causal "
+    "unless given causal=false)"
+)
 POINT_COMMANDS = "`phasefield exponents` and `phasefield trajectory`"
 AXIS_HELP = "NAME=start:stop:count or NAME=a,b,c: an axis over a number of the block (repeat it)"
 
@@ -96,9 +99,12 @@ def refuse_causal(name: str, kw: dict) -> None:
     """UsageError for a causal block (``NAME:causal=true``): a command that computes the
     (q, p) numbers or simulates without per-position measurements cannot take it."""
     if kw.get("causal"):
+        from ..layers import registry
+
+        own = f" ({name} is causal unless spelled {name}:causal=false)" if registry.lookup(name).causal_default else ""
         raise UsageError(
             f"block {name}: causal=true gives per-position results, which {POINT_COMMANDS} compute; "
-            "this command takes no causal block"
+            f"this command takes no causal block{own}"
         )
 
 

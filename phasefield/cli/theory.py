@@ -9,6 +9,7 @@ from .common import (
     MLP_LAYERS_MAX,
     PAPER_OPTIONS,
     UsageError,
+    check,
     echo_json,
     option,
     paper_option,
@@ -17,6 +18,10 @@ from .common import (
 )
 
 Q0_MAX = 1e6  # input squared norm per component (trajectory)
+# the default input of the point commands: a decoder preset's embeddings at init
+# (phasefield.layers.presets.GPT2_INPUT, LLAMA_INPUT; tests/test_decoders.py holds them to it),
+# else q0 = 1 and the flag's own rho0
+GEOMETRY_HELP = "gpt2: 8e-4 and 0, llama: 4e-4 and 0 (their embeddings at init); else"
 
 
 def _point_options(f):
@@ -112,13 +117,22 @@ def _json_number(v):
     return v
 
 
-def _geometry(hp_n, q0, rho0):
-    """(q0, rho0) of the finite-depth rates, checked (defaults 1, 0.5)."""
-    q0 = 1.0 if q0 is None else q0
-    rho0 = 0.5 if rho0 is None else rho0
+def _geometry(hp_n, q0, rho0, name=None, fixed=None):
+    """(q0, rho0) of the finite-depth rates, checked: each the flag's where given, else the
+    preset's input geometry (gpt2, llama: :meth:`phasefield.layers.registry.Preset.geometry`),
+    else 1 and 0.5."""
+    from ..layers import point
+
     option("--q0", q0, 0.0, Q0_MAX, lo_open=True)
+    q0, rho0 = point.geometry(name, fixed or {}, q0, rho0)
     option("--rho0", rho0, -1.0 / (hp_n - 1), 1.0)
     return q0, rho0
+
+
+def _record_keys(fixed):
+    """A block's keywords in a point command's record: its own ``depth`` (the stack it is
+    built for: gpt2's, deepscalelm's) as ``block_depth``, beside the record's ``depth``."""
+    return {("block_" + k if k in ("depth", "n_tokens") else k): v for k, v in fixed.items()}
 
 
 def block_exponents_result(name, fixed, n_tokens, depth, q0=1.0, rho0=0.5) -> dict:
@@ -135,7 +149,7 @@ def block_exponents_result(name, fixed, n_tokens, depth, q0=1.0, rho0=0.5) -> di
     r = layers.rates(spec.build(name, fixed), q0=q0, rho0=rho0, n_tokens=n_tokens, depth=depth)
     res = dict(
         block=name,
-        **fixed,
+        **_record_keys(fixed),
         n_tokens=n_tokens,
         depth=depth,
         q0=q0,
@@ -243,11 +257,19 @@ def _point_size(name, fixed, preset, kw):
     numbers spelled out in ``fixed``."""
     if not preset.fast_engine:
         n, L = _std_size(kw["n_tokens"], kw["depth"])
-        return fixed, n, L, None
+        return _stack_depth(name, fixed, L), n, L, None
     hp = _hp(**_paper_kw({k: v for k, v in fixed.items() if k != "causal"}, kw))
     if fixed.get("causal"):
         return dict(_hp_fixed(hp), causal=True), int(hp.n_tokens), int(hp.depth), None
     return fixed, int(hp.n_tokens), int(hp.depth), hp
+
+
+def _stack_depth(name, fixed, depth):
+    """``fixed`` with the block's stack-depth option (gpt2's, deepscalelm's ``depth``) set
+    to --depth unless the block gives it."""
+    from ..layers import point
+
+    return check(point.with_stack_depth, name, fixed, depth)
 
 
 def _std_size(n_tokens, depth):
@@ -266,7 +288,7 @@ def causal_exponents_result(name, fixed, n_tokens, depth, q0=1.0, rho0=0.5) -> d
     from ..layers import spec
 
     r = layers.rates(spec.build(name, fixed), q0=q0, rho0=rho0, n_tokens=n_tokens, depth=depth)
-    res = dict(block=name, **fixed, n_tokens=n_tokens, depth=depth, q0=q0, rho0=rho0)
+    res = dict(block=name, **_record_keys(fixed), n_tokens=n_tokens, depth=depth, q0=q0, rho0=rho0)
     res.update({k: float(r[k]) for k in ("angle_rate_last", "lambda_g_last")})
     res.update({k: [float(v) for v in np.asarray(r[k])] for k in ("q_L_pos", "rho_L_pos")})
     res["phase"] = (
@@ -300,13 +322,13 @@ def run_exponents(block_spec, q0, rho0, as_json, kw):
     name, fixed, preset = _block_point(block_spec, kw)
     if fixed.get("causal"):  # per position, on the layers' road (the paper block too)
         fixed, n, L, _ = _point_size(name, fixed, preset, kw)
-        q0, rho0 = _geometry(n, q0, rho0)
+        q0, rho0 = _geometry(n, q0, rho0, name, fixed)
         res = causal_exponents_result(name, fixed, n, L, q0, rho0)
         echo_json(res) if as_json else _print_causal(res)
         return
     if not preset.fast_engine:
-        n, L = _std_size(kw["n_tokens"], kw["depth"])
-        q0, rho0 = _geometry(n, q0, rho0)
+        fixed, n, L, _ = _point_size(name, fixed, preset, kw)
+        q0, rho0 = _geometry(n, q0, rho0, name, fixed)
         res = block_exponents_result(name, fixed, n, L, q0, rho0)
         if as_json:
             echo_json(res)
@@ -373,9 +395,9 @@ def exponents_options(f):
         "--rho0",
         type=float,
         default=None,
-        help="input token cosine of the finite-depth rates [0.5] (the paper block: adds them)",
+        help=f"input token cosine of the finite-depth rates [{GEOMETRY_HELP} 0.5] (the paper block: adds them)",
     )(f)
-    f = click.option("--q0", type=float, default=None, help="input squared norm per component [1]")(f)
+    f = click.option("--q0", type=float, default=None, help=f"input squared norm per component [{GEOMETRY_HELP} 1]")(f)
     f = _point_options(f)
     return block_option(help=POINT_BLOCK_HELP)(f)
 
@@ -388,8 +410,11 @@ EXPONENTS_HELP = """λ_a, λ_g and the attractors of a block at one point.
     (--block pre-ln:sigma=0.55,alpha=0.2): lambda_g_input (from q0, rho0), lambda_g_collapse
     (from collapsed tokens), angle_rate, rho_L, q_L and, where it has a finite fixed point,
     lambda_a and λ_g^∞. A causal block (--block pre-ln:causal=true; every preset takes
-    causal=true but dyt): per position, q_L_pos and rho_L_pos (each token's mean cosine with
-    the earlier ones) and the last token's angle_rate_last and lambda_g_last."""
+    causal=true but dyt; gpt2 and llama are causal unless given causal=false): per position,
+    q_L_pos and rho_L_pos (each token's mean cosine with the earlier ones) and the last
+    token's angle_rate_last and lambda_g_last. Without --q0/--rho0 the input is the block's
+    own (gpt2, llama: their embeddings at init), else q0 = 1, rho0 = 0.5; a block built for a
+    stack's depth (gpt2, deepscalelm) takes --depth unless given its own."""
 
 
 def register(cli):
@@ -401,14 +426,18 @@ def register(cli):
     @cli.command("trajectory")
     @block_option_lazy()
     @_point_options
-    @click.option("--q0", type=float, default=1.0, show_default=True, help="input squared norm per component")
-    @click.option("--rho0", type=float, default=None, help="input cosine (or give --p0)")
+    @click.option("--q0", type=float, default=None, help=f"input squared norm per component [{GEOMETRY_HELP} 1]")
+    @click.option("--rho0", type=float, default=None, help=f"input cosine (or give --p0) [{GEOMETRY_HELP} 0.3]")
     @click.option("--p0", type=float, default=None, help="input dot product per component")
     @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
     def trajectory_cmd(block_spec, q0, rho0, p0, as_json, **kw):
         """q and p per layer of the mean-field map of a block (default: the paper's) from input
-        (q0, p0 = rho0 q0). A causal block (--block NAME:causal=true): q_pos and rho_pos per
-        layer and position (rho: mean cosine with the earlier tokens)."""
+        (q0, p0 = rho0 q0). A causal block (--block NAME:causal=true; gpt2 and llama unless
+        given causal=false): q_pos and rho_pos per layer and position (rho: mean cosine with
+        the earlier tokens). Without --q0/--rho0 the input is the block's own (gpt2, llama:
+        their embeddings at init), else q0 = 1, rho0 = 0.3."""
+        from ..layers import point
+
         name, fixed, preset = _block_point(block_spec, kw)
         fixed, n, L, hp = _point_size(name, fixed, preset, kw)
         option("--q0", q0, 0.0, Q0_MAX, lo_open=True)
@@ -416,8 +445,10 @@ def register(cli):
         option("--p0", p0, -Q0_MAX, Q0_MAX)
         if rho0 is not None and p0 is not None:
             raise UsageError("give either --rho0 or --p0, not both")
+        own = preset.geometry(fixed)
+        q0 = (own[0] if own is not None else point.Q0) if q0 is None else q0
         if p0 is None:
-            rho0 = 0.3 if rho0 is None else rho0
+            rho0 = (own[1] if own is not None else 0.3) if rho0 is None else rho0
             p0 = rho0 * q0
         if not (-q0 / (n - 1) - 1e-12 <= p0 <= q0):
             raise UsageError(f"input cosine must lie in [-1/(n-1), 1] (got {p0 / q0:g})")
@@ -435,7 +466,7 @@ def register(cli):
                 np.asarray(v, float)
                 for v in layers.trajectory(spec.build(name, fixed), q0=q0, rho0=p0 / q0, n_tokens=n, depth=L)
             )
-        res = dict(layer=list(range(len(q))), q=q.tolist(), p=p.tolist(), rho=(p / q).tolist())
+        res = dict(q0=q0, rho0=p0 / q0, layer=list(range(len(q))), q=q.tolist(), p=p.tolist(), rho=(p / q).tolist())
         if not preset.fast_engine:
             res = dict(block=name, **fixed, **res)
         if as_json:

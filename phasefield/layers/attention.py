@@ -46,6 +46,11 @@ with ``E[A_ij A_kl]`` of :mod:`phasefield.theory.attention.full_gram` (``map="pa
 Assumption 3.2 over the allowed keys; ``"exact"``: its fixed Monte-Carlo logit fields) and,
 with ``softmax_correction``, :func:`phasefield.theory.attention.softmax.gram_softmax_term` at
 the Gram ``C``. The multi-head map is the single-head one, as for (q, p).
+
+``rope`` (the network only): rotary position embeddings on every head's queries and keys
+(:func:`rotary`, base 10000, Llama's convention), which the mean-field maps do not model:
+they refuse a layer with it. Its size at init is measured against the maps' position-free
+logits in docs/theory.md, "Causal stacks" (``scripts/rope_gap.py``).
 """
 
 from __future__ import annotations
@@ -80,6 +85,7 @@ class Attention(Layer):
     softmax_correction: bool = struct.field(pytree_node=False, default=False)
     any_norm: bool = struct.field(pytree_node=False, default=False)  # reads tokens of norm != 1
     causal: bool = struct.field(pytree_node=False, default=False)  # mask: query i reads keys j <= i
+    rope: bool = struct.field(pytree_node=False, default=False)  # rotary queries and keys (network only)
     att: Any = None  # the exact map's tables (prepare)
     name: str | None = struct.field(pytree_node=False, default=None)  # its Flax module's (None: automatic)
 
@@ -194,6 +200,15 @@ class Attention(Layer):
         own = self.att.replace(s=None, t=None, interp=False, interp_t=False)
         return jax.lax.cond(q == 1.0, lambda: fn(self.att), lambda: self._in_reach(sigma_a, ctx, fn(own)))
 
+    def _no_rope(self):
+        """ValueError for an attention with RoPE: its maps treat the logits as independent of
+        the positions, which RoPE is not (its network alone takes it)."""
+        if self.rope:
+            raise ValueError(
+                "attention with rope=True has no mean-field map (RoPE's position-dependent logits are "
+                "not modelled): only its network takes it"
+            )
+
     def _unmasked(self):
         """ValueError for a causal attention: its (q, p) maps assume permutation-symmetric
         tokens, which the mask breaks (its results are per position: :mod:`.causal`)."""
@@ -204,6 +219,7 @@ class Attention(Layer):
             )
 
     def forward(self, k, ctx):
+        self._no_rope()
         self._unmasked()
         sigma_a, sigma_v = self._scales(k.q)
         fn = lambda att: att_maps.forward(sigma_a, ctx.n_tokens, sigma_v, k.rho, self.map, att)
@@ -212,6 +228,7 @@ class Attention(Layer):
         return Kernel(c * q_a, c * p_a)
 
     def backward(self, k, g, ctx):
+        self._no_rope()
         self._unmasked()
         sigma_a, sigma_v = self._scales(k.q)
 
@@ -240,6 +257,7 @@ class Attention(Layer):
         """``(X -> E[A X A^T], G -> E[A^T G A])`` (``(E[A^T G A])_mm' = sum_ik E[A_im A_km'] G_ik``)
         over the attention matrices of input Gram ``c``, in the layer's map, masked where
         ``causal``: the sums of :mod:`phasefield.theory.attention.full_gram`."""
+        self._no_rope()
         scale, m = self.gram_logits(c)
         mask = gram.causal_mask(c.shape[-1], self.causal)
         fg = att_maps.full_gram
@@ -289,6 +307,8 @@ class AttentionModule(nn.Module):
         q, k, v = linear(self.weights, (d, d, d), (qk_std, qk_std, v_std), ("query", "key", "value"))(x)
         split = lambda t: t.reshape(*batch, n, h, dh)
         q, k, v = self.queries_keys(split(q), split(k)) + (split(v),)
+        if lay.rope:
+            q, k = rotary(q), rotary(k)
         div = dh if lay.scale == "inv" else jnp.sqrt(dh)
         spec = ("...ihd,...jhd->...hij", "...hij,...jhd->...ihd")
         if h == 1:  # one head: the same sums without a head axis (the paper block's rounding, bitwise)
@@ -307,3 +327,23 @@ class AttentionModule(nn.Module):
         """Per-head queries and keys ``[..., n, heads, d_head]`` as the logits read them (a
         variant that normalizes them overrides this)."""
         return q, k
+
+
+ROPE_BASE = 10000.0
+
+
+def rotary(x, base: float = ROPE_BASE):
+    """Rotary position embedding (Su et al. 2021; Llama's "rotate half" convention) of
+    per-head vectors ``x`` ``[..., n, heads, d_head]``: the pair of components (i, i + d_head/2)
+    of position t rotated by the angle ``t base^(-2i / d_head)``. Norms are kept; the dot
+    product of a rotated query at t and key at s depends on t - s."""
+    n, dh = x.shape[-3], x.shape[-1]
+    if dh % 2:
+        raise ValueError(f"rope needs an even head dimension (got {dh})")
+    inv = base ** (-jnp.arange(0, dh, 2, dtype=x.dtype) / dh)
+    ang = jnp.arange(n, dtype=x.dtype)[:, None] * inv[None, :]  # [n, dh/2]
+    cos = jnp.concatenate([jnp.cos(ang)] * 2, -1)[:, None, :]  # [n, 1, dh]
+    sin = jnp.concatenate([jnp.sin(ang)] * 2, -1)[:, None, :]
+    half = dh // 2
+    rot = jnp.concatenate([-x[..., half:], x[..., :half]], -1)
+    return x * cos + rot * sin

@@ -12,6 +12,11 @@
 ``dyt``         DyT (Zhu et al. 2025, "Transformers without Normalization"): pre-LN with
                 every LayerNorm replaced by ``gamma tanh(a x) + beta`` (:mod:`.dyt`), the
                 attention and GELU MLP of ``pre-ln``, identity residual
+``gpt2``        GPT-2's decoder block at its own init (:func:`gpt2`): ``pre-ln`` causal,
+                every weight std 0.02 (``sigma = 0.02 sqrt(width)``) and the output
+                projections std ``0.02 / sqrt(2 depth)`` (``alpha = 1 / sqrt(2 depth)``)
+``llama``       Llama's decoder block at Hugging Face's init (:func:`llama`):
+                ``rms-swiglu`` causal, every weight std 0.02, no depth scaling
 
 The standard blocks are written with one init scale ``sigma`` = (weight std) x sqrt(d) for
 every weight that reads the d-dimensional stream or writes it (GPT-2's std 0.02 at d = 768
@@ -37,7 +42,10 @@ docs/blocks.md); ``qk_norm`` (RMS-normalized queries and keys per head, gain 1:
 
 Every preset takes ``causal`` (``NAME:causal=true``: each attention masked,
 :data:`.registry.BLOCK_OPTIONS`), but ``dyt``: its maps hold only between tokens of equal
-norm, which the mask makes differ (its per-position results would be NaN).
+norm, which the mask makes differ (its per-position results would be NaN). The decoders'
+presets ``gpt2`` and ``llama`` are causal unless spelled ``NAME:causal=false``, and say what
+their stack's input is at init (:attr:`.registry.Preset.input_geometry`, the point
+commands' default q0 and rho0: :data:`GPT2_INPUT`, :data:`LLAMA_INPUT`).
 
 Each preset is registered as a :class:`.registry.Preset`: its numbers and their ranges, its
 options, its validation and its capabilities (the ``paper`` preset's numbers are one
@@ -52,7 +60,7 @@ from typing import Any
 from ..grid import SIGMA_MAX
 from . import registry
 from .attention import Attention
-from .base import Serial
+from .base import Serial, masked
 from .dyt import ANY_NORM_ACTIVATIONS, AnyNormMLP, DyT
 from .glu import GLU
 from .mlp import MLP
@@ -61,7 +69,13 @@ from .qknorm import QKNormAttention
 from .registry import Preset
 from .residual import Residual
 
-GPT2_SIGMA = 0.02 * math.sqrt(768)
+INITIALIZER_RANGE = 0.02  # GPT-2's and Hugging Face Llama's weight and embedding std
+GPT2_SIGMA = INITIALIZER_RANGE * math.sqrt(768)
+# the stacks' inputs at init, (q0, rho0): GPT-2 adds a token and a position embedding, each
+# of std 0.02 per component; Llama's token embedding alone (RoPE acts on queries and keys,
+# not on the stream); distinct tokens at distinct positions have independent embeddings
+GPT2_INPUT = (2 * INITIALIZER_RANGE**2, 0.0)
+LLAMA_INPUT = (INITIALIZER_RANGE**2, 0.0)
 
 
 def paper(hp, mult: float = 1.0) -> Serial:
@@ -244,6 +258,99 @@ def dyt(
     )
 
 
+def gpt2_numbers(width: int = 768, depth: int = 12) -> dict:
+    """GPT-2's init in this module's parameterization: ``sigma = 0.02 sqrt(width)`` (every
+    weight std 0.02) and ``alpha = 1 / sqrt(2 depth)`` (the output projections' std
+    ``0.02 / sqrt(2 depth)``)."""
+    return dict(sigma=INITIALIZER_RANGE * math.sqrt(width), alpha=1.0 / math.sqrt(2 * depth))
+
+
+def gpt2(
+    sigma: Any = None,
+    alpha: Any = None,
+    width: int = 768,
+    depth: int = 12,
+    heads: int = 12,
+    attention: str = "exact",
+    softmax_correction: bool = True,
+    alpha_attn: Any = None,
+    alpha_mlp: Any = None,
+    mult: float = 4.0,
+) -> Serial:
+    """GPT-2's block at its init (Radford et al. 2019; Hugging Face ``GPT2Model``): ``pre-ln``
+    with GELU (4x MLP), every weight std ``initializer_range`` = 0.02 and each residual
+    branch's output projection (the attention's ``c_proj``, the MLP's ``c_proj``, a 4d -> d
+    weight) std ``0.02 / sqrt(2 depth)`` for a ``depth``-block stack.
+
+    In this module's parameterization (module docstring): ``sigma = 0.02 sqrt(width)`` (GPT-2
+    small: 0.554) and ``alpha = 1 / sqrt(2 depth)`` (GPT-2 small: 0.204); both defaults
+    follow ``width`` and ``depth`` and either can be given instead (a sweep ranges over
+    them). Scaling the output projection scales the branch: the branch is linear in it, and
+    its bias is zero. The MLP's output layer has std ``sigma / sqrt(width)`` whatever its
+    fan-in (module docstring), GPT-2's 0.02 on its 4d -> d ``c_proj`` before the depth
+    scaling. The preset is causal (``gpt2:causal=false``: the same weights unmasked); its
+    stack's input is the token plus position embedding (:data:`GPT2_INPUT`).
+
+    Not modelled: the biases (zero at init, nothing lost), dropout (off: the init's
+    network), GPT-2's tanh-approximated GELU (``gelu_new``, within 4.7e-4 of the exact GELU
+    used here at every input), the LayerNorm epsilon (1e-5 in GPT-2: 1.2 % of the first
+    block's input variance 8e-4; the mean field has none), and what lies outside the stack
+    (the final LayerNorm, the unembedding). Hugging Face's Flax GPT-2 draws the output
+    projections with std 0.02 (no depth scaling): ``gpt2:alpha=1``."""
+    own = gpt2_numbers(width, depth)
+    sigma = own["sigma"] if sigma is None else sigma
+    alpha = own["alpha"] if alpha is None else alpha
+    return pre_ln(
+        sigma=sigma,
+        alpha=alpha,
+        heads=heads,
+        activation="gelu",
+        mult=mult,
+        attention=attention,
+        softmax_correction=softmax_correction,
+        alpha_attn=alpha_attn,
+        alpha_mlp=alpha_mlp,
+    )
+
+
+def llama(
+    sigma: Any = None,
+    alpha: Any = 1.0,
+    width: int = 4096,
+    heads: int = 32,
+    attention: str = "exact",
+    softmax_correction: bool = True,
+    alpha_attn: Any = None,
+    alpha_mlp: Any = None,
+    mult: float = 8.0 / 3.0,
+) -> Serial:
+    """Llama's block at Hugging Face's init (``LlamaPreTrainedModel``: every ``nn.Linear``
+    and the embedding std ``initializer_range`` = 0.02, no depth scaling): ``rms-swiglu``
+    (RMSNorm, SwiGLU with 8/3 expansion), ``sigma = 0.02 sqrt(width)``, ``alpha = 1``. The
+    default ``width`` is Llama-7B's 4096 (sigma 1.28, 32 heads). Its ``down_proj`` (fan-in
+    11008 in Llama-7B, 2.6875 d rather than 8/3 d) has std 0.02 = ``sigma / sqrt(width)``
+    whatever its fan-in, which is this module's convention, so the expansion does not enter
+    the mean field. The preset is causal (``llama:causal=false``: unmasked); its stack's
+    input is the token embedding (:data:`LLAMA_INPUT`).
+
+    Not modelled: RoPE (it rotates queries and keys by their positions; the mean field
+    treats the logits as position-free: its size at init is measured in docs/theory.md,
+    "Causal stacks"), the RMSNorm epsilon (1e-6 in Hugging Face's config: 0.25 % of the
+    first block's input variance 4e-4), and the final RMSNorm and unembedding."""
+    sigma = INITIALIZER_RANGE * math.sqrt(width) if sigma is None else sigma
+    return rms_swiglu(
+        sigma=sigma,
+        alpha=alpha,
+        heads=heads,
+        mult=mult,
+        activation="silu",
+        attention=attention,
+        softmax_correction=softmax_correction,
+        alpha_attn=alpha_attn,
+        alpha_mlp=alpha_mlp,
+    )
+
+
 # number -> (low, high, low open): the sweepable leaves of the standard presets
 _STD = dict(
     sigma=(0.0, SIGMA_MAX, True),
@@ -269,6 +376,18 @@ def _check_dyt(kw: dict) -> None:
         )
 
 
+def _check_width(name):
+    def check(kw: dict) -> None:
+        if "width" in kw and not 1 <= kw["width"] <= WIDTH_MAX:
+            raise ValueError(f"block {name}: width must lie in [1, {WIDTH_MAX}] (got {kw['width']})")
+
+    return check
+
+
+WIDTH_MAX = 1_000_000
+_DECODER_OPTIONS = dict(heads=int, attention=str, softmax_correction=bool)
+
+
 def _check_deepscalelm(kw: dict) -> None:
     beta2 = kw.get("k", 2.0) / (2 * kw.get("depth", 16))
     if not 0 < beta2 <= 1:
@@ -289,6 +408,30 @@ for _preset in (
         stack_depth="depth",
     ),
     Preset("dyt", dyt, dict(_STD, a=(0.0, 100.0, True)), _STD_OPTIONS, run_numbers=_STD_RUN, check=_check_dyt),
+    Preset(
+        "gpt2",
+        gpt2,
+        _STD,
+        dict(width=int, depth=int, **_DECODER_OPTIONS),
+        run_numbers=_STD_RUN,
+        check=_check_width("gpt2"),
+        stack_depth="depth",
+        causal_default=True,
+        input_geometry=lambda kw: GPT2_INPUT,
+        number_defaults=lambda kw: gpt2_numbers(kw["width"], kw["depth"]),
+    ),
+    Preset(
+        "llama",
+        llama,
+        _STD,
+        dict(width=int, **_DECODER_OPTIONS),
+        default_heads=32,
+        run_numbers=_STD_RUN,
+        check=_check_width("llama"),
+        causal_default=True,
+        input_geometry=lambda kw: LLAMA_INPUT,
+        number_defaults=lambda kw: dict(sigma=INITIALIZER_RANGE * math.sqrt(kw["width"])),
+    ),
 ):
     registry.register(_preset)
 NAMES = registry.names()
@@ -299,6 +442,7 @@ def get(name: str, hp=None, **kw) -> Serial:
     (``paper``: an :class:`phasefield.HParams`) ``hp``, else one made from ``kw``; for the
     others the keyword numbers ``kw``."""
     preset = registry.lookup(name)
-    if preset.numbers_class is not None:
-        return preset.builder(hp if hp is not None else preset.numbers_class(**kw))
-    return preset.builder(**kw)
+    if preset.numbers_class is not None and hp is not None:
+        causal = kw.pop("causal", False)
+        return masked(preset.builder(hp)) if causal else preset.builder(hp)
+    return preset.build(kw)

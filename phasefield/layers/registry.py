@@ -6,6 +6,7 @@ takes and what it can do, and every caller asks it instead of branching on its n
     p.build({"sigma": 0.55, "alpha": 0.2})     # its Serial
     p.numbers, p.options, p.defaults           # sweepable numbers (ranges), static options
     p.build({"causal": True})                  # every preset's option: its attention masked
+    p.causal_default, p.input_geometry         # causal unless NAME:causal=false; its input (q0, rho0)
     p.engine, p.numbers_class                  # capabilities (a closed-form engine, its numbers)
 
 The built-in presets are registered by :mod:`.presets`; :func:`register` adds another (a
@@ -79,6 +80,17 @@ class Preset:
     network_defaults keywords of ``numbers_class`` under which the theory describes the
                     block's network (the probe's default numbers)
     check           extra validation of checked keywords (ValueError, one line), or None
+    causal_default  the block is causal unless spelled ``NAME:causal=false`` (a decoder's
+                    preset): :func:`phasefield.layers.spec.check` writes ``causal=True`` into
+                    the keywords of a spelling that does not give it, so every keyword dict
+                    downstream says whether the block is masked (:meth:`build` itself masks
+                    only for ``causal=True``)
+    input_geometry  the stack's input at init, ``kw -> (q0, rho0)`` (the preset's checked
+                    keywords -> squared norm per component and cosine of distinct tokens:
+                    GPT-2's token plus position embeddings), or None: the point commands'
+                    defaults (q0 = 1; rho0 = 0.5, the trajectory 0.3)
+    number_defaults the defaults of numbers that follow the options, ``options -> {number:
+                    value}`` (gpt2's sigma from its width), or None: the builder's defaults
     """
 
     name: str
@@ -91,6 +103,9 @@ class Preset:
     network_defaults: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     stack_depth: str | None = None
     check: Callable[[dict], None] | None = None
+    causal_default: bool = False
+    input_geometry: Callable[[dict], tuple[float, float]] | None = None
+    number_defaults: Callable[[dict], dict] | None = None
 
     def __post_init__(self):
         if self.engine is not None and not isinstance(self.engine, Engine):
@@ -115,12 +130,29 @@ class Preset:
 
     @property
     def defaults(self) -> dict:
-        """The default of each number and option (from ``numbers_class`` or ``builder``)."""
+        """The default of each number and option (from ``numbers_class`` or ``builder``; a
+        number that follows the options, :attr:`number_defaults`, at their defaults)."""
+        return self.defaults_for({})
+
+    def defaults_for(self, kw: Mapping) -> dict:
+        """The default of each number and option given the keywords ``kw`` (the numbers that
+        follow the options, :attr:`number_defaults`, at ``kw``'s options)."""
         keys = set(self.numbers) | set(self.options)
         if self.numbers_class is not None:
             return {f.name: f.default for f in dataclasses.fields(self.numbers_class) if f.name in keys}
         params = inspect.signature(self.builder).parameters
-        return {k: p.default for k, p in params.items() if k in keys and p.default is not p.empty}
+        out = {k: p.default for k, p in params.items() if k in keys and p.default is not p.empty}
+        if self.number_defaults is not None:
+            out.update(self.number_defaults({**out, **{k: v for k, v in kw.items() if k in self.options}}))
+        return out
+
+    def geometry(self, kw: Mapping | None = None) -> tuple[float, float] | None:
+        """``(q0, rho0)`` of the stack's input at init (:attr:`input_geometry`) for the
+        checked keywords ``kw``, or None: the preset says nothing of its input."""
+        if self.input_geometry is None:
+            return None
+        q0, rho0 = self.input_geometry(dict(kw or {}))
+        return float(q0), float(rho0)
 
     def validate(self, kw: dict) -> None:
         """ValueError (one line) unless the checked keywords ``kw`` make a valid block (the

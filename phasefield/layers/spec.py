@@ -8,7 +8,9 @@ The numbers a preset takes (:data:`NUMBERS`, each with its range) are the ones a
 can range over by name; :data:`OPTIONS` are the static choices (heads, activation, maps); both
 are read from the preset's :class:`.registry.Preset`, which also validates them.
 Every preset also takes ``causal`` (:data:`.registry.BLOCK_OPTIONS`: ``NAME:causal=true`` is the
-block with every attention masked, whose results are per position, :mod:`.causal`).
+block with every attention masked, whose results are per position, :mod:`.causal`); the
+decoders' presets (``gpt2``, ``llama``: :attr:`.registry.Preset.causal_default`) are causal
+unless spelled ``NAME:causal=false``, and their checked keywords always say which.
 ``paper`` takes the :class:`phasefield.HParams` fields (``sigma_w``, ``sigma_a``, ``sigma_v``,
 ``alpha_a``, ``alpha_m``, ...); the standard presets ``sigma``, ``alpha`` (both branches) and
 ``alpha_attn``, ``alpha_mlp`` (one branch each, overriding ``alpha``); ``dyt`` those and ``a``
@@ -80,7 +82,9 @@ def check(name: str, kw: dict) -> dict:
         )
     if out.get("attention", "paper") not in ("paper", "exact"):
         raise ValueError(f"block {name}: attention must be paper or exact (got {out['attention']!r})")
-    if out.get("causal") is False:  # the default: ``causal=false`` spells the plain block
+    if preset.causal_default:  # a decoder's preset: causal unless causal=false, which stays said
+        out.setdefault("causal", True)
+    elif out.get("causal") is False:  # ``causal=false`` spells the plain block
         del out["causal"]
     preset.validate(out)
     return out
