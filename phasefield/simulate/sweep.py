@@ -124,7 +124,11 @@ def fixed_point_grid(
     if draws < 2:
         raise ValueError(f"draws must be >= 2 to give a standard error (got {draws})")
     check_weights(weights)
-    defaults = preset.defaults
+    if kw.get("causal"):
+        raise ValueError(
+            f"block {name}: a simulated grid measures the (q, p) numbers; causal=true is not one of its blocks"
+        )
+    defaults = preset.defaults_for(kw)
     options = {k: kw.get(k, defaults.get(k)) for k in preset.options}
     numbers = {k: float(kw.get(k, defaults[k])) for k in _ordered(preset.numbers)}
     numbers.update(n_tokens=float(n_tokens), depth=float(depth))
