@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -18,8 +19,16 @@ pytestmark = pytest.mark.usefixtures("float64")
 
 _gelu = activations.get("gelu")
 _dgelu = activations.derivative("gelu")
-np_gelu = lambda x: np.asarray(_gelu(jnp.asarray(x)))
-np_dgelu = lambda x: np.asarray(_dgelu(jnp.asarray(x)))
+_gelu_jit, _dgelu_jit = jax.jit(_gelu), jax.jit(_dgelu)  # one program per shape, not one per op
+np_gelu = lambda x: np.asarray(_gelu_jit(jnp.asarray(x)))
+np_dgelu = lambda x: np.asarray(_dgelu_jit(jnp.asarray(x)))
+
+# the rules under test, jitted: one program per static shape instead of dozens of eager ops
+sm_gelu, sm_dgelu, gelu_pair = jax.jit(smoothed.gelu), jax.jit(smoothed.dgelu), jax.jit(smoothed.gelu_pair)
+expect_2d_conditional = jax.jit(quadrature.expect_2d_conditional, static_argnums=(0, 3))
+e_sq = jax.jit(mlp._e_sq, static_argnums=(0, 2, 3))
+tables = jax.jit(mlp._tables, static_argnums=(0, 2, 3), static_argnames=("split",))
+clenshaw = jax.jit(mlp.clenshaw)
 
 
 @pytest.mark.parametrize("c", [0.0, 0.3, 1.0, 4.0, 17.0])
@@ -30,10 +39,8 @@ def test_gelu_smoothing_closed_form_matches_quadrature(c):
         else:
             want = quadrature.reference_1d(lambda w: np_gelu(m + w), c)
             want_d = quadrature.reference_1d(lambda w: np_dgelu(m + w), c)
-        assert float(smoothed.gelu(jnp.asarray(m), jnp.asarray(c))) == pytest.approx(
-            want, abs=1e-12 * max(1, abs(want))
-        )
-        assert float(smoothed.dgelu(jnp.asarray(m), jnp.asarray(c))) == pytest.approx(want_d, abs=1e-12)
+        assert float(sm_gelu(jnp.asarray(m), jnp.asarray(c))) == pytest.approx(want, abs=1e-12 * max(1, abs(want)))
+        assert float(sm_dgelu(jnp.asarray(m), jnp.asarray(c))) == pytest.approx(want_d, abs=1e-12)
 
 
 @pytest.mark.parametrize("s", [0.3, 5.0, 17.65])
@@ -41,7 +48,7 @@ def test_conditional_rule_matches_dense_2d_reference(s):
     n = quadrature.grid_size(s)
     pairs = ((_gelu, smoothed.gelu), (_dgelu, smoothed.dgelu))
     for rho in (-1.0, -0.6, 0.0, 0.5, 0.98, 1 - 1e-6, 1.0):
-        pp, dd = quadrature.expect_2d_conditional(pairs, s, rho, n)
+        pp, dd = expect_2d_conditional(pairs, s, rho, n)
         ref_pp = quadrature.reference_2d(np_gelu, np_gelu, s, rho)
         ref_dd = quadrature.reference_2d(np_dgelu, np_dgelu, s, rho)
         assert float(pp) == pytest.approx(ref_pp, abs=1e-10 * max(1.0, abs(ref_pp)))
@@ -56,8 +63,8 @@ def test_gelu_pair_closed_form_matches_conditional_rule(s):
     n = quadrature.grid_size(min(s, 60.0)) if s <= 60 else 1 << 20
     pairs = ((_gelu, smoothed.gelu), (_dgelu, smoothed.dgelu))
     for rho in (-1.0, -0.6, 0.0, 0.5, 0.98, 1 - 1e-6, 1.0):
-        want_pp, want_dd = quadrature.expect_2d_conditional(pairs, s, rho, n)
-        pp, dd = smoothed.gelu_pair(s * s, rho)
+        want_pp, want_dd = expect_2d_conditional(pairs, s, rho, n)
+        pp, dd = gelu_pair(s * s, rho)
         assert float(pp) == pytest.approx(float(want_pp), abs=1e-12 * max(1.0, s * s))
         assert float(dd) == pytest.approx(float(want_dd), abs=1e-12)
 
@@ -68,12 +75,12 @@ def test_gelu_closed_form_equals_the_old_2d_tables(s):
     e2 = quadrature.expect_1d(lambda x: _gelu(x) ** 2, s)
     d2 = quadrature.expect_1d(lambda x: _dgelu(x) ** 2, s)
     np.testing.assert_allclose([e2, d2], smoothed.gelu_pair(s * s, 1.0), rtol=1e-13)
-    old = mlp._tables("gelu", jnp.asarray(s), n_grid, n_cheb, e2, d2)
+    old = tables("gelu", jnp.asarray(s), n_grid, n_cheb, e2, d2)
     kern = mlp.kernel(HParams(sigma_w=s, activation="gelu"))
     rho = jnp.linspace(-1.0, 1.0, 41)
     new = mlp._pair(kern, 0, rho)
     for c_old, v_new in zip(old, new):
-        np.testing.assert_allclose(v_new, mlp.clenshaw(c_old, rho), rtol=0, atol=1e-10 * s * s)
+        np.testing.assert_allclose(v_new, clenshaw(c_old, rho), rtol=0, atol=1e-10 * s * s)
 
 
 def test_two_layer_gelu_at_sigma_w_5_matches_dense_composition():
@@ -117,7 +124,7 @@ def test_tanh_split_pieces():
 @pytest.mark.parametrize("s", [0.05, 0.7, 10.0, 100.0])
 def test_tanh_one_dimensional_integrals_at_any_scale(s):
     """E[tanh^2], E[tanh'^2] by the split: the old 2049-node rule was 0.8 % off at s = 100."""
-    e2, d2 = mlp._e_sq("tanh", jnp.asarray(s), jnp.tanh, _dtanh)
+    e2, d2 = e_sq("tanh", jnp.asarray(s), jnp.tanh, _dtanh)
     assert float(e2) == pytest.approx(quadrature.reference_1d(lambda x: np.tanh(x) ** 2, s), abs=1e-13)
     assert float(d2) == pytest.approx(quadrature.reference_1d(lambda x: np_dtanh(x) ** 2, s), abs=1e-13)
 
@@ -125,12 +132,12 @@ def test_tanh_one_dimensional_integrals_at_any_scale(s):
 @pytest.mark.parametrize("s", [1.3, 4.5, 30.0])  # 1.3: the plain rule (grid <= PLAIN_GRID_MAX)
 def test_tanh_split_tables_match_dense_2d_reference(s):
     n_grid, n_cheb = mlp.table_sizes(s)
-    e2, d2 = mlp._e_sq("tanh", jnp.asarray(s), jnp.tanh, _dtanh)
-    c_pp, c_dd = mlp._tables("tanh", jnp.asarray(s), n_grid, n_cheb, e2, d2)
+    e2, d2 = e_sq("tanh", jnp.asarray(s), jnp.tanh, _dtanh)
+    c_pp, c_dd = tables("tanh", jnp.asarray(s), n_grid, n_cheb, e2, d2)
     # at the Chebyshev nodes the series reproduces the node values (no truncation error)
     theta = np.pi * np.array([3, 40, 100, 200]) / (n_cheb - 1)
     rho = np.cos(theta)
-    pp, dd = (np.asarray(mlp.clenshaw(c, jnp.asarray(rho))) for c in (c_pp, c_dd))
+    pp, dd = (np.asarray(clenshaw(c, jnp.asarray(rho))) for c in (c_pp, c_dd))
     for r, got_pp, got_dd in zip(rho, pp, dd):
         assert got_pp == pytest.approx(quadrature.reference_2d(np.tanh, np.tanh, s, r), abs=1e-10)
         assert got_dd == pytest.approx(quadrature.reference_2d(np_dtanh, np_dtanh, s, r), abs=1e-10)
@@ -139,12 +146,12 @@ def test_tanh_split_tables_match_dense_2d_reference(s):
 @pytest.mark.parametrize("s", [1.3, 4.5])
 def test_tanh_split_tables_equal_the_2d_rule(s):
     n_grid, n_cheb = mlp.table_sizes(s)
-    e2, d2 = mlp._e_sq("tanh", jnp.asarray(s), jnp.tanh, _dtanh)
-    new = mlp._tables("tanh", jnp.asarray(s), n_grid, n_cheb, e2, d2, split=True)
-    old = mlp._tables("tanh", jnp.asarray(s), n_grid, n_cheb, e2, d2, split=False)
+    e2, d2 = e_sq("tanh", jnp.asarray(s), jnp.tanh, _dtanh)
+    new = tables("tanh", jnp.asarray(s), n_grid, n_cheb, e2, d2, split=True)
+    old = tables("tanh", jnp.asarray(s), n_grid, n_cheb, e2, d2, split=False)
     rho = jnp.linspace(-1.0, 1.0, 41)
     for c_new, c_old in zip(new, old):
-        np.testing.assert_allclose(mlp.clenshaw(c_new, rho), mlp.clenshaw(c_old, rho), rtol=0, atol=1e-10)
+        np.testing.assert_allclose(clenshaw(c_new, rho), clenshaw(c_old, rho), rtol=0, atol=1e-10)
 
 
 def _g(p, v):

@@ -49,6 +49,15 @@ def _implied_noise(wc, cts, scales):
     return sum(w @ u.T for w, u in zip(wc, cts)) @ jnp.linalg.inv(b.T)
 
 
+@jax.jit  # one program per structure (the ranks share them) instead of ~100 eager ops
+def _lazy_and_dense(x, scales, draws, noise, w, cts):
+    """The lazy map's outputs, VJP and scales' gradient; the dense maps' outputs and VJP."""
+    ys, vjp = jax.vjp(lambda x: random_linear(x, scales, draws, noise), x)
+    yd, vjpd = jax.vjp(lambda x: tuple(x @ wj for wj in w), x)
+    gs = jax.grad(lambda sc: sum(jnp.sum(u * y) for u, y in zip(cts, random_linear(x, sc, draws, noise))))(scales)
+    return ys, yd, vjp(cts)[0], vjpd(cts)[0], gs
+
+
 @pytest.mark.usefixtures("float64")
 @pytest.mark.parametrize("rank", [4, 2, 1])
 def test_random_linear_is_dense_autodiff(rank):
@@ -64,13 +73,11 @@ def test_random_linear_is_dense_autodiff(rank):
         cts = tuple(jnp.asarray(rng.normal(size=(n, f))) for f in outs)
         w, wc = _assemble(x, scales, draws, rng)
         noise = _implied_noise(wc, cts, scales)
-        ys, vjp = jax.vjp(lambda x: random_linear(x, scales, draws, noise), x)
-        yd, vjpd = jax.vjp(lambda x: tuple(x @ wj for wj in w), x)
+        ys, yd, g, gd, gs = _lazy_and_dense(x, scales, draws, noise, w, cts)
         for a, b in zip(ys, yd):
             np.testing.assert_allclose(a, b, atol=1e-12)
-        np.testing.assert_allclose(vjp(cts)[0], vjpd(cts)[0], atol=1e-11)
+        np.testing.assert_allclose(g, gd, atol=1e-11)
         # the scales' cotangent is exact too: d/ds_j of <U_j, Y_j> = <U_j, Y_j> / s_j
-        gs = jax.grad(lambda sc: sum(jnp.sum(u * y) for u, y in zip(cts, random_linear(x, sc, draws, noise))))(scales)
         np.testing.assert_allclose(gs, [float(jnp.sum(u * y)) / s for u, y, s in zip(cts, ys, scales)], rtol=1e-12)
 
 
@@ -124,8 +131,9 @@ def test_lazy_block_is_dense_block_with_assembled_weights(monkeypatch, causal, m
 
     y, g, yd, gd, params = both(x, u)
     assert len(kernels) == 2 + mlp_layers
-    shapes = jax.tree_util.tree_map(jnp.shape, dense.init(jax.random.key(0), x)["params"])
-    assert jax.tree_util.tree_map(jnp.shape, params) == shapes
+    shape = lambda a: a.shape
+    shapes = jax.tree_util.tree_map(shape, jax.eval_shape(dense.init, jax.random.key(0), x)["params"])  # no compile
+    assert jax.tree_util.tree_map(shape, params) == shapes
     np.testing.assert_allclose(y, yd, atol=1e-12)
     np.testing.assert_allclose(g, gd, atol=1e-10)
 
@@ -141,15 +149,14 @@ def test_token_basis_is_stable_at_collapse():
     assert [bool(jnp.any(q[:, i] != 0)) for i in range(n)] == [True] + [False] * (n - 1)
     np.testing.assert_allclose(q.T @ q, np.diag([1.0] + [0.0] * (n - 1)), atol=1e-6)
     f = lambda h, x: stack.stack_forward(paper(h), jax.random.key(4), x, 4)
-    y = f(hp.astype(jnp.float32), x)
+    h32 = hp.astype(jnp.float32)
+    y = jax.jit(f)(h32, x)  # jitted: one program each instead of an eager scan per call
     assert float(jnp.max(jnp.abs(y - y[:1]))) <= 1e-5 * float(jnp.max(jnp.abs(y)))
-    hps = jax.tree_util.tree_map(lambda v: jnp.stack([v, 0.5 * v]), hp.astype(jnp.float32))
+    hps = jax.tree_util.tree_map(lambda v: jnp.stack([v, 0.5 * v]), h32)
     g = lambda h: jax.vjp(lambda x: f(h, x), x)[1](y)[0]
+    alone = jax.jit(g)(h32)
     np.testing.assert_allclose(
-        jax.vmap(g)(hps)[0],
-        g(hp.astype(jnp.float32)),
-        rtol=1e-4,
-        atol=1e-4 * float(jnp.max(jnp.abs(g(hp.astype(jnp.float32))))),
+        jax.jit(jax.vmap(g))(hps)[0], alone, rtol=1e-4, atol=1e-4 * float(jnp.max(jnp.abs(alone)))
     )
 
 
@@ -161,13 +168,15 @@ def test_lazy_stack_layers_and_causality():
     key = jax.random.key(5)
     x = stack.simplex_tokens(jax.random.key(1), n, d, 1.0, 0.4)
     _, ys = stack.stack_forward(paper(hp), key, x, depth, return_all=True, causal=True)
+    layer = jax.jit(lambda h, k: Block(hp, causal=True, weights="lazy").apply({}, h, rngs={"lazy": k}))
     h = x
     for l, k in enumerate(stack.layer_keys(key, depth)):
-        h = Block(hp, causal=True, weights="lazy").apply({}, h, rngs={"lazy": k})
+        h = layer(h, k)
         np.testing.assert_allclose(ys[l + 1], h, rtol=1e-5, atol=1e-5)
-    y, vjp = jax.vjp(lambda x: stack.stack_forward(paper(hp), key, x, depth, causal=True), x)
-    for i in range(n):
-        (g,) = vjp(jnp.zeros_like(y).at[i].set(1.0))
+    f = lambda x: stack.stack_forward(paper(hp), key, x, depth, causal=True)
+    rows = jnp.zeros((n, n, d)).at[jnp.arange(n), jnp.arange(n)].set(1.0)  # a cotangent on token i
+    grads = jax.jit(lambda x, u: jax.vmap(jax.vjp(f, x)[1])(u)[0])(x, rows)  # one program, not n eager VJPs
+    for i, g in enumerate(grads):
         assert float(jnp.max(jnp.abs(g[i + 1 :]), initial=0.0)) == 0.0
         assert float(jnp.linalg.norm(g[i])) > 0.1
 
@@ -187,17 +196,22 @@ def _compare(hp, *, n, d, depth, draws, causal, mlp_hidden, seeds=(101, 202)):
         opts = dict(n=n, d=d, causal=causal, weights=w)
         blk = paper(hp, mult=1.0 if mlp_hidden is None else mlp_hidden / d)
 
-        @jax.jit
-        @jax.vmap
         def forward(key):
             kx, kw = jax.random.split(key)
             x = stack.simplex_tokens(kx, n, d, 1.0, 0.4, exact=True)
             reduce = lambda x: (*measure.token_stats(x)[:2], measure.cosines(x))
             return stack.stack_forward(blk, kw, x, depth, causal=causal, reduce=reduce, weights=w)[1]
 
-        q, p, cos = forward(keys)
-        la = measure.angle_draws(blk, keys, 1.2, eps=1e-2, **opts)
-        a, b = measure.gradient_draws(blk, keys, 1.2, depth=depth, **opts)
+        @jax.jit  # one program per sampler (a fresh function: nothing cached from another test)
+        def draws_of(keys):
+            la = measure.angle_draws(blk, keys, 1.2, eps=1e-2, **opts)
+            return (
+                jax.vmap(forward)(keys),
+                la,
+                measure.gradient_draws(blk, keys, 1.2, depth=depth, draw_batch=128, **opts),
+            )
+
+        (q, p, cos), la, (a, b) = draws_of(keys)
         stats[w] = (np.asarray(q), np.asarray(p), np.asarray(cos)[:, -1], np.asarray(la), np.asarray(a), np.asarray(b))
     (qd, pd, cd, lad, ad, bd), (ql, pl, cl, lal, al, bl) = stats["dense"], stats["lazy"]
     for name, xd, xl in (("q", qd[:, 1:], ql[:, 1:]), ("p", pd[:, 1:], pl[:, 1:]), ("lambda_a", lad, lal)):
@@ -234,7 +248,7 @@ def test_lambda_g_comparison_detects_a_missing_noise_term(monkeypatch):
     hp = HParams(sigma_w=2.0, sigma_a=3.0, alpha_a=0.7, alpha_m=0.6, n_tokens=8, depth=4)
     keys = jax.random.split(jax.random.key(9), 256)
     res = {}
-    for w in ("dense", "lazy"):
-        a, b = measure.gradient_draws(paper(hp), keys, 1.2, n=8, d=16, depth=4, causal=False, weights=w)
+    for w in ("dense", "lazy"):  # a fresh jitted function: traced with the patched VJP
+        a, b = jax.jit(lambda k: measure.gradient_draws(paper(hp), k, 1.2, n=8, d=16, depth=4, weights=w))(keys)
         res[w] = measure.log_ratio_of_means(np.asarray(a), np.asarray(b), 1 / 4)
     assert abs(_z(*res["lazy"], *res["dense"])) > 3 * Z_MAX, res

@@ -32,10 +32,10 @@ def test_stack_is_the_shared_block():
     key = jax.random.key(5)
     x = stack.simplex_tokens(jax.random.key(1), n, d, 1.0, 0.4)
     y, ys = stack.stack_forward(paper(hp), key, x, depth, return_all=True, weights="dense")
+    layer = jax.jit(lambda h, k: Block(hp).apply(Block(hp).init({"params": k}, jnp.zeros((n, d), jnp.float32)), h))
     h = x
     for l, k in enumerate(stack.layer_keys(key, depth)):
-        params = Block(hp).init({"params": k}, jnp.zeros((n, d), jnp.float32))
-        h = Block(hp).apply(params, h)
+        h = layer(h, k)  # one program for the three layers, not eager ops
         np.testing.assert_allclose(ys[l + 1], h, rtol=2e-5, atol=2e-5)
     np.testing.assert_allclose(y, h, rtol=2e-5, atol=2e-5)
     assert y.dtype == jnp.float32
@@ -45,7 +45,7 @@ def test_block_weight_variances():
     """W_Q, W_K ~ N(0, sigma_A/d), W_V ~ N(0, sigma_V^2/d), MLP ~ N(0, sigma_w^2/fan_in)."""
     hp = HParams(sigma_w=2.0, sigma_a=3.0, sigma_v=0.5)
     d = 256
-    p = stack.block_params(paper(hp), jax.random.key(0), 4, d)["params"]
+    p = jax.jit(lambda k: stack.block_params(paper(hp), k, 4, d))(jax.random.key(0))["params"]
     var = lambda w: float(jnp.var(w))
     se = np.sqrt(2.0 / d**2)  # relative standard error of a variance from d^2 samples
     for name, expect in (("query", 3.0 / d), ("key", 3.0 / d), ("value", 0.25 / d)):
@@ -57,13 +57,13 @@ def test_block_weight_variances():
 def test_simplex_and_group_tokens_moments():
     keys = jax.random.split(jax.random.key(0), 64)
     n, d = 8, 128
-    x = jax.vmap(lambda k: stack.simplex_tokens(k, n, d, 1.5, 0.6))(keys)
-    q, p, u = jax.vmap(measure.token_stats)(x)
+    x = jax.jit(jax.vmap(lambda k: stack.simplex_tokens(k, n, d, 1.5, 0.6)))(keys)
+    q, p, u = jax.jit(jax.vmap(measure.token_stats))(x)
     for arr, expect in ((q, 1.5), (p, 0.6), (u, 0.9)):
         m, se = measure.mean_se(arr)
         assert abs(m - expect) < 4 * se
-    xg = jax.vmap(lambda k: stack.two_group_tokens(k, n, d, 1.0, 0.7, 0.2))(keys)
-    intra, inter = jax.vmap(measure.group_stats)(xg)
+    xg = jax.jit(jax.vmap(lambda k: stack.two_group_tokens(k, n, d, 1.0, 0.7, 0.2)))(keys)
+    intra, inter = jax.jit(jax.vmap(measure.group_stats))(xg)
     m, se = measure.mean_se(intra)
     assert abs(m - 0.7) < 4 * se + 0.01  # cosine = ratio of means up to O(1/d)
     m, se = measure.mean_se(inter)
@@ -80,11 +80,14 @@ def test_causal_mask_in_stack():
     hp = HParams(sigma_w=1.5)
     n, d = 5, 16
     x = stack.simplex_tokens(jax.random.key(0), n, d, 1.0, 0.3)
-    jac = jax.jacrev(lambda x: stack.stack_forward(paper(hp), jax.random.key(2), x, 2, causal=True, weights="dense"))(x)
+    jacobian = lambda causal: jax.jit(  # one program each, not eager ops
+        jax.jacrev(lambda x: stack.stack_forward(paper(hp), jax.random.key(2), x, 2, causal=causal, weights="dense"))
+    )(x)
+    jac = jacobian(True)
     norms = jnp.sqrt(jnp.sum(jac**2, axis=(1, 3)))  # [i, j]
     assert float(jnp.max(jnp.triu(norms, 1))) == 0.0
     assert float(jnp.min(jnp.diag(norms))) > 0.1
-    jac_full = jax.jacrev(lambda x: stack.stack_forward(paper(hp), jax.random.key(2), x, 2, weights="dense"))(x)
+    jac_full = jacobian(False)
     assert float(jnp.max(jnp.triu(jnp.sqrt(jnp.sum(jac_full**2, axis=(1, 3))), 1))) > 1e-3
 
 
@@ -117,13 +120,15 @@ def test_gradient_exponent_vjp_matches_frobenius_norm():
     n, d, depth = 4, 16, 3
     key = jax.random.key(0)
     ka, kg = measure.exponent_keys(0, 2)
-    a, b = measure.gradient_draws(paper(hp), kg, 1.0, n=n, d=d, depth=depth, dtype=jnp.float64, weights="dense")
+    a, b = jax.jit(
+        lambda k: measure.gradient_draws(paper(hp), k, 1.0, n=n, d=d, depth=depth, dtype=jnp.float64, weights="dense")
+    )(kg)
     # the same draw's Jacobian, rebuilt from the same key split
     kx, kw, ku = jax.random.split(kg[0], 3)
     x = stack.collapsed_tokens(kx, n, d, 1.0, jnp.float64)
     f = lambda x0: stack.stack_forward(paper(hp.astype(jnp.float64)), kw, x0, depth, weights="dense")
     u = jax.random.normal(ku, (n, d), jnp.float64)
-    jac = jax.jacrev(f)(x).reshape(n * d, n * d)
+    jac = jax.jit(jax.jacrev(f))(x).reshape(n * d, n * d)
     np.testing.assert_allclose(float(a[0]), float(jnp.sum((jac.T @ u.ravel()) ** 2)), rtol=1e-9)
     np.testing.assert_allclose(float(b[0]), float(jnp.sum(u**2)), rtol=1e-12)
     del key

@@ -5,11 +5,22 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pytest
 import xarray as xr
 
 from phasefield.cli import main
 
 SMALL = ["--width", "32", "--seeds", "2", "--n-tokens", "4", "--depth", "2"]
+
+
+@pytest.fixture(scope="module")
+def swept(tmp_path_factory):
+    """``simulate sweep`` over 2 x 2 points at SMALL's shape, chunks of 3 (once per module)."""
+    out = tmp_path_factory.mktemp("sweep") / "sim.nc"
+    argv = ["simulate", "sweep", "--sigma-w", "1,2.5", "--alpha", ".3:.7:2", *SMALL, "--chunk", "3", "-o", str(out)]
+    assert main(argv) == 0
+    assert not out.with_name("sim.nc.parts").exists()
+    return out
 
 
 def test_exponents_json(capsys):
@@ -56,34 +67,12 @@ def test_bad_input_one_line_exit_2(capsys):
         assert err.startswith("phasefield: error:") and "\n" not in err
 
 
-def test_sweep_and_compare(tmp_path, capsys):
-    out = tmp_path / "sim.nc"
-    argv = [
-        "simulate",
-        "sweep",
-        "--sigma-w",
-        "1,2.5",
-        "--alpha",
-        ".3:.7:2",
-        "--width",
-        "32",
-        "--seeds",
-        "2",
-        "--n-tokens",
-        "4",
-        "--depth",
-        "2",
-        "--chunk",
-        "3",
-        "-o",
-        str(out),
-    ]
-    assert main(argv) == 0
+def test_sweep_and_compare(swept, tmp_path, capsys):
+    out = swept
     ds = xr.open_dataset(out, engine="h5netcdf").load()
     assert ds.lambda_a.dims == ("sigma_w", "alpha")
     for v in ("lambda_a", "lambda_a_se", "lambda_g_collapse", "lambda_g_collapse_se"):
         assert np.all(np.isfinite(ds[v].values))
-    assert not (tmp_path / "sim.nc.parts").exists()
     capsys.readouterr()
     # a "theory" grid: same coordinates, a shifted lambda_a -> the table reports the shift
     th = ds[["lambda_a", "lambda_g_collapse"]].copy()
@@ -99,12 +88,13 @@ def test_sweep_and_compare(tmp_path, capsys):
     assert main(["compare", str(tmp_path / "missing.nc"), str(out)]) == 2
 
 
-def test_sweep_matches_single_point(tmp_path):
-    """A sweep point (vmapped over points, shared draws) equals the single-point measurement."""
-    from phasefield.simulate import measure, sweep
-
-    ds = sweep.fixed_point_grid("paper", n_tokens=4, depth=3, width=32, draws=3, sigma_w=np.array([1.0, 2.0]), seed=4)
-    res = measure.fixed_point_exponents("paper:sigma_w=2", n_tokens=4, depth=3, width=32, draws=3, seed=4)
-    got = ds.sel(sigma_w=2.0)
+def test_sweep_matches_single_point(swept, capsys):
+    """A sweep point (vmapped over points, shared draws) equals the single-point measurement
+    (the same shape as the sweep and test_exponents_json: their compiled programs)."""
+    argv = ["simulate", "exponents", "--sigma-w", "2.5", "--alpha-a", ".7", "--alpha-m", ".7", *SMALL, "--json"]
+    capsys.readouterr()
+    assert main(argv) == 0
+    res = json.loads(capsys.readouterr().out)
+    got = xr.open_dataset(swept, engine="h5netcdf").load().sel(sigma_w=2.5, alpha=0.7)
     for k in ("lambda_a", "lambda_a_se", "lambda_g_collapse", "lambda_g_collapse_se"):
         np.testing.assert_allclose(float(got[k]), res[k], rtol=1e-4, atol=1e-6)
