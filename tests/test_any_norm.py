@@ -102,15 +102,16 @@ def test_post_ln_from_q0_above_one_against_the_network():
 @pytest.mark.parametrize(
     "name,fixed,axes,q0",
     [
-        ("dyt", dict(heads=2), dict(sigma=[1.3, 1.5], alpha=[0.3, 0.7]), 1.0),
+        ("dyt", dict(heads=4), dict(sigma=[1.3, 1.5], alpha=[0.3, 0.7]), 1.0),
         ("post-ln", dict(heads=2), dict(sigma=[0.55, 0.8], alpha=[0.5, 1.0]), 1.2),
     ],
     ids=["dyt-softmax-path", "post-ln-q0"],
 )
 def test_sweep_off_unit_norm_equals_the_points(name, fixed, axes, q0):
     """A sweep whose attention reads tokens of norm != 1 (DyT with the softmax path; post-LN
-    from q0 = 1.2, its grids sized for sigma_A q0) equals ``layers.finite_depth`` point by point."""
-    n_tokens, depth = 8, 2
+    from q0 = 1.2, its grids sized for sigma_A q0) equals ``layers.finite_depth`` point by point
+    (the sizes of this module's other points: one finite-depth program per preset)."""
+    n_tokens, depth = 8, 3
     ds = layers_sweep.sweep_grid(name, axes, fixed=fixed, n_tokens=n_tokens, depth=depth, q0=q0)
     (ka, va), (kb, vb) = axes.items()
     for a in va:
@@ -126,11 +127,11 @@ def test_sweep_off_unit_norm_equals_the_points(name, fixed, axes, q0):
 def test_an_any_norm_point_reads_the_scale_table_as_it_would_integrate(monkeypatch):
     """DyT's attention (tokens of norm q < 1) reads the softmax path's values at sigma_A q from
     the interpolants in the scale (:mod:`phasefield.theory.attention.scale_table`): the
-    table at random scales against the integrated values (1e-12), and a DyT point's rates
+    table at random scales against the integrated values (1e-12), and a DyT point's finite-depth rates
     against the same point with no table (it integrates at every layer)."""
     from phasefield.theory.attention import scale_table
 
-    n = 16.0
+    n = 8.0
     table = scale_table.for_point(1.44, n)
     assert table is not None and table.interp and table.interp_t
     n_a, n_z = exact.sizes(sigma_max=exact_table.POINT_CAP, n_max=n)
@@ -144,9 +145,9 @@ def test_an_any_norm_point_reads_the_scale_table_as_it_would_integrate(monkeypat
     assert not bool(table.holds(2.5))  # beyond the ranges built for sigma_A = 1.44
 
     block = spec.build("dyt", dict(sigma=1.2, alpha=0.6, a=0.8, heads=4))
-    got = layers.rates(block, n_tokens=16, depth=3)
+    got = layers.finite_depth(block, n_tokens=8, depth=3)
     monkeypatch.setattr(scale_table, "for_point", lambda *a: None)
-    ref = layers.rates(block, n_tokens=16, depth=3)
+    ref = layers.finite_depth(block, n_tokens=8, depth=3)
     for key in ("lambda_g_input", "lambda_g_collapse", "angle_rate", "q_L", "rho_L"):
         assert np.isfinite(float(ref[key])), key
         np.testing.assert_allclose(float(got[key]), float(ref[key]), rtol=1e-11, atol=1e-13, err_msg=key)

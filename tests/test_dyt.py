@@ -39,16 +39,42 @@ def test_tanh_integrals_against_a_dense_reference():
         assert abs(float(j[i]) - ref_j) <= 1e-14, (s[i], r[i], float(j[i]), ref_j)
 
 
+@jax.jit
+def _price(s, rho):
+    """(dK/ds, dK/drho) by the custom JVP, J, and K at rho +- h and s +- h (h = 1e-5): one
+    program for every (s, rho)."""
+    f = lambda s_, r_: dyt.tanh_pair(s_, r_)[0]
+    h = 1e-5
+    return (*jax.jacfwd(f, argnums=(0, 1))(s, rho), dyt.tanh_pair(s, rho)[1]), (
+        f(s, rho + h) - f(s, rho - h),
+        f(s + h, rho) - f(s - h, rho),
+    )
+
+
 @pytest.mark.parametrize("s,rho", [(0.7, -0.3), (1.0, 0.5), (3.0, 0.9), (10.0, 0.99)])
 def test_price_theorem_and_scale_derivative(s, rho):
     """The custom JVP: dK/drho = s^2 J (Price) and dK/ds through the rule, both against
     central differences."""
-    f = lambda s_, r_: dyt.tanh_pair(s_, r_)[0]
-    ds, dr = jax.jacfwd(f, argnums=(0, 1))(s, rho)
+    (ds, dr, j), (diff_r, diff_s) = _price(jnp.asarray(s), jnp.asarray(rho))
     h = 1e-5
-    assert float(dr) == pytest.approx(s * s * float(dyt.tanh_pair(s, rho)[1]), rel=1e-13)
-    assert float(dr) == pytest.approx(float(f(s, rho + h) - f(s, rho - h)) / (2 * h), rel=1e-7)
-    assert float(ds) == pytest.approx(float(f(s + h, rho) - f(s - h, rho)) / (2 * h), rel=1e-7)
+    assert float(dr) == pytest.approx(s * s * float(j), rel=1e-13)
+    assert float(dr) == pytest.approx(float(diff_r) / (2 * h), rel=1e-7)
+    assert float(ds) == pytest.approx(float(diff_s) / (2 * h), rel=1e-7)
+
+
+@jax.jit
+def _backward_and_slopes(lay, q, ctx):
+    """Per rho in (0.4, -0.2, 1): the backward map's diagonal factor (Grad(1, 0)) and
+    off-diagonal one (Grad(-1, 1)) at (q, rho q), autodiff of the forward map's p' in p there,
+    and p' at p = q and q - 1e-6 q (one program per layer structure, every q)."""
+    fwd_p = lambda p: lay.forward(Kernel(q, p), ctx).p
+    out = []
+    for rho in (0.4, -0.2, 1.0):
+        k = Kernel(q, rho * q)
+        g = lay.backward(k, layers.Grad(1.0, 0.0), ctx)  # diag 1, off 0
+        g_off = lay.backward(k, layers.Grad(-1.0, 1.0), ctx)  # diag 0, off 1
+        out.append((g.diag, g_off.b, jax.grad(fwd_p)(rho * q)))
+    return out, (fwd_p(q), fwd_p(q - 1e-6 * q))
 
 
 @pytest.mark.parametrize(
@@ -67,17 +93,13 @@ def test_backward_is_the_derivative_of_the_forward_map(lay, q):
     backward map is d p'/d p at p = rho q, the diagonal one its value at p = q (autodiff of
     the forward map; at p = q through the custom JVP / the slope-1 clip), and the collapsed
     point's derivative equals the one-sided difference."""
-    ctx = Context(8.0)
-    fwd_p = lambda p: lay.forward(Kernel(q, p), ctx).p
-    for rho in (0.4, -0.2, 1.0):
-        g = lay.backward(Kernel(q, rho * q), layers.Grad(1.0, 0.0), ctx)  # diag 1, off 0
-        g_off = lay.backward(Kernel(q, rho * q), layers.Grad(-1.0, 1.0), ctx)  # diag 0, off 1
-        slope = float(jax.grad(fwd_p)(rho * q))
-        assert float(g_off.b) == pytest.approx(slope, rel=1e-12), rho
+    per_rho, (at_q, below_q) = _backward_and_slopes(lay, jnp.asarray(q), Context(8.0))
+    for rho, (diag, off, slope) in zip((0.4, -0.2, 1.0), per_rho):
+        slope = float(slope)
+        assert float(off) == pytest.approx(slope, rel=1e-12), rho
         if rho == 1.0:
-            assert float(g.diag) == pytest.approx(slope, rel=1e-12)
-            h = 1e-6 * q
-            assert slope == pytest.approx(float(fwd_p(q) - fwd_p(q - h)) / h, rel=1e-4)
+            assert float(diag) == pytest.approx(slope, rel=1e-12)
+            assert slope == pytest.approx(float(at_q - below_q) / (1e-6 * q), rel=1e-4)
 
 
 @pytest.mark.parametrize("act", ["gelu", "tanh"])
@@ -130,10 +152,12 @@ def test_spec_refuses_in_one_line(text, msg):
 def test_angle_multipliers_equal_finite_differences(sigma, alpha):
     """Each layer's transverse multiplier along the collapsed trajectory (autodiff through the
     pair rule's custom JVP and the clipped cosine, where rounding may put rho just above 1)
-    against a one-sided difference of the block's forward map (gap 1e-6 q: error ~1e-6)."""
-    block = spec.build("dyt", dict(sigma=sigma, alpha=alpha))
-    r = layers.rates(block, n_tokens=16, depth=16)
-    b, ctx = layers.prepare(block, 16)
+    against a one-sided difference of the block's forward map (gap 1e-6 q: error ~1e-6).
+    At the sizes of the other DyT points here (8 tokens, depth 3, 4 heads): one compiled
+    rates program."""
+    block = spec.build("dyt", dict(sigma=sigma, alpha=alpha, heads=4))
+    r = layers.rates(block, n_tokens=8, depth=3)
+    b, ctx = layers.prepare(block, 8)
     fwd = jax.jit(lambda q, p: b.forward(Kernel(q, p), ctx))
     for q, m in zip(np.asarray(r["q_collapsed"])[:-1], np.asarray(r["angle_multipliers"])):
         k = fwd(q, q - 1e-6 * q)
@@ -210,10 +234,10 @@ def test_theory_against_its_own_network(text):
 
 
 # the softmax-derivative path (on by default): two points at larger logits, where the path
-# moves lambda_g from the input by 4 and 8 standard errors of this simulation (the network
-# at d 512: its finite-width bias of lambda_g is below 0.1 se at d 1024 with 128 draws,
-# docs/blocks.md)
-SIM_LOGITS = dict(n_tokens=8, depth=3, width=512, draws=32, seed=0)
+# moves lambda_g from the input by several standard errors of this simulation (the network
+# at the sizes of SIM, so both tests run one compiled network: its finite-width bias of
+# lambda_g is below 0.1 se at d 1024 with 128 draws, docs/blocks.md)
+SIM_LOGITS = SIM
 POINTS_LOGITS = ["dyt:sigma=1.5,alpha=1,heads=4", "dyt:sigma=1.4,alpha=0.7,a=1,heads=4"]
 
 

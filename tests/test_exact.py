@@ -174,9 +174,9 @@ def test_mesh_interpolant_stands_for_the_map_only_where_exact():
     assert not exact_table.interpolant_exact(kinked)
     rho = np.random.default_rng(0).uniform(-1 / 31, 1, 12)
     with jax.enable_x64(True):
-        quad = np.asarray(jax.vmap(lambda r: jnp.stack(exact.s_values(1.0, 32, r, att.n_a, att.n_z)))(jnp.asarray(rho)))
-        fast = np.asarray(jax.vmap(lambda r: jnp.stack(att.s_at(32, r)))(jnp.asarray(rho)))
-    np.testing.assert_allclose(fast, quad, rtol=0, atol=1e-14)
+        quad = jax.jit(jax.vmap(lambda r: jnp.stack(exact.s_values(1.0, 32, r, att.n_a, att.n_z))))(jnp.asarray(rho))
+        fast = jax.jit(jax.vmap(lambda r: jnp.stack(att.s_at(32, r))))(jnp.asarray(rho))
+    np.testing.assert_allclose(np.asarray(fast), np.asarray(quad), rtol=0, atol=1e-14)
     # through the theory's attention map: interpolant vs quadrature. p_A = sigma_V^2 (rho +
     # (1 - rho) S_rho) cancels where rho ~ -1/(n - 1) (terms ~0.03, p_A ~0.002): there a
     # relative 1e-14 asks for ~100 ulp of the result, so the bound also allows 1e-15 absolute

@@ -5,6 +5,7 @@ cover, and a causal standard block matches its finite-width network per position
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -45,6 +46,11 @@ def test_every_registered_preset_has_points():
     assert set(POINTS) == set(registry.names())
 
 
+@jax.jit
+def _forward(layer, k, ctx):
+    return layer.forward(k, ctx)
+
+
 def _leaves(layer, k, ctx):
     """(leaf layer, its input (q, p)) through the block."""
     kids = layer.children()
@@ -54,7 +60,7 @@ def _leaves(layer, k, ctx):
     if isinstance(layer, layers.Serial):
         for child in kids:
             yield from _leaves(child, k, ctx)
-            k = child.forward(k, ctx)
+            k = _forward(child, k, ctx)
     else:  # a residual: its branch reads its input
         yield from _leaves(kids[0], k, ctx)
 
@@ -73,13 +79,21 @@ def _gap(c, q, p):
     return max(np.max(np.abs(d - np.asarray(q))), np.max(np.abs(off - np.asarray(p))))
 
 
-def _layer_gaps(layer, k, ctx):
-    """max |Gram - (q, p)| of a layer's forward and backward maps at input ``k``."""
+@jax.jit
+def _layer_maps(layer, k, ctx):
+    """A layer's forward and backward maps at input ``k``, on both routes: one program per
+    layer structure (every point, state and position of it)."""
     g = Grad(jnp.asarray(0.8), jnp.asarray(-0.05))
     f, cf = layer.forward(k, ctx), layer.gram_forward(_sym(k), ctx)
     b = layer.backward(k, g, ctx)
     cb = layer.gram_backward(_sym(k), g.a * jnp.eye(N) + g.b, ctx)
-    return _gap(cf, f.q, f.p), _gap(cb, b.diag, b.b)
+    return (cf, f.q, f.p), (cb, b.diag, b.b)
+
+
+def _layer_gaps(layer, k, ctx):
+    """max |Gram - (q, p)| of a layer's forward and backward maps at input ``k``."""
+    fwd, bwd = _layer_maps(layer, k, ctx)
+    return _gap(*fwd), _gap(*bwd)
 
 
 @pytest.mark.parametrize("name", list(POINTS))

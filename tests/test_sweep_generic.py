@@ -65,7 +65,7 @@ def _grid(name):
         lo, hi, _ = nums[key]
         top = min(hi, lo + 2.0)
         axes[key] = [lo + 0.35 * (top - lo), lo + 0.7 * (top - lo)]
-    fixed = {"heads": 2} if "heads" in spec.OPTIONS[name] else {}
+    fixed = {"heads": 4} if "heads" in spec.OPTIONS[name] else {}
     if registry.lookup(name).causal_default:  # gpt2, llama: the (q, p) sweep takes the unmasked block
         fixed["causal"] = False
     return fixed, axes
@@ -73,22 +73,23 @@ def _grid(name):
 
 @pytest.mark.parametrize("name", presets.NAMES)
 def test_every_preset_sweep_equals_the_library_point_by_point(name):
-    """The sweep (tables once per distinct scale, gathered per point) against
-    ``layers.finite_depth`` and ``layers.fixed_point_exponents`` of each point's block, to 1e-9."""
-    n_tokens, depth = 4, 2
+    """The sweep (tables once per distinct scale, gathered per point) against ``layers.rates``
+    of each point's block (``layers.finite_depth`` and the fixed-point exponents of
+    ``layers.fixed_point_exponents`` in one program), to 1e-9. At the sizes of the other
+    tests' points (8 tokens, depth 3, 4 heads), so a point's program is shared with them."""
+    n_tokens, depth = 8, 3
     fixed, axes = _grid(name)
     ds = layers_sweep.sweep_grid(name, axes, fixed=fixed, n_tokens=n_tokens, depth=depth)
     (ka, va), (kb, vb) = axes.items()
     for a in va:
         for b in vb:
             blk = spec.build(name, spec.check(name, dict(fixed, **{ka: a, kb: b})))
-            fd = layers.finite_depth(blk, q0=1.0, rho0=0.5, n_tokens=n_tokens, depth=depth)
-            ex = layers.fixed_point_exponents(blk, n_tokens=n_tokens, depth=depth)
+            fd = layers.rates(blk, q0=1.0, rho0=0.5, n_tokens=n_tokens, depth=depth)
             want = dict(
                 angle_rate=fd["angle_rate"],
                 lambda_g_input=fd["lambda_g_input"],
                 lambda_g_collapse=fd["lambda_g_collapse"],
-                lambda_a=ex["lambda_a"],
+                lambda_a=fd["lambda_a"],
                 rho_L=np.asarray(fd["rho"])[-1],
                 q_L=np.asarray(fd["q"])[-1],
             )
