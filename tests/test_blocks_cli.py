@@ -70,16 +70,16 @@ def _run(capsys, *argv):
 
 def test_block_exponents_json(capsys):
     rc, out, _ = _run(
-        capsys, "block", "exponents", "--block", "post-ln:sigma=1,heads=4", "--depth", "3", "--n-tokens", "8", "--json"
+        capsys, "block", "exponents", "--block", "post-ln:sigma=1,heads=2", "--depth", "3", "--n-tokens", "8", "--json"
     )
     assert rc == 0
     res = json.loads(out)
-    blk = layers.presets.get("post-ln", sigma=1.0, heads=4)
+    blk = layers.presets.get("post-ln", sigma=1.0, heads=2)
     fd = layers.finite_depth(blk, q0=1.0, rho0=0.5, n_tokens=8, depth=3)
     assert res["has_fixed_point"] and res["q_star"] == 1.0
     assert abs(res["lambda_g_input"] - float(fd["lambda_g_input"])) < 1e-14 and "lambda_g" not in res
     assert abs(res["lambda_a"] - float(layers.fixed_point_exponents(blk, n_tokens=8, depth=3)["lambda_a"])) < 1e-14
-    rc, out, _ = _run(capsys, "block", "exponents", "--block", "pre-ln:heads=4", "--depth", "3", "--n-tokens", "8")
+    rc, out, _ = _run(capsys, "block", "exponents", "--block", "pre-ln:heads=2", "--depth", "3", "--n-tokens", "8")
     assert rc == 0 and "finite-depth rates, not exponents" in out
 
 

@@ -58,12 +58,13 @@ def test_scale_multiplies_weights_and_residual_projections_only():
 
 
 def test_first_failing_block_of_a_collapsing_post_ln_stack():
-    m = models.preset("post-ln", depth=4, width=32, n_tokens=6, heads=2, sigma=2.0)
+    """The network of test_cli_fix_json_with_the_theory_beside (SMALL: the same programs)."""
+    m = models.preset("post-ln", depth=3, width=16, n_tokens=4, heads=2, sigma=2.0)
     m.block = None  # no theory curves here: the diagnosis reads the measurement only
     res = phasefield.probe(m, inits=4)
     first = res.to_dict()["first_failing_block"]
     assert first["block"] == 1 and "angle" in first and first["angle"]["direction"] == "merge"
-    assert "Block 1 of 4 is the first to leave its band" in res.verdict()
+    assert "Block 1 of 3 is the first to leave its band" in res.verdict()
     # a band so wide that nothing leaves it
     diag = pblocks.diagnose(res.ds, max_factor=1e30, max_angle_rate=100.0)
     assert diag["first_failing_block"] is None

@@ -132,8 +132,8 @@ def test_fit_on_a_study_directory_and_mixed_learning_rates(capsys, tmp_path):
     out = tmp_path / "study"
     _write_study_dir(out, rows, feats, dict(q0=1.6, rho0=0.06))
     fit = tmp_path / "fit.json"
-    code, stdout, err = run(
-        capsys, "fit", "--runs", str(out), "--out", str(fit), "--folds", "4", "--repeats", "1", "--no-nested"
+    code, stdout, err = run(  # two folds: the CV's scores are not this test's claim
+        capsys, "fit", "--runs", str(out), "--out", str(fit), "--folds", "2", "--repeats", "1", "--no-nested"
     )
     assert code == 0, err
     assert "noise floor" in stdout and "best exponent model" in stdout and "quad_hp" in stdout
