@@ -48,6 +48,30 @@ def test_a_new_point_compiles_nothing(name, points, compiles):
     assert compiles.count == before
 
 
+def test_an_attention_behind_a_norm_compiles_no_branch_for_another_norm():
+    """Pre-LN's attention reads a normalization's output (``unit_input``): its point program
+    holds no ``cond`` for a token norm other than 1, and gives the numbers of the same block
+    whose attention keeps that branch, bit for bit (the depth and n of the test above)."""
+    from phasefield.layers.attention import Attention
+
+    block = spec.build("pre-ln", dict(sigma=0.9, alpha=0.9))
+    atts = [
+        x
+        for x in jax.tree_util.tree_leaves(block, is_leaf=lambda x: isinstance(x, Attention))
+        if isinstance(x, Attention)
+    ]
+    assert atts and all(a.unit_input for a in atts)
+    keep = jax.tree_util.tree_map(
+        lambda x: x.replace(unit_input=False) if isinstance(x, Attention) else x,
+        block,
+        is_leaf=lambda x: isinstance(x, Attention),
+    )
+    kw = dict(n_tokens=16, depth=16, q0=1.3, rho0=0.3)
+    got, ref = layers.rates(block, **kw), layers.rates(keep, **kw)
+    for key in ("angle_rate", "lambda_g_input", "lambda_g_collapse", "q_L", "rho_L"):
+        assert np.isfinite(float(ref[key])) and float(got[key]) == float(ref[key]), key
+
+
 def test_a_new_logit_scale_of_the_paper_engine_with_the_exact_map_compiles_nothing(compiles):
     """The paper block's own engine with ``attention="exact"``: its attention tables are sized
     by the logit scale's cap (not its value), so a new sigma_A compiles nothing."""

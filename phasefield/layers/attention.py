@@ -26,7 +26,9 @@ The exact map and the softmax-derivative term read tables of the logit scale sig
 serve q = 1. At another norm a point's map integrates at its own logit scale ``sigma_A q``
 on the tables' grid (``lax.cond``: the branch runs only where q != 1), NaN beyond the
 scale that grid resolves (:func:`phasefield.theory.attention.exact.reach`); a sweep's tables
-(attached only from q0 = 1) give NaN there. ``any_norm``: the attention reads tokens whose
+(attached only from q0 = 1) give NaN there. ``unit_input``: the attention reads a normalization's output
+(pre-LN, RMSNorm blocks), whose norm is 1 exactly: its programs hold no branch for another
+norm (the same numbers; smaller programs, faster to compile). ``any_norm``: the attention reads tokens whose
 norm is not 1 (behind DyT): no tables of sigma_A; a point reads the values of every scale
 up to sigma_A from their interpolants in the scale
 (:mod:`phasefield.theory.attention.scale_table`) at ``sigma_A q``, and integrates there
@@ -86,6 +88,7 @@ class Attention(Layer):
     any_norm: bool = struct.field(pytree_node=False, default=False)  # reads tokens of norm != 1
     causal: bool = struct.field(pytree_node=False, default=False)  # mask: query i reads keys j <= i
     rope: bool = struct.field(pytree_node=False, default=False)  # rotary queries and keys (network only)
+    unit_input: bool = struct.field(pytree_node=False, default=False)  # reads a normalization's output (q = 1)
     att: Any = None  # the exact map's tables (prepare)
     name: str | None = struct.field(pytree_node=False, default=None)  # its Flax module's (None: automatic)
 
@@ -197,6 +200,8 @@ class Attention(Layer):
             return self._in_reach(sigma_a, ctx, fn(self.att))
         if self.att.unit_norm:
             return tuple(jnp.where(q == 1.0, x, jnp.nan) for x in fn(self.att))
+        if self.unit_input:  # q = 1 exactly: no branch for another norm in the program
+            return fn(self.att)
         own = self.att.replace(s=None, t=None, interp=False, interp_t=False)
         return jax.lax.cond(q == 1.0, lambda: fn(self.att), lambda: self._in_reach(sigma_a, ctx, fn(own)))
 

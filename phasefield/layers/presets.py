@@ -85,7 +85,17 @@ def paper(hp, mult: float = 1.0) -> Serial:
     return registry.lookup("paper").builder(hp, mult=mult)
 
 
-def _attention(sigma, heads, attention, softmax_correction, sigma_v=None, sigma_o=None, qk_norm=False, any_norm=False):
+def _attention(
+    sigma,
+    heads,
+    attention,
+    softmax_correction,
+    sigma_v=None,
+    sigma_o=None,
+    qk_norm=False,
+    any_norm=False,
+    unit_input=False,
+):
     return (QKNormAttention if qk_norm else Attention)(
         sigma_a=sigma * sigma,
         sigma_v=sigma if sigma_v is None else sigma_v,
@@ -94,6 +104,7 @@ def _attention(sigma, heads, attention, softmax_correction, sigma_v=None, sigma_
         map=attention,
         softmax_correction=softmax_correction,
         any_norm=any_norm,
+        unit_input=unit_input,
     )
 
 
@@ -126,7 +137,7 @@ def pre_ln(
 ) -> Serial:
     """x -> x + alpha_attn Attn(LN x);  x -> x + alpha_mlp MLP(LN x) (both default to alpha)."""
     a_att, a_mlp = _branch_scales(alpha, alpha_attn, alpha_mlp)
-    att = _attention(sigma, heads, attention, softmax_correction, qk_norm=qk_norm)
+    att = _attention(sigma, heads, attention, softmax_correction, qk_norm=qk_norm, unit_input=True)
     return Serial(
         (
             Residual(Serial((Norm("layernorm"), att)), alpha=a_att, kind="identity"),
@@ -177,7 +188,7 @@ def rms_swiglu(
     """x -> x + alpha_attn Attn(RMSNorm x);  x -> x + alpha_mlp SwiGLU(RMSNorm x) (both
     default to alpha)."""
     a_att, a_mlp = _branch_scales(alpha, alpha_attn, alpha_mlp)
-    att = _attention(sigma, heads, attention, softmax_correction, qk_norm=qk_norm)
+    att = _attention(sigma, heads, attention, softmax_correction, qk_norm=qk_norm, unit_input=True)
     glu = GLU(sigma_g=sigma, sigma_v=sigma, sigma_out=sigma * mult**0.5, activation=activation, mult=mult)
     return Serial(
         (
@@ -204,7 +215,7 @@ def deepscalelm(
     beta2 = k / n_sub
     s2 = math.sqrt(2.0 / mult)  # sigma^2 of every W_V, W_O, W_1
     s = s2**0.5
-    att = _attention(1.0, heads, attention, softmax_correction, sigma_v=s, sigma_o=s)
+    att = _attention(1.0, heads, attention, softmax_correction, sigma_v=s, sigma_o=s, unit_input=True)
     att = att.replace(sigma_a=sigma_a)
     ffn = MLP(sigma_w=s, activation="relu", layers=1, mult=mult, sigma_out=(s2 * mult) ** 0.5)
     res = dict(alpha=beta2**0.5, beta=(1.0 - beta2) ** 0.5, kind="explicit")
