@@ -48,7 +48,6 @@ def exponents(block="paper", *, n_tokens: int = 32, depth: int = 16, q0=None, rh
     """:func:`phasefield.layers.rates` of ``block`` (module docstring) at (q0, rho0 q0)."""
     from . import rates
 
-    name = None
     if isinstance(block, str):
         name, kw = spec.parse(block)
         kw = with_stack_depth(name, spec.check(name, {**kw, **numbers}), depth)
@@ -56,6 +55,7 @@ def exponents(block="paper", *, n_tokens: int = 32, depth: int = 16, q0=None, rh
         block = spec.build(name, kw)
     elif numbers:
         raise ValueError("keyword numbers go with a preset's name, not with a block object")
-    q0, rho0 = geometry(None, {}, q0, rho0)
+    else:
+        q0, rho0 = geometry(None, {}, q0, rho0)
     base.check_layer(block)
     return rates(block, q0=q0, rho0=rho0, n_tokens=n_tokens, depth=depth)
