@@ -127,7 +127,7 @@ def test_point_commands_answer_per_position(capsys):
         (["trajectory", "--block", "dyt:causal=true"], "equal norm"),
         (["exponents", "--block", "pre-ln:causal=2"], "true or false"),
         (["sweep", "--block", "pre-ln:causal=true", "--axis", "sigma=0.5:1:2", "--out", "OUT"], "per-position"),
-        (["simulate", "exponents", "--block", "paper:causal=true"], "per-position"),
+        (["simulate", "sweep", "--block", "paper:causal=true", "--axis", "sigma_w=1:2:2", "-o", "OUT"], "per-position"),
         (["recommend", "--block", "pre-ln:causal=true"], "per-position"),
     ],
 )

@@ -5,6 +5,8 @@ causal stack is a one-token stack) and against the theory
 
 from __future__ import annotations
 
+import json
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -107,3 +109,26 @@ def test_new_numbers_compile_nothing(sim, compiles):
     out = causal_positions(other, n_tokens=N, width=WIDTH, depth=DEPTH, draws=DRAWS, seed=3, q0=0.8, rho0=0.5)
     assert compiles.count == before
     assert np.isfinite(out["lambda_g_last"]) and out["lambda_g_last"] != sim["lambda_g_last"]
+
+
+def test_the_command_line_measures_per_position(sim, capsys):
+    """``simulate exponents --block NAME:causal=true --theory``: the same draws as the library
+    (same seed and sizes) and the causal theory beside them, z per position."""
+    from phasefield.cli import main
+
+    spec_text = "pre-ln:causal=true," + ",".join(f"{k}={v}" for k, v in POINT.items())
+    size = ["--n-tokens", str(N), "--depth", str(DEPTH), "--width", str(WIDTH), "--seeds", str(DRAWS)]
+    argv = ["simulate", "exponents", "--block", spec_text, *size, "--seed", "3", "--q0", str(Q0), "--rho0", str(RHO0)]
+    assert main([*argv, "--theory", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    for k in POSITION_QUANTITIES:
+        np.testing.assert_array_equal(out[k], sim[k])
+        np.testing.assert_array_equal(out[k + "_se"], sim[k + "_se"])
+    th = layers.causal_rates(spec.build("pre-ln", dict(POINT, causal=True)), N, DEPTH, Q0, RHO0)
+    np.testing.assert_array_equal(out["theory"]["q_L_pos"], np.asarray(th["q_L_pos"]))
+    assert out["z"]["rho_L_pos"][0] is None  # position 0: no earlier token, no z
+    want = (np.asarray(sim["q_L_pos"]) - np.asarray(th["q_L_pos"])) / np.asarray(sim["q_L_pos_se"])
+    np.testing.assert_allclose(out["z"]["q_L_pos"], want, rtol=1e-12)
+    assert out["z"]["lambda_g_last"] == pytest.approx(
+        (float(sim["lambda_g_last"]) - float(th["lambda_g_last"])) / float(sim["lambda_g_last_se"]), rel=1e-12
+    )

@@ -152,9 +152,12 @@ def _flag(name):
     return "--" + name.replace("_", "-")
 
 
-def _block_setup(spec_text, q0, rho0, n_tokens, depth, width, seeds, seed, eps, weights, dtype, depth_axis=False):
+def _block_setup(
+    spec_text, q0, rho0, n_tokens, depth, width, seeds, seed, eps, weights, dtype, depth_axis=False, causal=False
+):
     """Checked (name, keywords, n, depth, q0, rho0, eps) of a --block command; one-line
-    UsageError for paper-only options and values out of range."""
+    UsageError for paper-only options and values out of range (``causal``: the command
+    takes a causal block)."""
     from ..layers import spec
     from ..simulate import measure
 
@@ -165,7 +168,8 @@ def _block_setup(spec_text, q0, rho0, n_tokens, depth, width, seeds, seed, eps, 
             "give a block's numbers in its spec (e.g. --block paper:sigma_w=2)"
         )
     name, kw = check(spec.parse, spec_text)
-    refuse_causal(name, kw)  # its measurements are the (q, p) ones
+    if not causal:
+        refuse_causal(name, kw)  # its measurements are the (q, p) ones
     option("--width", width, 2, WIDTH_MAX[weights], integer=True, hint=f" with --weights {weights}")
     option("--seeds", seeds, 2, SEEDS_MAX, integer=True, hint=" (>= 2 to give a standard error)")
     option("--seed", seed, 0, 2**31 - 1, integer=True)
@@ -197,8 +201,12 @@ def _block_exponents(
     from ..simulate import compare, measure
 
     name, kw, n, L, q0, rho0, eps = _block_setup(
-        spec_text, q0, rho0, n_tokens, depth, width, seeds, seed, eps, weights, dtype
+        spec_text, q0, rho0, n_tokens, depth, width, seeds, seed, eps, weights, dtype, causal=True
     )
+    if kw.get("causal"):
+        return _causal_exponents(
+            name, kw, n, L, q0, rho0, width, seeds, seed, eps, weights, dtype, as_json, with_theory
+        )
     th = compare.theory((name, kw), n_tokens=n, depth=L, q0=q0, rho0=rho0)
     res = measure.rates(
         (name, kw),
@@ -248,6 +256,67 @@ def _block_exponents(
             line = f"{k:<17} = nan   (no finite collapsed fixed point)"
         if with_theory and np.isfinite(th[k]):
             line += f"   theory {th[k]:+.4f}  z = {out['z'][k]:+.1f}"
+        click.echo(line)
+
+
+def _causal_exponents(name, kw, n, L, q0, rho0, width, seeds, seed, eps, weights, dtype, as_json, with_theory):
+    """``simulate exponents --block NAME:causal=true``: the per-position measurements
+    (:func:`phasefield.simulate.causal_positions`), with the causal theory and z beside them."""
+    import jax.numpy as jnp
+
+    from .. import layers
+    from ..layers import spec
+    from ..simulate import causal_positions
+    from ..simulate.compare import RESOLUTION
+    from ..simulate.positions import POSITION_QUANTITIES
+
+    block = spec.build(name, kw)
+    sim = causal_positions(
+        block,
+        n_tokens=n,
+        width=width,
+        depth=L,
+        draws=seeds,
+        seed=seed,
+        q0=q0,
+        rho0=rho0,
+        eps=eps,
+        weights=weights,
+        dtype=jnp.dtype(dtype),
+    )
+    out = dict(block=name, spec=kw, width=width, draws=seeds, seed=seed, n_tokens=n, depth=L, q0=q0, rho0=rho0)
+    out.update(eps=eps, weights=weights, dtype=dtype)
+    for k in POSITION_QUANTITIES:
+        for key in (k, k + "_se"):
+            out[key] = np.asarray(sim[key], float).tolist()
+    if with_theory:
+        th = {k: np.asarray(v, float) for k, v in layers.causal_rates(block, n, L, q0, rho0).items()}
+        out["theory"] = {k: th[k].tolist() for k in POSITION_QUANTITIES}
+        z = {}
+        for k in POSITION_QUANTITIES:
+            se = np.maximum(np.asarray(sim[k + "_se"], float), RESOLUTION * np.maximum(1.0, np.abs(th[k])))
+            v = (np.asarray(sim[k], float) - th[k]) / se
+            if k == "rho_L_pos":  # position 0 has no earlier token: 0 by definition, no z
+                v = np.where(np.arange(n) == 0, np.nan, v)
+            z[k] = [None if not np.isfinite(x) else float(x) for x in np.atleast_1d(v)]
+        out["z"] = {k: (v if k.endswith("_pos") else v[0]) for k, v in z.items()}
+    if as_json:
+        return echo_json(out)
+    click.echo(
+        f"block = {name} {', '.join(f'{k}={v}' for k, v in kw.items())}   (width {width}, "
+        f"{seeds} draws, {weights} weights, n = {n}, L = {L}, q0 = {q0:g}, rho0 = {rho0:g}; per position)"
+    )
+    for k in ("angle_rate_last", "lambda_g_last"):
+        line = f"{k:<16} = {out[k]:+.4f} +- {out[k + '_se']:.4f}"
+        if with_theory:
+            line += f"   theory {out['theory'][k]:+.4f}  z = {out['z'][k]:+.1f}"
+        click.echo(line)
+    click.echo("position  q_L_pos (+- se)   rho_L_pos (+- se)" + ("   theory q, rho" if with_theory else ""))
+    for i in range(n):
+        line = f"{i:>8}  {out['q_L_pos'][i]:.4f} ({out['q_L_pos_se'][i]:.4f})   "
+        line += f"{out['rho_L_pos'][i]:+.4f} ({out['rho_L_pos_se'][i]:.4f})"
+        if with_theory:
+            line += f"   {out['theory']['q_L_pos'][i]:.4f}, {out['theory']['rho_L_pos'][i]:+.4f}"
         click.echo(line)
 
 
