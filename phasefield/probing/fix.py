@@ -10,8 +10,8 @@ with the named recipes measured beside it.
 Every transformer has two scales that move its rates: the init scale of its weight matrices
 and the scale of its residual branches' output projections. The fix multiplies
 
-* **every weight matrix** (a float parameter with two or more axes whose path does not match
-  ``skip``, by default the embeddings: ``embed``, ``wte``, ``wpe``, ``position``) by
+* **every weight matrix** (a float parameter with two or more axes, not a ``bias``, whose
+  path does not match ``skip``, by default the embeddings: ``embed``, ``wte``, ``wpe``, ``position``) by
   ``m_w``; with ``weights=REGEX`` only the matching ones;
 * **the residual branches' output projections** (paths matching ``residual``: by default
   GPT-2's ``c_proj``, BERT's and ViT's ``output/dense``, LLaMA's ``o_proj``/``down_proj``
@@ -103,8 +103,8 @@ def select(params, weights=None, residual=None, skip=None) -> dict:
         if len(shape) < 2 or dtype is None or not jnp.issubdtype(dtype, jnp.floating):
             continue
         p = param_path(path)
-        if s_re.search(p) or (w_re is not None and not w_re.search(p)):
-            continue
+        if p.rpartition("/")[2] == "bias" or s_re.search(p) or (w_re is not None and not w_re.search(p)):
+            continue  # a bias of 2 axes (nnx.LinearGeneral's per head) is no weight matrix
         out[p] = (True, bool(r_re.search(p)))
     if residual is None:
         att = rc.attention_parents(out)
@@ -182,22 +182,15 @@ def groups(paths) -> dict:
 
 
 def init_std(params, sel, mult: dict) -> dict:
-    """The std of each parameter group (:func:`groups`) in ``params`` (one initialization),
-    as the model draws it and after the multipliers ``{path: m}`` (one per group)."""
+    """The std of each parameter group (:func:`groups`; :func:`.recipes.group_std`) in
+    ``params`` (one initialization), as the model draws it and after the multipliers
+    ``{path: m}`` (one per group)."""
     names = groups(list(sel))
-    acc = {}
-    for path, leaf in jax.tree_util.tree_leaves_with_path(params):
-        p = param_path(path)
-        if p not in sel:
-            continue
-        g = names[p]
-        a = acc.setdefault(g, dict(sq=0.0, n=0, residual=sel[p][1], m=mult.get(p, 1.0)))
-        a["sq"] += float(np.sum(np.square(np.asarray(leaf, np.float64) - np.mean(leaf))))
-        a["n"] += int(np.size(leaf))
+    std = rc.group_std(params, sel)
     out = {}
-    for g, a in acc.items():
-        before = math.sqrt(a["sq"] / max(a["n"], 1))
-        out[g] = dict(before=before, after=before * a["m"], multiplier=a["m"], residual_projection=a["residual"])
+    for p in sel:
+        m = mult.get(p, 1.0)
+        out.setdefault(names[p], dict(before=std[p], after=std[p] * m, multiplier=m, residual_projection=sel[p][1]))
     return out
 
 
@@ -460,15 +453,17 @@ def fix(
             arm["meets"] = bool(arm["after"].get("distance", float("inf")) <= 1.0)
         else:
             arm["after"], arm["meets"] = None, None
+            if progress is not None:
+                progress(int(verify_inits))  # counted in the total: the bar ends full
         arms.append(arm)
     if theory is not None:
-        arms.append(_recommend_arm(theory, roles, measure_at))
+        arms.append(_recommend_arm(theory, roles, measure_at, progress, verify_inits))
     out["recipes"] = arms
     out["seconds"] = time.perf_counter() - t0
     return out
 
 
-def _recommend_arm(theory, roles, measure_at) -> dict:
+def _recommend_arm(theory, roles, measure_at, progress, verify_inits) -> dict:
     """``recommend --block``'s answer as multipliers of the model as it is: sigma's ratio on
     every matrix, the branch scales' ratios on top on the output projections."""
     now, rec = theory["before"], theory["recommend"]
@@ -482,6 +477,8 @@ def _recommend_arm(theory, roles, measure_at) -> dict:
     if zero:
         arm.update(applicable=False, reason=f"the model's {zero[0]} is 0: no multiplier reaches it", multipliers={})
         arm["after"], arm["meets"] = None, None
+        if progress is not None:
+            progress(int(verify_inits))
         return arm
     w = rec["sigma"] / now["sigma"]
     ratio = dict(attn_out=w * rec["alpha_attn"] / now["alpha_attn"], mlp_out=w * rec["alpha_mlp"] / now["alpha_mlp"])

@@ -233,7 +233,7 @@ def per_path(p: dict, st: Structure) -> dict:
 
 def group_std(params, sel: dict) -> dict:
     """``{path: std}``: the std of each weight matrix's group (:func:`.fix.groups`: the same
-    matrix in every block, pooled) in ``params``."""
+    matrix in every block, pooled; each matrix about its own mean) in ``params``."""
     from .fix import groups, param_path
 
     names = groups(list(sel))
@@ -242,13 +242,10 @@ def group_std(params, sel: dict) -> dict:
         p = param_path(path)
         if p in sel:
             a = np.asarray(leaf, np.float64)
-            s = acc.setdefault(names[p], [0.0, 0.0, 0])
-            s[0] += float(a.sum())
-            s[1] += float(np.square(a).sum())
-            s[2] += a.size
-    std = {}
-    for g, (s1, s2, n) in acc.items():
-        std[g] = math.sqrt(max(s2 / n - (s1 / n) ** 2, 0.0)) if n else 0.0
+            s = acc.setdefault(names[p], [0.0, 0])
+            s[0] += float(np.square(a - a.mean()).sum())
+            s[1] += a.size
+    std = {g: math.sqrt(sq / n) if n else 0.0 for g, (sq, n) in acc.items()}
     return {p: std[names[p]] for p in sel}
 
 
