@@ -269,6 +269,8 @@ def apply(
     sel = select(params, weights, residual, skip)
     st = Structure(int(depth), roles(sel), post_ln, group_std(params, sel) if name == "gpt2" else None)
     p = plan(name, st, m=m, decoder=decoder)
+    if not p["applicable"]:
+        return params, p
     mult = per_path(p, st)
 
     def f(path, leaf):
