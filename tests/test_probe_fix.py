@@ -174,8 +174,8 @@ def test_cli_fix_json_with_the_theory_beside(tmp_path, monkeypatch, capsys):
     assert fx["search"]["normalized_spread"] < 1e-3 and arms["deepnorm"]["applicable"]
     measured = [r for r in arms.values() if r["applicable"] and np.isfinite(r["after"]["angle_rate"])]
     assert len(measured) >= 5 and all(r["after"]["inits"] == 4 for r in measured)
-    assert arms["deepnorm"]["multipliers"]["value"] == pytest.approx(24 ** -0.25)  # beta at N = 3
-    assert arms["deepnorm"]["multipliers"]["attn_out"] == pytest.approx(24 ** -0.25 / 6**0.25)
+    assert arms["deepnorm"]["multipliers"]["value"] == pytest.approx(24**-0.25)  # beta at N = 3
+    assert arms["deepnorm"]["multipliers"]["attn_out"] == pytest.approx(24**-0.25 / 6**0.25)
     assert arms["gpt2"]["preset_numbers"]["sigma"] == pytest.approx(0.02 * 4)  # width 16
     assert arms["recommend"]["preset_numbers"]["sigma"] == pytest.approx(th["recommend"]["sigma"])
     w = th["recommend"]["sigma"] / 2.0

@@ -323,7 +323,9 @@ def _check_run(o) -> dict:
     from .blockopt import given
 
     recipes = _recipes(o["recipes"])
-    unused = [n for n in given("fix_residual", "fix_weights", "fix_inits", "verify_inits", "recipes") if not o["do_fix"]]
+    unused = [
+        n for n in given("fix_residual", "fix_weights", "fix_inits", "verify_inits", "recipes") if not o["do_fix"]
+    ]
     if unused:
         raise UsageError(f"--{unused[0].replace('_', '-')} is an option of --fix (give --fix)")
     if o["no_gradient"] and o["do_fix"]:
