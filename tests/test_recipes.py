@@ -140,10 +140,10 @@ def test_apply_sets_gpt2_stds_and_leaves_a_recipe_that_does_not_apply_unchanged(
 
 def test_preset_numbers():
     now = dict(sigma=2.0, alpha_attn=0.5, alpha_mlp=1.0)
-    g = recipes.preset_numbers("gpt2", now, depth=8, width=64)
+    g = recipes.as_preset_numbers("gpt2", now, depth=8, width=64)
     assert g == pytest.approx(dict(sigma=0.16, alpha_attn=0.25, alpha_mlp=0.25))
-    assert recipes.preset_numbers("completep", now, 8, 64) == pytest.approx(
+    assert recipes.as_preset_numbers("completep", now, 8, 64) == pytest.approx(
         dict(sigma=2.0, alpha_attn=1 / 16, alpha_mlp=1 / 8)
     )
-    assert recipes.preset_numbers("small-std", now, 8, 64, m=0.5)["sigma"] == 1.0
-    assert recipes.preset_numbers("deepnorm", now, 8, 64) is None
+    assert recipes.as_preset_numbers("small-std", now, 8, 64, m=0.5)["sigma"] == 1.0
+    assert recipes.as_preset_numbers("deepnorm", now, 8, 64) is None

@@ -447,7 +447,7 @@ def fix(
         pp = rc.per_path(p, st)
         arm["multipliers"] = _role_summary(pp, roles) if p["applicable"] else {}
         if theory is not None:
-            arm["preset_numbers"] = rc.preset_numbers(name, theory["before"], L, width, m=small_std)
+            arm["preset_numbers"] = rc.as_preset_numbers(name, theory["before"], L, width, m=small_std)
         if p["applicable"]:
             arm["after"] = measure_at(pp, name)
             arm["meets"] = bool(arm["after"].get("distance", float("inf")) <= 1.0)

@@ -280,7 +280,7 @@ def apply(
     return jax.tree_util.tree_map_with_path(f, params), p
 
 
-def preset_numbers(name: str, numbers: dict, depth: int, width: int, m: float = SMALL_STD) -> dict | None:
+def as_preset_numbers(name: str, numbers: dict, depth: int, width: int, m: float = SMALL_STD) -> dict | None:
     """The recipe in a standard preset's numbers (``numbers``: its sigma, alpha_attn,
     alpha_mlp), or None where one sigma cannot say it (DeepNorm, T-Fixup: the query and key
     keep their std while the value and the MLP's input change)."""

@@ -30,7 +30,7 @@ import numpy as np
 
 from . import recipes as rc
 
-WEIGHTS_RANGE = (1 / 8, 8.0)
+WEIGHTS_RANGE = (1 / 16, 8.0)
 RESIDUAL_RANGE = (1 / 32, 4.0)
 GROUP_RANGE = (1 / 8, 8.0)
 BISECT = 5
