@@ -43,7 +43,6 @@ rates at the measured fix.
 from __future__ import annotations
 
 import math
-import re
 import time
 
 import jax
@@ -54,66 +53,8 @@ from . import capture, measure, result
 from . import recipes as rc
 from . import search as sr
 from .blocks import MAX_ANGLE_RATE, MAX_FACTOR
+from .paths import RESIDUAL, SKIP, groups, param_path, select  # noqa: F401  (the fix's names)
 from .search import MARGIN, RESIDUAL_RANGE, WEIGHTS_RANGE, distance
-
-RESIDUAL = (
-    r"(^|/)(c_proj|o_proj|out_proj|down_proj|fc2|linear2|wo|w2)/(kernel|weight)$"
-    r"|(^|/)output/dense/(kernel|weight)$"
-    r"|(^|/)attn/proj/(kernel|weight)$"
-    r"|(^|/)MlpBlock_\d+/Dense_1/kernel$"
-    r"|(^|/)GLUModule_\d+/out/kernel$|(^|/)MLPModule_\d+/dense_1/kernel$"
-)
-ATTENTION_OUT = ("out",)  # an attention's output projection, found by its query/key neighbours
-SKIP = r"embed|(^|/)(wte|wpe)(/|$)|position"
-
-
-def param_path(path) -> str:
-    """``"h/0/attn/c_proj/kernel"`` from a pytree key path (Flax NNX's trailing ``value``
-    attribute dropped)."""
-    parts = []
-    for k in path:
-        for attr in ("key", "name", "idx"):
-            if hasattr(k, attr):
-                parts.append(str(getattr(k, attr)))
-                break
-        else:
-            parts.append(str(k))
-    if parts and parts[-1] == "value":
-        parts = parts[:-1]
-    return "/".join(parts)
-
-
-def _compile(text, what):
-    try:
-        return re.compile(text)
-    except re.error as exc:
-        raise ValueError(f"{what}: {text!r} is not a regular expression ({exc})") from None
-
-
-def select(params, weights=None, residual=None, skip=None) -> dict:
-    """``{path: (is_weight, is_residual)}`` of every weight matrix (module docstring). With
-    the default names, an ``out`` matrix beside an attention's ``query`` and ``key`` is a
-    residual projection too."""
-    w_re = None if weights is None else _compile(weights, "the weights' pattern")
-    r_re = _compile(RESIDUAL if residual is None else residual, "the residual projections' pattern")
-    s_re = _compile(SKIP if skip is None else skip, "the skipped parameters' pattern")
-    out = {}
-    for path, leaf in jax.tree_util.tree_leaves_with_path(params):
-        shape, dtype = np.shape(leaf) if not hasattr(leaf, "shape") else leaf.shape, getattr(leaf, "dtype", None)
-        if len(shape) < 2 or dtype is None or not jnp.issubdtype(dtype, jnp.floating):
-            continue
-        p = param_path(path)
-        if p.rpartition("/")[2] == "bias" or s_re.search(p) or (w_re is not None and not w_re.search(p)):
-            continue  # a bias of 2 axes (nnx.LinearGeneral's per head) is no weight matrix
-        out[p] = (True, bool(r_re.search(p)))
-    if residual is None:
-        att = rc.attention_parents(out)
-        for p in out:
-            parent, _, rest = p.rpartition("/")
-            parent, _, name = parent.rpartition("/")
-            if name in ATTENTION_OUT and parent in att and rest in ("kernel", "weight"):
-                out[p] = (True, True)
-    return out
 
 
 def check_selection(params, weights=None, residual=None, skip=None) -> dict:
@@ -150,35 +91,6 @@ def scale(params, m_w, m_res, sel: dict):
         return leaf * jnp.asarray(m, jnp.result_type(leaf))
 
     return jax.tree_util.tree_map_with_path(f, params)
-
-
-def groups(paths) -> dict:
-    """``{path: group}``: a parameter group is the path with its block index replaced by
-    ``*``: the outermost component that is a number, or ``name_k``, and takes more than one
-    value after the same prefix (``h/3/attn/c_proj/kernel`` -> ``h/*/attn/c_proj/kernel``,
-    ``block_3/.../dense_1/kernel`` -> ``block_*/.../dense_1/kernel``)."""
-
-    def stem(c):
-        if c.isdigit():
-            return "*"
-        m = re.fullmatch(r"(.*_)(\d+)", c)
-        return m.group(1) + "*" if m else None
-
-    parts = {p: p.split("/") for p in paths}
-    values = {}
-    for comps in parts.values():
-        for i, c in enumerate(comps):
-            if stem(c) is not None:
-                values.setdefault((tuple(comps[:i]), stem(c)), set()).add(c)
-    out = {}
-    for p, comps in parts.items():
-        g = list(comps)
-        for i, c in enumerate(comps):
-            if stem(c) is not None and len(values[(tuple(comps[:i]), stem(c))]) > 1:
-                g[i] = stem(c)
-                break
-        out[p] = "/".join(g)
-    return out
 
 
 def init_std(params, sel, mult: dict) -> dict:

@@ -43,15 +43,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .paths import FUSED, KEY, QUERY, VALUE, attention_parents, groups, param_path, select, split_path
+
 GPT2_STD = 0.02
 SMALL_STD = 0.5
 TFIXUP_ENCODER = 0.67
 NAMES = ("deepnorm", "t-fixup", "gpt2", "depth-mup", "completep", "rezero", "small-std")
 
-QUERY = ("query", "q_proj", "q", "wq")
-KEY = ("key", "k_proj", "k", "wk")
-VALUE = ("value", "v_proj", "v", "wv")
-FUSED = ("c_attn", "qkv", "in_proj", "query_key_value", "wqkv", "Wqkv")
 # a weight matrix's role in its block
 ATTENTION_IN = ("query", "key", "value", "qkv", "attention")
 ROLES = ATTENTION_IN + ("attn_out", "mlp", "mlp_out")
@@ -87,21 +85,6 @@ def _layers(n):
     return int(n)
 
 
-def _split(path):
-    parts = path.split("/")
-    return "/".join(parts[:-2]), (parts[-2] if len(parts) >= 2 else "")
-
-
-def attention_parents(paths) -> set:
-    """The modules holding an attention's projections: a parent with a query and a key
-    projection of its own, or a fused ``c_attn``/``qkv``/``in_proj``."""
-    kids = {}
-    for p in paths:
-        parent, name = _split(p)
-        kids.setdefault(parent, set()).add(name)
-    return {parent for parent, names in kids.items() if (names & set(QUERY) and names & set(KEY)) or names & set(FUSED)}
-
-
 def roles(sel: dict) -> dict:
     """``{path: role}`` of the fix's weight matrices (``sel`` of :func:`.fix.select`):
     ``query``, ``key``, ``value``, ``qkv`` (fused), ``attention`` (another matrix of an
@@ -111,7 +94,7 @@ def roles(sel: dict) -> dict:
     att = attention_parents(sel)
     out = {}
     for p, (_, residual) in sel.items():
-        parent, name = _split(p)
+        parent, name = split_path(p)
         in_att = parent in att
         if residual:
             words = p.lower().split("/")
@@ -234,8 +217,6 @@ def per_path(p: dict, st: Structure) -> dict:
 def group_std(params, sel: dict) -> dict:
     """``{path: std}``: the std of each weight matrix's group (:func:`.fix.groups`: the same
     matrix in every block, pooled; each matrix about its own mean) in ``params``."""
-    from .fix import groups, param_path
-
     names = groups(list(sel))
     acc = {}
     for path, leaf in jax.tree_util.tree_leaves_with_path(params):
@@ -264,8 +245,6 @@ def apply(
     matrices found as the fix finds them (``weights``, ``residual``, ``skip``: its patterns),
     ``depth`` the number of blocks, ``post_ln`` whether they end in a normalization. Where
     the recipe does not apply, the parameters come back unchanged with the reason."""
-    from .fix import param_path, select
-
     sel = select(params, weights, residual, skip)
     st = Structure(int(depth), roles(sel), post_ln, group_std(params, sel) if name == "gpt2" else None)
     p = plan(name, st, m=m, decoder=decoder)

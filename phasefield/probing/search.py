@@ -29,6 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import recipes as rc
+from .paths import param_path
 
 WEIGHTS_RANGE = (1 / 16, 8.0)
 RESIDUAL_RANGE = (1 / 32, 4.0)
@@ -46,7 +47,6 @@ def index(sel: dict) -> dict:
 
 def scale_vector(params, vec, idx: dict):
     """``params`` with each weight matrix ``p`` times ``vec[idx[p]]`` (traceable)."""
-    from .fix import param_path
 
     def f(path, leaf):
         i = idx.get(param_path(path))
