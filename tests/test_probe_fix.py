@@ -15,7 +15,7 @@ from flax import linen as nn
 
 import phasefield
 from phasefield.probing import blocks as pblocks
-from phasefield.probing import fix, models
+from phasefield.probing import fix, models, recipes
 
 
 class Blk(nn.Module):
@@ -83,12 +83,13 @@ def test_fix_of_a_linen_model_is_verified_with_fresh_seeds():
         fix_options=dict(inits=2, verify_inits=8),
         progress=lambda done, total: seen.append((done, total)),
     )
-    # progress in initializations: 4 probed, 62 search points x 2, 8 in the check; it ends full
-    assert {t for _, t in seen} == {4 + 62 * 2 + 8} and seen[-1][0] == seen[-1][1]
+    # progress in initializations: 4 probed, at most 62 search points x 2, 8 for the fix's
+    # check and each of the 7 recipes; it ends full
+    assert {t for _, t in seen} == {4 + 62 * 2 + 8 * 8} and seen[-1][0] == seen[-1][1]
     assert [d for d, _ in seen] == sorted(d for d, _ in seen)
     d = res.to_dict()
     fx = d["fix"]
-    assert set(fx["multipliers"]) == {"weights", "residual"}
+    assert set(fx["multipliers"]) == {"weights", "residual", "attention", "mlp"}
     assert fx["init_std"]["params/h_*/c_proj/kernel"]["residual_projection"]
     g = fx["init_std"]["params/h_*/c_fc/kernel"]
     assert g["after"] == pytest.approx(g["before"] * fx["multipliers"]["weights"])
@@ -98,6 +99,21 @@ def test_fix_of_a_linen_model_is_verified_with_fresh_seeds():
     )
     assert fx["meets"] == (a["distance"] <= 1.0) and fx["meets"]
     assert "theory" not in fx  # not a preset
+    # the recipes beside it: no attention here, so neither DeepNorm nor T-Fixup applies
+    arms = {r["name"]: r for r in fx["recipes"]}
+    assert list(arms) == list(recipes.NAMES)
+    for name in ("deepnorm", "t-fixup"):
+        assert not arms[name]["applicable"] and "value projection" in arms[name]["reason"]
+    for name in ("gpt2", "depth-mup", "completep", "rezero", "small-std"):
+        a = arms[name]["after"]
+        assert a["seed"] == fx["after"]["seed"] and a["inits"] == 8 and arms[name]["meets"] == (a["distance"] <= 1.0)
+    assert arms["completep"]["multipliers"] == {"mlp_out": pytest.approx(1 / 4)}
+    # ReZero on this pre-norm stack: every block the identity, so nearby tokens keep their
+    # angle (float32 rounding) and the gradient is the cotangent itself, |u|^2 / |x0| = 1
+    # within its standard error
+    rz = arms["rezero"]["after"]
+    assert rz["angle_rate"] == pytest.approx(0.0, abs=1e-4) and 0 < rz["gradient_factor_se"] < 0.1
+    assert abs(rz["gradient_factor"] - 1.0) < 4 * rz["gradient_factor_se"]
     json.dumps(d, default=float)
 
 
@@ -119,6 +135,8 @@ def test_fix_needs_residual_projections_and_says_what_it_searched():
         phasefield.probe(lambda k: m.init(k, X), m.apply, X, blocks="Nope")
     with pytest.raises(ValueError, match="unknown option 'bogus'"):
         phasefield.probe(lambda k: m.init(k, X), m.apply, X, blocks=B, fix=True, fix_options=dict(bogus=1))
+    with pytest.raises(ValueError, match="unknown recipe 'admin'"):
+        phasefield.probe(lambda k: m.init(k, X), m.apply, X, blocks=B, fix=True, fix_options=dict(recipes=["admin"]))
 
 
 def _cli(argv, tmp_path, monkeypatch):
@@ -149,6 +167,19 @@ def test_cli_fix_json_with_the_theory_beside(tmp_path, monkeypatch, capsys):
         "alpha_mlp",
     }
     assert (tmp_path / "f.png").stat().st_size > 1000
+    # the recipes on this post-LN stack (its blocks end in a LayerNorm: DeepNorm applies), and
+    # recommend --block's answer as one more arm, each measured on the check's fresh inits
+    arms = {r["name"]: r for r in fx["recipes"]}
+    assert list(arms) == list(recipes.NAMES) + ["recommend"]
+    assert fx["search"]["normalized_spread"] < 1e-3 and arms["deepnorm"]["applicable"]
+    measured = [r for r in arms.values() if r["applicable"] and np.isfinite(r["after"]["angle_rate"])]
+    assert len(measured) >= 5 and all(r["after"]["inits"] == 4 for r in measured)
+    assert arms["deepnorm"]["multipliers"]["value"] == pytest.approx(24**-0.25)  # beta at N = 3
+    assert arms["deepnorm"]["multipliers"]["attn_out"] == pytest.approx(24**-0.25 / 6**0.25)
+    assert arms["gpt2"]["preset_numbers"]["sigma"] == pytest.approx(0.02 * 4)  # width 16
+    assert arms["recommend"]["preset_numbers"]["sigma"] == pytest.approx(th["recommend"]["sigma"])
+    w = th["recommend"]["sigma"] / 2.0
+    assert arms["recommend"]["multipliers"]["query"] == pytest.approx(w)
 
 
 MODEL_FILE = """
@@ -187,6 +218,8 @@ def make():
         (["--fix", "--verify-inits", "1"], "--verify-inits"),
         (["--fix-inits", "3"], "is an option of --fix"),
         (["--fix-residual", "lin"], "is an option of --fix"),
+        (["--fix", "--recipes", "deepnorm,admin"], "unknown recipe 'admin'"),
+        (["--recipes", "gpt2"], "is an option of --fix"),
         (["--fix", "--no-gradient"], "drop --no-gradient"),
         (["--as", "pre-ln"], "declares a --model"),
         (["--fix"], "no residual output projection"),

@@ -94,20 +94,49 @@ def test_nnx_missing_block_names_what_was_searched():
         phasefield.probe(make, X, blocks="Nope")
 
 
-def test_nnx_model_is_fixed():
+class FBlock(nnx.Module):
+    """pre-LN from Flax's own layers only: nnx.LayerNorm, nnx.MultiHeadAttention, two nnx.Linear"""
+
+    def __init__(self, d, rngs):
+        self.ln1 = nnx.LayerNorm(d, rngs=rngs)
+        self.attn = nnx.MultiHeadAttention(num_heads=2, in_features=d, decode=False, rngs=rngs)
+        self.ln2 = nnx.LayerNorm(d, rngs=rngs)
+        self.up = nnx.Linear(d, d, rngs=rngs)
+        self.down = nnx.Linear(d, d, rngs=rngs)
+
+    def __call__(self, x):
+        x = x + self.attn(self.ln1(x))
+        return x + self.down(jax.nn.gelu(self.up(self.ln2(x))))
+
+
+def test_flax_layers_model_is_fixed_with_the_default_names():
+    """The attention's ``out`` is found by its query/key neighbours (no regex); the MLP's
+    ``down`` is no default name, so it is one of the MLP's matrices. Pre-LN: DeepNorm does
+    not apply, and says why; the other recipes are measured."""
     res = phasefield.probe(
-        make,
+        lambda rngs: nnx.Sequential(*[FBlock(D, rngs) for _ in range(DEPTH)]),
         X,
-        blocks=NBlock,
+        blocks=FBlock,
         inits=4,
         fix=True,
-        fix_options=dict(inits=2, verify_inits=8, residual=r"out_proj/kernel$"),
+        fix_options=dict(inits=2, verify_inits=8, recipes=["deepnorm", "gpt2", "rezero", "small-std"]),
     )
     fx = res.fix
-    assert set(fx) >= {"multipliers", "init_std", "after", "meets"}
-    assert (
-        "blocks/*/out_proj/kernel" in fx["init_std"]
-        and fx["init_std"]["blocks/*/out_proj/kernel"]["residual_projection"]
-    )
+    std = fx["init_std"]
+    assert std["layers/*/attn/out/kernel"]["residual_projection"]
+    assert not std["layers/*/down/kernel"]["residual_projection"]
+    assert fx["roles"]["layers/*/attn/value/kernel"] == "value" and fx["roles"]["layers/*/up/kernel"] == "mlp"
     assert fx["after"]["inits"] == 8 and np.isfinite(fx["after"]["angle_rate_se"])
     assert fx["meets"] == (fx["after"]["distance"] <= 1.0)
+    arms = {r["name"]: r for r in fx["recipes"]}
+    assert list(arms) == ["deepnorm", "gpt2", "rezero", "small-std"]
+    assert not arms["deepnorm"]["applicable"] and "pre-LN" in arms["deepnorm"]["reason"]
+    assert arms["deepnorm"]["after"] is None and fx["search"]["normalized_spread"] > 1e-2
+    for name in ("gpt2", "rezero", "small-std"):
+        a = arms[name]["after"]
+        assert a["inits"] == 8 and np.isfinite(a["angle_rate"]) and arms[name]["meets"] == (a["distance"] <= 1.0)
+    # ReZero: the attention's out (the residual projection found) at 0, so only the MLP branch
+    # acts; GPT-2: every matrix at std 0.02 -> its multiplier is 0.02 over the std as drawn
+    assert arms["rezero"]["multipliers"] == {"attn_out": 0.0}
+    g = arms["gpt2"]["multipliers"]["attn_out"]
+    assert g == pytest.approx(0.02 / np.sqrt(2 * DEPTH) / std["layers/*/attn/out/kernel"]["before"], rel=1e-6)

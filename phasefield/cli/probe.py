@@ -8,11 +8,13 @@ growth per block, phase, verdict), with the theory beside it for phasefield's pr
     phasefield probe --model my_models.py:make --as pre-ln:sigma=0.55,heads=12 --fix
 
 ``--as NAME[:k=v,...]`` declares a ``--model`` to be one of phasefield's presets (its theory
-curves drawn beside; the fix's theory answer). ``--fix`` searches two init multipliers (all
+curves drawn beside; the fix's theory answer). ``--fix`` searches init multipliers (all
 weight matrices; the residual branches' output projections, found by name or by
-``--fix-residual REGEX``) until the measured rates meet the criteria
-(``--max-gradient-factor``, ``--max-angle-rate``, as ``recommend --block``), then re-probes
-the fixed model with fresh seeds (:mod:`phasefield.probing.fix`).
+``--fix-residual REGEX``; an attention's or the MLP's matrices alone) until the measured
+rates meet the criteria (``--max-gradient-factor``, ``--max-angle-rate``, as ``recommend
+--block``), then re-measures the fixed model with fresh seeds, and the init recipes of
+``--recipes`` (DeepNorm, T-Fixup, GPT-2, depth-muP, CompleteP, ReZero, a smaller std)
+beside it (:mod:`phasefield.probing.fix`, :mod:`phasefield.probing.recipes`).
 
 ``--model module:factory`` (or ``path/to/file.py:factory``) names a function returning a
 :class:`phasefield.probing.Model`; ``--set key=value`` (repeated) are its keyword arguments
@@ -142,11 +144,49 @@ def _model(model, preset, kw):
     return m
 
 
+def _recipes(text):
+    """The recipe names of ``--recipes`` (``all``, ``none`` or a comma list)."""
+    from ..probing.recipes import NAMES
+
+    words = [w.strip() for w in text.split(",") if w.strip()]
+    if words == ["all"]:
+        return list(NAMES)
+    if words == ["none"]:
+        return []
+    bad = [w for w in words if w not in NAMES]
+    if bad or not words:
+        raise UsageError(
+            f"--recipes: unknown recipe {bad[0] if bad else text!r}; give all, none or names from {', '.join(NAMES)}"
+        )
+    return words
+
+
+def _rate(a):
+    if not a.get("finite", True):
+        return a["reason"]
+    return (
+        f"angle_rate = {a['angle_rate']:+.4f} +- {a['angle_rate_se']:.4f}, lambda_g_input = "
+        f"{a['lambda_g_input']:+.4f} +- {a['lambda_g_input_se']:.4f}, distance {a['distance']:.3g}"
+    )
+
+
+def _recipes_text(fx):
+    lines = [f"  recipes, measured as the fix ({fx['after']['inits']} fresh inits, the same keys):"]
+    for r in fx["recipes"]:
+        if not r["applicable"]:
+            lines.append(f"    {r['name']}: not applicable ({r['reason']})")
+            continue
+        verdict = "meets" if r["meets"] else "does not meet"
+        lines.append(f"    {r['name']}: {verdict} the criteria; {_rate(r['after'])}  [{r['text']}]")
+    return lines
+
+
 def _fix_text(fx, depth):
     m = fx["multipliers"]
     a, b = fx["after"], fx["before"]
+    more = "".join(f", {k} matrices x {m[k]:.4g} more" for k in ("attention", "mlp") if m.get(k, 1.0) != 1.0)
     lines = [
-        f"fix: weight matrices x {m['weights']:.4g}, residual output projections x {m['residual']:.4g} more "
+        f"fix: weight matrices x {m['weights']:.4g}, residual output projections x {m['residual']:.4g} more{more} "
         f"(criteria: gradient factor within {fx['criteria']['max_gradient_factor']:g} over {depth} blocks, "
         f"|angle_rate| <= {fx['criteria']['max_angle_rate']:g}; {fx['search']['points']} points searched)",
         "  init std per parameter group (before -> after):",
@@ -169,7 +209,13 @@ def _fix_text(fx, depth):
         "  the criteria hold at the fixed init" if fx["meets"] else "  the criteria do NOT hold at the fixed init"
     )
     th = fx.get("theory")
-    if th:
+    if th and th["measured_fix"] is None:
+        rc = th["recommend"]
+        lines.append(
+            f"  recommend --block (theory): sigma {rc['sigma']:.4g}, alpha_attn {rc['alpha_attn']:.4g}, alpha_mlp "
+            f"{rc['alpha_mlp']:.4g}; the measured fix scales a group of its own (no {th['block']} numbers say it)"
+        )
+    elif th:
         mf, rc = th["measured_fix"], th["recommend"]
         lines.append(
             f"  as {th['block']} numbers: measured fix sigma {mf['sigma']:.4g}, alpha_attn {mf['alpha_attn']:.4g}, "
@@ -178,6 +224,8 @@ def _fix_text(fx, depth):
             + ", ".join(f"{k} {v:+.2f}" for k, v in th["log_ratio"].items())
             + f"); the theory's distance at the measured fix: {th['theory_at_measured_fix']['distance']:.3g}"
         )
+    if fx.get("recipes"):
+        lines += _recipes_text(fx)
     return "\n".join(lines)
 
 
@@ -243,6 +291,14 @@ PROBE_OPTIONS = (
     click.option("--fix-inits", type=int, default=2, show_default=True, help="initializations per searched point"),
     click.option("--verify-inits", type=int, default=16, show_default=True, help="fresh initializations of the check"),
     click.option(
+        "--recipes",
+        default="all",
+        show_default=True,
+        metavar="NAMES",
+        help="init recipes measured beside the fix: all, none or a comma list of deepnorm, t-fixup, gpt2, "
+        "depth-mup, completep, rezero, small-std",
+    ),
+    click.option(
         "--progress/--quiet",
         default=True,
         show_default=True,
@@ -266,7 +322,10 @@ def _check_run(o) -> dict:
     fix_weights = _regex(o["fix_weights"], "--fix-weights")
     from .blockopt import given
 
-    unused = [n for n in given("fix_residual", "fix_weights", "fix_inits", "verify_inits") if not o["do_fix"]]
+    recipes = _recipes(o["recipes"])
+    unused = [
+        n for n in given("fix_residual", "fix_weights", "fix_inits", "verify_inits", "recipes") if not o["do_fix"]
+    ]
     if unused:
         raise UsageError(f"--{unused[0].replace('_', '-')} is an option of --fix (give --fix)")
     if o["no_gradient"] and o["do_fix"]:
@@ -281,7 +340,11 @@ def _check_run(o) -> dict:
         max_angle_rate=o["max_angle_rate"],
         fix=o["do_fix"],
         fix_options=dict(
-            inits=o["fix_inits"], verify_inits=o["verify_inits"], residual=fix_residual, weights=fix_weights
+            inits=o["fix_inits"],
+            verify_inits=o["verify_inits"],
+            residual=fix_residual,
+            weights=fix_weights,
+            recipes=recipes,
         ),
     )
 

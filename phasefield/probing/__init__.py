@@ -64,7 +64,8 @@ def probe(
     drawn beside (from the measured start). ``max_factor``, ``max_angle_rate``: the criteria
     of the per-block bands (:mod:`.blocks`) and of the fix. ``fix=True`` searches and verifies
     a fix of the init (:mod:`.fix`; ``fix_options``: the keywords of :func:`.fix.fix`, e.g.
-    ``residual``, ``weights``, ``inits``, ``verify_inits``), put in ``result.fix``;
+    ``residual``, ``weights``, ``inits``, ``verify_inits``, ``recipes``), put in ``result.fix``
+    with the named init recipes measured beside it (:mod:`.recipes`);
     ``progress(done, total)`` follows the work in initializations measured: the probe's,
     and with ``fix`` the search's (``inits`` per point) and the check's. ValueError (one line) for bad input: no
     matching block, outputs not finite, fewer than 2 inits."""
@@ -103,6 +104,7 @@ def probe(
         if not gradient:
             raise ValueError("the fix measures the gradient: gradient=False and fix=True do not go together")
         o = fix_options or {}
+        _fix.check_size(o.get("recipes"))  # unknown recipe names: before any work
         _fix.check_selection(
             jax.eval_shape(init_fn, jax.random.PRNGKey(0)), o.get("weights"), o.get("residual"), o.get("skip")
         )
@@ -117,7 +119,8 @@ def probe(
             from . import fix as _fix
 
             o = fix_options or {}
-            extra = _fix.search_size() * int(o.get("inits", 2)) + int(o.get("verify_inits", 16))
+            checks = _fix.check_size(o.get("recipes"), spec)
+            extra = _fix.search_size() * int(o.get("inits", 2)) + int(o.get("verify_inits", 16)) * checks
         progress = measure.Steps(progress, int(inits) + extra)
     raw = jax.device_get(
         measure.many(
@@ -154,10 +157,9 @@ def probe(
 
         m = Model(init_fn, apply_fn, inputs, blocks=blocks, stack=stack, name=name, spec=spec, runner=run)
         opts = dict(fix_options or {})
-        res.fix = _fix.fix(  # the same progress: the check's probe advances it too
+        res.fix = _fix.fix(  # the same progress: the search and the check advance it
             m,
             res,
-            measure=probe,
             seed=seed,
             eps=float(eps),
             chunk=chunk,

@@ -1,32 +1,38 @@
-"""A fix for the model as it is: two multipliers on its initialization, found by measuring.
+"""A fix for the model as it is: multipliers on its initialization, found by measuring,
+with the named recipes measured beside it.
 
     res = phasefield.probe(model, inits=16, fix=True)
-    res.fix["multipliers"]    # {"weights": m_w, "residual": m_res}
+    res.fix["multipliers"]    # {"weights": m_w, "residual": m_res, "attention": 1, "mlp": 1}
     res.fix["after"]          # the model re-probed at the fixed init, fresh seeds, +- se
     res.fix["meets"]          # whether the criteria hold there
+    res.fix["recipes"]        # DeepNorm, T-Fixup, GPT-2, depth-muP, ... measured the same way
 
 Every transformer has two scales that move its rates: the init scale of its weight matrices
 and the scale of its residual branches' output projections. The fix multiplies
 
-* **every weight matrix** (a float parameter with two or more axes whose path does not match
-  ``skip``, by default the embeddings: ``embed``, ``wte``, ``wpe``, ``position``) by
+* **every weight matrix** (a float parameter with two or more axes, not a ``bias``, whose
+  path does not match ``skip``, by default the embeddings: ``embed``, ``wte``, ``wpe``, ``position``) by
   ``m_w``; with ``weights=REGEX`` only the matching ones;
 * **the residual branches' output projections** (paths matching ``residual``: by default
   GPT-2's ``c_proj``, BERT's and ViT's ``output/dense``, LLaMA's ``o_proj``/``down_proj``
-  (and ``wo``/``w2``), ``out_proj``/``fc2``/``attn/proj``, and phasefield's own blocks'
-  attention ``out`` and MLP ``dense_1``) by ``m_res`` on top,
+  (and ``wo``/``w2``), ``out_proj``/``fc2``/``linear2``/``attn/proj``, Flax's example
+  ``MlpBlock``'s ``Dense_1``, phasefield's MLP ``dense_1`` and GLU ``out``, and, found by
+  its neighbours, the ``out`` of any attention holding ``query`` and ``key`` projections:
+  ``nnx.MultiHeadAttention``, ``linen.MultiHeadDotProductAttention``, phasefield's own) by
+  ``m_res`` on top;
+* an attention's other matrices (``attention``) or the MLP's (``mlp``) by their own
+  multiplier on top, where that alone is the nearer fix,
 
-and searches (m_w, m_res) on a log grid, then on a finer grid around the best point, by
-measuring the model at each point (the same initialization keys at every point, so the
-comparison is not blurred by the draws): the angle rate of nearby tokens ``angle_rate`` and
-the whole stack's gradient rate ``lambda_g_input`` (lambda_g(L) from the inputs), with the criteria of
-``phasefield recommend --block`` (:mod:`.blocks`): the gradient factor over the stack within
-F (``|L lambda_g_input| <= log F``) and ``|angle_rate| <= r``. Distance to the criteria:
-``d = max(|L lambda_g_input| / log F, |angle_rate| / r)``. Of the points with ``d <= margin`` (0.8:
-room for the search's few inits), the one nearest the model as it is (smallest
-``|log m_w| + |log m_res|``) is the fix; where no point qualifies, the one with the smallest
-d. It is then verified: the model at the fixed initialization is probed again with fresh
-seeds and ``verify_inits`` initializations.
+found by the continuous search of :mod:`.search` (the same initialization keys at every
+point) on the angle rate of nearby tokens ``angle_rate`` and the whole stack's gradient rate
+``lambda_g_input``, with the criteria of ``phasefield recommend --block`` (:mod:`.blocks`):
+distance ``d = max(|L lambda_g_input| / log F, |angle_rate| / r)``, the fix the point
+nearest the model as it is (least ``sum |log m|``) with ``d <= margin`` (0.8: room for the
+search's few inits), else the one with the smallest d. It is then verified: the model at the
+fixed initialization is measured again with fresh seeds and ``verify_inits``
+initializations, and so is every recipe of :mod:`.recipes` (``recipes``: their names, by
+default all) and, for a preset, ``recommend --block``'s answer: the same program, the same
+keys.
 
 For a phasefield preset (``--block`` or declared with ``--as``), the measured fix is also
 written in the preset's numbers (sigma x m_w, alpha_attn and alpha_mlp x m_res) beside
@@ -37,68 +43,18 @@ rates at the measured fix.
 from __future__ import annotations
 
 import math
-import re
 import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import capture
+from . import capture, measure, result
+from . import recipes as rc
+from . import search as sr
 from .blocks import MAX_ANGLE_RATE, MAX_FACTOR
-
-RESIDUAL = (
-    r"(^|/)(c_proj|o_proj|out_proj|down_proj|fc2|wo|w2)/(kernel|weight)$"
-    r"|(^|/)output/dense/(kernel|weight)$"
-    r"|(^|/)attn/proj/(kernel|weight)$"
-    r"|(^|/)AttentionModule_\d+/out/kernel$|(^|/)GLUModule_\d+/out/kernel$|(^|/)MLPModule_\d+/dense_1/kernel$"
-)
-SKIP = r"embed|(^|/)(wte|wpe)(/|$)|position"
-WEIGHTS_RANGE = (1 / 8, 8.0)
-RESIDUAL_RANGE = (1 / 32, 4.0)
-GRID = 6
-FINE = 5
-MARGIN = 0.8
-
-
-def param_path(path) -> str:
-    """``"h/0/attn/c_proj/kernel"`` from a pytree key path (Flax NNX's trailing ``value``
-    attribute dropped)."""
-    parts = []
-    for k in path:
-        for attr in ("key", "name", "idx"):
-            if hasattr(k, attr):
-                parts.append(str(getattr(k, attr)))
-                break
-        else:
-            parts.append(str(k))
-    if parts and parts[-1] == "value":
-        parts = parts[:-1]
-    return "/".join(parts)
-
-
-def _compile(text, what):
-    try:
-        return re.compile(text)
-    except re.error as exc:
-        raise ValueError(f"{what}: {text!r} is not a regular expression ({exc})") from None
-
-
-def select(params, weights=None, residual=None, skip=None) -> dict:
-    """``{path: (is_weight, is_residual)}`` of every weight matrix (module docstring)."""
-    w_re = None if weights is None else _compile(weights, "the weights' pattern")
-    r_re = _compile(RESIDUAL if residual is None else residual, "the residual projections' pattern")
-    s_re = _compile(SKIP if skip is None else skip, "the skipped parameters' pattern")
-    out = {}
-    for path, leaf in jax.tree_util.tree_leaves_with_path(params):
-        shape, dtype = np.shape(leaf) if not hasattr(leaf, "shape") else leaf.shape, getattr(leaf, "dtype", None)
-        if len(shape) < 2 or dtype is None or not jnp.issubdtype(dtype, jnp.floating):
-            continue
-        p = param_path(path)
-        if s_re.search(p) or (w_re is not None and not w_re.search(p)):
-            continue
-        out[p] = (True, bool(r_re.search(p)))
-    return out
+from .paths import RESIDUAL, SKIP, groups, param_path, select  # noqa: F401  (the fix's names)
+from .search import MARGIN, RESIDUAL_RANGE, WEIGHTS_RANGE, distance
 
 
 def check_selection(params, weights=None, residual=None, skip=None) -> dict:
@@ -117,7 +73,7 @@ def check_selection(params, weights=None, residual=None, skip=None) -> dict:
         mats = ", ".join(list(sel)[:8]) + (f", ... ({len(sel) - 8} more)" if len(sel) > 8 else "")
         raise ValueError(
             f"the fix found no residual output projection: no weight matrix's path matches "
-            f"{residual or 'the default names (c_proj, o_proj, out_proj, down_proj, fc2, output/dense, ...)'} "
+            f"{residual or 'the default names (c_proj, o_proj, out_proj, down_proj, fc2, output/dense, an attention out, ...)'} "
             f"(the weight matrices: {mats}); name them with a regular expression (residual=, --fix-residual)"
         )
     return sel
@@ -137,169 +93,17 @@ def scale(params, m_w, m_res, sel: dict):
     return jax.tree_util.tree_map_with_path(f, params)
 
 
-def groups(paths) -> dict:
-    """``{path: group}``: a parameter group is the path with its block index replaced by
-    ``*``: the outermost component that is a number, or ``name_k``, and takes more than one
-    value after the same prefix (``h/3/attn/c_proj/kernel`` -> ``h/*/attn/c_proj/kernel``,
-    ``block_3/.../dense_1/kernel`` -> ``block_*/.../dense_1/kernel``)."""
-
-    def stem(c):
-        if c.isdigit():
-            return "*"
-        m = re.fullmatch(r"(.*_)(\d+)", c)
-        return m.group(1) + "*" if m else None
-
-    parts = {p: p.split("/") for p in paths}
-    values = {}
-    for comps in parts.values():
-        for i, c in enumerate(comps):
-            if stem(c) is not None:
-                values.setdefault((tuple(comps[:i]), stem(c)), set()).add(c)
-    out = {}
-    for p, comps in parts.items():
-        g = list(comps)
-        for i, c in enumerate(comps):
-            if stem(c) is not None and len(values[(tuple(comps[:i]), stem(c))]) > 1:
-                g[i] = stem(c)
-                break
-        out[p] = "/".join(g)
-    return out
-
-
-def init_std(init_fn, key, sel, m_w, m_res) -> dict:
-    """The std of each parameter group (:func:`group`) at one initialization, as the model
-    draws it and after the fix."""
-    params = jax.device_get(jax.jit(init_fn)(key))
+def init_std(params, sel, mult: dict) -> dict:
+    """The std of each parameter group (:func:`groups`; :func:`.recipes.group_std`) in
+    ``params`` (one initialization), as the model draws it and after the multipliers
+    ``{path: m}`` (one per group)."""
     names = groups(list(sel))
-    acc = {}
-    for path, leaf in jax.tree_util.tree_leaves_with_path(params):
-        p = param_path(path)
-        if p not in sel:
-            continue
-        g = names[p]
-        a = acc.setdefault(g, dict(sq=0.0, n=0, residual=sel[p][1]))
-        a["sq"] += float(np.sum(np.square(np.asarray(leaf, np.float64) - np.mean(leaf))))
-        a["n"] += int(np.size(leaf))
+    std = rc.group_std(params, sel)
     out = {}
-    for g, a in acc.items():
-        before = math.sqrt(a["sq"] / max(a["n"], 1))
-        m = m_w * m_res if a["residual"] else m_w
-        out[g] = dict(before=before, after=before * m, multiplier=m, residual_projection=a["residual"])
+    for p in sel:
+        m = mult.get(p, 1.0)
+        out.setdefault(names[p], dict(before=std[p], after=std[p] * m, multiplier=m, residual_projection=sel[p][1]))
     return out
-
-
-def _point_fn(init_fn, run, sel, eps, inits_keys):
-    """``f(m) -> (log gap ratio [inits], |J^T u|^2 / |x0| [inits])`` at multipliers
-    ``m = (m_w, m_res)``, one compiled program for every point."""
-    from .geometry import q_rho_gap, symmetric_tokens
-
-    def one(m, key):
-        kp, kn, ku = jax.random.split(key, 3)
-        params = scale(init_fn(kp), m[0], m[1], sel)
-        x_shape = jax.eval_shape(lambda: run(params)[0])
-        zero = jnp.zeros(x_shape.shape, x_shape.dtype)
-        (x0, outs), vjp = jax.vjp(lambda s: run(params, shift=s), zero)
-        u = jax.random.normal(ku, outs.shape[1:], outs.dtype)
-        (g0,) = vjp((jnp.zeros_like(x0), jnp.zeros_like(outs).at[-1].set(u)))
-        grad = jnp.sum(jnp.square(g0)) / x0.size
-        x0 = jax.lax.stop_gradient(x0)
-        q0 = q_rho_gap(x0)[0]
-        xn = symmetric_tokens(kn, x0.shape, q0, 1.0 - eps).astype(x0.dtype)
-        _, outs_n = run(params, xn)
-        gap0 = q_rho_gap(xn)[2]
-        gapL = q_rho_gap(outs_n[-1])[2]
-        ok = jnp.all(jnp.isfinite(outs)) & jnp.all(jnp.isfinite(outs_n)) & jnp.isfinite(grad)
-        return jnp.where(ok, jnp.log(gapL / gap0), jnp.nan), jnp.where(ok, grad, jnp.nan)
-
-    return jax.jit(lambda m: jax.lax.map(lambda k: one(m, k), inits_keys))
-
-
-def rates(log_gap, grad, L):
-    """(angle_rate, its se, lambda_g_input, its se) from per-init measurements."""
-    la = np.asarray(log_gap, float) / L
-    g = np.asarray(grad, float)
-    n = la.size
-    la_se = float(la.std(ddof=1) / math.sqrt(n)) if n > 1 else float("nan")
-    gm = float(g.mean())
-    lg = math.log(gm) / L if gm > 0 and math.isfinite(gm) else float("nan")
-    lg_se = float(g.std(ddof=1) / math.sqrt(n) / gm / L) if n > 1 and gm > 0 else float("nan")
-    return float(la.mean()), la_se, lg, lg_se
-
-
-def distance(angle_rate, lambda_g_input, L, max_factor=MAX_FACTOR, max_angle_rate=MAX_ANGLE_RATE) -> float:
-    """``max(|L lambda_g_input| / log F, |angle_rate| / r)`` (inf where not finite)."""
-    d = max(abs(lambda_g_input) * L / math.log(max_factor), abs(angle_rate) / max_angle_rate)
-    return d if math.isfinite(d) else float("inf")
-
-
-def _pick(points, margin):
-    ok = [p for p in points if p["distance"] <= margin]
-    if ok:
-        return min(ok, key=lambda p: (abs(math.log(p["weights"])) + abs(math.log(p["residual"])), p["distance"]))
-    return min(points, key=lambda p: p["distance"])
-
-
-def search_size(grid: int = GRID, fine: int = FINE) -> int:
-    """The points :func:`search` measures: the model as it is, the grid, the fine grid."""
-    return 1 + grid * grid + fine * fine
-
-
-def search(
-    init_fn,
-    run,
-    L: int,
-    sel: dict,
-    eps: float,
-    inits: int = 2,
-    seed: int = 0,
-    max_factor: float = MAX_FACTOR,
-    max_angle_rate: float = MAX_ANGLE_RATE,
-    grid: int = GRID,
-    fine: int = FINE,
-    weights_range=WEIGHTS_RANGE,
-    residual_range=RESIDUAL_RANGE,
-    margin: float = MARGIN,
-    progress=None,
-) -> dict:
-    """The grid search (module docstring): ``{"best": point, "points": [...], "inits": ...}``,
-    a point ``{"weights", "residual", "angle_rate", "lambda_g_input", "distance", ...}``.
-    ``progress(n)`` is called after every point with its ``inits``."""
-    keys = jax.random.split(jax.random.PRNGKey(int(seed) + 7919), int(inits))
-    f = _point_fn(init_fn, run, sel, float(eps), keys)
-    points = []
-
-    def evaluate(mw, mr):
-        lgap, g = jax.device_get(f(jnp.asarray([mw, mr], jnp.float32)))
-        la, la_se, lg, lg_se = rates(lgap, g, L)
-        p = dict(
-            weights=float(mw),
-            residual=float(mr),
-            angle_rate=la,
-            angle_rate_se=la_se,
-            lambda_g_input=lg,
-            lambda_g_input_se=lg_se,
-            distance=distance(la, lg, L, max_factor, max_angle_rate),
-        )
-        points.append(p)
-        if progress is not None:
-            progress(int(inits))
-        return p
-
-    lw = np.linspace(math.log(weights_range[0]), math.log(weights_range[1]), grid)
-    lr = np.linspace(math.log(residual_range[0]), math.log(residual_range[1]), grid)
-    evaluate(1.0, 1.0)  # the model as it is: its own fix when it already meets the criteria
-    for a in lw:
-        for b in lr:
-            evaluate(math.exp(a), math.exp(b))
-    best = _pick(points, margin)
-    sw, sr = (lw[1] - lw[0]), (lr[1] - lr[0])
-    fw = np.linspace(math.log(best["weights"]) - sw / 2, math.log(best["weights"]) + sw / 2, fine)
-    fr = np.linspace(math.log(best["residual"]) - sr / 2, math.log(best["residual"]) + sr / 2, fine)
-    for a in fw:
-        for b in fr:
-            evaluate(math.exp(a), math.exp(b))
-    best = _pick(points, margin)
-    return dict(best=best, points=points, inits=int(inits), margin=float(margin))
 
 
 def preset_numbers(spec) -> dict:
@@ -315,9 +119,11 @@ def preset_numbers(spec) -> dict:
     )
 
 
-def theory_beside(spec, m_w, m_res, L, n_tokens, start, eps, max_factor, max_angle_rate) -> dict | None:
+def theory_beside(spec, knobs, L, n_tokens, start, eps, max_factor, max_angle_rate) -> dict | None:
     """``recommend --block``'s answer for a standard preset beside the measured fix (module
-    docstring), or None for a block it does not cover."""
+    docstring; ``knobs``: its multipliers), or None for a block it does not cover. A fix
+    with its own attention or MLP multiplier has no preset numbers (one sigma sets every
+    matrix): ``measured_fix`` None."""
     from ..layers import recommend as rb
     from ..layers import spec as lspec
     from . import theory
@@ -326,28 +132,32 @@ def theory_beside(spec, m_w, m_res, L, n_tokens, start, eps, max_factor, max_ang
     if name not in rb.BLOCKS:
         return None
     now = preset_numbers(spec)
+    m_w, m_res = knobs.get("weights", 1.0), knobs.get("residual", 1.0)
     fixed_numbers = dict(
         sigma=now["sigma"] * m_w, alpha_attn=now["alpha_attn"] * m_res, alpha_mlp=now["alpha_mlp"] * m_res
     )
+    expressible = all(knobs.get(k, 1.0) == 1.0 for k in ("attention", "mlp"))
     others = {k: v for k, v in kw.items() if k not in ("sigma", "alpha", "alpha_attn", "alpha_mlp")}
     rec = rb.recommend(
         name, depth=int(L), n_tokens=int(n_tokens), max_factor=max_factor, max_angle_rate=max_angle_rate, fixed=others
     )
     best = rec["points"][0]
-    block = lspec.build(name, {**others, **fixed_numbers})
-    # the measured start; where the block's map is undefined there (post-LN's first attention
-    # reads unnormalized tokens: the exact map needs q = 1), the normalized start (1, rho0)
-    for st in ((float(start[0]), float(start[1])), (1.0, float(start[1]))):
-        th = theory.curves(block, int(n_tokens), int(L), st[0], st[1], eps)
-        la = float(np.log(th["gap"][-1] / th["gap"][0]) / L)
-        lg = float(th["log_grad"][0] / L)
-        if math.isfinite(la) and math.isfinite(lg):
-            break
+    la = lg = float("nan")
+    if expressible:
+        block = lspec.build(name, {**others, **fixed_numbers})
+        # the measured start; where the block's map is undefined there (post-LN's first attention
+        # reads unnormalized tokens: the exact map needs q = 1), the normalized start (1, rho0)
+        for st in ((float(start[0]), float(start[1])), (1.0, float(start[1]))):
+            th = theory.curves(block, int(n_tokens), int(L), st[0], st[1], eps)
+            la = float(np.log(th["gap"][-1] / th["gap"][0]) / L)
+            lg = float(th["log_grad"][0] / L)
+            if math.isfinite(la) and math.isfinite(lg):
+                break
     rec_point = {k: best[k] for k in ("sigma", "alpha_attn", "alpha_mlp")}
     return dict(
         block=name,
         before=now,
-        measured_fix=fixed_numbers,
+        measured_fix=fixed_numbers if expressible else None,
         recommend=dict(
             rec_point,
             lambda_g_input=best["lambda_g_input"],
@@ -355,11 +165,92 @@ def theory_beside(spec, m_w, m_res, L, n_tokens, start, eps, max_factor, max_ang
             distance=best["distance"],
             found=rec["found"],
         ),
-        log_ratio={k: float(math.log(fixed_numbers[k] / rec_point[k])) for k in rec_point if rec_point[k] > 0},
+        log_ratio={k: float(math.log(fixed_numbers[k] / rec_point[k])) for k in rec_point if rec_point[k] > 0}
+        if expressible
+        else {},
         theory_at_measured_fix=dict(
             angle_rate=la, lambda_g_input=lg, distance=distance(la, lg, L, max_factor, max_angle_rate)
-        ),
+        )
+        if expressible
+        else None,
     )
+
+
+def search_size(max_points: int = sr.MAX_POINTS) -> int:
+    """The most points the search measures (:mod:`.search`)."""
+    return int(max_points)
+
+
+def check_size(recipes=None, spec=None) -> int:
+    """The measurements of the check, in models: the fix, the recipes, and recommend's
+    answer for a preset ``spec`` it covers."""
+    from ..layers import recommend as rb
+
+    return 1 + len(_recipe_names(recipes)) + int(spec is not None and spec[0] in rb.BLOCKS)
+
+
+def _recipe_names(recipes):
+    if recipes is None:
+        return list(rc.NAMES)
+    names = [recipes] if isinstance(recipes, str) else list(recipes)
+    bad = [n for n in names if n not in rc.NAMES]
+    if bad:
+        raise ValueError(f"recipes: unknown recipe {bad[0]!r}; choose from {', '.join(rc.NAMES)}")
+    return list(dict.fromkeys(names))
+
+
+def check_fn(init_fn, run, idx, eps, chunk, with_deltas):
+    """``f(vec, keys) -> raw``: the probe's measurements (:func:`.measure.one`) of the model
+    with its weight matrices times ``vec`` (:func:`.search.scale_vector`), one compiled
+    program for the fix, every recipe and recommend's answer."""
+
+    def one(vec, key):
+        return measure.one(lambda k: sr.scale_vector(init_fn(k), vec, idx), run, key, eps, None, True, with_deltas)
+
+    return jax.jit(lambda vec, keys: jax.lax.map(lambda k: one(vec, k), keys, batch_size=max(1, int(chunk))))
+
+
+def measured(raw, L, name, eps, max_factor, max_angle_rate, seed) -> dict:
+    """The rates, phase and first failing block of a check's measurements (the probe's
+    :class:`.result.ProbeResult`), or ``{"finite": False, "reason": ...}``."""
+    bad = int(np.min(raw["finite"]))
+    if bad < L or not np.all(raw["grad_finite"]):
+        where = f"after block {bad + 1} of {L}" if bad < L else "in the gradient at the first block's input"
+        return dict(finite=False, reason=f"not finite (NaN or inf) {where}")
+    res = result.ProbeResult(
+        name=name,
+        ds=result.dataset(raw),
+        start=(float(np.mean(raw["q_data"][:, 0])), float(np.mean(raw["rho_data"][:, 0]))),
+        eps=float(eps),
+        max_factor=float(max_factor),
+        max_angle_rate=float(max_angle_rate),
+    )
+    la, la_se = res.angle_rate
+    lg, lg_se = res.lambda_g_input
+    f = _factor(lg, L)
+    return dict(
+        finite=True,
+        angle_rate=la,
+        angle_rate_se=la_se,
+        lambda_g_input=lg,
+        lambda_g_input_se=lg_se,
+        gradient_factor=f,
+        gradient_factor_se=f * L * lg_se if math.isfinite(lg) else float("nan"),
+        distance=distance(la, lg, L, max_factor, max_angle_rate),
+        phase=list(res.phase),
+        first_failing_block=res.first_failing_block,
+        inits=res.inits,
+        seed=int(seed),
+    )
+
+
+def _role_summary(mult: dict, roles: dict) -> dict:
+    """``{role: m}`` of ``{path: m}`` (a role's matrices sharing one multiplier, else the
+    range ``[min, max]``), the roles left at 1 omitted."""
+    by = {}
+    for p, m in mult.items():
+        by.setdefault(roles[p], []).append(float(m))
+    return {r: (v[0] if max(v) == min(v) else [min(v), max(v)]) for r, v in by.items() if v != [1.0] * len(v)}
 
 
 def fix(
@@ -376,76 +267,62 @@ def fix(
     residual=None,
     skip=None,
     margin: float = MARGIN,
+    recipes=None,
+    small_std: float = rc.SMALL_STD,
     progress=None,
-    measure=None,
 ) -> dict:
     """Search, verify and describe the fix of ``model`` (a :class:`phasefield.probing.Model`)
-    whose probe as it is is ``before`` (a ProbeResult). The ``fix`` dict of the JSON.
-    ``measure``: the probe that re-measures the fixed model (:func:`phasefield.probing.probe`,
-    which passes itself). ``progress(n)``: called with the initializations just measured, by
-    the search and the check (a :class:`.measure.Steps` where the probe calls it)."""
-    from .model import Model
-
-    if measure is None:
-        raise ValueError("fix needs measure=: the probe that re-measures the fixed model")
-    probe = measure
-
+    whose probe as it is is ``before`` (a ProbeResult), and measure the recipes beside it
+    (``recipes``: names of :data:`.recipes.NAMES`, default all; ``small_std``: the
+    ``small-std`` recipe's multiplier). The ``fix`` dict of the JSON. ``progress(n)``: called
+    with the initializations just measured, by the search and the check."""
     t0 = time.perf_counter()
+    names = _recipe_names(recipes)
     key0 = jax.random.PRNGKey(int(seed))
     sel = check_selection(jax.eval_shape(model.init_fn, key0), weights, residual, skip)
+    roles = rc.roles(sel)
+    idx = sr.index(sel)
     run = (
         model.runner
         if model.runner is not None
         else capture.runner(model.apply_fn, model.inputs, blocks=model.blocks, stack=model.stack)
     )
     L = before.depth
-    found = search(
-        model.init_fn,
-        run,
-        L,
-        sel,
-        eps,
-        inits=inits,
-        seed=seed,
-        max_factor=max_factor,
-        max_angle_rate=max_angle_rate,
-        margin=margin,
-        progress=progress,
-    )
+    keys = jax.random.split(jax.random.PRNGKey(int(seed) + 7919), int(inits))
+    f = sr.point_fn(model.init_fn, run, idx, float(eps), keys)
+    found = sr.Search(
+        f, roles, idx, L, max_factor, max_angle_rate, margin, inits, progress, sr.MAX_POINTS, sr.BISECT
+    ).run()
     best = found["best"]
-    m_w, m_res = best["weights"], best["residual"]
-    init_fn = model.init_fn
-    fixed = Model(
-        lambda k: scale(init_fn(k), m_w, m_res, sel),
-        model.apply_fn,
-        model.inputs,
-        blocks=model.blocks,
-        stack=model.stack,
-        block=None,
-        name=model.name + " (fixed)",
-        runner=model.runner,
-    )
+    knobs = {k: best["knobs"].get(k, 1.0) for k in rc.KNOBS}
+    mult = sr.knob_multipliers(best["knobs"], roles)
+    params0 = jax.device_get(jax.jit(model.init_fn)(key0))
+    post_ln = found["spread"] is not None and found["spread"] < sr.NORMALIZED
+    n_tokens = int(np.shape(jax.eval_shape(lambda: run(model.init_fn(key0))[0]))[-2])
+    width = int(np.shape(jax.eval_shape(lambda: run(model.init_fn(key0))[0]))[-1])
+
     verify_seed = int(seed) + 1_000_003  # fresh initializations: none shared with the search or the probe
-    after = probe(
-        fixed,
-        inits=verify_inits,
-        seed=verify_seed,
-        eps=eps,
-        chunk=chunk,
-        max_factor=max_factor,
-        max_angle_rate=max_angle_rate,
-        progress=progress,
-    )
-    la, la_se = after.angle_rate
-    lg, lg_se = after.lambda_g_input
+    vkeys = jax.random.split(jax.random.PRNGKey(verify_seed), int(verify_inits))
+    with_deltas = model.stack is None and getattr(run, "deltas", True)
+    check = check_fn(model.init_fn, run, idx, float(eps), chunk, with_deltas)
+
+    def measure_at(m, name):
+        raw = jax.device_get(check(jnp.asarray(sr.vector(m, idx)), vkeys))
+        if progress is not None:
+            progress(int(verify_inits))
+        return measured(raw, L, name, eps, max_factor, max_angle_rate, verify_seed)
+
+    after = measure_at(mult, model.name + " (fixed)")
+    if not after["finite"]:
+        raise ValueError(f"the fixed model's tokens are {after['reason'][4:]}")
     b_la, b_la_se = before.angle_rate
     b_lg, b_lg_se = before.lambda_g_input
-    d_after = distance(la, lg, L, max_factor, max_angle_rate)
     out = dict(
-        multipliers=dict(weights=m_w, residual=m_res),
+        multipliers=knobs,
         criteria=dict(max_gradient_factor=float(max_factor), max_angle_rate=float(max_angle_rate)),
         patterns=dict(weights=weights, residual=residual or RESIDUAL, skip=skip or SKIP),
-        init_std=init_std(model.init_fn, key0, sel, m_w, m_res),
+        roles={g: roles[p] for p, g in groups(list(sel)).items()},
+        init_std=init_std(params0, sel, mult),
         before=dict(
             angle_rate=b_la,
             angle_rate_se=b_la_se,
@@ -456,36 +333,72 @@ def fix(
             phase=list(before.phase),
             first_failing_block=before.first_failing_block,
         ),
-        after=dict(
-            angle_rate=la,
-            angle_rate_se=la_se,
-            lambda_g_input=lg,
-            lambda_g_input_se=lg_se,
-            gradient_factor=_factor(lg, L),
-            gradient_factor_se=_factor(lg, L) * L * lg_se if math.isfinite(lg) else float("nan"),
-            distance=d_after,
-            phase=list(after.phase),
-            first_failing_block=after.first_failing_block,
-            inits=after.inits,
-            seed=verify_seed,
-        ),
-        meets=bool(d_after <= 1.0),
+        after=after,
+        meets=bool(after["distance"] <= 1.0),
         search=dict(
             points=len(found["points"]),
-            inits=found["inits"],
-            margin=found["margin"],
+            max_points=sr.MAX_POINTS,
+            inits=int(inits),
+            margin=float(margin),
             weights_range=list(WEIGHTS_RANGE),
             residual_range=list(RESIDUAL_RANGE),
             best=best,
+            axes=found["axes"],
+            normalized_spread=found["spread"],
         ),
     )
+    theory = None
     if model.spec is not None:
-        n_tokens = int(np.shape(jax.eval_shape(lambda: run(model.init_fn(key0))[0]))[-2])
-        out["theory"] = theory_beside(
-            model.spec, m_w, m_res, L, n_tokens, before.start, eps, max_factor, max_angle_rate
-        )
+        theory = theory_beside(model.spec, knobs, L, n_tokens, before.start, eps, max_factor, max_angle_rate)
+        out["theory"] = theory
+    st = rc.Structure(L, roles, post_ln, rc.group_std(params0, sel) if "gpt2" in names else None)
+    arms = []
+    for name in names:
+        p = rc.plan(name, st, m=small_std)
+        arm = dict(name=name, text=p["text"], applicable=p["applicable"], reason=p["reason"])
+        pp = rc.per_path(p, st)
+        arm["multipliers"] = _role_summary(pp, roles) if p["applicable"] else {}
+        if theory is not None:
+            arm["preset_numbers"] = rc.as_preset_numbers(name, theory["before"], L, width, m=small_std)
+        if p["applicable"]:
+            arm["after"] = measure_at(pp, name)
+            arm["meets"] = bool(arm["after"].get("distance", float("inf")) <= 1.0)
+        else:
+            arm["after"], arm["meets"] = None, None
+            if progress is not None:
+                progress(int(verify_inits))  # counted in the total: the bar ends full
+        arms.append(arm)
+    if theory is not None:
+        arms.append(_recommend_arm(theory, roles, measure_at, progress, verify_inits))
+    out["recipes"] = arms
     out["seconds"] = time.perf_counter() - t0
     return out
+
+
+def _recommend_arm(theory, roles, measure_at, progress, verify_inits) -> dict:
+    """``recommend --block``'s answer as multipliers of the model as it is: sigma's ratio on
+    every matrix, the branch scales' ratios on top on the output projections."""
+    now, rec = theory["before"], theory["recommend"]
+    arm = dict(
+        name="recommend",
+        text="recommend --block's theory answer: sigma {sigma:.4g}, alpha_attn {alpha_attn:.4g}, "
+        "alpha_mlp {alpha_mlp:.4g}".format(**rec),
+        preset_numbers={k: rec[k] for k in ("sigma", "alpha_attn", "alpha_mlp")},
+    )
+    zero = [k for k in ("sigma", "alpha_attn", "alpha_mlp") if not now[k] > 0]
+    if zero:
+        arm.update(applicable=False, reason=f"the model's {zero[0]} is 0: no multiplier reaches it", multipliers={})
+        arm["after"], arm["meets"] = None, None
+        if progress is not None:
+            progress(int(verify_inits))
+        return arm
+    w = rec["sigma"] / now["sigma"]
+    ratio = dict(attn_out=w * rec["alpha_attn"] / now["alpha_attn"], mlp_out=w * rec["alpha_mlp"] / now["alpha_mlp"])
+    pp = {p: ratio.get(role, w) for p, role in roles.items()}
+    arm.update(applicable=True, reason=None, multipliers=_role_summary(pp, roles))
+    arm["after"] = measure_at(pp, "recommend")
+    arm["meets"] = bool(arm["after"].get("distance", float("inf")) <= 1.0)
+    return arm
 
 
 def _factor(lg, L):
