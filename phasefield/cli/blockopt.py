@@ -97,14 +97,15 @@ def parse_axes(texts, allowed=None) -> dict:
 
 def refuse_causal(name: str, kw: dict) -> None:
     """UsageError for a causal block (``NAME:causal=true``): a command that computes the
-    (q, p) numbers or simulates without per-position measurements cannot take it."""
+    (q, p) numbers or simulates without per-position measurements cannot take it (the point
+    commands, ``sweep`` and ``figures --block`` answer it per position)."""
     if kw.get("causal"):
         from ..layers import registry
 
         own = f" ({name} is causal unless spelled {name}:causal=false)" if registry.lookup(name).causal_default else ""
         raise UsageError(
-            f"block {name}: causal=true gives per-position results, which {POINT_COMMANDS} compute; "
-            f"this command takes no causal block{own}"
+            f"block {name}: causal=true gives per-position results, which {POINT_COMMANDS}, `phasefield sweep` "
+            f"and `phasefield figures --block` compute; this command takes no causal block{own}"
         )
 
 

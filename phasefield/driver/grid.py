@@ -136,7 +136,9 @@ class Grid:
             axes = order + [len(order) + i for i in range(len(extra))]
             return np.ascontiguousarray(np.transpose(v.reshape(self.shape + extra), axes))
 
-        data = {k: (self.dims + tuple(trailing.get(k, ())), labelled(results[k]), dict(a)) for k, a in variables.items()}
+        data = {
+            k: (self.dims + tuple(trailing.get(k, ())), labelled(results[k]), dict(a)) for k, a in variables.items()
+        }
         cs = {k: (k, self.axes[k]) for k in self.dims}
         cs.update({k: float(v) for k, v in self.scalars.items()})
         cs.update(coords or {})
