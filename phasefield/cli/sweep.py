@@ -142,7 +142,7 @@ def _generic(block, given, sizes, run, out, figure, sim):
         raise UsageError("--figure needs two axes")
     if sim is not None and figure is None:
         raise UsageError("--sim draws on --figure; give both")
-    causal = layers_sweep.is_causal(block.kw)
+    causal = bool(block.kw.get("causal"))
     if sim is not None and causal:
         raise UsageError(
             f"--sim: its rows measure the (q, p) rates of blocks without the mask; block {block[0]} is causal "

@@ -210,11 +210,6 @@ def _point(name, fixed, keys, n_tokens, depth, q0, rho0, scales=(None, None), ta
     return f
 
 
-def is_causal(fixed: dict) -> bool:
-    """Whether the checked keywords ``fixed`` spell a causal block (per-position results)."""
-    return bool(fixed.get("causal"))
-
-
 def causal_point_bytes(name: str, fixed: dict, n_tokens: int) -> int:
     """An estimate of one causal point's working set: its attention's pair weights
     ``[n, n, n, n]`` (the paper map) or its Monte-Carlo attention matrices ``[fields, n, n]``
@@ -223,6 +218,12 @@ def causal_point_bytes(name: str, fixed: dict, n_tokens: int) -> int:
     n = int(n_tokens)
     grid = any(x.logit_grid() for x in leaf_layers(spec.build(name, fixed)))
     return 8 * 8 * n * n * (n * n + (MC_FIELDS if grid else 0))
+
+
+def causal_chunk(name: str, fixed: dict, n_tokens: int) -> int:
+    """The points of a causal chunk: as many as :data:`CAUSAL_CHUNK_BYTES` holds (at least
+    one, at most :data:`CHUNK`)."""
+    return int(min(CHUNK, max(1, CAUSAL_CHUNK_BYTES // causal_point_bytes(name, fixed, n_tokens))))
 
 
 def _causal_point(name, fixed, keys, n_tokens, depth, q0, rho0, scales=(None, None), mlp=()):
@@ -335,10 +336,10 @@ def plan(
     (the exact map, the softmax term) and q0 = 1, their values on a cosine mesh once per
     distinct logit scale (:func:`mesh_tables`).
     ``mesh=False``: every point builds its tables inside the trace and integrates the exact
-    map (the reference path; same numbers to ~1e-13). A causal block (:func:`is_causal`)
+    map (the reference path; same numbers to ~1e-13). A causal block (``fixed["causal"]``)
     gets the kernels alone (its Gram maps read no logit tables) and a chunk of
-    :data:`CAUSAL_CHUNK_BYTES` / :func:`causal_point_bytes` points."""
-    causal = is_causal(fixed)
+    :func:`causal_chunk` points."""
+    causal = bool(fixed.get("causal"))
     keys = tuple(k for k in axes if k != "depth")
     grids = [np.asarray(axes[k], float) for k in keys]
     flat = [m.ravel() for m in np.meshgrid(*grids, indexing="ij")] if grids else []
@@ -367,7 +368,7 @@ def plan(
         mlp = tuple(out)
     chunk = CHUNK_EXACT if grid and att is None else CHUNK  # mesh values: no logit grid per point
     if causal:
-        chunk = int(min(CHUNK, max(1, CAUSAL_CHUNK_BYTES // causal_point_bytes(name, fixed, n_tokens))))
+        chunk = causal_chunk(name, fixed, n_tokens)
     return Plan(
         name,
         dict(fixed),
@@ -541,7 +542,7 @@ def sweep_grid(
     if depths is not None:
         outer["depth"] = np.asarray(depths)
     points = driver.Grid({**outer, **dict(zip(num_keys, grids))}, outer=("n_tokens", "depth"))
-    causal = is_causal(fixed)
+    causal = bool(fixed.get("causal"))
     n_max = max(n_list)
     variables = CAUSAL_VARIABLES if causal else VARIABLES
     symbols = {k: schema.SYMBOLS[k] for k in variables}
@@ -549,17 +550,18 @@ def sweep_grid(
     grid.check_grid(points.shape, 8 * sum(int(np.prod(shapes.get(k, ()))) for k in variables), "grid")
     if chunk is not None and not 1 <= int(chunk) <= grid.CHUNK_MAX:
         raise ValueError(f"chunk must lie in [1, {grid.CHUNK_MAX:,}] (got {chunk})")
-    plans = [plan(name, fixed, dict(zip(num_keys, grids)), n, depth_list, q0, rho0, mesh) for n in n_list]
     devices = list(devices) if devices is not None else jax.local_devices()
     ndev = len(devices) if grids else 1
-    size = int(chunk or (min(p.chunk for p in plans) if causal else plans[0].chunk))
-    chunks = points.chunks(size, multiple=ndev)  # whole points per device
-    if causal:
+    if causal:  # its memory checked before any work
+        chunks = points.chunks(int(chunk or causal_chunk(name, fixed, n_max)), multiple=ndev)
         grid.check_memory(
             chunks.size * causal_point_bytes(name, fixed, n_max),
             f"a causal chunk of {chunks.size} points at n_tokens = {n_max}",
             "use fewer tokens or a smaller chunk",
         )
+    plans = [plan(name, fixed, dict(zip(num_keys, grids)), n, depth_list, q0, rho0, mesh) for n in n_list]
+    if not causal:
+        chunks = points.chunks(int(chunk or plans[0].chunk), multiple=ndev)  # whole points per device
 
     def evaluate(c):
         i, j = divmod(chunks.slab(c), len(depth_list))
