@@ -86,7 +86,7 @@ def _options(f):
             type=int,
             default=None,
             help="points per compiled chunk [paper: 65536; other blocks: 1024, 64 integrating the exact map per "
-            "point; causal blocks: as many as 1 GiB holds]",
+            "point; causal blocks: as many as 128 MiB holds]",
         ),
         click.option("--out", "-o", required=True, help="output netCDF file (.nc)"),
         click.option("--progress/--quiet", default=True, show_default=True, help="progress bar"),

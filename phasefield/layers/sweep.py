@@ -60,7 +60,10 @@ SYMBOLS = {k: schema.SYMBOLS[k] for k in OUTPUTS}
 CAUSAL_OUTPUTS = ("angle_rate_last", "lambda_g_last", "q_L_pos", "rho_L_pos")  # a causal block's point
 POSITION_OUTPUTS = ("q_L_pos", "rho_L_pos")  # a value per position (dimension ``position``)
 CAUSAL_VARIABLES = {k: schema.NAMES[k] for k in CAUSAL_OUTPUTS}
-CAUSAL_CHUNK_BYTES = 1 << 30  # a causal chunk's working set (points x causal_point_bytes)
+# a causal chunk's working set (points x causal_point_bytes): small chunks run faster on a CPU
+# (pre-LN, exact map, n = 16, L = 16, two CPU devices: 1.3 CPU-s a point in chunks of 2 points,
+# 1.75 in chunks of 8, 2.65 in chunks of 16; one point alone 1.4)
+CAUSAL_CHUNK_BYTES = 128 << 20
 MC_FIELDS = 4096  # the exact map's Monte-Carlo logit fields on the full Gram (a memory estimate)
 CHUNK = 1024
 MESH_TABLES = 97  # mesh of the per-logit-scale interpolants (the stable-point search's 33 reach
