@@ -14,7 +14,15 @@ carries a closed-form engine with its engine's grid evaluator (the paper block's
 :mod:`phasefield.layers.paper.sweep`, its variables lambda_a, lambda_g_collapse,
 lambda_g_inf, q_star, rho_star and the attractors), every other block with the layers
 evaluator (:func:`phasefield.layers.sweep.sweep_grid`, its variables angle_rate, lambda_g_input,
-lambda_g_collapse, lambda_a, rho_L, q_L).
+lambda_g_collapse, lambda_a, rho_L, q_L). A causal block (``NAME:causal=true``, any preset's
+option; ``gpt2`` and ``llama`` unless spelled ``causal=false``) runs the layers evaluator
+too, each point on the full Gram (:func:`phasefield.layers.causal.causal_rates_traced`):
+angle_rate_last and lambda_g_last over the grid, q_L_pos and rho_L_pos over the grid and
+``position``.
+
+    ds = phasefield.sweep(block="pre-ln:causal=true", axes={"sigma": s, "alpha": a},
+                          n_tokens=16, depth=16)
+    ds.rho_L_pos.isel(position=-1)                                  # the last token's cosine
 
 How it runs, for every block:
 
@@ -102,11 +110,7 @@ def sweep(
     the reference of the tiled one in tests/test_sweep.py and scripts/bench_theory.py.)"""
     given = {k: v for k, v in numbers.items() if v is not None}
     name, fixed = ("paper", {}) if block is None else block_of(block)
-    if fixed.get("causal"):
-        raise ValueError(
-            f"block {name}: causal=true gives per-position results (phasefield.exponents); a sweep "
-            "computes the (q, p) numbers, which the mask breaks"
-        )
+    causal = bool(fixed.get("causal"))
     axes = dict(axes or {})
     for k, v in (("n_tokens", n_tokens), ("depth", depth)):
         if v is not None and k in axes:
@@ -115,7 +119,7 @@ def sweep(
     from .layers import registry
 
     preset = registry.lookup(name)
-    if preset.fast_engine:  # the block's own closed-form evaluator
+    if preset.fast_engine and not causal:  # the block's own closed-form evaluator
         engine = preset.engine
         return engine.sweep(
             fixed,
@@ -129,10 +133,11 @@ def sweep(
             _thorough=_thorough,
             **run,
         )
-    # every other block: the layers evaluator
+    # every other block (and every causal one): the layers evaluator
     if given:
+        which = f"block {name}:causal=true" if causal and preset.fast_engine else f"block {name}"
         raise ValueError(
-            f"{', '.join(k + '=' for k in given)}: options of the paper block; block {name} "
+            f"{', '.join(k + '=' for k in given)}: options of the paper block; {which} "
             f"takes its own numbers as axes or in its spec ({', '.join(_numbers(name))})"
         )
     from .layers import sweep as layers_sweep

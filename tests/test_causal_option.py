@@ -126,14 +126,96 @@ def test_point_commands_answer_per_position(capsys):
         (["exponents", "--block", "dyt:causal=true"], "equal norm"),
         (["trajectory", "--block", "dyt:causal=true"], "equal norm"),
         (["exponents", "--block", "pre-ln:causal=2"], "true or false"),
-        (["sweep", "--block", "pre-ln:causal=true", "--axis", "sigma=0.5:1:2", "--out", "OUT"], "per-position"),
         (["simulate", "sweep", "--block", "paper:causal=true", "--axis", "sigma_w=1:2:2", "-o", "OUT"], "per-position"),
         (["recommend", "--block", "pre-ln:causal=true"], "per-position"),
+        # a causal sweep: the (q, p) rates' simulation rows, the paper's closed-form flags,
+        # a chunk beyond memory (checked before any work)
+        (
+            ["sweep", "--block", CAUSAL, "--axis", "depth=2,3", "--axis", "n_tokens=4,6"]
+            + ["--out", "OUT", "--figure", "FIG", "--sim", "ROWS"],
+            "(q, p) rates",
+        ),
+        (["sweep", "--block", "paper:causal=true", "--sigma-w", "1,2", "--out", "OUT"], "options of the paper block"),
+        (
+            ["sweep", "--block", "pre-ln:causal=true", "--axis", "sigma=0.5,1", "--n-tokens", "100000", "--out", "OUT"],
+            "memory",
+        ),
+        (
+            ["figures", "--block", "pre-ln:causal=true", "--axis", "sigma=0.5,1", "--axis", "alpha=0.5,1"]
+            + ["--n-tokens", "100000", "--out", "OUT"],
+            "memory",
+        ),
     ],
 )
 def test_bad_causal_input_is_one_line(capsys, tmp_path, argv, msg):
-    out = tmp_path / "out.nc"
-    argv = [str(out) if a == "OUT" else a for a in argv]
+    paths = {"OUT": tmp_path / "out.nc", "FIG": tmp_path / "f.png", "ROWS": tmp_path / "rows.jsonl"}
+    argv = [str(paths[a]) if a in paths else a for a in argv]
     rc, _, err = _run(capsys, *argv)
     assert rc == 2 and msg in err and len(err.strip().splitlines()) == 1, err
     assert not list(tmp_path.iterdir())
+
+
+# a causal sweep's grid: CAUSAL's numbers as axes (the same compiled point as the tests above)
+GRID_SPEC = CAUSAL.replace("sigma=0.9,alpha=0.6,", "")
+AXES = {"sigma": [0.6, 0.9], "alpha": [0.3, 0.6]}
+
+
+def _against_points(ds, sigmas, alphas):
+    """Each point of a causal sweep (its grid dimensions, and ``position`` for the values per
+    position) against layers.causal_rates at that point (one point, its own program), finite."""
+    name, kw = spec.parse(GRID_SPEC)
+    assert ds["q_L_pos"].dims == ("sigma", "alpha", "position") and ds["lambda_g_last"].dims == ("sigma", "alpha")
+    assert ds["position"].values.tolist() == list(range(N)) and "lambda_g_input" not in ds
+    for i, sg in enumerate(sigmas):
+        for j, al in enumerate(alphas):
+            want = layers.causal_rates(spec.build(name, dict(kw, sigma=sg, alpha=al)), N, DEPTH)
+            for k, v in want.items():
+                got = ds[k].isel(sigma=i, alpha=j).values
+                assert np.all(np.isfinite(got)), k
+                np.testing.assert_allclose(got, np.asarray(v), rtol=0, atol=1e-13, err_msg=k)
+    assert np.ptp(ds["q_L_pos"].values[0, 0]) > 1e-3  # the mask makes the positions differ
+
+
+def test_a_causal_sweep_is_chunked_sharded_resumed_and_per_position(tmp_path, monkeypatch):
+    """A causal block's grid through the one driver: chunks of 2 points split over (up to)
+    two devices, an interruption after the first chunk keeps it, the rerun computes only the
+    other, and every point is layers.causal_rates's."""
+    from phasefield.layers import sweep as layers_sweep
+
+    out = tmp_path / "c.nc"
+    run = dict(block=GRID_SPEC, axes=AXES, n_tokens=N, depth=DEPTH, chunk_size=2, out=str(out))
+    run["devices"] = jax.local_devices()[:2]
+    real, calls = layers_sweep.evaluate_chunk, []
+
+    def evaluate(plan, values, depth):
+        calls.append(len(calls))
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(plan, values, depth)
+
+    monkeypatch.setattr(layers_sweep, "evaluate_chunk", evaluate)
+    with pytest.raises(KeyboardInterrupt):
+        phasefield.sweep(**run)
+    assert not out.exists() and len(list((tmp_path / "c.nc.chunks").glob("chunk_*.npz"))) == 1
+    calls.clear()
+    ds = phasefield.sweep(**run)
+    assert len(calls) == 1 and out.exists() and not (tmp_path / "c.nc.chunks").exists()
+    _against_points(ds, AXES["sigma"], AXES["alpha"])
+
+
+def test_sweep_and_figures_draw_a_causal_blocks_last_token(capsys, tmp_path):
+    """`sweep --block NAME:causal=true --figure` and `figures --block NAME:causal=true`: the
+    same grid, each point causal_rates's, the diagram drawn from the last token's rates."""
+    grid = ("--axis", "sigma=0.9", "--axis", "alpha=0.3,0.6", "--n-tokens", str(N), "--depth", str(DEPTH))
+    nc, png = tmp_path / "s.nc", tmp_path / "s.png"
+    rc, _, err = _run(capsys, "sweep", "--block", GRID_SPEC, *grid, "--out", str(nc), "--figure", str(png), "--quiet")
+    assert rc == 0, err
+    rc, _, err = _run(capsys, "figures", "--block", GRID_SPEC, *grid, "--out", str(tmp_path / "figs"))
+    assert rc == 0, err
+    from phasefield import io
+
+    ds, fig = io.read_netcdf(nc), io.read_netcdf(tmp_path / "figs" / "phase_pre-ln.nc")
+    _against_points(ds, [0.9], AXES["alpha"])
+    for k in ds.data_vars:
+        assert np.array_equal(fig[k].values, ds[k].values), k
+    assert png.stat().st_size > 1000 and (tmp_path / "figs" / "phase_pre-ln.png").stat().st_size > 1000

@@ -109,7 +109,7 @@ def test_point_commands_use_and_report_the_input(capsys):
 
 def test_commands_without_per_position_results_refuse_the_causal_default(capsys, tmp_path):
     out = tmp_path / "o.nc"
-    rc = main(["sweep", "--block", "gpt2", "--axis", "sigma=0.5:1:2", "--out", str(out)])
+    rc = main(["simulate", "sweep", "--block", "gpt2", "--axis", "sigma=0.5:1:2", "--out", str(out)])
     err = capsys.readouterr().err
     assert rc == 2 and "gpt2 is causal unless spelled gpt2:causal=false" in err and len(err.strip().splitlines()) == 1
     assert not list(tmp_path.iterdir())

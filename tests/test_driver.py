@@ -124,6 +124,45 @@ def test_grid_flattens_outer_axes_first_and_labels_in_the_given_order():
     np.testing.assert_array_equal(ds["v"].values, 10 * n[None, :] + a[:, None])
 
 
+def test_values_per_position_are_stored_resumed_and_labelled(tmp_path):
+    """A variable with a trailing shape (a causal sweep's value per position) beside a
+    number per point: an interrupted run keeps its finished chunks' [points, 4] values, the
+    rerun computes only the rest, and the dataset labels them after the grid's dimensions
+    (in the order given; the outer axis first in the flat order)."""
+    a, n = np.array([0.1, 0.2, 0.3]), np.array([3, 5])
+    g = driver.Grid({"a": a, "n": n}, outer=("n",))
+    chunks = g.chunks(2)
+    flat = g.values(np.arange(g.size))
+    want = (10 * flat["n"] + flat["a"])[:, None] + 100 * np.arange(4)  # [points, position]
+    calls = []
+
+    def evaluate(c):
+        calls.append(c)
+        if c == 2 and len(calls) == 3:
+            raise KeyboardInterrupt
+        rows = want[driver.store.places(chunks.span(c))]
+        rows = np.resize(rows, (chunks.size, 4))  # padded, as a chunk's last points are
+        return {"s": rows[:, 0], "p": rows}
+
+    out, spec, shapes = tmp_path / "p.nc", {"what": "positions"}, {"p": (4,)}
+    with pytest.raises(KeyboardInterrupt), driver.Driver(out, spec) as drv:
+        drv.run(evaluate, chunks.count, chunks.span, g.size, ("s", "p"), shapes=shapes)
+    assert calls == [0, 1, 2]
+    calls.clear()
+    with driver.Driver(out, spec) as drv:
+        res = drv.run(evaluate, chunks.count, chunks.span, g.size, ("s", "p"), shapes=shapes)
+        ds = g.dataset(res, {"s": {}, "p": {}}, trailing={"p": ("position",)})
+        drv.write(ds)
+    assert calls == [2, 3]
+    np.testing.assert_array_equal(res["p"], want)
+    np.testing.assert_array_equal(res["s"], want[:, 0])
+    ds = io.read_netcdf(out)
+    assert ds["p"].dims == ("a", "n", "position") and ds["s"].dims == ("a", "n")
+    for i, j in np.ndindex(3, 2):  # point (a_i, n_j) sits at flat index j * 3 + i
+        np.testing.assert_array_equal(ds["p"].values[i, j], want[j * 3 + i])
+        assert float(ds["s"].values[i, j]) == want[j * 3 + i, 0]
+
+
 def test_pad_to_devices_and_replicate():
     """The trainer's placement: a batch padded to whole points per device by repeating its
     last point (unchanged when it divides), shared data whole on every device."""

@@ -10,7 +10,7 @@ grid axes ``--axis NAME=start:stop:count`` (or ``NAME=a,b,c``) over the block's 
 A paper flag given with another block, a number given twice (in ``--block`` and by its flag
 or an ``--axis``), an axis the block has no number for, or a causal block
 (``NAME:causal=true``, whose results are per position) given to a command other than the point
-commands: one line (:class:`UsageError`).
+commands, ``sweep`` and ``figures --block``: one line (:class:`UsageError`).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ POINT_BLOCK_HELP = (
     BLOCK_HELP + "; NAME:causal=true masks its attention (results per position; gpt2 and llama are causal "
     "unless given causal=false)"
 )
-POINT_COMMANDS = "`phasefield exponents` and `phasefield trajectory`"
+CAUSAL_COMMANDS = "`phasefield exponents`, `trajectory`, `sweep`, `figures --block` and `simulate exponents`"
 AXIS_HELP = "NAME=start:stop:count or NAME=a,b,c: an axis over a number of the block (repeat it)"
 
 # the paper flags (click parameter names) -> the paper block's numbers they set (``alpha``:
@@ -97,13 +97,14 @@ def parse_axes(texts, allowed=None) -> dict:
 
 def refuse_causal(name: str, kw: dict) -> None:
     """UsageError for a causal block (``NAME:causal=true``): a command that computes the
-    (q, p) numbers or simulates without per-position measurements cannot take it."""
+    (q, p) numbers or simulates without per-position measurements cannot take it (the point
+    commands, ``sweep`` and ``figures --block`` answer it per position)."""
     if kw.get("causal"):
         from ..layers import registry
 
         own = f" ({name} is causal unless spelled {name}:causal=false)" if registry.lookup(name).causal_default else ""
         raise UsageError(
-            f"block {name}: causal=true gives per-position results, which {POINT_COMMANDS} compute; "
+            f"block {name}: causal=true gives per-position results, which {CAUSAL_COMMANDS} compute; "
             f"this command takes no causal block{own}"
         )
 

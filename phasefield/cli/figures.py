@@ -28,7 +28,7 @@ def _block_diagram(out, quick, from_path, sim_path, block_spec, axis_texts, dept
     for flag, v in (("--quick", quick), ("--from", from_path), ("--sim", sim_path)):
         if v:
             raise UsageError(f"{flag} is for the paper's figures, not a --block phase diagram")
-    name, fixed, axes = resolve(block_spec, axis_texts, {}, extra_axes=("depth",), grid=True)
+    name, fixed, axes = resolve(block_spec, axis_texts, {}, extra_axes=("depth",), grid=True, causal=True)
     from ..figures.blocks import block_phase_diagram
 
     paths = block_phase_diagram(name, axes, fixed, out, n_tokens=n_tokens, depth=depth)
@@ -85,7 +85,8 @@ def figures_cmd(out, quick, from_path, sim_path, block_spec, axis_texts, depth, 
     With --block and two --axis: the phase diagram (angle rate, gradient rate) of any block
     over two of its numbers (or one and depth), OUT/phase_<block>.png and its data
     OUT/phase_<block>.nc, e.g. `figures --block pre-ln --axis sigma=0.3:2:16 --axis
-    alpha=0.1:1:16 --out OUT`.
+    alpha=0.1:1:16 --out OUT`; a causal block (pre-ln:causal=true, gpt2, llama) draws the
+    last token's rates (angle_rate_last, lambda_g_last).
     """
     if block_spec is not None or axis_texts:
         return _block_diagram(out, quick, from_path, sim_path, block_spec or "paper", axis_texts, depth, n_tokens)

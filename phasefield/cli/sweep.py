@@ -4,7 +4,10 @@ grid -> netCDF, through the one sweep :func:`phasefield.diagram.sweep`.
 The paper block (no ``--block``, or ``--block paper[:...]``) takes its numbers as ``--sigma-w``,
 ``--alpha`` ... (each a range, a list or a number) or as ``--axis NAME=...``; any other block
 takes ``--axis NAME=...`` over the numbers of its preset (``phasefield.layers.spec.NUMBERS``).
-``--depth`` and ``--n-tokens`` are a number or a range (an axis) for every block.
+``--depth`` and ``--n-tokens`` are a number or a range (an axis) for every block. A causal
+block (``NAME:causal=true``; ``gpt2``, ``llama`` unless ``causal=false``) takes ``--axis``
+like any other block (the paper's too) and gives the last token's rates and the per-position
+q_L_pos, rho_L_pos (dimension ``position``).
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import os
 import click
 import numpy as np
 
-from .blockopt import PRESET_LIST, parse_axes, refuse_causal
+from .blockopt import PRESET_LIST, parse_axes
 from .common import (
     MLP_LAYERS_MAX,
     PAPER_NUMBERS,
@@ -82,7 +85,8 @@ def _options(f):
             "--chunk",
             type=int,
             default=None,
-            help="points per compiled chunk [paper: 65536; other blocks: 1024, 64 integrating the exact map per point]",
+            help="points per compiled chunk [paper: 65536; other blocks: 1024, 64 integrating the exact map per "
+            "point; causal blocks: as many as 128 MiB holds]",
         ),
         click.option("--out", "-o", required=True, help="output netCDF file (.nc)"),
         click.option("--progress/--quiet", default=True, show_default=True, help="progress bar"),
@@ -100,7 +104,8 @@ def sweep_command(spec_text, axes, n_tokens, depth, q0, rho0, chunk, out, progre
     """The theory of any block on a grid -> netCDF (xarray). Interrupted sweeps resume from
     OUT.chunks/. The paper block (default) gives lambda_a, lambda_g_collapse,
     lambda_g_inf, q_star, rho_star ...; any other block angle_rate, lambda_g_input,
-    lambda_g_collapse, lambda_a, rho_L, q_L."""
+    lambda_g_collapse, lambda_a, rho_L, q_L; a causal block (NAME:causal=true)
+    angle_rate_last, lambda_g_last and, per position, q_L_pos, rho_L_pos."""
     from .. import diagram
     from ..layers import registry
 
@@ -108,7 +113,6 @@ def sweep_command(spec_text, axes, n_tokens, depth, q0, rho0, chunk, out, progre
     # phasefield.diagram.sweep, before any work. Checked here: what only the command has
     # (--figure, --sim, the output file) and the limits it alone sets.
     block = check(diagram.block_of, "paper" if spec_text is None else spec_text)
-    refuse_causal(*block)
     axes = parse_axes(axes)
     sizes = {k: parse_range(v, k) for k, v in (("n_tokens", n_tokens), ("depth", depth)) if v is not None}
     for k in ("n_tokens", "depth"):  # one value as an --axis: the number, as --n-tokens/--depth give it
@@ -116,7 +120,7 @@ def sweep_command(spec_text, axes, n_tokens, depth, q0, rho0, chunk, out, progre
             sizes[k] = axes.pop(k)
     given = {k: v for k, v in flags.items() if v is not None}
     run = dict(axes=axes, q0=q0, rho0=rho0, chunk_size=chunk, progress=progress)
-    if registry.lookup(block[0]).fast_engine:  # the closed-form evaluator
+    if registry.lookup(block[0]).fast_engine and not block.kw.get("causal"):  # the closed-form evaluator
         return _paper(block, given, sizes, run, out, figure, sim)
     return _generic(block, given, sizes, run, out, figure, sim)
 
@@ -138,7 +142,17 @@ def _generic(block, given, sizes, run, out, figure, sim):
         raise UsageError("--figure needs two axes")
     if sim is not None and figure is None:
         raise UsageError("--sim draws on --figure; give both")
-    output(out, need_bytes=2 * len(layers_sweep.VARIABLES) * 8 * npts)
+    causal = bool(block.kw.get("causal"))
+    if sim is not None and causal:
+        raise UsageError(
+            f"--sim: its rows measure the (q, p) rates of blocks without the mask; block {block[0]} is causal "
+            "(its diagram draws the last token's rates)"
+        )
+    per_point = len(layers_sweep.VARIABLES)
+    if causal:  # two numbers and two values per position
+        n_max = np.max(sizes.get("n_tokens", run["axes"].get("n_tokens", 32)))
+        per_point = 2 + 2 * int(max(n_max, 1))
+    output(out, need_bytes=2 * per_point * 8 * npts)
     if figure is not None:
         output(figure, "--figure")
     rows = None

@@ -112,18 +112,33 @@ class Grid:
         idx = np.unravel_index(np.asarray(index), self.shape)
         return idx[list(self.axes).index(axis)]
 
-    def dataset(self, results: dict, variables: dict, attrs: dict | None = None, coords: dict | None = None):
+    def dataset(
+        self,
+        results: dict,
+        variables: dict,
+        attrs: dict | None = None,
+        coords: dict | None = None,
+        trailing: dict | None = None,
+    ):
         """``xarray.Dataset`` of the flat ``results`` ({name: [size]}) of ``variables``
         ({name: its attributes}) over the grid's dimensions (:attr:`dims`), the scalars as
-        scalar coordinates (``coords``: others to add)."""
+        scalar coordinates (``coords``: others to add). ``trailing``: name -> the names of
+        its trailing dimensions (its result ``[size, *shape]``: a value per position),
+        after the grid's."""
         import xarray as xr
 
+        trailing = dict(trailing or {})
         order = [list(self.axes).index(k) for k in self.dims]
 
         def labelled(v):
-            return np.ascontiguousarray(np.transpose(np.asarray(v).reshape(self.shape), order))
+            v = np.asarray(v)
+            extra = v.shape[1:]
+            axes = order + [len(order) + i for i in range(len(extra))]
+            return np.ascontiguousarray(np.transpose(v.reshape(self.shape + extra), axes))
 
-        data = {k: (self.dims, labelled(results[k]), dict(a)) for k, a in variables.items()}
+        data = {
+            k: (self.dims + tuple(trailing.get(k, ())), labelled(results[k]), dict(a)) for k, a in variables.items()
+        }
         cs = {k: (k, self.axes[k]) for k in self.dims}
         cs.update({k: float(v) for k, v in self.scalars.items()})
         cs.update(coords or {})

@@ -53,6 +53,7 @@ class Driver:
         desc: str = "sweep",
         wait: float = WAIT,
         unit: str = "chunk",
+        shapes: dict | None = None,
     ):
         """Flat float64 results ``{variable: [total]}`` (None on a multi-host process other
         than 0, once its chunks are stored).
@@ -63,11 +64,14 @@ class Driver:
         read back; of the rest this process computes ``c % process_count == process_index``,
         each stored as soon as it is done (an interruption, Ctrl-C included, loses at most
         the chunk in flight: a chunk file is written atomically). ``unit``: the progress
-        bar counts chunks (``"chunk"``) or points (any other unit's name)."""
+        bar counts chunks (``"chunk"``) or points (any other unit's name). ``shapes``:
+        variable -> the trailing shape of its values at a point (default: one number), its
+        result then ``[total, *shape]``."""
         from tqdm.auto import tqdm
 
         variables = tuple(variables)
-        results = {k: np.full(total, np.nan) for k in variables}
+        shapes = dict(shapes or {})
+        results = {k: np.full((total, *shapes.get(k, ())), np.nan) for k in variables}
         todo = st.resume(self.store, n_chunks, span, results, variables, lambda c: c % self.pcount == self.pid)
         by_points = unit != "chunk"
         size = sum(st.places(span(c)).size for c in todo) if by_points else len(todo)
@@ -76,7 +80,9 @@ class Driver:
             for c in todo:
                 where = st.places(span(c))
                 out = evaluate(c)
-                vals = {k: np.asarray(out[k], np.float64).reshape(-1)[: where.size] for k in variables}
+                vals = {
+                    k: np.asarray(out[k], np.float64).reshape((-1, *shapes.get(k, ())))[: where.size] for k in variables
+                }
                 st.fill(results, where, vals, variables)
                 if self.store is not None:
                     self.store.save(c, vals)

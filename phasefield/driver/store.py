@@ -8,7 +8,9 @@
 * :func:`write`: the finished dataset to its netCDF file atomically, then the folder removed.
 
 A chunk fills the positions ``places(span(c))`` of the flat results: ``span(c)`` is a range
-``(lo, hi)`` or the flat indices themselves (chunks of points that are not contiguous).
+``(lo, hi)`` or the flat indices themselves (chunks of points that are not contiguous). A
+variable's result is ``[total]`` or, with a trailing shape (``shapes``: a value per position
+of a causal stack), ``[total, *shape]``; a chunk's values of it ``[points, *shape]``.
 """
 
 from __future__ import annotations
@@ -35,9 +37,10 @@ def places(span) -> np.ndarray:
 
 def fill(results: dict, where: np.ndarray, vals: dict, variables) -> None:
     """A chunk's values (their first ``len(where)`` points; a chunk may be padded) into the
-    flat results."""
+    flat results (each variable's trailing shape that of its result)."""
     for k in variables:
-        results[k][where] = np.asarray(vals[k], np.float64).reshape(-1)[: where.size]
+        trailing = results[k].shape[1:]
+        results[k][where] = np.asarray(vals[k], np.float64).reshape((-1, *trailing))[: where.size]
 
 
 def resume(store, n_chunks: int, span, results: dict, variables, mine) -> list:

@@ -1,6 +1,8 @@
 """Phase diagrams of any block (:mod:`phasefield.layers.sweep` datasets): the angle rate
 and the gradient rate over two of its numbers (or one number and depth), each with its
-zero contour, and the simulation's measured signs beside the theory where given.
+zero contour, and the simulation's measured signs beside the theory where given. A causal
+block's dataset (``NAME:causal=true``) draws the last token's rates, ``angle_rate_last`` and
+``lambda_g_last`` (:data:`phasefield.layers.sweep.CAUSAL_OUTPUTS`).
 
 ``sim``: rows of ``scripts/validate_blocks.py`` (``docs/data/blocks/rows.jsonl``; rows of an
 earlier release, whose ``lambda_g`` was ``lambda_g_input``, are read too); the points of this
@@ -18,7 +20,11 @@ from .style import context, diverging_norm, extend, save
 TITLES = {
     "angle_rate": "angle rate (1/L) log[(1-ρ_L)/(1-ρ_0)]",
     "lambda_g_input": "gradient rate λ_g(L)",
+    "angle_rate_last": "last token's angle rate (1/L) log[(1-ρ_L)/(1-ρ_0)]",
+    "lambda_g_last": "last token's gradient rate λ_g(L)",
 }
+RATES = ("angle_rate", "lambda_g_input")  # a block's (q, p) rates
+CAUSAL_RATES = ("angle_rate_last", "lambda_g_last")  # a causal block's: the last token's
 
 
 def _sim_points(sim, block, x, y):
@@ -32,8 +38,16 @@ def _sim_points(sim, block, x, y):
 
 
 def phase_diagram(ds, out_dir: str, name: str, sim=None, formats=("png",)) -> list[str]:
-    """Two panels (angle rate, gradient rate) of the 2-D dataset ``ds``."""
-    grad = "lambda_g_input"
+    """Two panels (angle rate, gradient rate) of the 2-D dataset ``ds``: a causal block's
+    (its variables :data:`CAUSAL_RATES`) the last token's, which ``sim`` rows (the (q, p)
+    rates of unmasked networks) cannot accompany."""
+    causal = CAUSAL_RATES[1] in ds.data_vars
+    rates = CAUSAL_RATES if causal else RATES
+    if causal and sim:
+        raise ValueError(
+            "sim rows measure the (q, p) rates of blocks without the mask; a causal block's diagram takes none"
+        )
+    grad = rates[1]
     dims = list(ds[grad].dims)
     if len(dims) != 2:
         raise ValueError(f"a phase diagram needs a 2-D sweep (got axes {', '.join(dims) or 'none'})")
@@ -42,7 +56,7 @@ def phase_diagram(ds, out_dir: str, name: str, sim=None, formats=("png",)) -> li
     pts = _sim_points(sim, block, x, y)
     with context() as plt:
         fig, axes = plt.subplots(1, 2, figsize=(7.0, 3.0), constrained_layout=True)
-        for ax, var in zip(axes, ("angle_rate", grad)):
+        for ax, var in zip(axes, rates):
             z = np.asarray(ds[var].transpose(y, x), float)
             xs, ys = np.asarray(ds[x], float), np.asarray(ds[y], float)
             norm = diverging_norm(z, clip_percentile=98)
@@ -65,8 +79,10 @@ def phase_diagram(ds, out_dir: str, name: str, sim=None, formats=("png",)) -> li
             ax.set_ylabel(y)
             if y == "depth":
                 ax.set_yscale("log", base=2)
+        n = ds.attrs.get("n_tokens")
+        last = f" (causal, n = {n}: the last token's rates)" if n is not None else " (causal: the last token's rates)"
         fig.suptitle(
-            f"{block}: theory (colour, black line: zero)"
+            f"{block}{last if causal else ''}: theory (colour, black line: zero)"
             + (f"; simulation at d = {pts[0]['width']} (filled: > 0, x: not measurable)" if pts else ""),
             fontsize=8,
         )
@@ -80,6 +96,7 @@ def block_phase_diagram(name: str, axes: dict, fixed: dict, out_dir: str, n_toke
     """Sweep block ``name`` (keywords ``fixed``) over two ``axes`` (two of its numbers, or one
     and ``depth``) at ``n_tokens`` tokens and ``depth`` blocks, and write its phase diagram
     ``out_dir/phase_<name>.png`` and the data ``phase_<name>.nc``; returns the paths written.
+    A causal block (``fixed["causal"]``) draws the last token's rates.
     Everything is checked before any work (ValueError, one line): ``depth``, ``n_tokens``,
     the axes, the grid's size and the output folder."""
     import os

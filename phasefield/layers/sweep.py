@@ -27,6 +27,15 @@ asks each leaf the questions of the layer protocol (:mod:`.base`: ``logit_scale`
 
     p = sweep.plan("pre-ln", {"attention": "exact"}, {"sigma": s, "alpha": a}, 16, [16])
     out = sweep.evaluate_chunk(p, {"sigma": flat_s, "alpha": flat_a}, 16)   # OUTPUTS -> arrays
+
+A causal block (``NAME:causal=true``, or a decoder's preset: ``fixed["causal"]``) has no
+(q, p) numbers: each point is :func:`phasefield.layers.causal.causal_rates_traced` on the
+full Gram, vmapped over the chunk through the same plan, chunks and driver, and the dataset
+holds :data:`CAUSAL_OUTPUTS`: ``angle_rate_last`` and ``lambda_g_last`` over the grid's
+dimensions, ``q_L_pos`` and ``rho_L_pos`` over them and ``position`` (0 .. n - 1; with an
+``n_tokens`` axis, up to the largest n, NaN past a point's own n). Its Gram maps read the
+MLP/GLU kernels (built per distinct input scale as above) and no logit tables; a chunk holds
+as many points as :data:`CAUSAL_CHUNK_BYTES` allows (:func:`causal_point_bytes`).
 """
 
 from __future__ import annotations
@@ -48,6 +57,14 @@ from .state import Context, Kernel
 OUTPUTS = ("angle_rate", "lambda_g_input", "lambda_g_collapse", "lambda_a", "rho_L", "q_L")  # a point's results
 VARIABLES = {k: schema.NAMES[k] for k in OUTPUTS}
 SYMBOLS = {k: schema.SYMBOLS[k] for k in OUTPUTS}
+CAUSAL_OUTPUTS = ("angle_rate_last", "lambda_g_last", "q_L_pos", "rho_L_pos")  # a causal block's point
+POSITION_OUTPUTS = ("q_L_pos", "rho_L_pos")  # a value per position (dimension ``position``)
+CAUSAL_VARIABLES = {k: schema.NAMES[k] for k in CAUSAL_OUTPUTS}
+# a causal chunk's working set (points x causal_point_bytes): small chunks run faster on a CPU
+# (pre-LN, exact map, n = 16, L = 16, two CPU devices: 1.3 CPU-s a point in chunks of 2 points,
+# 1.75 in chunks of 8, 2.65 in chunks of 16; one point alone 1.4)
+CAUSAL_CHUNK_BYTES = 128 << 20
+MC_FIELDS = 4096  # the exact map's Monte-Carlo logit fields on the full Gram (a memory estimate)
 CHUNK = 1024
 MESH_TABLES = 97  # mesh of the per-logit-scale interpolants (the stable-point search's 33 reach
 # rounding only up to sigma_A ~ 1; 97 nodes up to sigma_A = 4, tail <= 1e-13)
@@ -196,9 +213,64 @@ def _point(name, fixed, keys, n_tokens, depth, q0, rho0, scales=(None, None), ta
     return f
 
 
+def causal_point_bytes(name: str, fixed: dict, n_tokens: int) -> int:
+    """An estimate of one causal point's working set: its attention's pair weights
+    ``[n, n, n, n]`` (the paper map) or its Monte-Carlo attention matrices ``[fields, n, n]``
+    (where the maps integrate on a logit grid: the exact map, the softmax term), a few live
+    copies (forward, backward, the angle rate's tangent)."""
+    n = int(n_tokens)
+    grid = any(x.logit_grid() for x in leaf_layers(spec.build(name, fixed)))
+    return 8 * 8 * n * n * (n * n + (MC_FIELDS if grid else 0))
+
+
+def causal_chunk(name: str, fixed: dict, n_tokens: int) -> int:
+    """The points of a causal chunk: as many as :data:`CAUSAL_CHUNK_BYTES` holds (at least
+    one, at most :data:`CHUNK`)."""
+    return int(min(CHUNK, max(1, CAUSAL_CHUNK_BYTES // causal_point_bytes(name, fixed, n_tokens))))
+
+
+def _causal_point(name, fixed, keys, n_tokens, depth, q0, rho0, scales=(None, None), mlp=()):
+    """The causal point function of values ``keys`` (then, per kernel leaf position of
+    ``mlp``, its kernel index and stacked kernels): :func:`.causal.causal_rates_traced` of the
+    block with its MLP/GLU kernels (its Gram maps read no logit tables)."""
+    from . import causal, gram
+
+    def f(*values):
+        values = list(values)
+        kernels = {}
+        for pos in reversed(mlp):
+            kidx, kerns = values.pop(-2), values.pop(-1)
+            kernels[pos] = jax.tree_util.tree_map(lambda x: x[kidx], kerns)  # gathered per point
+        block = spec.build(name, dict(fixed, **dict(zip(keys, values))))
+        if scales[1] is None:
+            block = gram.prepare_kernels(block, Context(n_tokens))
+        else:
+            pos = iter(range(1 << 30))
+
+            def prep(leaf):
+                i = next(pos)
+                if i in kernels:
+                    return leaf.with_kernel(kernels[i])
+                if leaf.kernel_scale() is None:
+                    return leaf
+                return leaf.with_kernel(leaf.kernel_at(leaf.kernel_scale(), scales[1]))
+
+            block = map_leaves(block, prep)
+        dt = jnp.result_type(float)
+        ctx = Context(jnp.asarray(n_tokens, dt))
+        return causal.causal_rates_traced(
+            block, ctx, jnp.asarray(q0, dt), jnp.asarray(rho0, dt), n=int(n_tokens), depth=int(depth)
+        )
+
+    return f
+
+
 @functools.lru_cache(maxsize=64)
-def _compiled(name, fixed_items, keys, n_tokens, depth, q0, rho0, scales, tables=None, mlp=()):
-    f = _point(name, dict(fixed_items), keys, n_tokens, depth, q0, rho0, scales, tables, mlp)
+def _compiled(name, fixed_items, keys, n_tokens, depth, q0, rho0, scales, tables=None, mlp=(), causal=False):
+    if causal:
+        f = _causal_point(name, dict(fixed_items), keys, n_tokens, depth, q0, rho0, scales, mlp)
+    else:
+        f = _point(name, dict(fixed_items), keys, n_tokens, depth, q0, rho0, scales, tables, mlp)
     axes = (0,) * len(keys) + ((0, None, None) if tables is not None else ()) + (0, None) * len(mlp)
     return jax.jit(jax.vmap(f, in_axes=axes))
 
@@ -230,7 +302,8 @@ class Plan:
     """What a sweep computes once: the block's static numbers, the table scales, the logit
     mesh tables per distinct logit scale (``att``: distinct scales, S, T as device arrays,
     static) and the kernels (MLP/GLU) per distinct input scale (``mlp``: per leaf position,
-    (distinct scales, stacked kernels)); ``chunk``: the preferred chunk size (points)."""
+    (distinct scales, stacked kernels)); ``chunk``: the preferred chunk size (points);
+    ``causal``: a causal block (per-position results, :data:`CAUSAL_OUTPUTS`)."""
 
     name: str
     fixed: dict
@@ -244,6 +317,7 @@ class Plan:
     mlp: tuple
     mesh: bool
     chunk: int
+    causal: bool = False
 
 
 @float64
@@ -265,7 +339,10 @@ def plan(
     (the exact map, the softmax term) and q0 = 1, their values on a cosine mesh once per
     distinct logit scale (:func:`mesh_tables`).
     ``mesh=False``: every point builds its tables inside the trace and integrates the exact
-    map (the reference path; same numbers to ~1e-13)."""
+    map (the reference path; same numbers to ~1e-13). A causal block (``fixed["causal"]``)
+    gets the kernels alone (its Gram maps read no logit tables) and a chunk of
+    :func:`causal_chunk` points."""
+    causal = bool(fixed.get("causal"))
     keys = tuple(k for k in axes if k != "depth")
     grids = [np.asarray(axes[k], float) for k in keys]
     flat = [m.ravel() for m in np.meshgrid(*grids, indexing="ij")] if grids else []
@@ -280,7 +357,7 @@ def plan(
         # distinct values per axis suffice: every table scale is a function of the numbers
         uniq_flat = [np.unique(g) for g in grids]
         ug = [m.ravel() for m in np.meshgrid(*uniq_flat, indexing="ij")]
-        if exact and float(q0) == 1.0:
+        if exact and float(q0) == 1.0 and not causal:
             tab = mesh_tables(name, fixed, keys, ug, n_tokens, scales[0])
             if tab is not None:
                 uniq = np.unique(_logit_scales(spec.build(name, dict(fixed, **dict(zip(keys, ug)))), len(ug[0]))[0])
@@ -293,6 +370,8 @@ def plan(
             out.append((pos, uniq, kern))
         mlp = tuple(out)
     chunk = CHUNK_EXACT if grid and att is None else CHUNK  # mesh values: no logit grid per point
+    if causal:
+        chunk = causal_chunk(name, fixed, n_tokens)
     return Plan(
         name,
         dict(fixed),
@@ -306,6 +385,7 @@ def plan(
         mlp,
         bool(mesh),
         chunk,
+        causal,
     )
 
 
@@ -320,14 +400,16 @@ def _index(uniq, x):
 @float64
 def evaluate_chunk(plan: Plan, values: dict, depth: int) -> dict:
     """``values``: number name -> flat per-point values (the driver pads the last chunk);
-    returns :data:`OUTPUTS` name -> float64 array of the same length. The points read the
-    plan's tables through per-point indices (computed here, on the host). No numbers (a grid
-    of depth alone): one point."""
+    returns :data:`OUTPUTS` name -> float64 array of the same length (a causal plan:
+    :data:`CAUSAL_OUTPUTS`, those of :data:`POSITION_OUTPUTS` ``[points, n]``). The points
+    read the plan's tables through per-point indices (computed here, on the host). No
+    numbers (a grid of depth alone): one point."""
     p = plan
+    names = CAUSAL_OUTPUTS if p.causal else OUTPUTS
     fixed_items = tuple(sorted(p.fixed.items()))
     if not p.keys:
-        out = _compiled_point(p.name, fixed_items, p.n_tokens, int(depth), p.q0, p.rho0)()
-        return {v: np.asarray(out[v], np.float64)[None] for v in OUTPUTS}
+        out = _compiled_point(p.name, fixed_items, p.n_tokens, int(depth), p.q0, p.rho0, p.causal)()
+        return {v: np.asarray(out[v], np.float64)[None] for v in names}
     from ..driver import place_like  # a sharded chunk's placement (loaded with the driver)
 
     args = [values[k] if hasattr(values[k], "sharding") else jnp.asarray(values[k], jnp.float64) for k in p.keys]
@@ -352,14 +434,16 @@ def evaluate_chunk(plan: Plan, values: dict, depth: int) -> dict:
         p.scales,
         None if p.att is None else p.att[3],
         tuple(pos for pos, _, _ in p.mlp),
+        causal=p.causal,
     )
     out = f(*args)
-    return {v: np.asarray(out[v], np.float64) for v in OUTPUTS}
+    return {v: np.asarray(out[v], np.float64) for v in names}
 
 
 @functools.lru_cache(maxsize=16)
-def _compiled_point(name, fixed_items, n_tokens, depth, q0, rho0):
-    return jax.jit(_point(name, dict(fixed_items), (), n_tokens, depth, q0, rho0))
+def _compiled_point(name, fixed_items, n_tokens, depth, q0, rho0, causal=False):
+    point = _causal_point if causal else _point
+    return jax.jit(point(name, dict(fixed_items), (), n_tokens, depth, q0, rho0))
 
 
 def check(name: str, axes: dict, fixed: dict) -> tuple[dict, list]:
@@ -440,7 +524,11 @@ def sweep_grid(
     rounding, else the grid integrates them per point as ``mesh=False`` does; so does an
     attention reading tokens of norm != 1, at its own logit scale sigma_A q, on grids sized
     for the grid's largest logit scale, times q0 where q0 > 1: NaN beyond).
-    ``phasefield.sweep(block=...)`` calls this for every block but the paper's."""
+    A causal block (``fixed["causal"]``: ``NAME:causal=true``, a decoder's preset) gives
+    :data:`CAUSAL_OUTPUTS` (module docstring), its chunks' memory checked first
+    (:func:`phasefield.grid.check_memory`).
+    ``phasefield.sweep(block=...)`` calls this for every block but the paper's (and for the
+    paper's too where it is causal)."""
 
     from .. import driver, grid
 
@@ -457,19 +545,35 @@ def sweep_grid(
     if depths is not None:
         outer["depth"] = np.asarray(depths)
     points = driver.Grid({**outer, **dict(zip(num_keys, grids))}, outer=("n_tokens", "depth"))
-    grid.check_grid(points.shape, 8 * len(VARIABLES), "grid")
+    causal = bool(fixed.get("causal"))
+    n_max = max(n_list)
+    variables = CAUSAL_VARIABLES if causal else VARIABLES
+    symbols = {k: schema.SYMBOLS[k] for k in variables}
+    shapes = {k: (n_max,) for k in POSITION_OUTPUTS} if causal else {}
+    grid.check_grid(points.shape, 8 * sum(int(np.prod(shapes.get(k, ()))) for k in variables), "grid")
     if chunk is not None and not 1 <= int(chunk) <= grid.CHUNK_MAX:
         raise ValueError(f"chunk must lie in [1, {grid.CHUNK_MAX:,}] (got {chunk})")
-    plans = [plan(name, fixed, dict(zip(num_keys, grids)), n, depth_list, q0, rho0, mesh) for n in n_list]
     devices = list(devices) if devices is not None else jax.local_devices()
     ndev = len(devices) if grids else 1
-    chunks = points.chunks(int(chunk or plans[0].chunk), multiple=ndev)  # whole points per device
+    if causal:  # its memory checked before any work
+        chunks = points.chunks(int(chunk or causal_chunk(name, fixed, n_max)), multiple=ndev)
+        grid.check_memory(
+            chunks.size * causal_point_bytes(name, fixed, n_max),
+            f"a causal chunk of {chunks.size} points at n_tokens = {n_max}",
+            "use fewer tokens or a smaller chunk",
+        )
+    plans = [plan(name, fixed, dict(zip(num_keys, grids)), n, depth_list, q0, rho0, mesh) for n in n_list]
+    if not causal:
+        chunks = points.chunks(int(chunk or plans[0].chunk), multiple=ndev)  # whole points per device
 
     def evaluate(c):
         i, j = divmod(chunks.slab(c), len(depth_list))
         values = points.values(chunks.index(c), inner=True)  # the last chunk padded by wrapping
         values = driver.shard({k: jnp.asarray(values[k]) for k in num_keys}, devices[:ndev])
-        return evaluate_chunk(plans[i], values, depth_list[j])
+        out = evaluate_chunk(plans[i], values, depth_list[j])
+        for k in shapes:  # positions past this slab's n: NaN
+            out[k] = np.pad(out[k], ((0, 0), (0, n_max - out[k].shape[-1])), constant_values=np.nan)
+        return out
 
     store_spec = dict(
         source="phasefield.layers.sweep",
@@ -484,16 +588,19 @@ def sweep_grid(
         chunk=chunks.size,
         version=1,
     )
+    if causal:
+        store_spec["outputs"] = list(variables)
     with driver.Driver(out, store_spec, log=log) as drv:
         results = drv.run(
             evaluate,
             chunks.count,
             chunks.span,
             points.size,
-            tuple(VARIABLES),
+            tuple(variables),
             progress=progress,
             desc=f"{name} sweep",
             wait=wait,
+            shapes=shapes,
         )
         if results is None:
             return None
@@ -507,6 +614,12 @@ def sweep_grid(
             attrs["n_tokens"] = int(n_tokens)
         if depths is None:
             attrs["depth"] = int(depth)
-        ds = points.dataset(results, {v: dict(long_name=VARIABLES[v], symbol=SYMBOLS[v]) for v in VARIABLES}, attrs)
+        ds = points.dataset(
+            results,
+            {v: dict(long_name=variables[v], symbol=symbols[v]) for v in variables},
+            attrs,
+            coords={"position": ("position", np.arange(n_max))} if causal else None,
+            trailing={k: ("position",) for k in shapes},
+        )
         drv.write(ds)
         return ds
