@@ -77,6 +77,29 @@ def test_recommend_says_when_no_point_meets_both(capsys):
     assert "The trade-off" in out and "nearest points" in out
 
 
+def test_recommend_a_causal_block_by_its_last_token(capsys):
+    """``NAME:causal=true``: the criteria read the last token's rates, each point the causal
+    theory's (:func:`phasefield.layers.causal_rates`) at that point."""
+    rc, out, err = _run(
+        capsys, "recommend", "--block", "pre-ln:heads=2,causal=true", *SMALL, "--max-angle-rate", "0.5", "--json"
+    )
+    assert rc == 0, err
+    res = json.loads(out)
+    assert res["rates"] == ["lambda_g_last", "angle_rate_last"] and res["fixed"]["causal"] is True
+    for p in res["points"][:2]:
+        assert "lambda_g_input" not in p and math.isfinite(p["distance"])
+        blk = layers.presets.get(
+            "pre-ln", sigma=p["sigma"], alpha_attn=p["alpha_attn"], alpha_mlp=p["alpha_mlp"], heads=2, causal=True
+        )
+        th = layers.causal_rates(blk, n_tokens=4, depth=4, q0=1.0, rho0=0.5)
+        assert p["lambda_g_last"] == pytest.approx(float(th["lambda_g_last"]), abs=1e-12)
+        assert p["angle_rate_last"] == pytest.approx(float(th["angle_rate_last"]), abs=1e-12)
+        want = max(abs(p["lambda_g_last"]) * 4 / math.log(10), abs(p["angle_rate_last"]) / 0.5)
+        assert p["distance"] == pytest.approx(want, abs=1e-12)
+    rc, out, err = _run(capsys, "recommend", "--block", "pre-ln:heads=2,causal=true", *SMALL)
+    assert rc == 0 and "lambda_g_last" in out and "angle_rate_last" in out, err
+
+
 @pytest.mark.parametrize(
     "argv,msg",
     [
@@ -92,6 +115,7 @@ def test_recommend_says_when_no_point_meets_both(capsys):
         (["--max-angle-rate", "0.1"], "is for a standard block"),
         (["--axis", "sigma_w=1,2"], "--axis sets the box of a standard block"),
         (["--block", "paper:mlp_layers=2"], "cannot fix mlp_layers"),
+        (["--block", "paper:causal=true"], "per-position"),
     ],
 )
 def test_recommend_block_bad_input(capsys, argv, msg):

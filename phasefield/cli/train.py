@@ -16,7 +16,7 @@ import click
 import numpy as np
 
 from ..vit.design import MAX_DEPTH
-from .blockopt import PRESET_LIST, RECOMMEND_BLOCKS, block_option, given, paper_flags, resolve
+from .blockopt import PRESET_LIST, RECOMMEND_BLOCKS, block_option, given, paper_flags, refuse_causal, resolve
 from .common import UsageError, check, check_hparams_values, echo_json, option, options
 
 TRAIN_SWEEP_OPTIONS = (
@@ -407,11 +407,12 @@ def recommend_cmd(block_spec, axis_texts, n_tokens, depth, max_gradient_factor, 
     max(|lambda_g| L / log F, |angle_rate| / r); where no point meets both, a paragraph on the
     trade-off."""
     kw = {k: o[k] for k in ("sigma_w", "sigma_a", "alpha", "alpha_a", "alpha_m", "activation")}
-    name, spec_fixed, axes = resolve(block_spec, axis_texts, paper_flags(kw), grid=True)
+    name, spec_fixed, axes = resolve(block_spec, axis_texts, paper_flags(kw), grid=True, causal=True)
     from ..layers import registry
 
     if not registry.lookup(name).fast_engine:  # the closed-form engine's critical set, else a box
         return _recommend_block(name, spec_fixed, axes, n_tokens, depth, max_gradient_factor, max_angle_rate, as_json)
+    refuse_causal(name, spec_fixed)  # the paper block's critical set is the (q, p) one
     if axis_texts:
         raise UsageError(
             "--axis sets the box of a standard block (--block pre-ln ...); the paper block's "
@@ -565,14 +566,15 @@ def _print_block_recommend(res, name, n_tokens, depth, max_factor, max_rate) -> 
     if not res["found"]:
         click.echo(res["message"])
         click.echo("nearest points (distance > 1: a criterion is missed):")
+    g_name, a_name = res["rates"]
     click.echo(
-        f"  {'sigma':>7} {'alpha_attn':>10} {'alpha_mlp':>9} {'lambda_g_input':>14} {'grad factor':>11} "
-        f"{'angle_rate':>10} {'distance':>8}"
+        f"  {'sigma':>7} {'alpha_attn':>10} {'alpha_mlp':>9} {g_name:>15} {'grad factor':>11} "
+        f"{a_name:>15} {'distance':>8}"
     )
     for p in res["points"]:
         click.echo(
-            f"  {p['sigma']:7.4f} {p['alpha_attn']:10.4f} {p['alpha_mlp']:9.4f} {p['lambda_g_input']:+14.5f} "
-            f"{p['gradient_factor']:11.4g} {p['angle_rate']:+10.5f} {p['distance']:8.3f}"
+            f"  {p['sigma']:7.4f} {p['alpha_attn']:10.4f} {p['alpha_mlp']:9.4f} {p[g_name]:+15.5f} "
+            f"{p['gradient_factor']:11.4g} {p[a_name]:+15.5f} {p['distance']:8.3f}"
         )
     if res["found"] and res["at_lower_edge"]:
         click.echo(

@@ -9,7 +9,9 @@ Criteria (both over the whole stack, from the input geometry (q0, rho0) = (1, 0.
   ``|angle_rate| <= r``.
 
 Distance to criticality: ``d = max(|lambda_g(L)| L / log F, |angle_rate| / r)`` (d <= 1: both
-criteria met). The block's theory is evaluated on a coarse grid of the box
+criteria met). A causal block (``NAME:causal=true``) is judged by its last token, the one that
+sees the whole sequence: ``lambda_g_last`` and ``angle_rate_last`` (docs/theory.md, "Causal
+stacks") stand for the two rates, under their own names in the result. The block's theory is evaluated on a coarse grid of the box
 (:func:`phasefield.layers.sweep.sweep_grid`), then on a finer grid around the best coarse point
 (same size and largest sigma, so the compiled program is reused); the points are ranked by d.
 """
@@ -33,9 +35,15 @@ def _read(ds, *names):
     raise KeyError(names[0])
 
 
+def rate_names(causal: bool) -> tuple[str, str]:
+    """(gradient rate, angle rate) the criteria read: the last token's for a causal block."""
+    return ("lambda_g_last", "angle_rate_last") if causal else ("lambda_g_input", "angle_rate")
+
+
 def _points(ds, depth, log_f, rate):
-    lg = np.asarray(ds.lambda_g_input.values, float)
-    ar = np.asarray(ds.angle_rate.values, float)
+    g_name, a_name = rate_names("lambda_g_last" in ds)
+    lg = np.asarray(ds[g_name].values, float)
+    ar = np.asarray(ds[a_name].values, float)
     grids = np.meshgrid(*[np.asarray(ds[k].values, float) for k in KEYS], indexing="ij")
     d = np.maximum(np.abs(lg) * depth / log_f, np.abs(ar) / rate)
     d = np.where(np.isfinite(d), d, np.inf)
@@ -44,9 +52,9 @@ def _points(ds, depth, log_f, rate):
             sigma=float(s),
             alpha_attn=float(a),
             alpha_mlp=float(m),
-            lambda_g_input=float(g),
+            **{g_name: float(g)},
             gradient_factor=float(math.exp(g * depth)) if abs(g * depth) < 700 else float("inf"),
-            angle_rate=float(r),
+            **{a_name: float(r)},
             distance=float(x),
         )
         for s, a, m, g, r, x in zip(*(v.ravel() for v in (*grids, lg, ar, d)))
@@ -130,9 +138,11 @@ def recommend(
     )
     lows = [k for k, v in coarse.items() if len(v) > 1 and all(p[k] == v.min() for p in res["points"][:1])]
     res["at_lower_edge"] = lows
+    g_name, a_name = rate_names(bool(fixed.get("causal")))
+    res["rates"] = [g_name, a_name]
     if not met:
-        res["best_gradient"] = min(finite, key=lambda p: abs(p["lambda_g_input"]))
-        res["best_angle"] = min(finite, key=lambda p: abs(p["angle_rate"]))
+        res["best_gradient"] = min(finite, key=lambda p: abs(p[g_name]))
+        res["best_angle"] = min(finite, key=lambda p: abs(p[a_name]))
         res["message"] = no_point_message(res)
     return res
 
@@ -144,13 +154,14 @@ def _at(p):
 def no_point_message(res) -> str:
     """One paragraph: no point meets both criteria, and the trade-off the user faces."""
     g, a, L = res["best_gradient"], res["best_angle"], res["depth"]
-    f = res["max_gradient_factor"]
+    f, angle = res["max_gradient_factor"], res["rates"][1]
+    whose = "the last token's " if angle.endswith("_last") else "the "
     return (
-        f"No point of the box keeps the gradient within a factor {f:g} over {L} blocks and the angle rate "
+        f"No point of the box keeps {whose}gradient within a factor {f:g} over {L} blocks and {whose}angle rate "
         f"within +-{res['max_angle_rate']:g} per block at once ({res['block']}, n = {res['n_tokens']}). "
         f"The trade-off: the gradient factor closest to 1 is {g['gradient_factor']:.3g} ({_at(g)}), where "
-        f"nearby tokens change their distance at {g['angle_rate']:+.3g} per block; the smallest angle rate is "
-        f"{a['angle_rate']:+.3g} ({_at(a)}), where the gradient changes by a factor "
+        f"nearby tokens change their distance at {g[angle]:+.3g} per block; the smallest angle rate is "
+        f"{a[angle]:+.3g} ({_at(a)}), where the gradient changes by a factor "
         f"{a['gradient_factor']:.3g}. Choose which to keep, or relax --max-gradient-factor / "
         f"--max-angle-rate, widen the box (--axis sigma=LO:HI:N ...) or use fewer blocks."
     )
