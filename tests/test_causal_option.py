@@ -126,7 +126,7 @@ def test_point_commands_answer_per_position(capsys):
         (["exponents", "--block", "dyt:causal=true"], "equal norm"),
         (["trajectory", "--block", "dyt:causal=true"], "equal norm"),
         (["exponents", "--block", "pre-ln:causal=2"], "true or false"),
-        (["simulate", "sweep", "--block", "paper:causal=true", "--axis", "sigma_w=1:2:2", "-o", "OUT"], "per-position"),
+        (["simulate", "sweep", "--block", CAUSAL, "--axis", "n_tokens=4,8", "-o", "OUT"], "one n_tokens"),
         # a causal sweep: the (q, p) rates' simulation rows, the paper's closed-form flags,
         # a chunk beyond memory (checked before any work)
         (

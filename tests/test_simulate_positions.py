@@ -132,3 +132,33 @@ def test_the_command_line_measures_per_position(sim, capsys):
     assert out["z"]["lambda_g_last"] == pytest.approx(
         (float(sim["lambda_g_last"]) - float(th["lambda_g_last"])) / float(sim["lambda_g_last_se"]), rel=1e-12
     )
+
+
+def test_a_simulated_causal_grid_and_its_comparison(sim, tmp_path, capsys):
+    """``simulate sweep --block NAME:causal=true``: a value per position on the grid (the
+    point at the fixture's numbers is the fixture, draw for draw), and ``compare`` reads it
+    beside the theory's causal sweep, position by position."""
+    import xarray as xr
+
+    from phasefield.cli import main
+
+    spec_text = "pre-ln:causal=true," + ",".join(f"{k}={v}" for k, v in POINT.items() if k != "sigma")
+    size = ["--n-tokens", str(N), "--depth", str(DEPTH)]
+    sim_nc, th_nc = tmp_path / "sim.nc", tmp_path / "theory.nc"
+    argv = ["simulate", "sweep", "--block", spec_text, "--axis", "sigma=0.9,1.2", *size, "--width", str(WIDTH)]
+    assert (
+        main([*argv, "--seeds", str(DRAWS), "--seed", "3", "--q0", str(Q0), "--rho0", str(RHO0), "-o", str(sim_nc)])
+        == 0
+    )
+    ds = xr.open_dataset(sim_nc, engine="h5netcdf").load()
+    assert ds["q_L_pos"].dims == ("sigma", "position") and ds.sizes["position"] == N
+    for k in POSITION_QUANTITIES:
+        np.testing.assert_array_equal(ds[k].sel(sigma=1.2).values, sim[k])
+        np.testing.assert_array_equal(ds[k + "_se"].sel(sigma=1.2).values, sim[k + "_se"])
+    argv = ["sweep", "--block", spec_text, "--axis", "sigma=0.9,1.2", *size, "--q0", str(Q0), "--rho0", str(RHO0)]
+    assert main([*argv, "--out", str(th_nc)]) == 0
+    capsys.readouterr()
+    assert main(["compare", str(th_nc), str(sim_nc), "--json"]) == 0
+    rows = {(r["quantity"], r["phase"]): r for r in json.loads(capsys.readouterr().out)}
+    assert rows[("q_L_pos", "all")]["points"] == 2 * N and rows[("lambda_g_last", "all")]["points"] == 2
+    assert np.isfinite(rows[("rho_L_pos", "all")]["max_z"])

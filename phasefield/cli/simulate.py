@@ -335,7 +335,7 @@ def _block_sweep(spec_text, axes, q0, rho0, n_tokens, depth, width, seeds, seed,
     if not axes:
         raise UsageError("--block needs at least one --axis NAME=start:stop:count")
     name, kw, n, L, q0, rho0, eps = _block_setup(
-        spec_text, q0, rho0, n_tokens, depth, width, seeds, seed, eps, weights, dtype
+        spec_text, q0, rho0, n_tokens, depth, width, seeds, seed, eps, weights, dtype, causal=True
     )
     parsed = parse_axes(axes)  # checked with the block by simsweep.rates_grid, before any work
     total = check(grid.check_grid, [len(v) for v in parsed.values()], 8 * 8, "simulated grid")

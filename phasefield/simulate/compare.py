@@ -91,17 +91,22 @@ def align(theory: xr.Dataset, sim: xr.Dataset):
 def phases(theory: xr.Dataset) -> dict:
     """Boolean masks of the theory's phases (module docstring)."""
     shape_of = next(
-        (k for k in ("lambda_a", "angle_rate", "lambda_g_input", "lambda_g_collapse") if k in theory),
+        (
+            k
+            for k in ("lambda_a", "angle_rate", "lambda_g_input", "lambda_g_collapse", "angle_rate_last")
+            if k in theory
+        ),
         next(iter(theory.data_vars)),
     )
     out = {"all": xr.ones_like(theory[shape_of], dtype=bool)}
     angle = theory["lambda_a"] if "lambda_a" in theory else None
-    if "angle_rate" in theory:
-        angle = theory["angle_rate"] if angle is None else angle.where(np.isfinite(angle), theory["angle_rate"])
+    for k in ("angle_rate", "angle_rate_last"):  # a causal grid: its last token's
+        if k in theory:
+            angle = theory[k] if angle is None else angle.where(np.isfinite(angle), theory[k])
     if angle is not None:
         out["ordered"] = angle < 0
         out["chaotic"] = angle >= 0
-    grad = next((theory[k] for k in ("lambda_g_input", "lambda_g_collapse") if k in theory), None)
+    grad = next((theory[k] for k in ("lambda_g_input", "lambda_g_collapse", "lambda_g_last") if k in theory), None)
     if grad is not None:
         out["vanishing"] = grad < 0
         out["exploding"] = grad >= 0
@@ -133,7 +138,8 @@ def agreement(theory: xr.Dataset, sim: xr.Dataset, quantities=None) -> list[dict
             floor = RESOLUTION * np.maximum(1.0, np.abs(th[q]))
             z = diff / np.maximum(si[q + "_se"], floor)
         for phase, mask in masks.items():
-            m = np.asarray(mask.values, bool) & np.isfinite(np.asarray(err.values))
+            mask = mask.broadcast_like(err)  # a value per position: the point's phase at each
+            m = np.asarray(mask.transpose(*err.dims).values, bool) & np.isfinite(np.asarray(err.values))
             e = np.asarray(err.values)[m]
             row = {"quantity": q, "phase": phase, "points": int(e.size)}
             row.update(_stats(e, ""))

@@ -37,6 +37,7 @@ from ..layers import registry
 from ..layers import spec as block_spec
 from ..layers.weights import check_weights
 from . import measure
+from .positions import POSITION_QUANTITIES, causal_positions
 
 AXES = grid.AXES
 SIZES = ("n_tokens", "depth")  # axes of the measurement, not numbers of the block
@@ -298,13 +299,18 @@ def rates_grid(
 
     fixed, depths = layer_sweep.check(name, axes, dict(fixed or {}))
     measure.check(width, draws, n_tokens, depth, q0, rho0, eps, weights)
+    causal = bool(fixed.get("causal"))
+    if causal and "n_tokens" in axes:
+        raise ValueError("a causal block's simulated grid takes one n_tokens (its values are per position)")
     num_keys = [k for k in axes if k != "depth"]
     depth_list = depths if depths is not None else [int(depth)]
     # dimensions as the theory's block sweep: depth first, then the numbers in order
     lead = {"depth": np.asarray(depth_list)} if depths is not None else {}
     points = driver.Grid({**lead, **{k: np.asarray(axes[k], np.float64) for k in num_keys}}, outer=("depth",))
     chunks = points.chunks(1)  # one point a chunk
-    names = list(measure.QUANTITIES) + [k + "_se" for k in measure.QUANTITIES] + ["q_star"]
+    quantities = POSITION_QUANTITIES if causal else measure.QUANTITIES
+    names = list(quantities) + [k + "_se" for k in quantities] + ([] if causal else ["q_star"])
+    shapes = {k: (int(n_tokens),) for k in names if k.removesuffix("_se").endswith("_pos")}
     source = "phasefield.simulate.sweep.rates_grid"
     settings = dict(  # the run's settings: in the store's key and the dataset's attributes
         n_tokens=int(n_tokens),
@@ -330,6 +336,21 @@ def rates_grid(
     def evaluate(c):
         at = {k: float(v[0]) for k, v in points.values([chunks.span(c)[0]]).items()}
         L = int(at.pop("depth", depth_list[0]))
+        if causal:
+            r = causal_positions(
+                (name, dict(fixed, **at)),
+                n_tokens=n_tokens,
+                width=width,
+                depth=L,
+                draws=draws,
+                seed=seed,
+                q0=q0,
+                rho0=rho0,
+                eps=eps,
+                weights=weights,
+                dtype=dtype,
+            )
+            return {v: np.asarray(r[v], np.float64)[None] for v in names}
         r = measure.rates(
             (name, dict(fixed, **at)),
             width=width,
@@ -357,6 +378,7 @@ def rates_grid(
             desc=f"simulate {name}",
             wait=wait,
             unit="pt",
+            shapes=shapes,
         )
         if values is None:
             return None  # process 0 assembles
@@ -368,7 +390,12 @@ def rates_grid(
         )
         if depths is None:
             attrs["depth"] = int(depth)
-        ds = points.dataset(values, {v: dict(long_name=_long_name(v)) for v in names}, attrs)
+        extra = dict(
+            coords={"position": ("position", np.arange(int(n_tokens)))}, trailing=dict.fromkeys(shapes, ("position",))
+        )
+        ds = points.dataset(
+            values, {v: dict(long_name=_long_name(v)) for v in names}, attrs, **(extra if causal else {})
+        )
         drv.write(ds)
     return ds
 
@@ -381,6 +408,10 @@ _LONG_NAMES = {
     "rho_L": "token cosine after L blocks from (q0, rho0)",
     "q_L": "token squared norm per component after L blocks from (q0, rho0)",
     "q_star": "the theory's collapsed fixed point q* (input of lambda_a)",
+    "q_L_pos": "token i's squared norm per component after L blocks (causal mask)",
+    "rho_L_pos": "token i's mean cosine with the tokens j < i after L blocks (causal mask)",
+    "angle_rate_last": "the last token's angle rate (1/L) log(E gap_L / E gap_0) from rho_0 = 1 - eps",
+    "lambda_g_last": "(1/L) log of the last input token's squared gradient per component",
 }
 
 
