@@ -10,7 +10,8 @@ sequences of one draw; mean and standard error over ``--inits`` independent draw
 weights and token ids.
 
 The theory: :func:`phasefield.layers.causal_trajectory` of ``gpt2:width=768,depth=L``
-(causal, exact-softmax map) from the preset's input geometry (token plus position
+(causal, exact-softmax map; beside it the same stack unmasked, whose last token the mask
+moves) from the preset's input geometry (token plus position
 embedding: q0 = 2 x 0.02^2, rho0 = 0). Two weight variants: ``shipped`` (Hugging Face's Flax
 GPT-2 draws every weight, ``c_proj`` included, with std 0.02: the theory's ``alpha = 1``)
 and ``scaled`` (GPT-2's 1/sqrt(2L) on both ``c_proj``: the preset's default). Two LayerNorm
@@ -18,7 +19,8 @@ epsilons: GPT-2's 1e-5 (1.2 % of the first block's input variance 8e-4) and 0, t
 field's.
 
 One JSON line per (depth, variant, epsilon) in ``--out`` (resumable: the lines already there
-are skipped), then the largest |z| per line and the table of the first line asked for.
+are skipped; ``--retheory`` recomputes the theory and z of the lines there, keeping the
+network's numbers), then the largest |z| per line and the table of the first line asked for.
 
     PYTHONPATH=FOLDER_WITH_TRANSFORMERS nice python scripts/hf_gpt2_causal.py [--depths 12 48]
         [--inits 8] [--batch 4] [--n-tokens 16] [--out scripts/results/hf_gpt2_causal.jsonl]
@@ -116,7 +118,15 @@ def theory(depth, variant, n_tokens) -> dict:
     block = spec.build("gpt2", opts)
     q0, rho0 = registry.lookup("gpt2").geometry(opts)
     out = layers.causal_trajectory(block, q0=q0, rho0=rho0, n_tokens=n_tokens, depth=depth, causal=True)
-    return dict(q=np.asarray(out["q_pos"][-1]), rho=np.asarray(out["rho_pos"][-1]), q0=q0, rho0=rho0)
+    plain = layers.causal_trajectory(block, q0=q0, rho0=rho0, n_tokens=n_tokens, depth=depth, causal=False)
+    return dict(
+        q=np.asarray(out["q_pos"][-1]),
+        rho=np.asarray(out["rho_pos"][-1]),
+        q_acausal=np.asarray(plain["q_pos"][-1]),
+        rho_acausal=np.asarray(plain["rho_pos"][-1]),
+        q0=q0,
+        rho0=rho0,
+    )
 
 
 def row(depth, variant, eps, inits, batch, n_tokens) -> dict:
@@ -124,9 +134,27 @@ def row(depth, variant, eps, inits, batch, n_tokens) -> dict:
     th = theory(depth, variant, n_tokens)
     net = network(depth, variant, eps, inits, batch, n_tokens)
     out = dict(depth=depth, variant=variant, eps=eps, inits=inits, batch=batch, n_tokens=n_tokens, width=WIDTH)
-    out.update(q0=th["q0"], rho0=th["rho0"])
+    out.update(scored(th, net))
+    out["seconds"] = round(time.perf_counter() - t0, 1)
+    return out
+
+
+def retheory(r) -> dict:
+    """Row ``r`` with its theory (and z) computed again by this checkout (the network's
+    numbers kept)."""
+    th = theory(r["depth"], r["variant"], r["n_tokens"])
+    net = {}
     for name in ("q", "rho"):
-        z = (net[name] - th[name]) / net[name + "_se"]
+        net[name], net[name + "_se"] = np.asarray(r[name]["net"]), np.asarray(r[name]["se"])
+    return dict(r, **scored(th, net))
+
+
+def scored(th, net) -> dict:
+    """The theory, the network's mean and se, and z per position."""
+    out = dict(q0=th["q0"], rho0=th["rho0"])
+    for name in ("q", "rho"):
+        with np.errstate(invalid="ignore", divide="ignore"):
+            z = (net[name] - th[name]) / net[name + "_se"]
         if name == "rho":
             z[0] = np.nan  # position 0 has no earlier token: 0 by definition
         out[name] = dict(
@@ -134,8 +162,9 @@ def row(depth, variant, eps, inits, batch, n_tokens) -> dict:
             net=net[name].tolist(),
             se=net[name + "_se"].tolist(),
             z=[None if not np.isfinite(v) else float(v) for v in z],
+            acausal=th[name + "_acausal"].tolist(),  # the theory without the mask
+            z_acausal_last=float((net[name][-1] - th[name + "_acausal"][-1]) / net[name + "_se"][-1]),
         )
-    out["seconds"] = round(time.perf_counter() - t0, 1)
     return out
 
 
@@ -158,12 +187,19 @@ def main(argv=None) -> int:
     ap.add_argument("--batch", type=int, default=4)
     ap.add_argument("--n-tokens", type=int, default=16)
     ap.add_argument("--out", default="scripts/results/hf_gpt2_causal.jsonl")
+    ap.add_argument("--retheory", action="store_true", help="recompute the theory of the rows in --out (and z)")
     a = ap.parse_args(argv)
     if a.inits < 2 or a.batch < 1 or a.n_tokens < 2 or min(a.depths) < 1:
         ap.error("inits >= 2, batch >= 1, n-tokens >= 2 and depths >= 1")
     from phasefield.io import append_jsonl, read_jsonl
 
     done = {key(r): r for r in (read_jsonl(a.out) if os.path.exists(a.out) else [])}
+    if a.retheory:
+        done = {k: retheory(r) for k, r in done.items()}
+        tmp = a.out + ".tmp"
+        with open(tmp, "w") as f:
+            f.writelines(json.dumps(r) + "\n" for r in done.values())
+        os.replace(tmp, a.out)
     asked = []
     for depth in a.depths:
         for variant in a.variants:
@@ -178,10 +214,14 @@ def main(argv=None) -> int:
         zr, ir = largest(r, "rho")
         print(
             f"L {r['depth']:>2} {r['variant']:<7} eps {r['eps']:<6g} ({r['inits']} draws x {r['batch']} sequences): "
-            f"max |z| q {abs(zq):.2f} (position {iq}), rho {abs(zr):.2f} (position {ir})"
+            f"max |z| q {abs(zq):.2f} (position {iq}), rho {abs(zr):.2f} (position {ir}); "
+            f"the unmasked theory at the last position: |z| q {abs(r['q']['z_acausal_last']):.1f}, "
+            f"rho {abs(r['rho']['z_acausal_last']):.1f}"
         )
     r = asked[0]
-    print(f"\nL {r['depth']}, {r['variant']}, eps {r['eps']:g}: position, q theory / net +- se (z), rho theory / net +- se (z)")
+    print(
+        f"\nL {r['depth']}, {r['variant']}, eps {r['eps']:g}: position, q theory / net +- se (z), rho theory / net +- se (z)"
+    )
     for i in range(r["n_tokens"]):
         q, rho = r["q"], r["rho"]
         zr = "" if rho["z"][i] is None else f"({rho['z'][i]:+.2f})"
