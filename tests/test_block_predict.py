@@ -179,8 +179,8 @@ def test_uniform_attention_tables_are_the_exact_maps_at_the_collapsed_point():
         s, t = block_rates.uniform_tables(n)
         for sa in (0.09, 6.25):
             n_a, n_z = exact.sizes(sigma_max=sa, n_max=n)
-            with jax.enable_x64(True):
-                (s1, sr), (t1, tr) = exact.st_values(sa, n, 1.0, n_a, n_z)
+            with jax.enable_x64(True):  # one compiled program (not op by op), sizes closed over
+                (s1, sr), (t1, tr) = jax.jit(lambda: exact.st_values(sa, n, 1.0, n_a, n_z))()
             np.testing.assert_allclose([float(s1), float(sr)], s[:, 0], rtol=0, atol=5e-13)
             np.testing.assert_allclose([float(t1), float(tr)], t[:, 0], rtol=0, atol=5e-13)
         assert np.all(s == s[:, :1]) and np.all(t == t[:, :1])

@@ -110,15 +110,16 @@ def test_any_norm_mlp_equals_the_mlp_tables_at_unit_norm(act):
     ctx = Context(8.0)
     ref = layers.MLP(sigma_w=1.3, activation=act, sigma_out=2.0, mult=4.0).prepare(ctx)
     new = dyt.AnyNormMLP(sigma_w=1.3, sigma_out=2.0, activation=act)
-    for rho in (-0.3, 0.2, 0.8, 1.0):
-        k = Kernel(1.0, rho)
-        a, b = ref.forward(k, ctx), new.forward(k, ctx)
-        ga, gb = ref.backward(k, layers.Grad(0.7, 0.3), ctx), new.backward(k, layers.Grad(0.7, 0.3), ctx)
-        np.testing.assert_allclose(
-            [float(b.q), float(b.p), float(gb.a), float(gb.b)],
-            [float(a.q), float(a.p), float(ga.a), float(ga.b)],
-            rtol=1e-12 if act == "gelu" else 1e-9,
-        )
+
+    def both(rho):  # (the unit-norm layer's, the any-norm layer's) (q, p, a, b) at (1, rho)
+        k, g = Kernel(1.0, rho), layers.Grad(0.7, 0.3)
+        outs = [(lay.forward(k, ctx), lay.backward(k, g, ctx)) for lay in (ref, new)]
+        return [jnp.stack([f.q, f.p, b.a, b.b]) for f, b in outs]
+
+    # every cosine in one compiled program (not op by op)
+    want, got = jax.jit(jax.vmap(both))(jnp.array([-0.3, 0.2, 0.8, 1.0]))
+    assert want.shape == (4, 4) and np.all(np.isfinite(want))
+    np.testing.assert_allclose(got, want, rtol=1e-12 if act == "gelu" else 1e-9)
 
 
 def test_module_parameters_and_lazy_map():

@@ -16,9 +16,15 @@ from phasefield.theory.attention import paper as paper_map  # Eq. 10 (the block:
 pytestmark = pytest.mark.usefixtures("float64")
 
 
+def _jit(fn, *args):
+    """``fn(*args)`` as one compiled program (its arguments closed over: concrete, so the
+    grid sizes are the ones a direct call picks), not op by op (dozens of tiny programs)."""
+    return jax.jit(lambda: fn(*args))()
+
+
 @pytest.mark.parametrize("sigma_a,rho,n", [(1.0, 0.3, 8), (3.0, 0.3, 8), (4.0, -0.1, 4), (2.0, 0.9, 6), (4.0, 0.6, 5)])
 def test_s_values_match_brute_force(sigma_a, rho, n):
-    s1, sr = (float(v) for v in exact.s_values(sigma_a, n, rho))
+    s1, sr = (float(v) for v in _jit(exact.s_values, sigma_a, n, rho))
     m1, e1, mr, er = exact.monte_carlo_s(sigma_a, rho, n, samples=60_000, seed=7)
     assert abs(s1 - m1) < 4 * e1 + 1e-6
     assert abs(sr - mr) < 4 * er + 1e-6
@@ -33,23 +39,23 @@ def test_paper_map_is_wrong_at_large_sigma_a():
 
 
 def test_normalization_and_convergence_large_n():
-    rm = exact.row_moments(4.0, 4096, 0.3)
+    rm = _jit(exact.row_moments, 4.0, 4096, 0.3)
     assert abs(float(rm["a1"]) * 4096 - 1.0) < 1e-9  # E[A_1] = 1/n
-    base = np.array([float(v) for v in exact.s_values(4.0, 4096, 0.3)])
-    fine = np.array([float(v) for v in exact.s_values(4.0, 4096, 0.3, 400, 201)])
+    base = np.array([float(v) for v in _jit(exact.s_values, 4.0, 4096, 0.3)])
+    fine = np.array([float(v) for v in _jit(exact.s_values, 4.0, 4096, 0.3, 400, 201)])
     np.testing.assert_allclose(base, fine, rtol=1e-7)
 
 
 def test_collapsed_and_small_sigma_limits():
-    s1, sr = exact.s_values(2.0, 16, 1.0)
+    s1, sr = _jit(exact.s_values, 2.0, 16, 1.0)
     assert abs(float(s1) - 1 / 16) < 1e-10 and abs(float(sr) - 1 / 16) < 1e-10
-    q_a, p_a = exact.forward(1e-3, 16, 1.0, 0.4)
+    q_a, p_a = _jit(exact.forward, 1e-3, 16, 1.0, 0.4)
     np.testing.assert_allclose([float(q_a), float(p_a)], [(1 + 15 * 0.4) / 16] * 2, atol=1e-6)
 
 
 def test_backward_consistent_with_forward_identities():
     # rows of A sum to one: sum over m' of the backward map applied to G = 11^T (a=0, b=1)
-    diag, off = attention.backward(2.5, 12, 1.0, 1.0, 0.2, 0.0, 1.0, "exact")
+    diag, off = _jit(attention.backward, 2.5, 12, 1.0, 1.0, 0.2, 0.0, 1.0, "exact")
     assert abs(float(diag + 11 * off) - 12.0) < 1e-8  # 1^T A^T 1 1^T A 1 / n = n
 
 
@@ -91,10 +97,11 @@ def test_concrete_sizes_resolve_s_to_1e12(sigma_a, n):
     # the sizes chosen from a concrete sigma_A, n (what theory functions now use) against
     # grids 1.6x finer in both directions
     n_a, n_z = exact.sizes(sigma_a, n)
-    for rho in (-1.0 / (n - 1), 0.2, 0.7, 0.99):
-        base = np.array([float(v) for v in exact.s_values(sigma_a, n, rho, n_a, n_z)])
-        fine = np.array([float(v) for v in exact.s_values(sigma_a, n, rho, int(1.6 * n_a), int(1.6 * n_z) | 1)])
-        np.testing.assert_allclose(base, fine, rtol=0, atol=1e-12)
+    rhos = jnp.array([-1.0 / (n - 1), 0.2, 0.7, 0.99])
+    at = lambda n_a, n_z: jax.jit(jax.vmap(lambda r: jnp.stack(exact.s_values(sigma_a, n, r, n_a, n_z))))(rhos)
+    base, fine = np.asarray(at(n_a, n_z)), np.asarray(at(int(1.6 * n_a), int(1.6 * n_z) | 1))
+    assert base.shape == (4, 2) and np.all(np.isfinite(base))
+    np.testing.assert_allclose(base, fine, rtol=0, atol=1e-12)
 
 
 def test_public_functions_key_on_concrete_sizes():
@@ -105,7 +112,7 @@ def test_public_functions_key_on_concrete_sizes():
     att = exact_table.kernel(hp.sigma_a, hp.n_tokens)
     assert (att.n_a, att.n_z) == exact.sizes(hp.sigma_a, hp.n_tokens) != exact.sizes()
     q_a, p_a = attention.forward(hp.sigma_a, hp.n_tokens, hp.sigma_v, 0.3, "exact", att)
-    ref = exact.forward(hp.sigma_a, hp.n_tokens, hp.sigma_v, 0.3)  # eager: concrete sizes as well
+    ref = _jit(exact.forward, hp.sigma_a, hp.n_tokens, hp.sigma_v, 0.3)  # concrete sizes as well
     np.testing.assert_allclose([float(q_a), float(p_a)], [float(ref[0]), float(ref[1])], rtol=1e-14)
     # a traced hp inside the user's own jit gets the default sizes (and still works)
     with jax.enable_x64(True):
