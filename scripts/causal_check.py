@@ -28,6 +28,14 @@ theory, over every preset in ``OUT`` at these draws and seed, printed and writte
 
     nice python scripts/causal_check.py [--draws 256] [--widths 256 512] [--seed 0]
         [--presets pre-ln,post-ln,rms-swiglu,deepscalelm] [--out scripts/results/causal_check.jsonl]
+    python scripts/causal_check.py --theory-only [--reference 65536] [--out ...]
+
+``--theory-only`` runs no network: it recomputes the theory at every point of ``OUT`` and
+prints, per preset and quantity, the largest change from the theory stored there in units of
+the stored se (how far a change of the maps moves the table's z-scores), in seconds.
+``--reference S`` also computes the theory with S whitened Monte-Carlo fields in float64
+(the exact maps' sampling error against many more fields; seed ``MC_SEED + 1``, ~1 min at
+65,536) and prints how far the theory now and the stored one lie from it, in the same se.
 
 Cost on the 2-core CPU (shared): ~30 s of compilation per (preset, width), 2-8 s per point
 at 256 draws.
@@ -213,6 +221,51 @@ def _stop_after_point() -> list:
     return stop
 
 
+def theory_at_points(rows) -> dict:
+    """The causal theory now at every (preset, point) of ``rows``."""
+    out = {}
+    for r in rows:
+        k = (r["preset"], json.dumps(r["point"], sort_keys=True))
+        if k not in out:
+            out[k] = theory(r["preset"], r["point"])["causal"]
+    return out
+
+
+def reference_theories(rows, samples: int) -> dict:
+    """:func:`theory_at_points` with ``samples`` whitened fields in float64 (seed MC_SEED + 1): this
+    process's exact maps are switched to them (call it last)."""
+    import functools
+
+    import jax
+    import jax.numpy as jnp
+
+    from phasefield.theory.attention import full_gram as fg
+
+    draw = fg.mc_normals.__wrapped__
+    fg.mc_samples = lambda n: samples
+    fg.SAMPLE_DTYPE = jnp.float64
+    fg.mc_normals = functools.lru_cache(maxsize=4)(lambda n, s=None, seed=None: draw(n, samples, fg.MC_SEED + 1))
+    jax.clear_caches()
+    return theory_at_points(rows)
+
+
+def max_gap(rows, have: dict, want: dict | None = None) -> dict:
+    """Per (preset, quantity): the largest |have - want| / se (positions with se > 0; ``have``
+    by point, or a function of (row, quantity); ``want`` None: the theory stored in ``rows``)
+    and the largest relative gap."""
+    out = {}
+    for r in rows:
+        k = (r["preset"], json.dumps(r["point"], sort_keys=True))
+        for q in QUANTITIES:
+            old, se = (np.asarray(r["quantities"][q][x], float) for x in ("theory", "se"))
+            ref = old if want is None else np.atleast_1d(want[k][q])
+            d = np.atleast_1d(have(r, q) if callable(have) else have[k][q]) - ref
+            cell = out.setdefault((r["preset"], q), [0.0, 0.0])
+            cell[0] = max(cell[0], float(np.max(np.abs(d[se > 0]) / se[se > 0], initial=0.0)))
+            cell[1] = max(cell[1], float(np.max(np.abs(d) / np.maximum(np.abs(ref), 1e-300))))
+    return out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--draws", type=int, default=256)
@@ -220,6 +273,8 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--presets", default=",".join(POINTS))
     ap.add_argument("--out", default=os.path.join("scripts", "results", "causal_check.jsonl"))
+    ap.add_argument("--theory-only", action="store_true", help="the theory's change at OUT's points, in se")
+    ap.add_argument("--reference", type=int, default=0, help="with --theory-only: against S whitened fields")
     a = ap.parse_args(argv)
     presets = [p.strip() for p in a.presets.split(",") if p.strip()]
     bad = [p for p in presets if p not in POINTS]
@@ -234,6 +289,23 @@ def main(argv=None) -> int:
     from tqdm import tqdm
 
     from phasefield import io
+
+    if a.theory_only:
+        rows = io.read_jsonl(a.out)
+        if not rows:
+            print(f"causal_check: no points in {a.out}", file=sys.stderr)
+            return 2
+        now = theory_at_points(rows)
+        for (preset, q), (z, rel) in max_gap(rows, now).items():
+            print(f"{preset:<12} {q:<16} max |theory now - stored| / se = {z:.3f}  (relative {rel:.1e})")
+        if a.reference:
+            ref = reference_theories(rows, a.reference)
+            stored = lambda r, q: np.asarray(r["quantities"][q]["theory"], float)  # noqa: E731
+            gap_now, gap_stored = max_gap(rows, now, ref), max_gap(rows, stored, ref)
+            print(f"against {a.reference} whitened float64 fields, max |theory - reference| / se:")
+            for key, (z, _) in gap_now.items():
+                print(f"{key[0]:<12} {key[1]:<16} now {z:.3f}  stored {gap_stored[key][0]:.3f}")
+        return 0
 
     os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
     rows = io.read_jsonl(a.out)

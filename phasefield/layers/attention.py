@@ -258,39 +258,49 @@ class Attention(Layer):
         overrides it."""
         return self.logit_scale(), c
 
-    def _pair_means(self, c, ctx):
-        """``(X -> E[A X A^T], G -> E[A^T G A])`` (``(E[A^T G A])_mm' = sum_ik E[A_im A_km'] G_ik``)
-        over the attention matrices of input Gram ``c``, in the layer's map, masked where
-        ``causal``: the sums of :mod:`phasefield.theory.attention.full_gram`."""
-        self._no_rope()
+    def _samples(self, c):
+        """The exact map's attention samples [S, n, n] on input Gram ``c``
+        (:func:`phasefield.theory.attention.full_gram.mc_attention`), masked where ``causal``."""
         scale, m = self.gram_logits(c)
-        mask = gram.causal_mask(c.shape[-1], self.causal)
-        fg = att_maps.full_gram
-        if self.map == "exact":
-            a = fg.mc_attention(scale, m, mask)
-            return (
-                (lambda x: jnp.mean(jnp.einsum("sij,jl,skl->sik", a, x, a), axis=0)),
-                (lambda g: jnp.mean(jnp.einsum("sim,ik,skl->sml", a, g, a), axis=0)),
-            )
-        w = fg.paper_weights(scale, m, mask)
-        return (lambda x: jnp.einsum("ikjl,jl->ik", w, x)), (lambda g: jnp.einsum("ikml,ik->ml", w, g))
+        return att_maps.full_gram.mc_attention(scale, m, gram.causal_mask(c.shape[-1], self.causal))
+
+    def _paper_weights(self, c):
+        scale, m = self.gram_logits(c)
+        return att_maps.full_gram.paper_weights(scale, m, gram.causal_mask(c.shape[-1], self.causal))
 
     def gram_forward(self, c, ctx):
-        fwd, _ = self._pair_means(c, ctx)
-        return self._out_scale() * (jnp.square(as_float(self.sigma_v)) * fwd(c))
+        """``sigma_O^2 sigma_V^2 E[A C A^T]`` over the attention matrices of input Gram ``c`` in
+        the layer's map (:mod:`phasefield.theory.attention.full_gram`), masked where ``causal``."""
+        self._no_rope()
+        fg = att_maps.full_gram
+        if self.map == "exact":
+            ac = fg.pair_mean(self._samples(c), c)
+        else:
+            ac = jnp.einsum("ikjl,jl->ik", self._paper_weights(c), c)
+        return self._out_scale() * (jnp.square(as_float(self.sigma_v)) * ac)
 
     def gram_backward(self, c, g, ctx):
-        _, bwd = self._pair_means(c, ctx)
-        ga = jnp.square(as_float(self.sigma_v)) * bwd(g)
+        """``sigma_O^2 (sigma_V^2 E[A^T G A] + softmax path)`` (``(E[A^T G A])_mm' = sum_ik
+        E[A_im A_km'] G_ik``); the exact map's values path and the softmax path average the
+        same samples, drawn once."""
+        self._no_rope()
+        mask = gram.causal_mask(c.shape[-1], self.causal)
+        a = None
+        if self.map == "exact":
+            a = self._samples(c)
+            ga = att_maps.full_gram.pair_mean_t(a, g)
+        else:
+            ga = jnp.einsum("ikml,ik->ml", self._paper_weights(c), g)
+        ga = jnp.square(as_float(self.sigma_v)) * ga
         if self.softmax_correction:
-            ga = ga + self.gram_softmax_path(c, g, gram.causal_mask(c.shape[-1], self.causal))
+            ga = ga + self.gram_softmax_path(c, g, mask, a)
         return self._out_scale() * ga
 
-    def gram_softmax_path(self, c, g, mask):
+    def gram_softmax_path(self, c, g, mask, a=None):
         """The softmax-derivative path's gradient Gram at input Gram ``c`` (queries, keys and
-        values all read ``c``)."""
+        values all read ``c``; ``a``: the exact map's samples of ``c``, when drawn)."""
         scale, m = self.gram_logits(c)
-        return att_maps.softmax.gram_softmax_term(scale, as_float(self.sigma_v), m, g, mask)
+        return att_maps.softmax.gram_softmax_term(scale, as_float(self.sigma_v), m, g, mask, a=a)
 
 
 class AttentionModule(nn.Module):

@@ -13,8 +13,10 @@ without the causal mask, through :mod:`.gram`'s engine.
   (:mod:`.depth`). At the collapsed Gram ``C = Q 11^T`` every attention row is the uniform
   average over its allowed keys and ``A 1 = 1``, so the first-order change of
   ``E[A C A^T]`` is ``E[A dC A^T]`` at that uniform ``A``: the same in both attention maps.
-  The rate is computed with the paper map (:func:`at_collapse`); the exact map's
-  Monte-Carlo fields differentiate an eigendecomposition at its degenerate point (NaN).
+  The rate is computed with that uniform map (:func:`at_collapse`,
+  :class:`CollapsedAttention`: the paper map's value and first order there, and the exact
+  map's, whose Monte-Carlo fields would differentiate an eigendecomposition at its
+  degenerate point, NaN).
 * ``lambda_g_last``: the last token's gradient rate ``(1/L) log G_0[n-1, n-1]``, with the
   gradient Gram ``G_L = I`` at the output backpropagated through the L blocks along the
   trajectory from (q0, rho0) (:func:`.gram.backward_grams`): the per-layer log growth of the
@@ -34,17 +36,19 @@ numbers, q0 and rho0 are traced).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from flax import struct
 
 from ..theory.precision import float64
 from . import gram
 from .attention import Attention
 from .base import check_layer, is_causal, masked  # noqa: F401 (the mask is a property of the block)
-from .state import Context
+from .state import Context, as_float
 
 
 def mean_cosine_with_earlier(c):
@@ -61,11 +65,25 @@ def _with_mask(layer, causal):
     return layer if causal is None else masked(layer, causal)
 
 
+@struct.dataclass
+class CollapsedAttention(Attention):
+    """An attention's Gram forward map at the collapsed Gram ``C = Q 11^T`` and to first order
+    around it (module docstring): ``sigma_O^2 sigma_V^2 U C U^T`` with ``U`` the uniform
+    average over the allowed keys, which the paper and the exact map both are there (the
+    logits of a query are all equal; the change of ``A`` meets ``C 1 = Q n 1`` and
+    ``dA 1 = 0``). Read only by :func:`at_collapse`'s blocks, along the collapsed input."""
+
+    def gram_forward(self, c, ctx):
+        mask = gram.causal_mask(c.shape[-1], self.causal)
+        u = jnp.asarray(mask / mask.sum(-1, keepdims=True), c.dtype)
+        return self._out_scale() * (jnp.square(as_float(self.sigma_v)) * (u @ c @ u.T))
+
+
 def at_collapse(layer):
-    """``layer`` with every attention in the paper map without the softmax path (the same
-    forward map at the collapsed Gram and its first order, module docstring)."""
+    """``layer`` with every attention its :class:`CollapsedAttention` (the same forward map at
+    the collapsed Gram and its first order in both attention maps, module docstring)."""
     if isinstance(layer, Attention):
-        return layer.replace(map="paper", softmax_correction=False)
+        return CollapsedAttention(**{f.name: getattr(layer, f.name) for f in dataclasses.fields(Attention)})
     return layer.map_children(at_collapse) if layer.children() else layer
 
 

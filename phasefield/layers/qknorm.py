@@ -61,9 +61,9 @@ class QKNormAttention(Attention):
     def gram_logits(self, c):
         return self.logit_scale(), gram.cosines(c)
 
-    def gram_softmax_path(self, c, g, mask):
+    def gram_softmax_path(self, c, g, mask, a=None):
         scale, r = self.gram_logits(c)
-        term = att_maps.softmax.gram_softmax_term(scale, as_float(self.sigma_v), r, g, mask)
+        term = att_maps.softmax.gram_softmax_term(scale, as_float(self.sigma_v), r, g, mask, a=a)
         return jnp.where(jnp.all(gram.equal_norms(c)), term, jnp.nan)
 
     def module(self, weights="dense", causal=False, name=None):

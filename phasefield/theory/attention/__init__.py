@@ -79,7 +79,10 @@ def gram_forward(sigma_a, sigma_v, r, mask, attention: str = "paper"):
 def gram_backward(sigma_a, sigma_v, r, g, mask, attention: str = "paper", softmax_correction: bool = False):
     """sigma_V^2 sum_ik E[A_im A_km'] G_ik (+ the softmax path with
     ``softmax_correction``), before the LN factor 1 / sqrt(q q')."""
-    ga = jnp.square(sigma_v) * mode(attention).gram_backward(sigma_a, r, g, mask)
+    # the exact map and the softmax path average the same attention samples: drawn once
+    a = full_gram.mc_attention(sigma_a, r, mask) if attention == "exact" and softmax_correction else None
+    kw = {} if a is None else {"a": a}
+    ga = jnp.square(sigma_v) * mode(attention).gram_backward(sigma_a, r, g, mask, **kw)
     if softmax_correction:
-        ga = ga + softmax.gram_softmax_term(sigma_a, sigma_v, r, g, mask)
+        ga = ga + softmax.gram_softmax_term(sigma_a, sigma_v, r, g, mask, a=a)
     return ga

@@ -33,7 +33,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 
 from . import exact, exact_table
-from .full_gram import MC_SAMPLES, mc_attention
+from .full_gram import mc_attention, sample_mean, tn_mean
 
 
 def t_values(sigma_a, n_tokens, rho, att=None):
@@ -54,21 +54,29 @@ def softmax_term(sigma_a, n_tokens, sigma_v, q, rho, a, b, att=None):
     return diag, off
 
 
-def gram_softmax_term(sigma_a, sigma_v, r, g, mask, samples=None):
+def gram_softmax_term(sigma_a, sigma_v, r, g, mask, samples=None, a=None):
     """sigma_A^2 sigma_V^2 (query + key terms) for cosine matrix r and gradient Gram g
-    (before alpha_A^2 / sqrt(q q')), averaged over the fixed Monte-Carlo attention samples."""
-    a = mc_attention(sigma_a, r, mask, samples or MC_SAMPLES)  # [s, n, n]
-    u = a @ r  # U = A R
-    v = u @ jnp.swapaxes(a, -1, -2)  # V = A R A^T
+    (before alpha_A^2 / sqrt(q q')), averaged over the fixed Monte-Carlo attention samples
+    (``a``: those of :func:`.full_gram.mc_attention` when the caller has them; ``samples``:
+    their number otherwise, default :func:`.full_gram.mc_samples`). Each sample's products in
+    the samples' dtype, the means in float64 (:func:`.full_gram.sample_mean`)."""
+    if a is None:
+        a = mc_attention(sigma_a, r, mask, samples)  # [s, n, n]
+    n, dt = a.shape[-1], a.dtype
+    rs, h = jnp.asarray(r, dt), jnp.asarray(r * g, dt)
+    up = a @ jnp.concatenate([rs, rs * rs], 1)  # [U | P]: U = A R, P = A (R.R)
+    u = up[..., :n]
+    # per sample A [U | P | U.U]^T = [V | A (R.R) A^T | A (U.U)^T],  V = A R A^T
+    y = a @ jnp.swapaxes(jnp.concatenate([u, up[..., n:], u * u], 1), -1, -2)
+    v = y[..., :n]
+    m = sample_mean(jnp.concatenate([v * v, y[..., n:]], -1))
+    vv, arra, t2 = m[:, :n], m[:, n : 2 * n], m[:, 2 * n :]
     # query path: G .* E[A (R.R) A^T - A (U.U)^T - (U.U) A^T + V.V]
-    t2 = a @ jnp.swapaxes(u * u, -1, -2)
-    qmat = a @ (r * r) @ jnp.swapaxes(a, -1, -2) - t2 - jnp.swapaxes(t2, -1, -2) + v * v
-    query = g * jnp.mean(qmat, 0)
-    # key path: R.(A^T H A) - ((H A).U)^T A - A^T (U.(H A)) + A^T (H.V) A,  H = R.G
-    h = r * g
-    at = jnp.swapaxes(a, -1, -2)
+    query = g * (arra - t2 - t2.T + vv)
+    # key path: R.(A^T H A) - ((H A).U)^T A - A^T (U.(H A)) + A^T (H.V) A,  H = R.G:
+    # E[A^T [H A | (H A).U | (H.V) A]] in one product per block of samples
     ha = h @ a
-    k2 = jnp.swapaxes(ha * u, -1, -2) @ a
-    kmat = r * (at @ h @ a) - k2 - jnp.swapaxes(k2, -1, -2) + at @ (h * v) @ a
-    key = jnp.mean(kmat, 0)
+    k = tn_mean(a, jnp.concatenate([ha, ha * u, (h * v) @ a], -1))
+    aha, k2, ahva = k[:, :n], k[:, n : 2 * n], k[:, 2 * n :]
+    key = r * aha - k2 - k2.T + ahva
     return jnp.square(sigma_a) * jnp.square(sigma_v) * (query + key)
