@@ -194,7 +194,7 @@ def _fix_text(fx, depth):
     lines = [
         f"fix: weight matrices x {m['weights']:.4g}, residual output projections x {m['residual']:.4g} more{more} "
         f"(criteria: gradient factor within {fx['criteria']['max_gradient_factor']:g} over {depth} blocks, "
-        f"|angle_rate| <= {fx['criteria']['max_angle_rate']:g}; {fx['search']['points']} points searched)",
+        f"|{fx['rates'][0]}| <= {fx['criteria']['max_angle_rate']:g}; {fx['search']['points']} points searched)",
         "  init std per parameter group (before -> after):",
     ]
     for g, v in fx["init_std"].items():

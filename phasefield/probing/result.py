@@ -320,10 +320,10 @@ class ProbeResult:
             z[k] = v if k.endswith("_pos") else float(v)
         best = dict(value=float("nan"), quantity=None, position=None)
         for k, v in z.items():
-            a = np.atleast_1d(np.abs(v))
+            a = np.abs(np.atleast_1d(v))
             if np.any(np.isfinite(a)):
                 i = int(np.nanargmax(a))
-                if not best["value"] >= a[i]:
+                if not abs(best["value"]) >= a[i]:
                     best = dict(
                         value=float(np.atleast_1d(v)[i]), quantity=k, position=i if k.endswith("_pos") else None
                     )
