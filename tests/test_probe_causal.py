@@ -174,6 +174,7 @@ def make(causal=False):
             ["--preset", "pre-ln", "--set", "causal=true", "--no-causal", "--width", "8", "--depth", "2"],
             "contradicts --set causal",
         ),
+        (["--block", "dyt:heads=2", "--causal", "--width", "8", "--depth", "2"], "block dyt: causal=true"),
     ],
 )
 def test_cli_causal_errors_are_one_line_and_exit_2(argv, needle, tmp_path, monkeypatch, capsys):

@@ -428,7 +428,11 @@ def _factory_kw(model, block_spec, preset, settings, sizes, as_spec, causal=None
             raise UsageError(f"{both[0]} given twice: in --block and by --set")
         import re
 
-        if causal is not None and re.search(r"(^|[:,{\s\"])causal\b", block_spec) and numbers.get("causal") != causal:
+        if (
+            causal is not None
+            and re.search(r"(^|[:,{\s\"])causal\b", block_spec)
+            and bool(numbers.get("causal")) != causal
+        ):
             raise UsageError(f"--{'' if causal else 'no-'}causal contradicts --block {block_spec}")
         kw.update(numbers)
     if causal is not None and (preset is not None):

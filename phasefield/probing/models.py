@@ -105,6 +105,10 @@ def preset(
         numbers.setdefault("width", width)
     if p.causal_default and p.numbers_class is None:  # a decoder: causal unless causal=False
         numbers.setdefault("causal", True)
+    if numbers.get("causal"):
+        from ..layers import spec
+
+        spec.check(name, {"causal": True})  # a preset without a causal theory (dyt) says so
     if p.numbers_class is not None and hp is None:
         hp = p.numbers_class(**p.network_defaults)  # the theory of the network (its softmax path)
     block = layers.presets.get(name, hp, **numbers)
