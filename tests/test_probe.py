@@ -359,3 +359,8 @@ def test_hf_gpt2_bert_vit_at_random_init():
         m = factory(depth=2, width=32, heads=2, n_tokens=5, batch=1)  # ViT: 2 x 2 patches + cls
         res = phasefield.probe(m, inits=2)
         assert res.depth == 2 and np.all(np.isfinite(res.ds["grad"].values))
+        # GPT-2 is causal (per position, the last token's rates); BERT and ViT are not
+        assert m.causal is (factory is hf.gpt2) and res.causal is m.causal
+        if res.causal:
+            d = res.to_dict()
+            assert len(d["q_L_pos"]) == 5 and np.isfinite(d["lambda_g_last"]) and "theory" not in d

@@ -8,7 +8,10 @@ growth per block, phase, verdict), with the theory beside it for phasefield's pr
     phasefield probe --model my_models.py:make --as pre-ln:sigma=0.55,heads=12 --fix
 
 ``--as NAME[:k=v,...]`` declares a ``--model`` to be one of phasefield's presets (its theory
-curves drawn beside; the fix's theory answer). ``--fix`` searches init multipliers (all
+curves drawn beside; the fix's theory answer). A causal model (Hugging Face GPT-2, a preset
+spelled ``NAME:causal=true``, ``gpt2``, ``llama``; ``--causal``/``--no-causal`` say it of any
+model) is measured per position too and compared with the causal theory position by
+position; its phase, bands and fix read the last token's rates. ``--fix`` searches init multipliers (all
 weight matrices; the residual branches' output projections, found by name or by
 ``--fix-residual REGEX``; an attention's or the MLP's matrices alone) until the measured
 rates meet the criteria (``--max-gradient-factor``, ``--max-angle-rate``, as ``recommend
@@ -34,7 +37,7 @@ import os
 import click
 
 from .. import io
-from .blockopt import PRESET_LIST, refuse_causal
+from .blockopt import PRESET_LIST
 from .common import UsageError, atomic_path, check, echo_json, option, options, output
 
 INITS_MAX = 10_000
@@ -104,7 +107,6 @@ def _declared(as_spec):
     from ..layers import spec
 
     name, numbers = check(spec.parse, as_spec)
-    refuse_causal(name, numbers)
     block = check(spec.build, name, dict(numbers))
     return block, (name, numbers)
 
@@ -125,7 +127,9 @@ def _model(model, preset, kw):
         p = registry.lookup(preset)
         if p.numbers_class is not None:  # its numbers are one object (the paper's HParams)
             hp_keys = [
-                k for k in list(kw) if k not in ("depth", "width", "n_tokens", "batch", "weights", "q0", "rho0", "seed")
+                k
+                for k in list(kw)
+                if k not in ("depth", "width", "n_tokens", "batch", "weights", "q0", "rho0", "seed", "causal")
             ]
             try:
                 # the network has the softmax-derivative path: so has the theory, unless told
@@ -161,13 +165,15 @@ def _recipes(text):
     return words
 
 
-def _rate(a):
+def _pair(a, names):
+    """``angle = v +- se, gradient = v +- se`` of the two rates ``names`` in ``a``."""
+    return ", ".join(f"{k} = {a[k]:+.4f} +- {a[k + '_se']:.4f}" for k in names)
+
+
+def _rate(a, names=("angle_rate", "lambda_g_input")):
     if not a.get("finite", True):
         return a["reason"]
-    return (
-        f"angle_rate = {a['angle_rate']:+.4f} +- {a['angle_rate_se']:.4f}, lambda_g_input = "
-        f"{a['lambda_g_input']:+.4f} +- {a['lambda_g_input_se']:.4f}, distance {a['distance']:.3g}"
-    )
+    return f"{_pair(a, names)}, distance {a['distance']:.3g}"
 
 
 def _recipes_text(fx):
@@ -177,7 +183,7 @@ def _recipes_text(fx):
             lines.append(f"    {r['name']}: not applicable ({r['reason']})")
             continue
         verdict = "meets" if r["meets"] else "does not meet"
-        lines.append(f"    {r['name']}: {verdict} the criteria; {_rate(r['after'])}  [{r['text']}]")
+        lines.append(f"    {r['name']}: {verdict} the criteria; {_rate(r['after'], fx['rates'])}  [{r['text']}]")
     return lines
 
 
@@ -188,7 +194,7 @@ def _fix_text(fx, depth):
     lines = [
         f"fix: weight matrices x {m['weights']:.4g}, residual output projections x {m['residual']:.4g} more{more} "
         f"(criteria: gradient factor within {fx['criteria']['max_gradient_factor']:g} over {depth} blocks, "
-        f"|angle_rate| <= {fx['criteria']['max_angle_rate']:g}; {fx['search']['points']} points searched)",
+        f"|{fx['rates'][0]}| <= {fx['criteria']['max_angle_rate']:g}; {fx['search']['points']} points searched)",
         "  init std per parameter group (before -> after):",
     ]
     for g, v in fx["init_std"].items():
@@ -196,20 +202,32 @@ def _fix_text(fx, depth):
             f"    {g}: {v['before']:.4g} -> {v['after']:.4g}"
             + (" (residual projection)" if v["residual_projection"] else "")
         )
+    names = fx["rates"]
     lines.append(
-        f"  as it is:  angle_rate = {b['angle_rate']:+.4f} +- {b['angle_rate_se']:.4f}, "
-        f"lambda_g_input = {b['lambda_g_input']:+.4f} +- {b['lambda_g_input_se']:.4f} (gradient factor {b['gradient_factor']:.3g}, distance {b['distance']:.3g})"
+        f"  as it is:  {_pair(b, names)} (gradient factor {b['gradient_factor']:.3g}, distance {b['distance']:.3g})"
     )
     lines.append(
-        f"  fixed ({a['inits']} fresh inits, seed {a['seed']}): angle_rate = {a['angle_rate']:+.4f} +- {a['angle_rate_se']:.4f}, "
-        f"lambda_g_input = {a['lambda_g_input']:+.4f} +- {a['lambda_g_input_se']:.4f} (gradient factor {a['gradient_factor']:.3g} "
-        f"+- {a['gradient_factor_se']:.2g}, distance {a['distance']:.3g})"
+        f"  fixed ({a['inits']} fresh inits, seed {a['seed']}): {_pair(a, names)} (gradient factor "
+        f"{a['gradient_factor']:.3g} +- {a['gradient_factor_se']:.2g}, distance {a['distance']:.3g})"
     )
     lines.append(
         "  the criteria hold at the fixed init" if fx["meets"] else "  the criteria do NOT hold at the fixed init"
     )
     th = fx.get("theory")
-    if th and th["measured_fix"] is None:
+    if th and th["recommend"] is None:  # a causal preset: no recommend --block answer
+        now, at = th["theory_as_is"], th["theory_at_measured_fix"]
+        lines.append(
+            f"  causal theory ({th['block']}, last token): as it is angle_rate_last {now['angle_rate_last']:+.4f}, "
+            f"lambda_g_last {now['lambda_g_last']:+.4f}"
+            + (
+                f"; at the measured fix (sigma {th['measured_fix']['sigma']:.4g}): {at['angle_rate_last']:+.4f}, "
+                f"{at['lambda_g_last']:+.4f}, distance {at['distance']:.3g}"
+                if at
+                else ""
+            )
+            + " (recommend --block searches the acausal theory: no answer for a causal block)"
+        )
+    elif th and th["measured_fix"] is None:
         rc = th["recommend"]
         lines.append(
             f"  recommend --block (theory): sigma {rc['sigma']:.4g}, alpha_attn {rc['alpha_attn']:.4g}, alpha_mlp "
@@ -234,10 +252,12 @@ def _table(res):
     diag = res.diagnosis()
     first = diag["first_failing_block"]
     gr = diag["grad_rate"]
-    lines = ["block        q   rho(data)    rho(sym)       angle    |J^T u|^2  log grad factor"]
+    a_key, g_key = ("angle_last", "grad_last") if res.causal else ("angle", "grad")
+    head = "angle(last)  |g_last|^2" if res.causal else "      angle    |J^T u|^2"
+    lines = [f"block        q   rho(data)    rho(sym) {head}  log grad factor"]
     for b in ds["block"].values:
-        ang = ds["angle"].values[b]
-        g = ds["grad"].values[b] if "grad" in ds else float("nan")
+        ang = ds[a_key].values[b]
+        g = ds[g_key].values[b] if g_key in ds else float("nan")
         r = gr[b] if gr is not None else float("nan")
         mark = "  <- first out of band" if first is not None and b == first["block"] else ""
         lines.append(
@@ -246,8 +266,40 @@ def _table(res):
         )
     lines.append(
         f"bands per block: |angle| <= {diag['angle_band']:g}, |log grad factor| <= {diag['gradient_band']:.4g} "
-        f"(log {diag['max_gradient_factor']:g} / {res.depth})"
+        f"(log {diag['max_gradient_factor']:g} / {res.depth})" + (" (the last token's)" if res.causal else "")
     )
+    return "\n".join(lines)
+
+
+def _positions_text(res):
+    """A causal model's per-position table after the last block and the last token's rates,
+    with the causal theory and z when there is one."""
+    import numpy as np
+
+    p = res.positions()
+    th = res.causal_theory
+    z = res.position_agreement() if th is not None else None
+    lines = [
+        "position  q_L_pos (+- se)        rho_L_pos (+- se)     (from the symmetric start)"
+        + ("   theory q, rho   z q, rho" if th is not None else "")
+    ]
+    for i in range(len(p["q_L_pos"])):
+        line = f"{i:>8}  {p['q_L_pos'][i]:10.4g} ({p['q_L_pos_se'][i]:.2g})   {p['rho_L_pos'][i]:+.4f} ({p['rho_L_pos_se'][i]:.2g})"
+        if th is not None:
+            zr = z["rho_L_pos"][i]
+            line += f"   {th['q_L_pos'][i]:.4g}, {th['rho_L_pos'][i]:+.4f}   {z['q_L_pos'][i]:+.1f}, " + (
+                f"{zr:+.1f}" if np.isfinite(zr) else "-"
+            )
+        lines.append(line)
+    for k in ("angle_rate_last", "lambda_g_last"):
+        line = f"{k:<16} = {p[k]:+.4f} +- {p[k + '_se']:.4f}"
+        if th is not None:
+            line += f"   theory {float(th[k]):+.4f}  z = {z[k]:+.1f}"
+        lines.append(line)
+    if z is not None:
+        m = z["max_abs_z"]
+        where = "" if m["position"] is None else f" at position {m['position']}"
+        lines.append(f"largest |z| against the causal theory: {abs(m['value']):.2f} ({m['quantity']}{where})")
     return "\n".join(lines)
 
 
@@ -270,6 +322,12 @@ PROBE_OPTIONS = (
     click.option("--eps", type=float, default=1e-3, show_default=True, help="1 - rho of the nearby tokens"),
     click.option("--chunk", type=int, default=1, show_default=True, help="initializations vmapped at once"),
     click.option("--no-gradient", is_flag=True, help="skip the vector-Jacobian products"),
+    click.option(
+        "--causal/--no-causal",
+        default=None,
+        help="the model is causal (per-position measurements, the last token's rates; default: as the model "
+        "says: Hugging Face GPT-2, NAME:causal=true, gpt2, llama)",
+    ),
     click.option("--json", "as_json", is_flag=True, help="one JSON object on stdout"),
     click.option("--figure", default=None, help="per-block figure (PNG or PDF)"),
     click.option(
@@ -331,6 +389,7 @@ def _check_run(o) -> dict:
     if o["no_gradient"] and o["do_fix"]:
         raise UsageError("--fix measures the gradient: drop --no-gradient")
     return dict(
+        causal=o["causal"],
         inits=o["inits"],
         seed=o["seed"],
         eps=o["eps"],
@@ -349,8 +408,9 @@ def _check_run(o) -> dict:
     )
 
 
-def _factory_kw(model, block_spec, preset, settings, sizes, as_spec):
-    """(preset, the factory's keywords, the ``--as`` declaration or None) of the model options."""
+def _factory_kw(model, block_spec, preset, settings, sizes, as_spec, causal=None):
+    """(preset, the factory's keywords, the ``--as`` declaration or None) of the model options;
+    ``causal`` (``--causal/--no-causal``) builds a ``--block``/``--preset`` masked or not."""
     declared = None
     if as_spec is not None:
         if model is None:
@@ -363,11 +423,22 @@ def _factory_kw(model, block_spec, preset, settings, sizes, as_spec):
         from ..layers import spec
 
         preset, numbers = check(spec.parse, block_spec)
-        refuse_causal(preset, numbers)
         both = sorted(set(numbers) & set(kw))
         if both:
             raise UsageError(f"{both[0]} given twice: in --block and by --set")
+        import re
+
+        if (
+            causal is not None
+            and re.search(r"(^|[:,{\s\"])causal\b", block_spec)
+            and bool(numbers.get("causal")) != causal
+        ):
+            raise UsageError(f"--{'' if causal else 'no-'}causal contradicts --block {block_spec}")
         kw.update(numbers)
+    if causal is not None and (preset is not None):
+        if "causal" in kw and block_spec is None and bool(kw["causal"]) != causal:
+            raise UsageError(f"--{'' if causal else 'no-'}causal contradicts --set causal={kw['causal']}")
+        kw["causal"] = causal
     for flag, v in sizes.items():
         if v is not None:
             option(flag, v, 1 if flag == "--depth" else 2, SIZE_MAX[flag], integer=True)
@@ -409,7 +480,9 @@ def _measure(m, run_kw, progress):
 
 def _print(res) -> None:
     click.echo(_table(res))
-    if res.theory is not None:
+    if res.causal:
+        click.echo(_positions_text(res))
+    elif res.theory is not None:
         t = res.theory_rates()
         click.echo(f"theory: angle_rate = {t['angle_rate']:+.4f}, lambda_g_input = {t['lambda_g_input']:+.4f}")
     click.echo(res.verdict())
@@ -425,7 +498,7 @@ def probe_cmd(model, block_spec, preset, settings, depth, width, n_tokens, as_js
     (docs/probe.md)."""
     run_kw = _check_run(o)
     sizes = {"--depth": depth, "--width": width, "--n-tokens": n_tokens}
-    preset, kw, declared = _factory_kw(model, block_spec, preset, settings, sizes, as_spec)
+    preset, kw, declared = _factory_kw(model, block_spec, preset, settings, sizes, as_spec, run_kw["causal"])
     if figure is not None:
         output(figure, "--figure", need_bytes=16 << 20)
     m = _model(model, preset, kw)

@@ -17,6 +17,12 @@ models: :mod:`.nnx` (``probe(make, inputs, blocks=...)`` with ``make(rngs) -> nn
 Where it fails, per block: :mod:`.blocks` (``res.first_failing_block``); a fix of the
 model's init, measured and verified: :mod:`.fix` (``probe(..., fix=True)``).
 
+A causal model (a decoder: ``Model.causal``, a phasefield block masked, or ``causal=True``)
+is measured per position as well (:mod:`.positions`: ``res.positions()``, the last token's
+``res.angle_rate_last``, ``res.lambda_g_last``, which its phase, bands and fix read) and
+compared with :func:`phasefield.layers.causal_rates` position by position
+(``res.position_agreement()``).
+
 ``phasefield.probe(...)`` is :func:`probe` of this package.
 """
 
@@ -53,6 +59,7 @@ def probe(
     fix: bool = False,
     fix_options: dict | None = None,
     progress=None,
+    causal: bool | None = None,
 ) -> ProbeResult:
     """Measure a model's blocks over ``inits`` independent initializations (module
     docstring). ``init_fn`` may also be a :class:`Model`, or a Flax NNX model: a function
@@ -67,20 +74,26 @@ def probe(
     ``residual``, ``weights``, ``inits``, ``verify_inits``, ``recipes``), put in ``result.fix``
     with the named init recipes measured beside it (:mod:`.recipes`);
     ``progress(done, total)`` follows the work in initializations measured: the probe's,
-    and with ``fix`` the search's (``inits`` per point) and the check's. ValueError (one line) for bad input: no
-    matching block, outputs not finite, fewer than 2 inits."""
+    and with ``fix`` the search's (``inits`` per point) and the check's. ``causal``: the
+    model is causal (per-position measurements, the last token's rates, the causal theory
+    of ``block``); None: as the model says (:attr:`Model.causal`, else whether ``block``
+    is masked, else not). ValueError (one line) for bad input: no matching block, outputs
+    not finite, fewer than 2 inits, ``causal=True`` for a model that says it is not."""
     from . import nnx as _nnx
 
     if _nnx.is_nnx(init_fn):
         init_fn = _nnx.model(init_fn, apply_fn if inputs is None else inputs, blocks=blocks, stack=stack, name=name)
     run = None
     spec = None
+    model_causal = None
     if isinstance(init_fn, Model):
         m = init_fn
+        model_causal = m.causal
         init_fn, apply_fn, inputs, blocks, stack = m.init_fn, m.apply_fn, m.inputs, m.blocks, m.stack
         block = m.block if block is None else block
         name = m.name if name == "model" else name
         run, spec = m.runner, m.spec
+    causal = _causal(causal, model_causal, block)
     if not callable(init_fn) or not callable(apply_fn):
         raise ValueError("probe needs an init function and an apply function")
     if not (float(max_factor) > 1.0 and math.isfinite(float(max_factor))):
@@ -111,6 +124,11 @@ def probe(
     if run is None:
         run = capture.runner(apply_fn, inputs, blocks=blocks, stack=stack)
     with_deltas = stack is None and getattr(run, "deltas", True)
+    n_tokens = None
+    if causal or block is not None:
+        n_tokens = int(np.shape(jax.eval_shape(lambda: run(init_fn(jax.random.PRNGKey(0)))[0]))[-2])
+    if causal and n_tokens < 2:
+        raise ValueError(f"a causal model's per-position results need at least 2 tokens, got {n_tokens}")
     keys = jax.random.split(jax.random.PRNGKey(int(seed)), int(inits))
     st = None if start is None else tuple(float(s) for s in start)
     if progress is not None and not isinstance(progress, measure.Steps):
@@ -119,12 +137,21 @@ def probe(
             from . import fix as _fix
 
             o = fix_options or {}
-            checks = _fix.check_size(o.get("recipes"), spec)
+            checks = _fix.check_size(o.get("recipes"), spec, causal)
             extra = _fix.search_size() * int(o.get("inits", 2)) + int(o.get("verify_inits", 16)) * checks
         progress = measure.Steps(progress, int(inits) + extra)
     raw = jax.device_get(
         measure.many(
-            init_fn, run, keys, float(eps), st, gradient, max(1, int(chunk)), with_deltas=with_deltas, advance=progress
+            init_fn,
+            run,
+            keys,
+            float(eps),
+            st,
+            gradient,
+            max(1, int(chunk)),
+            with_deltas=with_deltas,
+            advance=progress,
+            causal=causal,
         )
     )
     L = np.asarray(raw["q_data"]).shape[1] - 1
@@ -137,12 +164,16 @@ def probe(
     data0 = (float(ds["q_data"][0]), float(ds["rho_data"][0]))
     q0, rho0 = data0 if st is None else st
     rho0 = min(max(rho0, 0.0), 1.0)
-    th = None
+    th = cth = None
     if block is not None:
+        from ..layers.causal import masked
         from . import theory
 
-        n_tokens = int(np.shape(jax.eval_shape(lambda: run(init_fn(keys[0]))[0]))[-2])
-        th = theory.curves(block, n_tokens, L, q0, rho0, float(eps), grad_start=data0)
+        blk = masked(block, causal)  # the model's mask: the theory's
+        if causal:
+            cth = theory.causal(blk, n_tokens, L, q0, rho0, grad_start=data0)
+        else:
+            th = theory.curves(blk, n_tokens, L, q0, rho0, float(eps), grad_start=data0)
     res = ProbeResult(
         name=name,
         ds=ds,
@@ -151,11 +182,15 @@ def probe(
         theory=th,
         max_factor=float(max_factor),
         max_angle_rate=float(max_angle_rate),
+        causal=causal,
+        causal_theory=cth,
     )
     if fix:
         from . import fix as _fix
 
-        m = Model(init_fn, apply_fn, inputs, blocks=blocks, stack=stack, name=name, spec=spec, runner=run)
+        m = Model(
+            init_fn, apply_fn, inputs, blocks=blocks, stack=stack, name=name, spec=spec, runner=run, causal=causal
+        )
         opts = dict(fix_options or {})
         res.fix = _fix.fix(  # the same progress: the search and the check advance it
             m,
@@ -169,3 +204,21 @@ def probe(
             **opts,
         )
     return res
+
+
+def _causal(causal, model_causal, block) -> bool:
+    """Whether the probe treats the model as causal (:func:`probe`'s ``causal``)."""
+    if causal is not None and not isinstance(causal, (bool, np.bool_)):
+        raise ValueError(f"causal must be True, False or None, got {causal!r}")
+    if model_causal is None and block is not None:
+        from .. import layers
+
+        model_causal = layers.is_causal(block)
+    if causal is None:
+        return bool(model_causal)
+    if causal and model_causal is False:
+        raise ValueError(
+            "causal=True, but the model says its attention is not causal (Model.causal=False): "
+            "the probe measures a model as it is and cannot mask it"
+        )
+    return bool(causal)

@@ -14,6 +14,9 @@ evenly over the blocks, each block's share is
 
 A block leaves its band when its mean is outside the band by more than ``Z`` standard
 errors over initializations (``Z`` = 3, as for the phase): noise alone names no block.
+
+A causal model's bands read the last token's (``last=True``): its gap to the earlier tokens
+(``angle_last``) and its squared gradient (``grad_last``) after each block (:mod:`.positions`).
 """
 
 from __future__ import annotations
@@ -34,12 +37,13 @@ def _mean_se(per_init):
     return a.mean(0), se
 
 
-def grad_rate_init(ds) -> np.ndarray | None:
+def grad_rate_init(ds, key: str = "grad") -> np.ndarray | None:
     """``log(grad_{l-1} / grad_l)`` per init and block l = 1..L (``[inits, L + 1]``, NaN at
-    block 0), or None without a per-block gradient."""
-    if "grad_init" not in ds:
+    block 0), or None without a per-block gradient (``key``: ``grad_last`` for the last
+    token's)."""
+    if key + "_init" not in ds:
         return None
-    g = np.asarray(ds["grad_init"].values, float)
+    g = np.asarray(ds[key + "_init"].values, float)
     if not np.all(np.isfinite(g[:, 1:-1])):
         return None
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -47,11 +51,14 @@ def grad_rate_init(ds) -> np.ndarray | None:
     return np.concatenate([np.full((g.shape[0], 1), np.nan), r], axis=1)
 
 
-def diagnose(ds, max_factor: float = MAX_FACTOR, max_angle_rate: float = MAX_ANGLE_RATE, z: float = Z) -> dict:
+def diagnose(
+    ds, max_factor: float = MAX_FACTOR, max_angle_rate: float = MAX_ANGLE_RATE, z: float = Z, last: bool = False
+) -> dict:
     """Per-block rates against their bands (module docstring): ``grad_rate`` and
     ``angle`` (mean and se per block), the bands, and ``first_failing_block``: None when
     every block stays inside, else ``{"block": l (1 = the first block), "quantities": [...],
-    "gradient"|"angle": {"value", "se", "band", "direction"}}``."""
+    "gradient"|"angle": {"value", "se", "band", "direction"}}``; ``last``: the last token's
+    (a causal model)."""
     L = int(ds.sizes["block"]) - 1
     g_band = math.log(max_factor) / L
     out = dict(
@@ -60,8 +67,11 @@ def diagnose(ds, max_factor: float = MAX_FACTOR, max_angle_rate: float = MAX_ANG
         gradient_band=g_band,
         angle_band=float(max_angle_rate),
     )
-    angle, angle_se = _mean_se(ds["angle_init"].values) if "angle_init" in ds else (None, None)
-    gr = grad_rate_init(ds)
+    a_key, g_key = ("angle_last", "grad_last") if last else ("angle", "grad")
+    if last:
+        out["token"] = "last"
+    angle, angle_se = _mean_se(ds[a_key + "_init"].values) if a_key + "_init" in ds else (None, None)
+    gr = grad_rate_init(ds, g_key)
     grad, grad_se = _mean_se(gr) if gr is not None else (None, None)
     out["grad_rate"] = grad
     out["grad_rate_se"] = grad_se

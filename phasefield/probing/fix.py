@@ -38,6 +38,13 @@ For a phasefield preset (``--block`` or declared with ``--as``), the measured fi
 written in the preset's numbers (sigma x m_w, alpha_attn and alpha_mlp x m_res) beside
 ``recommend --block``'s theory answer for the same depth and criteria, with the theory's
 rates at the measured fix.
+
+A causal model (``before.causal``) is searched, checked and compared on the last token's
+rates (``angle_rate_last``, ``lambda_g_last``: ``fix["rates"]`` names them; the
+whole-sequence rates are reported beside them): the recipes likewise. ``recommend --block``
+searches the (q, p) theory, which has no causal answer: for a causal preset ``fix.theory``
+holds the causal theory's rates (:func:`phasefield.layers.causal_rates`) as it is and at the
+measured fix, without ``recommend``'s answer.
 """
 
 from __future__ import annotations
@@ -119,11 +126,11 @@ def preset_numbers(spec) -> dict:
     )
 
 
-def theory_beside(spec, knobs, L, n_tokens, start, eps, max_factor, max_angle_rate) -> dict | None:
+def theory_beside(spec, knobs, L, n_tokens, start, eps, max_factor, max_angle_rate, causal=False) -> dict | None:
     """``recommend --block``'s answer for a standard preset beside the measured fix (module
     docstring; ``knobs``: its multipliers), or None for a block it does not cover. A fix
     with its own attention or MLP multiplier has no preset numbers (one sigma sets every
-    matrix): ``measured_fix`` None."""
+    matrix): ``measured_fix`` None. ``causal``: :func:`causal_beside`."""
     from ..layers import recommend as rb
     from ..layers import spec as lspec
     from . import theory
@@ -131,6 +138,8 @@ def theory_beside(spec, knobs, L, n_tokens, start, eps, max_factor, max_angle_ra
     name, kw = spec
     if name not in rb.BLOCKS:
         return None
+    if causal:
+        return causal_beside(spec, knobs, L, n_tokens, start, max_factor, max_angle_rate)
     now = preset_numbers(spec)
     m_w, m_res = knobs.get("weights", 1.0), knobs.get("residual", 1.0)
     fixed_numbers = dict(
@@ -176,17 +185,53 @@ def theory_beside(spec, knobs, L, n_tokens, start, eps, max_factor, max_angle_ra
     )
 
 
+def causal_beside(spec, knobs, L, n_tokens, start, max_factor, max_angle_rate) -> dict:
+    """A causal standard preset's theory beside the measured fix: the last token's rates of
+    :func:`phasefield.layers.causal_rates` (every attention masked, from the measured start)
+    as it is and at the measured fix in the preset's numbers (None where the fix scales the
+    attention or the MLP alone); ``recommend`` None (module docstring)."""
+    from ..layers import spec as lspec
+    from ..layers.causal import masked
+    from . import theory
+
+    name, kw = spec
+    now = preset_numbers(spec)
+    m_w, m_res = knobs.get("weights", 1.0), knobs.get("residual", 1.0)
+    fixed_numbers = dict(
+        sigma=now["sigma"] * m_w, alpha_attn=now["alpha_attn"] * m_res, alpha_mlp=now["alpha_mlp"] * m_res
+    )
+    expressible = all(knobs.get(k, 1.0) == 1.0 for k in ("attention", "mlp"))
+    others = {k: v for k, v in kw.items() if k not in ("sigma", "alpha", "alpha_attn", "alpha_mlp")}
+
+    def rates(numbers):
+        block = masked(lspec.build(name, {**others, **numbers}), True)
+        th = theory.causal(block, int(n_tokens), int(L), float(start[0]), float(start[1]))
+        la, lg = float(th["angle_rate_last"]), float(th["lambda_g_last"])
+        return dict(angle_rate_last=la, lambda_g_last=lg, distance=distance(la, lg, L, max_factor, max_angle_rate))
+
+    return dict(
+        block=name,
+        causal=True,
+        before=now,
+        theory_as_is=rates(now),
+        measured_fix=fixed_numbers if expressible else None,
+        recommend=None,
+        log_ratio={},
+        theory_at_measured_fix=rates(fixed_numbers) if expressible else None,
+    )
+
+
 def search_size(max_points: int = sr.MAX_POINTS) -> int:
     """The most points the search measures (:mod:`.search`)."""
     return int(max_points)
 
 
-def check_size(recipes=None, spec=None) -> int:
+def check_size(recipes=None, spec=None, causal=False) -> int:
     """The measurements of the check, in models: the fix, the recipes, and recommend's
-    answer for a preset ``spec`` it covers."""
+    answer for a preset ``spec`` it covers (not for a causal model)."""
     from ..layers import recommend as rb
 
-    return 1 + len(_recipe_names(recipes)) + int(spec is not None and spec[0] in rb.BLOCKS)
+    return 1 + len(_recipe_names(recipes)) + int(spec is not None and spec[0] in rb.BLOCKS and not causal)
 
 
 def _recipe_names(recipes):
@@ -199,20 +244,22 @@ def _recipe_names(recipes):
     return list(dict.fromkeys(names))
 
 
-def check_fn(init_fn, run, idx, eps, chunk, with_deltas):
+def check_fn(init_fn, run, idx, eps, chunk, with_deltas, causal=False):
     """``f(vec, keys) -> raw``: the probe's measurements (:func:`.measure.one`) of the model
     with its weight matrices times ``vec`` (:func:`.search.scale_vector`), one compiled
     program for the fix, every recipe and recommend's answer."""
 
     def one(vec, key):
-        return measure.one(lambda k: sr.scale_vector(init_fn(k), vec, idx), run, key, eps, None, True, with_deltas)
+        init = lambda k: sr.scale_vector(init_fn(k), vec, idx)
+        return measure.one(init, run, key, eps, None, True, with_deltas, causal)
 
     return jax.jit(lambda vec, keys: jax.lax.map(lambda k: one(vec, k), keys, batch_size=max(1, int(chunk))))
 
 
-def measured(raw, L, name, eps, max_factor, max_angle_rate, seed) -> dict:
+def measured(raw, L, name, eps, max_factor, max_angle_rate, seed, causal=False) -> dict:
     """The rates, phase and first failing block of a check's measurements (the probe's
-    :class:`.result.ProbeResult`), or ``{"finite": False, "reason": ...}``."""
+    :class:`.result.ProbeResult`), or ``{"finite": False, "reason": ...}``; ``causal``: the
+    last token's rates too, which the distance, the gradient factor and the phase read."""
     bad = int(np.min(raw["finite"]))
     if bad < L or not np.all(raw["grad_finite"]):
         where = f"after block {bad + 1} of {L}" if bad < L else "in the gradient at the first block's input"
@@ -224,23 +271,29 @@ def measured(raw, L, name, eps, max_factor, max_angle_rate, seed) -> dict:
         eps=float(eps),
         max_factor=float(max_factor),
         max_angle_rate=float(max_angle_rate),
+        causal=causal,
     )
+    return dict(finite=True, **_rates(res, L, max_factor, max_angle_rate), inits=res.inits, seed=int(seed))
+
+
+def _rates(res, L, max_factor, max_angle_rate) -> dict:
+    """The rates of a ProbeResult (the whole sequence's; a causal model's last token's too),
+    the gradient factor, distance and phase from the rates its criteria read."""
     la, la_se = res.angle_rate
     lg, lg_se = res.lambda_g_input
+    out = dict(angle_rate=la, angle_rate_se=la_se, lambda_g_input=lg, lambda_g_input_se=lg_se)
+    if res.causal:
+        (a, a_se), (g, g_se) = res.rates
+        out.update(angle_rate_last=a, angle_rate_last_se=a_se, lambda_g_last=g, lambda_g_last_se=g_se)
+        la, lg, lg_se = a, g, g_se
     f = _factor(lg, L)
     return dict(
-        finite=True,
-        angle_rate=la,
-        angle_rate_se=la_se,
-        lambda_g_input=lg,
-        lambda_g_input_se=lg_se,
+        out,
         gradient_factor=f,
         gradient_factor_se=f * L * lg_se if math.isfinite(lg) else float("nan"),
         distance=distance(la, lg, L, max_factor, max_angle_rate),
         phase=list(res.phase),
         first_failing_block=res.first_failing_block,
-        inits=res.inits,
-        seed=int(seed),
     )
 
 
@@ -288,10 +341,22 @@ def fix(
         else capture.runner(model.apply_fn, model.inputs, blocks=model.blocks, stack=model.stack)
     )
     L = before.depth
+    causal = bool(before.causal)
     keys = jax.random.split(jax.random.PRNGKey(int(seed) + 7919), int(inits))
-    f = sr.point_fn(model.init_fn, run, idx, float(eps), keys)
+    f = sr.point_fn(model.init_fn, run, idx, float(eps), keys, causal)
     found = sr.Search(
-        f, roles, idx, L, max_factor, max_angle_rate, margin, inits, progress, sr.MAX_POINTS, sr.BISECT
+        f,
+        roles,
+        idx,
+        L,
+        max_factor,
+        max_angle_rate,
+        margin,
+        inits,
+        progress,
+        sr.MAX_POINTS,
+        sr.BISECT,
+        names=before.rate_names,
     ).run()
     best = found["best"]
     knobs = {k: best["knobs"].get(k, 1.0) for k in rc.KNOBS}
@@ -304,35 +369,25 @@ def fix(
     verify_seed = int(seed) + 1_000_003  # fresh initializations: none shared with the search or the probe
     vkeys = jax.random.split(jax.random.PRNGKey(verify_seed), int(verify_inits))
     with_deltas = model.stack is None and getattr(run, "deltas", True)
-    check = check_fn(model.init_fn, run, idx, float(eps), chunk, with_deltas)
+    check = check_fn(model.init_fn, run, idx, float(eps), chunk, with_deltas, causal)
 
     def measure_at(m, name):
         raw = jax.device_get(check(jnp.asarray(sr.vector(m, idx)), vkeys))
         if progress is not None:
             progress(int(verify_inits))
-        return measured(raw, L, name, eps, max_factor, max_angle_rate, verify_seed)
+        return measured(raw, L, name, eps, max_factor, max_angle_rate, verify_seed, causal)
 
     after = measure_at(mult, model.name + " (fixed)")
     if not after["finite"]:
         raise ValueError(f"the fixed model's tokens are {after['reason'][4:]}")
-    b_la, b_la_se = before.angle_rate
-    b_lg, b_lg_se = before.lambda_g_input
     out = dict(
         multipliers=knobs,
+        rates=list(before.rate_names),
         criteria=dict(max_gradient_factor=float(max_factor), max_angle_rate=float(max_angle_rate)),
         patterns=dict(weights=weights, residual=residual or RESIDUAL, skip=skip or SKIP),
         roles={g: roles[p] for p, g in groups(list(sel)).items()},
         init_std=init_std(params0, sel, mult),
-        before=dict(
-            angle_rate=b_la,
-            angle_rate_se=b_la_se,
-            lambda_g_input=b_lg,
-            lambda_g_input_se=b_lg_se,
-            gradient_factor=_factor(b_lg, L),
-            distance=distance(b_la, b_lg, L, max_factor, max_angle_rate),
-            phase=list(before.phase),
-            first_failing_block=before.first_failing_block,
-        ),
+        before=_rates(before, L, max_factor, max_angle_rate),
         after=after,
         meets=bool(after["distance"] <= 1.0),
         search=dict(
@@ -349,7 +404,9 @@ def fix(
     )
     theory = None
     if model.spec is not None:
-        theory = theory_beside(model.spec, knobs, L, n_tokens, before.start, eps, max_factor, max_angle_rate)
+        theory = theory_beside(
+            model.spec, knobs, L, n_tokens, before.start, eps, max_factor, max_angle_rate, causal=causal
+        )
         out["theory"] = theory
     st = rc.Structure(L, roles, post_ln, rc.group_std(params0, sel) if "gpt2" in names else None)
     arms = []
@@ -368,7 +425,7 @@ def fix(
             if progress is not None:
                 progress(int(verify_inits))  # counted in the total: the bar ends full
         arms.append(arm)
-    if theory is not None:
+    if theory is not None and theory["recommend"] is not None:
         arms.append(_recommend_arm(theory, roles, measure_at, progress, verify_inits))
     out["recipes"] = arms
     out["seconds"] = time.perf_counter() - t0

@@ -14,6 +14,9 @@ dense layers for BERT/ViT). Embeddings are as shipped. As shipped: GPT-2 and BER
 every weight N(0, 0.02^2) (Flax GPT-2's Conv1D ignores ``initializer_range``: 0.02 is
 hard-coded); Flax ViT draws its dense kernels truncated-normal with variance
 0.02^2 / fan_in (so std 0.02 there is a rescaling by sqrt(fan_in)).
+
+GPT-2 is causal (its attention masks the later tokens: ``Model.causal`` True, the probe
+measures it per position); BERT and ViT are not.
 """
 
 from __future__ import annotations
@@ -65,7 +68,7 @@ def _rescale(params, block_re, shipped_std, std, scaled, proj_re, depth):
     return jax.tree_util.tree_map_with_path(f, params)
 
 
-def _make(module, inputs, call, block_cls, block_re, shipped_std, proj_re, std, scaled, depth, name):
+def _make(module, inputs, call, block_cls, block_re, shipped_std, proj_re, std, scaled, depth, name, causal):
     def init_fn(key):
         params = module.init({"params": key, "dropout": key}, **call(inputs))
         return _rescale(params, block_re, shipped_std, std, scaled, proj_re, depth)
@@ -74,7 +77,7 @@ def _make(module, inputs, call, block_cls, block_re, shipped_std, proj_re, std, 
         return module.apply(params, **call(x))
 
     label = f"{name} L={depth}" + ("" if std is None else f" std={std:g}") + (" 1/sqrt(2L)" if scaled else "")
-    return Model(init_fn, apply_fn, inputs, blocks=block_cls, name=label)
+    return Model(init_fn, apply_fn, inputs, blocks=block_cls, name=label, causal=causal)
 
 
 def gpt2(
@@ -113,7 +116,18 @@ def gpt2(
         )
 
     return _make(
-        module, ids, call, "FlaxGPT2Block", r"(^|/)h/", lambda x: 0.02, r"c_proj/kernel$", std, scaled, depth, "GPT-2"
+        module,
+        ids,
+        call,
+        "FlaxGPT2Block",
+        r"(^|/)h/",
+        lambda x: 0.02,
+        r"c_proj/kernel$",
+        std,
+        scaled,
+        depth,
+        "GPT-2",
+        causal=True,
     )
 
 
@@ -166,6 +180,7 @@ def bert(
         scaled,
         depth,
         "BERT",
+        causal=False,
     )
 
 
@@ -216,4 +231,5 @@ def vit(
         scaled,
         depth,
         "ViT",
+        causal=False,
     )

@@ -17,6 +17,13 @@ For one draw of the parameters, from the tokens ``x0`` entering the first block:
   of the whole stack, ``grad[L] = |u|^2 / |x0|`` (about 1);
 * ``finite``: i for the first block output ``outs[i]`` that is not finite (L: none), in any
   of the three forward passes; ``grad_finite``: whether the input's gradient is finite.
+
+A causal model (``causal=True``) adds the per-position statistics of :mod:`.positions`, from
+the same passes: ``q_pos``, ``rho_pos`` [n] after the last block from the symmetric start
+(the theory's input), ``q_pos_data``, ``rho_pos_data`` [n] from the user's inputs,
+``gap_last`` [L + 1] (the last token's gap after each block, from the nearby tokens) and
+``grad_last`` [L + 1] (the last token's squared gradient per component at each block's
+output, from the same vector-Jacobian product; ``grad_last[L]`` is the cotangent's).
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from . import positions
 from .geometry import q_rho_gap, symmetric_tokens
 
 
@@ -39,7 +47,7 @@ def _first_bad(*arrays):
     return jnp.where(jnp.any(bad), jnp.argmax(bad), bad.shape[0])
 
 
-def one(init_fn, run, key, eps, start=None, gradient=True, with_deltas=True):
+def one(init_fn, run, key, eps, start=None, gradient=True, with_deltas=True, causal=False):
     """The measurements (module docstring) of the initialization drawn with ``key``."""
     kp, ks, kn, ku = jax.random.split(key, 4)
     params = init_fn(kp)
@@ -56,6 +64,10 @@ def one(init_fn, run, key, eps, start=None, gradient=True, with_deltas=True):
     _, outs_n = run(params, xn)
     _, _, gap = _profile(xn, outs_n)
     res = dict(q_data=q_d, rho_data=rho_d, q_sym=q_s, rho_sym=rho_s, gap=gap)
+    if causal:
+        res["q_pos"], res["rho_pos"] = positions.q_rho_pos(outs_s[-1])
+        res["q_pos_data"], res["rho_pos_data"] = positions.q_rho_pos(outs[-1])
+        res["gap_last"] = jax.vmap(positions.gap_last)(jnp.concatenate([xn[None], outs_n]))
     L = outs.shape[0]
     if gradient:
         u = jax.random.normal(ku, outs.shape[1:], outs.dtype)
@@ -70,6 +82,8 @@ def one(init_fn, run, key, eps, start=None, gradient=True, with_deltas=True):
             (g0,) = vjp(u)
             g = jnp.concatenate([g0[None], jnp.full((L - 1,) + u.shape, jnp.nan, u.dtype), u[None]])
         res["grad"] = jnp.sum(jnp.square(g).reshape(L + 1, -1), axis=1) / size
+        if causal:
+            res["grad_last"] = jax.vmap(positions.sq_last)(g)
         res["grad_finite"] = jnp.all(jnp.isfinite(g0))
     res["finite"] = _first_bad(outs, outs_s, outs_n)
     return res
@@ -87,11 +101,12 @@ class Steps:
         self.progress(self.done, self.total)
 
 
-def many(init_fn, run, keys, eps, start=None, gradient=True, chunk=1, with_deltas=True, advance=None):
+def many(init_fn, run, keys, eps, start=None, gradient=True, chunk=1, with_deltas=True, advance=None, causal=False):
     """:func:`one` for every key: a dict of arrays with a leading init axis. ``advance(n)``,
     when given, is called after every ``chunk`` initializations (one compiled program for
-    every chunk: the keys are padded to a whole number of chunks and the padding dropped)."""
-    f = lambda k: one(init_fn, run, k, eps, start, gradient, with_deltas)
+    every chunk: the keys are padded to a whole number of chunks and the padding dropped);
+    ``causal``: the per-position statistics too (module docstring)."""
+    f = lambda k: one(init_fn, run, k, eps, start, gradient, with_deltas, causal)
     if advance is None:
         return jax.jit(lambda ks: jax.lax.map(f, ks, batch_size=chunk))(keys)
     n, chunk = len(keys), max(1, min(int(chunk), len(keys)))

@@ -14,7 +14,8 @@ class Model:
     (``block``: a phasefield block for the theory curves, when the model is one; ``spec``:
     its preset ``(name, numbers)``, for the fix's theory answer; ``runner``: a ready
     ``run(params, inject, deltas, shift)`` of :func:`.capture.runner`'s contract, as
-    :mod:`.nnx` builds)."""
+    :mod:`.nnx` builds; ``causal``: whether its attention is masked (a decoder: True; an
+    encoder: False; None: not known, the probe then reads ``block`` or its ``causal=``))."""
 
     init_fn: Callable
     apply_fn: Callable
@@ -25,3 +26,4 @@ class Model:
     name: str = "model"
     spec: tuple | None = None
     runner: Callable | None = None
+    causal: bool | None = None

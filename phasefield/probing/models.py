@@ -62,7 +62,8 @@ def stack(
     name: str = "phasefield block",
 ) -> Model:
     """A :class:`Model` of ``depth`` copies of ``block`` on ``batch`` sequences of permutation-
-    symmetric tokens at (q0, rho0) (one fixed draw, ``seed``)."""
+    symmetric tokens at (q0, rho0) (one fixed draw, ``seed``); causal where ``block`` is
+    masked (``NAME:causal=true``, the decoders' presets)."""
     check_weights(weights)
     for what, v, lo in (("depth", depth, 1), ("width", width, 2), ("n_tokens", n_tokens, 2), ("batch", batch, 1)):
         if int(v) != v or v < lo:
@@ -76,7 +77,7 @@ def stack(
     else:
         init_fn = lambda k: k
         apply_fn = lambda k, xx: mod.apply({}, xx, rngs={LAZY_RNG: k})
-    return Model(init_fn, apply_fn, x, blocks=r"block_\d+", block=block, name=name)
+    return Model(init_fn, apply_fn, x, blocks=r"block_\d+", block=block, name=name, causal=layers.is_causal(block))
 
 
 def preset(
@@ -94,10 +95,20 @@ def preset(
 ) -> Model:
     """:func:`stack` of the preset ``name`` (``paper``, whose numbers are one object, from
     ``hp``, by default its preset's ``network_defaults``; the others from keyword numbers such
-    as ``sigma``, ``alpha``, ``heads``; ``deepscalelm`` scales its residuals for this ``depth``)."""
+    as ``sigma``, ``alpha``, ``heads``, ``causal``; ``deepscalelm`` scales its residuals for this
+    ``depth``; ``gpt2`` and ``llama`` are causal unless ``causal=False``, at this ``width``'s
+    std 0.02)."""
     p = registry.lookup(name)
     if p.stack_depth is not None:  # the block's numbers follow the stack's depth
         numbers.setdefault(p.stack_depth, depth)
+    if "width" in p.options:  # a decoder's init std is 0.02 at the network's width
+        numbers.setdefault("width", width)
+    if p.causal_default and p.numbers_class is None:  # a decoder: causal unless causal=False
+        numbers.setdefault("causal", True)
+    if numbers.get("causal"):
+        from ..layers import spec
+
+        spec.check(name, {"causal": True})  # a preset without a causal theory (dyt) says so
     if p.numbers_class is not None and hp is None:
         hp = p.numbers_class(**p.network_defaults)  # the theory of the network (its softmax path)
     block = layers.presets.get(name, hp, **numbers)

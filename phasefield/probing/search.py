@@ -18,6 +18,9 @@ of least cost with ``d <= margin``. The search:
 
 Every point is measured with the same initialization keys (a deterministic function of the
 multipliers, not blurred by the draws), at most :data:`MAX_POINTS` points.
+
+A causal model's points read the last token's rates instead (``angle_rate_last``,
+``lambda_g_last``, :mod:`.positions`), with the same distance and criteria.
 """
 
 from __future__ import annotations
@@ -91,9 +94,13 @@ def _spread(x):
     return jnp.minimum(*out)
 
 
-def point_fn(init_fn, run, idx: dict, eps: float, keys):
-    """``f(vec) -> (log gap ratio, |J^T u|^2 / |x0|, normalized spread)`` per init at the
-    multiplier vector ``vec``: one compiled program for every point."""
+def point_fn(init_fn, run, idx: dict, eps: float, keys, causal: bool = False):
+    """``f(vec) -> {"log_gap": log gap ratio, "grad": |J^T u|^2 / |x0|, "spread": normalized
+    spread}`` per init at the multiplier vector ``vec``: one compiled program for every point.
+    ``causal``: the last token's ``gap0``, ``gapL`` (its gap to the earlier tokens before and
+    after the stack), ``g`` (its squared gradient) and ``u`` (its cotangent's) instead of
+    ``log_gap`` and ``grad``."""
+    from . import positions
     from .geometry import q_rho_gap, symmetric_tokens
 
     def one(vec, key):
@@ -113,7 +120,16 @@ def point_fn(init_fn, run, idx: dict, eps: float, keys):
         gapL = q_rho_gap(outs_n[-1])[2]
         ok = jnp.all(jnp.isfinite(outs)) & jnp.all(jnp.isfinite(outs_n)) & jnp.isfinite(grad)
         spread = jnp.max(jax.vmap(_spread)(jax.lax.stop_gradient(outs)))
-        return jnp.where(ok, jnp.log(gapL / gap0), jnp.nan), jnp.where(ok, grad, jnp.nan), spread
+        nan = lambda v: jnp.where(ok, v, jnp.nan)
+        if causal:
+            return dict(
+                gap0=nan(positions.gap_last(xn)),
+                gapL=nan(positions.gap_last(outs_n[-1])),
+                g=nan(positions.sq_last(g0)),
+                u=nan(positions.sq_last(u)),
+                spread=spread,
+            )
+        return dict(log_gap=nan(jnp.log(gapL / gap0)), grad=nan(grad), spread=spread)
 
     return jax.jit(lambda vec: jax.lax.map(lambda k: one(vec, k), keys))
 
@@ -128,6 +144,17 @@ def rates(log_gap, grad, L):
     lg = math.log(gm) / L if gm > 0 and math.isfinite(gm) else float("nan")
     lg_se = float(g.std(ddof=1) / math.sqrt(n) / gm / L) if n > 1 and gm > 0 else float("nan")
     return float(la.mean()), la_se, lg, lg_se
+
+
+def rates_of(out: dict, L: int) -> tuple:
+    """(angle rate, its se, gradient rate, its se) of a point's per-init measurements
+    (:func:`point_fn`): the last token's where it measured them."""
+    if "gap0" in out:
+        from .positions import last_rates
+
+        r = last_rates(out["gap0"], out["gapL"], out["g"], out["u"], L)
+        return r["angle_rate_last"], r["angle_rate_last_se"], r["lambda_g_last"], r["lambda_g_last_se"]
+    return rates(out["log_gap"], out["grad"], L)
 
 
 def distance(angle_rate, lambda_g_input, L, max_factor, max_angle_rate) -> float:
@@ -148,8 +175,23 @@ def pick(points, margin):
 class Search:
     """The search (module docstring) of one model; ``run()`` returns its record."""
 
-    def __init__(self, f, roles, idx, L, max_factor, max_angle_rate, margin, inits, progress, max_points, bisect):
+    def __init__(
+        self,
+        f,
+        roles,
+        idx,
+        L,
+        max_factor,
+        max_angle_rate,
+        margin,
+        inits,
+        progress,
+        max_points,
+        bisect,
+        names=("angle_rate", "lambda_g_input"),
+    ):
         self.f, self.roles, self.idx, self.L = f, roles, idx, L
+        self.names = tuple(names)  # the point's keys of the two rates
         self.crit = (float(max_factor), float(max_angle_rate))
         self.margin, self.inits, self.progress = float(margin), int(inits), progress
         self.max_points, self.bisect = int(max_points), int(bisect)
@@ -166,20 +208,21 @@ class Search:
         if self.left() <= 0:
             return None
         vec = vector(knob_multipliers(knobs, self.roles), self.idx)
-        lgap, g, spread = jax.device_get(self.f(jnp.asarray(vec)))
+        out = jax.device_get(self.f(jnp.asarray(vec)))
         if not knobs:
-            self.spread = float(np.max(spread))
-        la, la_se, lg, lg_se = rates(lgap, g, self.L)
-        p = dict(
-            knobs=knobs,
-            weights=knobs.get("weights", 1.0),
-            residual=knobs.get("residual", 1.0),
-            angle_rate=la,
-            angle_rate_se=la_se,
-            lambda_g_input=lg,
-            lambda_g_input_se=lg_se,
-            distance=distance(la, lg, self.L, *self.crit),
-        )
+            self.spread = float(np.max(out["spread"]))
+        la, la_se, lg, lg_se = rates_of(out, self.L)
+        a, g = self.names
+        p = {
+            "knobs": knobs,
+            "weights": knobs.get("weights", 1.0),
+            "residual": knobs.get("residual", 1.0),
+            a: la,
+            a + "_se": la_se,
+            g: lg,
+            g + "_se": lg_se,
+            "distance": distance(la, lg, self.L, *self.crit),
+        }
         self.points.append(p)
         self.seen[key] = p
         if self.progress is not None:

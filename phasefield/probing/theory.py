@@ -9,6 +9,8 @@ of :mod:`phasefield.layers`, e.g. a preset), in float64:
   output (docs/theory.md §7), along the trajectory from the gradient's start (the user's input
   geometry): ``log_grad[0] = L lambda_g(L)``, ``log_grad[L] = 0``.
 
+A causal block has no (q, p) curves: :func:`causal` gives its per-position results.
+
 The backward curve is one jitted backward map applied along the trajectory (the tests
 check it against :func:`phasefield.layers.gradient_exponent` of the sub-stack from block l).
 """
@@ -45,3 +47,16 @@ def curves(block, n_tokens: int, depth: int, q0: float, rho0: float, eps: float,
     return dict(
         q=q, rho=p / q, gap=gap, angle=np.concatenate([[np.nan], np.diff(np.log(gap))]), log_grad=np.asarray(log_grad)
     )
+
+
+def causal(block, n_tokens: int, depth: int, q0: float, rho0: float, grad_start=None) -> dict:
+    """:func:`phasefield.layers.causal_rates` of ``block`` with every attention masked, from
+    (q0, rho0), as NumPy float64: ``q_L_pos``, ``rho_L_pos`` [n], ``angle_rate_last``,
+    ``lambda_g_last``; the gradient's rate from ``grad_start`` = (q, rho) (the inputs'
+    geometry, where the probe measures the gradient; default (q0, rho0))."""
+    out = {k: np.asarray(v, float) for k, v in layers.causal_rates(block, n_tokens, depth, q0, rho0, True).items()}
+    gq, grho = (q0, rho0) if grad_start is None else (float(grad_start[0]), min(max(float(grad_start[1]), 0.0), 1.0))
+    if (gq, grho) != (q0, rho0):
+        g = layers.causal_rates(block, n_tokens, depth, gq, grho, True)
+        out["lambda_g_last"] = np.asarray(g["lambda_g_last"], float)
+    return out
