@@ -181,17 +181,25 @@ def _with_tables(block, idx, s, t, static):
     return map_leaves(block, lambda x: x.with_logit_tables(s[idx], t[idx], *static))
 
 
+def _gathered_kernels(values, mlp) -> tuple[list, dict]:
+    """(the values before the kernels, {leaf position: its kernels gathered for this point}):
+    per kernel leaf position of ``mlp``, the last two values are its kernel index and the
+    stacked kernels."""
+    values = list(values)
+    kernels = {}
+    for pos in reversed(mlp):
+        kidx, kerns = values.pop(-2), values.pop(-1)
+        kernels[pos] = jax.tree_util.tree_map(lambda x: x[kidx], kerns)  # gathered per point
+    return values, kernels
+
+
 def _point(name, fixed, keys, n_tokens, depth, q0, rho0, scales=(None, None), tables=None, mlp=()):
     """The point function of values ``keys`` (then, with ``tables``, the logit mesh tables'
     index and (S, T); then, per kernel leaf position of ``mlp``, its kernel index and
     stacked kernels)."""
 
     def f(*values):
-        values = list(values)
-        kernels = {}
-        for pos in reversed(mlp):
-            kidx, kerns = values.pop(-2), values.pop(-1)
-            kernels[pos] = jax.tree_util.tree_map(lambda x: x[kidx], kerns)  # gathered per point
+        values, kernels = _gathered_kernels(values, mlp)
         if tables is not None:
             *values, idx, s, t = values
         kw = dict(fixed, **dict(zip(keys, values)))
@@ -236,11 +244,7 @@ def _causal_point(name, fixed, keys, n_tokens, depth, q0, rho0, scales=(None, No
     from . import causal, gram
 
     def f(*values):
-        values = list(values)
-        kernels = {}
-        for pos in reversed(mlp):
-            kidx, kerns = values.pop(-2), values.pop(-1)
-            kernels[pos] = jax.tree_util.tree_map(lambda x: x[kidx], kerns)  # gathered per point
+        values, kernels = _gathered_kernels(values, mlp)
         block = spec.build(name, dict(fixed, **dict(zip(keys, values))))
         if scales[1] is None:
             block = gram.prepare_kernels(block, Context(n_tokens))

@@ -126,6 +126,21 @@ def preset_numbers(spec) -> dict:
     )
 
 
+def fix_in_numbers(spec, knobs) -> tuple[dict, dict, bool, dict]:
+    """(the preset's numbers now, the measured fix in them, whether they express it: a fix
+    with its own attention or MLP multiplier has no preset numbers, the preset's other
+    keywords)."""
+    _, kw = spec
+    now = preset_numbers(spec)
+    m_w, m_res = knobs.get("weights", 1.0), knobs.get("residual", 1.0)
+    fixed_numbers = dict(
+        sigma=now["sigma"] * m_w, alpha_attn=now["alpha_attn"] * m_res, alpha_mlp=now["alpha_mlp"] * m_res
+    )
+    expressible = all(knobs.get(k, 1.0) == 1.0 for k in ("attention", "mlp"))
+    others = {k: v for k, v in kw.items() if k not in ("sigma", "alpha", "alpha_attn", "alpha_mlp")}
+    return now, fixed_numbers, expressible, others
+
+
 def theory_beside(spec, knobs, L, n_tokens, start, eps, max_factor, max_angle_rate, causal=False) -> dict | None:
     """``recommend --block``'s answer for a standard preset beside the measured fix (module
     docstring; ``knobs``: its multipliers), or None for a block it does not cover. A fix
@@ -140,13 +155,7 @@ def theory_beside(spec, knobs, L, n_tokens, start, eps, max_factor, max_angle_ra
         return None
     if causal:
         return causal_beside(spec, knobs, L, n_tokens, start, max_factor, max_angle_rate)
-    now = preset_numbers(spec)
-    m_w, m_res = knobs.get("weights", 1.0), knobs.get("residual", 1.0)
-    fixed_numbers = dict(
-        sigma=now["sigma"] * m_w, alpha_attn=now["alpha_attn"] * m_res, alpha_mlp=now["alpha_mlp"] * m_res
-    )
-    expressible = all(knobs.get(k, 1.0) == 1.0 for k in ("attention", "mlp"))
-    others = {k: v for k, v in kw.items() if k not in ("sigma", "alpha", "alpha_attn", "alpha_mlp")}
+    now, fixed_numbers, expressible, others = fix_in_numbers(spec, knobs)
     rec = rb.recommend(
         name, depth=int(L), n_tokens=int(n_tokens), max_factor=max_factor, max_angle_rate=max_angle_rate, fixed=others
     )
@@ -195,13 +204,7 @@ def causal_beside(spec, knobs, L, n_tokens, start, max_factor, max_angle_rate) -
     from . import theory
 
     name, kw = spec
-    now = preset_numbers(spec)
-    m_w, m_res = knobs.get("weights", 1.0), knobs.get("residual", 1.0)
-    fixed_numbers = dict(
-        sigma=now["sigma"] * m_w, alpha_attn=now["alpha_attn"] * m_res, alpha_mlp=now["alpha_mlp"] * m_res
-    )
-    expressible = all(knobs.get(k, 1.0) == 1.0 for k in ("attention", "mlp"))
-    others = {k: v for k, v in kw.items() if k not in ("sigma", "alpha", "alpha_attn", "alpha_mlp")}
+    now, fixed_numbers, expressible, others = fix_in_numbers(spec, knobs)
 
     def rates(numbers):
         block = masked(lspec.build(name, {**others, **numbers}), True)

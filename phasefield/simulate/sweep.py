@@ -336,22 +336,8 @@ def rates_grid(
     def evaluate(c):
         at = {k: float(v[0]) for k, v in points.values([chunks.span(c)[0]]).items()}
         L = int(at.pop("depth", depth_list[0]))
-        if causal:
-            r = causal_positions(
-                (name, dict(fixed, **at)),
-                n_tokens=n_tokens,
-                width=width,
-                depth=L,
-                draws=draws,
-                seed=seed,
-                q0=q0,
-                rho0=rho0,
-                eps=eps,
-                weights=weights,
-                dtype=dtype,
-            )
-            return {v: np.asarray(r[v], np.float64)[None] for v in names}
-        r = measure.rates(
+        measured = causal_positions if causal else measure.rates  # the same draws' settings
+        r = measured(
             (name, dict(fixed, **at)),
             width=width,
             draws=draws,
