@@ -270,6 +270,8 @@ def recipe_multipliers(cfg: LMConfig, name: str, m: float | None = None) -> tupl
     it does not apply, every multiplier is 1 and the plan says why."""
     from ..probing import recipes
 
+    if name not in recipes.NAMES:
+        raise ValueError(f"unknown recipe {name!r}; choose one of {', '.join(recipes.NAMES)}")
     params = cfg.model().init(jax.random.PRNGKey(0), jnp.zeros((1, cfg.n), jnp.int32))["params"]["blocks"]
     sel = _select(params)
     std = recipes.group_std(params, sel) if name == "gpt2" else None
