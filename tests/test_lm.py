@@ -39,7 +39,7 @@ def test_corpus_checksum_and_split(corpus):
     assert np.concatenate([corpus.train, corpus.held]).tobytes() == blob
     if sys.version_info[:3] == (3, 11, 7) and sys.implementation.name == "cpython":
         assert corpus.matches_reference
-    assert 3.0 < corpus.unigram_bpc() < 8.0  # Python source: far from uniform bytes
+    assert 3.0 < corpus.bigram_bpc() < corpus.unigram_bpc() < 8.0  # Python source: far from uniform bytes
     x, y = data.eval_windows(corpus.held, 4, 16)
     assert np.array_equal(x[:, 1:], y[:, :-1]) and x.dtype == np.int32
 

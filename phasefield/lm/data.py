@@ -89,6 +89,14 @@ class Corpus:
         logp = np.log2(counts / counts.sum())
         return float(-logp[self.held].mean())
 
+    def bigram_bpc(self) -> float:
+        """Bits per character of the held-out split under the training split's byte-pair
+        counts (add-one smoothed): the best a model reading one byte of context does."""
+        t, h = self.train.astype(np.int64), self.held.astype(np.int64)
+        counts = np.bincount(t[:-1] * VOCAB + t[1:], minlength=VOCAB * VOCAB).reshape(VOCAB, VOCAB) + 1.0
+        logp = np.log2(counts / counts.sum(axis=1, keepdims=True))
+        return float(-logp[h[:-1], h[1:]].mean())
+
     def describe(self) -> dict:
         """What identifies the corpus in a result."""
         return dict(

@@ -11,9 +11,10 @@ training split (linear warmup over ``warmup`` steps, gradients clipped to global
 the compiled program (:func:`make_train_parts`), so a new value compiles nothing.
 
 Losses are in bits per character (nats / ln 2 per byte). A run **trains** when its final
-held-out bpc is finite and at least :attr:`LMConfig.margin` (0.25) bits below the unigram
+held-out bpc is finite and at least :attr:`LMConfig.margin` (0.5) bits below the unigram
 bpc of the corpus (:meth:`.data.Corpus.unigram_bpc`, the held-out split under the training
-split's byte frequencies: what a model reading no context reaches).
+split's byte frequencies: what a model reading no context reaches); the bigram bpc (one byte
+of context, :meth:`.data.Corpus.bigram_bpc`) is reported beside it.
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ class LMConfig:
     pos_std: float = 1.0
     head_std: float = 1.0
     curve_points: int = 5
-    margin: float = 0.25
+    margin: float = 0.5
 
     def block_spec(self) -> tuple[str, dict]:
         """(preset name, checked keywords) of the block: the heads, and the width and depth
@@ -208,7 +209,7 @@ def summary(cfg: LMConfig, corpus: lm_data.Corpus, metrics: dict) -> dict:
     """One run's JSON-ready result: bits per character before (``init_bpc``) and after
     (``held_bpc``) on the held-out windows, the training loss curve (``curve``: the mean
     bpc over ``curve_points`` (at most ``steps``) equal spans of steps, with the span's last step), the unigram
-    bpc and ``trains`` (module docstring)."""
+    and bigram bpc and ``trains`` (module docstring)."""
     losses = np.asarray(metrics["step_loss"], np.float64) / LN2
     spans = np.array_split(np.arange(losses.size), min(cfg.curve_points, losses.size))
     held = float(metrics["held_loss"]) / LN2
@@ -218,6 +219,7 @@ def summary(cfg: LMConfig, corpus: lm_data.Corpus, metrics: dict) -> dict:
         held_bpc=held,
         curve=[[int(s[-1]) + 1, float(losses[s].mean())] for s in spans],
         unigram_bpc=uni,
+        bigram_bpc=corpus.bigram_bpc(),
         trains=bool(math.isfinite(held) and held < uni - cfg.margin),
     )
 
