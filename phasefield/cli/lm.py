@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import click
 
+from .blockopt import PRESET_LIST
 from .common import UsageError, check, output
 
 
@@ -49,7 +50,12 @@ def _init(cfg, recipe, knobs):
 
 
 @click.command("train-lm")
-@click.option("--block", default="pre-ln", show_default=True, help="a block NAME[:k=v,...] (masked causally)")
+@click.option(
+    "--block",
+    default="pre-ln",
+    show_default=True,
+    help=f"the block: a preset ({PRESET_LIST}) or NAME:key=value,... (always masked causally)",
+)
 @click.option("--width", type=int, default=128, show_default=True)
 @click.option("--depth", type=int, default=4, show_default=True)
 @click.option("--heads", type=int, default=None, help="attention heads (default: the block's heads=, else 4)")
