@@ -82,13 +82,14 @@ def train_lm_cmd(recipe, knobs, seeds, out, progress, **kw):
     output(out)
     corpus = check(data.load)
     mult, info = _init(cfg, recipe, _knobs(knobs))
+    check(runs.done_seeds, out, runs.identity(cfg, corpus, info))  # another configuration's file: refused
     bar = None
     if progress:
         from tqdm import tqdm
 
         bar = tqdm(total=cfg.steps * len(seeds), unit="step", file=click.get_text_stream("stderr"), leave=False)
     try:
-        for rec in check(runs.train_seeds, cfg, corpus, seeds, out, mult, info, bar.update if bar else None):
+        for rec in runs.train_seeds(cfg, corpus, seeds, out, mult, info, bar.update if bar else None):
             click.echo(f"seed {rec['seed']}: held-out {rec['held_bpc']:.3f} bpc, trains {rec['trains']}")
     finally:
         if bar is not None:

@@ -82,7 +82,7 @@ def estimate_bytes(cfg) -> int:
     activations of one batch kept for the backward pass)."""
     d, L = cfg.width, cfg.depth
     params = 13 * d * d * L + 2 * 256 * d + cfg.n * d
-    heads = cfg.block_spec()[1]["heads"]
+    heads = cfg.block_spec()[1].get("heads", 1)
     acts = cfg.batch * cfg.n * L * (20 * d + 3 * cfg.n * heads) + cfg.batch * cfg.n * 256 * 3
     return 4 * (4 * params + acts)
 

@@ -42,7 +42,7 @@ class LMConfig:
     block: str = "pre-ln"  # a layers block spec NAME[:k=v,...]; the model masks it causally
     width: int = 128
     depth: int = 4
-    heads: int | None = None  # default: the block spec's heads, else DEFAULT_HEADS
+    heads: int | None = None  # default: the block spec's heads, else DEFAULT_HEADS (paper: one head)
     n: int = 64  # context (window length)
     batch: int = 32
     steps: int = 300
@@ -64,11 +64,14 @@ class LMConfig:
         name, kw = spec.parse(self.block)
         preset = registry.lookup(name)
         kw = dict(kw)
-        if self.heads is not None:
-            if kw.get("heads", self.heads) != self.heads:
-                raise ValueError(f"heads {self.heads} and the block's heads={kw['heads']} disagree")
-            kw["heads"] = self.heads
-        kw.setdefault("heads", DEFAULT_HEADS)
+        if "heads" in preset.options:
+            if self.heads is not None:
+                if kw.get("heads", self.heads) != self.heads:
+                    raise ValueError(f"heads {self.heads} and the block's heads={kw['heads']} disagree")
+                kw["heads"] = self.heads
+            kw.setdefault("heads", DEFAULT_HEADS)
+        elif self.heads not in (None, 1):
+            raise ValueError(f"block {name} has one attention head (got heads {self.heads})")
         for option, value in (("width", self.width), ("depth", self.depth)):
             if option in preset.options:
                 kw.setdefault(option, value)
@@ -113,7 +116,7 @@ class LMConfig:
         if not (isinstance(self.curve_points, int) and self.curve_points >= 1):
             raise ValueError(f"curve-points must be an integer >= 1 (got {self.curve_points!r})")
         name, kw = self.block_spec()
-        if self.width % kw["heads"]:
+        if self.width % kw.get("heads", 1):
             raise ValueError(f"block {name}: width {self.width} is not a multiple of heads {kw['heads']}")
         return self
 
