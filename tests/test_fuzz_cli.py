@@ -7,7 +7,7 @@ ranges, bad paths) on top of a cheap valid base command line. The CLI runs in-pr
 (``phasefield.cli.main(argv)``) in a fresh folder. The promise: exit code 0 or 2, never a
 traceback; with 2 exactly one line on stderr and no file left behind.
 
-The expensive work behind the grid commands (sweep, simulate sweep, train-sweep), figures,
+The expensive work behind the grid commands (sweep, simulate sweep, train-sweep, train-lm), figures,
 demo, the seed figures, recommend and probe's measurement is replaced by a stub (their validation, output
 checks and locks still run; the theory sweep's checks in the library too; scripts/hostile_probe.py runs them for real); everything else
 runs for real with tiny sizes, so every example is cheap.
@@ -98,6 +98,21 @@ BASE = {
         "--quiet",
         "--out",
         "ts",
+    ],
+    "train-lm": [
+        "--width",
+        "16",
+        "--depth",
+        "2",
+        "--heads",
+        "2",
+        "--context",
+        "16",
+        "--steps",
+        "2",
+        "--quiet",
+        "--out",
+        "lm.jsonl",
     ],
     "fit": ["--runs", "runs.csv", "--out", "fit.json"],
     "predict": ["--sigma-w", "1", "--alpha", "0.5"],
@@ -204,6 +219,7 @@ def _stubs():
     from phasefield import diagram, driver, probing
     from phasefield.figures import demo
     from phasefield.layers import sweep as block_sweep
+    from phasefield.lm import runs as lm_runs
     from phasefield.seeds import figures as seed_figs
     from phasefield.simulate import sweep as simsweep
     from phasefield.vit import recommend as vrec
@@ -254,6 +270,7 @@ def _stubs():
         for n in ("rank_collapse_figure", "deepscalelm_figure", "sensitivity_figure")
     ]
     saved.append((probing, "probe", probing.probe))
+    saved.append((lm_runs, "train_seeds", lm_runs.train_seeds))
 
     def fake_probe(model, inits=2, eps=1e-3, **k):  # the factory and the checks ran; no measuring
         import numpy as np
@@ -263,6 +280,7 @@ def _stubs():
         return probing.ProbeResult("stub", probing.result.dataset(raw), (1.0, 0.5), eps)
 
     probing.probe = fake_probe
+    lm_runs.train_seeds = lambda *a, **k: []
     vsweep.run_sweep = lambda *a, **k: dict(requested=1, already_done=0, trained=1, diverged=0, seconds=0.0)
     figs.make_figures = lambda *a, **k: dict(paths=[], seconds=0.0)
     demo.run = lambda *a, **k: {}

@@ -43,6 +43,7 @@ RANKS = {
     "phasefield.probing": 4,
     "phasefield.figures": 5,
     "phasefield.vit": 5,
+    "phasefield.lm": 5,
     "phasefield.cli": 6,
     "phasefield.__main__": 7,
 }

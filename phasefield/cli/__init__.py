@@ -73,6 +73,11 @@ COMMANDS = {
     "seeds": ("seeds", "The other seed theories: rank-collapse gradients (Noci et al."),
     "simulate": ("simulate", "Finite-width simulations of random transformers (docs/theory.md §1, §6, §7)."),
     "sweep": ("theory", "The theory of any block on a grid -> netCDF (xarray)."),
+    "train-lm": (
+        "lm",
+        "Train the causal character-level language model on the Python standard library's sources "
+        "(docs/lm.md): held-out bits per character per seed, written as JSON lines.",
+    ),
     "train-sweep": (
         "train",
         "Train ViTs over an initialization grid or design (the paper's Appendix D model, shared block).",
