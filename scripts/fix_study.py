@@ -170,19 +170,36 @@ class Training:
         p0 = vt.make_points(self.cfg, [1.0], [1.0], [0.5], [0.5], [1e-3], [0])
         shape = jax.eval_shape(lambda p: init(jax.tree.map(lambda a: a[0], p), d.x_train), p0)["params"]
         self.sel = fix.check_selection(shape, weights=r"^blocks/")
+        self.paths = sorted(self.sel)
+        index = {p: i for i, p in enumerate(self.paths)}
 
-        def init_fixed(point, mw, mr, x):
+        def init_fixed(point, mult, x):  # mult [paths]: each weight matrix's multiplier
             st = init(point, x)
-            st["params"] = fix.scale(st["params"], mw, mr, self.sel)
+
+            def f(path, leaf):
+                i = index.get(fix.param_path(path))
+                return leaf if i is None else leaf * mult[i].astype(leaf.dtype)
+
+            st["params"] = jax.tree_util.tree_map_with_path(f, st["params"])
             return st
 
         opts = vt.compiler_options(jax.devices())
-        self._init = jax.jit(jax.vmap(init_fixed, in_axes=(0, 0, 0, None)), compiler_options=opts)
+        self._init = jax.jit(jax.vmap(init_fixed, in_axes=(0, 0, None)), compiler_options=opts)
         self._epoch = jax.jit(jax.vmap(epoch, in_axes=(0, None, None, None, None)), compiler_options=opts)
         self._final = jax.jit(jax.vmap(final, in_axes=(0, None, None)), compiler_options=opts)
 
+    def multipliers(self, run) -> np.ndarray:
+        """float32 [paths]: ``run["mult"]`` ({path: multiplier}, 1 where absent), or the fix's
+        ``m_w`` on every weight matrix and ``m_w m_res`` on the residual projections (the
+        product in float32, as :func:`phasefield.probing.fix.scale` forms it)."""
+        if "mult" in run:
+            return np.asarray([run["mult"].get(p, 1.0) for p in self.paths], np.float32)
+        mw, mr = np.float32(run["m_w"]), np.float32(run["m_res"])
+        return np.asarray([mw * mr if self.sel[p][1] else mw for p in self.paths], np.float32)
+
     def train(self, runs):
-        """``runs``: dicts with sigma_w, alpha_a, alpha_m, seed, m_w, m_res -> metrics per run."""
+        """``runs``: dicts with sigma_w, alpha_a, alpha_m, seed and the multipliers
+        (:meth:`multipliers`) -> metrics per run."""
         import jax
         import jax.numpy as jnp
 
@@ -196,11 +213,10 @@ class Training:
             [1e-3] * len(runs),
             [r["seed"] for r in runs],
         )
-        mw = jnp.asarray([r["m_w"] for r in runs], jnp.float32)
-        mr = jnp.asarray([r["m_res"] for r in runs], jnp.float32)
+        mult = jnp.asarray(np.stack([self.multipliers(r) for r in runs]))
         xtr, ytr = jnp.asarray(d.x_train), jnp.asarray(d.y_train.astype(np.int32))
         xte, yte = jnp.asarray(d.x_test), jnp.asarray(d.y_test.astype(np.int32))
-        st = self._init(pts, mw, mr, xtr)
+        st = self._init(pts, mult, xtr)
         hist = []
         for _ in range(self.cfg.epochs):
             st, m = self._epoch(st, xtr, ytr, xte, yte)

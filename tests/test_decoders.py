@@ -108,10 +108,15 @@ def test_point_commands_use_and_report_the_input(capsys):
 
 
 def test_commands_without_per_position_results_refuse_the_causal_default(capsys, tmp_path):
+    """The ViT's training sweep (a bidirectional ViT) refuses a decoder's preset; a simulated
+    grid of it checks its network's sizes before any work."""
     out = tmp_path / "o.nc"
-    rc = main(["simulate", "sweep", "--block", "gpt2", "--axis", "sigma=0.5:1:2", "--out", str(out)])
+    rc = main(["train-sweep", "--block", "gpt2", "--axis", "sigma=0.5:1:2", "--out", str(tmp_path / "runs")])
     err = capsys.readouterr().err
     assert rc == 2 and "gpt2 is causal unless spelled gpt2:causal=false" in err and len(err.strip().splitlines()) == 1
+    rc = main(["simulate", "sweep", "--block", "gpt2", "--axis", "sigma=0.5:1:2", "--width", "100", "--out", str(out)])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.strip() == "phasefield: error: width 100 is not a multiple of heads 12", err
     assert not list(tmp_path.iterdir())
 
 

@@ -263,6 +263,13 @@ def _run_chunk(preset, options, mult, fields, keys_a, keys_g, *, n, d, depth, ep
 
 
 # ---------------------------------------------------------------- the finite-depth quantities
+def _check_network(block, n: int, width: int) -> None:
+    """The block's network at this width, traced without running (ValueError before any
+    work: a width that is not a multiple of the heads, ...)."""
+    x = jax.ShapeDtypeStruct((n, width), jnp.float32)
+    jax.eval_shape(lambda x: block.module("dense").init(jax.random.PRNGKey(0), x), x)
+
+
 def rates_grid(
     name: str,
     axes: dict,
@@ -302,6 +309,8 @@ def rates_grid(
     causal = bool(fixed.get("causal"))
     if causal and "n_tokens" in axes:
         raise ValueError("a causal block's simulated grid takes one n_tokens (its values are per position)")
+    first = {k: float(np.asarray(v)[0]) for k, v in axes.items() if k != "depth"}
+    _check_network(block_spec.build(name, dict(fixed, **first)), int(n_tokens), int(width))
     num_keys = [k for k in axes if k != "depth"]
     depth_list = depths if depths is not None else [int(depth)]
     # dimensions as the theory's block sweep: depth first, then the numbers in order

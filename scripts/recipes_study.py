@@ -1,0 +1,199 @@
+"""Does ``probe --fix`` beat the named initialization recipes? The ViT comparison. Resumable.
+
+    python scripts/recipes_study.py run                       # every arm, the default configurations
+    python scripts/recipes_study.py run --depth 16 --configs 1 --seeds 0
+    python scripts/recipes_study.py table                     # docs/data/recipes/{table.md, summary.md}
+
+The configurations and fixes are :mod:`fix_study`'s (``scripts/fix_study.py``: the digits
+block study's failing post-LN configurations spread over sigma, and its worst pre-LN one;
+the fix of each from ``docs/data/fix/fixes.jsonl``, found there when missing). Each
+configuration is trained, as that study trains (15 epochs, Adam 1e-3, batch 64, width 64,
+4 heads), once per arm and seed, with the arm's multipliers on the ViT's block weight
+matrices at initialization (embeddings and head as drawn):
+
+* ``as is``; ``fixed``: the fix's ``m_w`` on every weight matrix, ``m_res`` on top on the
+  residual output projections;
+* every recipe of :mod:`phasefield.probing.recipes` (``deepnorm``, ``t-fixup``, ``gpt2``,
+  ``depth-mup``, ``completep``, ``rezero``, ``small-std``), its multipliers per weight matrix
+  from :func:`~phasefield.probing.recipes.plan` on the ViT's own parameter roles and depth,
+  the group std for ``gpt2`` from the first seed's draw; a recipe that does not apply (DeepNorm
+  on pre-LN) is recorded as not applicable, not trained.
+
+One row per (configuration, arm, seed) in ``docs/data/recipes/runs.jsonl``, appended when
+its batch of runs ends (a rerun trains only what is missing). A run trains when its final
+test loss is below the study's threshold (digits: 0.5; chance log 10 = 2.30). ``table``:
+every run, then per arm over the configurations both it and the fix ran: runs that train,
+mean final loss, and the paired difference (arm - fixed) of the final loss, mean +- se over
+the (configuration, seed) pairs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import fix_study as fs  # noqa: E402  (the study's configurations, fixes and training)
+
+OUT = os.path.join(fs.ROOT, "docs", "data", "recipes")
+ARMS = ("as is", "fixed", "deepnorm", "t-fixup", "gpt2", "depth-mup", "completep", "rezero", "small-std")
+
+
+def arm_multipliers(training, arm, block, depth, fix_row, params=None) -> tuple[dict | None, dict]:
+    """({path: multiplier} or None where the arm does not apply, the arm's description)."""
+    from phasefield.probing import recipes
+
+    if arm == "as is":
+        return {}, dict(text="the init as drawn")
+    if arm == "fixed":
+        f = fix_row["fix"]["multipliers"]
+        run = dict(m_w=f["weights"], m_res=f["residual"])
+        mult = dict(zip(training.paths, training.multipliers(run).astype(float)))
+        return mult, dict(text=f"probe --fix: m_w {f['weights']:.4g}, m_res {f['residual']:.4g}")
+    std = recipes.group_std(params, training.sel) if arm == "gpt2" else None
+    st = recipes.Structure(depth, recipes.roles(training.sel), block == "post-ln", std)
+    plan = recipes.plan(arm, st)
+    info = dict(text=plan.get("text"), reason=plan["reason"])
+    return (recipes.per_path(plan, st) if plan["applicable"] else None), info
+
+
+def first_params(training, c, seed):
+    """The block parameters of the first seed's draw (for the recipes that read the std)."""
+    import jax
+
+    vt, d = training.vt, training.data
+    pts = vt.make_points(training.cfg, [c["sigma_w"]], [1.0], [c["alpha_a"]], [c["alpha_m"]], [1e-3], [seed])
+    ones = np.ones((1, len(training.paths)), np.float32)
+    st = training._init(pts, ones, d.x_train)
+    return jax.tree.map(lambda a: np.asarray(a[0]), jax.device_get(st["params"]))
+
+
+def run(args):
+    runs_path = os.path.join(OUT, "runs.jsonl")
+    fixes_path = os.path.join(fs.OUT, "fixes.jsonl")
+    for depth in args.depth:
+        for block in args.block:
+            training = None
+            for c in fs.configurations(block, depth, args.configs, args.data):
+                cid = fs.config_id(block, depth, c, args.data)
+                fixes = {r["config"]: r for r in fs._rows(fixes_path)}
+                if cid not in fixes:
+                    print(f"[fix] {cid}", flush=True)
+                    row = dict(config=cid, data=args.data, block=block, depth=depth, **c)
+                    row.update(fs.find_fix(block, depth, c, args.data))
+                    fs._append(fixes_path, row)
+                    fixes[cid] = row
+                done = {(r["config"], r["arm"], r["seed"]) for r in fs._rows(runs_path)}
+                todo_arms = [a for a in args.arms if any((cid, a, s) not in done for s in args.seeds)]
+                if not todo_arms:
+                    continue
+                if training is None:
+                    training = fs.Training(block, depth, args.data)
+                params = first_params(training, c, args.seeds[0]) if "gpt2" in todo_arms else None
+                todo = []
+                for arm in todo_arms:
+                    mult, info = arm_multipliers(training, arm, block, depth, fixes[cid], params)
+                    for s in args.seeds:
+                        if (cid, arm, s) in done:
+                            continue
+                        base = dict(config=cid, data=args.data, block=block, depth=depth, arm=arm, seed=s, **info)
+                        base.update({k: c[k] for k in ("sigma_w", "alpha_a", "alpha_m")})
+                        if mult is None:  # not applicable: recorded, not trained
+                            fs._append(runs_path, dict(base, applicable=False))
+                            continue
+                        todo.append((base, dict(c, seed=s, mult=mult)))
+                if not todo:
+                    continue
+                print(f"[train] {cid}: {len(todo)} runs", flush=True)
+                t0 = time.perf_counter()
+                for i in range(0, len(todo), args.batch):
+                    part = todo[i : i + args.batch]
+                    res = training.train([r for _, r in part])
+                    dt = time.perf_counter() - t0
+                    for (base, r), m in zip(part, res):
+                        mult = r["mult"]
+                        row = dict(base, applicable=True, **m, seconds=dt / len(part))
+                        row["multipliers"] = {k: float(v) for k, v in mult.items() if v != 1.0}
+                        fs._append(runs_path, row)
+                        print(f"      {base['arm']:9s} seed {base['seed']}: test loss {m['test_loss']:.3f}", flush=True)
+                    t0 = time.perf_counter()
+
+
+def summary_rows(runs) -> list:
+    """Per arm: configurations, runs, runs that train, mean loss, paired difference to the
+    fix over the (configuration, seed) pairs both ran (mean, se, pairs)."""
+    trained = [r for r in runs if r.get("applicable", True)]
+    fixed = {(r["config"], r["seed"]): r["test_loss"] for r in trained if r["arm"] == "fixed"}
+    out = []
+    for arm in ARMS:
+        rs = [r for r in trained if r["arm"] == arm]
+        skipped = sum(1 for r in runs if r["arm"] == arm and not r.get("applicable", True))
+        if not rs and not skipped:
+            continue
+        loss = np.array([r["test_loss"] for r in rs], float)
+        diff = np.array(
+            [r["test_loss"] - fixed[(r["config"], r["seed"])] for r in rs if (r["config"], r["seed"]) in fixed], float
+        )
+        diff = diff[np.isfinite(diff)]
+        out.append(
+            dict(
+                arm=arm,
+                configs=len({r["config"] for r in rs}),
+                runs=len(rs),
+                not_applicable=skipped,
+                trains=sum(bool(r["trains"]) for r in rs),
+                mean_loss=float(np.nanmean(loss)) if loss.size else float("nan"),
+                diff_mean=float(diff.mean()) if diff.size else float("nan"),
+                diff_se=float(diff.std(ddof=1) / np.sqrt(diff.size)) if diff.size > 1 else float("nan"),
+                pairs=int(diff.size),
+            )
+        )
+    return out
+
+
+def table(args):
+    runs = fs._rows(os.path.join(OUT, "runs.jsonl"))
+    lines = ["| configuration | arm | seed | final test loss | trains |", "|---|---|---|---|---|"]
+    for r in sorted(runs, key=lambda r: (r["config"], ARMS.index(r["arm"]), r["seed"])):
+        loss = f"{r['test_loss']:.3f}" if r.get("applicable", True) else "not applicable: " + str(r.get("reason"))
+        trains = ("yes" if r["trains"] else "no") if r.get("applicable", True) else "-"
+        lines.append(f"| {r['config']} | {r['arm']} | {r['seed']} | {loss} | {trains} |")
+    summ = [
+        "| arm | configurations | runs (not applicable) | train | mean final loss | arm - fixed (mean ± se, pairs) |"
+    ]
+    summ.append("|---|---|---|---|---|---|")
+    for s in summary_rows(runs):
+        summ.append(
+            f"| {s['arm']} | {s['configs']} | {s['runs']} ({s['not_applicable']}) | {s['trains']} of {s['runs']} | "
+            f"{s['mean_loss']:.3f} | {s['diff_mean']:+.3f} ± {s['diff_se']:.3f} ({s['pairs']}) |"
+        )
+    os.makedirs(OUT, exist_ok=True)
+    for name, text in (("table.md", lines), ("summary.md", summ)):
+        with open(os.path.join(OUT, name), "w") as f:
+            f.write("\n".join(text) + "\n")
+    print("\n".join(summ))
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("run")
+    r.add_argument("--depth", type=int, nargs="+", default=[16, 32])
+    r.add_argument("--block", nargs="+", default=["post-ln", "pre-ln"], choices=["post-ln", "pre-ln"])
+    r.add_argument("--configs", type=int, default=3)
+    r.add_argument("--seeds", type=int, nargs="+", default=list(fs.SEEDS))
+    r.add_argument("--arms", nargs="+", default=list(ARMS), choices=ARMS)
+    r.add_argument("--batch", type=int, default=9, help="runs trained at once (vmapped)")
+    r.add_argument("--data", default="digits", choices=sorted(fs.DATA))
+    sub.add_parser("table")
+    args = ap.parse_args(argv)
+    {"run": run, "table": table}[args.cmd](args)
+
+
+if __name__ == "__main__":
+    main()
