@@ -18,7 +18,9 @@ RESIDUAL = (
     r"|(^|/)GLUModule_\d+/out/kernel$|(^|/)MLPModule_\d+/dense_1/kernel$"
 )
 ATTENTION_OUT = ("out",)  # an attention's output projection, found by its query/key neighbours
-SKIP = r"embed|(^|/)(wte|wpe)(/|$)|position"
+# not weight matrices: embeddings, and a normalization's ``scale`` (a vector, with 2 axes
+# only where the blocks are scanned: ``nn.scan`` stacks every parameter on a depth axis)
+SKIP = r"embed|(^|/)(wte|wpe)(/|$)|position|(^|/)scale$"
 
 
 def _compile(text, what):
