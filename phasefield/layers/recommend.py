@@ -11,9 +11,10 @@ Criteria (both over the whole stack, from the input geometry (q0, rho0) = (1, 0.
 Distance to criticality: ``d = max(|lambda_g(L)| L / log F, |angle_rate| / r)`` (d <= 1: both
 criteria met). A causal block (``NAME:causal=true``) is judged by its last token, the one that
 sees the whole sequence: ``lambda_g_last`` and ``angle_rate_last`` (docs/theory.md, "Causal
-stacks") stand for the two rates, under their own names in the result. The block's theory is evaluated on a coarse grid of the box
-(:func:`phasefield.layers.sweep.sweep_grid`), then on a finer grid around the best coarse point
-(same size and largest sigma, so the compiled program is reused); the points are ranked by d.
+stacks") stand for the two rates, under their own names in the result. The block's theory
+is evaluated on a coarse grid of the box (:func:`phasefield.layers.sweep.sweep_grid`), then
+on a finer grid around the best coarse point (same size and largest sigma, so the compiled
+program is reused); the points are ranked by d.
 """
 
 from __future__ import annotations
@@ -40,8 +41,8 @@ def rate_names(causal: bool) -> tuple[str, str]:
     return ("lambda_g_last", "angle_rate_last") if causal else ("lambda_g_input", "angle_rate")
 
 
-def _points(ds, depth, log_f, rate):
-    g_name, a_name = rate_names("lambda_g_last" in ds)
+def _points(ds, depth, log_f, rate, names):
+    g_name, a_name = names
     lg = np.asarray(ds[g_name].values, float)
     ar = np.asarray(ds[a_name].values, float)
     grids = np.meshgrid(*[np.asarray(ds[k].values, float) for k in KEYS], indexing="ij")
@@ -109,11 +110,12 @@ def recommend(
     fixed = dict(fixed or {})
     log_f = math.log(max_factor)
     ds = sweep.sweep_grid(name, coarse, fixed, n_tokens=n_tokens, depth=depth)
-    pts = _points(ds, depth, log_f, max_angle_rate)
+    g_name, a_name = names = rate_names("lambda_g_last" in ds)  # a causal block's sweep: its last token's
+    pts = _points(ds, depth, log_f, max_angle_rate, names)
     best = min(pts, key=lambda p: p["distance"])
     if any(len(v) > 1 for v in coarse.values()) and math.isfinite(best["distance"]):
         ds = sweep.sweep_grid(name, _refined(coarse, best), fixed, n_tokens=n_tokens, depth=depth)
-        pts += _points(ds, depth, log_f, max_angle_rate)
+        pts += _points(ds, depth, log_f, max_angle_rate, names)
     seen, finite = set(), []
     for p in pts:
         key = tuple(round(p[k], 12) for k in KEYS)
@@ -138,7 +140,6 @@ def recommend(
     )
     lows = [k for k, v in coarse.items() if len(v) > 1 and all(p[k] == v.min() for p in res["points"][:1])]
     res["at_lower_edge"] = lows
-    g_name, a_name = rate_names(bool(fixed.get("causal")))
     res["rates"] = [g_name, a_name]
     if not met:
         res["best_gradient"] = min(finite, key=lambda p: abs(p[g_name]))
