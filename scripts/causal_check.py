@@ -73,8 +73,9 @@ def options(preset, point) -> dict:
 
 
 def z_of(sim, se, theory):
-    se = np.maximum(np.asarray(se, float), RESOLUTION * np.maximum(1.0, np.abs(theory)))
-    return (np.asarray(sim, float) - np.asarray(theory, float)) / se
+    from phasefield.simulate.compare import z_of as z
+
+    return z(sim, se, theory)
 
 
 def theory(preset, point) -> dict:

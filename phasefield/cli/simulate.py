@@ -267,7 +267,7 @@ def _causal_exponents(name, kw, n, L, q0, rho0, width, seeds, seed, eps, weights
     from .. import layers
     from ..layers import spec
     from ..simulate import causal_positions
-    from ..simulate.compare import RESOLUTION
+    from ..simulate.compare import z_of
     from ..simulate.positions import POSITION_QUANTITIES
 
     block = spec.build(name, kw)
@@ -294,8 +294,7 @@ def _causal_exponents(name, kw, n, L, q0, rho0, width, seeds, seed, eps, weights
         out["theory"] = {k: th[k].tolist() for k in POSITION_QUANTITIES}
         z = {}
         for k in POSITION_QUANTITIES:
-            se = np.maximum(np.asarray(sim[k + "_se"], float), RESOLUTION * np.maximum(1.0, np.abs(th[k])))
-            v = (np.asarray(sim[k], float) - th[k]) / se
+            v = z_of(sim[k], sim[k + "_se"], th[k])
             if k == "rho_L_pos":  # position 0 has no earlier token: 0 by definition, no z
                 v = np.where(np.arange(n) == 0, np.nan, v)
             z[k] = [None if not np.isfinite(x) else float(x) for x in np.atleast_1d(v)]

@@ -223,6 +223,15 @@ def theory(block, n_tokens=32, depth=16, q0=1.0, rho0=0.5) -> dict:
     )
 
 
+def z_of(value, se, theory) -> np.ndarray:
+    """``(value - theory) / se`` elementwise, the se floored at :data:`RESOLUTION`
+    max(1, |theory|) (float64 arrays; NaN where an input is)."""
+    theory = np.asarray(theory, float)
+    se = np.maximum(np.asarray(se, float), RESOLUTION * np.maximum(1.0, np.abs(theory)))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return (np.asarray(value, float) - theory) / se
+
+
 def z_scores(sim: dict, th: dict) -> dict:
     """``(sim - theory) / se`` of every quantity both give (NaN where either is NaN), the se
     floored at :data:`RESOLUTION` max(1, |theory|) (a LayerNorm's epsilon moves q after the
