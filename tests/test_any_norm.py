@@ -136,13 +136,14 @@ def test_an_any_norm_point_reads_the_scale_table_as_it_would_integrate(monkeypat
     assert table is not None and table.interp and table.interp_t
     n_a, n_z = exact.sizes(sigma_max=exact_table.POINT_CAP, n_max=n)
     rng = np.random.default_rng(3)
+    read = jax.jit(lambda sa: (table.holds(sa), *table.at(sa)))  # one program, not op by op
     for sa in [*rng.uniform(0.05, 1.44, 3), 1.0]:
-        assert bool(table.holds(sa))
-        s, t = (np.asarray(v) for v in table.at(sa))
+        holds, s, t = (np.asarray(v) for v in read(np.float64(sa)))
+        assert bool(holds)
         s_ref, t_ref = exact_table._st_values(float(sa), n, n_a, n_z, exact_table.MESH_FULL, adaptive=False)
         np.testing.assert_allclose(s, s_ref, rtol=0, atol=1e-12)
         np.testing.assert_allclose(t, t_ref, rtol=0, atol=1e-12)
-    assert not bool(table.holds(2.5))  # beyond the ranges built for sigma_A = 1.44
+    assert not bool(read(np.float64(2.5))[0])  # beyond the ranges built for sigma_A = 1.44
 
     block = spec.build("dyt", dict(sigma=1.2, alpha=0.6, a=0.8, heads=4))
     got = layers.finite_depth(block, n_tokens=8, depth=3)

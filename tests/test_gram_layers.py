@@ -123,6 +123,7 @@ def test_gram_route_is_the_qp_route_on_a_symmetric_input(name):
 # ---- the paper preset against the paper engine's full-Gram formulas ---------------------------
 
 
+@jax.jit  # one program per structure (the three blocks of both masks), not op by op
 def _reference_block(hp, kern, c, mask):
     """One paper block on the full Gram written out (docs/theory.md §8): (C^z, C')."""
     ca = attention.gram_forward(hp.sigma_a, hp.sigma_v, paper_gram.cosines(c), mask, hp.attention)
@@ -132,6 +133,7 @@ def _reference_block(hp, kern, c, mask):
     return cz, jnp.square(hp.beta_m) * cz + jnp.square(hp.alpha_m) * pm
 
 
+@jax.jit
 def _reference_backward(hp, kern, c, cz, g, mask):
     qz, q = jnp.diagonal(cz), jnp.diagonal(c)
     dm = jnp.where(EYE, kern.d_one, mlp.d_m(kern, jnp.where(EYE, 0.0, paper_gram.cosines(cz))))
@@ -139,6 +141,16 @@ def _reference_backward(hp, kern, c, cz, g, mask):
     r = paper_gram.cosines(c)
     ga = attention.gram_backward(hp.sigma_a, hp.sigma_v, r, g, mask, hp.attention, hp.softmax_correction)
     return jnp.square(hp.beta_a) * g + jnp.square(hp.alpha_a) * ga / jnp.sqrt(q[:, None] * q[None, :])
+
+
+@jax.jit  # one program per layer structure, not op by op
+def _gram_forward(layer, c, ctx):
+    return layer.gram_forward(c, ctx)
+
+
+@jax.jit
+def _gram_backward(layer, c, g, ctx):
+    return layer.gram_backward(c, g, ctx)
 
 
 @pytest.mark.parametrize("mode", ["paper", "exact"])
@@ -158,15 +170,15 @@ def test_paper_preset_on_the_common_route_is_the_paper_gram_map(mode):
             cz, c = _reference_block(hp, kern, c, mask)
             cs.append(c)
             czs.append(cz)
-        got = gram.grams(block, c0, depth=3, causal=causal)
-        got_paper = paper_gram.trajectory_from_gram(hp, c0, 3, causal, kern)
-        g = jnp.eye(N)
+        got = np.asarray(gram.grams(block, c0, depth=3, causal=causal))
+        got_paper = np.asarray(paper_gram.trajectory_from_gram(hp, c0, 3, causal, kern))
+        g = np.eye(N)
         for layer in reversed(range(3)):
-            want = _reference_backward(hp, kern, cs[layer], czs[layer], g, mask)
-            have = masked(block, causal).gram_backward(cs[layer], g, ctx)
-            worst = max(worst, float(jnp.max(jnp.abs(want - have))))
-            g = want / (jnp.trace(want) / N)
-        worst = max(worst, float(jnp.max(jnp.abs(got - jnp.stack(cs)))), float(jnp.max(jnp.abs(got_paper - got))))
+            want = np.asarray(_reference_backward(hp, kern, cs[layer], czs[layer], g, mask))
+            have = np.asarray(_gram_backward(masked(block, causal), cs[layer], g, ctx))
+            worst = max(worst, np.max(np.abs(want - have)))
+            g = want / (np.trace(want) / N)
+        worst = max(worst, np.max(np.abs(got - np.stack(cs))), np.max(np.abs(got_paper - got)))
         # causal: the first token attends to itself alone, so it differs from the acausal map
         if causal:
             assert abs(float(got[1, 0, 0]) - float(acausal[1, 0, 0])) > 1e-3
@@ -186,22 +198,23 @@ def test_unequal_norms():
     equal ones: NaN for the pairs they do not cover, never another pair's answer."""
     ctx = Context(float(N))
     r = paper_gram.two_group_gram(N, 1.0, 0.6, 0.2)
-    scale = jnp.sqrt(jnp.linspace(0.5, 1.5, N))
-    c = scale[:, None] * r * scale[None, :]
+    scale = np.sqrt(np.linspace(0.5, 1.5, N))
+    c = scale[:, None] * np.asarray(r) * scale[None, :]
     norm = layers.Norm("layernorm")
-    np.testing.assert_allclose(norm.gram_forward(c, ctx), r, rtol=0, atol=1e-15)
-    g = 0.3 + jnp.eye(N)
-    np.testing.assert_allclose(norm.gram_backward(c, g, ctx), g / (scale[:, None] * scale[None, :]), atol=1e-15)
+    np.testing.assert_allclose(_gram_forward(norm, c, ctx), r, rtol=0, atol=1e-15)
+    g = 0.3 + np.eye(N)
+    np.testing.assert_allclose(_gram_backward(norm, c, g, ctx), g / (scale[:, None] * scale[None, :]), atol=1e-15)
     block, _ = layers.prepare(layers.MLP(sigma_w=1.2, activation="tanh"), N)
-    out = np.asarray(block.gram_forward(c, ctx))
+    out = np.asarray(_gram_forward(block, c, ctx))
     assert np.all(np.isnan(out))  # no token at norm 1
-    assert np.all(np.isfinite(np.asarray(block.gram_forward(r, ctx))))
+    assert np.all(np.isfinite(np.asarray(_gram_forward(block, r, ctx))))
     dyt = layers.DyT(a=0.8)
-    out = np.asarray(dyt.gram_forward(c, ctx))
+    out = np.asarray(_gram_forward(dyt, c, ctx))
     assert np.all(np.isnan(out[~EYE])) and np.all(np.isfinite(np.diag(out)))
     # equal norms not 1: DyT answers with its (q, p) map at that norm
     k = Kernel(jnp.asarray(0.6), jnp.asarray(0.6 * 0.3))
-    assert _gap(dyt.gram_forward(_sym(k), ctx), *(lambda f: (f.q, f.p))(dyt.forward(k, ctx))) < 1e-12
+    fwd, _ = _layer_maps(dyt, k, ctx)
+    assert _gap(*fwd) < 1e-12
 
 
 # ---- structure-keyed programs -------------------------------------------------------------
@@ -281,10 +294,12 @@ def test_exact_maps_against_many_plain_fields():
     sa, pairs = 1.5, 8192
     c = paper_gram.two_group_gram(N, 1.3, 0.7, 0.1)
     g = 0.2 + jnp.diag(jnp.linspace(0.5, 1.5, N))
-    per_sample = jax.vmap(
-        lambda a: (
-            a @ c @ a.T,
-            a.T @ g @ a + attention.softmax.gram_softmax_term(sa, 1.0, c, g, None, a=a[None]),
+    per_sample = jax.jit(
+        jax.vmap(
+            lambda a: (
+                a @ c @ a.T,
+                a.T @ g @ a + attention.softmax.gram_softmax_term(sa, 1.0, c, g, None, a=a[None]),
+            )
         )
     )
     for causal in (True, False):

@@ -11,7 +11,7 @@ is autodiff of the dense block when the lazy draws are assembled into explicit w
 Statistical checks: lazy and dense stacks are the same distribution -- per-layer q and p,
 per-draw cosine histograms, lambda_a and lambda_g(L) agree within two-sample tolerances
 ``|z| < 4``, ``z = (m_lazy - m_dense) / sqrt(se_lazy^2 + se_dense^2)`` (independent fixed
-seeds, 1024 draws per sampler, standard errors over draws; 4 keeps the family-wise
+seeds, 512 draws per sampler, standard errors over draws; 4 keeps the family-wise
 false-alarm rate of the 14 z-scores per configuration -- q, p at 4 layers, 4 cosine bins,
 lambda_a, lambda_g -- near 0.1 %, 0.3 % over the three configurations). A negative control (the VJP without its noise
 term) shows the lambda_g comparison has the power to see a wrong sampler.
@@ -228,7 +228,7 @@ def _compare(hp, *, n, d, depth, draws, causal, mlp_hidden, seeds=(101, 202)):
 @pytest.mark.parametrize("causal,mlp_layers,mlp_hidden", [(False, 1, None), (True, 2, 24)])
 def test_lazy_and_dense_are_the_same_distribution(causal, mlp_layers, mlp_hidden):
     hp = HParams(sigma_w=2.0, sigma_a=3.0, alpha_a=0.7, alpha_m=0.6, n_tokens=8, depth=4, mlp_layers=mlp_layers)
-    z = _compare(hp, n=8, d=16, depth=4, draws=1024, causal=causal, mlp_hidden=mlp_hidden)
+    z = _compare(hp, n=8, d=16, depth=4, draws=512, causal=causal, mlp_hidden=mlp_hidden)
     summary = {k: round(float(np.max(np.abs(v))), 2) for k, v in z.items()}
     print("max |z|:", summary)
     for v in summary.values():
