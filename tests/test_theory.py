@@ -66,13 +66,16 @@ def test_attention_matches_eq10_as_written_and_never_overflows():
 
 # ---- MLP integrals --------------------------------------------------------------------------
 
+# the tables' pair integrals in one program per kernel structure (not one per operation)
+_pair = jax.jit(mlp._pair, static_argnums=1)
+
 RHOS = np.array([-1.0, -0.93, -0.4, 0.0, 0.27, 0.71, 0.98, 1 - 1e-4, 1 - 1e-8, 1.0])
 
 
 @pytest.mark.parametrize("s", [0.05, 0.7, 2.0, 4.5, 10.0])
 def test_tanh_tables_within_1e9_of_dense_reference(s):
     kern = mlp.kernel(s, "tanh")
-    pp, dd = (np.asarray(v) for v in mlp._pair(kern, 0, jnp.asarray(RHOS)))
+    pp, dd = (np.asarray(v) for v in _pair(kern, 0, jnp.asarray(RHOS)))
     t, dt = np.tanh, lambda x: 1 - np.tanh(x) ** 2
     ref_pp = np.array([quadrature.reference_2d(t, t, s, r) for r in RHOS])
     ref_dd = np.array([quadrature.reference_2d(dt, dt, s, r) for r in RHOS])
@@ -87,10 +90,11 @@ def test_folded_trapezoid_equals_the_full_rule(n_v):
     t = jnp.tanh
     t_copy = lambda x: jnp.tanh(x)  # not ``is t``: disables the v fold
     dt = lambda x: 1 - jnp.tanh(x) ** 2
+    # one program per rule (theta traced), not one per operation and theta
+    folded_at = jax.jit(lambda theta: quadrature.expect_2d(((t, t), (dt, dt)), 2.3, theta, 96, n_v, parity=True))
+    full_at = jax.jit(lambda theta: quadrature.expect_2d(((t, t_copy), (dt, lambda x: dt(x))), 2.3, theta, 96, n_v))
     for theta in (0.0, 0.4, 1.9, math.pi):
-        folded = quadrature.expect_2d(((t, t), (dt, dt)), 2.3, theta, 96, n_v, parity=True)
-        full = quadrature.expect_2d(((t, t_copy), (dt, lambda x: dt(x))), 2.3, theta, 96, n_v)
-        np.testing.assert_allclose(folded, full, rtol=1e-13, atol=1e-15)
+        np.testing.assert_allclose(folded_at(theta), full_at(theta), rtol=1e-13, atol=1e-15)
 
 
 def test_gelu_tables_not_odd_within_1e9():
@@ -98,11 +102,11 @@ def test_gelu_tables_not_odd_within_1e9():
     kern = mlp.kernel(s, "gelu")
     from phasefield import activations
 
-    g, dg = (
-        (lambda f: lambda x: np.asarray(f(jnp.asarray(x))))(activations.get("gelu")),
-        (lambda f: lambda x: np.asarray(f(jnp.asarray(x))))(activations.derivative("gelu")),
+    g, dg = (  # jitted: one program per grid shape, not one per operation
+        (lambda f: lambda x: np.asarray(f(jnp.asarray(x))))(jax.jit(activations.get("gelu"))),
+        (lambda f: lambda x: np.asarray(f(jnp.asarray(x))))(jax.jit(activations.derivative("gelu"))),
     )
-    pp, dd = (np.asarray(v) for v in mlp._pair(kern, 0, jnp.asarray(RHOS)))
+    pp, dd = (np.asarray(v) for v in _pair(kern, 0, jnp.asarray(RHOS)))
     np.testing.assert_allclose(pp, [quadrature.reference_2d(g, g, s, r) for r in RHOS], atol=1e-9)
     np.testing.assert_allclose(dd, [quadrature.reference_2d(dg, dg, s, r) for r in RHOS], atol=1e-9)
 
@@ -114,11 +118,11 @@ def test_erf_and_relu_closed_forms_match_quadrature(s):
     derf = lambda x: 2 / math.sqrt(math.pi) * np.exp(-x * x)
     rhos = np.array([-0.9, -0.2, 0.3, 0.8, 0.999])
     k_erf = mlp.kernel(s, "erf")
-    pp, dd = (np.asarray(v) for v in mlp._pair(k_erf, 0, jnp.asarray(rhos)))
+    pp, dd = (np.asarray(v) for v in _pair(k_erf, 0, jnp.asarray(rhos)))
     np.testing.assert_allclose(pp, [quadrature.reference_2d(erf, erf, s, r) for r in rhos], atol=1e-10)
     np.testing.assert_allclose(dd, [quadrature.reference_2d(derf, derf, s, r) for r in rhos], atol=1e-10)
     k_relu = mlp.kernel(s, "relu")
-    pp, dd = (np.asarray(v) for v in mlp._pair(k_relu, 0, jnp.asarray(rhos)))
+    pp, dd = (np.asarray(v) for v in _pair(k_relu, 0, jnp.asarray(rhos)))
     # relu has a kink (the trapezoid rule converges slowly): condition on h1 = s z instead,
     # E[relu(h2) | z] = m Phi(m/v) + v phi(m/v) with m = s rho z, v = s sqrt(1 - rho^2)
     from scipy.integrate import quad
@@ -135,14 +139,17 @@ def test_erf_and_relu_closed_forms_match_quadrature(s):
 
 def test_price_theorem_derivative():
     """D = d p_M / d rho: the table of E[phi'phi'] against central differences of p_M."""
+    # jitted (one program per activation each, rho traced), not evaluated operation by operation
+    p_m, d_m = jax.jit(mlp.p_m), jax.jit(mlp.d_m)
+    grad_p_m = jax.jit(jax.grad(mlp.p_m, argnums=1))
     for act in ("tanh", "erf", "gelu"):
         kern = mlp.kernel(2.2, act)
         for r in (-0.5, 0.2, 0.9):
             h = 1e-5
-            fd = (mlp.p_m(kern, jnp.asarray(r + h)) - mlp.p_m(kern, jnp.asarray(r - h))) / (2 * h)
-            assert float(mlp.d_m(kern, jnp.asarray(r))) == pytest.approx(float(fd), rel=1e-7)
-            grad = jax.grad(lambda x: mlp.p_m(kern, x))(jnp.asarray(r))
-            assert float(grad) == float(mlp.d_m(kern, jnp.asarray(r)))
+            fd = (p_m(kern, jnp.asarray(r + h)) - p_m(kern, jnp.asarray(r - h))) / (2 * h)
+            assert float(d_m(kern, jnp.asarray(r))) == pytest.approx(float(fd), rel=1e-7)
+            grad = grad_p_m(kern, jnp.asarray(r))
+            assert float(grad) == float(d_m(kern, jnp.asarray(r)))
 
 
 def test_two_layer_mlp_composes_poole_maps():
@@ -227,7 +234,7 @@ def test_closed_form_lambda_a_equals_autodiff(pt, kw):
 def test_gradient_modes_at_collapse(pt):
     hp = hp_of(pt)
     q_star, qz_star = paper.collapsed_fixed_point(hp)
-    m = np.asarray(paper.gradient_matrix(hp, mlp.kernel(hp), q_star, 1.0, qz_star, 1.0))
+    m = np.asarray(jax.jit(paper.gradient_matrix)(hp, mlp.kernel(hp), q_star, 1.0, qz_star, 1.0))
     eig = np.sort(np.linalg.eigvals(m).real)
     expect = np.sort([math.exp(float(paper.angle_exponent(hp))), float(paper.mean_mode(hp))])
     np.testing.assert_allclose(eig, expect, rtol=1e-10)
@@ -273,8 +280,9 @@ def test_scalar_vmap_jit_agree():
         depth=jnp.full(len(pts), 16.0),
         sigma_v=jnp.ones(len(pts)),
     )
-    kern = jax.vmap(lambda s: mlp.kernel(s, "tanh", n_grid=768, n_cheb=257))(hps.sigma_w)
-    vm = jax.vmap(paper.exponents)(hps, kern)
+    kern = jax.jit(jax.vmap(lambda s: mlp.kernel(s, "tanh", n_grid=768, n_cheb=257)))(hps.sigma_w)
+    # vmap of the jitted map (one batched program) and jit of the vmapped map
+    vm = jax.vmap(jax.jit(paper.exponents))(hps, kern)
     jt = jax.jit(jax.vmap(paper.exponents))(hps, kern)
     for i, pt in enumerate(POINTS):
         one = paper.exponents(hp_of(pt))
