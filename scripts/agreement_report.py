@@ -62,7 +62,9 @@ def stage_theory(out):
 def transient_table(
     out, attention="paper", sigma_ws=(1.0, 2.0, 3.0), sigma_as=(0.5, 1.0, 1.5, 2.0, 3.0, 4.0), width=WIDTH, seeds=8
 ):
-    from phasefield.layers import paper, presets
+    from phasefield.layers import presets, registry
+
+    paper = registry.lookup("paper").engine  # its trajectory
 
     rows = []
     for sa in sigma_as:

@@ -33,7 +33,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import phasefield  # noqa: E402
 from phasefield import HParams  # noqa: E402
-from phasefield.layers import paper  # noqa: E402
+from phasefield.layers import registry  # noqa: E402
+
+paper = registry.lookup("paper").engine  # its exponents
 
 CONFIGS = [  # (label, HParams fields, sweep points)
     ("tanh  sw=5", dict(sigma_w=5.0), 64),

@@ -31,7 +31,10 @@ import time
 
 import numpy as np
 
-from phasefield.layers.paper import sweep as paper_sweep
+from phasefield.layers import registry
+
+PAPER = registry.lookup("paper").engine.namespace  # the paper engine's own modules
+paper_sweep = PAPER.sweep
 
 SIGMA_A, N_TOKENS, DEPTH = 1.0, 32, 16
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -170,7 +173,7 @@ def _flops_per_point(n_cheb, brackets):
     attention and norm algebra; the slope D(rho) another Clenshaw sum. Per point: the mesh
     (MESH + 1 values of g), per root bracket BISECTION_STEPS values and NEWTON_STEPS value +
     slope pairs, then lambda_g_inf (one slope, ~60 flops) and the closed forms (~100 flops)."""
-    from phasefield.layers.paper import fixed_points as fp
+    fp = PAPER.fixed_points
 
     g = 4 * (n_cheb - 1) + 40
     d = 4 * (n_cheb - 1) + 10
@@ -233,7 +236,8 @@ def main():
     import jax.numpy as jnp
 
     import phasefield
-    from phasefield.layers.paper import fixed_points
+
+    fixed_points = PAPER.fixed_points
     from phasefield.theory import attention
     from phasefield.theory.reference import ReferencePoint
 

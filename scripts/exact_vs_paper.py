@@ -29,8 +29,7 @@ import xarray as xr
 
 import phasefield
 from phasefield import HParams
-from phasefield.layers import paper
-from phasefield.layers.paper import block, gram
+from phasefield.layers import registry
 from phasefield.layers.presets import paper as paper_block
 from phasefield.simulate import compare, measure
 from phasefield.simulate.stack import simplex_tokens, stack_forward
@@ -38,6 +37,8 @@ from phasefield.theory import mlp
 
 # this script owns its process: every core a device, float64 for its own jit of the theory
 phasefield.use_all_cpu_cores()
+paper = registry.lookup("paper").engine.namespace  # the paper engine's own modules
+block, gram = paper.block, paper.gram
 jax.config.update("jax_enable_x64", True)
 
 Q0, RHO0 = 1.0, 0.3

@@ -104,8 +104,9 @@ def draws_at(d, top, cap):
 
 
 def run(args):
-    from phasefield.layers import paper
+    from phasefield.layers import registry
 
+    paper = registry.lookup("paper").engine.namespace
     parts = os.path.join(args.out, "parts")
     os.makedirs(parts, exist_ok=True)
     hp = hparams()
@@ -170,8 +171,9 @@ def load(out):
 
 
 def theory_values():
-    from phasefield.layers import paper
+    from phasefield.layers import registry
 
+    paper = registry.lookup("paper").engine.namespace
     out = {}
     for att in ("paper", "exact"):
         vals = []
