@@ -12,6 +12,8 @@ block's own causal network, width 128, 4 heads, context 64, batch 16, 300 Adam s
 * ``fixed``: the multipliers of ``phasefield probe --block NAME:causal=true --fix`` on the
   block's own stack at the model's width, depth and context (8 inits, the search at 2 per
   point, the check at 8; found once per block and depth and kept in ``fixes.jsonl``);
+  ``fixed-strict``: the same with stricter criteria (``--max-gradient-factor 2
+  --max-angle-rate 0.01``);
 * every recipe of :mod:`phasefield.probing.recipes` (``train-lm --recipe``; one that does
   not apply, DeepNorm on pre-LN, is said so and not trained).
 
@@ -37,20 +39,27 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OUT = os.path.join(ROOT, "docs", "data", "lm_study")
 RECIPES = ("deepnorm", "t-fixup", "gpt2", "depth-mup", "completep", "rezero", "small-std")
-ARMS = ("as is", "fixed", *RECIPES)
+ARMS = ("as is", "fixed", "fixed-strict", *RECIPES)
 SHAPE = dict(width=128, heads=4, context=64, batch=16, steps=300)
 PROBE = dict(inits=8, fix_inits=2, verify_inits=8)
+CRITERIA = {
+    "fixed": dict(max_gradient_factor=10.0, max_angle_rate=0.05),
+    "fixed-strict": dict(max_gradient_factor=2.0, max_angle_rate=0.01),
+}
 
 
 def _phasefield(*args) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "phasefield", *args], capture_output=True, text=True, check=False)
 
 
-def find_fix(block: str, depth: int) -> dict:
+def find_fix(block: str, depth: int, arm: str = "fixed") -> dict:
     """The fix of ``block``'s causal stack at the model's shape, from ``fixes.jsonl`` or
     found by ``phasefield probe --fix`` (and appended)."""
     path = os.path.join(OUT, "fixes.jsonl")
+    crit = CRITERIA[arm]
     key = dict(block=block, depth=depth, width=SHAPE["width"], n_tokens=SHAPE["context"], **PROBE)
+    if arm != "fixed":
+        key.update(crit)
     if os.path.exists(path):
         for line in open(path):
             row = json.loads(line)
@@ -61,13 +70,13 @@ def find_fix(block: str, depth: int) -> dict:
         "probe", "--block", f"{block}:causal=true,heads={SHAPE['heads']}", "--width", str(SHAPE["width"]),
         "--depth", str(depth), "--n-tokens", str(SHAPE["context"]), "--inits", str(PROBE["inits"]), "--fix",
         "--fix-inits", str(PROBE["fix_inits"]), "--verify-inits", str(PROBE["verify_inits"]), "--recipes", "none",
-        "--json", "--quiet",
+        "--json", "--quiet", *(x for k, v in crit.items() for x in (f"--{k.replace('_', '-')}", str(v))),
     )  # fmt: skip
     if r.returncode != 0:
         raise SystemExit(f"probe --fix failed for {block} L{depth}:\n{r.stderr}")
     fix = json.loads(r.stdout)["fix"]
-    row = dict(key=key, multipliers=fix["multipliers"], meets=fix["meets"], rates=fix.get("rates"),
-               seconds=time.time() - t0)  # fmt: skip
+    row = dict(key=key, multipliers=fix["multipliers"], meets=fix["meets"], before=fix.get("before"),
+               after=fix.get("after"), seconds=time.time() - t0)  # fmt: skip
     os.makedirs(OUT, exist_ok=True)
     with open(path, "a") as f:
         f.write(json.dumps(row) + "\n")
@@ -96,8 +105,8 @@ def run(args):
             ]  # fmt: skip
             for arm in args.arms:
                 extra = []
-                if arm == "fixed":
-                    m = find_fix(block, depth)["multipliers"]
+                if arm in CRITERIA:
+                    m = find_fix(block, depth, arm)["multipliers"]
                     extra = ["--multipliers", ",".join(f"{k}={v:.6g}" for k, v in m.items())]
                 elif arm != "as is":
                     if not _recipe_applies(block, depth, arm):
