@@ -66,13 +66,13 @@ def test_paper_preset_causal_is_its_causal_geometry():
     geo = paper_gram.causal_geometry(hp, Q0, RHO0, DEPTH, causal=True)
     norms, cos = np.asarray(geo["norms"])[-1], np.asarray(geo["cosines"])[-1]
     earlier = np.array([0.0] + [cos[i, :i].mean() for i in range(1, N)])
-    gap = max(np.max(np.abs(got["q_L_pos"] - norms)), np.max(np.abs(got["rho_L_pos"] - earlier)))
+    gap = np.max([np.max(np.abs(got["q_L_pos"] - norms)), np.max(np.abs(got["rho_L_pos"] - earlier))])  # NaN fails
     # the last input token's gradient: the paper engine's gradient Grams
     lam, gs = paper_gram.gradient_exponent_from_gram(
         hp, gram.symmetric_gram(N, Q0, RHO0 * Q0), DEPTH, True, return_grams=True
     )
     lg_last = float(lam) + np.log(float(gs[0][-1, -1])) / DEPTH
-    gap = max(gap, abs(lg_last - float(got["lambda_g_last"])))
+    gap = np.max([gap, abs(lg_last - float(got["lambda_g_last"]))])
     print(f"paper causal: max |causal_rates - causal_geometry| = {gap:.1e}")
     assert np.isfinite(gap) and gap < 1e-10
     assert np.ptp(np.asarray(got["q_L_pos"])) > 1e-3  # the mask breaks the symmetry

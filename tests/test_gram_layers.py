@@ -112,7 +112,8 @@ def test_gram_route_is_the_qp_route_on_a_symmetric_input(name):
             qs, ps = layers.trajectory(block, q0, rho0, n_tokens=N, depth=3)
             cs = gram.grams(block, gram.symmetric_gram(N, q0, rho0 * q0), depth=3)
             d, off = np.diagonal(cs, axis1=1, axis2=2), np.asarray(cs)[:, ~EYE]
-            gap = max(np.max(np.abs(d - np.asarray(qs)[:, None])), np.max(np.abs(off - np.asarray(ps)[:, None])))
+            # np.max, not Python's max: a NaN in either part makes the gap NaN (and fails below)
+            gap = np.max([np.max(np.abs(d - np.asarray(qs)[:, None])), np.max(np.abs(off - np.asarray(ps)[:, None]))])
             lg = float(layers.gradient_exponent(block, q0, rho0, n_tokens=N, depth=3))
             lg_gram = float(gram.gram_gradient(block, gram.symmetric_gram(N, q0, rho0 * q0), depth=3)[0])
             assert np.isfinite(lg_gram) and gap < 1e-10 and abs(lg - lg_gram) < 1e-10, (gap, lg, lg_gram)
@@ -176,9 +177,9 @@ def test_paper_preset_on_the_common_route_is_the_paper_gram_map(mode):
         for layer in reversed(range(3)):
             want = np.asarray(_reference_backward(hp, kern, cs[layer], czs[layer], g, mask))
             have = np.asarray(_gram_backward(masked(block, causal), cs[layer], g, ctx))
-            worst = max(worst, np.max(np.abs(want - have)))
+            worst = np.max([worst, np.max(np.abs(want - have))])  # NaN-propagating
             g = want / (np.trace(want) / N)
-        worst = max(worst, np.max(np.abs(got - np.stack(cs))), np.max(np.abs(got_paper - got)))
+        worst = np.max([worst, np.max(np.abs(got - np.stack(cs))), np.max(np.abs(got_paper - got))])
         # causal: the first token attends to itself alone, so it differs from the acausal map
         if causal:
             assert abs(float(got[1, 0, 0]) - float(acausal[1, 0, 0])) > 1e-3
