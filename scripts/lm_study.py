@@ -34,7 +34,9 @@ import subprocess
 import sys
 import time
 
-import numpy as np
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from recipes_study import summary_rows  # noqa: E402  (the ViT study's summary: the same paired differences)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OUT = os.path.join(ROOT, "docs", "data", "lm_study")
@@ -138,17 +140,13 @@ def table(args):
         lines.append(f"| {r['block']} | {r['depth']} | {r['arm']} | {r['seed']} | {bpc} | {trains} |")
     with open(os.path.join(OUT, "table.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
-    fixed = {(r["block"], r["depth"], r["seed"]): r["held_bpc"] for r in rows if r["arm"] == "fixed"}
+    runs = [dict(r, config=f"{r['block']}_L{r['depth']}") for r in rows]
     out = ["| arm | runs | train | mean held-out bpc | arm - fixed (mean ± se, pairs) |", "|---|---|---|---|---|"]
-    for arm in ARMS:
-        rs = [r for r in rows if r["arm"] == arm]
-        if not rs:
-            continue
-        d = np.array([r["held_bpc"] - fixed[k] for r in rs if (k := (r["block"], r["depth"], r["seed"])) in fixed])
-        se = d.std(ddof=1) / np.sqrt(d.size) if d.size > 1 else float("nan")
-        diff = f"{d.mean():+.3f} ± {se:.3f} ({d.size})" if d.size else "-"
-        mean = np.mean([r["held_bpc"] for r in rs])
-        out.append(f"| {arm} | {len(rs)} | {sum(r['trains'] for r in rs)} of {len(rs)} | {mean:.3f} | {diff} |")
+    for s in summary_rows(runs, ARMS, "held_bpc"):
+        out.append(
+            f"| {s['arm']} | {s['runs']} | {s['trains']} of {s['runs']} | {s['mean_loss']:.3f} | "
+            f"{s['diff_mean']:+.3f} ± {s['diff_se']:.3f} ({s['pairs']}) |"
+        )
     with open(os.path.join(OUT, "summary.md"), "w") as f:
         f.write("\n".join(out) + "\n")
     print("\n".join(out))

@@ -124,20 +124,21 @@ def run(args):
                     t0 = time.perf_counter()
 
 
-def summary_rows(runs) -> list:
-    """Per arm: configurations, runs, runs that train, mean loss, paired difference to the
-    fix over the (configuration, seed) pairs both ran (mean, se, pairs)."""
+def summary_rows(runs, arms=ARMS, loss_key="test_loss") -> list:
+    """Per arm of ``arms``: configurations, runs, runs that train, mean loss (``loss_key``),
+    paired difference to the fix over the (configuration, seed) pairs both ran (mean, se,
+    pairs). Also the language-model study's summary (``scripts/lm_study.py``)."""
     trained = [r for r in runs if r.get("applicable", True)]
-    fixed = {(r["config"], r["seed"]): r["test_loss"] for r in trained if r["arm"] == "fixed"}
+    fixed = {(r["config"], r["seed"]): r[loss_key] for r in trained if r["arm"] == "fixed"}
     out = []
-    for arm in ARMS:
+    for arm in arms:
         rs = [r for r in trained if r["arm"] == arm]
         skipped = sum(1 for r in runs if r["arm"] == arm and not r.get("applicable", True))
         if not rs and not skipped:
             continue
-        loss = np.array([r["test_loss"] for r in rs], float)
+        loss = np.array([r[loss_key] for r in rs], float)
         diff = np.array(
-            [r["test_loss"] - fixed[(r["config"], r["seed"])] for r in rs if (r["config"], r["seed"]) in fixed], float
+            [r[loss_key] - fixed[(r["config"], r["seed"])] for r in rs if (r["config"], r["seed"]) in fixed], float
         )
         diff = diff[np.isfinite(diff)]
         out.append(
