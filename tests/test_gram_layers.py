@@ -321,3 +321,48 @@ def test_exact_maps_against_many_plain_fields():
                 assert np.all(np.isfinite(have)) and np.all(np.abs(np.asarray(have) - w) < t)
         else:  # the unmasked maps against the causal reference
             assert all(np.any(np.abs(np.asarray(have) - w) > t) for have, w, t in zip(got, want, tol))
+
+
+# ---- the adjoint route of the gradient (gram_step, gram.forward_adjoint) --------------------
+
+_ADJOINT_BLOCKS = {  # the exact map's fused step with the softmax path (plain and QK-normed
+    # attention: the logits' Gram is the values' or not) and the default (paper map, VJP)
+    "pre-ln": dict(sigma=1.1, alpha=0.7, attention="exact", softmax_correction=True),
+    "rms-swiglu": dict(sigma=0.9, alpha=0.5, qk_norm=True, attention="exact", softmax_correction=True),
+    "post-ln": dict(sigma=0.8, alpha=0.6, **_PLAIN),
+}
+
+
+@jax.jit
+def _step_and_maps(block, c, x, g, ctx):
+    return block.gram_step(c, x, ctx), block.gram_forward(c, ctx), block.gram_backward(c, g, ctx)
+
+
+@pytest.mark.parametrize("name", list(_ADJOINT_BLOCKS))
+def test_gram_step_is_the_forward_map_and_the_backward_maps_adjoint(name):
+    """A causal block's ``gram_step(c, x)``: its output Gram is ``gram_forward(c)``, and
+    ``<x, B(g)> = <B^T(x), g>`` for the backward map B at ``c``, on random symmetric x and g
+    (both maps average the same fields: float32's rounding, 1e-6 relative); ``B^T(x)`` is
+    symmetric to that rounding."""
+    block = gram.prepare_kernels(masked(spec.build(name, _ADJOINT_BLOCKS[name]), True), Context(N))
+    c = gram.cosines(paper_gram.two_group_gram(N, 1.3, 0.7, 0.1))
+    rng = np.random.default_rng(3)
+    x, g = (jnp.asarray(m @ m.T / N) for m in rng.standard_normal((2, N, N)))
+    (c1, x1), fwd, bwd = _step_and_maps(block, c, x, g, Context(jnp.asarray(float(N))))
+    np.testing.assert_allclose(np.asarray(c1), np.asarray(fwd), rtol=1e-6, atol=1e-9)
+    lhs, rhs = float(jnp.sum(x * bwd)), float(jnp.sum(x1 * g))
+    assert np.isfinite(lhs) and abs(lhs - rhs) < 1e-6 * abs(lhs), (lhs, rhs)
+    assert np.allclose(np.asarray(x1), np.asarray(x1).T, rtol=0, atol=1e-6 * float(jnp.max(jnp.abs(x1))))
+
+
+def test_forward_adjoint_is_the_backward_route():
+    """The last token's gradient rate carried forward (gram.forward_adjoint, what
+    causal_rates reads) against the gradient Gram backpropagated from the output
+    (gram.gram_gradient): equal to 1e-8 on a causal pre-LN stack with the exact map."""
+    block = spec.build("pre-ln", dict(_ADJOINT_BLOCKS["pre-ln"], causal=True))
+    depth = 6
+    c0 = gram.symmetric_gram(N, 1.0, 0.4)
+    lam, gs = gram.gram_gradient(block, c0, depth=depth)
+    backward = float(lam + jnp.log(gs[0][-1, -1]) / depth)
+    forward = float(layers.causal_rates(block, n_tokens=N, depth=depth, q0=1.0, rho0=0.4)["lambda_g_last"])
+    assert abs(forward - backward) < 1e-8, (forward, backward)

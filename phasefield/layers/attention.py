@@ -296,6 +296,19 @@ class Attention(Layer):
             ga = ga + self.gram_softmax_path(c, g, mask, a)
         return self._out_scale() * ga
 
+    def gram_step(self, c, x, ctx):
+        """The exact map's forward Gram and its backward map's adjoint at ``x`` from one draw of
+        the fields (:func:`phasefield.theory.attention.softmax.exact_step`); the paper map's
+        by the default (:meth:`.base.Layer.gram_step`)."""
+        if self.map != "exact":
+            return super().gram_step(c, x, ctx)
+        self._no_rope()
+        scale, m = self.gram_logits(c)
+        mask = gram.causal_mask(c.shape[-1], self.causal)
+        fwd, values, soft = att_maps.softmax.exact_step(scale, m, c, x, mask, softmax=self.softmax_correction)
+        s2 = self._out_scale() * jnp.square(as_float(self.sigma_v))
+        return s2 * fwd, s2 * (values + soft)
+
     def gram_softmax_path(self, c, g, mask, a=None):
         """The softmax-derivative path's gradient Gram at input Gram ``c`` (queries, keys and
         values all read ``c``; ``a``: the exact map's samples of ``c``, when drawn)."""

@@ -21,6 +21,8 @@ Every layer is a ``flax.struct`` dataclass: its sweepable numbers are pytree lea
                                      ``c`` of its input tokens -> of its output (:mod:`.gram`)
 ``gram_backward(c, g, ctx) -> G``    the gradient Gram ``g`` [n, n] at its output -> at its
                                      input, for input Gram ``c``
+``gram_step(c, x, ctx) -> (C', X')`` the forward map and the backward map's adjoint at ``x``
+                                     (default: its vector-Jacobian product; containers compose)
 
 The Gram maps read ``n`` from the shape of ``c``; the mask is the attention layer's static
 field ``causal`` (attention to the keys j <= i; :func:`masked` sets it on every layer that
@@ -57,6 +59,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import jax
 from flax import linen as nn
 from flax import struct
 
@@ -93,6 +96,15 @@ class Layer:
 
     def gram_backward(self, c, g, ctx: Context):
         raise NotImplementedError(f"{type(self).__name__} has no Gram maps (gram_backward)")
+
+    def gram_step(self, c, x, ctx: Context):
+        """``(gram_forward(c), B_c^T(x))``: the output Gram and the adjoint of the backward map
+        ``g -> gram_backward(c, g)`` (linear in ``g``; Frobenius inner product) at ``x``, which
+        carries a gradient component forward through a stack (:func:`.gram.forward_adjoint`).
+        Here the adjoint is the backward map's vector-Jacobian product; a layer that can share
+        work between the two maps overrides it (the exact attention: one draw of its fields)."""
+        _, vjp = jax.vjp(lambda g: self.gram_backward(c, g, ctx), x)
+        return self.gram_forward(c, ctx), vjp(x)[0]
 
     def states(self, k: Kernel, ctx: Context):
         """The input state of every leaf layer and the output: ``(inputs, out)`` (a flat
@@ -185,6 +197,11 @@ class Serial(Layer):
         for layer in self.layers:
             c = layer.gram_forward(c, ctx)
         return c
+
+    def gram_step(self, c, x, ctx):
+        for layer in self.layers:  # the adjoint of the backward composition: forward order
+            c, x = layer.gram_step(c, x, ctx)
+        return c, x
 
     def gram_backward(self, c, g, ctx):
         inputs = []

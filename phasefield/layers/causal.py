@@ -19,8 +19,9 @@ without the causal mask, through :mod:`.gram`'s engine.
   degenerate point, NaN).
 * ``lambda_g_last``: the last token's gradient rate ``(1/L) log G_0[n-1, n-1]``, with the
   gradient Gram ``G_L = I`` at the output backpropagated through the L blocks along the
-  trajectory from (q0, rho0) (:func:`.gram.backward_grams`): the per-layer log growth of the
-  last input token's squared gradient norm, the (q, p) engine's ``lambda_g_input`` for one
+  trajectory from (q0, rho0), computed forward (:func:`.gram.forward_adjoint`: the adjoint of
+  each block's backward map carries ``e e^T`` of the last token, one draw of each attention's
+  fields for both maps): the per-layer log growth of the last input token's squared gradient norm, the (q, p) engine's ``lambda_g_input`` for one
   token. Under the mask the last input token reaches only the last output token, so this is
   its own gradient.
 
@@ -47,7 +48,7 @@ from flax import struct
 from ..theory.precision import float64
 from . import gram
 from .attention import Attention
-from .base import check_layer, is_causal, masked  # noqa: F401 (the mask is a property of the block)
+from .base import Layer, check_layer, is_causal, masked  # noqa: F401 (the mask is a property of the block)
 from .state import Context, as_float
 
 
@@ -78,6 +79,9 @@ class CollapsedAttention(Attention):
         u = jnp.asarray(mask / mask.sum(-1, keepdims=True), c.dtype)
         return self._out_scale() * (jnp.square(as_float(self.sigma_v)) * (u @ c @ u.T))
 
+    def gram_step(self, c, x, ctx):  # its own forward map, not the exact map's fused one
+        return Layer.gram_step(self, c, x, ctx)
+
 
 def at_collapse(layer):
     """``layer`` with every attention its :class:`CollapsedAttention` (the same forward map at
@@ -89,10 +93,9 @@ def at_collapse(layer):
 
 def causal_rates_traced(block, ctx, q0, rho0, n: int, depth: int) -> dict:
     """:func:`causal_rates` on a prepared block (pure, traced)."""
-    cs = gram.forward_grams(block, ctx, gram.symmetric_gram(n, q0, rho0 * q0), depth)
-    lam_g, gs = gram.backward_grams(block, ctx, cs)
-    # gs[0] = G_0 / prod(scales), tr gs[0] / n = 1: log G_0[i, i] = L lam_g + log gs[0][i, i]
-    lambda_g_last = lam_g + jnp.log(gs[0][-1, -1]) / depth
+    last = jnp.zeros((n, n)).at[-1, -1].set(1.0)  # e e^T of the last token: G_0[n-1, n-1]
+    c_l, log_g = gram.forward_adjoint(block, ctx, gram.symmetric_gram(n, q0, rho0 * q0), last, depth)
+    lambda_g_last = log_g / depth
 
     collapsed = at_collapse(block)
 
@@ -102,7 +105,6 @@ def causal_rates_traced(block, ctx, q0, rho0, n: int, depth: int) -> dict:
 
     zero = jnp.zeros_like(q0)
     _, slope = jax.jvp(gap_last, (zero,), (jnp.ones_like(q0),))
-    c_l = cs[-1]
     return dict(
         q_L_pos=jnp.diagonal(c_l),
         rho_L_pos=mean_cosine_with_earlier(c_l),

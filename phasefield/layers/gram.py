@@ -128,6 +128,28 @@ def backward_grams(block, ctx, cs):
     return log_total / depth, gs
 
 
+def forward_adjoint(block, ctx, c0, x0, depth: int):
+    """``(C_L, log <x0, G_0>)``: the Gram after ``depth`` blocks from ``c0``, and the log of
+    ``<x0, G_0>`` (Frobenius) for the gradient Gram ``G_L = I`` at the output backpropagated
+    to the input, in one forward pass: ``<x0, B_1(...B_L(I))> = tr(B_L^T(...B_1^T(x0)))``
+    with each block's adjoint at its input Gram (:meth:`.base.Layer.gram_step`), ``x``
+    rescaled to unit trace after each block. ``x0 = e_i e_i^T`` gives ``log G_0[i, i]``,
+    token i's own squared gradient: what :func:`backward_grams` gives, without storing the
+    forward Grams or drawing a layer's fields twice."""
+
+    def step(carry, _):
+        c, x, log_scale = carry
+        c, x = block.gram_step(c, x, ctx)
+        s = jnp.trace(x)
+        return (c, x / s, log_scale + jnp.log(s)), None
+
+    dt = jnp.result_type(float)
+    c0, x0 = jnp.asarray(c0, dt), jnp.asarray(x0, dt)
+    s0 = jnp.trace(x0)
+    (c_l, _, log_total), _ = jax.lax.scan(step, (c0, x0 / s0, jnp.log(s0)), None, length=depth)
+    return c_l, log_total
+
+
 @functools.cache
 def _compiled(name: str):
     fn = {

@@ -75,6 +75,11 @@ class Residual(Layer):
         b2, a2 = self.weights()
         return b2 * g + a2 * self.branch.gram_backward(c, g, ctx)
 
+    def gram_step(self, c, x, ctx):
+        b2, a2 = self.weights()
+        cb, xb = self.branch.gram_step(c, x, ctx)
+        return b2 * c + a2 * cb, b2 * x + a2 * xb
+
     def call(self, x, weights, causal):
         a = jnp.asarray(self.alpha, x.dtype)
         b = jnp.asarray(self.beta_value(), x.dtype)

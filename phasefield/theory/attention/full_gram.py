@@ -75,17 +75,23 @@ def mc_normals(n: int, samples: int | None = None, seed: int = MC_SEED) -> np.nd
     samples = mc_samples(n) if samples is None else int(samples)
     z = np.random.default_rng(seed).standard_normal((samples // 2, n, n))
     z = np.concatenate([z, -z])  # antithetic pairs
-    return whiten(z) if 2 * n * n <= samples else z
+    if 2 * n * n <= samples:
+        z = whiten(z)[: samples // 2]  # whitening is linear: the pairs stay (z, -z), exactly so
+        z = np.concatenate([z, -z])
+    return z
 
 
 def mc_attention(sigma_a, r, mask, samples: int | None = None, seed: int = MC_SEED, dtype=None):
     """Attention matrices A [samples, n, n] (``dtype``, default :data:`SAMPLE_DTYPE`) of the fixed logit fields
-    M = sigma_A L Z L^T (:func:`mc_normals`)."""
+    M = sigma_A L Z L^T (:func:`mc_normals`; the second half of the fields is the first's
+    negative, so are its logits: computed once)."""
     n, dtype = r.shape[-1], SAMPLE_DTYPE if dtype is None else dtype
-    z = jnp.asarray(mc_normals(n, samples, int(seed)), dtype)
+    z = mc_normals(n, samples, int(seed))
+    half = jnp.asarray(z[: z.shape[0] // 2], dtype)
     lam, u = jnp.linalg.eigh(r)
     l_mat = (u * jnp.sqrt(jnp.clip(lam, 0.0, None))[None, :]).astype(dtype)
-    logits = jnp.asarray(sigma_a, dtype) * jnp.einsum("ij,sjk,lk->sil", l_mat, z, l_mat)
+    logits = jnp.asarray(sigma_a, dtype) * jnp.einsum("ij,sjk,lk->sil", l_mat, half, l_mat)
+    logits = jnp.concatenate([logits, -logits])
     logits = jnp.where(jnp.asarray(mask), logits, -jnp.inf)
     return jax.nn.softmax(logits, axis=-1)
 

@@ -80,3 +80,43 @@ def gram_softmax_term(sigma_a, sigma_v, r, g, mask, samples=None, a=None):
     aha, k2, ahva = k[:, :n], k[:, n : 2 * n], k[:, 2 * n :]
     key = r * aha - k2 - k2.T + ahva
     return jnp.square(sigma_a) * jnp.square(sigma_v) * (query + key)
+
+
+def exact_step(sigma_a, r, c, x, mask, softmax=True, a=None):
+    """The exact map's forward and the adjoint of its backward map from one draw of the fields
+    (``a``: :func:`.full_gram.mc_attention` of ``(sigma_a, r)``, drawn when None), for a
+    symmetric ``x``: ``(E[A c A^T], E[A x A^T], S^T(x))``, with ``S^T`` the adjoint of
+    :func:`gram_softmax_term` in ``g`` before ``sigma_V^2`` (zero without ``softmax``)::
+
+        S^T(x) = sigma_A^2 [ x . (W + W^T) + r . (K + K^T) / 2 ]
+        W = E[(P/2 - U.U) A^T + V.V/2],   K = E[(A (r.x) - 2 (A x).U) A^T + V.(A x A^T)]
+
+    (``U = A r``, ``P = A (r.r)``, ``V = U A^T``; ``.`` the entrywise product). Each term is
+    the transpose of the query or key path's: ``<x, S(g)> = <S^T(x), g>`` for symmetric ``g``.
+    Every per-sample product is one of two: the fields times ``[r | x | r.r/2 | r.x | c]``
+    (``c`` left out where it is ``r``, the plain attention's case), then the stacked left
+    factors times ``A^T``; the means in float64 (:func:`sample_mean`)."""
+    if a is None:
+        a = mc_attention(sigma_a, r, mask)
+    n, dt = a.shape[-1], a.dtype
+    same = c is r  # the logits read the values' Gram (plain attention): A c A^T = V
+    rs, xs = jnp.asarray(r, dt), jnp.asarray(x, dt)
+    rhs = [rs, xs] if same or softmax else [jnp.asarray(c, dt), xs]
+    if softmax:
+        rhs += [0.5 * (rs * rs), rs * xs] + ([] if same else [jnp.asarray(c, dt)])
+    prod = a @ jnp.concatenate(rhs, 1)
+    block = [prod[..., i * n : (i + 1) * n] for i in range(len(rhs))]
+    left = block[:2]  # [A c or U, A x]
+    if softmax:
+        u, ax, half_p, arx = block[:4]
+        left += [half_p - u * u, arx - 2.0 * (ax * u)] + block[4:]
+    y = jnp.einsum("sjk,sik->sji", jnp.concatenate(left, 1), a)  # each left factor times A^T
+    part = [y[:, i * n : (i + 1) * n] for i in range(len(left))]
+    if not softmax:
+        m = sample_mean(y)
+        return m[:n], m[n:], jnp.zeros_like(m[:n])
+    v, p2, w1, y5 = part[:4]  # V = U A^T, A x A^T, (P/2 - U.U) A^T, (A (r.x) - 2 (A x).U) A^T
+    m = sample_mean(jnp.concatenate([v if same else part[4], p2, w1 + 0.5 * (v * v), y5 + v * p2], 1))
+    w, k = m[2 * n : 3 * n], m[3 * n :]
+    soft = jnp.asarray(x) * (w + w.T) + jnp.asarray(r) * (0.5 * (k + k.T))
+    return m[:n], m[n : 2 * n], jnp.square(sigma_a) * soft
