@@ -17,7 +17,11 @@ matrices at initialization (embeddings and head as drawn):
   ``depth-mup``, ``completep``, ``rezero``, ``small-std``), its multipliers per weight matrix
   from :func:`~phasefield.probing.recipes.plan` on the ViT's own parameter roles and depth,
   the group std for ``gpt2`` from the first seed's draw; a recipe that does not apply (DeepNorm
-  on pre-LN) is recorded as not applicable, not trained.
+  on pre-LN) is recorded as not applicable, not trained;
+* ``recommend``: the theory's own answer without a probe, ``phasefield recommend --block``'s
+  (sigma, alpha_attn, alpha_mlp) closest to critical at the configuration's depth and tokens
+  (found beside the fix, ``fix.theory.recommend`` of its row), trained at those numbers in place
+  of the configuration's (the same for every configuration of a block and depth).
 
 One row per (configuration, arm, seed) in ``docs/data/recipes/runs.jsonl``, appended when
 its batch of runs ends (a rerun trains only what is missing). A run trains when its final
@@ -41,13 +45,27 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import fix_study as fs  # noqa: E402  (the study's configurations, fixes and training)
 
 OUT = os.path.join(fs.ROOT, "docs", "data", "recipes")
-ARMS = ("as is", "fixed", "deepnorm", "t-fixup", "gpt2", "depth-mup", "completep", "rezero", "small-std")
+ARMS = ("as is", "fixed", "deepnorm", "t-fixup", "gpt2", "depth-mup", "completep", "rezero", "small-std", "recommend")
+
+
+def recommended(fix_row) -> dict:
+    """``recommend --block``'s (sigma_w, alpha_a, alpha_m) for the configuration's block, depth
+    and tokens, as the fix found beside it (``fix.theory.recommend`` of its row)."""
+    rec = fix_row["fix"]["theory"]["recommend"]
+    return dict(sigma_w=rec["sigma"], alpha_a=rec["alpha_attn"], alpha_m=rec["alpha_mlp"])
 
 
 def arm_multipliers(training, arm, block, depth, fix_row, params=None) -> tuple[dict | None, dict]:
     """({path: multiplier} or None where the arm does not apply, the arm's description)."""
     from phasefield.probing import recipes
 
+    if arm == "recommend":  # trained at the recommended numbers themselves (``run``)
+        rec = recommended(fix_row)
+        return {}, dict(
+            text="recommend --block: sigma {sigma_w:.4g}, alpha_attn {alpha_a:.4g}, alpha_mlp {alpha_m:.4g}".format(
+                **rec
+            )
+        )
     if arm == "as is":
         return {}, dict(text="the init as drawn")
     if arm == "fixed":
@@ -101,12 +119,13 @@ def run(args):
                     for s in args.seeds:
                         if (cid, arm, s) in done:
                             continue
+                        numbers = recommended(fixes[cid]) if arm == "recommend" else {}
                         base = dict(config=cid, data=args.data, block=block, depth=depth, arm=arm, seed=s, **info)
-                        base.update({k: c[k] for k in ("sigma_w", "alpha_a", "alpha_m")})
+                        base.update({k: c[k] for k in ("sigma_w", "alpha_a", "alpha_m")}, **numbers)
                         if mult is None:  # not applicable: recorded, not trained
                             fs._append(runs_path, dict(base, applicable=False))
                             continue
-                        todo.append((base, dict(c, seed=s, mult=mult)))
+                        todo.append((base, dict(c, seed=s, mult=mult, **numbers)))
                 if not todo:
                     continue
                 print(f"[train] {cid}: {len(todo)} runs", flush=True)
