@@ -2,7 +2,8 @@
 
     python scripts/recipes_study.py run                       # every arm, the default configurations
     python scripts/recipes_study.py run --depth 16 --configs 1 --seeds 0
-    python scripts/recipes_study.py table                     # docs/data/recipes/{table.md, summary.md}
+    python scripts/recipes_study.py init                      # the probe's rates at init of every arm
+    python scripts/recipes_study.py table                     # docs/data/recipes/{table.md, summary.md, init.md}
 
 The configurations and fixes are :mod:`fix_study`'s (``scripts/fix_study.py``: the digits
 block study's failing post-LN configurations spread over sigma, and its worst pre-LN one;
@@ -23,12 +24,21 @@ matrices at initialization (embeddings and head as drawn):
   (found beside the fix, ``fix.theory.recommend`` of its row), trained at those numbers in place
   of the configuration's (the same for every configuration of a block and depth).
 
+``init``: per configuration, the probe's measurement at init of every arm (the angle rate, the
+gradient factor over the stack, the distance to the fix's criteria and whether it meets them:
+``phasefield.probe(fix=True)`` on the configuration's preset stack with every recipe, as
+:mod:`fix_study` finds a fix; the fix arm's from its row in ``fixes.jsonl``, as trained), in
+``docs/data/recipes/init_rates.jsonl``.
+
 One row per (configuration, arm, seed) in ``docs/data/recipes/runs.jsonl``, appended when
 its batch of runs ends (a rerun trains only what is missing). A run trains when its final
 test loss is below the study's threshold (digits: 0.5; chance log 10 = 2.30). ``table``:
 every run, then per arm over the configurations both it and the fix ran: runs that train,
-mean final loss, and the paired difference (arm - fixed) of the final loss, mean +- se over
-the (configuration, seed) pairs.
+mean final loss, the paired difference (arm - fixed) of the final loss, mean +- se over
+the (configuration, seed) pairs, and the fix's wins, ties and losses against it per
+configuration (a win: the arm's loss higher by more than 2 se of the paired difference over
+the seeds; a loss: lower by more; a tie otherwise); and the probe's rates at init beside each
+arm's final losses (``init.md``).
 """
 
 from __future__ import annotations
@@ -143,6 +153,35 @@ def run(args):
                     t0 = time.perf_counter()
 
 
+def _at_init(after) -> dict:
+    """The probe's measurement of a model at init (a fix's or a recipe's ``after``; older fix
+    rows name the angle rate ``lambda_a``): angle rate, gradient factor, distance, meets."""
+    if not after:
+        return {}
+    rate = after.get("angle_rate", after.get("lambda_a"))
+    dist = after.get("distance")
+    return dict(angle_rate=rate, gradient_factor=after.get("gradient_factor"), distance=dist, meets=dist <= 1.0)
+
+
+def init_rates(args):
+    """Per configuration of the runs: the probe's rates at init of every arm (module
+    docstring), appended to ``init_rates.jsonl``."""
+    path = os.path.join(OUT, "init_rates.jsonl")
+    done = {r["config"] for r in fs._rows(path)}
+    fixes = {r["config"]: r for r in fs._rows(os.path.join(fs.OUT, "fixes.jsonl"))}
+    configs = {r["config"]: r for r in fs._rows(os.path.join(OUT, "runs.jsonl")) if r["arm"] == "as is"}
+    for cid, r in sorted(configs.items()):
+        if cid in done:
+            continue
+        print(f"[init] {cid}", flush=True)
+        c = {k: r[k] for k in ("sigma_w", "alpha_a", "alpha_m")}
+        res = fs.find_fix(r["block"], r["depth"], c, r["data"])
+        arms = {"as is": _at_init(res["fix"]["before"]), "fixed": _at_init(fixes[cid]["fix"]["after"])}
+        arms.update({a["name"]: _at_init(a["after"]) for a in res["fix"]["recipes"] if a["applicable"]})
+        row = dict(config=cid, arms=arms, refound_fix=res["fix"]["multipliers"], seconds=res["seconds"])
+        fs._append(path, row)
+
+
 def summary_rows(runs, arms=ARMS, loss_key="test_loss") -> list:
     """Per arm of ``arms``: configurations, runs, runs that train, mean loss (``loss_key``),
     paired difference to the fix over the (configuration, seed) pairs both ran (mean, se,
@@ -160,6 +199,7 @@ def summary_rows(runs, arms=ARMS, loss_key="test_loss") -> list:
             [r[loss_key] - fixed[(r["config"], r["seed"])] for r in rs if (r["config"], r["seed"]) in fixed], float
         )
         diff = diff[np.isfinite(diff)]
+        wtl = _wins_ties_losses(rs, fixed, loss_key)
         out.append(
             dict(
                 arm=arm,
@@ -171,8 +211,25 @@ def summary_rows(runs, arms=ARMS, loss_key="test_loss") -> list:
                 diff_mean=float(diff.mean()) if diff.size else float("nan"),
                 diff_se=float(diff.std(ddof=1) / np.sqrt(diff.size)) if diff.size > 1 else float("nan"),
                 pairs=int(diff.size),
+                **wtl,
             )
         )
+    return out
+
+
+def _wins_ties_losses(rs, fixed, loss_key) -> dict:
+    """The fix against an arm per configuration with at least 2 paired seeds: a win where the
+    arm's loss is higher by more than 2 se of the paired difference (over the seeds), a loss
+    where lower by more than that, a tie otherwise."""
+    by = {}
+    for r in rs:
+        key = (r["config"], r["seed"])
+        if key in fixed and np.isfinite(r[loss_key] - fixed[key]):
+            by.setdefault(r["config"], []).append(r[loss_key] - fixed[key])
+    out = dict(wins=0, ties=0, losses=0)
+    for d in (np.array(v) for v in by.values() if len(v) >= 2):
+        band = 2.0 * d.std(ddof=1) / np.sqrt(d.size)
+        out["wins" if d.mean() > band else "losses" if d.mean() < -band else "ties"] += 1
     return out
 
 
@@ -184,16 +241,47 @@ def table(args):
         trains = ("yes" if r["trains"] else "no") if r.get("applicable", True) else "-"
         lines.append(f"| {r['config']} | {r['arm']} | {r['seed']} | {loss} | {trains} |")
     summ = [
-        "| arm | configurations | runs (not applicable) | train | mean final loss | arm - fixed (mean ± se, pairs) |"
+        "| arm | configurations | runs (not applicable) | train | mean final loss | arm - fixed (mean ± se, pairs) "
+        "| fix wins / ties / losses (configurations) |"
     ]
-    summ.append("|---|---|---|---|---|---|")
+    summ.append("|---|---|---|---|---|---|---|")
     for s in summary_rows(runs):
         summ.append(
             f"| {s['arm']} | {s['configs']} | {s['runs']} ({s['not_applicable']}) | {s['trains']} of {s['runs']} | "
-            f"{s['mean_loss']:.3f} | {s['diff_mean']:+.3f} ± {s['diff_se']:.3f} ({s['pairs']}) |"
+            f"{s['mean_loss']:.3f} | {s['diff_mean']:+.3f} ± {s['diff_se']:.3f} ({s['pairs']}) | "
+            + ("— |" if s["arm"] == "fixed" else f"{s['wins']} / {s['ties']} / {s['losses']} |")
         )
+    init = {r["config"]: r["arms"] for r in fs._rows(os.path.join(OUT, "init_rates.jsonl"))}
+    rows = [
+        "| configuration | arm | angle rate at init | gradient factor at init | meets at init | "
+        "final test loss (seeds) | train |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for cid in sorted(init):
+        for arm in ARMS:
+            at = init[cid].get(arm)
+            rs = [r for r in runs if r["config"] == cid and r["arm"] == arm and r.get("applicable", True)]
+            if not at or not rs:
+                continue
+            losses = " / ".join(f"{r['test_loss']:.3f}" for r in sorted(rs, key=lambda r: r["seed"]))
+            rows.append(
+                f"| {cid} | {arm} | {at['angle_rate']:+.3f} | {at['gradient_factor']:.3g} | "
+                f"{'yes' if at['meets'] else 'no'} | {losses} | {sum(bool(r['trains']) for r in rs)} of {len(rs)} |"
+            )
+    split = {True: [0, 0], False: [0, 0]}  # meets at init -> [runs that train, runs]
+    for cid, arms in init.items():
+        for arm, at in arms.items():
+            rs = [r for r in runs if r["config"] == cid and r["arm"] == arm and r.get("applicable", True)]
+            if at and rs:
+                split[bool(at["meets"])][0] += sum(bool(r["trains"]) for r in rs)
+                split[bool(at["meets"])][1] += len(rs)
+    rows += [
+        "",
+        f"Arms that meet the criteria at init: {split[True][0]} of {split[True][1]} runs train; "
+        f"arms that do not: {split[False][0]} of {split[False][1]}.",
+    ]
     os.makedirs(OUT, exist_ok=True)
-    for name, text in (("table.md", lines), ("summary.md", summ)):
+    for name, text in (("table.md", lines), ("summary.md", summ), ("init.md", rows)):
         with open(os.path.join(OUT, name), "w") as f:
             f.write("\n".join(text) + "\n")
     print("\n".join(summ))
@@ -210,9 +298,10 @@ def main(argv=None):
     r.add_argument("--arms", nargs="+", default=list(ARMS), choices=ARMS)
     r.add_argument("--batch", type=int, default=9, help="runs trained at once (vmapped)")
     r.add_argument("--data", default="digits", choices=sorted(fs.DATA))
+    sub.add_parser("init")
     sub.add_parser("table")
     args = ap.parse_args(argv)
-    {"run": run, "table": table}[args.cmd](args)
+    {"run": run, "init": init_rates, "table": table}[args.cmd](args)
 
 
 if __name__ == "__main__":
