@@ -21,9 +21,9 @@ without the causal mask, through :mod:`.gram`'s engine.
   gradient Gram ``G_L = I`` at the output backpropagated through the L blocks along the
   trajectory from (q0, rho0), computed forward (:func:`.gram.forward_adjoint`: the adjoint of
   each block's backward map carries ``e e^T`` of the last token, one draw of each attention's
-  fields for both maps): the per-layer log growth of the last input token's squared gradient norm, the (q, p) engine's ``lambda_g_input`` for one
-  token. Under the mask the last input token reaches only the last output token, so this is
-  its own gradient.
+  fields for both maps): the per-layer log growth of the last input token's squared gradient
+  norm, the (q, p) engine's ``lambda_g_input`` for one token. Under the mask the last input
+  token reaches only the last output token, so this is its own gradient.
 
 * ``q_pos`` [L + 1, n], ``rho_pos`` [L + 1, n] (:func:`causal_trajectory`): token i's
   squared norm per component and mean cosine with the earlier tokens after l blocks (index
