@@ -349,6 +349,7 @@ def test_gram_step_is_the_forward_map_and_the_backward_maps_adjoint(name):
     rng = np.random.default_rng(3)
     x, g = (jnp.asarray(m @ m.T / N) for m in rng.standard_normal((2, N, N)))
     (c1, x1), fwd, bwd = _step_and_maps(block, c, x, g, Context(jnp.asarray(float(N))))
+    assert np.all(np.isfinite(np.asarray(c1)))  # assert_allclose takes NaN == NaN
     np.testing.assert_allclose(np.asarray(c1), np.asarray(fwd), rtol=1e-6, atol=1e-9)
     lhs, rhs = float(jnp.sum(x * bwd)), float(jnp.sum(x1 * g))
     assert np.isfinite(lhs) and abs(lhs - rhs) < 1e-6 * abs(lhs), (lhs, rhs)
