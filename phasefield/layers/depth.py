@@ -115,11 +115,13 @@ def transverse_multiplier(block, ctx, q):
     return jax.jvp(gap, (jnp.zeros_like(q),), (jnp.ones_like(q),))[1]
 
 
-def collapsed_point(block, ctx):
+def collapsed_point(block, ctx, q_star=None):
     """``(q_star, finite, q, log m(q))`` at the collapsed geometry: the norm's fixed point
     q*(1), whether it is finite, the q used (q*, or 1 where q* is infinite) and the log of
-    the transverse multiplier there (lambda_a where ``finite``)."""
-    q_star = norm_fixed_point(block, ctx, 1.0)
+    the transverse multiplier there (lambda_a where ``finite``). ``q_star``: q*(1), where the
+    caller has it (computed otherwise)."""
+    if q_star is None:
+        q_star = norm_fixed_point(block, ctx, 1.0)
     fin = jnp.isfinite(q_star)
     qs = jnp.where(fin, q_star, 1.0)
     return q_star, fin, qs, jnp.log(transverse_multiplier(block, ctx, qs))
@@ -151,8 +153,8 @@ def stable_points(block, ctx, la=None):
     dt = jnp.result_type(float)
     mesh = exact_table.mesh(ctx.n_tokens, MESH)
     g_fn = lambda rs: jax.lax.map(lambda r: _residual(block, ctx, r), rs)
-    g = g_fn(mesh)
-    g0 = _residual(block, ctx, jnp.asarray(RHO0, dt))
+    g = g_fn(jnp.concatenate([mesh, jnp.asarray([RHO0], dt)]))  # the mesh and RHO0: one map
+    g, g0 = g[:-1], g[-1]
     if la is None:
         la = angle_exponent(block, ctx)
     tiny = jnp.asarray(1e-300, dt)
@@ -219,9 +221,9 @@ def attractors_of(roots, stable, collapsed_stable, g0, rho0) -> dict:
 
 def gradient_matrix(block, ctx, k: Kernel):
     """The 2x2 backward map on (a, b) at input geometry ``k`` (columns: a, b)."""
-    ga = _backward(block, k, Grad(jnp.ones_like(k.q), jnp.zeros_like(k.q)), ctx)
-    gb = _backward(block, k, Grad(jnp.zeros_like(k.q), jnp.ones_like(k.q)), ctx)
-    return jnp.array([[ga.a, gb.a], [ga.b, gb.b]])
+    one, zero = jnp.ones_like(k.q), jnp.zeros_like(k.q)
+    g = jax.vmap(lambda u: _backward(block, k, u, ctx))(Grad(jnp.stack([one, zero]), jnp.stack([zero, one])))
+    return jnp.array([[g.a[0], g.a[1]], [g.b[0], g.b[1]]])
 
 
 def top_eigenvalue(m):
@@ -235,13 +237,13 @@ def top_eigenvalue(m):
     return 0.5 * (tr + jnp.sqrt(jnp.maximum(disc, 0.0)))
 
 
-def fixed_point_exponents(block, ctx, depth: int) -> dict:
+def fixed_point_exponents(block, ctx, depth: int, q_star=None) -> dict:
     """Everything at one point, the keys of :func:`phasefield.layers.paper.exponents` (same
     states): lambda_a (collapsed point), lambda_g_collapse (depth L from the collapsed fixed point),
     lambda_g_inf (at rho_star), q_star, rho_star, n_stable, rho_star_min, rho_star_max.
     Blocks without a finite fixed point give NaN for the fixed-point quantities: use
-    :func:`finite_depth`."""
-    q_star, fin, qs, log_m = collapsed_point(block, ctx)
+    :func:`finite_depth`. ``q_star``: the norm's fixed point q*(1), where the caller has it."""
+    q_star, fin, qs, log_m = collapsed_point(block, ctx, q_star)
     la = jnp.where(fin, log_m, jnp.nan)
     fp = stable_points(block, ctx, la)
     rho = fp["rho_star"]
@@ -272,13 +274,17 @@ def finite_depth(block, ctx, k0: Kernel, depth: int) -> dict:
     (nearby tokens, along the collapsed trajectory from ``q0``), ``lambda_g_input`` (from ``k0``),
     ``lambda_g_collapse`` (from ``(q0, q0)``), and the per-layer ``q``, ``rho`` of the
     trajectory from ``k0`` and ``q_collapsed`` of the collapsed one (length L + 1)."""
-    qs, ps = trajectory(block, ctx, k0, depth)
-    qc, pc = trajectory(block, ctx, Kernel(k0.q, k0.q), depth)
+    # both trajectories, and both backward scans, as one vmapped scan each: one copy of the
+    # block's maps in the compiled program instead of two
+    both = Kernel(jnp.stack([k0.q, k0.q]), jnp.stack([k0.p, k0.q]))
+    q2, p2 = jax.vmap(lambda k: trajectory(block, ctx, k, depth))(both)
+    lg = jax.vmap(lambda q, p: backward_rate(block, ctx, q, p, depth))(q2, p2)
+    (qs, qc), (ps, pc) = q2, p2
     rate, m = collapsed_angle_rate(block, ctx, qc, depth)
     return dict(
         angle_rate=rate,
-        lambda_g_input=backward_rate(block, ctx, qs, ps, depth),
-        lambda_g_collapse=backward_rate(block, ctx, qc, pc, depth),
+        lambda_g_input=lg[0],
+        lambda_g_collapse=lg[1],
         q=qs,
         rho=ps / qs,
         q_collapsed=qc,
@@ -297,17 +303,18 @@ def rates(block, ctx, k0: Kernel, depth: int) -> dict:
     one they are NaN (``q_star`` inf, ``n_stable`` 0) and the attractor search is skipped
     (``lax.cond``: one program for both cases)."""
     out = dict(finite_depth(block, ctx, k0, depth))
-    fin = jnp.isfinite(norm_fixed_point(block, ctx, 1.0))
+    q_star = norm_fixed_point(block, ctx, 1.0)  # computed once: the branch reads it
+    fin = jnp.isfinite(q_star)
 
     # traced once: the shapes and the branch read one jaxpr (jit's trace cache), not two traces
-    fixed = jax.jit(lambda b, c: _fixed_point_quantities(b, c, depth))
-    shapes = jax.eval_shape(fixed, block, ctx)
+    fixed = jax.jit(lambda b, c, q: _fixed_point_quantities(b, c, depth, q))
+    shapes = jax.eval_shape(fixed, block, ctx, q_star)
     fill = dict(q_star=jnp.inf, n_stable=0)
     none = lambda *_: {k: jnp.full(v.shape, fill.get(k, jnp.nan), v.dtype) for k, v in shapes.items()}
-    out.update(jax.lax.cond(fin, fixed, none, block, ctx), has_fixed_point=fin)
+    out.update(jax.lax.cond(fin, fixed, none, block, ctx, q_star), has_fixed_point=fin)
     return out
 
 
-def _fixed_point_quantities(block, ctx, depth: int) -> dict:
-    ex = fixed_point_exponents(block, ctx, depth)
+def _fixed_point_quantities(block, ctx, depth: int, q_star) -> dict:
+    ex = fixed_point_exponents(block, ctx, depth, q_star)
     return {k: ex[k] for k in FIXED_POINT_KEYS}
