@@ -159,10 +159,14 @@ def test_gradient_per_block_equals_the_explicit_jacobian():
     assert np.isnan(res_s["grad"][1])
 
 
-def test_theory_gradient_curve_equals_gradient_exponent_of_each_sub_stack():
-    """At the agreement tests' size (8 tokens, 3 blocks): their trajectory program."""
+def test_theory_gradient_curve_equals_gradient_exponent_of_each_sub_stack(compiles):
+    """At the agreement tests' size (8 tokens, 3 blocks): their trajectory program. The
+    curves of new numbers compile nothing (the programs are keyed by the block's structure)."""
+    theory.curves(layers.presets.get("pre-ln", sigma=0.7, alpha=0.4, heads=2), 8, 3, 1.3, 0.4, 1e-3)
+    before = compiles.count
     blk = layers.presets.get("pre-ln", sigma=0.8, alpha=0.5, heads=2)
     th = theory.curves(blk, 8, 3, 1.3, 0.4, 1e-3)
+    assert compiles.count == before
     q, p = (np.asarray(a) for a in layers.trajectory(blk, 1.3, 0.4, n_tokens=8, depth=3))
     for l in range(3):
         lg = float(layers.gradient_exponent(blk, q[l], p[l] / q[l], n_tokens=8, depth=3 - l))

@@ -25,6 +25,13 @@ from .. import layers
 from ..layers.state import Grad, Kernel
 
 
+@jax.jit
+def _backward(block, k, g, ctx):
+    """One block's backward map: one program per block structure, its numbers arguments (a
+    new sigma or alpha compiles nothing)."""
+    return block.backward(k, g, ctx)
+
+
 def curves(block, n_tokens: int, depth: int, q0: float, rho0: float, eps: float, grad_start=None) -> dict:
     """The curves (module docstring); the gradient's trajectory starts at ``grad_start`` =
     (q, rho) (default (q0, rho0))."""
@@ -34,11 +41,10 @@ def curves(block, n_tokens: int, depth: int, q0: float, rho0: float, eps: float,
         qn, pn = (np.asarray(a) for a in layers.trajectory(block, q0, 1.0 - eps, n_tokens=n_tokens, depth=depth))
         gq, grho = (q0, rho0) if grad_start is None else grad_start
         qg, pg = (np.asarray(a) for a in layers.trajectory(block, gq, grho, n_tokens=n_tokens, depth=depth))
-        back = jax.jit(lambda k, g: blk.backward(k, g, ctx))
         a, b, total = 1.0, 0.0, 0.0
         log_grad = [0.0]
         for j in range(depth - 1, -1, -1):
-            g = back(Kernel(jnp.float64(qg[j]), jnp.float64(pg[j])), Grad(jnp.float64(a), jnp.float64(b)))
+            g = _backward(blk, Kernel(jnp.float64(qg[j]), jnp.float64(pg[j])), Grad(jnp.float64(a), jnp.float64(b)), ctx)
             s = float(g.a + g.b)
             a, b, total = float(g.a) / s, float(g.b) / s, total + np.log(s)
             log_grad.append(total)
