@@ -14,6 +14,7 @@ from flax import nnx
 import phasefield
 
 D, N, DEPTH = 32, 6, 3
+INITS = 24  # every probe of make(): one program (the scan over the inits' keys), compiled once
 
 
 class NBlock(nnx.Module):
@@ -62,14 +63,14 @@ def make(rngs):
 
 @pytest.mark.parametrize("blocks", [NBlock, "NBlock", r"blocks/\d+"])
 def test_nnx_blocks_found_by_class_name_or_path(blocks):
-    res = phasefield.probe(make, X, blocks=blocks, inits=4)
+    res = phasefield.probe(make, X, blocks=blocks, inits=INITS)
     assert res.depth == DEPTH and np.isfinite(res.angle_rate[0]) and np.isfinite(res.lambda_g_input[0])
 
 
 def test_nnx_equals_linen_within_standard_errors():
-    a = phasefield.probe(make, X, blocks=NBlock, inits=24)
+    a = phasefield.probe(make, X, blocks=NBlock, inits=INITS)
     lm = LModel()
-    b = phasefield.probe(lambda k: lm.init(k, X), lm.apply, X, blocks=LBlock, inits=24)
+    b = phasefield.probe(lambda k: lm.init(k, X), lm.apply, X, blocks=LBlock, inits=INITS)
     for name in ("angle_rate", "lambda_g_input"):
         (va, sa), (vb, sb) = getattr(a, name), getattr(b, name)
         assert abs(va - vb) < 4 * np.hypot(sa, sb), (name, va, sa, vb, sb)
@@ -109,12 +110,15 @@ class FBlock(nnx.Module):
         return x + self.down(jax.nn.gelu(self.up(self.ln2(x))))
 
 
+F_DEPTH = 2  # the fix compiles three programs of this model (probe, search, check): two blocks
+
+
 def test_flax_layers_model_is_fixed_with_the_default_names():
     """The attention's ``out`` is found by its query/key neighbours (no regex); the MLP's
     ``down`` is no default name, so it is one of the MLP's matrices. Pre-LN: DeepNorm does
     not apply, and says why; the other recipes are measured."""
     res = phasefield.probe(
-        lambda rngs: nnx.Sequential(*[FBlock(D, rngs) for _ in range(DEPTH)]),
+        lambda rngs: nnx.Sequential(*[FBlock(D, rngs) for _ in range(F_DEPTH)]),
         X,
         blocks=FBlock,
         inits=4,
@@ -139,4 +143,4 @@ def test_flax_layers_model_is_fixed_with_the_default_names():
     # acts; GPT-2: every matrix at std 0.02 -> its multiplier is 0.02 over the std as drawn
     assert arms["rezero"]["multipliers"] == {"attn_out": 0.0}
     g = arms["gpt2"]["multipliers"]["attn_out"]
-    assert g == pytest.approx(0.02 / np.sqrt(2 * DEPTH) / std["layers/*/attn/out/kernel"]["before"], rel=1e-6)
+    assert g == pytest.approx(0.02 / np.sqrt(2 * F_DEPTH) / std["layers/*/attn/out/kernel"]["before"], rel=1e-6)
