@@ -1,6 +1,7 @@
 """Full-Gram mean field (phasefield.layers.paper.gram): reduction to the (q, p) engine, causal
 structure, and agreement with the causal finite-width simulator."""
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -15,27 +16,42 @@ pytestmark = pytest.mark.usefixtures("float64")
 HP = HParams(sigma_w=2.0, sigma_a=1.5, alpha_a=0.6, alpha_m=0.7, n_tokens=8, depth=10)
 
 
+def _jit(fn, *arrays):
+    """``fn(*arrays)`` as one compiled program (the theory's functions called inside it with
+    concrete numbers, as a direct call; the kernel's tables passed as arguments, not baked in
+    as constants), not op by op (one tiny program per eager operation)."""
+    return jax.jit(fn)(*arrays)
+
+
 def test_symmetric_start_reproduces_qp_engine():
     kern = mlp.kernel(HP)
-    qs, ps = block.trajectory(HP, 1.3, 0.4, 10, kern)
-    cs = gram.trajectory_from_gram(HP, gram.symmetric_gram(8, 1.3, 0.4), 10, kern=kern)
+    qs, ps = block.trajectory(HP, 1.3, 0.4, 10, kern)  # the (q, p) engine: jitted functions
+    q_star = fixed_points.collapsed_fixed_point(HP, kern)[0]
+    lgs = [paper.gradient_exponent(HP, q0, p0, 10, kern) for q0, p0 in ((1.3, 0.4), (None, None))]
+    la = float(paper.angle_exponent(HP, kern))
+
+    def gram_route(kern):
+        cs = gram.trajectory_from_gram(HP, gram.symmetric_gram(8, 1.3, 0.4), 10, kern=kern)
+        lg2 = [
+            gram.gradient_exponent_from_gram(HP, gram.symmetric_gram(8, q0, p0), 10, kern=kern)
+            for q0, p0 in ((1.3, 0.4), (q_star, q_star))
+        ]
+        la_gram = gram.angle_exponent_from_gram(HP, causal=False, kern=kern)
+        return cs, lg2, la_gram, gram.angle_exponent_spectral(HP, causal=False, kern=kern)
+
+    cs, lg2, la_gram, la_spectral = _jit(gram_route, kern)
     np.testing.assert_allclose(np.diagonal(cs, axis1=1, axis2=2), np.repeat(qs[:, None], 8, 1), rtol=0, atol=1e-10)
     off = ~np.eye(8, dtype=bool)
     np.testing.assert_allclose(np.asarray(cs)[:, off], np.repeat(ps[:, None], 56, 1), atol=1e-10)
-    for q0, p0 in ((1.3, 0.4), (None, None)):
-        lg = paper.gradient_exponent(HP, q0, p0, 10, kern)
-        if q0 is None:
-            q0 = p0 = fixed_points.collapsed_fixed_point(HP, kern)[0]
-        lg2 = gram.gradient_exponent_from_gram(HP, gram.symmetric_gram(8, q0, p0), 10, kern=kern)
-        assert abs(float(lg) - float(lg2)) < 1e-10
-    la = float(paper.angle_exponent(HP, kern))
-    assert abs(float(gram.angle_exponent_from_gram(HP, causal=False, kern=kern)) - la) < 1e-10
-    assert abs(float(gram.angle_exponent_spectral(HP, causal=False, kern=kern)) - la) < 1e-9
+    for lg, lg_gram in zip(lgs, lg2, strict=True):
+        assert abs(float(lg) - float(lg_gram)) < 1e-10
+    assert abs(float(la_gram) - la) < 1e-10
+    assert abs(float(la_spectral) - la) < 1e-9
 
 
 def test_causal_first_token_and_collapsed_gradient():
     kern = mlp.kernel(HP)
-    cs = gram.trajectory_from_gram(HP, gram.symmetric_gram(8, 1.0, 0.3), 6, causal=True, kern=kern)
+    cs = _jit(lambda k: gram.trajectory_from_gram(HP, gram.symmetric_gram(8, 1.0, 0.3), 6, causal=True, kern=k), kern)
     # token 1 attends only to itself: its norm follows the collapsed-point recursion
     ba2, bm2, aa2, am2 = (float(v) ** 2 for v in (HP.beta_a, HP.beta_m, HP.alpha_a, HP.alpha_m))
     q = 1.0
@@ -50,18 +66,22 @@ def test_causal_first_token_and_collapsed_gradient():
     for _ in range(10):
         g = c * (ba2 * g + aa2 / q_star * abar.T @ g @ abar)
     expected = np.log(np.trace(g) / 8) / 10
-    got = gram.gradient_exponent_from_gram(HP, q_star * jnp.ones((8, 8)), 10, causal=True, kern=kern)
+    got = _jit(lambda k: gram.gradient_exponent_from_gram(HP, q_star * jnp.ones((8, 8)), 10, causal=True, kern=k), kern)
     assert abs(float(got) - expected) < 1e-10
 
 
 def test_exact_mode_matches_semi_analytic_map():
     hp = HP.replace(sigma_a=3.0, attention="exact")
-    r = gram.cosines(gram.symmetric_gram(8, 1.0, 0.3))
-    ca = attention.gram_forward(hp.sigma_a, hp.sigma_v, r, gram.causal_mask(8, False), "exact")
-    q_a, p_a = exact.forward(hp.sigma_a, hp.n_tokens, hp.sigma_v, 0.3)
+
+    def both_maps():
+        r = gram.cosines(gram.symmetric_gram(8, 1.0, 0.3))
+        ca = attention.gram_forward(hp.sigma_a, hp.sigma_v, r, gram.causal_mask(8, False), "exact")
+        return ca, exact.forward(hp.sigma_a, hp.n_tokens, hp.sigma_v, 0.3)
+
+    ca, (q_a, p_a) = _jit(both_maps)
     off = ~np.eye(8, dtype=bool)
-    assert abs(float(jnp.mean(jnp.diagonal(ca))) - float(q_a)) < 0.01
-    assert abs(float(jnp.mean(np.asarray(ca)[off])) - float(p_a)) < 0.01
+    assert abs(float(np.mean(np.diagonal(np.asarray(ca)))) - float(q_a)) < 0.01
+    assert abs(float(np.mean(np.asarray(ca)[off])) - float(p_a)) < 0.01
 
 
 def test_two_group_trajectory_and_simulation():
