@@ -134,6 +134,20 @@ def test_stack_against_simulation(arch, init, qk_grad):
         assert err.max() < 0.10, (q, th[q], sim[q])
 
 
+def test_a_new_stack_configuration_compiles_nothing(compiles):
+    """simulate_stack's draws are one program per structure: other init variances, lambda,
+    beta, input correlation and dropout rate (same sizes) compile nothing (the sizes of
+    test_stack_against_simulation's post-LN cases, whose program this loads; the same input
+    variance, whose logit scale sizes the theory's own exact-softmax grids)."""
+    small = dict(layers=2, d=256, L=16, draws=24, qk_grad=False)
+    a = ds.simulate_stack(K(1), "post-ln", init="xavier", p=0.1, **small)
+    before = compiles.count
+    lam2, beta2 = ds.dslm_scaling(2, 1.0)
+    b = ds.simulate_stack(K(1), "post-ln", init="dslm", p=0.2, lam2=lam2, beta2=beta2, r0=0.5, **small)
+    assert compiles.count == before
+    assert np.all(np.isfinite(b["var"])) and not np.allclose(a["var"], b["var"])
+
+
 def test_layernorm_gradient_factor():
     """E|dLN(x)/dx^T g|^2 = (d-2)/(d-3) var_g/var_in: the projection keeps d-2 of d
     directions and E[1/s^2] = d/((d-3) var_in); the old (d-2)/d is rejected."""

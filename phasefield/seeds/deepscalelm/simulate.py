@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 
@@ -36,7 +37,7 @@ def _moments(x):
 def _correlated(key, shape, r):
     """Gaussian rows of unit variance and mutual correlation r (a shared row plus noise)."""
     z = jax.random.normal(key, (shape[0] + 1,) + shape[1:], jnp.float64)
-    return math.sqrt(r) * z[:1] + math.sqrt(1 - r) * z[1:]
+    return jnp.sqrt(r) * z[:1] + jnp.sqrt(1 - r) * z[1:]
 
 
 def _kappa(x):
@@ -101,6 +102,66 @@ def simulate_sha(
     }
 
 
+@functools.cache
+def _stack_draws(arch, layers, d, L, mult, qk_grad, dropout, batch):
+    """The compiled draws of :func:`simulate_stack`: one program per structure (architecture,
+    sizes, whether dropout is on, the batch); the numbers (init variances, lambda, beta, the
+    input's var0, r0, the dropout rate) are arguments, so a new configuration compiles
+    nothing. ``batch``: draws run that many at a time (None: all at once)."""
+    n_sub = 2 * layers
+
+    def one(k, nums):
+        sv, lam, beta, p = nums["sv"], nums["lam"], nums["beta"], nums["p"]
+        kx, kw, kd, kg = jax.random.split(k, 4)
+        x0 = jnp.sqrt(nums["var0"]) * _correlated(kx, (L, d), nums["r0"])
+        kws = jax.random.split(kw, n_sub)
+        kds = jax.random.split(kd, n_sub)
+
+        def f(probes):
+            def layer(x, inp):
+                kw2, kd2, v2, pr2 = inp
+                outs, kall = [], []
+                for j in range(2):
+                    xin = _ln(x) if arch == "pre-ln" else x
+                    if j == 0:
+                        kap = _kappa(jax.lax.stop_gradient(xin))
+                    y = branch(kw2[j], {k: v[j] for k, v in v2.items()}, d, j == 0, mult, qk_grad)(xin)
+                    if dropout:
+                        keep = jax.random.bernoulli(kd2[j], 1 - p, y.shape)
+                        y = jnp.where(keep, y / (1 - p), 0.0)
+                    u = lam * x + beta * y
+                    x = (u if arch == "pre-ln" else _ln(u)) + pr2[j]
+                    outs.append(x)
+                    kall.append(_kappa(jax.lax.stop_gradient(x)))
+                return x, (jnp.stack(outs), kap, jnp.stack(kall))
+
+            x = x0 + probes[0]
+            pair = lambda a: a.reshape((layers, 2) + a.shape[1:])
+            _, (outs, kaps, kall) = jax.lax.scan(
+                layer, x, (pair(kws), pair(kds), {k: pair(v) for k, v in sv.items()}, pair(probes[1:]))
+            )
+            kall = jnp.concatenate([_kappa(jax.lax.stop_gradient(x))[None], kall.reshape(n_sub)])
+            return jnp.concatenate([x[None], outs.reshape((n_sub, L, d))]), (kaps, kall)
+
+        probes = jnp.zeros((n_sub + 1, L, d))
+        outs, vjp, (kaps, kall) = jax.vjp(f, probes, has_aux=True)
+        gout = jnp.zeros_like(outs).at[-1].set(jax.random.normal(kg, (L, d)))
+        (gp,) = vjp(gout)
+        n, e = jnp.mean(outs * outs, -1), jnp.mean(gp * gp, -1)  # per token: (boundary, L)
+        ne = jnp.stack([n.sum(-1), e.sum(-1), (n * e).sum(-1), (n * n).sum(-1)], -1)
+        return jax.vmap(_moments)(outs), jax.vmap(_moments)(gp), kaps, kall, ne
+
+    many = jax.vmap(one, (0, None))
+    if batch is None:
+        return optimized_jit(many)
+
+    def batched(keys, nums):
+        out = jax.lax.map(lambda k: many(k, nums), keys.reshape((-1, batch) + keys.shape[1:]))
+        return tuple(v.reshape((keys.shape[0],) + v.shape[2:]) for v in out)
+
+    return optimized_jit(batched)
+
+
 @float64
 def simulate_stack(
     key,
@@ -138,7 +199,6 @@ def simulate_stack(
     norm deviation delta = |x|^2 / E|x|^2 - 1, Cov(|g|^2, delta) / (E|g|^2 Var delta) over tokens
     and draws (``stack``'s ``g_norm_response``; ``_se`` by jackknife over draws; NaN where the
     norms do not vary)."""
-    n_sub = 2 * layers
     th = stack(
         arch,
         layers,
@@ -156,55 +216,17 @@ def simulate_stack(
         qk_grad=qk_grad,
         kappa=kappa,
     )
-    sv = {k: jnp.array([ini[k] for ini in th["inits"]]) for k in ("qk", "v", "o", "w1", "w2")}
-    lam, beta = math.sqrt(lam2), math.sqrt(beta2)
-
-    def one(k):
-        kx, kw, kd, kg = jax.random.split(k, 4)
-        x0 = math.sqrt(var0) * _correlated(kx, (L, d), r0)
-        kws = jax.random.split(kw, n_sub)
-        kds = jax.random.split(kd, n_sub)
-
-        def f(probes):
-            def layer(x, inp):
-                kw2, kd2, v2, pr2 = inp
-                outs, kall = [], []
-                for j in range(2):
-                    xin = _ln(x) if arch == "pre-ln" else x
-                    if j == 0:
-                        kap = _kappa(jax.lax.stop_gradient(xin))
-                    y = branch(kw2[j], {k: v[j] for k, v in v2.items()}, d, j == 0, mult, qk_grad)(xin)
-                    if p > 0:
-                        keep = jax.random.bernoulli(kd2[j], 1 - p, y.shape)
-                        y = jnp.where(keep, y / (1 - p), 0.0)
-                    u = lam * x + beta * y
-                    x = (u if arch == "pre-ln" else _ln(u)) + pr2[j]
-                    outs.append(x)
-                    kall.append(_kappa(jax.lax.stop_gradient(x)))
-                return x, (jnp.stack(outs), kap, jnp.stack(kall))
-
-            x = x0 + probes[0]
-            pair = lambda a: a.reshape((layers, 2) + a.shape[1:])
-            _, (outs, kaps, kall) = jax.lax.scan(
-                layer, x, (pair(kws), pair(kds), {k: pair(v) for k, v in sv.items()}, pair(probes[1:]))
-            )
-            kall = jnp.concatenate([_kappa(jax.lax.stop_gradient(x))[None], kall.reshape(n_sub)])
-            return jnp.concatenate([x[None], outs.reshape((n_sub, L, d))]), (kaps, kall)
-
-        probes = jnp.zeros((n_sub + 1, L, d))
-        outs, vjp, (kaps, kall) = jax.vjp(f, probes, has_aux=True)
-        gout = jnp.zeros_like(outs).at[-1].set(jax.random.normal(kg, (L, d)))
-        (gp,) = vjp(gout)
-        n, e = jnp.mean(outs * outs, -1), jnp.mean(gp * gp, -1)  # per token: (boundary, L)
-        ne = jnp.stack([n.sum(-1), e.sum(-1), (n * e).sum(-1), (n * n).sum(-1)], -1)
-        return jax.vmap(_moments)(outs), jax.vmap(_moments)(gp), kaps, kall, ne
-
+    numbers = dict(
+        sv={k: jnp.array([ini[k] for ini in th["inits"]]) for k in ("qk", "v", "o", "w1", "w2")},
+        lam=jnp.float64(math.sqrt(lam2)),
+        beta=jnp.float64(math.sqrt(beta2)),
+        var0=jnp.float64(var0),
+        r0=jnp.float64(r0),
+        p=jnp.float64(p),
+    )
     keys = jax.random.split(key, draws)
-    if draws > batch and draws % batch == 0:
-        batched = optimized_jit(lambda k: jax.lax.map(jax.vmap(one), k.reshape((-1, batch) + k.shape[1:])))
-        mx, mg, kaps, kall, ne = (v.reshape((draws,) + v.shape[2:]) for v in batched(keys))
-    else:
-        mx, mg, kaps, kall, ne = optimized_jit(jax.vmap(one))(keys)
+    by = batch if draws > batch and draws % batch == 0 else None
+    mx, mg, kaps, kall, ne = _stack_draws(arch, layers, d, L, mult, qk_grad, p > 0, by)(keys, numbers)
     kaps, kall = np.asarray(kaps), np.asarray(kall)
     out = {
         "kappa": kaps.mean(0),
