@@ -64,7 +64,7 @@ def maps():
 x = jnp.ones(3)
 x.block_until_ready()
 start = maps()
-kept = [jax.jit(lambda x, i=i: jnp.sin(x) * i + jnp.cos(x) ** 2) for i in range(60)]
+kept = [jax.jit(lambda x, i=i: jnp.sin(x) * i + jnp.cos(x) ** 2) for i in range(30)]
 for f in kept:
     f(x).block_until_ready()
 full = maps()
@@ -75,7 +75,7 @@ print(start, full, maps())
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
     assert out.returncode == 0, out.stderr[-2000:]
     start, full, after = map(int, out.stdout.split())
-    assert full - start >= 60  # at least one map per program
+    assert full - start >= 30  # at least one map per program
     assert after - start < (full - start) / 4  # most of them released
 
 
@@ -86,11 +86,9 @@ from phasefield._runtime import optimized_jit
 from phasefield.layers import paper
 out = {}
 with jax.enable_x64(True):
-    for i, hp in enumerate([HParams(sigma_w=2.0, sigma_a=1.0, alpha_a=.5, alpha_m=.5),
-                            HParams(sigma_w=1.3, sigma_a=1.7, alpha_a=.2, alpha_m=.95, activation="gelu",
-                                    attention="exact", softmax_correction=True, n_tokens=16)]):
-        ex = paper.exponents(hp)
-        out[f"paper{i}"] = [float(ex[k]) for k in ("lambda_a", "lambda_g_collapse", "lambda_g_inf", "q_star", "rho_star")]
+    ex = paper.exponents(HParams(sigma_w=2.0, sigma_a=1.0, alpha_a=.5, alpha_m=.5))
+    out["paper"] = [float(ex[k]) for k in ("lambda_a", "lambda_g_collapse", "lambda_g_inf", "q_star", "rho_star")]
+    # pre-LN's defaults: the exact map with the softmax correction, a GELU MLP
     fd = layers.finite_depth(layers.presets.pre_ln(sigma=1.1, alpha=.5, heads=4), n_tokens=16, depth=8)
     out["pre-ln"] = [float(fd["angle_rate"]), float(fd["lambda_g_input"]), float(fd["lambda_g_collapse"])]
     f = optimized_jit(lambda x: jnp.sum(jnp.tanh(x) ** 2))
@@ -101,9 +99,10 @@ with jax.enable_x64(True):
 def test_fast_compiles_give_the_numbers_of_xlas_defaults():
     """The suite's fast XLA flags (conftest: LLVM -O0, classic emitters, one codegen module)
     against XLA's defaults (what a user's process compiles): the paper block's exponents
-    (Eq. 10 map, and the exact map with the softmax correction), a pre-LN block's finite-depth
-    rates and an ``optimized_jit`` program (LLVM -O1 under the fast flags, XLA's defaults in
-    the other process) agree to 1e-13 (measured: within 1.5e-14, relative). The
+    (Eq. 10 map: the fixed-point searches), a pre-LN block's finite-depth rates (the exact
+    map with the softmax correction, GELU) and an ``optimized_jit`` program (LLVM -O1 under
+    the fast flags, XLA's defaults in the other process) agree to 1e-13 (measured: within
+    1.5e-14, relative). The
     fast numbers come from this process (it runs with the fast flags, and its programs are
     the suite's own), the defaults' from a subprocess without them."""
     import json
