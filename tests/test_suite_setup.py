@@ -2,41 +2,49 @@
 cache per run shared by the workers and the subprocesses, compiled programs kept until the
 process has many memory maps."""
 
+import json
 import os
 import subprocess
 import sys
 
 import conftest
 import jax
+import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def test_the_run_shares_one_compilation_cache_with_its_subprocesses():
+@pytest.fixture(scope="module")
+def child():
+    """What a subprocess of the run (the CLI's set-up) resolves: its compilation-cache folder
+    (twice: use_compilation_cache's answer and JAX's setting) and JAX's traceback limit; one
+    interpreter for both tests below."""
+    code = (
+        "import json, jax; from phasefield._runtime import use_compilation_cache; "
+        "print(json.dumps([use_compilation_cache(0.5), jax.config.jax_compilation_cache_dir, "
+        "jax.config.jax_traceback_in_locations_limit]))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_the_run_shares_one_compilation_cache_with_its_subprocesses(child):
     folder = conftest._CACHE  # None: PHASEFIELD_TEST_CACHE=off (or a folder that cannot be made)
     if folder is None:
         assert os.environ["PHASEFIELD_CACHE"] == "off"
         return
     assert folder == os.environ["PHASEFIELD_TEST_CACHE"] and os.path.isdir(folder)
     assert os.environ["PHASEFIELD_CACHE"] == folder == jax.config.jax_compilation_cache_dir
-    # a subprocess (the CLI's set-up) resolves the same folder
-    code = (
-        "import os, jax; from phasefield._runtime import use_compilation_cache; "
-        "print(use_compilation_cache(0.5), jax.config.jax_compilation_cache_dir)"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.split() == [folder, folder]
+    assert child[:2] == [folder, folder]  # a subprocess (the CLI's set-up) resolves the same folder
 
 
-def test_the_suite_lowers_without_source_locations():
+def test_the_suite_lowers_without_source_locations(child):
     """conftest exports JAX_TRACEBACK_IN_LOCATIONS_LIMIT (default 0) before JAX loads: this
     process and its subprocesses read it."""
     want = int(os.environ["JAX_TRACEBACK_IN_LOCATIONS_LIMIT"])
     assert jax.config.jax_traceback_in_locations_limit == want
-    code = "import jax; print(jax.config.jax_traceback_in_locations_limit)"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0 and int(out.stdout) == want, out.stderr[-2000:]
+    assert int(child[2]) == want
 
 
 def test_memory_maps_are_counted_and_the_mark_is_below_the_kernel_limit():
@@ -105,10 +113,6 @@ def test_fast_compiles_give_the_numbers_of_xlas_defaults():
     1.5e-14, relative). The
     fast numbers come from this process (it runs with the fast flags, and its programs are
     the suite's own), the defaults' from a subprocess without them."""
-    import json
-
-    import pytest
-
     from phasefield._runtime import _FAST_NAMES, FAST_COMPILE_FLAGS
 
     flags = os.environ.get("XLA_FLAGS", "")
