@@ -171,7 +171,9 @@ def test_fit_on_a_study_directory_and_mixed_learning_rates(capsys, tmp_path):
 
 
 def test_train_sweep_designs(capsys, tmp_path):
-    """--design sobol:N with a depth list, and --points FILE: the right runs are trained."""
+    """--design sobol:N with a depth list, and --points FILE: the right runs are trained. The
+    points file has the design's shape (two runs at each depth), so its sweep trains and
+    computes its theory with the design sweep's compiled programs."""
     out = tmp_path / "runs"
     code, stdout, err = run(
         capsys,
@@ -207,7 +209,7 @@ def test_train_sweep_designs(capsys, tmp_path):
     assert sorted(r["depth"] for r in rows) == [1, 1, 2, 2]
     assert all(0.5 <= r["sigma_w"] <= 2 and 1 <= r["sigma_a"] <= 3 and r["alpha_m"] == 0.5 for r in rows)
     pts = tmp_path / "points.csv"
-    pts.write_text("sigma_w,sigma_a,alpha,depth\n1.0,1.0,0.5,1\n2.0,1.5,0.3,2\n")
+    pts.write_text("sigma_w,sigma_a,alpha,depth\n1.0,1.0,0.5,1\n2.0,1.5,0.3,2\n1.5,2.0,0.7,1\n0.5,1.0,0.2,2\n")
     out2 = tmp_path / "runs2"
     code, stdout, err = run(
         capsys,
@@ -229,9 +231,11 @@ def test_train_sweep_designs(capsys, tmp_path):
     )
     assert code == 0, err
     rows = [json.loads(l) for l in (out2 / "results.jsonl").read_text().splitlines()]
-    assert sorted((r["sigma_w"], r["depth"], r["alpha_a"], r["alpha_m"]) for r in rows) == [
-        (1.0, 1, 0.5, 0.5),
-        (2.0, 2, 0.3, 0.3),
+    assert sorted((r["sigma_w"], r["sigma_a"], r["depth"], r["alpha_a"], r["alpha_m"]) for r in rows) == [
+        (0.5, 1.0, 2, 0.2, 0.2),
+        (1.0, 1.0, 1, 0.5, 0.5),
+        (1.5, 2.0, 1, 0.7, 0.7),
+        (2.0, 1.5, 2, 0.3, 0.3),
     ]
     for bad, needle in (
         (("--design", "sobol:x"), "--design"),
