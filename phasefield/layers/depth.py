@@ -279,7 +279,7 @@ def finite_depth(block, ctx, k0: Kernel, depth: int) -> dict:
     both = Kernel(jnp.stack([k0.q, k0.q]), jnp.stack([k0.p, k0.q]))
     q2, p2 = jax.vmap(lambda k: trajectory(block, ctx, k, depth))(both)
     lg = jax.vmap(lambda q, p: backward_rate(block, ctx, q, p, depth))(q2, p2)
-    (qs, qc), (ps, pc) = q2, p2
+    (qs, qc), ps = q2, p2[0]
     rate, m = collapsed_angle_rate(block, ctx, qc, depth)
     return dict(
         angle_rate=rate,

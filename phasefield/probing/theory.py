@@ -44,7 +44,9 @@ def curves(block, n_tokens: int, depth: int, q0: float, rho0: float, eps: float,
         a, b, total = 1.0, 0.0, 0.0
         log_grad = [0.0]
         for j in range(depth - 1, -1, -1):
-            g = _backward(blk, Kernel(jnp.float64(qg[j]), jnp.float64(pg[j])), Grad(jnp.float64(a), jnp.float64(b)), ctx)
+            g = _backward(
+                blk, Kernel(jnp.float64(qg[j]), jnp.float64(pg[j])), Grad(jnp.float64(a), jnp.float64(b)), ctx
+            )
             s = float(g.a + g.b)
             a, b, total = float(g.a) / s, float(g.b) / s, total + np.log(s)
             log_grad.append(total)

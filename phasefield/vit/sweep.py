@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import functools
 import json
 import math
 import os
@@ -63,6 +64,15 @@ class SweepError(ValueError):
     """Inconsistent sweep directory or request (one-line message)."""
 
 
+@functools.cache
+def _vmapped_exponents(engine):
+    """``engine.exponents`` vmapped and jitted, once per process (a new jit per call traced
+    and lowered it again for every sweep)."""
+    import jax
+
+    return jax.jit(jax.vmap(engine.exponents))
+
+
 def theory_exponents(cfg: TrainConfig, runs: list[dict]):
     """lambda_a, lambda_g_collapse (finite depth: each run's depth), lambda_g_inf at the collapsed /
     stable fixed points, from the block's closed-form engine (the paper block's
@@ -84,7 +94,7 @@ def theory_exponents(cfg: TrainConfig, runs: list[dict]):
         hp = cfg.hparams(
             col("sigma_w"), col("sigma_a"), col("alpha_a"), col("alpha_m"), depth=col("depth"), dtype=jnp.float64
         )
-        ex = jax.device_get(jax.jit(jax.vmap(engine.exponents))(hp))
+        ex = jax.device_get(_vmapped_exponents(engine)(hp))
     return {k: np.asarray(ex[k], float).reshape(n) for k in ("lambda_a", "lambda_g_collapse", "lambda_g_inf")}
 
 
