@@ -33,7 +33,8 @@ gradient factor over the stack, the distance to the fix's criteria and whether i
 One row per (configuration, arm, seed) in ``docs/data/recipes/runs.jsonl``, appended when
 its batch of runs ends (a rerun trains only what is missing). A run trains when its final
 test loss is below the study's threshold (digits: 0.5; chance log 10 = 2.30). ``table``:
-every run, then per arm over the configurations both it and the fix ran: runs that train,
+every run, then per arm over the configurations where every arm ran (those in progress are
+listed under the summary): runs that train,
 mean final loss, the paired difference (arm - fixed) of the final loss, mean +- se over
 the (configuration, seed) pairs, and the fix's wins, ties and losses against it per
 configuration (a win: the arm's loss higher by more than 2 se of the paired difference over
@@ -217,6 +218,18 @@ def summary_rows(runs, arms=ARMS, loss_key="test_loss") -> list:
     return out
 
 
+def complete_configs(runs, arms=ARMS) -> tuple[set, dict]:
+    """(configurations where every arm has a row for every seed the configuration has,
+    {configuration in progress: how many arms are complete there}): the summary compares the
+    arms on the same configurations only."""
+    seeds, have = {}, {}
+    for r in runs:
+        seeds.setdefault(r["config"], set()).add(r["seed"])
+        have.setdefault((r["config"], r["arm"]), set()).add(r["seed"])
+    count = {cid: sum(have.get((cid, a), set()) >= ss for a in arms) for cid, ss in seeds.items()}
+    return {c for c, n in count.items() if n == len(arms)}, {c: n for c, n in count.items() if n < len(arms)}
+
+
 def _wins_ties_losses(rs, fixed, loss_key) -> dict:
     """The fix against an arm per configuration with at least 2 paired seeds: a win where the
     arm's loss is higher by more than 2 se of the paired difference (over the seeds), a loss
@@ -245,12 +258,20 @@ def table(args):
         "| fix wins / ties / losses (configurations) |"
     ]
     summ.append("|---|---|---|---|---|---|---|")
-    for s in summary_rows(runs):
+    done, partial = complete_configs(runs)
+    for s in summary_rows([r for r in runs if r["config"] in done]):
         summ.append(
             f"| {s['arm']} | {s['configs']} | {s['runs']} ({s['not_applicable']}) | {s['trains']} of {s['runs']} | "
             f"{s['mean_loss']:.3f} | {s['diff_mean']:+.3f} ± {s['diff_se']:.3f} ({s['pairs']}) | "
             + ("— |" if s["arm"] == "fixed" else f"{s['wins']} / {s['ties']} / {s['losses']} |")
         )
+    if partial:
+        summ += [
+            "",
+            "In progress, not in this summary (every run is in the table): "
+            + "; ".join(f"{cid} ({n} of {len(ARMS)} arms)" for cid, n in sorted(partial.items()))
+            + ".",
+        ]
     init = {r["config"]: r["arms"] for r in fs._rows(os.path.join(OUT, "init_rates.jsonl"))}
     rows = [
         "| configuration | arm | angle rate at init | gradient factor at init | meets at init | "

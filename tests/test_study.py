@@ -223,3 +223,36 @@ def test_the_script_is_a_thin_command_line(script, capsys):
         if callable(getattr(script, n)) and getattr(getattr(script, n), "__module__", "") == script.__name__
     ]
     assert all(n.startswith(("cmd_", "block_", "_print", "_study", "main")) for n in defs), defs
+
+
+def _recipes_study():
+    spec = importlib.util.spec_from_file_location(
+        "recipes_study_cli", os.path.join(ROOT, "scripts", "recipes_study.py")
+    )
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_recipes_summary_compares_the_arms_on_complete_configurations_only():
+    """A configuration where some arm has not run every seed is left out of the summary (and
+    counted as in progress), so every arm's paired difference to the fix is over the same
+    configurations; a not-applicable row counts as run."""
+    rs = _recipes_study()
+    rows = [
+        dict(
+            config="A", arm=arm, seed=s, applicable=arm != "deepnorm", test_loss=0.1 + 0.01 * i + 0.001 * s, trains=True
+        )
+        for i, arm in enumerate(rs.ARMS)
+        for s in (0, 1, 2)
+    ]
+    rows += [
+        dict(config="B", arm=arm, seed=s, test_loss=2.3, trains=False) for arm in ("as is", "fixed") for s in (0, 1, 2)
+    ]
+    rows.append(dict(config="B", arm="gpt2", seed=0, test_loss=0.05, trains=True))  # 1 of 3 seeds: not complete
+    done, partial = rs.complete_configs(rows)
+    assert done == {"A"} and partial == {"B": 2}
+    summ = {s["arm"]: s for s in rs.summary_rows([r for r in rows if r["config"] in done])}
+    assert summ["gpt2"]["configs"] == 1 and summ["gpt2"]["pairs"] == 3
+    assert summ["gpt2"]["diff_mean"] == pytest.approx(0.01 * (rs.ARMS.index("gpt2") - 1))
+    assert summ["deepnorm"]["runs"] == 0 and summ["deepnorm"]["not_applicable"] == 3
