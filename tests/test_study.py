@@ -23,14 +23,17 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SUBCOMMANDS = ("run", "plan", "features", "analyze", "score", "failure", "heldout")
 
 
-@pytest.fixture(scope="module")
-def script():
-    spec = importlib.util.spec_from_file_location(
-        "trainability_study_cli", os.path.join(ROOT, "scripts", "trainability_study.py")
-    )
+def _load_script(name):
+    """scripts/NAME.py as a module (the scripts are not a package)."""
+    spec = importlib.util.spec_from_file_location(name + "_cli", os.path.join(ROOT, "scripts", name + ".py"))
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
+
+
+@pytest.fixture(scope="module")
+def script():
+    return _load_script("trainability_study")
 
 
 def _shipped(block):
@@ -225,20 +228,11 @@ def test_the_script_is_a_thin_command_line(script, capsys):
     assert all(n.startswith(("cmd_", "block_", "_print", "_study", "main")) for n in defs), defs
 
 
-def _recipes_study():
-    spec = importlib.util.spec_from_file_location(
-        "recipes_study_cli", os.path.join(ROOT, "scripts", "recipes_study.py")
-    )
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def test_recipes_summary_compares_the_arms_on_complete_configurations_only():
     """A configuration where some arm has not run every seed is left out of the summary (and
     counted as in progress), so every arm's paired difference to the fix is over the same
     configurations; a not-applicable row counts as run."""
-    rs = _recipes_study()
+    rs = _load_script("recipes_study")
     rows = [
         dict(
             config="A", arm=arm, seed=s, applicable=arm != "deepnorm", test_loss=0.1 + 0.01 * i + 0.001 * s, trains=True
