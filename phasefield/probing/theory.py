@@ -22,14 +22,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import layers
+from ..layers.depth import _backward  # one program per block structure: new numbers compile nothing
 from ..layers.state import Grad, Kernel
-
-
-@jax.jit
-def _backward(block, k, g, ctx):
-    """One block's backward map: one program per block structure, its numbers arguments (a
-    new sigma or alpha compiles nothing)."""
-    return block.backward(k, g, ctx)
 
 
 def curves(block, n_tokens: int, depth: int, q0: float, rho0: float, eps: float, grad_start=None) -> dict:
