@@ -21,13 +21,17 @@ run), and prints the seconds (wall and CPU) and the ratios pre-ln / paper.
 and warm.
 
     .venv/bin/python scripts/bench_blocks.py [--sizes 128 256] [--kinds paper pre-ln] [--baseline HEAD~1]
-    .venv/bin/python scripts/bench_blocks.py --sizes 64 --kinds pre-ln pre-ln-causal [--causal-size 8]
+    .venv/bin/python scripts/bench_blocks.py --sizes 64 --kinds pre-ln pre-ln-causal [--causal-size 8] [--host-devices 2]
+
+``--host-devices D`` runs every kind with D CPU devices (:func:`phasefield.use_all_cpu_cores`,
+what the ``phasefield`` command does with every core: the sweeps shard each chunk's points
+over them); default 1, the library's own default.
 
 Targets: pre-ln within 3x of paper, compilation included; a 64 x 64 pre-ln-causal sweep at
-n = 16, L = 16 within 10x of pre-ln's. With ``--causal-size K`` < N (a causal point costs
-seconds on a small CPU) the causal sweep runs K x K and the warm ratio is also given per
-point (its seconds times N^2 / K^2: the compiled program is the same, the chunks scale with
-the points). Machines are noisy: run it on an idle machine, or read the CPU seconds.
+n = 16, L = 16 within 10x of pre-ln's. With ``--causal-size K`` < N the causal sweep runs
+K x K and the warm ratio is also given per point (its seconds times N^2 / K^2: the compiled
+program is the same, the chunks scale with the points). Machines are noisy: run it on an
+idle machine, or read the CPU seconds.
 """
 
 from __future__ import annotations
@@ -81,8 +85,10 @@ def worker(kind: str, n: int, cache: str) -> None:
     print(json.dumps(dict(wall=time.perf_counter() - t0, cpu=r1.ru_utime + r1.ru_stime - r0.ru_utime - r0.ru_stime)))
 
 
-def run(kind: str, n: int, cache: str, src: str | None = None) -> dict:
+def run(kind: str, n: int, cache: str, src: str | None = None, devices: int = 1) -> dict:
     env = dict(os.environ, PYTHONPATH=src or ROOT)
+    if devices > 1:
+        env["XLA_FLAGS"] = f"{env.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count={devices}".strip()
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", kind, str(n), cache]
     out = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True)
     if out.returncode != 0:
@@ -105,6 +111,7 @@ def main(argv=None) -> int:
     ap.add_argument("--kinds", nargs="+", default=list(KINDS), choices=KINDS)
     ap.add_argument("--baseline", default=None, help="also time pre-ln at this commit")
     ap.add_argument("--causal-size", type=int, default=None, help="points per axis of pre-ln-causal [N]")
+    ap.add_argument("--host-devices", type=int, default=1, help="CPU devices of every run (the command: every core)")
     ap.add_argument("--worker", nargs=3, metavar=("KIND", "N", "CACHE"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.worker:
@@ -121,7 +128,7 @@ def main(argv=None) -> int:
                 label = kind if src is None else f"{kind}@{args.baseline}"
                 k = (args.causal_size or n) if kind == "pre-ln-causal" else n
                 for state in ("cold", "warm"):
-                    r = run(kind, k, cache, src)
+                    r = run(kind, k, cache, src, args.host_devices)
                     rows.append(dict(kind=label, n=n, k=k, cache=state, **r))
                     print(
                         f"{label:>20} {k:>4}x{k:<4} {state:>4}  wall {r['wall']:8.2f} s  cpu {r['cpu']:8.2f} s",

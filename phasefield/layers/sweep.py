@@ -60,9 +60,9 @@ SYMBOLS = {k: schema.SYMBOLS[k] for k in OUTPUTS}
 CAUSAL_OUTPUTS = ("angle_rate_last", "lambda_g_last", "q_L_pos", "rho_L_pos")  # a causal block's point
 POSITION_OUTPUTS = ("q_L_pos", "rho_L_pos")  # a value per position (dimension ``position``)
 CAUSAL_VARIABLES = {k: schema.NAMES[k] for k in CAUSAL_OUTPUTS}
-# a causal chunk's working set (points x causal_point_bytes): small chunks run faster on a CPU
-# (pre-LN, exact map, n = 16, L = 16, two CPU devices: 1.3 CPU-s a point in chunks of 2 points,
-# 1.75 in chunks of 8, 2.65 in chunks of 16; one point alone 1.4)
+# a causal chunk's working set (points x causal_point_bytes): small chunks run fastest on a CPU
+# (pre-LN, exact map, n = 16, L = 16, one CPU device, warm: 43 CPU-ms a point in chunks of one
+# point, 62-67 in chunks of 2-8; two devices, chunks of 2: 44 CPU-ms, 24 ms wall a point)
 CAUSAL_CHUNK_BYTES = 128 << 20
 MC_FIELDS = 4096  # the exact map's Monte-Carlo logit fields on the full Gram (a memory estimate)
 CHUNK = 1024

@@ -81,6 +81,13 @@ def mc_normals(n: int, samples: int | None = None, seed: int = MC_SEED) -> np.nd
     return z
 
 
+def field_factor(r):
+    """``L`` with ``L L^T = r`` (the eigenvectors scaled by the clipped roots of the
+    eigenvalues): the logit fields are ``sigma_A L Z L^T``."""
+    lam, u = jnp.linalg.eigh(r)
+    return u * jnp.sqrt(jnp.clip(lam, 0.0, None))[None, :]
+
+
 def mc_attention(sigma_a, r, mask, samples: int | None = None, seed: int = MC_SEED, dtype=None):
     """Attention matrices A [samples, n, n] (``dtype``, default :data:`SAMPLE_DTYPE`) of the fixed logit fields
     M = sigma_A L Z L^T (:func:`mc_normals`; the second half of the fields is the first's
@@ -88,8 +95,7 @@ def mc_attention(sigma_a, r, mask, samples: int | None = None, seed: int = MC_SE
     n, dtype = r.shape[-1], SAMPLE_DTYPE if dtype is None else dtype
     z = mc_normals(n, samples, int(seed))
     half = jnp.asarray(z[: z.shape[0] // 2], dtype)
-    lam, u = jnp.linalg.eigh(r)
-    l_mat = (u * jnp.sqrt(jnp.clip(lam, 0.0, None))[None, :]).astype(dtype)
+    l_mat = field_factor(r).astype(dtype)
     logits = jnp.asarray(sigma_a, dtype) * jnp.einsum("ij,sjk,lk->sil", l_mat, half, l_mat)
     logits = jnp.concatenate([logits, -logits])
     logits = jnp.where(jnp.asarray(mask), logits, -jnp.inf)

@@ -30,10 +30,13 @@ attention samples of :func:`.full_gram.mc_attention`. Switched on by the
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 
 from . import exact, exact_table
-from .full_gram import mc_attention, sample_mean, tn_mean
+from .full_gram import SAMPLE_DTYPE, field_factor, mc_attention, mc_normals, sample_mean, tn_mean
+
+STEP_BLOCK = 32  # antithetic pairs of fields per step of :func:`exact_step`'s loop
 
 
 def t_values(sigma_a, n_tokens, rho, att=None):
@@ -82,10 +85,10 @@ def gram_softmax_term(sigma_a, sigma_v, r, g, mask, samples=None, a=None):
     return jnp.square(sigma_a) * jnp.square(sigma_v) * (query + key)
 
 
-def exact_step(sigma_a, r, c, x, mask, softmax=True, a=None):
+def exact_step(sigma_a, r, c, x, mask, softmax=True):
     """The exact map's forward and the adjoint of its backward map from one draw of the fields
-    (``a``: :func:`.full_gram.mc_attention` of ``(sigma_a, r)``, drawn when None), for a
-    symmetric ``x``: ``(E[A c A^T], E[A x A^T], S^T(x))``, with ``S^T`` the adjoint of
+    (those of :func:`.full_gram.mc_attention` at ``(sigma_a, r)``), for a symmetric ``x``:
+    ``(E[A c A^T], E[A x A^T], S^T(x))``, with ``S^T`` the adjoint of
     :func:`gram_softmax_term` in ``g`` before ``sigma_V^2`` (zero without ``softmax``)::
 
         S^T(x) = sigma_A^2 [ x . (W + W^T) + r . (K + K^T) / 2 ]
@@ -95,28 +98,52 @@ def exact_step(sigma_a, r, c, x, mask, softmax=True, a=None):
     the transpose of the query or key path's: ``<x, S(g)> = <S^T(x), g>`` for symmetric ``g``.
     Every per-sample product is one of two: the fields times ``[r | x | r.r/2 | r.x | c]``
     (``c`` left out where it is ``r``, the plain attention's case), then the stacked left
-    factors times ``A^T``; the means in float64 (:func:`sample_mean`)."""
-    if a is None:
-        a = mc_attention(sigma_a, r, mask)
-    n, dt = a.shape[-1], a.dtype
+    factors times ``A^T``. The fields are drawn and used :data:`STEP_BLOCK` antithetic pairs
+    at a time (a loop whose arrays stay in a CPU's cache: the same sums, ~40 % less CPU time
+    than all samples at once), each block's sum in the samples' dtype and the blocks' sums
+    in float64, as :func:`.full_gram.sample_mean` sums."""
+    n = r.shape[-1]
+    z = mc_normals(n)
+    s = z.shape[0]
+    k = STEP_BLOCK if (s // 2) % STEP_BLOCK == 0 else s // 2
+    dt = SAMPLE_DTYPE
+    half = jnp.asarray(z[: s // 2], dt).reshape(s // 2 // k, k, n, n)
+    l_mat = field_factor(r).astype(dt)
+    allowed = jnp.asarray(mask)
     same = c is r  # the logits read the values' Gram (plain attention): A c A^T = V
     rs, xs = jnp.asarray(r, dt), jnp.asarray(x, dt)
     rhs = [rs, xs] if same or softmax else [jnp.asarray(c, dt), xs]
     if softmax:
         rhs += [0.5 * (rs * rs), rs * xs] + ([] if same else [jnp.asarray(c, dt)])
-    prod = a @ jnp.concatenate(rhs, 1)
-    block = [prod[..., i * n : (i + 1) * n] for i in range(len(rhs))]
-    left = block[:2]  # [A c or U, A x]
-    if softmax:
-        u, ax, half_p, arx = block[:4]
-        left += [half_p - u * u, arx - 2.0 * (ax * u)] + block[4:]
-    y = jnp.einsum("sjk,sik->sji", jnp.concatenate(left, 1), a)  # each left factor times A^T
-    part = [y[:, i * n : (i + 1) * n] for i in range(len(left))]
+    rhs = jnp.concatenate(rhs, 1)
+    width = 4 * n if softmax else 2 * n
+
+    def block_sum(a):  # [k, n, n] attention samples -> the sum of their products, float64
+        prod = a @ rhs
+        block = [prod[..., i * n : (i + 1) * n] for i in range(rhs.shape[1] // n)]
+        left = block[:2]  # [A c or U, A x]
+        if softmax:
+            u, ax, half_p, arx = block[:4]
+            left += [half_p - u * u, arx - 2.0 * (ax * u)] + block[4:]
+        y = jnp.einsum("sjk,sik->sji", jnp.concatenate(left, 1), a)  # each left factor times A^T
+        if not softmax:
+            return jnp.sum(y, 0).astype(jnp.float64)
+        part = [y[:, i * n : (i + 1) * n] for i in range(len(left))]
+        v, p2, w1, y5 = part[:4]  # V = U A^T, A x A^T, (P/2 - U.U) A^T, (A (r.x) - 2 (A x).U) A^T
+        terms = [v if same else part[4], p2, w1 + 0.5 * (v * v), y5 + v * p2]
+        return jnp.sum(jnp.concatenate(terms, 1), 0).astype(jnp.float64)
+
+    def step(total, zb):
+        logits = jnp.asarray(sigma_a, dt) * jnp.einsum("ij,sjk,lk->sil", l_mat, zb, l_mat)
+        for sign in (1.0, -1.0):  # the field and its antithetic partner
+            a = jax.nn.softmax(jnp.where(allowed, sign * logits, -jnp.inf), axis=-1)
+            total = total + block_sum(a)
+        return total, None
+
+    total, _ = jax.lax.scan(step, jnp.zeros((width, n), jnp.float64), half)
+    m = total / s
     if not softmax:
-        m = sample_mean(y)
         return m[:n], m[n:], jnp.zeros_like(m[:n])
-    v, p2, w1, y5 = part[:4]  # V = U A^T, A x A^T, (P/2 - U.U) A^T, (A (r.x) - 2 (A x).U) A^T
-    m = sample_mean(jnp.concatenate([v if same else part[4], p2, w1 + 0.5 * (v * v), y5 + v * p2], 1))
-    w, k = m[2 * n : 3 * n], m[3 * n :]
-    soft = jnp.asarray(x) * (w + w.T) + jnp.asarray(r) * (0.5 * (k + k.T))
+    w, k2 = m[2 * n : 3 * n], m[3 * n :]
+    soft = jnp.asarray(x) * (w + w.T) + jnp.asarray(r) * (0.5 * (k2 + k2.T))
     return m[:n], m[n : 2 * n], jnp.square(sigma_a) * soft
