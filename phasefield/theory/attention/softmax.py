@@ -136,7 +136,9 @@ def exact_step(sigma_a, r, c, x, mask, softmax=True):
     def step(total, zb):
         logits = jnp.asarray(sigma_a, dt) * jnp.einsum("ij,sjk,lk->sil", l_mat, zb, l_mat)
         for sign in (1.0, -1.0):  # the field and its antithetic partner
-            a = jax.nn.softmax(jnp.where(allowed, sign * logits, -jnp.inf), axis=-1)
+            e = jnp.where(allowed, sign * logits, -jnp.inf)
+            e = jnp.exp(e - jnp.max(e, axis=-1, keepdims=True))
+            a = e * (1.0 / jnp.sum(e, axis=-1, keepdims=True))
             total = total + block_sum(a)
         return total, None
 
