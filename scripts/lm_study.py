@@ -13,7 +13,9 @@ block's own causal network, width 128, 4 heads, context 64, batch 16, 300 Adam s
   block's own stack at the model's width, depth and context (8 inits, the search at 2 per
   point, the check at 8; found once per block and depth and kept in ``fixes.jsonl``);
   ``fixed-strict``: the same with stricter criteria (``--max-gradient-factor 2
-  --max-angle-rate 0.01``);
+  --max-angle-rate 0.01``); ``fixed-residual``: the same search's point on the residual knob
+  alone (``fix.search.axes.residual``: the least change of the residual output projections
+  that meets the criteria, every other multiplier 1), where there is one;
 * every recipe of :mod:`phasefield.probing.recipes` (``train-lm --recipe``; one that does
   not apply, DeepNorm on pre-LN, is said so and not trained).
 
@@ -41,12 +43,13 @@ from recipes_study import summary_rows  # noqa: E402  (the ViT study's summary: 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OUT = os.path.join(ROOT, "docs", "data", "lm_study")
 RECIPES = ("deepnorm", "t-fixup", "gpt2", "depth-mup", "completep", "rezero", "small-std")
-ARMS = ("as is", "fixed", "fixed-strict", *RECIPES)
+ARMS = ("as is", "fixed", "fixed-strict", "fixed-residual", *RECIPES)
 SHAPE = dict(width=128, heads=4, context=64, batch=16, steps=300)
 PROBE = dict(inits=8, fix_inits=2, verify_inits=8)
 CRITERIA = {
     "fixed": dict(max_gradient_factor=10.0, max_angle_rate=0.05),
     "fixed-strict": dict(max_gradient_factor=2.0, max_angle_rate=0.01),
+    "fixed-residual": dict(max_gradient_factor=10.0, max_angle_rate=0.05),
 }
 
 
@@ -60,8 +63,10 @@ def find_fix(block: str, depth: int, arm: str = "fixed") -> dict:
     path = os.path.join(OUT, "fixes.jsonl")
     crit = CRITERIA[arm]
     key = dict(block=block, depth=depth, width=SHAPE["width"], n_tokens=SHAPE["context"], **PROBE)
-    if arm != "fixed":
+    if arm == "fixed-strict":
         key.update(crit)
+    if arm == "fixed-residual":
+        key["knob"] = "residual"
     if os.path.exists(path):
         for line in open(path):
             row = json.loads(line)
@@ -77,7 +82,11 @@ def find_fix(block: str, depth: int, arm: str = "fixed") -> dict:
     if r.returncode != 0:
         raise SystemExit(f"probe --fix failed for {block} L{depth}:\n{r.stderr}")
     fix = json.loads(r.stdout)["fix"]
-    row = dict(key=key, multipliers=fix["multipliers"], meets=fix["meets"], before=fix.get("before"),
+    mult = fix["multipliers"]
+    if arm == "fixed-residual":  # the search's point on the residual knob alone (None: there is none)
+        axis = (fix["search"].get("axes") or {}).get("residual")
+        mult = {"residual": float(axis["residual"])} if isinstance(axis, dict) else None
+    row = dict(key=key, multipliers=mult, meets=fix["meets"], before=fix.get("before"),
                after=fix.get("after"), seconds=time.time() - t0)  # fmt: skip
     os.makedirs(OUT, exist_ok=True)
     with open(path, "a") as f:
@@ -109,6 +118,9 @@ def run(args):
                 extra = []
                 if arm in CRITERIA:
                     m = find_fix(block, depth, arm)["multipliers"]
+                    if m is None:
+                        print(f"[{block} L{depth}] {arm}: the search has no such point, not trained", flush=True)
+                        continue
                     extra = ["--multipliers", ",".join(f"{k}={v:.6g}" for k, v in m.items())]
                 elif arm != "as is":
                     if not _recipe_applies(block, depth, arm):

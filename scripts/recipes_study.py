@@ -5,9 +5,10 @@
     python scripts/recipes_study.py init                      # the probe's rates at init of every arm
     python scripts/recipes_study.py table                     # docs/data/recipes/{table.md, summary.md, init.md}
 
-The configurations and fixes are :mod:`fix_study`'s (``scripts/fix_study.py``: the digits
-block study's failing post-LN configurations spread over sigma, and its worst pre-LN one;
-the fix of each from ``docs/data/fix/fixes.jsonl``, found there when missing). Each
+The configurations are :mod:`fix_study`'s (``scripts/fix_study.py``: the digits block
+study's failing post-LN configurations spread over sigma, and its worst pre-LN one). The fix
+of each is the current ``probe --fix`` search's (:func:`fix_study.find_fix`, continuous in
+every multiplier), kept in ``docs/data/recipes/fixes.jsonl`` and found there when missing. Each
 configuration is trained, as that study trains (15 epochs, Adam 1e-3, batch 64, width 64,
 4 heads), once per arm and seed, with the arm's multipliers on the ViT's block weight
 matrices at initialization (embeddings and head as drawn):
@@ -19,6 +20,13 @@ matrices at initialization (embeddings and head as drawn):
   from :func:`~phasefield.probing.recipes.plan` on the ViT's own parameter roles and depth,
   the group std for ``gpt2`` from the first seed's draw; a recipe that does not apply (DeepNorm
   on pre-LN) is recorded as not applicable, not trained;
+* ``fixed-residual`` (trained when asked, ``--arms fixed-residual``): the search's point on
+  the residual knob alone (``fix.search.axes.residual``: the least m_res change that meets the
+  criteria with every other multiplier 1), the fix it would return if the residual output
+  projections were its only knob; not applicable where the model as it is meets them;
+* ``fixed-grid`` (not trained by ``run``; kept where it was trained): the fix an earlier
+  search stored in ``docs/data/fix/fixes.jsonl``, whose residual multiplier took grid nodes
+  only (0.933 is the node nearest 1), where it differs from the current search's;
 * ``recommend``: the theory's own answer without a probe, ``phasefield recommend --block``'s
   (sigma, alpha_attn, alpha_mlp) closest to critical at the configuration's depth and tokens
   (found beside the fix, ``fix.theory.recommend`` of its row), trained at those numbers in place
@@ -26,9 +34,8 @@ matrices at initialization (embeddings and head as drawn):
 
 ``init``: per configuration, the probe's measurement at init of every arm (the angle rate, the
 gradient factor over the stack, the distance to the fix's criteria and whether it meets them:
-``phasefield.probe(fix=True)`` on the configuration's preset stack with every recipe, as
-:mod:`fix_study` finds a fix; the fix arm's from its row in ``fixes.jsonl``, as trained), in
-``docs/data/recipes/init_rates.jsonl``.
+what ``phasefield.probe(fix=True)`` measured on the configuration's preset stack as it found
+the fix, before it, after it and after every recipe), in ``docs/data/recipes/init_rates.jsonl``.
 
 One row per (configuration, arm, seed) in ``docs/data/recipes/runs.jsonl``, appended when
 its batch of runs ends (a rerun trains only what is missing). A run trains when its final
@@ -57,6 +64,10 @@ import fix_study as fs  # noqa: E402  (the study's configurations, fixes and tra
 
 OUT = os.path.join(fs.ROOT, "docs", "data", "recipes")
 ARMS = ("as is", "fixed", "deepnorm", "t-fixup", "gpt2", "depth-mup", "completep", "rezero", "small-std", "recommend")
+EXTRA = ("fixed-residual",)  # trained when asked (``--arms``), not required of a configuration
+EARLIER = ("fixed-grid",)  # arms kept from earlier runs, not trained by ``run`` (module docstring)
+SHOWN = ARMS + EXTRA + EARLIER  # the table's and the summary's arms, in this order
+FIXES = os.path.join(OUT, "fixes.jsonl")  # the current search's fix per configuration
 
 
 def recommended(fix_row) -> dict:
@@ -84,6 +95,13 @@ def arm_multipliers(training, arm, block, depth, fix_row, params=None) -> tuple[
         run = dict(m_w=f["weights"], m_res=f["residual"])
         mult = dict(zip(training.paths, training.multipliers(run).astype(float)))
         return mult, dict(text=f"probe --fix: m_w {f['weights']:.4g}, m_res {f['residual']:.4g}")
+    if arm == "fixed-residual":
+        axis = (fix_row["fix"]["search"].get("axes") or {}).get("residual")
+        if not isinstance(axis, dict):  # the model as it is met the criteria, or the axis did not
+            return None, dict(text=None, reason="the search found no point on the residual knob alone")
+        m = float(axis["residual"])
+        mult = dict(zip(training.paths, training.multipliers(dict(m_w=1.0, m_res=m)).astype(float)))
+        return mult, dict(text=f"probe --fix search, the residual knob alone: m_res {m:.4g}")
     std = recipes.group_std(params, training.sel) if arm == "gpt2" else None
     st = recipes.Structure(depth, recipes.roles(training.sel), block == "post-ln", std)
     plan = recipes.plan(arm, st)
@@ -104,7 +122,7 @@ def first_params(training, c, seed):
 
 def run(args):
     runs_path = os.path.join(OUT, "runs.jsonl")
-    fixes_path = os.path.join(fs.OUT, "fixes.jsonl")
+    fixes_path = FIXES
     for depth in args.depth:
         for block in args.block:
             training = None
@@ -166,21 +184,21 @@ def _at_init(after) -> dict:
 
 def init_rates(args):
     """Per configuration of the runs: the probe's rates at init of every arm (module
-    docstring), appended to ``init_rates.jsonl``."""
+    docstring), from its fix's row (the probe's measurement before the fix, after it and
+    after every recipe) and, for ``fixed-grid``, the earlier search's row; appended to
+    ``init_rates.jsonl``."""
     path = os.path.join(OUT, "init_rates.jsonl")
     done = {r["config"] for r in fs._rows(path)}
-    fixes = {r["config"]: r for r in fs._rows(os.path.join(fs.OUT, "fixes.jsonl"))}
-    configs = {r["config"]: r for r in fs._rows(os.path.join(OUT, "runs.jsonl")) if r["arm"] == "as is"}
-    for cid, r in sorted(configs.items()):
-        if cid in done:
-            continue
-        print(f"[init] {cid}", flush=True)
-        c = {k: r[k] for k in ("sigma_w", "alpha_a", "alpha_m")}
-        res = fs.find_fix(r["block"], r["depth"], c, r["data"])
-        arms = {"as is": _at_init(res["fix"]["before"]), "fixed": _at_init(fixes[cid]["fix"]["after"])}
-        arms.update({a["name"]: _at_init(a["after"]) for a in res["fix"]["recipes"] if a["applicable"]})
-        row = dict(config=cid, arms=arms, refound_fix=res["fix"]["multipliers"], seconds=res["seconds"])
-        fs._append(path, row)
+    fixes = {r["config"]: r for r in fs._rows(FIXES)}
+    grid = {r["config"]: r for r in fs._rows(os.path.join(fs.OUT, "fixes.jsonl"))}
+    configs = {r["config"] for r in fs._rows(os.path.join(OUT, "runs.jsonl")) if r["arm"] == "as is"}
+    for cid in sorted(configs - done):
+        fx = fixes[cid]["fix"]
+        arms = {"as is": _at_init(fx["before"]), "fixed": _at_init(fx["after"])}
+        arms.update({a["name"]: _at_init(a["after"]) for a in fx["recipes"] if a["applicable"]})
+        if cid in grid:
+            arms["fixed-grid"] = _at_init(grid[cid]["fix"]["after"])
+        fs._append(path, dict(config=cid, arms=arms))
 
 
 def summary_rows(runs, arms=ARMS, loss_key="test_loss") -> list:
@@ -249,7 +267,7 @@ def _wins_ties_losses(rs, fixed, loss_key) -> dict:
 def table(args):
     runs = fs._rows(os.path.join(OUT, "runs.jsonl"))
     lines = ["| configuration | arm | seed | final test loss | trains |", "|---|---|---|---|---|"]
-    for r in sorted(runs, key=lambda r: (r["config"], ARMS.index(r["arm"]), r["seed"])):
+    for r in sorted(runs, key=lambda r: (r["config"], SHOWN.index(r["arm"]), r["seed"])):
         loss = f"{r['test_loss']:.3f}" if r.get("applicable", True) else "not applicable: " + str(r.get("reason"))
         trains = ("yes" if r["trains"] else "no") if r.get("applicable", True) else "-"
         lines.append(f"| {r['config']} | {r['arm']} | {r['seed']} | {loss} | {trains} |")
@@ -259,7 +277,7 @@ def table(args):
     ]
     summ.append("|---|---|---|---|---|---|---|")
     done, partial = complete_configs(runs)
-    for s in summary_rows([r for r in runs if r["config"] in done]):
+    for s in summary_rows([r for r in runs if r["config"] in done], SHOWN):
         summ.append(
             f"| {s['arm']} | {s['configs']} | {s['runs']} ({s['not_applicable']}) | {s['trains']} of {s['runs']} | "
             f"{s['mean_loss']:.3f} | {s['diff_mean']:+.3f} ± {s['diff_se']:.3f} ({s['pairs']}) | "
@@ -279,7 +297,7 @@ def table(args):
         "|---|---|---|---|---|---|---|",
     ]
     for cid in sorted(init):
-        for arm in ARMS:
+        for arm in SHOWN:
             at = init[cid].get(arm)
             rs = [r for r in runs if r["config"] == cid and r["arm"] == arm and r.get("applicable", True)]
             if not at or not rs:
@@ -316,7 +334,7 @@ def main(argv=None):
     r.add_argument("--block", nargs="+", default=["post-ln", "pre-ln"], choices=["post-ln", "pre-ln"])
     r.add_argument("--configs", type=int, default=3)
     r.add_argument("--seeds", type=int, nargs="+", default=list(fs.SEEDS))
-    r.add_argument("--arms", nargs="+", default=list(ARMS), choices=ARMS)
+    r.add_argument("--arms", nargs="+", default=list(ARMS), choices=ARMS + EXTRA)
     r.add_argument("--batch", type=int, default=9, help="runs trained at once (vmapped)")
     r.add_argument("--data", default="digits", choices=sorted(fs.DATA))
     sub.add_parser("init")

@@ -250,3 +250,58 @@ def test_recipes_summary_compares_the_arms_on_complete_configurations_only():
     assert summ["gpt2"]["configs"] == 1 and summ["gpt2"]["pairs"] == 3
     assert summ["gpt2"]["diff_mean"] == pytest.approx(0.01 * (rs.ARMS.index("gpt2") - 1))
     assert summ["deepnorm"]["runs"] == 0 and summ["deepnorm"]["not_applicable"] == 3
+
+
+def test_recipes_earlier_fix_is_shown_but_not_required():
+    """The earlier search's fix (``fixed-grid``, kept where it was trained) is an arm of the
+    summary where it ran, and a configuration without it is still complete."""
+    rs = _load_script("recipes_study")
+    rows = [dict(config="A", arm=arm, seed=s, test_loss=0.1, trains=True) for arm in rs.ARMS for s in (0, 1)]
+    rows += [dict(config="A", arm="fixed-grid", seed=s, test_loss=0.3 + 0.1 * s, trains=True) for s in (0, 1)]
+    rows += [dict(config="B", arm=arm, seed=s, test_loss=0.2, trains=True) for arm in rs.ARMS for s in (0, 1)]
+    done, partial = rs.complete_configs(rows)
+    assert done == {"A", "B"} and not partial
+    summ = {s["arm"]: s for s in rs.summary_rows(rows, rs.ARMS + rs.EARLIER)}
+    assert summ["fixed-grid"]["configs"] == 1 and summ["fixed-grid"]["diff_mean"] == pytest.approx(0.25)
+
+
+def test_lm_study_residual_arm_is_the_searchs_residual_axis(tmp_path, monkeypatch):
+    """The language-model study's ``fixed-residual`` arm: the probe's search point on the
+    residual knob alone (its own key in ``fixes.jsonl``, found once), or none where the
+    search has no such point."""
+    import types
+
+    lm = _load_script("lm_study")
+    monkeypatch.setattr(lm, "OUT", str(tmp_path))
+    calls = []
+
+    def fake(*args):
+        calls.append(args)
+        axes = {} if "48" in args else {"weights": {"weights": 0.8}, "residual": {"residual": 0.3, "weights": 1.0}}
+        fix = dict(multipliers={"weights": 0.8, "residual": 1.0}, meets=True, search=dict(axes=axes))
+        return types.SimpleNamespace(returncode=0, stdout=json.dumps(dict(fix=fix)), stderr="")
+
+    monkeypatch.setattr(lm, "_phasefield", fake)
+    assert lm.find_fix("post-ln", 32, "fixed-residual")["multipliers"] == {"residual": 0.3}
+    assert lm.find_fix("post-ln", 32, "fixed")["multipliers"]["weights"] == 0.8  # its own key
+    assert lm.find_fix("post-ln", 32, "fixed-residual")["multipliers"] == {"residual": 0.3}  # kept
+    assert len(calls) == 2
+    assert lm.find_fix("post-ln", 48, "fixed-residual")["multipliers"] is None
+
+
+def test_recipes_residual_arm_scales_the_residual_projections_only():
+    """The ViT study's ``fixed-residual`` arm: m_res of the search's residual axis on the
+    residual projections, 1 elsewhere; not applicable where the model as it is met the
+    criteria (no axis searched)."""
+    import types
+
+    rs = _load_script("recipes_study")
+    fs = _load_script("fix_study")
+    sel = {"blocks/attn/out/kernel": (None, True), "blocks/attn/qkv/kernel": (None, False)}
+    training = types.SimpleNamespace(paths=sorted(sel), sel=sel)
+    training.multipliers = lambda run: fs.Training.multipliers(training, run)
+    row = dict(fix=dict(search=dict(axes={"residual": {"residual": 0.25, "weights": 1.0}})))
+    mult, info = rs.arm_multipliers(training, "fixed-residual", "post-ln", 16, row)
+    assert mult == {"blocks/attn/out/kernel": 0.25, "blocks/attn/qkv/kernel": 1.0} and "0.25" in info["text"]
+    none, why = rs.arm_multipliers(training, "fixed-residual", "post-ln", 16, dict(fix=dict(search=dict(axes={}))))
+    assert none is None and why["reason"]
