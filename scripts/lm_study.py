@@ -38,7 +38,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from recipes_study import summary_rows  # noqa: E402  (the ViT study's summary: the same paired differences)
+from recipes_study import residual_axis, summary_rows  # noqa: E402  (the ViT study's summary and residual axis)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OUT = os.path.join(ROOT, "docs", "data", "lm_study")
@@ -84,8 +84,8 @@ def find_fix(block: str, depth: int, arm: str = "fixed") -> dict:
     fix = json.loads(r.stdout)["fix"]
     mult = fix["multipliers"]
     if arm == "fixed-residual":  # the search's point on the residual knob alone (None: there is none)
-        axis = (fix["search"].get("axes") or {}).get("residual")
-        mult = {"residual": float(axis["residual"])} if isinstance(axis, dict) else None
+        m = residual_axis(fix)
+        mult = None if m is None else {"residual": m}
     row = dict(key=key, multipliers=mult, meets=fix["meets"], before=fix.get("before"),
                after=fix.get("after"), seconds=time.time() - t0)  # fmt: skip
     os.makedirs(OUT, exist_ok=True)

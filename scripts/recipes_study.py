@@ -70,6 +70,13 @@ SHOWN = ARMS + EXTRA + EARLIER  # the table's and the summary's arms, in this or
 FIXES = os.path.join(OUT, "fixes.jsonl")  # the current search's fix per configuration
 
 
+def residual_axis(fix) -> float | None:
+    """The fix search's point on the residual knob alone (``fix.search.axes.residual``), or
+    None where it has none (the model as it is met the criteria, or the axis did not)."""
+    axis = (fix["search"].get("axes") or {}).get("residual")
+    return float(axis["residual"]) if isinstance(axis, dict) else None
+
+
 def recommended(fix_row) -> dict:
     """``recommend --block``'s (sigma_w, alpha_a, alpha_m) for the configuration's block, depth
     and tokens, as the fix found beside it (``fix.theory.recommend`` of its row)."""
@@ -96,10 +103,9 @@ def arm_multipliers(training, arm, block, depth, fix_row, params=None) -> tuple[
         mult = dict(zip(training.paths, training.multipliers(run).astype(float)))
         return mult, dict(text=f"probe --fix: m_w {f['weights']:.4g}, m_res {f['residual']:.4g}")
     if arm == "fixed-residual":
-        axis = (fix_row["fix"]["search"].get("axes") or {}).get("residual")
-        if not isinstance(axis, dict):  # the model as it is met the criteria, or the axis did not
+        m = residual_axis(fix_row["fix"])
+        if m is None:
             return None, dict(text=None, reason="the search found no point on the residual knob alone")
-        m = float(axis["residual"])
         mult = dict(zip(training.paths, training.multipliers(dict(m_w=1.0, m_res=m)).astype(float)))
         return mult, dict(text=f"probe --fix search, the residual knob alone: m_res {m:.4g}")
     std = recipes.group_std(params, training.sel) if arm == "gpt2" else None
@@ -122,18 +128,17 @@ def first_params(training, c, seed):
 
 def run(args):
     runs_path = os.path.join(OUT, "runs.jsonl")
-    fixes_path = FIXES
     for depth in args.depth:
         for block in args.block:
             training = None
             for c in fs.configurations(block, depth, args.configs, args.data):
                 cid = fs.config_id(block, depth, c, args.data)
-                fixes = {r["config"]: r for r in fs._rows(fixes_path)}
+                fixes = {r["config"]: r for r in fs._rows(FIXES)}
                 if cid not in fixes:
                     print(f"[fix] {cid}", flush=True)
                     row = dict(config=cid, data=args.data, block=block, depth=depth, **c)
                     row.update(fs.find_fix(block, depth, c, args.data))
-                    fs._append(fixes_path, row)
+                    fs._append(FIXES, row)
                     fixes[cid] = row
                 done = {(r["config"], r["arm"], r["seed"]) for r in fs._rows(runs_path)}
                 todo_arms = [a for a in args.arms if any((cid, a, s) not in done for s in args.seeds)]
