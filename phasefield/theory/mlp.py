@@ -267,7 +267,12 @@ def _closed_jit(act, k):
 
 @functools.cache
 def _tables_jit(act, n_grid, n_cheb):
-    return jax.jit(lambda q, e_one, d_one: _tables(act, jnp.sqrt(q), n_grid, n_cheb, e_one, d_one))
+    def tables(q, e_one, d_one, layer):  # hidden layer ``layer`` (traced) of the layer scales
+        q, e_one, d_one = (jnp.take(x, layer, axis=-1) for x in (q, e_one, d_one))
+        pp, dd = _tables(act, jnp.sqrt(q), n_grid, n_cheb, e_one, d_one)
+        return pp[..., None, :], dd[..., None, :]  # each [..., 1, n_cheb]: that layer's slot
+
+    return jax.jit(tables)
 
 
 def _build_concrete(sigma_w, act, k, n_grid, n_cheb, scales):
@@ -280,11 +285,10 @@ def _build_concrete(sigma_w, act, k, n_grid, n_cheb, scales):
     if act in smoothed.SPLIT and n_grid > PLAIN_GRID_MAX:
         n_grid = PLAIN_GRID_MAX + 1
     tab = _tables_jit(act, n_grid, n_cheb)
-    q, e, d = (np.asarray(x) for x in scales)  # numpy slices: no program per layer index
-    c_pp, c_dd = zip(*(tab(q[..., layer], e[..., layer], d[..., layer]) for layer in range(k)))
-    return MLPKernel(
-        sigma_w, q_l, e2, d2, jnp.asarray(np.stack(c_pp, -2)), jnp.asarray(np.stack(c_dd, -2)), activation=act
-    )
+    c_pp, c_dd = zip(*(tab(q_l, e2, d2, np.int32(layer)) for layer in range(k)))
+    # one layer (the common case) is the program's output itself: no wait for the device
+    c_pp, c_dd = (c[0] if k == 1 else jnp.concatenate(c, -2) for c in (c_pp, c_dd))
+    return MLPKernel(sigma_w, q_l, e2, d2, c_pp, c_dd, activation=act)
 
 
 def _build(sigma_w, act, k, n_grid, n_cheb):
