@@ -92,11 +92,13 @@ def test_recommend_a_causal_block_by_its_last_token(capsys):
             "pre-ln", sigma=p["sigma"], alpha_attn=p["alpha_attn"], alpha_mlp=p["alpha_mlp"], heads=2, causal=True
         )
         th = layers.causal_rates(blk, n_tokens=4, depth=4, q0=1.0, rho0=0.5)
-        # the same fields, the one-point program against recommend's batched one: the exact
-        # map's sampled part sums in float32 (full_gram.SAMPLE_DTYPE), whose rounding the two
-        # programs may order differently (~1e-7 relative per sum)
+        # the same fields, the one-point program against recommend's batched (vmapped) one:
+        # the exact map's sampled part sums in float32 (full_gram.SAMPLE_DTYPE, ~1e-7 relative
+        # per sum), and XLA's batched kernels order those sums differently (docs/theory.md,
+        # "The exact map's sampling error": up to 7e-10 relative measured in lambda_g_last);
+        # the angle rate reads no samples
         assert p["lambda_g_last"] == pytest.approx(float(th["lambda_g_last"]), rel=1e-6, abs=1e-12)
-        assert p["angle_rate_last"] == pytest.approx(float(th["angle_rate_last"]), rel=1e-6, abs=1e-12)
+        assert p["angle_rate_last"] == pytest.approx(float(th["angle_rate_last"]), rel=0, abs=1e-15)
         want = max(abs(p["lambda_g_last"]) * 4 / math.log(10), abs(p["angle_rate_last"]) / 0.5)
         assert p["distance"] == pytest.approx(want, abs=1e-12)
     rc, out, err = _run(capsys, "recommend", "--block", "pre-ln:heads=2,causal=true", *SMALL)
