@@ -3,9 +3,12 @@
     .venv/bin/python scripts/fix_hf.py [--depth 12 48] [--n-tokens 64] [--out docs/data/fix/hf.jsonl]
 
 Each configuration runs the command line in a child process (the progress bar on this
-terminal), and one JSON line is appended to ``--out`` when it is done: the multipliers, the
-measured rates after the fix with standard errors, ``fix.meets``, the wall time and the
-child's peak resident memory. Resumable: configurations already in ``--out`` are skipped.
+terminal), and one JSON line is appended to ``--out`` when it is done: the rates searched
+(``fix.rates``: the last token's, GPT-2 being causal), the rates before, the multipliers, the
+measured rates after the fix with standard errors, ``fix.meets``, every recipe's rates and
+``meets``, the wall time and the child's peak resident memory. Resumable: configurations
+(depth, tokens, rates searched) already in ``--out`` are skipped; rows without ``rates``
+searched the whole sequence's.
 Needs the extra probe-hf (transformers 4.x).
 """
 
@@ -23,6 +26,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from phasefield.io import append_jsonl, read_jsonl  # noqa: E402
+
+SEQUENCE = ("angle_rate", "lambda_g_input")  # the rates of rows without ``rates``
 
 
 def run(depth: int, n_tokens: int, inits: int) -> dict:
@@ -57,6 +62,17 @@ def run(depth: int, n_tokens: int, inits: int) -> dict:
             doc = json.load(f)
     peak_kib = usage.ru_maxrss
     fix = doc["fix"]
+    rates = fix.get("rates", list(SEQUENCE))
+    recipes = [
+        dict(
+            name=r["name"],
+            applicable=r["applicable"],
+            reason=r.get("reason"),
+            meets=r.get("meets"),
+            after={k: v for k, v in (r.get("after") or {}).items() if k.startswith((*rates, "gradient_factor"))},
+        )
+        for r in fix.get("recipes", [])
+    ]
     return dict(
         model="gpt2",
         depth=depth,
@@ -66,12 +82,14 @@ def run(depth: int, n_tokens: int, inits: int) -> dict:
         init="as shipped",
         inits=inits,
         command=" ".join(["phasefield"] + cmd[3:]),
-        before=dict(angle_rate=doc["angle_rate"], lambda_g_input=doc["lambda_g_input"]),
+        rates=rates,
+        before={k: doc[k] for k in (*SEQUENCE, *rates) if k in doc},
         first_failing_block=doc.get("first_failing_block"),
         multipliers=fix["multipliers"],
         after=fix["after"],
         meets=fix["meets"],
         criteria=fix.get("criteria"),
+        recipes=recipes,
         seconds=round(sec, 1),
         peak_rss_gib=round(peak_kib / 2**20, 2),
         cpus=os.cpu_count(),
@@ -86,9 +104,10 @@ def main(argv=None) -> int:
     ap.add_argument("--inits", type=int, default=16)
     ap.add_argument("--out", default=os.path.join(ROOT, "docs", "data", "fix", "hf.jsonl"))
     args = ap.parse_args(argv)
-    done = {(r["depth"], r["n_tokens"]) for r in read_jsonl(args.out)} if os.path.exists(args.out) else set()
+    rows = read_jsonl(args.out) if os.path.exists(args.out) else []
+    done = {(r["depth"], r["n_tokens"]) for r in rows if "rates" in r}
     for depth in args.depth:
-        if (depth, args.n_tokens) in done:
+        if (depth, args.n_tokens) in done:  # the probe searches GPT-2's last token: rows of its rates
             continue
         row = run(depth, args.n_tokens, args.inits)
         append_jsonl(args.out, row)
