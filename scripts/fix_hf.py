@@ -6,9 +6,9 @@ Each configuration runs the command line in a child process (the progress bar on
 terminal), and one JSON line is appended to ``--out`` when it is done: the rates searched
 (``fix.rates``: the last token's, GPT-2 being causal), the rates before, the multipliers, the
 measured rates after the fix with standard errors, ``fix.meets``, every recipe's rates and
-``meets``, the wall time and the child's peak resident memory. Resumable: configurations
-(depth, tokens, rates searched) already in ``--out`` are skipped; rows without ``rates``
-searched the whole sequence's.
+``meets``, the wall time and the child's peak resident memory. Resumable: a (depth, tokens)
+with a row in ``--out`` is skipped; rows without ``rates`` (an earlier search of the whole
+sequence's rates) do not count.
 Needs the extra probe-hf (transformers 4.x).
 """
 
@@ -104,8 +104,7 @@ def main(argv=None) -> int:
     ap.add_argument("--inits", type=int, default=16)
     ap.add_argument("--out", default=os.path.join(ROOT, "docs", "data", "fix", "hf.jsonl"))
     args = ap.parse_args(argv)
-    rows = read_jsonl(args.out) if os.path.exists(args.out) else []
-    done = {(r["depth"], r["n_tokens"]) for r in rows if "rates" in r}
+    done = {(r["depth"], r["n_tokens"]) for r in read_jsonl(args.out) if "rates" in r}
     for depth in args.depth:
         if (depth, args.n_tokens) in done:  # the probe searches GPT-2's last token: rows of its rates
             continue

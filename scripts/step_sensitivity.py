@@ -38,6 +38,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import fix_study as fs  # noqa: E402
 import recipes_study as rs  # noqa: E402
 
+from phasefield.io import read_jsonl  # noqa: E402
+
 OUT = os.path.join(rs.OUT, "step.jsonl")
 CONFIGS = ("post-ln_L32_sw0.5533", "post-ln_L16_sw0.8889", "post-ln_L16_sw1.8916", "mnist1d_post-ln_L16_sw1.1820")
 LR, BATCH, N_EVAL = 1e-3, 64, 512
@@ -92,7 +94,9 @@ def measure(cid, fix_row, seed) -> list:
 
 def run(args):
     fixes = {r["config"]: r for r in fs._rows(rs.FIXES)}
-    done = {(r["config"], r["seed"]) for r in fs._rows(OUT)}
+    # a (configuration, seed) is done when its last arm's row is there: its rows are written at
+    # once, in ``rs.ARMS`` order, and a torn write loses a suffix (which ``read_jsonl`` skips)
+    done = {(r["config"], r["seed"]) for r in read_jsonl(OUT) if r["arm"] == rs.ARMS[-1]}
     for prefix in args.configs:
         cids = [c for c in fixes if c.startswith(prefix)]
         if len(cids) != 1:
@@ -111,7 +115,7 @@ def _below(pos, neg) -> float:
 
 def table(args):
     runs = fs._rows(os.path.join(rs.OUT, "runs.jsonl"))
-    rows = fs._rows(OUT)
+    rows = list({(r["config"], r["arm"], r["seed"]): r for r in read_jsonl(OUT)}.values())  # a rerun's rows last
     lines = [
         "| configuration | arm | seed | rel | dloss | final test losses (seeds 0-2) | trains |",
         "|---|---|---|---|---|---|---|",
@@ -119,14 +123,10 @@ def table(args):
     verdicts, pooled = [], ([], [])
     by_run = {(x["config"], x["arm"], x["seed"]): x["trains"] for x in runs if "trains" in x}
     for cid in dict.fromkeys(r["config"] for r in rows):
-        trains, fails = [], []
-        per_run = ([], [])
-        for r in rows:
-            if r["config"] == cid:
-                per_run[0 if by_run[(cid, r["arm"], r["seed"])] else 1].append(r["rel"])
-        pooled[0].extend(per_run[0])
-        pooled[1].extend(per_run[1])
+        trains, fails = [], []  # by the arm's majority over its seeds
+        per_run = ([], [])  # by the run of the same seed
         for r in [x for x in rows if x["config"] == cid]:
+            per_run[0 if by_run[(cid, r["arm"], r["seed"])] else 1].append(r["rel"])
             rr = sorted((x for x in runs if x["config"] == cid and x["arm"] == r["arm"]), key=lambda x: x["seed"])
             ok = sum(x["trains"] for x in rr)
             losses = " / ".join(f"{x['test_loss']:.3f}" for x in rr)
@@ -134,6 +134,8 @@ def table(args):
                 f"| {cid} | {r['arm']} | {r['seed']} | {r['rel']:.3f} | {r['dloss']:+.3f} | {losses} | {ok} of {len(rr)} |"
             )
             (trains if 2 * ok > len(rr) else fails).append(r["rel"])
+        pooled[0].extend(per_run[0])
+        pooled[1].extend(per_run[1])
         sep = bool(trains and fails and max(trains) < min(fails))
         verdicts.append(
             f"- {cid}: `rel` of the arms that train {min(trains):.2f}-{max(trains):.2f}, of those that do not "
