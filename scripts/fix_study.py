@@ -5,8 +5,9 @@
     python scripts/fix_study.py table               # summary.csv, the docs table, the figure
 
 The configurations are those of the post-LN digits study (docs/block_studies.md; runs in
-``docs/data/trainability/blocks/post-ln/results.jsonl``) where every seed failed (test loss
-at chance): ``--configs`` of them per depth, spread over sigma. For each:
+``docs/data/trainability/blocks/post-ln/results.jsonl``; at L = 64 its deep extension,
+``post-ln-L64``) where every seed failed (test loss at chance): ``--configs`` of them per
+depth, spread over sigma. For each:
 
 1. **the fix**: ``phasefield.probe(model, fix=True)`` on a stack of the ViT's blocks
    (``post-ln:heads=4`` at the configuration's sigma, alpha_attn, alpha_mlp; width 64,
@@ -83,10 +84,17 @@ def _append(path, row):
         f.write(json.dumps(row, default=float) + "\n")
 
 
+def _study_dirs(block: str, data: str) -> list:
+    """The block study's result folders on ``data``: the study (L 8-32) and its deep extension
+    (``<block>-L64``, digits) where it has been trained."""
+    name = block + DATA[data]["suffix"]
+    return [os.path.join(STUDY, n) for n in (name, f"{name}-L64") if os.path.isdir(os.path.join(STUDY, n))]
+
+
 def configurations(block: str, depth: int, n: int, data: str = "digits") -> list:
     """The study's configurations at ``depth``: post-LN, those where every seed failed, ``n``
     spread over sigma; pre-LN, the one with the highest seed-mean test loss."""
-    runs = _rows(os.path.join(STUDY, block + DATA[data]["suffix"], "results.jsonl"))
+    runs = [r for d in _study_dirs(block, data) for r in _rows(os.path.join(d, "results.jsonl"))]
     fails = DATA[data]["trains"] if data == "digits" else AT_CHANCE
     by = {}
     for r in runs:
@@ -164,6 +172,7 @@ class Training:
             block=f"{block}:heads=4",
         )
         self.data = vdata.load(data, DATA[data]["image_size"])
+        self.device = jax.devices()[0].device_kind  # where the runs train ("cpu", a GPU's name)
         d = self.data
         init, epoch, final = vt.make_train_parts(self.cfg, d.num_classes, d.scale, 64)
         self.vt = vt

@@ -170,7 +170,7 @@ def run(args):
                     dt = time.perf_counter() - t0
                     for (base, r), m in zip(part, res):
                         mult = r["mult"]
-                        row = dict(base, applicable=True, **m, seconds=dt / len(part))
+                        row = dict(base, applicable=True, **m, seconds=dt / len(part), device=training.device)
                         row["multipliers"] = {k: float(v) for k, v in mult.items() if v != 1.0}
                         fs._append(runs_path, row)
                         print(f"      {base['arm']:9s} seed {base['seed']}: test loss {m['test_loss']:.3f}", flush=True)

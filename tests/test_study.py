@@ -168,7 +168,7 @@ def test_the_registry_reproduces_the_committed_designs():
     }
     first = pooled.planned_first()
     assert len(first) == 64 and first <= trained
-    for name in ("corners", "faces", "edges", "holdout3"):
+    for name in ("corners", "faces", "edges", "holdout3", "post-ln-L64", "pre-ln-L64"):
         st = R.study(name)
         want = {
             config_id(dict(c, lr=1e-3))
@@ -226,6 +226,28 @@ def test_the_script_is_a_thin_command_line(script, capsys):
         if callable(getattr(script, n)) and getattr(getattr(script, n), "__module__", "") == script.__name__
     ]
     assert all(n.startswith(("cmd_", "block_", "_print", "_study", "main")) for n in defs), defs
+
+
+def test_the_fix_studies_find_their_l64_configurations_in_the_deep_extension():
+    """At L 64 the configurations come from the block studies' deep extension: post-LN's
+    where every seed failed (the lowest sigma of them, for one), pre-LN's worst seed mean."""
+    from phasefield.vit import sweep as vsweep
+
+    fs = _load_script("fix_study")
+
+    def by_config(name):
+        out = {}
+        for r in vsweep.read_results(R.STUDIES[name]["out"]):
+            assert r["depth"] == 64
+            out.setdefault(r["sigma_w"], []).append(r["test_loss"])
+        return out
+
+    failed = [k for k, v in by_config("post-ln-L64").items() if min(v) >= fs.TRAINS]
+    (post,) = fs.configurations("post-ln", 64, 1)
+    assert post["sigma_w"] == min(failed) and min(post["study_losses"]) >= fs.TRAINS
+    pre = by_config("pre-ln-L64")
+    assert fs.configurations("pre-ln", 64, 1)[0]["sigma_w"] == max(pre, key=lambda k: sum(pre[k]) / len(pre[k]))
+    assert fs.configurations("post-ln", 32, 1)[0]["sigma_w"] < 1  # L 8-32: the study itself
 
 
 def test_recipes_summary_compares_the_arms_on_complete_configurations_only():

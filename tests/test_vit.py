@@ -296,3 +296,21 @@ def test_block_sweep_records_the_block_theory():
 def test_bad_block_in_a_train_config(spec_text, msg):
     with pytest.raises(ValueError, match=msg):
         dataclasses.replace(TINY, block=spec_text).validate()
+
+
+def test_the_progress_bar_ends_a_chunk_at_its_total():
+    """Fifteen epochs of a 3-run chunk: the bar counts 0.2 runs an epoch and ends at 3 exactly
+    (summed, 0.2 fifteen times is 3.0000000000000004: tqdm clamps and warns)."""
+    import io
+    import warnings
+
+    from tqdm import tqdm
+
+    bar = tqdm(total=4, initial=1, file=io.StringIO())
+    on_epoch = vsweep.epoch_progress(bar, 3, 15)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for e in range(1, 16):
+            on_epoch(e)
+    assert bar.n == 4 and sum([0.2] * 15) > 3
+    bar.close()

@@ -30,6 +30,9 @@ pre-ln, post-ln
            their init numbers in :data:`BLOCK_BOUNDS` (the run's sigma_w / alpha_a / alpha_m
            set sigma / alpha_attn / alpha_mlp: :data:`phasefield.vit.train.RUN_NUMBERS`) and
            depth, 3 seeds
+pre-ln-L64, post-ln-L64
+           the block studies at L = 64 (8 configurations of the same Sobol scheme, scrambling
+           seed seed0 + 64, 3 seeds), apart from the studies whose analyses ship
 pre-ln-holdout, post-ln-holdout
            each block's held-out set (``holdout_of``): fresh Sobol sequences trained after the
            block's families and shipping procedure were fixed, scored by its shipped model
@@ -127,6 +130,21 @@ STUDIES = {
         block="post-ln:heads=4",
         bounds="block",
     ),
+    # the deep extension of the two block studies: L = 64 on the same Sobol scheme (its own
+    # sequence, scrambled by seed0 + 64), kept apart so that the studies' analyses and shipped
+    # models stay those of L = 8-32
+    **{
+        f"{b}-L64": dict(
+            plan="64:8",
+            seed0=seed0,
+            settings="adam:1e-3",
+            seeds=SEEDS,
+            out=_out("blocks", f"{b}-L64"),
+            block=f"{b}:heads=4",
+            bounds="block",
+        )
+        for b, seed0 in (("pre-ln", 4000), ("post-ln", 5000))
+    },
     "pre-ln-holdout": dict(
         plan=BLOCK_HOLDOUT_PLAN,
         seed0=6000,
