@@ -72,10 +72,11 @@ TRAINS = DATA["digits"]["trains"]
 
 
 def _rows(path):
-    if not os.path.exists(path):
-        return []
-    with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
+    """The study's rows in ``path`` (``phasefield.io.read_jsonl``: [] where there is none, a
+    line torn by a kill skipped)."""
+    from phasefield.io import read_jsonl
+
+    return read_jsonl(path)
 
 
 def _append(path, row):

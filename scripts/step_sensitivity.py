@@ -38,8 +38,6 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import fix_study as fs  # noqa: E402
 import recipes_study as rs  # noqa: E402
 
-from phasefield.io import read_jsonl  # noqa: E402
-
 OUT = os.path.join(rs.OUT, "step.jsonl")
 CONFIGS = ("post-ln_L32_sw0.5533", "post-ln_L16_sw0.8889", "post-ln_L16_sw1.8916", "mnist1d_post-ln_L16_sw1.1820")
 LR, BATCH, N_EVAL = 1e-3, 64, 512
@@ -95,8 +93,8 @@ def measure(cid, fix_row, seed) -> list:
 def run(args):
     fixes = {r["config"]: r for r in fs._rows(rs.FIXES)}
     # a (configuration, seed) is done when its last arm's row is there: its rows are written at
-    # once, in ``rs.ARMS`` order, and a torn write loses a suffix (which ``read_jsonl`` skips)
-    done = {(r["config"], r["seed"]) for r in read_jsonl(OUT) if r["arm"] == rs.ARMS[-1]}
+    # once, in ``rs.ARMS`` order, and a torn write loses a suffix (which ``fs._rows`` skips)
+    done = {(r["config"], r["seed"]) for r in fs._rows(OUT) if r["arm"] == rs.ARMS[-1]}
     for prefix in args.configs:
         cids = [c for c in fixes if c.startswith(prefix)]
         if len(cids) != 1:
@@ -115,7 +113,7 @@ def _below(pos, neg) -> float:
 
 def table(args):
     runs = fs._rows(os.path.join(rs.OUT, "runs.jsonl"))
-    rows = list({(r["config"], r["arm"], r["seed"]): r for r in read_jsonl(OUT)}.values())  # a rerun's rows last
+    rows = list({(r["config"], r["arm"], r["seed"]): r for r in fs._rows(OUT)}.values())  # a rerun's rows last
     lines = [
         "| configuration | arm | seed | rel | dloss | final test losses (seeds 0-2) | trains |",
         "|---|---|---|---|---|---|---|",
