@@ -175,6 +175,8 @@ def test_trajectory_of_a_standard_block_equals_the_library(capsys):
 
 
 def test_block_sweep_and_figure(capsys, tmp_path):
+    # the pre-LN sizes of tests/test_sweep_blocks.py (2 heads, 4 tokens, 2 blocks, chunks of 2,
+    # sigma <= 1.7): its compiled programs (alpha, a number of the points, sizes nothing)
     nc, png = tmp_path / "b.nc", tmp_path / "b.png"
     rows = tmp_path / "rows.jsonl"  # a row of an earlier release (its lambda_g: lambda_g_input) reads too
     rows.write_text(
@@ -188,15 +190,17 @@ def test_block_sweep_and_figure(capsys, tmp_path):
         "block",
         "sweep",
         "--block",
-        "pre-ln:heads=4",
+        "pre-ln:heads=2",
         "--axis",
-        "sigma=0.5,1.5",
+        "sigma=0.4,1.1,1.7",
         "--axis",
         "alpha=0.2:1:3",
         "--depth",
         "2",
         "--n-tokens",
         "4",
+        "--chunk",
+        "2",
         "--out",
         str(nc),
         "--figure",
@@ -209,12 +213,12 @@ def test_block_sweep_and_figure(capsys, tmp_path):
 
     with xr.open_dataset(nc, engine="h5netcdf") as ds:
         assert ds.lambda_g_input.dims == ("sigma", "alpha") and ds.attrs["block"] == "pre-ln"
-        blk = layers.presets.get("pre-ln", sigma=1.5, alpha=float(ds.alpha[1]), heads=4)
+        blk = layers.presets.get("pre-ln", sigma=1.7, alpha=float(ds.alpha[1]), heads=2)
         fd = layers.finite_depth(blk, q0=1.0, rho0=0.5, n_tokens=4, depth=2)
-        assert abs(float(ds.lambda_g_input.isel(sigma=1, alpha=1)) - float(fd["lambda_g_input"])) < 1e-13
-        assert abs(float(ds.lambda_g_collapse.isel(sigma=1, alpha=1)) - float(fd["lambda_g_collapse"])) < 1e-13
+        assert abs(float(ds.lambda_g_input.isel(sigma=2, alpha=1)) - float(fd["lambda_g_input"])) < 1e-13
+        assert abs(float(ds.lambda_g_collapse.isel(sigma=2, alpha=1)) - float(fd["lambda_g_collapse"])) < 1e-13
         assert "lambda_g" not in ds
-        assert abs(float(ds.angle_rate.isel(sigma=1, alpha=1)) - float(fd["angle_rate"])) < 1e-13
+        assert abs(float(ds.angle_rate.isel(sigma=2, alpha=1)) - float(fd["angle_rate"])) < 1e-13
     assert os.path.getsize(png) > 1000
 
 
@@ -308,20 +312,22 @@ def test_block_sweep_from_mesh_values_equals_the_integrated_maps():
 
 def test_figures_draws_any_blocks_phase_diagram(capsys, tmp_path):
     """`figures --block NAME --axis A --axis B`: the block sweep's values and its diagram."""
+    # the numbers and sizes of the post-LN grid of tests/test_sweep_blocks.py (sigma <= 1.7,
+    # 8 tokens, 3 blocks; 4 points: its chunks of 4): one compiled sweep program
     out = tmp_path / "figs"
     rc, _, err = _run(
         capsys,
         "figures",
         "--block",
-        "post-ln:heads=2",
+        "post-ln:heads=2,alpha_attn=0.5",
         "--axis",
-        "sigma=0.5,1.5",
+        "sigma=0.6,1.7",
         "--axis",
-        "alpha=0.2,1",
+        "alpha_mlp=0.2,0.7",
         "--depth",
-        "2",
+        "3",
         "--n-tokens",
-        "4",
+        "8",
         "--out",
         str(out),
     )
@@ -330,10 +336,14 @@ def test_figures_draws_any_blocks_phase_diagram(capsys, tmp_path):
 
     with xr.open_dataset(out / "phase_post-ln.nc", engine="h5netcdf") as ds:
         fd = layers.finite_depth(
-            layers.presets.get("post-ln", sigma=1.5, alpha=1.0, heads=2), q0=1.0, rho0=0.5, n_tokens=4, depth=2
+            layers.presets.get("post-ln", sigma=1.7, alpha_attn=0.5, alpha_mlp=0.7, heads=2),
+            q0=1.0,
+            rho0=0.5,
+            n_tokens=8,
+            depth=3,
         )
         assert "lambda_g" not in ds
-        assert abs(float(ds["lambda_g_input"].isel(sigma=1, alpha=1)) - float(fd["lambda_g_input"])) < 1e-13
+        assert abs(float(ds["lambda_g_input"].isel(sigma=1, alpha_mlp=1)) - float(fd["lambda_g_input"])) < 1e-13
     assert (out / "phase_post-ln.png").stat().st_size > 1000
 
 

@@ -149,6 +149,11 @@ def test_spec_refuses_in_one_line(text, msg):
         spec.parse(text)
 
 
+@jax.jit  # one program per block structure (both points below), not one per point
+def _block_forward(b, k, ctx):
+    return b.forward(k, ctx)
+
+
 @pytest.mark.parametrize("sigma,alpha", [(1.2956521739130435, 0.7108695652173913), (0.7, 0.3)])
 def test_angle_multipliers_equal_finite_differences(sigma, alpha):
     """Each layer's transverse multiplier along the collapsed trajectory (autodiff through the
@@ -159,9 +164,8 @@ def test_angle_multipliers_equal_finite_differences(sigma, alpha):
     block = spec.build("dyt", dict(sigma=sigma, alpha=alpha, heads=4))
     r = layers.rates(block, n_tokens=8, depth=3)
     b, ctx = layers.prepare(block, 8)
-    fwd = jax.jit(lambda q, p: b.forward(Kernel(q, p), ctx))
     for q, m in zip(np.asarray(r["q_collapsed"])[:-1], np.asarray(r["angle_multipliers"])):
-        k = fwd(q, q - 1e-6 * q)
+        k = _block_forward(b, Kernel(q, q - 1e-6 * q), ctx)
         assert float(m) == pytest.approx(float(k.q - k.p) / (1e-6 * q), rel=1e-5), q
 
 
@@ -215,12 +219,20 @@ SIM = dict(n_tokens=8, depth=3, width=1024, draws=32, seed=0)
 POINTS = ["dyt:sigma=1,alpha=0.5,heads=4", "dyt:sigma=0.8,alpha=1,a=1,heads=4"]
 
 
+def _theory_and_network(text):
+    """(theory, simulation) of a point at the sizes of SIM: the theory from ``layers.rates``
+    (the compiled program of the tests above, the numbers of ``compare.theory``), the
+    network's measurement given the theory's q* (inf: no collapsed fixed point)."""
+    r = layers.rates(spec.build(*spec.parse(text)), n_tokens=SIM["n_tokens"], depth=SIM["depth"])
+    th = {q: float(r[q]) for q in (*measure.QUANTITIES, "q_star")}
+    return th, measure.rates(text, q_star=th["q_star"], **SIM)
+
+
 @pytest.mark.parametrize("text", POINTS)
 def test_theory_against_its_own_network(text):
     """q_L, rho_L, the angle rate and lambda_g (from the input and from collapsed tokens)
     of the block simulator within 3 standard errors of the theory."""
-    th = compare.theory(text, n_tokens=SIM["n_tokens"], depth=SIM["depth"])
-    sim = measure.rates(text, **SIM)
+    th, sim = _theory_and_network(text)
     z = compare.z_scores(sim, th)
     print(
         text,
@@ -239,7 +251,6 @@ def test_theory_against_its_own_network(text):
 # moves lambda_g from the input by several standard errors of this simulation (the network
 # at the sizes of SIM, so both tests run one compiled network: its finite-width bias of
 # lambda_g is below 0.1 se at d 1024 with 128 draws, docs/blocks.md)
-SIM_LOGITS = SIM
 POINTS_LOGITS = ["dyt:sigma=1.5,alpha=1,heads=4", "dyt:sigma=1.4,alpha=0.7,a=1,heads=4"]
 
 
@@ -252,10 +263,11 @@ def test_the_softmax_path_against_the_network_at_larger_logits(text):
     block = spec.build(*spec.parse(text))
     att = [x for x in leaf_layers(block) if x.logit_scale() is not None]
     assert att and all(x.softmax_correction and x.any_norm for x in att)
-    sim = measure.rates(text, **SIM_LOGITS)
-    th = compare.theory(text, n_tokens=SIM_LOGITS["n_tokens"], depth=SIM_LOGITS["depth"])
+    th, sim = _theory_and_network(text)
     z = compare.z_scores(sim, th)
     for q in ("q_L", "rho_L", "angle_rate", "lambda_g_input", "lambda_g_collapse"):
         assert sim[q + "_se"] > 0 and abs(z[q]) <= 3.0, (text, q, th[q], sim[q], sim[q + "_se"], z[q])
-    off = compare.theory(text + ",softmax_correction=false", n_tokens=SIM_LOGITS["n_tokens"], depth=SIM_LOGITS["depth"])
-    assert abs(compare.z_scores(sim, off)["lambda_g_input"]) > 3.0
+    off = layers.finite_depth(
+        spec.build(*spec.parse(text + ",softmax_correction=false")), n_tokens=SIM["n_tokens"], depth=SIM["depth"]
+    )
+    assert abs(compare.z_scores(sim, {"lambda_g_input": float(off["lambda_g_input"])})["lambda_g_input"]) > 3.0

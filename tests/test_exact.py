@@ -1,6 +1,8 @@
 """Exact-softmax attention map (phasefield.theory.attention.exact): against brute-force Monte-Carlo of
 the n x n Gaussian logit field, its limits, lambda_a, and the docs/theory.md §3 case."""
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -22,10 +24,17 @@ def _jit(fn, *args):
     return jax.jit(lambda: fn(*args))()
 
 
+@functools.cache
+def _brute_force(sigma_a, rho, n):
+    """Brute-force S_1, S_rho and their standard errors (60,000 logit fields, seed 7), once
+    per process for the tests that read the same point."""
+    return exact.monte_carlo_s(sigma_a, rho, n, samples=60_000, seed=7)
+
+
 @pytest.mark.parametrize("sigma_a,rho,n", [(1.0, 0.3, 8), (3.0, 0.3, 8), (4.0, -0.1, 4), (2.0, 0.9, 6), (4.0, 0.6, 5)])
 def test_s_values_match_brute_force(sigma_a, rho, n):
     s1, sr = (float(v) for v in _jit(exact.s_values, sigma_a, n, rho))
-    m1, e1, mr, er = exact.monte_carlo_s(sigma_a, rho, n, samples=60_000, seed=7)
+    m1, e1, mr, er = _brute_force(sigma_a, rho, n)
     assert abs(s1 - m1) < 4 * e1 + 1e-6
     assert abs(sr - mr) < 4 * er + 1e-6
 
@@ -33,7 +42,7 @@ def test_s_values_match_brute_force(sigma_a, rho, n):
 def test_paper_map_is_wrong_at_large_sigma_a():
     # the brute-force value differs from the paper's 1 - w by many standard errors
     w1, wr = paper_map.weights(3.0, 8, 0.3)
-    m1, e1, mr, er = exact.monte_carlo_s(3.0, 0.3, 8, samples=60_000, seed=3)
+    m1, e1, mr, er = _brute_force(3.0, 0.3, 8)  # test_s_values_match_brute_force's draws
     assert abs((1 - float(w1)) - m1) > 50 * e1
     assert abs((1 - float(wr)) - mr) > 50 * er
 
@@ -111,7 +120,7 @@ def test_public_functions_key_on_concrete_sizes():
     kern = theory.kernel(hp)
     att = exact_table.kernel(hp.sigma_a, hp.n_tokens)
     assert (att.n_a, att.n_z) == exact.sizes(hp.sigma_a, hp.n_tokens) != exact.sizes()
-    q_a, p_a = attention.forward(hp.sigma_a, hp.n_tokens, hp.sigma_v, 0.3, "exact", att)
+    q_a, p_a = _jit(attention.forward, hp.sigma_a, hp.n_tokens, hp.sigma_v, 0.3, "exact", att)
     ref = _jit(exact.forward, hp.sigma_a, hp.n_tokens, hp.sigma_v, 0.3)  # concrete sizes as well
     np.testing.assert_allclose([float(q_a), float(p_a)], [float(ref[0]), float(ref[1])], rtol=1e-14)
     # a traced hp inside the user's own jit gets the default sizes (and still works)

@@ -86,9 +86,10 @@ def test_exact_mode_matches_semi_analytic_map():
 
 def test_two_group_trajectory_and_simulation():
     hp = HParams(sigma_w=1.5, sigma_a=1.0, alpha_a=0.5, alpha_m=0.5, n_tokens=8, depth=6)
-    same_i, same_o = gram.two_group_trajectory(hp, 1.0, 0.4, 0.4, 6)
+    groups = jax.jit(lambda intra, inter: gram.two_group_trajectory(hp, 1.0, intra, inter, 6))  # one program
+    same_i, same_o = groups(0.4, 0.4)
     np.testing.assert_allclose(same_i, same_o, atol=1e-12)
-    intra, inter = gram.two_group_trajectory(hp, 1.0, 0.6, 0.1, 6)
+    intra, inter = groups(0.6, 0.1)
     assert intra.shape == (7,) and float(inter[-1] / intra[-1]) > float(inter[0] / intra[0])
     from phasefield.simulate import measure
 
@@ -99,7 +100,7 @@ def test_two_group_trajectory_and_simulation():
 
 def test_causal_geometry_against_causal_simulator():
     hp = HParams(sigma_w=1.5, sigma_a=1.0, alpha_a=0.6, alpha_m=0.6, n_tokens=8, depth=8)
-    geo = gram.causal_geometry(hp, 1.0, 0.3, 8)
+    geo = _jit(lambda: gram.causal_geometry(hp, 1.0, 0.3, 8))
     from phasefield.simulate import measure
 
     sim = measure.token_geometry(
@@ -122,9 +123,12 @@ def _causal_cosine_errors(hp, modes, seeds=64, width=512):
     from phasefield.simulate import measure
 
     n, depth = int(hp.n_tokens), int(hp.depth)
-    sim = measure.token_geometry(
-        presets.paper(hp), 1.0, 0.3, n_tokens=n, width=width, draws=seeds, depth=depth, causal=True, seed=0
-    )
+    # keys of JAX's rbg generator (XLA's RngBitGenerator): the same Gaussian weights in
+    # distribution as the default threefry's, in ~45 % less CPU for these draws
+    with jax.default_prng_impl("rbg"):
+        sim = measure.token_geometry(
+            presets.paper(hp), 1.0, 0.3, n_tokens=n, width=width, draws=seeds, depth=depth, causal=True, seed=0
+        )
     cs = sim["cosines"].reshape(depth + 1, seeds, -1)[-1]
     m, se = cs.mean(0), cs.std(0, ddof=1) / np.sqrt(seeds)
     iu = np.triu_indices(n, 1)
@@ -156,7 +160,7 @@ def test_causal_paper_mode_is_biased_where_exact_is_not():
 
 def test_causal_exponents_against_simulator():
     hp = HParams(sigma_w=1.5, sigma_a=1.0, alpha_a=0.6, alpha_m=0.6, n_tokens=8, depth=6)
-    th = gram.causal_exponents(hp)
+    th, la_acausal = _jit(lambda k: (gram.causal_exponents(hp, k), paper.angle_exponent(hp, k)), mlp.kernel(hp))
     assert set(th) >= {"lambda_a", "lambda_g_collapse"}
     from phasefield.simulate import measure
 
@@ -164,7 +168,7 @@ def test_causal_exponents_against_simulator():
     assert abs(sim["lambda_a"] - float(th["lambda_a"])) < 0.03 + 3 * sim["lambda_a_se"]
     assert abs(sim["lambda_g_collapse"] - float(th["lambda_g_collapse"])) < 0.03 + 3 * sim["lambda_g_collapse_se"]
     # the causal mask changes the exponents (the non-causal theory differs)
-    assert abs(float(th["lambda_a"]) - float(paper.angle_exponent(hp))) > 0.02
+    assert abs(float(th["lambda_a"]) - float(la_acausal)) > 0.02
 
 
 def test_cli_gram_commands():

@@ -202,14 +202,17 @@ def test_glu_maps_against_monte_carlo():
     glu = layers.GLU(sigma_g=1.3, sigma_v=0.8, sigma_out=1.1, mult=2.0)
     rho = 0.35
     with jax.enable_x64(True):
+        # the tables built outside the trace, as for every block (layers.prepare: a cached
+        # table program; built inside the test's -O0 program they cost ~4 CPU-s), then both
+        # maps in one program, not op by op
+        prepared, ctx = layers.prepare(glu, n)
 
-        def maps():  # one program, not op by op
-            ctx = layers.Context(jnp.asarray(float(n)))
-            prepared = glu.prepare(ctx)
+        @jax.jit
+        def maps(b, ctx):
             k_in = Kernel(jnp.asarray(1.0), jnp.asarray(rho))
-            return prepared.forward(k_in, ctx), prepared.backward(k_in, Grad(jnp.asarray(1.0), jnp.asarray(0.0)), ctx)
+            return b.forward(k_in, ctx), b.backward(k_in, Grad(jnp.asarray(1.0), jnp.asarray(0.0)), ctx)
 
-        fwd, bwd = jax.jit(maps)()
+        fwd, bwd = maps(prepared, ctx)
         mod = glu.module("dense")
         c = np.linalg.cholesky(np.array([[1.0, rho], [rho, 1.0]]))
 
@@ -236,12 +239,13 @@ def test_angle_rate_is_the_limit_of_nearby_tokens():
     transverse multipliers) equals (1/L) log[(1 - rho_L)/(1 - rho_0)] of the trajectory from
     rho_0 = 1 - 1e-7, for a block whose norm grows (identity residual: the norm's growth
     enters, 1 - rho = (q - p)/q)."""
+    # 16 tokens, depth 4: the finite-depth program of test_preset_theory_against_its_own_network
     block = layers.presets.get("pre-ln", sigma=1.0, alpha=0.7, heads=4)
-    fd = layers.finite_depth(block, q0=1.0, rho0=1.0, n_tokens=16, depth=6)
-    q, p = layers.trajectory(block, 1.0, 1.0 - 1e-7, n_tokens=16, depth=6)
-    rate = np.log((1.0 - float(p[-1] / q[-1])) / 1e-7) / 6
+    fd = layers.finite_depth(block, q0=1.0, rho0=1.0, n_tokens=16, depth=4)
+    q, p = layers.trajectory(block, 1.0, 1.0 - 1e-7, n_tokens=16, depth=4)
+    rate = np.log((1.0 - float(p[-1] / q[-1])) / 1e-7) / 4
     assert abs(float(fd["angle_rate"]) - rate) < 1e-5, (float(fd["angle_rate"]), rate)
-    spread = np.sum(np.log(np.asarray(fd["angle_multipliers"]))) / 6
+    spread = np.sum(np.log(np.asarray(fd["angle_multipliers"]))) / 4
     assert abs(float(fd["angle_rate"]) - spread) > 0.05  # the norm's growth is not negligible here
 
 
@@ -262,10 +266,9 @@ def test_preset_theory_against_its_own_network(name, kw):
     n, d, depth, draws = 16, 512, 4, 24
     fd = layers.finite_depth(block, q0=1.0, rho0=0.5, n_tokens=n, depth=depth)
 
-    def one(key):
-        k1, k2 = jax.random.split(key)
-        q, p = measure.transient(block, k1, n, d, depth, 1.0, 0.5)
-        return p / q, measure.gradient_energy(block, k2, n, d, depth, 1.0, 0.5)
+    def one(key):  # a draw's per-layer geometry (measure.transient's) and |J^T u|^2 from one stack
+        out = measure.gradient_draw(block, key, n, d, depth, 1.0, 0.5)
+        return out["p"] / out["q"], out["g"]
 
     rho, g = jax.jit(jax.vmap(one))(jax.random.split(jax.random.PRNGKey(3), draws))
     rho, g = np.asarray(rho, float), np.asarray(g, float)

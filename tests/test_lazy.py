@@ -12,9 +12,9 @@ Statistical checks: lazy and dense stacks are the same distribution -- per-layer
 per-draw cosine histograms, lambda_a and lambda_g(L) agree within two-sample tolerances
 ``|z| < 4``, ``z = (m_lazy - m_dense) / sqrt(se_lazy^2 + se_dense^2)`` (independent fixed
 seeds, 512 draws per sampler, standard errors over draws; 4 keeps the family-wise
-false-alarm rate of the 14 z-scores per configuration -- q, p at 4 layers, 4 cosine bins,
-lambda_a, lambda_g -- near 0.1 %, 0.3 % over the three configurations). A negative control (the VJP without its noise
-term) shows the lambda_g comparison has the power to see a wrong sampler.
+false-alarm rate of the 14 z-scores -- q, p at 4 layers, 4 cosine bins, lambda_a,
+lambda_g -- near 0.1 %), on a causal stack with two MLP layers. A negative control (the VJP
+without its noise term) shows the lambda_g comparison has the power to see a wrong sampler.
 """
 
 from __future__ import annotations
@@ -37,12 +37,19 @@ Z_MAX = 4.0
 def _assemble(x, scales, draws, rng):
     """Explicit weights consistent with the lazy draws: s Q S + (I - QQ^T) W_c, Q the
     sampler's basis of the token span (zero columns for dropped directions)."""
+    normals = [jnp.asarray(rng.normal(size=(x.shape[1], w.shape[1])), x.dtype) for w in draws]
+    return _assembled(x, tuple(scales), tuple(draws), normals)
+
+
+@jax.jit  # one program per structure, not op by op (inlined where the caller traces)
+def _assembled(x, scales, draws, normals):
     q = block.token_basis(x)
     proj = jnp.eye(x.shape[1], dtype=x.dtype) - q @ q.T
-    wc = [s * jnp.asarray(rng.normal(size=(x.shape[1], w.shape[1])), x.dtype) for s, w in zip(scales, draws)]
+    wc = [s * c for s, c in zip(scales, normals)]
     return [s * q @ w + proj @ c for s, w, c in zip(scales, draws, wc)], wc
 
 
+@jax.jit  # one program per structure, not op by op (inlined where the caller traces)
 def _implied_noise(wc, cts, scales):
     """The G for which the VJP's noise term (I - QQ^T) G B^T is (I - QQ^T) sum_j W_c,j U_j^T."""
     b = block.cotangent_root(cts, scales)
@@ -66,7 +73,7 @@ def test_random_linear_is_dense_autodiff(rank):
     independent one; rank 1: collapsed)."""
     rng = np.random.default_rng(rank)
     n, d_in = 4, 9
-    x = jnp.asarray(rng.normal(size=(rank, d_in)))[np.arange(n) % rank]
+    x = jnp.asarray(rng.normal(size=(rank, d_in))[np.arange(n) % rank])
     for outs in ((7, 7, 7), (11,)):
         scales = tuple(float(s) for s in rng.uniform(0.3, 2.0, len(outs)))
         draws = tuple(jnp.asarray(rng.normal(size=(n, f))) for f in outs)
@@ -78,7 +85,7 @@ def test_random_linear_is_dense_autodiff(rank):
             np.testing.assert_allclose(a, b, atol=1e-12)
         np.testing.assert_allclose(g, gd, atol=1e-11)
         # the scales' cotangent is exact too: d/ds_j of <U_j, Y_j> = <U_j, Y_j> / s_j
-        np.testing.assert_allclose(gs, [float(jnp.sum(u * y)) / s for u, y, s in zip(cts, ys, scales)], rtol=1e-12)
+        np.testing.assert_allclose(gs, [np.sum(np.asarray(u) * y) / s for u, y, s in zip(cts, ys, scales)], rtol=1e-12)
 
 
 @pytest.mark.usefixtures("float64")
@@ -144,20 +151,22 @@ def test_token_basis_is_stable_at_collapse():
     tokens identical, so the draw is the same whether or not it is vmapped over points."""
     hp = HParams(sigma_w=2.0, sigma_a=3.0, alpha_a=0.7, alpha_m=0.6)
     n, d = 8, 256
-    x = stack.collapsed_tokens(jax.random.key(2), n, d, 1.3)
-    q = block.token_basis(x)
-    assert [bool(jnp.any(q[:, i] != 0)) for i in range(n)] == [True] + [False] * (n - 1)
-    np.testing.assert_allclose(q.T @ q, np.diag([1.0] + [0.0] * (n - 1)), atol=1e-6)
     f = lambda h, x: stack.stack_forward(paper(h), jax.random.key(4), x, 4)
     h32 = hp.astype(jnp.float32)
-    y = jax.jit(f)(h32, x)  # jitted: one program each instead of an eager scan per call
-    assert float(jnp.max(jnp.abs(y - y[:1]))) <= 1e-5 * float(jnp.max(jnp.abs(y)))
+
+    @jax.jit  # the tokens, their basis, the stack's output y and the VJP of y: one program
+    def alone(h):
+        x = stack.collapsed_tokens(jax.random.key(2), n, d, 1.3)
+        y, vjp = jax.vjp(lambda x: f(h, x), x)
+        return x, block.token_basis(x), y, vjp(y)[0]
+
+    x, q, y, g_alone = (np.asarray(v) for v in alone(h32))
+    assert [bool(np.any(q[:, i] != 0)) for i in range(n)] == [True] + [False] * (n - 1)
+    np.testing.assert_allclose(q.T @ q, np.diag([1.0] + [0.0] * (n - 1)), atol=1e-6)
+    assert np.max(np.abs(y - y[:1])) <= 1e-5 * np.max(np.abs(y))
     hps = jax.tree_util.tree_map(lambda v: jnp.stack([v, 0.5 * v]), h32)
     g = lambda h: jax.vjp(lambda x: f(h, x), x)[1](y)[0]
-    alone = jax.jit(g)(h32)
-    np.testing.assert_allclose(
-        jax.jit(jax.vmap(g))(hps)[0], alone, rtol=1e-4, atol=1e-4 * float(jnp.max(jnp.abs(alone)))
-    )
+    np.testing.assert_allclose(jax.jit(jax.vmap(g))(hps)[0], g_alone, rtol=1e-4, atol=1e-4 * np.max(np.abs(g_alone)))
 
 
 def test_lazy_stack_layers_and_causality():
@@ -166,19 +175,24 @@ def test_lazy_stack_layers_and_causality():
     hp = HParams(sigma_w=1.5, sigma_a=1.3)
     n, d, depth = 5, 16, 3
     key = jax.random.key(5)
-    x = stack.simplex_tokens(jax.random.key(1), n, d, 1.0, 0.4)
-    _, ys = stack.stack_forward(paper(hp), key, x, depth, return_all=True, causal=True)
+    f = lambda x: stack.stack_forward(paper(hp), key, x, depth, causal=True)
+
+    @jax.jit  # the tokens, every layer's output and the n VJPs: one program, not eager ops
+    def stack_and_vjps():
+        x = stack.simplex_tokens(jax.random.key(1), n, d, 1.0, 0.4)
+        _, ys = stack.stack_forward(paper(hp), key, x, depth, return_all=True, causal=True)
+        rows = jnp.zeros((n, n, d)).at[jnp.arange(n), jnp.arange(n)].set(1.0)  # a cotangent on token i
+        return x, ys, jax.vmap(jax.vjp(f, x)[1])(rows)[0]
+
+    x, ys, grads = (np.asarray(v) for v in stack_and_vjps())
     layer = jax.jit(lambda h, k: Block(hp, causal=True, weights="lazy").apply({}, h, rngs={"lazy": k}))
     h = x
     for l, k in enumerate(stack.layer_keys(key, depth)):
         h = layer(h, k)
         np.testing.assert_allclose(ys[l + 1], h, rtol=1e-5, atol=1e-5)
-    f = lambda x: stack.stack_forward(paper(hp), key, x, depth, causal=True)
-    rows = jnp.zeros((n, n, d)).at[jnp.arange(n), jnp.arange(n)].set(1.0)  # a cotangent on token i
-    grads = jax.jit(lambda x, u: jax.vmap(jax.vjp(f, x)[1])(u)[0])(x, rows)  # one program, not n eager VJPs
-    for i, g in enumerate(grads):
-        assert float(jnp.max(jnp.abs(g[i + 1 :]), initial=0.0)) == 0.0
-        assert float(jnp.linalg.norm(g[i])) > 0.1
+    for i, g in enumerate(np.asarray(grads)):
+        assert np.max(np.abs(g[i + 1 :]), initial=0.0) == 0.0
+        assert np.linalg.norm(g[i]) > 0.1
 
 
 # ------------------------------------------------------------------ same distribution
@@ -223,9 +237,15 @@ def _compare(hp, *, n, d, depth, draws, causal, mlp_hidden, seeds=(101, 202)):
     return out
 
 
-# the max |z| of each quantity is printed (pytest -s) and shown in a failure message
-# causal masks and k = 2 hidden layers (hidden width != d) share one case (compiles dominate)
-@pytest.mark.parametrize("causal,mlp_layers,mlp_hidden", [(False, 1, None), (True, 2, 24)])
+# the max |z| of each quantity is printed (pytest -s) and shown in a failure message.
+# One configuration (compiles dominate): causal masks and k = 2 hidden layers of width
+# 24 != d. The sampler (random_linear: the token basis, the slabs, the VJP's noise) does not
+# branch on the mask or on the shape of a map, so this stack runs every path of it that the
+# non-causal block with one square MLP layer runs; that block's lazy forward and VJP equal the
+# dense ones with the draws assembled into weights
+# (test_lazy_block_is_dense_block_with_assembled_weights[False-1]), and a non-causal block's
+# lazy and dense networks agree in tests/test_simulate_blocks.py::test_lazy_and_dense_weights_agree.
+@pytest.mark.parametrize("causal,mlp_layers,mlp_hidden", [(True, 2, 24)])
 def test_lazy_and_dense_are_the_same_distribution(causal, mlp_layers, mlp_hidden):
     hp = HParams(sigma_w=2.0, sigma_a=3.0, alpha_a=0.7, alpha_m=0.6, n_tokens=8, depth=4, mlp_layers=mlp_layers)
     z = _compare(hp, n=8, d=16, depth=4, draws=512, causal=causal, mlp_hidden=mlp_hidden)

@@ -19,21 +19,25 @@ from phasefield.cli import main
 from phasefield.layers import spec
 from phasefield.layers import sweep as layers_sweep
 
-# tiny grids: 3 x 2 points, 4 tokens, 2 blocks; pre-ln's grid (sigma <= 1.7, chunks of 2) is the one
-# of the resume, corrupt-chunk and two-process tests (tests/test_sweep.py, test_hardening.py,
-# test_multiprocess.py): they share its compiled programs
+# tiny grids: 3 x 2 points, (fixed numbers, axes, tokens, blocks, chunk size). pre-ln's grid (4
+# tokens, 2 blocks, sigma <= 1.7, chunks of 2) is the one of the resume, corrupt-chunk and
+# two-process tests (tests/test_sweep.py, test_hardening.py, test_multiprocess.py): they share
+# its compiled programs. post-ln's is at the sizes of the 2-head post-LN points of
+# tests/test_blocks_cli.py (8 tokens, 3 blocks: the library's finite-depth, q* and
+# fixed-point programs), and its chunks of 4 are those of the 2 x 2 diagram there (the same
+# numbers, sigma <= 1.7: one compiled sweep program)
 PRE_LN = ({"heads": 2}, {"sigma": [0.4, 1.1, 1.7], "alpha": [0.3, 0.8]})
 CASES = {
-    "pre-ln": PRE_LN,  # no finite fixed point: lambda_a NaN
-    "post-ln": ({"heads": 2, "alpha_attn": 0.5}, {"sigma": [0.6, 1.3, 1.7], "alpha_mlp": [0.2, 0.7]}),
+    "pre-ln": (*PRE_LN, 4, 2, 2),  # no finite fixed point: lambda_a NaN
+    "post-ln": ({"heads": 2, "alpha_attn": 0.5}, {"sigma": [0.6, 1.3, 1.7], "alpha_mlp": [0.2, 0.7]}, 8, 3, 4),
 }
 
 
 @pytest.fixture(scope="module", params=sorted(CASES))
 def block_grid(request):
     name = request.param
-    fixed, axes = CASES[name]
-    ds = phasefield.sweep(block=(name, fixed), axes=axes, n_tokens=4, depth=2, chunk_size=2)
+    fixed, axes, n_tokens, depth, chunk = CASES[name]
+    ds = phasefield.sweep(block=(name, fixed), axes=axes, n_tokens=n_tokens, depth=depth, chunk_size=chunk)
     return name, fixed, axes, ds
 
 
@@ -67,7 +71,8 @@ def test_a_standard_block_sweep_equals_the_layers_library_point_by_point(block_g
     assert np.isnan(ds.lambda_a.values).all() == (name == "pre-ln")
     rng = np.random.default_rng(0)
     i, j = rng.integers(len(axes[keys[0]])), rng.integers(len(axes[keys[1]]))
-    want = _library(name, dict(fixed, **{keys[0]: axes[keys[0]][i], keys[1]: axes[keys[1]][j]}), 4, 2)
+    _, _, n_tokens, depth, _ = CASES[name]
+    want = _library(name, dict(fixed, **{keys[0]: axes[keys[0]][i], keys[1]: axes[keys[1]][j]}), n_tokens, depth)
     pt = ds.isel({keys[0]: i, keys[1]: j})
     for k, w in want.items():
         # NaN on both sides only where the library says the block has no fixed point

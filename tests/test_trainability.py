@@ -513,6 +513,7 @@ def test_fit_cli_pools_sweeps_of_one_training_config(capsys, tmp_path):
             "2",
             "--repeats",
             "1",
+            "--no-nested",  # the nested CV of the procedure is test_nested_cv_of_the_shipping_procedure's claim
             "--figure",
             str(fig),
         ]

@@ -173,9 +173,10 @@ def test_sweep_writes_tables_metrics_checkpoints_and_resumes(tmp_path, small, tr
     with open(os.path.join(out, "results.jsonl"), "a") as f:
         f.write('{"run": "sw9')
     assert len(vsweep.read_results(out)) == 6
-    last = vdesign.expand(vdesign.grid([4.0], [0.5]), depths=[TINY.depth], lrs=[1e-2])
+    # two runs, as the resume's: the theory's vmapped program of two runs serves both
+    last = vdesign.expand(vdesign.grid([4.0], [0.5]), depths=[TINY.depth], lrs=[1e-2, 1e30])
     s3 = vsweep.run_sweep(TINY, more + last, out, small, chunk=3, progress=False, log=lambda m: None, trainer=trainer)
-    assert s3["trained"] == 1 and len(vsweep.read_results(out)) == 7
+    assert s3["trained"] == 2 and len(vsweep.read_results(out)) == 8
     # a different training config in the same directory is refused
     with pytest.raises(vsweep.SweepError):
         vsweep.run_sweep(dataclasses.replace(TINY, epochs=2), more, out, small, progress=False)
