@@ -101,15 +101,15 @@ def _map_limit() -> int:
         return 65_530
 
 
-# memory maps of a process above which its compiled programs are dropped: 80 % of the
-# kernel's limit (52,424 of 65,530), which leaves ~13,000 maps for the MAPS_EVERY tests
-# between two counts (at most 2,619 maps in one test and 7,399 over eight, in a run that kept
-# every program). Kept, the workers peak at ~44,000-49,400 maps (2026-11-30, the compile
-# profile of a whole run); a crossed mark costs a ~10 s teardown that drops everything, and
-# the programs of the tests after it are traced, lowered and loaded again.
+# memory maps of a process above which its compiled programs are dropped: 75 % of the
+# kernel's limit (49,147 of 65,530), which leaves ~16,000 maps for the MAPS_EVERY tests
+# between two counts (at most 2,619 maps in one test and 7,399 over eight, in a whole run's
+# compile profile, 2026-11-30). Kept, the workers peak at ~44,000-49,400 maps; a crossed mark
+# costs a ~10 s teardown that drops everything, and the programs of the tests after it are
+# traced, lowered and loaded again.
 # PHASEFIELD_TEST_MAPS_HIGH=N sets another mark (a check of the release path: a low mark
 # drops them after nearly every test)
-MAPS_HIGH = int(os.environ.get("PHASEFIELD_TEST_MAPS_HIGH", _map_limit() * 4 // 5))
+MAPS_HIGH = int(os.environ.get("PHASEFIELD_TEST_MAPS_HIGH", _map_limit() * 3 // 4))
 _MADE_CACHE = []  # the run's cache folder, when this process made it (removed at the end)
 
 

@@ -191,10 +191,10 @@ def test_uniform_attention_tables_are_the_exact_maps_at_the_collapsed_point():
 
 
 # opposite corners of the shipped models' box (sigma 0.3-2.5, alphas 0.2-1), mixed depths in
-# one call: one below the fitted depths (8-32: a warning) at depth 2, whose reference programs
-# block_study and the map test above compile already (the same maps, n = 17 tokens and table
-# sizes), and one inside at depth 8 (the reference route is the test's main cost: two points,
-# not three)
+# one call: one below the fitted depths (8-32: a warning) at depth 2, whose post-LN reference
+# program the map test above compiles already (its exact map's input geometry: the same
+# block, n = 17 tokens and table sizes; block_study's pre-LN has 2 heads, the shipped model 4),
+# and one inside at depth 8 (the reference route is the test's main cost: two points, not three)
 POINTS = [
     dict(sigma_w=2.4, sigma_a=1.0, alpha_a=1.0, alpha_m=0.9, depth=2),
     dict(sigma_w=0.35, sigma_a=1.0, alpha_a=0.9, alpha_m=0.2, depth=8),
