@@ -72,10 +72,14 @@ def test_lambda_a_three_ways():
     """Forward transverse multiplier (autodiff) = backward token-difference mode = closed form."""
     hp = HParams(sigma_w=2.7, sigma_a=1.3, alpha_a=0.35, alpha_m=0.75)
     block, ctx = layers.prepare(layers.presets.get("paper", hp), hp.n_tokens)
-    with jax.enable_x64(True):
+
+    def three(block, ctx):  # one compiled program, not operation by operation
         q_star = layers.depth.norm_fixed_point(block, ctx, 1.0)
         fwd = jnp.log(layers.depth.transverse_multiplier(block, ctx, q_star))
-        m = layers.depth.gradient_matrix(block, ctx, Kernel(q_star, q_star))
+        return fwd, layers.depth.gradient_matrix(block, ctx, Kernel(q_star, q_star))
+
+    with jax.enable_x64(True):
+        fwd, m = jax.jit(three)(block, ctx)
     ref = paper.exponents(hp)["lambda_a"]
     assert _close(fwd, ref) and _close(jnp.log(m[0, 0]), ref)
     assert abs(float(m[0, 1])) < 1e-15  # triangular at collapse: a' ignores b

@@ -230,30 +230,14 @@ def _cli(argv, tmp_path, monkeypatch):
 
 
 def test_cli_json_and_figure(tmp_path, monkeypatch, capsys):
-    code = _cli(
-        [
-            "probe",
-            "--block",
-            "pre-ln:heads=2",
-            "--width",
-            "32",
-            "--depth",
-            "3",
-            "--n-tokens",
-            "8",
-            "--inits",
-            "3",
-            "--json",
-            "--figure",
-            "f.png",
-        ],
-        tmp_path,
-        monkeypatch,
-    )
+    # the network of test_probe_fix's command-line tests (SMALL there): the command's probe
+    # program (one per chunk of inits, whatever their number) is compiled once per run
+    argv = ["probe", "--block", "post-ln:heads=2,sigma=2", "--width", "16", "--depth", "2", "--n-tokens", "4"]
+    code = _cli(argv + ["--inits", "3", "--json", "--figure", "f.png"], tmp_path, monkeypatch)
     out = capsys.readouterr().out
     assert code == 0
     doc = json.loads(out)
-    assert doc["depth"] == 3 and doc["inits"] == 3 and len(doc["theory"]["q"]) == 4
+    assert doc["depth"] == 2 and doc["inits"] == 3 and len(doc["theory"]["q"]) == 3
     assert (tmp_path / "f.png").stat().st_size > 1000
 
 
