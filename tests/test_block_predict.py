@@ -84,15 +84,17 @@ def test_block_features_are_the_blocks(block_study):
 
 def test_lambda_a_is_nan_exactly_where_a_block_has_no_fixed_point(block_study):
     """The block features' lambda_a is the exponent at the collapsed fixed point, NaN where the
-    block has none (every pre-LN point: layers.rates says so at one point per sigma level, the fast
-    route at every point), and angle_rate is
-    the finite-depth angle rate from collapsed tokens at every point (layers.rates of the preset
-    built directly); the fast route of predict --block agrees (post-LN, which has a
-    fixed point: a finite lambda_a, test_fast_block_rates_equal_the_reference_route)."""
+    block has none (every pre-LN point: layers.rates says so at the first configuration of each
+    sigma level, the fast route at every point), and angle_rate is the finite-depth angle rate
+    from collapsed tokens at every point (layers.rates of the preset built directly); the fast
+    route of predict --block agrees (post-LN, which has a fixed point: a finite lambda_a,
+    test_fast_block_rates_equal_the_reference_route)."""
     from phasefield.vit import block_rates
 
     cfg, configs, feats, _, _ = block_study
-    for i in (0, 2, 3):  # one configuration per sigma level, point by point; every one by the fast route
+    first = {c["sigma_w"]: i for i, c in reversed(list(enumerate(configs)))}  # per sigma level
+    assert len(first) == len(SIGMA_LEVELS)
+    for i in sorted(first.values()):
         c = configs[i]
         blk = layers.presets.get("pre-ln", sigma=c["sigma_w"], alpha=c["alpha_a"], heads=2)
         r = layers.rates(blk, q0=1.0, rho0=1.0, n_tokens=cfg.n_tokens, depth=int(c["depth"]))
