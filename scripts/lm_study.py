@@ -2,7 +2,7 @@
 Resumable.
 
     python scripts/lm_study.py run [--block post-ln] [--depth 32] [--seeds 0] [--arms ...]
-    python scripts/lm_study.py table        # docs/data/lm_study/{table.md, summary.md}
+    python scripts/lm_study.py table        # docs/data/lm_study/{table.md, summary.md}, docs/images/lm_study.png
 
 For each block and depth, the language model of ``phasefield train-lm`` (docs/lm.md: the
 block's own causal network, width 128, 4 heads, context 64, batch 16, 300 Adam steps at
@@ -38,7 +38,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from recipes_study import residual_axis, summary_rows  # noqa: E402  (the ViT study's summary and residual axis)
+from recipes_study import figure, residual_axis, summary_rows  # noqa: E402  (the ViT study's summary, axis, figure)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OUT = os.path.join(ROOT, "docs", "data", "lm_study")
@@ -162,6 +162,13 @@ def table(args):
     with open(os.path.join(OUT, "summary.md"), "w") as f:
         f.write("\n".join(out) + "\n")
     print("\n".join(out))
+    unigram = rows[0]["unigram_bpc"]
+    panels = [
+        (f"{block} L {depth}", [dict(r, loss=r["held_bpc"]) for r in rows if (r["block"], r["depth"]) == (block, depth)],
+         unigram - rows[0]["config"]["margin"])
+        for block, depth in sorted({(r["block"], r["depth"]) for r in rows})
+    ]  # fmt: skip
+    figure(panels, "lm_study", "held-out bits per character", unigram, arms=ARMS)
 
 
 def main(argv=None):

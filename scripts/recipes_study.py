@@ -4,6 +4,7 @@
     python scripts/recipes_study.py run --depth 16 --configs 1 --seeds 0
     python scripts/recipes_study.py init                      # the probe's rates at init of every arm
     python scripts/recipes_study.py table                     # docs/data/recipes/{table.md, summary.md, init.md}
+                                                              # and the figure docs/images/recipes_study.png
 
 The configurations are :mod:`fix_study`'s (``scripts/fix_study.py``: the digits block
 study's failing post-LN configurations spread over sigma, and its worst pre-LN one). The fix
@@ -45,8 +46,9 @@ listed under the summary): runs that train,
 mean final loss, the paired difference (arm - fixed) of the final loss, mean +- se over
 the (configuration, seed) pairs, and the fix's wins, ties and losses against it per
 configuration (a win: the arm's loss higher by more than 2 se of the paired difference over
-the seeds; a loss: lower by more; a tie otherwise); and the probe's rates at init beside each
-arm's final losses (``init.md``).
+the seeds; a loss: lower by more; a tie otherwise); the probe's rates at init beside each
+arm's final losses (``init.md``); and every run's final loss per configuration and arm
+(``docs/images/recipes_study.png``).
 """
 
 from __future__ import annotations
@@ -68,6 +70,7 @@ EXTRA = ("fixed-residual",)  # trained when asked (``--arms``), not required of 
 EARLIER = ("fixed-grid",)  # arms kept from earlier runs, not trained by ``run`` (module docstring)
 SHOWN = ARMS + EXTRA + EARLIER  # the table's and the summary's arms, in this order
 FIXES = os.path.join(OUT, "fixes.jsonl")  # the current search's fix per configuration
+IMAGES = os.path.join(fs.ROOT, "docs", "images")
 
 
 def residual_axis(fix) -> float | None:
@@ -329,6 +332,60 @@ def table(args):
         with open(os.path.join(OUT, name), "w") as f:
             f.write("\n".join(text) + "\n")
     print("\n".join(summ))
+    trained = [dict(r, loss=r["test_loss"]) for r in runs if r.get("applicable", True)]
+    panels = [
+        (_title(cid), [r for r in trained if r["config"] == cid], fs.DATA[_order(cid)[0]]["trains"])
+        for cid in sorted({r["config"] for r in trained}, key=_order)
+    ]
+    figure(panels, "recipes_study", "final test loss", np.log(10), log=True)
+
+
+def _order(cid):
+    data = "mnist1d" if cid.startswith("mnist1d_") else "digits"
+    block, depth, sw = cid.removeprefix("mnist1d_").split("_")[:3]
+    return (data, block, int(depth[1:]), float(sw[2:]))
+
+
+def _title(cid):
+    data, block, depth, sw = _order(cid)
+    return f"{block} L {depth} σ {sw:.2f}" + (" (MNIST-1D)" if data == "mnist1d" else "")
+
+
+def figure(panels, name, ylabel, chance, log=False, arms=SHOWN) -> str:
+    """One panel per configuration (``panels``: [(title, [run rows], threshold of "trains")]):
+    every run's final loss (``loss`` of its row) per arm, in the order of ``arms``, the fix's
+    in blue, the model as it is in red; dashed: the threshold, dotted: chance.
+    ``docs/images/NAME.png``."""
+    from phasefield.figures import style
+
+    ncols = min(4, len(panels))
+    nrows = -(-len(panels) // ncols)
+    color = {"as is": "tab:red", "fixed": "tab:blue"}
+    with style.context() as plt:
+        fig, axes = plt.subplots(
+            nrows, ncols, figsize=(style.COLUMN * 2, 1.55 * nrows + 0.3), squeeze=False, sharey=True
+        )
+        for ax in axes.flat[len(panels) :]:
+            ax.set_visible(False)
+        for ax, (title, rows, trains) in zip(axes.flat, panels):
+            shown = [a for a in arms if any(r["arm"] == a for r in rows)]
+            for k, arm in enumerate(shown):
+                y = [r["loss"] for r in rows if r["arm"] == arm]
+                x = k + np.linspace(-0.15, 0.15, len(y)) if len(y) > 1 else [k]
+                ax.plot(x, y, "o", ms=2.2, color=color.get(arm, "0.3"), ls="none")
+            ax.axhline(trains, color="0.5", lw=0.6, ls="--")
+            ax.axhline(chance, color="0.7", lw=0.6, ls=":")
+            ax.set_xticks(np.arange(len(shown)))
+            ax.set_xticklabels(shown, rotation=90, fontsize=5)
+            ax.set_title(title, fontsize=6)
+            if log:
+                ax.set_yscale("log")
+        for row in axes:
+            row[0].set_ylabel(ylabel)
+        fig.tight_layout()
+        path = style.save(fig, IMAGES, name, formats=("png",))[0]
+    print(f"wrote {path}")
+    return path
 
 
 def main(argv=None):
