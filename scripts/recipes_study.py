@@ -341,6 +341,8 @@ def table(args):
 
 
 def _order(cid):
+    """(data, block, depth, sigma) of a configuration, from its id: a row's own ``sigma_w`` is
+    the arm's (``recommend`` trains at its own numbers), not the configuration's."""
     data = "mnist1d" if cid.startswith("mnist1d_") else "digits"
     block, depth, sw = cid.removeprefix("mnist1d_").split("_")[:3]
     return (data, block, int(depth[1:]), float(sw[2:]))
