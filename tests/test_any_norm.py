@@ -118,14 +118,17 @@ def test_post_ln_from_q0_above_one_against_the_network():
 def test_sweep_off_unit_norm_equals_the_points(name, fixed, axes, q0):
     """A sweep whose attention reads tokens of norm != 1 (DyT with the softmax path; post-LN
     from q0 = 1.2, its grids sized for sigma_A q0) equals ``layers.finite_depth`` point by point
-    (the sizes of this module's other points: one finite-depth program per preset)."""
+    (the sizes of this module's other points: one program per preset; DyT's finite-depth
+    numbers from ``layers.rates``, which computes them by ``finite_depth`` in the program
+    tests/test_dyt.py and tests/test_sweep_generic.py compile at these sizes)."""
     n_tokens, depth = 8, 3
     ds = layers_sweep.sweep_grid(name, axes, fixed=fixed, n_tokens=n_tokens, depth=depth, q0=q0)
+    point = layers.rates if name == "dyt" else layers.finite_depth  # post-LN: the network test's
     (ka, va), (kb, vb) = axes.items()
     for a in va:
         for b in vb:
             block = spec.build(name, dict(fixed, **{ka: a, kb: b}))
-            fd = layers.finite_depth(block, q0=q0, n_tokens=n_tokens, depth=depth)
+            fd = point(block, q0=q0, n_tokens=n_tokens, depth=depth)
             got = ds.sel({ka: a, kb: b})
             for key in ("lambda_g_input", "lambda_g_collapse", "angle_rate", "rho_L", "q_L"):
                 ref = float(fd[key])
@@ -136,7 +139,8 @@ def test_an_any_norm_point_reads_the_scale_table_as_it_would_integrate(monkeypat
     """DyT's attention (tokens of norm q < 1) reads the softmax path's values at sigma_A q from
     the interpolants in the scale (:mod:`phasefield.theory.attention.scale_table`): the
     table at random scales against the integrated values (1e-12), and a DyT point's finite-depth rates
-    against the same point with no table (it integrates at every layer)."""
+    (``layers.rates``: the program of the DyT points of test_sweep_off_unit_norm_equals_the_points)
+    against the same point with no table (``layers.finite_depth``: it integrates at every layer)."""
     from phasefield.theory.attention import scale_table
 
     n = 8.0
@@ -154,7 +158,7 @@ def test_an_any_norm_point_reads_the_scale_table_as_it_would_integrate(monkeypat
     assert not bool(read(np.float64(2.5))[0])  # beyond the ranges built for sigma_A = 1.44
 
     block = spec.build("dyt", dict(sigma=1.2, alpha=0.6, a=0.8, heads=4))
-    got = layers.finite_depth(block, n_tokens=8, depth=3)
+    got = layers.rates(block, n_tokens=8, depth=3)
     monkeypatch.setattr(scale_table, "for_point", lambda *a: None)
     ref = layers.finite_depth(block, n_tokens=8, depth=3)
     for key in ("lambda_g_input", "lambda_g_collapse", "angle_rate", "q_L", "rho_L"):

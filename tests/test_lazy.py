@@ -19,6 +19,8 @@ without its noise term) shows the lambda_g comparison has the power to see a wro
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -200,40 +202,60 @@ def _z(m1, s1, m2, s2):
     return (np.asarray(m1) - np.asarray(m2)) / np.sqrt(np.square(s1) + np.square(s2))
 
 
-def _compare(hp, *, n, d, depth, draws, causal, mlp_hidden, seeds=(101, 202)):
+# the stack of the same-distribution test (and of its negative control): 8 tokens, d = 16,
+# depth 4, 512 draws per sampler, independent fixed seeds for the two samplers
+POINT = dict(sigma_w=2.0, sigma_a=3.0, alpha_a=0.7, alpha_m=0.6, n_tokens=8, depth=4)
+N, D, DEPTH, DRAWS = 8, 16, 4, 512
+SEEDS = {"dense": 101, "lazy": 202}
+
+
+def _block(mlp_layers, mlp_hidden):
+    hp = HParams(**POINT, mlp_layers=mlp_layers)
+    return paper(hp, mult=1.0 if mlp_hidden is None else mlp_hidden / D)
+
+
+@functools.cache
+def _sampler_draws(weights, causal, mlp_layers, mlp_hidden):
+    """One sampler's draws of the stack (seed SEEDS[weights]), once per process: per draw
+    and layer q, p; the last layer's pairwise cosines; lambda_a's log ratio; lambda_g's
+    (|J^T u|^2, |u|^2). The negative control below reads the dense sampler's."""
+    keys = jax.random.split(jax.random.key(SEEDS[weights]), DRAWS)
+    opts = dict(n=N, d=D, causal=causal, weights=weights)
+    blk = _block(mlp_layers, mlp_hidden)
+
+    def forward(key):
+        kx, kw = jax.random.split(key)
+        x = stack.simplex_tokens(kx, N, D, 1.0, 0.4, exact=True)
+        reduce = lambda x: (*measure.token_stats(x)[:2], measure.cosines(x))
+        return stack.stack_forward(blk, kw, x, DEPTH, causal=causal, reduce=reduce, weights=weights)[1]
+
+    @jax.jit  # one program per sampler (a fresh function: nothing cached from another test)
+    def draws_of(keys):
+        la = measure.angle_draws(blk, keys, 1.2, eps=1e-2, **opts)
+        return (
+            jax.vmap(forward)(keys),
+            la,
+            measure.gradient_draws(blk, keys, 1.2, depth=DEPTH, draw_batch=128, **opts),
+        )
+
+    (q, p, cos), la, (a, b) = draws_of(keys)
+    return np.asarray(q), np.asarray(p), np.asarray(cos)[:, -1], np.asarray(la), np.asarray(a), np.asarray(b)
+
+
+def _compare(causal, mlp_layers, mlp_hidden):
     """Two-sample z-scores of lazy vs dense: per-layer q, p; per-draw cosine histogram
     fractions (4 bins) at the last layer; lambda_a; lambda_g(depth)."""
     out = {}
-    stats = {}
-    for w, seed in zip(("dense", "lazy"), seeds):
-        keys = jax.random.split(jax.random.key(seed), draws)
-        opts = dict(n=n, d=d, causal=causal, weights=w)
-        blk = paper(hp, mult=1.0 if mlp_hidden is None else mlp_hidden / d)
-
-        def forward(key):
-            kx, kw = jax.random.split(key)
-            x = stack.simplex_tokens(kx, n, d, 1.0, 0.4, exact=True)
-            reduce = lambda x: (*measure.token_stats(x)[:2], measure.cosines(x))
-            return stack.stack_forward(blk, kw, x, depth, causal=causal, reduce=reduce, weights=w)[1]
-
-        @jax.jit  # one program per sampler (a fresh function: nothing cached from another test)
-        def draws_of(keys):
-            la = measure.angle_draws(blk, keys, 1.2, eps=1e-2, **opts)
-            return (
-                jax.vmap(forward)(keys),
-                la,
-                measure.gradient_draws(blk, keys, 1.2, depth=depth, draw_batch=128, **opts),
-            )
-
-        (q, p, cos), la, (a, b) = draws_of(keys)
-        stats[w] = (np.asarray(q), np.asarray(p), np.asarray(cos)[:, -1], np.asarray(la), np.asarray(a), np.asarray(b))
-    (qd, pd, cd, lad, ad, bd), (ql, pl, cl, lal, al, bl) = stats["dense"], stats["lazy"]
+    (qd, pd, cd, lad, ad, bd), (ql, pl, cl, lal, al, bl) = (
+        _sampler_draws(w, causal, mlp_layers, mlp_hidden) for w in ("dense", "lazy")
+    )
     for name, xd, xl in (("q", qd[:, 1:], ql[:, 1:]), ("p", pd[:, 1:], pl[:, 1:]), ("lambda_a", lad, lal)):
         out[name] = _z(*measure.mean_se(xl), *measure.mean_se(xd))
     edges = np.quantile(cd, [0.25, 0.5, 0.75])
     frac = lambda c: np.stack([np.mean(np.digitize(c, edges) == k, axis=1) for k in range(4)], 1)
     out["cosine_bins"] = _z(*measure.mean_se(frac(cl)), *measure.mean_se(frac(cd)))
-    out["lambda_g"] = _z(*measure.log_ratio_of_means(al, bl, 1 / depth), *measure.log_ratio_of_means(ad, bd, 1 / depth))
+    lg = lambda a, b: measure.log_ratio_of_means(a, b, 1 / DEPTH)
+    out["lambda_g"] = _z(*lg(al, bl), *lg(ad, bd))
     return out
 
 
@@ -245,10 +267,12 @@ def _compare(hp, *, n, d, depth, draws, causal, mlp_hidden, seeds=(101, 202)):
 # dense ones with the draws assembled into weights
 # (test_lazy_block_is_dense_block_with_assembled_weights[False-1]), and a non-causal block's
 # lazy and dense networks agree in tests/test_simulate_blocks.py::test_lazy_and_dense_weights_agree.
-@pytest.mark.parametrize("causal,mlp_layers,mlp_hidden", [(True, 2, 24)])
+SAME_DISTRIBUTION = [(True, 2, 24)]
+
+
+@pytest.mark.parametrize("causal,mlp_layers,mlp_hidden", SAME_DISTRIBUTION)
 def test_lazy_and_dense_are_the_same_distribution(causal, mlp_layers, mlp_hidden):
-    hp = HParams(sigma_w=2.0, sigma_a=3.0, alpha_a=0.7, alpha_m=0.6, n_tokens=8, depth=4, mlp_layers=mlp_layers)
-    z = _compare(hp, n=8, d=16, depth=4, draws=512, causal=causal, mlp_hidden=mlp_hidden)
+    z = _compare(causal, mlp_layers, mlp_hidden)
     summary = {k: round(float(np.max(np.abs(v))), 2) for k, v in z.items()}
     print("max |z|:", summary)
     for v in summary.values():
@@ -257,7 +281,8 @@ def test_lazy_and_dense_are_the_same_distribution(causal, mlp_layers, mlp_hidden
 
 def test_lambda_g_comparison_detects_a_missing_noise_term(monkeypatch):
     """Negative control: without the untouched part's draw the VJP is too small, and the
-    same comparison as above flags it (|z| far above Z_MAX)."""
+    same comparison as above (its stack, keys and dense draws) flags it (|z| far above
+    Z_MAX)."""
     real_bwd = block._random_linear_bwd
 
     def no_noise(res, cts):
@@ -265,10 +290,13 @@ def test_lambda_g_comparison_detects_a_missing_noise_term(monkeypatch):
         return real_bwd((q, r, scales, draws, jnp.zeros_like(noise)), cts)
 
     monkeypatch.setattr(block.random_linear, "bwd", no_noise)
-    hp = HParams(sigma_w=2.0, sigma_a=3.0, alpha_a=0.7, alpha_m=0.6, n_tokens=8, depth=4)
-    keys = jax.random.split(jax.random.key(9), 256)
-    res = {}
-    for w in ("dense", "lazy"):  # a fresh jitted function: traced with the patched VJP
-        a, b = jax.jit(lambda k: measure.gradient_draws(paper(hp), k, 1.2, n=8, d=16, depth=4, weights=w))(keys)
-        res[w] = measure.log_ratio_of_means(np.asarray(a), np.asarray(b), 1 / 4)
-    assert abs(_z(*res["lazy"], *res["dense"])) > 3 * Z_MAX, res
+    causal, mlp_layers, mlp_hidden = SAME_DISTRIBUTION[0]
+    blk = _block(mlp_layers, mlp_hidden)
+    keys = jax.random.split(jax.random.key(SEEDS["lazy"]), DRAWS)
+    opts = dict(n=N, d=D, depth=DEPTH, causal=causal, draw_batch=128, weights="lazy")
+    # a fresh jitted function: traced with the patched VJP
+    a, b = jax.jit(lambda k: measure.gradient_draws(blk, k, 1.2, **opts))(keys)
+    *_, ad, bd = _sampler_draws("dense", causal, mlp_layers, mlp_hidden)
+    lg = lambda a, b: measure.log_ratio_of_means(np.asarray(a), np.asarray(b), 1 / DEPTH)
+    z = _z(*lg(a, b), *lg(ad, bd))
+    assert abs(z) > 3 * Z_MAX, z

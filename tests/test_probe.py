@@ -241,6 +241,8 @@ def test_cli_json_and_figure(tmp_path, monkeypatch, capsys):
     assert (tmp_path / "f.png").stat().st_size > 1000
 
 
+# the model file of test_probe_fix (its Dense named alike): with scale 0.5 its probe of 2
+# inits (test_cli_runs_a_users_model_file) is the program of test_cli_as_declares_a_preset_for_the_theory
 MODEL_FILE = """
 import jax.numpy as jnp
 from flax import linen as nn
@@ -249,7 +251,7 @@ from phasefield.probing import Model
 class B(nn.Module):
     @nn.compact
     def __call__(self, x):
-        return x + nn.Dense(x.shape[-1])(x) * {scale}
+        return x + nn.Dense(x.shape[-1], name="lin")(x) * {scale}
 
 class M(nn.Module):
     @nn.compact

@@ -184,6 +184,8 @@ def test_cli_fix_json_with_the_theory_beside(tmp_path, monkeypatch, capsys):
     assert arms["recommend"]["multipliers"]["query"] == pytest.approx(w)
 
 
+# test_probe's model file too (scale 0.5 there): its probe of 2 inits is the program of
+# test_cli_as_declares_a_preset_for_the_theory
 MODEL_FILE = """
 import jax.numpy as jnp
 from flax import linen as nn

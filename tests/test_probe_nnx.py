@@ -62,14 +62,28 @@ def make(rngs):
     return NModel(rngs)
 
 
+@pytest.fixture(scope="module")
+def probe_make():
+    """``blocks -> phasefield.probe(make, X, blocks=blocks, inits=INITS)``, each once per
+    module (the NBlock class's probe serves both tests below)."""
+    done = {}
+
+    def run(blocks):
+        if blocks not in done:
+            done[blocks] = phasefield.probe(make, X, blocks=blocks, inits=INITS)
+        return done[blocks]
+
+    return run
+
+
 @pytest.mark.parametrize("blocks", [NBlock, "NBlock", r"blocks/\d+"])
-def test_nnx_blocks_found_by_class_name_or_path(blocks):
-    res = phasefield.probe(make, X, blocks=blocks, inits=INITS)
+def test_nnx_blocks_found_by_class_name_or_path(blocks, probe_make):
+    res = probe_make(blocks)
     assert res.depth == DEPTH and np.isfinite(res.angle_rate[0]) and np.isfinite(res.lambda_g_input[0])
 
 
-def test_nnx_equals_linen_within_standard_errors():
-    a = phasefield.probe(make, X, blocks=NBlock, inits=INITS)
+def test_nnx_equals_linen_within_standard_errors(probe_make):
+    a = probe_make(NBlock)
     lm = LModel()
     b = phasefield.probe(lambda k: lm.init(k, X), lm.apply, X, blocks=LBlock, inits=INITS)
     for name in ("angle_rate", "lambda_g_input"):

@@ -181,27 +181,38 @@ def test_layernorm_gradient_factor():
     assert abs(m - (d - 2) / d / var) > 20 * se
 
 
+@functools.cache
 def _sha_check(L, d_in, r, var_logit, r_g, draws, key):
+    """simulate_sha of one case, once per process (its forward output and its gradient paths:
+    test_sha_forward_shared_input_term reads the forward part of
+    test_sha_backward_query_key_paths' cases, one compiled program and one run each)."""
     mc = ds.simulate_sha(K(key), L, d_in, d_in, r, var_logit, r_g, draws)
     return mc, ds.Fwd(0.0, 1.0, r), ds.Bwd(1.0, r_g)
 
 
+# (r, r_g) of test_sha_backward_query_key_paths; its 96 draws, key 14, L = 200, d_in = 16,
+# var_logit 0.5 serve the forward checks too (r_g only sets the output gradient)
+SHA_CASES = [(0.0, 0.0), (0.3, 0.5)]
+
+
 def test_sha_forward_shared_input_term():
     """L var_logit >> d_in at r = 0: the tilt (1-r)^2 var_logit/d_in (L-1)/L is 4/5 of the
-    output variance; the value-mixing formula without it is rejected."""
+    output variance; the value-mixing formula without it is rejected (96 draws, the
+    simulations of test_sha_backward_query_key_paths)."""
     L, d_in, vl = 200, 16, 0.5
-    mc, v, _ = _sha_check(L, d_in, 0.0, vl, 0.0, 64, 12)
+    r, r_g = SHA_CASES[0]  # r = 0
+    mc, v, _ = _sha_check(L, d_in, r, vl, r_g, 96, 14)
     m, se = mc["out"]["var"], mc["out"]["var_se"]
     assert abs(m - float(ds.sha(v, L, vl, d_in=d_in).var)) < 4 * se
     assert abs(m - float(ds.sha(v, L, vl).var)) > 20 * se
-    r = 0.4  # correlated tokens: variance and cross-token covariance
-    mc, v, _ = _sha_check(L, d_in, r, vl, 0.0, 64, 13)
+    r, r_g = SHA_CASES[1]  # correlated tokens: variance and cross-token covariance
+    mc, v, _ = _sha_check(L, d_in, r, vl, r_g, 96, 14)
     th = ds.sha(v, L, vl, d_in=d_in)
     assert abs(mc["out"]["var"] - float(th.var)) < 4 * mc["out"]["var_se"]
     assert abs(mc["out"]["cov"] - float(th.var * th.r)) < 4 * mc["out"]["cov_se"]
 
 
-@pytest.mark.parametrize("r,r_g", [(0.0, 0.0), (0.3, 0.5)])
+@pytest.mark.parametrize("r,r_g", SHA_CASES)
 def test_sha_backward_query_key_paths(r, r_g):
     """Value path within 4 se; query/key paths within 4 se plus 12.5 % (4 (1-r) var_logit /
     d_in: the order the leading-order rules drop); the total within 4 se + 6 %, where the

@@ -61,7 +61,8 @@ def test_vit_uses_the_shared_block_and_its_init_scales():
     np.testing.assert_allclose(sw, [0.5, 2.5], rtol=0.08)
     sq = np.std(np.asarray(blk["attention"]["query"]["kernel"]), axis=(1, 2, 3))
     np.testing.assert_allclose(sq, np.sqrt(np.array([1.0, 4.0]) / 32), rtol=0.08)
-    out = jax.vmap(lambda p, h: vmodel.ViT(h, 10, width=32, depth=3).apply({"params": p}, x))(params, hp)
+    # one compiled forward (op by op, vmap ran ~50 programs of its own)
+    out = jax.jit(jax.vmap(lambda p, h: vmodel.ViT(h, 10, width=32, depth=3).apply({"params": p}, x)))(params, hp)
     assert out.shape == (2, 2, 10) and np.all(np.isfinite(out))
     assert params["pos_embedding"].shape == (2, 16, 32) and params["cls_pos_embedding"].shape == (2, 1, 32)
 
@@ -143,40 +144,43 @@ def test_vmapped_training_matches_one_at_a_time_and_flags_divergence(trainer):
 
 def test_sweep_writes_tables_metrics_checkpoints_and_resumes(tmp_path, small, trainer, monkeypatch):
     out = str(tmp_path / "runs")
-    # the lr=1e30 runs diverge
-    runs = vdesign.expand(vdesign.grid([1.0, 2.0], [0.5]), depths=[TINY.depth], lrs=[1e-2, 1e30])
-    s = vsweep.run_sweep(TINY, runs, out, small, chunk=3, progress=False, log=lambda m: None, trainer=trainer)
-    assert s["trained"] == 4 and s["diverged"] == 2
+    # the lr=1e30 runs diverge; chunk=5 cuts 8 runs into two balanced chunks of 4 (not 5 + 3)
+    # and 4 into one: every chunk is 4 runs, the compiled chunk programs of
+    # test_vmapped_training_matches_one_at_a_time_and_flags_divergence (3 runs padded to 4)
+    runs = vdesign.expand(vdesign.grid([1.0, 2.0, 3.0, 4.0], [0.5]), depths=[TINY.depth], lrs=[1e-2, 1e30])
+    s = vsweep.run_sweep(TINY, runs, out, small, chunk=5, progress=False, log=lambda m: None, trainer=trainer)
+    assert s["trained"] == 8 and s["diverged"] == 4
     rows = vsweep.read_results(out)
-    assert len(rows) == 4 and sum(r["diverged"] for r in rows) == 2
+    assert len(rows) == 8 and sum(r["diverged"] for r in rows) == 4
     with open(os.path.join(out, "results.json")) as f:
-        assert len(json.load(f)) == 4
+        assert len(json.load(f)) == 8
     with open(os.path.join(out, "results.csv")) as f:
-        assert len(f.read().strip().splitlines()) == 5
+        assert len(f.read().strip().splitlines()) == 9
     good = [r for r in rows if not r["diverged"]][0]
     with open(os.path.join(out, "metrics", good["run"] + ".jsonl")) as f:
         lines = [json.loads(l) for l in f]
     assert sum("test_loss" in l and not l.get("final") for l in lines) == TINY.epochs
     assert lines[-1]["final"] and lines[-1]["test_loss"] == pytest.approx(good["test_loss"])
-    params, ids = vsweep.load_checkpoint(os.path.join(out, "checkpoints", "chunk_0001"))
-    assert len(ids) == 2 and params["head"]["kernel"].shape[0] == 2
-    # resume: only the two new runs are trained
+    for name in ("chunk_0001", "chunk_0002"):
+        params, ids = vsweep.load_checkpoint(os.path.join(out, "checkpoints", name))
+        assert len(ids) == 4 and params["head"]["kernel"].shape[0] == 4
+    # resume: only the four new runs are trained
     calls = []
     orig = trainer.train_many
     monkeypatch.setattr(trainer, "train_many", lambda pts, on_epoch=None: calls.append(len(pts.lr)) or orig(pts))
-    more = vdesign.expand(vdesign.grid([1.0, 2.0, 3.0], [0.5]), depths=[TINY.depth], lrs=[1e-2, 1e30])
-    s2 = vsweep.run_sweep(TINY, more, out, small, chunk=3, progress=False, log=lambda m: None, trainer=trainer)
-    assert calls == [2] and s2["already_done"] == 4 and s2["trained"] == 2
-    assert len(vsweep.read_results(out)) == 6
+    more = vdesign.expand(vdesign.grid([1.0, 2.0, 3.0, 4.0, 5.0, 6.0], [0.5]), depths=[TINY.depth], lrs=[1e-2, 1e30])
+    s2 = vsweep.run_sweep(TINY, more, out, small, chunk=5, progress=False, log=lambda m: None, trainer=trainer)
+    assert calls == [4] and s2["already_done"] == 8 and s2["trained"] == 4
+    assert len(vsweep.read_results(out)) == 12
     # a torn last line (interrupted append) is ignored, and cut before the next append so that
     # it does not swallow the next record
     with open(os.path.join(out, "results.jsonl"), "a") as f:
         f.write('{"run": "sw9')
-    assert len(vsweep.read_results(out)) == 6
-    # two runs, as the resume's: the theory's vmapped program of two runs serves both
-    last = vdesign.expand(vdesign.grid([4.0], [0.5]), depths=[TINY.depth], lrs=[1e-2, 1e30])
-    s3 = vsweep.run_sweep(TINY, more + last, out, small, chunk=3, progress=False, log=lambda m: None, trainer=trainer)
-    assert s3["trained"] == 2 and len(vsweep.read_results(out)) == 8
+    assert len(vsweep.read_results(out)) == 12
+    # four runs, as the resume's: the theory's vmapped program of four runs serves both
+    last = vdesign.expand(vdesign.grid([7.0, 8.0], [0.5]), depths=[TINY.depth], lrs=[1e-2, 1e30])
+    s3 = vsweep.run_sweep(TINY, more + last, out, small, chunk=5, progress=False, log=lambda m: None, trainer=trainer)
+    assert s3["trained"] == 4 and len(vsweep.read_results(out)) == 16
     # a different training config in the same directory is refused
     with pytest.raises(vsweep.SweepError):
         vsweep.run_sweep(dataclasses.replace(TINY, epochs=2), more, out, small, progress=False)
@@ -184,6 +188,7 @@ def test_sweep_writes_tables_metrics_checkpoints_and_resumes(tmp_path, small, tr
 
 def test_sweep_records_theory_exponents():
     cfg = TrainConfig(depth=16)
+    # eight runs: the vmapped program of the first eight-run sweep above
     runs = vdesign.expand(vdesign.grid([0.3, 3.0], [0.1, 0.95]), depths=[8, 16])
     lam = vsweep.theory_exponents(cfg, runs)
     for k in ("lambda_a", "lambda_g_collapse", "lambda_g_inf"):
@@ -208,12 +213,14 @@ def test_sweep_records_theory_exponents():
 
 
 def _sharded_check(data_dir):
-    """Train 3 runs on all devices (padded to 4, sharded) and on one device; same numbers."""
+    """Train 3 runs on all devices (padded to 4, sharded) and on one device; same numbers.
+    TINY on the ``small`` slice: on all devices, the programs of
+    test_vmapped_training_matches_one_at_a_time_and_flags_divergence (3 runs too)."""
     d = vdata.load("digits", 8, data_dir=data_dir)
     d = dataclasses.replace(
-        d, x_train=d.x_train[:128], y_train=d.y_train[:128], x_test=d.x_test[:64], y_test=d.y_test[:64]
+        d, x_train=d.x_train[:256], y_train=d.y_train[:256], x_test=d.x_test[:128], y_test=d.y_test[:128]
     )
-    cfg = TrainConfig(width=8, depth=1, epochs=1, batch_size=64, eval_batch_size=64)
+    cfg = TINY
     pts = make_points(cfg, [1, 2, 3], [1] * 3, [0.5] * 3, [0.5] * 3, [1e-3] * 3, [0, 1, 2])
     tr = Trainer(cfg, d)
     assert len(tr.devices) >= 2, tr.devices

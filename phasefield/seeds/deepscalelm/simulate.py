@@ -52,6 +52,42 @@ def _kappa(x):
     return (d * jnp.sum(s * s) / (tr * tr) - d / m) / (1 + 1 / m)
 
 
+@functools.cache
+def _sha_draws(L, d_in, d_v, anisotropic):
+    """The compiled draws of :func:`simulate_sha`: one program per structure (sizes, whether
+    the tokens have a spectrum; the draws' batching is the keys' shape); the numbers (r,
+    var_logit, r_g, the variances, the spectrum) are arguments, so a new configuration
+    compiles nothing."""
+
+    def one(k, nums, spectrum):
+        var_x, r = nums["var_x"], nums["r"]
+        sq = jnp.sqrt(jnp.sqrt(nums["var_logit"]) / (d_in * var_x))
+        sv = jnp.sqrt(nums["sv2"])
+        kx, kq, kk, kv, kg, ko = jax.random.split(k, 6)
+        if not anisotropic:
+            X = jnp.sqrt(var_x) * _correlated(kx, (L, d_in), r)
+        else:
+            rot = jnp.linalg.qr(jax.random.normal(ko, (d_in, d_in), jnp.float64))[0]
+            z = jax.random.normal(kx, (L + 1, d_in), jnp.float64)
+            dev = (z[1:] * jnp.sqrt(spectrum)) @ rot.T
+            X = jnp.sqrt(var_x) * (jnp.sqrt(r) * z[:1] + jnp.sqrt(1 - r) * dev)
+        WQ = jax.random.normal(kq, (d_in, d_v), jnp.float64) * sq
+        WK = jax.random.normal(kk, (d_in, d_v), jnp.float64) * sq
+        WV = jax.random.normal(kv, (d_in, d_v), jnp.float64) * sv
+        G = jnp.sqrt(nums["var_g"]) * _correlated(kg, (L, d_v), nums["r_g"])
+
+        def f(xq, xk, xv):
+            A = jax.nn.softmax((xq @ WQ) @ (xk @ WK).T / math.sqrt(d_v), axis=-1)
+            return A @ (xv @ WV)
+
+        O, vjp = jax.vjp(f, X, X, X)
+        gq, gk, gv = vjp(G)
+        return jax.vmap(_moments)(jnp.stack([O, gv, gq, gk, gq + gk + gv]))
+
+    many = jax.vmap(one, (0, None, None))
+    return jax.jit(lambda keys, nums, spectrum: jax.lax.map(lambda k: many(k, nums, spectrum), keys))
+
+
 @float64
 def simulate_sha(
     key, L, d_in, d_v, r, var_logit, r_g=0.0, draws=64, var_x=1.0, var_g=1.0, sigma_v2=None, batch=8, spectrum=None
@@ -66,33 +102,14 @@ def simulate_sha(
     (sum s)^2); default isotropic. Returns per-draw means and standard errors of the per-entry second moment
     ``var`` and the cross-token ``cov`` of the output (key ``out``) and of dLoss/dX through
     each path of ``PATHS`` (value: through V; query, key: through the logits)."""
-    sq = math.sqrt(math.sqrt(var_logit) / (d_in * var_x))
-    sv = math.sqrt(1.0 / d_in if sigma_v2 is None else sigma_v2)
-
-    def one(k):
-        kx, kq, kk, kv, kg, ko = jax.random.split(k, 6)
-        if spectrum is None:
-            X = math.sqrt(var_x) * _correlated(kx, (L, d_in), r)
-        else:
-            rot = jnp.linalg.qr(jax.random.normal(ko, (d_in, d_in), jnp.float64))[0]
-            z = jax.random.normal(kx, (L + 1, d_in), jnp.float64)
-            dev = (z[1:] * jnp.sqrt(jnp.asarray(spectrum, jnp.float64))) @ rot.T
-            X = math.sqrt(var_x) * (math.sqrt(r) * z[:1] + math.sqrt(1 - r) * dev)
-        WQ = jax.random.normal(kq, (d_in, d_v), jnp.float64) * sq
-        WK = jax.random.normal(kk, (d_in, d_v), jnp.float64) * sq
-        WV = jax.random.normal(kv, (d_in, d_v), jnp.float64) * sv
-        G = math.sqrt(var_g) * _correlated(kg, (L, d_v), r_g)
-
-        def f(xq, xk, xv):
-            A = jax.nn.softmax((xq @ WQ) @ (xk @ WK).T / math.sqrt(d_v), axis=-1)
-            return A @ (xv @ WV)
-
-        O, vjp = jax.vjp(f, X, X, X)
-        gq, gk, gv = vjp(G)
-        return jax.vmap(_moments)(jnp.stack([O, gv, gq, gk, gq + gk + gv]))
-
+    sv2 = 1.0 / d_in if sigma_v2 is None else sigma_v2
+    nums = {
+        k: jnp.asarray(v, jnp.float64)
+        for k, v in dict(r=r, var_logit=var_logit, r_g=r_g, var_x=var_x, var_g=var_g, sv2=sv2).items()
+    }
+    spec = None if spectrum is None else jnp.asarray(spectrum, jnp.float64)
     keys = jax.random.split(key, draws).reshape(-1, batch, 2)
-    m = np.asarray(jax.lax.map(jax.vmap(one), keys)).reshape(draws, 5, 4)
+    m = np.asarray(_sha_draws(L, d_in, d_v, spectrum is not None)(keys, nums, spec)).reshape(draws, 5, 4)
     cnt = m[..., 3]
     stats = np.stack([m[..., 1] / cnt, m[..., 2] / (cnt * (L - 1))], -1)  # draws x 5 x (var, cov)
     mean, se = stats.mean(0), stats.std(0, ddof=1) / math.sqrt(draws)
