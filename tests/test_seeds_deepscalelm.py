@@ -212,6 +212,17 @@ def test_sha_forward_shared_input_term():
     assert abs(mc["out"]["cov"] - float(th.var * th.r)) < 4 * mc["out"]["cov_se"]
 
 
+def test_a_new_head_configuration_compiles_nothing(compiles):
+    """simulate_sha's draws are one program per structure: other token correlations,
+    logit variance, gradient correlation and variances (the sizes of the cases above, whose
+    program this loads) compile nothing."""
+    a, _, _ = _sha_check(200, 16, *SHA_CASES[0][:1], 0.5, SHA_CASES[0][1], 96, 14)
+    before = compiles.count
+    b = ds.simulate_sha(K(15), 200, 16, 16, 0.2, 0.8, 0.1, 96, var_x=1.5, var_g=0.7, sigma_v2=0.05)
+    assert compiles.count == before
+    assert np.isfinite(b["out"]["var"]) and b["out"]["var"] != a["out"]["var"]
+
+
 @pytest.mark.parametrize("r,r_g", SHA_CASES)
 def test_sha_backward_query_key_paths(r, r_g):
     """Value path within 4 se; query/key paths within 4 se plus 12.5 % (4 (1-r) var_logit /
