@@ -216,7 +216,8 @@ def test_a_new_head_configuration_compiles_nothing(compiles):
     """simulate_sha's draws are one program per structure: other token correlations,
     logit variance, gradient correlation and variances (the sizes of the cases above, whose
     program this loads) compile nothing."""
-    a, _, _ = _sha_check(200, 16, *SHA_CASES[0][:1], 0.5, SHA_CASES[0][1], 96, 14)
+    r, r_g = SHA_CASES[0]
+    a, _, _ = _sha_check(200, 16, r, 0.5, r_g, 96, 14)
     before = compiles.count
     b = ds.simulate_sha(K(15), 200, 16, 16, 0.2, 0.8, 0.1, 96, var_x=1.5, var_g=0.7, sigma_v2=0.05)
     assert compiles.count == before

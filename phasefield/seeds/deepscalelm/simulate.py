@@ -53,9 +53,10 @@ def _kappa(x):
 
 
 @functools.cache
-def _sha_draws(L, d_in, d_v, anisotropic):
-    """The compiled draws of :func:`simulate_sha`: one program per structure (sizes, whether
-    the tokens have a spectrum; the draws' batching is the keys' shape); the numbers (r,
+def _sha_draws(L, d_in, d_v):
+    """The compiled draws of :func:`simulate_sha`: one program per structure (sizes, and
+    whether the tokens have a spectrum: ``None`` or an array, told apart by jit's own cache;
+    the draws' batching is the keys' shape); the numbers (r,
     var_logit, r_g, the variances, the spectrum) are arguments, so a new configuration
     compiles nothing."""
 
@@ -64,7 +65,7 @@ def _sha_draws(L, d_in, d_v, anisotropic):
         sq = jnp.sqrt(jnp.sqrt(nums["var_logit"]) / (d_in * var_x))
         sv = jnp.sqrt(nums["sv2"])
         kx, kq, kk, kv, kg, ko = jax.random.split(k, 6)
-        if not anisotropic:
+        if spectrum is None:
             X = jnp.sqrt(var_x) * _correlated(kx, (L, d_in), r)
         else:
             rot = jnp.linalg.qr(jax.random.normal(ko, (d_in, d_in), jnp.float64))[0]
@@ -109,7 +110,7 @@ def simulate_sha(
     }
     spec = None if spectrum is None else jnp.asarray(spectrum, jnp.float64)
     keys = jax.random.split(key, draws).reshape(-1, batch, 2)
-    m = np.asarray(_sha_draws(L, d_in, d_v, spectrum is not None)(keys, nums, spec)).reshape(draws, 5, 4)
+    m = np.asarray(_sha_draws(L, d_in, d_v)(keys, nums, spec)).reshape(draws, 5, 4)
     cnt = m[..., 3]
     stats = np.stack([m[..., 1] / cnt, m[..., 2] / (cnt * (L - 1))], -1)  # draws x 5 x (var, cov)
     mean, se = stats.mean(0), stats.std(0, ddof=1) / math.sqrt(draws)
